@@ -1,0 +1,3 @@
+//! qflow's engine: the pure deterministic step core and the runtime shell around it.
+
+pub mod store;

@@ -1,0 +1,241 @@
+//! The store contract: what the runtime shell needs from durable storage (SPEC R1, R4, R5).
+//!
+//! The pure core never sees this module. The runtime reads an instance (snapshot bytes +
+//! fence), runs one step, and hands the resulting [`Commit`] back; the store applies the
+//! snapshot and every effect row of that step in one transaction, guarded by a
+//! compare-and-swap on the fence. Implementations live in `qflow-persistence` (SQLite,
+//! PostgreSQL) and in [`crate::memory`] (in-memory, non-durable).
+//!
+//! Invariant: a store never interprets snapshot bytes; it stores what it is given.
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+pub type InstanceId = Uuid;
+
+/// A deployment version. Assigned by the store, increasing; the same content deployed
+/// twice returns the same version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeploymentId(pub i64);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentRecord {
+    pub id: DeploymentId,
+    pub process_id: String,
+    /// SHA-256 of the source, lowercase hex: the identity of the content.
+    pub content_hash: String,
+    /// The BPMN XML as deployed.
+    pub source: String,
+    pub deployed_at_ms: i64,
+    pub retired: bool,
+}
+
+/// Where an instance stands. Stored as lowercase text (`running`, `completed`, `failed`,
+/// `cancelled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum InstanceStatus {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl InstanceStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceStatus::Running => "running",
+            InstanceStatus::Completed => "completed",
+            InstanceStatus::Failed => "failed",
+            InstanceStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<InstanceStatus> {
+        Some(match s {
+            "running" => InstanceStatus::Running,
+            "completed" => InstanceStatus::Completed,
+            "failed" => InstanceStatus::Failed,
+            "cancelled" => InstanceStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// Completed and cancelled instances no longer hold their deployment. FAILED does:
+    /// it is retained for inspection and repair (E6).
+    pub fn releases_deployment(self) -> bool {
+        matches!(self, InstanceStatus::Completed | InstanceStatus::Cancelled)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceRecord {
+    pub id: InstanceId,
+    pub deployment: DeploymentId,
+    /// The fencing token: incremented by every applied commit, starting at 1 on creation.
+    pub fence: u64,
+    pub status: InstanceStatus,
+    pub failure_code: Option<String>,
+    pub snapshot: Vec<u8>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// A durable timer row. `(instance, name)` is unique: arming a timer with the same name
+/// replaces the row (and its incarnation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerRecord {
+    pub instance: InstanceId,
+    /// The engine's name for the timer, e.g. `retry:pay` or `boundary:t1`.
+    pub name: String,
+    pub due_at_ms: i64,
+    pub incarnation: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerRef {
+    pub name: String,
+    pub incarnation: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncidentRecord {
+    pub id: i64,
+    pub instance: InstanceId,
+    pub node: String,
+    pub code: String,
+    pub message: String,
+    pub opened_at_ms: i64,
+    pub resolved_at_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewIncident {
+    pub node: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// One attempt of one task (O1a): kept beside the instance, never in the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    pub instance: InstanceId,
+    pub node: String,
+    pub attempt: u32,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+    /// `ok`, `failed`, `bpmn_error`, `timeout`, ...
+    pub outcome: String,
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Everything one step wrote, applied atomically.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub instance: InstanceId,
+    /// `None`: create the instance; it must not exist. `Some(f)`: apply only if the stored
+    /// fence is still `f` (compare-and-swap); the new fence is `f + 1`.
+    pub expected_fence: Option<u64>,
+    pub deployment: DeploymentId,
+    pub status: InstanceStatus,
+    pub failure_code: Option<String>,
+    pub snapshot: Vec<u8>,
+    pub now_ms: i64,
+    /// Upserted by `(instance, name)`; any lease on the old row is dropped.
+    pub arm_timers: Vec<TimerRecord>,
+    /// Deleted only where `(instance, name, incarnation)` matches.
+    pub resolve_timers: Vec<TimerRef>,
+    pub open_incidents: Vec<NewIncident>,
+    /// Resolves every open incident of this instance on these nodes.
+    pub resolve_incidents_on: Vec<String>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    Applied {
+        fence: u64,
+    },
+    /// The CAS lost: someone else stepped the instance (or it already exists / vanished).
+    /// The caller re-reads and re-derives. Nothing of this commit was written.
+    Conflict {
+        current_fence: Option<u64>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetireOutcome {
+    Retired,
+    /// Non-terminal or FAILED instances still reference the deployment.
+    Refused {
+        blocking_instances: u64,
+    },
+    NotFound,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstanceFilter {
+    pub deployment: Option<DeploymentId>,
+    pub status: Option<InstanceStatus>,
+    pub failure_code: Option<String>,
+    /// At most this many rows, ordered by creation then id. Stores cap it at 10,000.
+    pub limit: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store backend error: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("no deployment {0:?}")]
+    UnknownDeployment(DeploymentId),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `false` for the in-memory store: stateful definitions are refused on it (L7).
+    fn is_durable(&self) -> bool;
+
+    /// Records a deployment, or returns the existing one with the same `content_hash`.
+    async fn deploy(
+        &self,
+        process_id: &str,
+        content_hash: &str,
+        source: &str,
+        now_ms: i64,
+    ) -> StoreResult<DeploymentRecord>;
+    async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>>;
+    /// All deployments, oldest first.
+    async fn deployments(&self) -> StoreResult<Vec<DeploymentRecord>>;
+    /// Refused while a running or FAILED instance references the deployment (R5).
+    async fn retire(&self, id: DeploymentId) -> StoreResult<RetireOutcome>;
+
+    /// Applies a batch of commits for distinct instances in one transaction (one fsync:
+    /// group commit). Each commit is CAS-checked on its own; a loser is skipped and
+    /// reported, the others still apply. Outcomes are in batch order.
+    async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>>;
+
+    async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>>;
+    async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>>;
+
+    /// Leases up to `limit` timers with `due_at_ms <= now_ms` whose lease is free or has
+    /// expired, to `owner` until `now_ms + lease_ms`, earliest due first. Replicas calling
+    /// this concurrently never receive the same row while its lease holds. Cost grows with
+    /// due timers, not with parked ones (an index on `due_at_ms`).
+    async fn claim_due_timers(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        owner: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TimerRecord>>;
+    /// The earliest due instant of any timer, leased or not.
+    async fn next_timer_due(&self) -> StoreResult<Option<i64>>;
+    async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>>;
+
+    async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>>;
+    async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>>;
+}

@@ -1,0 +1,1 @@
+//! The golden snapshot corpus (SPEC G1–G2).

@@ -1,0 +1,397 @@
+//! The validated, immutable definition model that the loader produces and the engine runs.
+//!
+//! Everything here is plain data plus a few pure functions over it (the backoff formula
+//! lives here so that `qflow check --explain` and the engine share one implementation).
+//! Nothing in this module parses XML, reads the clock, or does I/O.
+//!
+//! Order is deterministic everywhere: nodes and flows keep document order, maps are
+//! `BTreeMap`, so two loads of the same bytes give equal definitions.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+
+use crate::expr::Expression;
+
+/// Instance variables: a name-ordered map of JSON values.
+pub type Variables = BTreeMap<String, serde_json::Value>;
+
+/// A 1-based line and column (columns count characters, not bytes) in the source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Pos {
+    pub line: u32,
+    pub col: u32,
+}
+
+/// A span of time in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct DurationMs(pub u64);
+
+/// Index of a node in [`Process::nodes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeIdx(pub u32);
+
+/// Index of a sequence flow in [`Process::flows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlowIdx(pub u32);
+
+/// One executable process, validated and ready to run.
+#[derive(Debug, Clone)]
+pub struct Definition {
+    /// The BPMN process id.
+    pub id: String,
+    pub name: Option<String>,
+    /// Lowercase hex SHA-256 of the source bytes the definition was loaded from. Used as
+    /// the deployment identity: same content, same version.
+    pub content_hash: String,
+    pub process: Process,
+    /// Error declarations of the enclosing `<definitions>`, by BPMN id.
+    pub errors: BTreeMap<String, ErrorDef>,
+    /// Message declarations of the enclosing `<definitions>`, by BPMN id → message name.
+    pub messages: BTreeMap<String, String>,
+    /// The L7 classification.
+    pub class: Classification,
+}
+
+/// L7: does this definition need a durable store?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Classification {
+    /// Runs to completion in one go; no datasource needed.
+    Stateless,
+    /// Needs a durable store; `reasons` says why, one entry per cause, in document order
+    /// (for example `"node `pay`: q:retry"`).
+    Stateful { reasons: Vec<String> },
+}
+
+impl Classification {
+    pub fn is_stateful(&self) -> bool {
+        matches!(self, Classification::Stateful { .. })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorDef {
+    pub id: String,
+    pub name: Option<String>,
+    /// The `errorCode`; a BPMN error thrown by a handler matches on this.
+    pub code: Option<String>,
+}
+
+/// The graph: every node of the process, including those inside embedded sub-processes
+/// (their `scope` names the sub-process node).
+#[derive(Debug, Clone)]
+pub struct Process {
+    pub nodes: Vec<Node>,
+    pub flows: Vec<Flow>,
+    /// Node ids → index, for lookups by name.
+    pub by_id: BTreeMap<String, NodeIdx>,
+}
+
+impl Process {
+    pub fn node(&self, idx: NodeIdx) -> &Node {
+        &self.nodes[idx.0 as usize]
+    }
+    pub fn flow(&self, idx: FlowIdx) -> &Flow {
+        &self.flows[idx.0 as usize]
+    }
+    pub fn find(&self, id: &str) -> Option<NodeIdx> {
+        self.by_id.get(id).copied()
+    }
+    /// The none start events of a scope (`None` = the process itself), in document order.
+    pub fn start_events(&self, scope: Option<NodeIdx>) -> impl Iterator<Item = NodeIdx> + '_ {
+        self.nodes.iter().enumerate().filter_map(move |(i, n)| {
+            (n.scope == scope && matches!(n.kind, NodeKind::StartEvent))
+                .then_some(NodeIdx(i as u32))
+        })
+    }
+    /// Boundary events attached to `host`, in document order.
+    pub fn boundaries_of(&self, host: NodeIdx) -> impl Iterator<Item = NodeIdx> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, n)| match n.kind {
+                NodeKind::Boundary(ref b) if b.attached_to == host => Some(NodeIdx(i as u32)),
+                _ => None,
+            })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub id: String,
+    pub name: Option<String>,
+    pub pos: Pos,
+    /// The embedded sub-process this node lives in; `None` at process level.
+    pub scope: Option<NodeIdx>,
+    pub kind: NodeKind,
+    /// Outgoing flows in document order.
+    pub outgoing: Vec<FlowIdx>,
+    /// Incoming flows in document order.
+    pub incoming: Vec<FlowIdx>,
+}
+
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    /// A none start event (message/timer start events are refused by the loader).
+    StartEvent,
+    EndEvent(EndKind),
+    Task(Task),
+    ExclusiveGateway {
+        default: Option<FlowIdx>,
+    },
+    InclusiveGateway {
+        default: Option<FlowIdx>,
+    },
+    ParallelGateway,
+    EventBasedGateway,
+    IntermediateCatch(CatchTrigger),
+    Boundary(Boundary),
+    /// An embedded sub-process; its children carry `scope = Some(this)`.
+    SubProcess,
+    CallActivity {
+        called_element: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndKind {
+    None,
+    Terminate,
+    /// Throws a BPMN error. `error` is the referenced [`ErrorDef`] id, if any.
+    Error {
+        error: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub enum CatchTrigger {
+    Timer(TimerDef),
+    /// Waits for a message with this name.
+    Message {
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimerDef {
+    /// `timeDuration`, relative to the moment the timer is armed.
+    Duration(DurationMs),
+    /// `timeDate`, an absolute instant in milliseconds since the Unix epoch (UTC).
+    Date { epoch_ms: i64 },
+    /// `timeCycle` `R<n>/<duration>`; `repetitions = None` means unbounded.
+    Cycle {
+        repetitions: Option<u32>,
+        interval: DurationMs,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Boundary {
+    pub attached_to: NodeIdx,
+    /// `cancelActivity`; `true` means interrupting.
+    pub interrupting: bool,
+    pub trigger: BoundaryTrigger,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoundaryTrigger {
+    Timer(TimerDef),
+    /// Catches a BPMN error. `code = None` is catch-all.
+    Error {
+        code: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub kind: TaskKind,
+    /// `q:retry`; only on registered tasks and channel calls (the loader refuses it on
+    /// pull tasks).
+    pub retry: Option<RetryPolicy>,
+    /// `q:timeout`: a route-less timeout boundary.
+    pub timeout: Option<DurationMs>,
+    /// Evaluated before the task runs; each result is handed to the handler as an input.
+    pub inputs: Vec<Mapping>,
+    /// Evaluated over the task's result (as variable `result`) and the instance variables;
+    /// each result is written into an instance variable. No outputs means the whole
+    /// result object is merged into the instance variables.
+    pub outputs: Vec<Mapping>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskKind {
+    /// `serviceTask q:task="name"`: the host registers a handler by this name.
+    Registered { name: String },
+    /// `serviceTask q:channel="name"`: a request through the outbox, answered later.
+    Channel { name: String },
+    /// `serviceTask q:topic="name"` (and Camunda external / Zeebe job tasks): fetched and
+    /// locked by external workers. `retries` is the pull surface's own budget.
+    Pull { topic: String, retries: Option<u32> },
+    /// `userTask`: a wait state completed through the API.
+    User,
+    /// Abstract `task` and `manualTask`: pass straight through.
+    PassThrough,
+    /// `sendTask`: emits a message and continues.
+    Send { message: Option<String> },
+    /// `receiveTask`: waits for a message with this name.
+    Receive { message: String },
+}
+
+/// `target = source`, with `source` a CEL expression.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    pub target: String,
+    pub source: Expression,
+}
+
+#[derive(Debug, Clone)]
+pub struct Flow {
+    pub id: String,
+    pub source: NodeIdx,
+    pub target: NodeIdx,
+    pub condition: Option<Expression>,
+    pub pos: Pos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jitter {
+    /// Multiply the capped delay by a factor in [0, 1).
+    Full,
+    /// Use the capped delay as is.
+    None,
+}
+
+/// `q:retry`. `max_attempts` counts executions, including the first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_attempts: NonZeroU32,
+    pub initial_interval: DurationMs,
+    /// The multiplier in thousandths (2.0 → 2000), so that the formula stays in integers.
+    pub multiplier_milli: u32,
+    pub max_interval: DurationMs,
+    pub jitter: Jitter,
+    /// Codes that fail at once, in document order.
+    pub non_retryable_codes: Vec<String>,
+    /// No attempt starts later than this after the first failure.
+    pub max_elapsed: Option<DurationMs>,
+}
+
+impl Default for RetryPolicy {
+    /// The SPEC L4 defaults: 3 attempts, PT1S, ×2, PT1M, full jitter.
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: NonZeroU32::new(3).expect("3 is not zero"),
+            initial_interval: DurationMs(1_000),
+            multiplier_milli: 2_000,
+            max_interval: DurationMs(60_000),
+            jitter: Jitter::Full,
+            non_retryable_codes: Vec::new(),
+            max_elapsed: None,
+        }
+    }
+}
+
+/// Structured failure codes the engine itself produces (E5). A `nonRetryableCodes` entry
+/// must name one of these or an error code the model declares.
+pub const ENGINE_FAILURE_CODES: &[&str] = &[
+    "HANDLER_FAILED",
+    "HANDLER_PANICKED",
+    "HANDLER_TIMEOUT",
+    "TIMEOUT",
+    "POISONED",
+    "LOCK_EXPIRED",
+];
+
+impl RetryPolicy {
+    /// The capped, un-jittered delay before attempt `failed_attempt + 1`, in milliseconds:
+    /// `min(initial * multiplier^(failed_attempt-1), max)`. `failed_attempt` is 1-based
+    /// (the attempt that just failed). Saturating integer arithmetic; never panics.
+    pub fn capped_delay_ms(&self, failed_attempt: u32) -> u64 {
+        let max = self.max_interval.0;
+        let mut delay = self.initial_interval.0.min(max);
+        for _ in 1..failed_attempt.max(1) {
+            if delay >= max {
+                return max;
+            }
+            let scaled = (delay as u128) * (self.multiplier_milli as u128) / 1000;
+            delay = scaled.min(max as u128) as u64;
+        }
+        delay
+    }
+
+    /// The delay actually used: the capped delay times the jitter factor `jitter_ppb` / 1e9
+    /// (a factor in [0, 1), see [`jitter_ppb`]) when jitter is full.
+    pub fn delay_ms(&self, failed_attempt: u32, jitter_ppb: u32) -> u64 {
+        let capped = self.capped_delay_ms(failed_attempt);
+        match self.jitter {
+            Jitter::None => capped,
+            Jitter::Full => {
+                ((capped as u128) * (jitter_ppb.min(999_999_999) as u128) / 1_000_000_000) as u64
+            }
+        }
+    }
+}
+
+/// The full-jitter factor for (instance, node, attempt), in parts per billion: a value in
+/// [0, 1e9). A pure function of its inputs (FNV-1a then a SplitMix64 finaliser), so that a
+/// replay of the same step arms the same instant on every machine and every version.
+pub fn jitter_ppb(instance: &str, node: &str, attempt: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    feed(instance.as_bytes());
+    feed(&[0xff]);
+    feed(node.as_bytes());
+    feed(&[0xff]);
+    feed(&attempt.to_le_bytes());
+    let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z % 1_000_000_000) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capped_delay_grows_then_caps() {
+        let p = RetryPolicy::default();
+        let got: Vec<u64> = (1..=8).map(|a| p.capped_delay_ms(a)).collect();
+        assert_eq!(
+            got,
+            vec![1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000]
+        );
+    }
+
+    #[test]
+    fn huge_attempts_saturate_without_panicking() {
+        let p = RetryPolicy {
+            multiplier_milli: u32::MAX,
+            max_interval: DurationMs(u64::MAX),
+            ..RetryPolicy::default()
+        };
+        assert_eq!(p.capped_delay_ms(u32::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn full_jitter_stays_below_the_capped_delay() {
+        let p = RetryPolicy::default();
+        for attempt in 1..50 {
+            let ppb = jitter_ppb("inst", "node", attempt);
+            assert!(ppb < 1_000_000_000);
+            assert!(p.delay_ms(attempt, ppb) < p.capped_delay_ms(attempt));
+        }
+    }
+
+    #[test]
+    fn jitter_is_a_pure_function_of_its_inputs() {
+        assert_eq!(jitter_ppb("a", "b", 1), jitter_ppb("a", "b", 1));
+        assert_ne!(jitter_ppb("a", "b", 1), jitter_ppb("a", "b", 2));
+        assert_ne!(jitter_ppb("ab", "", 1), jitter_ppb("a", "b", 1));
+    }
+}

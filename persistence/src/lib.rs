@@ -1,0 +1,1 @@
+//! Durable stores (SQLite, PostgreSQL) implementing `qflow_engine::store::Store`.
