@@ -1,0 +1,339 @@
+//! The in-memory [`Store`]: for tests and for stateless definitions only (SPEC R1, L7).
+//!
+//! It keeps the exact semantics of the durable stores — compare-and-swap on the fence,
+//! timer upserts and incarnation-matched resolves, leases on claimed timers, retirement
+//! rules — so the runtime and the store conformance suite can run against it. It must
+//! never claim durability: [`Store::is_durable`] is `false`, and everything is gone when
+//! the value is dropped.
+//!
+//! All state sits behind one `std::sync::Mutex` that is never held across an `.await`,
+//! so a batch of commits is atomic with respect to every other call.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::store::{
+    AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
+    InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
+    TimerRecord,
+};
+
+/// The most rows [`Store::instances`] returns, whatever the filter asks for.
+pub const INSTANCES_LIMIT_MAX: u32 = 10_000;
+
+/// Non-durable store. Cheap to create; share it behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Clone)]
+struct TimerRow {
+    due_at_ms: i64,
+    incarnation: u32,
+    lease_owner: Option<String>,
+    leased_until_ms: Option<i64>,
+}
+
+type TimerKey = (InstanceId, String);
+
+#[derive(Debug, Default)]
+struct State {
+    /// Index = version - 1: versions are dense from 1 here.
+    deployments: Vec<DeploymentRecord>,
+    instances: BTreeMap<InstanceId, InstanceRecord>,
+    timers: BTreeMap<TimerKey, TimerRow>,
+    /// `(due_at_ms, instance, name)` for every row of `timers`: the due index, so a claim
+    /// walks due timers only and never the parked ones.
+    timers_by_due: BTreeSet<(i64, InstanceId, String)>,
+    incidents: Vec<IncidentRecord>,
+    attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock can only come from a bug in this module; the
+        // state is still structurally valid, so keep serving rather than poison callers.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Treats a limit of 0 (the `Default` filter) as "no limit given": the cap applies.
+pub fn effective_instances_limit(limit: u32) -> u32 {
+    if limit == 0 || limit > INSTANCES_LIMIT_MAX {
+        INSTANCES_LIMIT_MAX
+    } else {
+        limit
+    }
+}
+
+impl State {
+    fn deployment(&self, id: DeploymentId) -> Option<&DeploymentRecord> {
+        let index = usize::try_from(id.0.checked_sub(1)?).ok()?;
+        self.deployments.get(index)
+    }
+
+    fn apply(&mut self, commit: Commit) -> CommitOutcome {
+        let current_fence = self.instances.get(&commit.instance).map(|i| i.fence);
+        let fence = match (commit.expected_fence, current_fence) {
+            (None, None) => 1,
+            (Some(expected), Some(current)) if expected == current => current + 1,
+            _ => return CommitOutcome::Conflict { current_fence },
+        };
+        let created_at_ms = self
+            .instances
+            .get(&commit.instance)
+            .map_or(commit.now_ms, |i| i.created_at_ms);
+        self.instances.insert(
+            commit.instance,
+            InstanceRecord {
+                id: commit.instance,
+                deployment: commit.deployment,
+                fence,
+                status: commit.status,
+                failure_code: commit.failure_code,
+                snapshot: commit.snapshot,
+                created_at_ms,
+                updated_at_ms: commit.now_ms,
+            },
+        );
+        // Resolves before arms: a step that replaces a timer resolves the old incarnation
+        // and arms the new one, and the new one must survive.
+        for timer in commit.resolve_timers {
+            let key = (commit.instance, timer.name);
+            if self.timers.get(&key).map(|row| row.incarnation) == Some(timer.incarnation) {
+                self.remove_timer(&key);
+            }
+        }
+        for timer in commit.arm_timers {
+            let key = (commit.instance, timer.name);
+            self.remove_timer(&key);
+            self.timers_by_due
+                .insert((timer.due_at_ms, key.0, key.1.clone()));
+            self.timers.insert(
+                key,
+                TimerRow {
+                    due_at_ms: timer.due_at_ms,
+                    incarnation: timer.incarnation,
+                    lease_owner: None,
+                    leased_until_ms: None,
+                },
+            );
+        }
+        // Resolves before opens, for the same reason as timers.
+        for node in &commit.resolve_incidents_on {
+            for incident in self.incidents.iter_mut().filter(|i| {
+                i.instance == commit.instance && &i.node == node && i.resolved_at_ms.is_none()
+            }) {
+                incident.resolved_at_ms = Some(commit.now_ms);
+            }
+        }
+        for incident in commit.open_incidents {
+            let id = i64::try_from(self.incidents.len()).unwrap_or(i64::MAX - 1) + 1;
+            self.incidents.push(IncidentRecord {
+                id,
+                instance: commit.instance,
+                node: incident.node,
+                code: incident.code,
+                message: incident.message,
+                opened_at_ms: commit.now_ms,
+                resolved_at_ms: None,
+            });
+        }
+        if !commit.attempts.is_empty() {
+            self.attempts
+                .entry(commit.instance)
+                .or_default()
+                .extend(commit.attempts);
+        }
+        CommitOutcome::Applied { fence }
+    }
+
+    fn remove_timer(&mut self, key: &TimerKey) {
+        if let Some(old) = self.timers.remove(key) {
+            self.timers_by_due
+                .remove(&(old.due_at_ms, key.0, key.1.clone()));
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn is_durable(&self) -> bool {
+        false
+    }
+
+    async fn deploy(
+        &self,
+        process_id: &str,
+        content_hash: &str,
+        source: &str,
+        now_ms: i64,
+    ) -> StoreResult<DeploymentRecord> {
+        let mut state = self.lock();
+        if let Some(existing) = state
+            .deployments
+            .iter()
+            .find(|d| d.content_hash == content_hash)
+        {
+            return Ok(existing.clone());
+        }
+        let version = i64::try_from(state.deployments.len())
+            .map_err(|_| StoreError::Corrupt("too many deployments".to_string()))?
+            + 1;
+        let record = DeploymentRecord {
+            id: DeploymentId(version),
+            process_id: process_id.to_string(),
+            content_hash: content_hash.to_string(),
+            source: source.to_string(),
+            deployed_at_ms: now_ms,
+            retired: false,
+        };
+        state.deployments.push(record.clone());
+        Ok(record)
+    }
+
+    async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>> {
+        Ok(self.lock().deployment(id).cloned())
+    }
+
+    async fn deployments(&self) -> StoreResult<Vec<DeploymentRecord>> {
+        Ok(self.lock().deployments.clone())
+    }
+
+    async fn retire(&self, id: DeploymentId) -> StoreResult<RetireOutcome> {
+        let mut state = self.lock();
+        if state.deployment(id).is_none() {
+            return Ok(RetireOutcome::NotFound);
+        }
+        let blocking_instances = state
+            .instances
+            .values()
+            .filter(|i| i.deployment == id && !i.status.releases_deployment())
+            .count() as u64;
+        if blocking_instances > 0 {
+            return Ok(RetireOutcome::Refused { blocking_instances });
+        }
+        let index = (id.0 - 1) as usize;
+        state.deployments[index].retired = true;
+        Ok(RetireOutcome::Retired)
+    }
+
+    async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>> {
+        let mut state = self.lock();
+        // Validate the whole batch first so a bad deployment id writes nothing at all,
+        // exactly as a failed transaction would in the durable stores.
+        if let Some(bad) = batch
+            .iter()
+            .find(|c| state.deployment(c.deployment).is_none())
+        {
+            return Err(StoreError::UnknownDeployment(bad.deployment));
+        }
+        Ok(batch.into_iter().map(|c| state.apply(c)).collect())
+    }
+
+    async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>> {
+        Ok(self.lock().instances.get(&id).cloned())
+    }
+
+    async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
+        let state = self.lock();
+        let mut rows: Vec<&InstanceRecord> = state
+            .instances
+            .values()
+            .filter(|i| filter.deployment.is_none_or(|d| i.deployment == d))
+            .filter(|i| filter.status.is_none_or(|s| i.status == s))
+            .filter(|i| {
+                filter
+                    .failure_code
+                    .as_ref()
+                    .is_none_or(|code| i.failure_code.as_ref() == Some(code))
+            })
+            .collect();
+        rows.sort_by_key(|i| (i.created_at_ms, i.id));
+        rows.truncate(effective_instances_limit(filter.limit) as usize);
+        Ok(rows.into_iter().cloned().collect())
+    }
+
+    async fn claim_due_timers(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        owner: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TimerRecord>> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let mut claimed = Vec::new();
+        for (due_at_ms, instance, name) in &state.timers_by_due {
+            if claimed.len() >= limit as usize || *due_at_ms > now_ms {
+                break;
+            }
+            let key = (*instance, name.clone());
+            let Some(row) = state.timers.get_mut(&key) else {
+                return Err(StoreError::Corrupt(format!(
+                    "timer due index names a missing timer {instance}/{name}"
+                )));
+            };
+            // A lease holds up to and including `leased_until_ms`.
+            if row.leased_until_ms.is_some_and(|until| until >= now_ms) {
+                continue;
+            }
+            row.lease_owner = Some(owner.to_string());
+            row.leased_until_ms = Some(now_ms.saturating_add(lease_ms));
+            claimed.push(TimerRecord {
+                instance: *instance,
+                name: name.clone(),
+                due_at_ms: *due_at_ms,
+                incarnation: row.incarnation,
+            });
+        }
+        Ok(claimed)
+    }
+
+    async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
+        Ok(self.lock().timers_by_due.first().map(|(due, _, _)| *due))
+    }
+
+    async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
+        let state = self.lock();
+        Ok(state
+            .timers
+            .range((instance, String::new())..)
+            .take_while(|((i, _), _)| *i == instance)
+            .map(|((i, name), row)| TimerRecord {
+                instance: *i,
+                name: name.clone(),
+                due_at_ms: row.due_at_ms,
+                incarnation: row.incarnation,
+            })
+            .collect())
+    }
+
+    async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
+        let state = self.lock();
+        Ok(state
+            .incidents
+            .iter()
+            .filter(|i| instance.is_none_or(|id| i.instance == id))
+            .cloned()
+            .collect())
+    }
+
+    async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
+        Ok(self
+            .lock()
+            .attempts
+            .get(&instance)
+            .cloned()
+            .unwrap_or_default())
+    }
+}
