@@ -22,3 +22,58 @@ pub struct Diagnostic {
     /// What to change, when there is something useful to say.
     pub help: Option<String>,
 }
+
+impl Diagnostic {
+    /// An error with `code` at `pos`.
+    pub fn error(code: &'static str, pos: Pos, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            code,
+            severity: Severity::Error,
+            pos,
+            message: message.into(),
+            help: None,
+        }
+    }
+
+    /// A warning with `code` at `pos`: the model loads, but the author should look.
+    pub fn warning(code: &'static str, pos: Pos, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(code, pos, message)
+        }
+    }
+
+    /// Adds the "what to change" line.
+    pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        })
+    }
+}
+
+impl std::fmt::Display for Diagnostic {
+    /// `line:col: error[Q101]: message` — the file name is the caller's to prepend.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}[{}]: {}",
+            self.pos, self.severity, self.code, self.message
+        )?;
+        if let Some(help) = &self.help {
+            write!(f, " (help: {help})")?;
+        }
+        Ok(())
+    }
+}

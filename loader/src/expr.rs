@@ -1,10 +1,533 @@
 //! CEL expressions for conditions and mappings (SPEC L3).
+//!
+//! An [`Expression`] is compiled once, at load time, so that a syntax error is a load
+//! diagnostic with its position; evaluation is a pure function of the variables handed in.
+//! This module must never read the clock, do I/O, or hand the engine a value whose order
+//! came from a hash map: every map result is rebuilt with sorted keys.
+//!
+//! The guards around the `cel` crate, and why they exist:
+//! - source length is capped (the caller passes the cap, see `LoadOptions::max_expr_len`);
+//! - the syntax tree's depth is capped at [`MAX_AST_DEPTH`] and macro (comprehension)
+//!   nesting at [`MAX_COMPREHENSION_NESTING`]: the `cel` evaluator recurses once per tree
+//!   level, and a deep tree could overflow a 2 MiB worker stack;
+//! - parsing runs on a helper thread with a large stack, because the `cel` parser (ANTLR)
+//!   uses several kilobytes of stack per bracket level and would overflow a worker thread's
+//!   stack on a dozen nested brackets; brackets are additionally capped at
+//!   [`MAX_BRACKET_NESTING`] before the parser ever sees the text;
+//! - JSON integers become CEL `int` (so `x > 1` works on a JSON `2`), lists and maps handed
+//!   in are capped at [`MAX_INPUT_ITEMS`] entries and [`MAX_INPUT_DEPTH`] levels.
 
-use crate::model::Pos;
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
 
-/// A compiled expression with its source text and position.
-#[derive(Debug, Clone)]
-pub struct Expression {
-    pub source: String,
+use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+
+use crate::model::{Pos, Variables};
+
+/// Deepest syntax tree accepted. Real conditions are a handful of levels deep; the cap
+/// keeps evaluation within a 2 MiB stack even in debug builds.
+pub const MAX_AST_DEPTH: usize = 24;
+/// Deepest nesting of `(`, `[` and `{` accepted before parsing.
+pub const MAX_BRACKET_NESTING: usize = 16;
+/// Deepest nesting of macros (`all`, `exists`, `map`, `filter`…): two levels bound the
+/// work of one evaluation to `MAX_INPUT_ITEMS²` steps.
+pub const MAX_COMPREHENSION_NESTING: usize = 2;
+/// Most entries in one list or map handed to an expression as input.
+pub const MAX_INPUT_ITEMS: usize = 4_096;
+/// Deepest nesting of lists/maps handed to an expression as input.
+pub const MAX_INPUT_DEPTH: usize = 32;
+/// Stack size of the helper thread that runs the `cel` parser.
+const PARSER_STACK_BYTES: usize = 64 << 20;
+
+/// Why an expression did not compile. `pos` is the position in the model file of the
+/// offending character when known, else of the expression's start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{pos}: {message}")]
+pub struct ExprError {
     pub pos: Pos,
+    pub message: String,
+}
+
+/// Why an evaluation failed: a missing variable, a type mismatch, an oversized input, or
+/// a result that has no JSON form. The engine turns this into a failure of the node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expression `{source_text}` at {pos}: {message}")]
+pub struct EvalError {
+    pub source_text: String,
+    pub pos: Pos,
+    pub message: String,
+}
+
+/// A compiled expression with its source text and position. Cheap to clone (the compiled
+/// program is shared) and safe to share across threads.
+#[derive(Clone)]
+pub struct Expression {
+    source: String,
+    pos: Pos,
+    program: Arc<cel::Program>,
+}
+
+impl fmt::Debug for Expression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Expression")
+            .field("source", &self.source)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl PartialEq for Expression {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source && self.pos == other.pos
+    }
+}
+
+impl Expression {
+    /// Compiles `source` (CEL) written at `pos` in the model file. Refuses sources longer
+    /// than `max_len` bytes, deeper than the caps above, or that do not parse.
+    pub fn compile(source: &str, pos: Pos, max_len: usize) -> Result<Expression, ExprError> {
+        precheck(source, pos, max_len)?;
+        let owned = source.to_owned();
+        // The parser gets its own thread with a large stack; see the module docs.
+        let parsed = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("qflow-cel-parse".into())
+                .stack_size(PARSER_STACK_BYTES)
+                .spawn_scoped(s, || parse_guarded(&owned))
+                .map_err(|e| format!("could not start the expression parser: {e}"))
+                .and_then(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err((None, "the CEL parser failed".into())))
+                        .map_err(|(p, m)| format!("{}\u{0}{m}", encode_rel(p)))
+                })
+        });
+        let program = match parsed {
+            Ok(p) => p,
+            Err(msg) => {
+                let (rel, message) = decode_rel(&msg);
+                return Err(ExprError {
+                    pos: rel.map_or(pos, |r| offset_pos(pos, source, r)),
+                    message,
+                });
+            }
+        };
+        check_tree(program.expression(), pos)?;
+        Ok(Expression {
+            source: owned,
+            pos,
+            program: Arc::new(program),
+        })
+    }
+
+    /// The CEL source text as written (after FEEL translation, if any).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Where the expression starts in the model file.
+    pub fn pos(&self) -> Pos {
+        self.pos
+    }
+
+    /// Evaluates the expression over `vars`, each bound as a top-level CEL variable.
+    pub fn eval(&self, vars: &Variables) -> Result<serde_json::Value, EvalError> {
+        let mut ctx = cel::Context::default();
+        for (name, value) in vars {
+            let v =
+                json_to_cel(value, 0).map_err(|m| self.err(format!("variable `{name}`: {m}")))?;
+            ctx.add_variable_from_value(name.clone(), v);
+        }
+        let out =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.program.execute(&ctx)))
+                .map_err(|_| self.err("the CEL evaluator failed".into()))?
+                .map_err(|e| self.err(e.to_string()))?;
+        cel_to_json(&out, 0).map_err(|m| self.err(m))
+    }
+
+    /// Evaluates a condition: the result must be a boolean.
+    pub fn eval_bool(&self, vars: &Variables) -> Result<bool, EvalError> {
+        match self.eval(vars)? {
+            serde_json::Value::Bool(b) => Ok(b),
+            other => Err(self.err(format!(
+                "a condition must evaluate to a boolean, got {}",
+                json_kind(&other)
+            ))),
+        }
+    }
+
+    fn err(&self, message: String) -> EvalError {
+        EvalError {
+            source_text: self.source.clone(),
+            pos: self.pos,
+            message,
+        }
+    }
+}
+
+fn precheck(source: &str, pos: Pos, max_len: usize) -> Result<(), ExprError> {
+    let fail = |message: String| Err(ExprError { pos, message });
+    if source.trim().is_empty() {
+        return fail("the expression is empty".into());
+    }
+    if source.len() > max_len {
+        return fail(format!(
+            "the expression is {} bytes long; the limit is {max_len}",
+            source.len()
+        ));
+    }
+    let (mut depth, mut quote): (usize, Option<char>) = (0, None);
+    let mut escaped = false;
+    for c in source.chars() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth > MAX_BRACKET_NESTING {
+                    return fail(format!(
+                        "brackets nest deeper than {MAX_BRACKET_NESTING} levels; simplify the expression"
+                    ));
+                }
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+type ParseOutcome = Result<cel::Program, (Option<(isize, isize)>, String)>;
+
+fn parse_guarded(source: &str) -> ParseOutcome {
+    // A panic inside the third-party parser must not take the loader down.
+    std::panic::catch_unwind(|| cel::Program::compile(source))
+        .map_err(|_| (None, "the CEL parser failed on this text".to_string()))?
+        .map_err(|errs| match errs.errors.first() {
+            Some(e) => (Some(e.pos), clean_parse_message(&e.msg)),
+            None => (None, "the expression does not parse".to_string()),
+        })
+}
+
+fn clean_parse_message(msg: &str) -> String {
+    let msg = msg.trim();
+    if msg.contains("Recursion limit") {
+        return "the expression nests too deeply; simplify it".into();
+    }
+    format!(
+        "CEL syntax error: {}",
+        msg.trim_start_matches("Syntax error: ")
+    )
+}
+
+fn encode_rel(p: Option<(isize, isize)>) -> String {
+    match p {
+        Some((l, c)) => format!("{l},{c}"),
+        None => String::new(),
+    }
+}
+
+fn decode_rel(s: &str) -> (Option<(isize, isize)>, String) {
+    let Some((head, msg)) = s.split_once('\u{0}') else {
+        return (None, s.to_string());
+    };
+    let rel = head
+        .split_once(',')
+        .and_then(|(l, c)| Some((l.parse().ok()?, c.parse().ok()?)));
+    (rel, msg.to_string())
+}
+
+/// Maps a (1-based line, 1-based column) inside the expression onto the model file,
+/// assuming the expression text starts at `start`. Positions outside the text clamp to it.
+fn offset_pos(start: Pos, source: &str, (line, col): (isize, isize)) -> Pos {
+    let line = line.max(1) as usize;
+    let col = col.max(1) as u32;
+    let lines = source.split('\n').count();
+    if line > lines {
+        return start;
+    }
+    if line == 1 {
+        Pos {
+            line: start.line,
+            col: start.col + col - 1,
+        }
+    } else {
+        Pos {
+            line: start.line + (line as u32 - 1),
+            col,
+        }
+    }
+}
+
+fn check_tree(root: &IdedExpr, pos: Pos) -> Result<(), ExprError> {
+    // An explicit stack: the walk itself must not recurse on attacker-shaped input.
+    let mut stack: Vec<(&IdedExpr, usize, usize)> = vec![(root, 1, 0)];
+    while let Some((e, depth, compr)) = stack.pop() {
+        if depth > MAX_AST_DEPTH {
+            return Err(ExprError {
+                pos,
+                message: format!(
+                    "the expression is nested deeper than {MAX_AST_DEPTH} levels; split it into simpler parts"
+                ),
+            });
+        }
+        if compr > MAX_COMPREHENSION_NESTING {
+            return Err(ExprError {
+                pos,
+                message: format!(
+                    "macros (all/exists/map/filter) nest deeper than {MAX_COMPREHENSION_NESTING} levels"
+                ),
+            });
+        }
+        let d = depth + 1;
+        match &e.expr {
+            Expr::Call(c) => {
+                if let Some(t) = &c.target {
+                    stack.push((t, d, compr));
+                }
+                stack.extend(c.args.iter().map(|a| (a, d, compr)));
+            }
+            Expr::Comprehension(c) => {
+                let inner = compr + 1;
+                for x in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    stack.push((x, d, inner));
+                }
+            }
+            Expr::List(l) => stack.extend(l.elements.iter().map(|a| (a, d, compr))),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    match &entry.expr {
+                        EntryExpr::MapEntry(me) => {
+                            stack.push((&me.key, d, compr));
+                            stack.push((&me.value, d, compr));
+                        }
+                        EntryExpr::StructField(sf) => stack.push((&sf.value, d, compr)),
+                    }
+                }
+            }
+            Expr::Struct(_) => {
+                return Err(ExprError {
+                    pos,
+                    message: "message (struct) literals are not supported; use a map literal"
+                        .into(),
+                })
+            }
+            Expr::Select(s) => stack.push((&s.operand, d, compr)),
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+    Ok(())
+}
+
+fn json_to_cel(v: &serde_json::Value, depth: usize) -> Result<cel::Value, String> {
+    use serde_json::Value as J;
+    if depth > MAX_INPUT_DEPTH {
+        return Err(format!("nested deeper than {MAX_INPUT_DEPTH} levels"));
+    }
+    Ok(match v {
+        J::Null => cel::Value::Null,
+        J::Bool(b) => cel::Value::Bool(*b),
+        J::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                cel::Value::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                cel::Value::UInt(u)
+            } else {
+                cel::Value::Float(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        J::String(s) => cel::Value::String(Arc::new(s.clone())),
+        J::Array(items) => {
+            if items.len() > MAX_INPUT_ITEMS {
+                return Err(format!(
+                    "a list of {} items exceeds the limit of {MAX_INPUT_ITEMS}",
+                    items.len()
+                ));
+            }
+            let list = items
+                .iter()
+                .map(|x| json_to_cel(x, depth + 1))
+                .collect::<Result<Vec<_>, _>>()?;
+            cel::Value::List(Arc::new(list))
+        }
+        J::Object(map) => {
+            if map.len() > MAX_INPUT_ITEMS {
+                return Err(format!(
+                    "a map of {} entries exceeds the limit of {MAX_INPUT_ITEMS}",
+                    map.len()
+                ));
+            }
+            let mut out: HashMap<cel::objects::Key, cel::Value> = HashMap::with_capacity(map.len());
+            for (k, x) in map {
+                out.insert(
+                    cel::objects::Key::String(Arc::new(k.clone())),
+                    json_to_cel(x, depth + 1)?,
+                );
+            }
+            cel::Value::Map(cel::objects::Map { map: Arc::new(out) })
+        }
+    })
+}
+
+fn cel_to_json(v: &cel::Value, depth: usize) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    if depth > MAX_INPUT_DEPTH * 2 {
+        return Err("the result is nested too deeply".into());
+    }
+    Ok(match v {
+        cel::Value::Null => J::Null,
+        cel::Value::Bool(b) => J::Bool(*b),
+        cel::Value::Int(i) => J::from(*i),
+        cel::Value::UInt(u) => J::from(*u),
+        cel::Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(J::Number)
+            .ok_or_else(|| format!("the result {f} is not a finite number"))?,
+        cel::Value::String(s) => J::String(s.to_string()),
+        cel::Value::List(items) => J::Array(
+            items
+                .iter()
+                .map(|x| cel_to_json(x, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+        cel::Value::Map(m) => {
+            // Rebuild through a BTreeMap so the key order never depends on hashing, whatever
+            // backing serde_json's map uses.
+            let mut sorted: BTreeMap<String, J> = BTreeMap::new();
+            for (k, x) in m.map.iter() {
+                let key = match k {
+                    cel::objects::Key::String(s) => s.to_string(),
+                    cel::objects::Key::Int(i) => i.to_string(),
+                    cel::objects::Key::Uint(u) => u.to_string(),
+                    cel::objects::Key::Bool(b) => b.to_string(),
+                };
+                sorted.insert(key, cel_to_json(x, depth + 1)?);
+            }
+            J::Object(sorted.into_iter().collect())
+        }
+        cel::Value::Bytes(_) => return Err("bytes results have no JSON form".into()),
+        other => {
+            return Err(format!(
+                "a result of type {} has no JSON form",
+                other.type_of()
+            ))
+        }
+    })
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "a map",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const AT: Pos = Pos { line: 3, col: 10 };
+
+    fn vars(v: serde_json::Value) -> Variables {
+        serde_json::from_value(v).expect("test variables are an object")
+    }
+
+    fn compile(s: &str) -> Result<Expression, ExprError> {
+        Expression::compile(s, AT, 4096)
+    }
+
+    #[test]
+    fn json_integers_compare_as_ints() {
+        let e = compile("amount > 100 && kind == 'gold'").unwrap();
+        assert!(e
+            .eval_bool(&vars(json!({"amount": 101, "kind": "gold"})))
+            .unwrap());
+        assert!(!e
+            .eval_bool(&vars(json!({"amount": 100, "kind": "gold"})))
+            .unwrap());
+    }
+
+    #[test]
+    fn map_results_come_back_with_sorted_keys() {
+        let e = compile("{'z': 1, 'a': 2, 'm': [x, 3]}").unwrap();
+        let out = e.eval(&vars(json!({"x": "v"}))).unwrap();
+        assert_eq!(
+            serde_json::to_string(&out).unwrap(),
+            r#"{"a":2,"m":["v",3],"z":1}"#
+        );
+    }
+
+    #[test]
+    fn syntax_error_points_into_the_file() {
+        let err = compile("a >").unwrap_err();
+        assert_eq!(err.pos, Pos { line: 3, col: 13 });
+        assert!(err.message.contains("CEL syntax error"), "{}", err.message);
+    }
+
+    #[test]
+    fn deep_brackets_are_refused_before_parsing() {
+        let src = "(".repeat(2000) + "1" + &")".repeat(2000);
+        let err = compile(&src).unwrap_err();
+        assert!(err.message.contains("nest deeper"), "{}", err.message);
+    }
+
+    #[test]
+    fn long_operator_chains_are_refused() {
+        let src = "1+".repeat(200) + "1";
+        let err = compile(&src).unwrap_err();
+        assert!(err.message.contains("nested deeper"), "{}", err.message);
+    }
+
+    #[test]
+    fn overlong_source_is_refused() {
+        let err = Expression::compile(&"a".repeat(100), AT, 10).unwrap_err();
+        assert!(err.message.contains("limit is 10"));
+    }
+
+    #[test]
+    fn oversized_input_lists_are_refused_at_eval() {
+        let e = compile("size(xs) > 0").unwrap();
+        let big: Vec<i64> = (0..(MAX_INPUT_ITEMS as i64 + 1)).collect();
+        let err = e.eval(&vars(json!({ "xs": big }))).unwrap_err();
+        assert!(err.message.contains("exceeds the limit"), "{}", err.message);
+    }
+
+    #[test]
+    fn non_boolean_condition_is_an_eval_error() {
+        let e = compile("1 + 1").unwrap();
+        assert!(e.eval_bool(&Variables::new()).is_err());
+    }
+
+    #[test]
+    fn missing_variable_is_an_eval_error() {
+        let e = compile("nope == 1").unwrap();
+        let err = e.eval(&Variables::new()).unwrap_err();
+        assert!(err.message.contains("nope"), "{}", err.message);
+    }
+
+    #[test]
+    fn expressions_are_send_and_sync() {
+        fn check<T: Send + Sync + Clone + fmt::Debug>() {}
+        check::<Expression>();
+    }
 }

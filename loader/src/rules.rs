@@ -1,0 +1,75 @@
+//! The table of every diagnostic code the loader can emit, with a one-line summary.
+//!
+//! Codes are stable: once published, a code keeps its meaning forever (tests, docs and
+//! users' CI filters refer to them). New rules get new codes; a retired rule's code is
+//! never reused. `docs/diagnostics.md` documents each code with an example fix.
+
+/// Every rule code and its one-line summary, in code order.
+pub fn rules() -> &'static [(&'static str, &'static str)] {
+    RULES
+}
+
+const RULES: &[(&str, &str)] = &[
+    ("Q001", "the input is not well-formed XML (includes truncated input)"),
+    ("Q002", "a DOCTYPE, DTD or entity declaration is present; they are refused, never expanded"),
+    ("Q003", "the input exceeds the size limit"),
+    ("Q004", "elements nest deeper than the depth limit, or the file has too many elements or attributes"),
+    ("Q005", "the input is not valid UTF-8"),
+    ("Q006", "the document is not a BPMN 2.0 `definitions` document"),
+    ("Q007", "the file contains no process with flow nodes"),
+    ("Q101", "two elements share one id"),
+    ("Q102", "a required attribute or child element is missing or empty"),
+    ("Q103", "an executable BPMN element outside the supported subset"),
+    ("Q104", "a sequence flow references a node that does not exist"),
+    ("Q105", "a sequence flow connects nodes in different scopes (sub-processes)"),
+    ("Q106", "a process or sub-process has no none start event"),
+    ("Q107", "a node cannot be reached from any start event"),
+    ("Q108", "a node other than an end event has no outgoing sequence flow (dead end)"),
+    ("Q109", "a gateway's default flow is invalid (more than one, or not one of its outgoing flows)"),
+    ("Q110", "a default flow on a node that is not an exclusive or inclusive gateway"),
+    ("Q111", "a boundary event is attached to a missing node or to a node that is not an activity"),
+    ("Q112", "an errorRef names no declared error"),
+    ("Q113", "a messageRef names no declared message"),
+    ("Q114", "a serviceTask does not say how it runs (q:task, q:channel or q:topic)"),
+    ("Q115", "a serviceTask names more than one way to run"),
+    ("Q116", "a start event has incoming flows, or an end event has outgoing flows"),
+    ("Q117", "a callActivity has no calledElement"),
+    ("Q118", "an event-based gateway leads to something other than a catch event or receive task"),
+    ("Q119", "a condition on a sequence flow that does not leave an exclusive or inclusive gateway"),
+    ("Q120", "an event has more than one event definition"),
+    ("Q201", "a condition or mapping expression does not compile (CEL)"),
+    ("Q202", "a condition is written in an unsupported language (JUEL `${...}`, JavaScript, ...)"),
+    ("Q203", "a Zeebe FEEL condition uses more than the supported comparison/boolean subset"),
+    ("Q204", "an ISO-8601 duration does not parse"),
+    ("Q205", "an ISO-8601 date-time does not parse"),
+    ("Q206", "an ISO-8601 repeating interval (cycle) does not parse"),
+    ("Q207", "a timer does not define exactly one of timeDuration, timeDate, timeCycle"),
+    ("Q208", "an input/output mapping is invalid (missing or malformed target or source)"),
+    ("Q301", "a q:retry attribute is missing a value or out of range"),
+    ("Q302", "q:retry initialInterval is larger than maxInterval"),
+    ("Q303", "nonRetryableCodes names a code that can never occur"),
+    ("Q304", "q:retry on a pull task (q:topic): the pull surface has its own budget"),
+    ("Q305", "a channel call has no timeout (q:timeout or a routed timer boundary)"),
+    ("Q306", "a channel call has q:retry beside a routed timer boundary: the policy could never fire"),
+    ("Q307", "q:retry or q:timeout on a node kind that does not support it"),
+    ("Q308", "q:retry or q:timeout appears more than once on one task"),
+    ("Q309", "an unknown element or attribute in the q: namespace"),
+    ("Q401", "a vendor (Camunda/Zeebe) construct whose meaning qflow cannot keep"),
+    ("Q901", "warning: a process marked isExecutable=\"false\" was loaded because the file has no executable process"),
+    ("Q902", "warning: a vendor extension was ignored"),
+    ("Q903", "warning: a process without flow nodes was skipped"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_sorted() {
+        let codes: Vec<&str> = RULES.iter().map(|r| r.0).collect();
+        let mut sorted = codes.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(codes, sorted);
+    }
+}
