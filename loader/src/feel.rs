@@ -1,1 +1,333 @@
-//! Zeebe FEEL (`=expr`) → CEL for the comparison/boolean subset (L8). Work in progress.
+//! Zeebe FEEL conditions (`=expr`) → CEL, for the subset that maps one-to-one (L8).
+//!
+//! Accepted: literals (numbers, strings, `true`, `false`, `null`), variable paths
+//! (`order.total`), comparisons (`=`, `!=`, `<`, `<=`, `>`, `>=`), `and`, `or`, `not(…)`
+//! and parentheses. Everything else — arithmetic (FEEL numbers are decimals, CEL's are
+//! not), function calls, ranges, `in`, `between`, quantifiers, `if`, names with spaces —
+//! is refused with a message, never approximated. This is a translator, not an
+//! evaluator: the result is CEL text that the CEL compiler then checks.
+
+/// Most nested parentheses accepted (mirrors the CEL bracket cap).
+const MAX_NESTING: usize = 16;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Num(String),
+    Str(String),
+    Path(String),
+    Op(&'static str),
+    And,
+    Or,
+    Not,
+    LParen,
+    RParen,
+    True,
+    False,
+    Null,
+}
+
+/// Translates a FEEL expression (without the leading `=`) into CEL source.
+/// The error names the first construct outside the subset and its character offset.
+pub fn feel_to_cel(src: &str) -> Result<String, String> {
+    let toks = lex(src)?;
+    let mut p = P {
+        toks: &toks,
+        i: 0,
+        depth: 0,
+    };
+    let out = p.or()?;
+    if p.i != toks.len() {
+        return Err(format!(
+            "unexpected `{}` in the FEEL condition",
+            show(&toks[p.i])
+        ));
+    }
+    Ok(out)
+}
+
+fn show(t: &Tok) -> String {
+    match t {
+        Tok::Num(s) | Tok::Path(s) => s.clone(),
+        Tok::Str(s) => format!("\"{s}\""),
+        Tok::Op(o) => (*o).to_string(),
+        Tok::And => "and".into(),
+        Tok::Or => "or".into(),
+        Tok::Not => "not".into(),
+        Tok::LParen => "(".into(),
+        Tok::RParen => ")".into(),
+        Tok::True => "true".into(),
+        Tok::False => "false".into(),
+        Tok::Null => "null".into(),
+    }
+}
+
+fn lex(src: &str) -> Result<Vec<Tok>, String> {
+    let chars: Vec<(usize, char)> = src.char_indices().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let (at, c) = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        let two = chars.get(i + 1).map(|x| x.1);
+        let (tok, len) = match c {
+            '(' => (Tok::LParen, 1),
+            ')' => (Tok::RParen, 1),
+            '=' => (Tok::Op("=="), 1),
+            '!' if two == Some('=') => (Tok::Op("!="), 2),
+            '<' if two == Some('=') => (Tok::Op("<="), 2),
+            '>' if two == Some('=') => (Tok::Op(">="), 2),
+            '<' => (Tok::Op("<"), 1),
+            '>' => (Tok::Op(">"), 1),
+            '"' => {
+                let mut s = String::new();
+                let mut j = i + 1;
+                loop {
+                    match chars.get(j) {
+                        None => return Err(format!("unterminated string starting at offset {at}")),
+                        Some((_, '"')) => break,
+                        Some((_, '\\')) => {
+                            return Err(format!(
+                                "escape sequences in FEEL strings are not supported (offset {at})"
+                            ))
+                        }
+                        Some((_, ch)) => s.push(*ch),
+                    }
+                    j += 1;
+                }
+                (Tok::Str(s), j + 1 - i)
+            }
+            c if c.is_ascii_digit() || (c == '-' && two.is_some_and(|d| d.is_ascii_digit())) => {
+                let mut j = i + 1;
+                while j < chars.len() && (chars[j].1.is_ascii_digit() || chars[j].1 == '.') {
+                    j += 1;
+                }
+                let s: String = chars[i..j].iter().map(|x| x.1).collect();
+                if s.matches('.').count() > 1 || s.ends_with('.') {
+                    return Err(format!("malformed number `{s}` at offset {at}"));
+                }
+                (Tok::Num(s), j - i)
+            }
+            c if c.is_alphabetic() || c == '_' => {
+                let mut j = i + 1;
+                while j < chars.len() {
+                    let d = chars[j].1;
+                    if d.is_alphanumeric() || d == '_' {
+                        j += 1;
+                    } else if d == '.' && chars.get(j + 1).is_some_and(|x| x.1.is_alphabetic() || x.1 == '_') {
+                        j += 1;
+                    } else {
+                        break;
+                    }
+                }
+                let word: String = chars[i..j].iter().map(|x| x.1).collect();
+                let tok = match word.as_str() {
+                    "and" => Tok::And,
+                    "or" => Tok::Or,
+                    "not" => Tok::Not,
+                    "true" => Tok::True,
+                    "false" => Tok::False,
+                    "null" => Tok::Null,
+                    "in" | "between" | "some" | "every" | "if" | "then" | "else" | "for"
+                    | "return" | "instance" | "satisfies" | "function" => {
+                        return Err(format!(
+                            "FEEL `{word}` is outside the supported subset (comparisons, and/or/not, literals, paths)"
+                        ))
+                    }
+                    _ => {
+                        if !word.is_ascii() || word.split('.').any(is_cel_reserved) {
+                            return Err(format!("the name `{word}` cannot be used in a condition"));
+                        }
+                        Tok::Path(word)
+                    }
+                };
+                (tok, j - i)
+            }
+            other => {
+                return Err(format!(
+                    "`{other}` at offset {at} is outside the supported FEEL subset (comparisons, and/or/not, literals, paths)"
+                ))
+            }
+        };
+        out.push(tok);
+        i += len;
+    }
+    Ok(out)
+}
+
+fn is_cel_reserved(w: &str) -> bool {
+    matches!(
+        w,
+        "as" | "break"
+            | "const"
+            | "continue"
+            | "else"
+            | "for"
+            | "function"
+            | "if"
+            | "import"
+            | "let"
+            | "loop"
+            | "package"
+            | "namespace"
+            | "return"
+            | "var"
+            | "void"
+            | "while"
+            | "in"
+    )
+}
+
+struct P<'a> {
+    toks: &'a [Tok],
+    i: usize,
+    depth: usize,
+}
+
+impl P<'_> {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.i)
+    }
+
+    fn or(&mut self) -> Result<String, String> {
+        let mut left = self.and()?;
+        while self.peek() == Some(&Tok::Or) {
+            self.i += 1;
+            let right = self.and()?;
+            left = format!("{left} || {right}");
+        }
+        Ok(left)
+    }
+
+    fn and(&mut self) -> Result<String, String> {
+        let mut left = self.cmp()?;
+        while self.peek() == Some(&Tok::And) {
+            self.i += 1;
+            let right = self.cmp()?;
+            left = format!("{left} && {right}");
+        }
+        Ok(left)
+    }
+
+    fn cmp(&mut self) -> Result<String, String> {
+        let left = self.atom()?;
+        if let Some(Tok::Op(op)) = self.peek().cloned() {
+            self.i += 1;
+            let right = self.atom()?;
+            if let Some(Tok::Op(_)) = self.peek() {
+                return Err("chained comparisons are not supported; use `and`".into());
+            }
+            return Ok(format!("{left} {op} {right}"));
+        }
+        Ok(left)
+    }
+
+    fn atom(&mut self) -> Result<String, String> {
+        let tok = self
+            .peek()
+            .cloned()
+            .ok_or_else(|| "the FEEL condition ends too early".to_string())?;
+        self.i += 1;
+        match tok {
+            Tok::Num(n) => Ok(n),
+            Tok::Str(s) => Ok(format!("\"{s}\"")),
+            Tok::Path(p) => {
+                if self.peek() == Some(&Tok::LParen) {
+                    return Err(format!(
+                        "function call `{p}(…)` is outside the supported FEEL subset"
+                    ));
+                }
+                Ok(p)
+            }
+            Tok::True => Ok("true".into()),
+            Tok::False => Ok("false".into()),
+            Tok::Null => Ok("null".into()),
+            Tok::Not => {
+                if self.peek() != Some(&Tok::LParen) {
+                    return Err("`not` must be written as a call: not(…)".into());
+                }
+                self.i += 1;
+                let inner = self.group()?;
+                Ok(format!("!({inner})"))
+            }
+            Tok::LParen => {
+                let inner = self.group()?;
+                Ok(format!("({inner})"))
+            }
+            other => Err(format!(
+                "unexpected `{}` in the FEEL condition",
+                show(&other)
+            )),
+        }
+    }
+
+    /// After an opening parenthesis: an expression and its closing parenthesis.
+    fn group(&mut self) -> Result<String, String> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(format!("parentheses nest deeper than {MAX_NESTING} levels"));
+        }
+        let inner = self.or()?;
+        if self.peek() != Some(&Tok::RParen) {
+            return Err("a parenthesis is not closed".into());
+        }
+        self.i += 1;
+        self.depth -= 1;
+        Ok(inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subset_translates_one_to_one() {
+        let cases = [
+            ("x = 1", "x == 1"),
+            ("amount > 100", "amount > 100"),
+            ("order.total <= 9.5", "order.total <= 9.5"),
+            ("a != \"gold\"", "a != \"gold\""),
+            ("ok = true and n >= -3", "ok == true && n >= -3"),
+            ("a or b and c", "a || b && c"),
+            ("not(done)", "!(done)"),
+            (
+                "(x > 1 or y < 2) and z = null",
+                "(x > 1 || y < 2) && z == null",
+            ),
+        ];
+        for (feel, cel) in cases {
+            assert_eq!(feel_to_cel(feel).as_deref(), Ok(cel), "{feel}");
+        }
+    }
+
+    #[test]
+    fn everything_else_is_refused() {
+        for feel in [
+            "x + 1 > 2",
+            "count(items) > 0",
+            "x in [1,2]",
+            "x between 1 and 3",
+            "some i in xs satisfies i > 1",
+            "if a then b else c",
+            "date(\"2020-01-01\") < now()",
+            "a < b < c",
+            "(a",
+            "not a",
+            "\"unterminated",
+            "a = 1 b",
+            "",
+            "first name = \"x\"",
+        ] {
+            assert!(feel_to_cel(feel).is_err(), "{feel} should be refused");
+        }
+    }
+
+    #[test]
+    fn translated_conditions_compile_as_cel() {
+        let cel = feel_to_cel("(x > 1 or y < 2) and not(z = \"a\")").unwrap();
+        crate::expr::Expression::compile(&cel, crate::model::Pos::default(), 4096).unwrap();
+    }
+}
