@@ -114,9 +114,11 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
                 let mut j = i + 1;
                 while j < chars.len() {
                     let d = chars[j].1;
-                    if d.is_alphanumeric() || d == '_' {
-                        j += 1;
-                    } else if d == '.' && chars.get(j + 1).is_some_and(|x| x.1.is_alphabetic() || x.1 == '_') {
+                    let path_dot = d == '.'
+                        && chars
+                            .get(j + 1)
+                            .is_some_and(|x| x.1.is_alphabetic() || x.1 == '_');
+                    if d.is_alphanumeric() || d == '_' || path_dot {
                         j += 1;
                     } else {
                         break;
