@@ -1,0 +1,799 @@
+//! The PostgreSQL store: several replicas sharing one database, the scale-out path
+//! (SPEC R1, R3, R4).
+//!
+//! Durability: every connection runs with `synchronous_commit=on` whatever the server's
+//! default, so a commit returns only once its WAL is flushed (R1a). A batch of commits is
+//! one transaction (group commit), written with set-based statements over `UNNEST`ed
+//! arrays: a batch of 128 instances costs the same handful of round trips as a batch
+//! of one.
+//!
+//! Replicas: a commit first locks the instance rows of its batch in id order (`FOR
+//! UPDATE`), so two replicas committing overlapping batches queue instead of
+//! deadlocking, and the fence check happens under that lock. The timer claim uses
+//! `FOR UPDATE SKIP LOCKED`, so pollers on several replicas share due timers without
+//! waiting on or double-claiming each other's rows.
+//!
+//! Must never: build SQL from caller strings (the only interpolated name is the schema,
+//! checked to be a plain identifier), or leave the fence check outside the row lock.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use qflow_engine::memory::effective_instances_limit;
+use qflow_engine::store::{
+    AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
+    InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
+    TimerRecord,
+};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, PgConnection, Postgres, QueryBuilder, Row};
+
+use crate::common::{
+    backend, fence_from_db, fence_to_db, last_arm_per_name, rounds, status_from_db, u32_from_db,
+};
+use crate::Error;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Connection settings beyond the URL.
+#[derive(Debug, Clone)]
+pub struct PgConfig {
+    /// Schema holding qflow's tables, created if missing. Default: `None`, the server's
+    /// search path (normally `public`). Lets several qflow installations (or test runs)
+    /// share one database.
+    pub schema: Option<String>,
+    /// Pool size per replica. Default: 8.
+    pub max_connections: u32,
+}
+
+impl Default for PgConfig {
+    fn default() -> PgConfig {
+        PgConfig {
+            schema: None,
+            max_connections: 8,
+        }
+    }
+}
+
+/// The PostgreSQL-backed durable store. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    /// Deployment ids seen to exist. Deployments are never deleted (retirement is a
+    /// flag), so a hit needs no query; a miss is checked inside the write transaction.
+    known_deployments: Mutex<HashSet<i64>>,
+}
+
+type Tx = sqlx::Transaction<'static, Postgres>;
+
+/// Accepts plain lowercase identifiers only, so the name can be interpolated unquoted.
+fn check_schema_name(name: &str) -> Result<(), Error> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && name.len() <= 63 {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "schema {name:?} must be 1-63 characters of a-z, 0-9 and _, not starting with a digit"
+        )))
+    }
+}
+
+impl PgStore {
+    /// Connects to `url` (e.g. `postgres://postgres@127.0.0.1:5432/test`) and brings the
+    /// schema up to date. Migrations take an advisory lock, so replicas may start together.
+    pub async fn connect(url: &str) -> Result<PgStore, Error> {
+        PgStore::connect_with(url, PgConfig::default()).await
+    }
+
+    pub async fn connect_with(url: &str, config: PgConfig) -> Result<PgStore, Error> {
+        let target = redact(url);
+        let connect = |source| Error::Connect {
+            target: target.clone(),
+            source,
+        };
+        let mut options = PgConnectOptions::from_str(url).map_err(connect)?;
+        if let Some(schema) = &config.schema {
+            check_schema_name(schema)?;
+            let mut admin = PgConnection::connect_with(&options)
+                .await
+                .map_err(connect)?;
+            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .execute(&mut admin)
+                .await
+                .map_err(connect)?;
+            admin.close().await.map_err(connect)?;
+            options = options.options([("search_path", schema.as_str())]);
+        }
+        options = options.options([("synchronous_commit", "on")]);
+        if config.max_connections == 0 {
+            return Err(Error::Config(
+                "max_connections must be at least 1".to_string(),
+            ));
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .connect_with(options)
+            .await
+            .map_err(connect)?;
+        MIGRATOR.run(&pool).await.map_err(|source| Error::Migrate {
+            target: target.clone(),
+            source,
+        })?;
+        Ok(PgStore {
+            pool,
+            known_deployments: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The plan PostgreSQL picks for the timer claim (`EXPLAIN`, not executed): the
+    /// evidence that polling walks the due index rather than the table (R3).
+    pub async fn explain_claim(&self, now_ms: i64, limit: u32) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(&format!("EXPLAIN {CLAIM_SQL}"))
+            .bind("explain")
+            .bind(now_ms)
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        rows.iter()
+            .map(|row| row.try_get::<String, _>(0).map_err(backend))
+            .collect()
+    }
+
+    fn is_known_deployment(&self, id: DeploymentId) -> bool {
+        self.known_deployments
+            .lock()
+            .map(|known| known.contains(&id.0))
+            .unwrap_or(false)
+    }
+
+    fn remember_deployment(&self, id: DeploymentId) {
+        if let Ok(mut known) = self.known_deployments.lock() {
+            known.insert(id.0);
+        }
+    }
+
+    async fn check_deployments(&self, tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<()> {
+        let unknown: Vec<i64> = batch
+            .iter()
+            .map(|c| c.deployment.0)
+            .filter(|id| !self.is_known_deployment(DeploymentId(*id)))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let found: Vec<i64> = sqlx::query_scalar("SELECT id FROM deployments WHERE id = ANY($1)")
+            .bind(&unknown)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        for id in &found {
+            self.remember_deployment(DeploymentId(*id));
+        }
+        match unknown.iter().find(|id| !found.contains(id)) {
+            Some(missing) => Err(StoreError::UnknownDeployment(DeploymentId(*missing))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Hides a password in a connection URL before it goes into an error message.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+const DEPLOYMENT_COLUMNS: &str = "id, process_id, content_hash, source, deployed_at_ms, retired";
+const INSTANCE_COLUMNS: &str =
+    "id, deployment, fence, status, failure_code, snapshot, created_at_ms, updated_at_ms";
+
+/// Leases due, unleased (or lease-expired) timers, earliest first. The inner SELECT walks
+/// `timers_due` and stops after `limit` rows; `SKIP LOCKED` passes over rows another
+/// replica is claiming right now, and the lease predicate is re-checked on the locked
+/// row version, so a row just leased elsewhere is not taken again.
+const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = $1, leased_until_ms = $2 \
+     WHERE (instance, name) IN (SELECT instance, name FROM timers \
+         WHERE due_at_ms <= $3 AND (leased_until_ms IS NULL OR leased_until_ms < $3) \
+         ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED) \
+     RETURNING instance, name, due_at_ms, incarnation";
+
+fn deployment_from_row(row: &PgRow) -> StoreResult<DeploymentRecord> {
+    Ok(DeploymentRecord {
+        id: DeploymentId(row.try_get("id").map_err(backend)?),
+        process_id: row.try_get("process_id").map_err(backend)?,
+        content_hash: row.try_get("content_hash").map_err(backend)?,
+        source: row.try_get("source").map_err(backend)?,
+        deployed_at_ms: row.try_get("deployed_at_ms").map_err(backend)?,
+        retired: row.try_get("retired").map_err(backend)?,
+    })
+}
+
+fn instance_from_row(row: &PgRow) -> StoreResult<InstanceRecord> {
+    let status: String = row.try_get("status").map_err(backend)?;
+    Ok(InstanceRecord {
+        id: row.try_get("id").map_err(backend)?,
+        deployment: DeploymentId(row.try_get("deployment").map_err(backend)?),
+        fence: fence_from_db(row.try_get("fence").map_err(backend)?)?,
+        status: status_from_db(&status)?,
+        failure_code: row.try_get("failure_code").map_err(backend)?,
+        snapshot: row.try_get("snapshot").map_err(backend)?,
+        created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
+        updated_at_ms: row.try_get("updated_at_ms").map_err(backend)?,
+    })
+}
+
+fn timer_from_row(row: &PgRow) -> StoreResult<TimerRecord> {
+    Ok(TimerRecord {
+        instance: row.try_get("instance").map_err(backend)?,
+        name: row.try_get("name").map_err(backend)?,
+        due_at_ms: row.try_get("due_at_ms").map_err(backend)?,
+        incarnation: u32_from_db("incarnation", row.try_get("incarnation").map_err(backend)?)?,
+    })
+}
+
+fn incident_from_row(row: &PgRow) -> StoreResult<IncidentRecord> {
+    Ok(IncidentRecord {
+        id: row.try_get("id").map_err(backend)?,
+        instance: row.try_get("instance").map_err(backend)?,
+        node: row.try_get("node").map_err(backend)?,
+        code: row.try_get("code").map_err(backend)?,
+        message: row.try_get("message").map_err(backend)?,
+        opened_at_ms: row.try_get("opened_at_ms").map_err(backend)?,
+        resolved_at_ms: row.try_get("resolved_at_ms").map_err(backend)?,
+    })
+}
+
+fn attempt_from_row(row: &PgRow) -> StoreResult<AttemptRecord> {
+    Ok(AttemptRecord {
+        instance: row.try_get("instance").map_err(backend)?,
+        node: row.try_get("node").map_err(backend)?,
+        attempt: u32_from_db("attempt", row.try_get("attempt").map_err(backend)?)?,
+        started_at_ms: row.try_get("started_at_ms").map_err(backend)?,
+        finished_at_ms: row.try_get("finished_at_ms").map_err(backend)?,
+        outcome: row.try_get("outcome").map_err(backend)?,
+        code: row.try_get("code").map_err(backend)?,
+        message: row.try_get("message").map_err(backend)?,
+    })
+}
+
+/// Column arrays of instance rows, for one `UNNEST`.
+#[derive(Default)]
+struct InstanceColumns {
+    id: Vec<InstanceId>,
+    fence: Vec<i64>,
+    deployment: Vec<i64>,
+    status: Vec<&'static str>,
+    failure_code: Vec<Option<String>>,
+    snapshot: Vec<Vec<u8>>,
+    now_ms: Vec<i64>,
+}
+
+impl InstanceColumns {
+    fn push(&mut self, commit: &Commit, fence: i64) {
+        self.id.push(commit.instance);
+        self.fence.push(fence);
+        self.deployment.push(commit.deployment.0);
+        self.status.push(commit.status.as_str());
+        self.failure_code.push(commit.failure_code.clone());
+        self.snapshot.push(commit.snapshot.clone());
+        self.now_ms.push(commit.now_ms);
+    }
+}
+
+/// Applies one round (distinct instances) of a batch: lock, fence check, instance rows,
+/// then the effect rows of the winners. Fills `outcomes` at the round's indexes.
+async fn apply_round(
+    tx: &mut PgConnection,
+    batch: &[Commit],
+    round: &[usize],
+    outcomes: &mut [CommitOutcome],
+) -> StoreResult<()> {
+    let mut ids: Vec<InstanceId> = round.iter().map(|&i| batch[i].instance).collect();
+    ids.sort_unstable();
+    // Locking in id order is what keeps two replicas' overlapping batches from deadlocking.
+    let current: HashMap<InstanceId, i64> =
+        sqlx::query("SELECT id, fence FROM instances WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(|row| Ok((row.try_get("id")?, row.try_get("fence")?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(backend)?;
+
+    let mut creates = InstanceColumns::default();
+    let mut updates = InstanceColumns::default();
+    for &index in round {
+        let commit = &batch[index];
+        let stored = current.get(&commit.instance).copied();
+        match (commit.expected_fence, stored) {
+            (None, None) => creates.push(commit, 1),
+            (Some(expected), Some(fence)) if fence_to_db(expected)? == fence => {
+                updates.push(commit, fence)
+            }
+            _ => {
+                outcomes[index] = CommitOutcome::Conflict {
+                    current_fence: stored.map(fence_from_db).transpose()?,
+                };
+            }
+        }
+    }
+
+    let mut won: HashSet<InstanceId> = HashSet::with_capacity(round.len());
+    if !creates.id.is_empty() {
+        let created: Vec<InstanceId> = sqlx::query_scalar(
+            "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
+             created_at_ms, updated_at_ms) \
+             SELECT v.id, v.deployment, 1, v.status, v.failure_code, v.snapshot, v.now_ms, v.now_ms \
+             FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bigint[]) \
+             AS v(id, deployment, status, failure_code, snapshot, now_ms) \
+             ON CONFLICT (id) DO NOTHING RETURNING id",
+        )
+        .bind(&creates.id)
+        .bind(&creates.deployment)
+        .bind(&creates.status)
+        .bind(&creates.failure_code)
+        .bind(&creates.snapshot)
+        .bind(&creates.now_ms)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        won.extend(created);
+    }
+    if !updates.id.is_empty() {
+        let updated: Vec<InstanceId> = sqlx::query_scalar(
+            "UPDATE instances AS i SET fence = i.fence + 1, deployment = v.deployment, \
+             status = v.status, failure_code = v.failure_code, snapshot = v.snapshot, \
+             updated_at_ms = v.now_ms \
+             FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
+                         $6::bytea[], $7::bigint[]) \
+             AS v(id, fence, deployment, status, failure_code, snapshot, now_ms) \
+             WHERE i.id = v.id AND i.fence = v.fence RETURNING i.id",
+        )
+        .bind(&updates.id)
+        .bind(&updates.fence)
+        .bind(&updates.deployment)
+        .bind(&updates.status)
+        .bind(&updates.failure_code)
+        .bind(&updates.snapshot)
+        .bind(&updates.now_ms)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        won.extend(updated);
+    }
+
+    let mut winners: Vec<&Commit> = Vec::with_capacity(won.len());
+    for &index in round {
+        let commit = &batch[index];
+        if won.contains(&commit.instance) {
+            let fence = commit.expected_fence.map_or(1, |f| f + 1);
+            outcomes[index] = CommitOutcome::Applied { fence };
+            winners.push(commit);
+        } else if commit.expected_fence.is_none() && !current.contains_key(&commit.instance) {
+            // Another replica created the same id between our lock and our insert.
+            let fence: Option<i64> =
+                sqlx::query_scalar("SELECT fence FROM instances WHERE id = $1")
+                    .bind(commit.instance)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+            outcomes[index] = CommitOutcome::Conflict {
+                current_fence: fence.map(fence_from_db).transpose()?,
+            };
+        }
+    }
+    effects(tx, &winners).await
+}
+
+/// Writes the effect rows of the winning commits of one round, one statement per kind.
+/// Resolves go before arms and opens, so a step that replaces a timer or an incident
+/// keeps the new one.
+async fn effects(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut ri, mut rn, mut rinc) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ai, mut an, mut adue, mut ainc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ii, mut inode, mut inow) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut oi, mut onode, mut ocode, mut omsg, mut onow) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut at = AttemptColumns::default();
+    for commit in winners {
+        for timer in &commit.resolve_timers {
+            ri.push(commit.instance);
+            rn.push(timer.name.as_str());
+            rinc.push(i64::from(timer.incarnation));
+        }
+        for timer in last_arm_per_name(commit) {
+            ai.push(commit.instance);
+            an.push(timer.name.as_str());
+            adue.push(timer.due_at_ms);
+            ainc.push(i64::from(timer.incarnation));
+        }
+        for node in &commit.resolve_incidents_on {
+            ii.push(commit.instance);
+            inode.push(node.as_str());
+            inow.push(commit.now_ms);
+        }
+        for incident in &commit.open_incidents {
+            oi.push(commit.instance);
+            onode.push(incident.node.as_str());
+            ocode.push(incident.code.as_str());
+            omsg.push(incident.message.as_str());
+            onow.push(commit.now_ms);
+        }
+        for attempt in &commit.attempts {
+            at.push(commit.instance, attempt);
+        }
+    }
+    if !ri.is_empty() {
+        sqlx::query(
+            "DELETE FROM timers AS t USING UNNEST($1::uuid[], $2::text[], $3::bigint[]) \
+             AS v(instance, name, incarnation) \
+             WHERE t.instance = v.instance AND t.name = v.name AND t.incarnation = v.incarnation",
+        )
+        .bind(&ri)
+        .bind(&rn)
+        .bind(&rinc)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    if !ai.is_empty() {
+        sqlx::query(
+            "INSERT INTO timers (instance, name, due_at_ms, incarnation) \
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[]) \
+             ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = EXCLUDED.due_at_ms, \
+             incarnation = EXCLUDED.incarnation, lease_owner = NULL, leased_until_ms = NULL",
+        )
+        .bind(&ai)
+        .bind(&an)
+        .bind(&adue)
+        .bind(&ainc)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    if !ii.is_empty() {
+        sqlx::query(
+            "UPDATE incidents AS i SET resolved_at_ms = v.now_ms \
+             FROM UNNEST($1::uuid[], $2::text[], $3::bigint[]) AS v(instance, node, now_ms) \
+             WHERE i.instance = v.instance AND i.node = v.node AND i.resolved_at_ms IS NULL",
+        )
+        .bind(&ii)
+        .bind(&inode)
+        .bind(&inow)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    if !oi.is_empty() {
+        // WITH ORDINALITY keeps the batch order in the assigned ids.
+        sqlx::query(
+            "INSERT INTO incidents (instance, node, code, message, opened_at_ms) \
+             SELECT instance, node, code, message, now_ms \
+             FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
+             WITH ORDINALITY AS v(instance, node, code, message, now_ms, ord) ORDER BY ord",
+        )
+        .bind(&oi)
+        .bind(&onode)
+        .bind(&ocode)
+        .bind(&omsg)
+        .bind(&onow)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    if !at.instance.is_empty() {
+        sqlx::query(
+            "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
+             outcome, code, message) \
+             SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message \
+             FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
+                         $6::text[], $7::text[], $8::text[]) \
+             WITH ORDINALITY AS v(instance, node, attempt, started_at_ms, finished_at_ms, \
+                                  outcome, code, message, ord) ORDER BY ord",
+        )
+        .bind(&at.instance)
+        .bind(&at.node)
+        .bind(&at.attempt)
+        .bind(&at.started_at_ms)
+        .bind(&at.finished_at_ms)
+        .bind(&at.outcome)
+        .bind(&at.code)
+        .bind(&at.message)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct AttemptColumns<'a> {
+    instance: Vec<InstanceId>,
+    node: Vec<&'a str>,
+    attempt: Vec<i64>,
+    started_at_ms: Vec<i64>,
+    finished_at_ms: Vec<i64>,
+    outcome: Vec<&'a str>,
+    code: Vec<Option<&'a str>>,
+    message: Vec<Option<&'a str>>,
+}
+
+impl<'a> AttemptColumns<'a> {
+    fn push(&mut self, instance: InstanceId, attempt: &'a AttemptRecord) {
+        self.instance.push(instance);
+        self.node.push(&attempt.node);
+        self.attempt.push(i64::from(attempt.attempt));
+        self.started_at_ms.push(attempt.started_at_ms);
+        self.finished_at_ms.push(attempt.finished_at_ms);
+        self.outcome.push(&attempt.outcome);
+        self.code.push(attempt.code.as_deref());
+        self.message.push(attempt.message.as_deref());
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    async fn deploy(
+        &self,
+        process_id: &str,
+        content_hash: &str,
+        source: &str,
+        now_ms: i64,
+    ) -> StoreResult<DeploymentRecord> {
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (content_hash) DO NOTHING \
+             RETURNING {DEPLOYMENT_COLUMNS}"
+        ))
+        .bind(process_id)
+        .bind(content_hash)
+        .bind(source)
+        .bind(now_ms)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let row = match inserted {
+            Some(row) => row,
+            None => sqlx::query(&format!(
+                "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE content_hash = $1"
+            ))
+            .bind(content_hash)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?,
+        };
+        let record = deployment_from_row(&row)?;
+        tx.commit().await.map_err(backend)?;
+        self.remember_deployment(record.id);
+        Ok(record)
+    }
+
+    async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>> {
+        sqlx::query(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = $1"
+        ))
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(deployment_from_row)
+        .transpose()
+    }
+
+    async fn deployments(&self) -> StoreResult<Vec<DeploymentRecord>> {
+        sqlx::query(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments ORDER BY id"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(deployment_from_row)
+        .collect()
+    }
+
+    async fn retire(&self, id: DeploymentId) -> StoreResult<RetireOutcome> {
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        // FOR UPDATE conflicts with the key-share lock an instance insert takes on its
+        // deployment, so creations in flight finish before the count below.
+        let exists = sqlx::query("SELECT 1 FROM deployments WHERE id = $1 FOR UPDATE")
+            .bind(id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        if exists.is_none() {
+            return Ok(RetireOutcome::NotFound);
+        }
+        let blocking: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM instances \
+             WHERE deployment = $1 AND status IN ('running', 'failed')",
+        )
+        .bind(id.0)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if blocking > 0 {
+            return Ok(RetireOutcome::Refused {
+                blocking_instances: blocking as u64,
+            });
+        }
+        sqlx::query("UPDATE deployments SET retired = TRUE WHERE id = $1")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(RetireOutcome::Retired)
+    }
+
+    async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        self.check_deployments(&mut tx, &batch).await?;
+        let mut outcomes = vec![
+            CommitOutcome::Conflict {
+                current_fence: None
+            };
+            batch.len()
+        ];
+        for round in rounds(&batch) {
+            apply_round(&mut tx, &batch, &round, &mut outcomes).await?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(outcomes)
+    }
+
+    async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>> {
+        sqlx::query(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?
+        .as_ref()
+        .map(instance_from_row)
+        .transpose()
+    }
+
+    async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
+        let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE TRUE"
+        ));
+        if let Some(deployment) = filter.deployment {
+            query.push(" AND deployment = ").push_bind(deployment.0);
+        }
+        if let Some(status) = filter.status {
+            query.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(code) = &filter.failure_code {
+            query.push(" AND failure_code = ").push_bind(code.clone());
+        }
+        query
+            .push(" ORDER BY created_at_ms, id LIMIT ")
+            .push_bind(i64::from(effective_instances_limit(filter.limit)));
+        query
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?
+            .iter()
+            .map(instance_from_row)
+            .collect()
+    }
+
+    async fn claim_due_timers(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        owner: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<TimerRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // One statement is its own transaction: the lease is committed (and visible to
+        // other replicas) when this returns.
+        let rows = sqlx::query(CLAIM_SQL)
+            .bind(owner)
+            .bind(now_ms.saturating_add(lease_ms))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        let mut claimed = rows
+            .iter()
+            .map(timer_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        // RETURNING gives no order guarantee; the contract says earliest due first.
+        claimed.sort_by(|a, b| {
+            (a.due_at_ms, a.instance, &a.name).cmp(&(b.due_at_ms, b.instance, &b.name))
+        });
+        Ok(claimed)
+    }
+
+    async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar("SELECT min(due_at_ms) FROM timers")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)
+    }
+
+    async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
+        sqlx::query(
+            "SELECT instance, name, due_at_ms, incarnation FROM timers \
+             WHERE instance = $1 ORDER BY name COLLATE \"C\"",
+        )
+        .bind(instance)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(timer_from_row)
+        .collect()
+    }
+
+    async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
+        sqlx::query(
+            "SELECT id, instance, node, code, message, opened_at_ms, resolved_at_ms \
+             FROM incidents WHERE $1::uuid IS NULL OR instance = $1 ORDER BY id",
+        )
+        .bind(instance)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(incident_from_row)
+        .collect()
+    }
+
+    async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
+        sqlx::query(
+            "SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, \
+             message FROM attempts WHERE instance = $1 ORDER BY id",
+        )
+        .bind(instance)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+    }
+}
