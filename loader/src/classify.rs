@@ -1,7 +1,54 @@
-//! L7 structural classifier. Work in progress.
+//! L7 structural classifier: does a definition need a durable store?
+//!
+//! A definition is stateful when any instance can wait beyond the call that drives it:
+//! timers (catch, boundary, `q:timeout`), retries, channel calls, pull tasks, message
+//! waits, user tasks, sends (they go through the outbox) and call activities. The reasons
+//! are listed in document order so `qflow check` can say why. Pure function of the model.
 
-use crate::model::{Classification, Definition};
+use crate::model::*;
 
-pub(crate) fn classify(_def: &Definition) -> Classification {
-    Classification::Stateless
+pub(crate) fn classify(def: &Definition) -> Classification {
+    let mut reasons = Vec::new();
+    for n in &def.process.nodes {
+        for why in node_reasons(&n.kind) {
+            reasons.push(format!("node `{}`: {why}", n.id));
+        }
+    }
+    if reasons.is_empty() {
+        Classification::Stateless
+    } else {
+        Classification::Stateful { reasons }
+    }
+}
+
+fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    match kind {
+        NodeKind::Task(t) => {
+            match t.kind {
+                TaskKind::Channel { .. } => out.push("channel call"),
+                TaskKind::Pull { .. } => out.push("pull task"),
+                TaskKind::Receive { .. } => out.push("receive task (message wait)"),
+                TaskKind::User => out.push("user task (waits for the API)"),
+                TaskKind::Send { .. } => out.push("send task (outbox)"),
+                TaskKind::Registered { .. } | TaskKind::PassThrough => {}
+            }
+            if t.retry.is_some() {
+                out.push("q:retry");
+            }
+            if t.timeout.is_some() {
+                out.push("q:timeout (timer)");
+            }
+        }
+        NodeKind::IntermediateCatch(CatchTrigger::Timer(_)) => out.push("timer"),
+        NodeKind::IntermediateCatch(CatchTrigger::Message { .. }) => out.push("message wait"),
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Timer(_),
+            ..
+        }) => out.push("timer boundary"),
+        NodeKind::EventBasedGateway => out.push("event-based gateway (waits)"),
+        NodeKind::CallActivity { .. } => out.push("call activity (child instance)"),
+        _ => {}
+    }
+    out
 }

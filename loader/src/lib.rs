@@ -87,16 +87,16 @@ pub fn load(src: &[u8], opts: &LoadOptions) -> Result<Loaded, Vec<Diagnostic>> {
     let content_hash = hex::encode(Sha256::digest(src));
     let definitions = match xml::parse(src, opts) {
         Ok(doc) => {
-            let defs = build::build(&doc, &content_hash, opts, &mut diags);
-            let defs: Vec<Definition> = defs
+            let built = build::build(&doc, &content_hash, opts, &mut diags);
+            built
                 .into_iter()
-                .map(|mut d| {
-                    validate::validate(&d, &mut diags);
-                    d.class = classify::classify(&d);
-                    d
+                .map(|b| {
+                    let mut def = b.def;
+                    validate::validate(&def, &b.meta, &mut diags);
+                    def.class = classify::classify(&def);
+                    def
                 })
-                .collect();
-            defs
+                .collect()
         }
         Err(d) => {
             diags.push(d);

@@ -1,6 +1,269 @@
-//! Graph and design rules of L6 over a built definition. Work in progress.
+//! Graph and design rules of L6 over a built definition.
+//!
+//! Graph rules: a start event per scope, reachability, no dead ends, event directions,
+//! event-based gateway targets, conditions only where a gateway decides. Design rules from
+//! the retry design ("modelled outcomes beat policies — enforced at load"): a channel call
+//! has a timeout; a channel call's `q:retry` beside a routed timer boundary is refused;
+//! `nonRetryableCodes` name only codes that can occur. This module only reads the model
+//! and appends diagnostics; it never changes the definition.
 
+use std::collections::BTreeSet;
+
+use crate::build::Meta;
 use crate::diag::Diagnostic;
-use crate::model::Definition;
+use crate::model::*;
 
-pub(crate) fn validate(_def: &Definition, _diags: &mut Vec<Diagnostic>) {}
+pub(crate) fn validate(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic>) {
+    let p = &def.process;
+    let startless = starts(p, meta, diags);
+    reachability(p, meta, &startless, diags);
+    directions(p, diags);
+    event_gateways(p, diags);
+    conditions(p, diags);
+    design_rules(def, meta, diags);
+}
+
+fn idx(i: usize) -> NodeIdx {
+    NodeIdx(i as u32)
+}
+
+/// Reports scopes without a start event and returns them (their nodes are not reported as
+/// unreachable again: the missing start already says so).
+fn starts(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) -> Vec<Option<NodeIdx>> {
+    let mut startless = Vec::new();
+    let mut scopes: Vec<(Option<NodeIdx>, Pos, String)> =
+        vec![(None, meta.process_pos, "the process".to_string())];
+    for (i, n) in p.nodes.iter().enumerate() {
+        if matches!(n.kind, NodeKind::SubProcess) {
+            scopes.push((Some(idx(i)), n.pos, format!("sub-process `{}`", n.id)));
+        }
+    }
+    for (scope, pos, what) in scopes {
+        let refused = meta
+            .refused_starts
+            .iter()
+            .any(|s| p.node(*s).scope == scope);
+        if p.start_events(scope).next().is_none() {
+            startless.push(scope);
+        }
+        if p.start_events(scope).next().is_none() && !refused {
+            diags.push(
+                Diagnostic::error("Q106", pos, format!("{what} has no none start event"))
+                    .with_help("add a <startEvent> without an event definition"),
+            );
+        }
+    }
+    startless
+}
+
+/// Every node reachable from a process start; entering a sub-process reaches its starts;
+/// an activity reaches its boundary events.
+fn reachability(
+    p: &Process,
+    meta: &Meta,
+    startless: &[Option<NodeIdx>],
+    diags: &mut Vec<Diagnostic>,
+) {
+    let mut seen = vec![false; p.nodes.len()];
+    let mut work: Vec<NodeIdx> = p.start_events(None).collect();
+    work.extend(meta.refused_starts.iter().copied());
+    while let Some(n) = work.pop() {
+        let i = n.0 as usize;
+        if seen[i] {
+            continue;
+        }
+        seen[i] = true;
+        let node = &p.nodes[i];
+        work.extend(node.outgoing.iter().map(|f| p.flow(*f).target));
+        if matches!(node.kind, NodeKind::SubProcess) {
+            work.extend(p.start_events(Some(n)));
+            work.extend(
+                meta.refused_starts
+                    .iter()
+                    .filter(|s| p.node(**s).scope == Some(n)),
+            );
+        }
+        work.extend(p.boundaries_of(n).filter(|b| *b != n));
+    }
+    for (i, n) in p.nodes.iter().enumerate() {
+        if !seen[i] && !startless.contains(&n.scope) {
+            diags.push(
+                Diagnostic::error(
+                    "Q107",
+                    n.pos,
+                    format!("`{}` cannot be reached from any start event", n.id),
+                )
+                .with_help("connect it with a sequence flow, or remove it"),
+            );
+        }
+    }
+}
+
+fn directions(p: &Process, diags: &mut Vec<Diagnostic>) {
+    for n in &p.nodes {
+        match &n.kind {
+            NodeKind::EndEvent(_) => {
+                if !n.outgoing.is_empty() {
+                    diags.push(
+                        Diagnostic::error(
+                            "Q116",
+                            n.pos,
+                            format!("end event `{}` has outgoing flows", n.id),
+                        )
+                        .with_help("an end event ends its path; replace it or drop the flows"),
+                    );
+                }
+            }
+            NodeKind::StartEvent | NodeKind::Boundary(_) if !n.incoming.is_empty() => {
+                diags.push(
+                    Diagnostic::error(
+                        "Q116",
+                        n.pos,
+                        format!(
+                            "`{}` is a start or boundary event but has incoming flows",
+                            n.id
+                        ),
+                    )
+                    .with_help("remove the incoming sequence flows"),
+                );
+            }
+            _ if n.outgoing.is_empty() => diags.push(
+                Diagnostic::error(
+                    "Q108",
+                    n.pos,
+                    format!("`{}` has no outgoing sequence flow (dead end)", n.id),
+                )
+                .with_help("connect it onward, or end the path with an end event"),
+            ),
+            _ => {}
+        }
+    }
+}
+
+fn event_gateways(p: &Process, diags: &mut Vec<Diagnostic>) {
+    for n in &p.nodes {
+        if !matches!(n.kind, NodeKind::EventBasedGateway) {
+            continue;
+        }
+        for f in &n.outgoing {
+            let t = p.node(p.flow(*f).target);
+            let ok = matches!(
+                t.kind,
+                NodeKind::IntermediateCatch(_)
+                    | NodeKind::Task(Task {
+                        kind: TaskKind::Receive { .. },
+                        ..
+                    })
+            );
+            if !ok {
+                diags.push(
+                    Diagnostic::error(
+                        "Q118",
+                        p.flow(*f).pos,
+                        format!(
+                            "event-based gateway `{}` leads to `{}`, which is not a catch event or receive task",
+                            n.id, t.id
+                        ),
+                    )
+                    .with_help("put a timer or message catch event after an event-based gateway"),
+                );
+            }
+        }
+    }
+}
+
+fn conditions(p: &Process, diags: &mut Vec<Diagnostic>) {
+    for f in &p.flows {
+        let Some(c) = &f.condition else { continue };
+        let src = p.node(f.source);
+        if !matches!(
+            src.kind,
+            NodeKind::ExclusiveGateway { .. } | NodeKind::InclusiveGateway { .. }
+        ) {
+            diags.push(
+                Diagnostic::error(
+                    "Q119",
+                    c.pos(),
+                    format!(
+                        "flow `{}` has a condition but leaves `{}`, which is not an exclusive or inclusive gateway",
+                        f.id, src.id
+                    ),
+                )
+                .with_help("put an exclusive gateway before the conditional flows"),
+            );
+        }
+    }
+}
+
+fn routed_timer_boundary(p: &Process, host: NodeIdx) -> bool {
+    p.boundaries_of(host).any(|b| {
+        let n = p.node(b);
+        b != host
+            && !n.outgoing.is_empty()
+            && matches!(
+                n.kind,
+                NodeKind::Boundary(Boundary {
+                    trigger: BoundaryTrigger::Timer(_),
+                    ..
+                })
+            )
+    })
+}
+
+fn design_rules(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic>) {
+    let p = &def.process;
+    let declared: BTreeSet<&str> = def
+        .errors
+        .values()
+        .filter_map(|e| e.code.as_deref())
+        .collect();
+    for (i, n) in p.nodes.iter().enumerate() {
+        let NodeKind::Task(t) = &n.kind else { continue };
+        let routed = routed_timer_boundary(p, idx(i));
+        if let TaskKind::Channel { name } = &t.kind {
+            if t.timeout.is_none() && !routed {
+                diags.push(
+                    Diagnostic::error(
+                        "Q305",
+                        n.pos,
+                        format!("channel call `{}` (channel `{name}`) has no timeout", n.id),
+                    )
+                    .with_help(
+                        "add <q:timeout duration=\"PT30S\"/> or a timer boundary event with an outgoing flow; the timeout is what recovers a lost response",
+                    ),
+                );
+            }
+            if t.retry.is_some() && routed {
+                let at = meta.retry_pos.get(&idx(i)).copied().unwrap_or(n.pos);
+                diags.push(
+                    Diagnostic::error(
+                        "Q306",
+                        at,
+                        format!(
+                            "channel call `{}` has q:retry beside a routed timer boundary: the retry policy could never fire, because the boundary takes the path when the call times out",
+                            n.id
+                        ),
+                    )
+                    .with_help(
+                        "use a route-less <q:timeout> with q:retry, or keep the routed boundary and drop q:retry",
+                    ),
+                );
+            }
+        }
+        for (code, pos) in meta.non_retryable.get(&idx(i)).into_iter().flatten() {
+            if !ENGINE_FAILURE_CODES.contains(&code.as_str()) && !declared.contains(code.as_str()) {
+                diags.push(
+                    Diagnostic::error(
+                        "Q303",
+                        *pos,
+                        format!("nonRetryableCodes names `{code}`, which can never occur"),
+                    )
+                    .with_help(format!(
+                        "name an engine code ({}) or the errorCode of a declared <error>",
+                        ENGINE_FAILURE_CODES.join(", ")
+                    )),
+                );
+            }
+        }
+    }
+}

@@ -378,7 +378,8 @@ impl<'a> Parser<'a> {
         let ens = ns.map_err(|m| Diagnostic::error("Q001", pos, m))?;
         let local = String::from_utf8_lossy(e.local_name().as_ref()).into_owned();
         let parent_kept = self.stack.is_empty() || matches!(self.stack.last(), Some(Some(_)));
-        let keep = parent_kept && keep_element(ens, &local);
+        // The root is always kept so that the builder can say what it is.
+        let keep = self.stack.is_empty() || (parent_kept && keep_element(ens, &local));
         let el = if keep {
             Some(Element {
                 ns: ens,
