@@ -25,9 +25,10 @@ pub(crate) struct Meta {
     pub retry_pos: BTreeMap<NodeIdx, Pos>,
     /// Each `nonRetryableCodes` entry with the position of the attribute.
     pub non_retryable: BTreeMap<NodeIdx, Vec<(String, Pos)>>,
-    /// Start events refused for their trigger (message, timer…). They count as starts for
-    /// the graph rules, so one refused start does not cascade into "unreachable" errors.
-    pub refused_starts: Vec<NodeIdx>,
+    /// Start and boundary events refused for their trigger (message, signal…). They count
+    /// as reachable roots for the graph rules, so one refused event does not cascade into
+    /// "unreachable" errors downstream.
+    pub refused_roots: Vec<NodeIdx>,
 }
 
 pub(crate) struct Built {
@@ -440,14 +441,20 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "startEvent" => {
                 let k = self.start_event(el);
                 if k.is_none() {
-                    self.meta.refused_starts.push(idx);
+                    self.meta.refused_roots.push(idx);
                 }
                 k
             }
             "endEvent" => self.end_event(el),
             "intermediateCatchEvent" => self.catch_event(el),
             "intermediateThrowEvent" => self.throw_event(el),
-            "boundaryEvent" => self.boundary_event(el, idx),
+            "boundaryEvent" => {
+                let k = self.boundary_event(el, idx);
+                if k.is_none() {
+                    self.meta.refused_roots.push(idx);
+                }
+                k
+            }
             "task" | "manualTask" | "serviceTask" | "userTask" | "sendTask" | "receiveTask" => {
                 self.task(el, idx)
             }
@@ -490,7 +497,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.defaults.push((idx, a));
             }
         }
-        kind.unwrap_or_else(Self::placeholder)
+        match kind {
+            Some(k) => k,
+            // A refused end event still ends its path, so it is not also a dead end.
+            None if local == "endEvent" => NodeKind::EndEvent(EndKind::None),
+            None => Self::placeholder(),
+        }
     }
 
     /// The single event definition of an event, refusing several.

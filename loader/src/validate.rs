@@ -39,10 +39,7 @@ fn starts(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) -> Vec<Option<N
         }
     }
     for (scope, pos, what) in scopes {
-        let refused = meta
-            .refused_starts
-            .iter()
-            .any(|s| p.node(*s).scope == scope);
+        let refused = meta.refused_roots.iter().any(|s| p.node(*s).scope == scope);
         if p.start_events(scope).next().is_none() {
             startless.push(scope);
         }
@@ -66,7 +63,7 @@ fn reachability(
 ) {
     let mut seen = vec![false; p.nodes.len()];
     let mut work: Vec<NodeIdx> = p.start_events(None).collect();
-    work.extend(meta.refused_starts.iter().copied());
+    work.extend(meta.refused_roots.iter().copied());
     while let Some(n) = work.pop() {
         let i = n.0 as usize;
         if seen[i] {
@@ -78,7 +75,7 @@ fn reachability(
         if matches!(node.kind, NodeKind::SubProcess) {
             work.extend(p.start_events(Some(n)));
             work.extend(
-                meta.refused_starts
+                meta.refused_roots
                     .iter()
                     .filter(|s| p.node(**s).scope == Some(n)),
             );
@@ -102,18 +99,17 @@ fn reachability(
 fn directions(p: &Process, diags: &mut Vec<Diagnostic>) {
     for n in &p.nodes {
         match &n.kind {
-            NodeKind::EndEvent(_) => {
-                if !n.outgoing.is_empty() {
-                    diags.push(
-                        Diagnostic::error(
-                            "Q116",
-                            n.pos,
-                            format!("end event `{}` has outgoing flows", n.id),
-                        )
-                        .with_help("an end event ends its path; replace it or drop the flows"),
-                    );
-                }
+            NodeKind::EndEvent(_) if !n.outgoing.is_empty() => {
+                diags.push(
+                    Diagnostic::error(
+                        "Q116",
+                        n.pos,
+                        format!("end event `{}` has outgoing flows", n.id),
+                    )
+                    .with_help("an end event ends its path; replace it or drop the flows"),
+                );
             }
+            NodeKind::EndEvent(_) => {}
             NodeKind::StartEvent | NodeKind::Boundary(_) if !n.incoming.is_empty() => {
                 diags.push(
                     Diagnostic::error(
