@@ -1,0 +1,1021 @@
+//! Token movement: entering and leaving nodes, gateways, scopes, boundaries and BPMN
+//! errors. One [`Run`] is one step in progress over a working copy of the snapshot.
+//!
+//! Work is a FIFO queue of "a token arrives at node N over flow F", drained until the
+//! instance waits again; no recursion over the graph, and a hard cap on the number of
+//! arrivals per step so that a model with a wait-free cycle fails instead of spinning.
+//! Nothing here reads the clock or iterates a hash map.
+
+use std::collections::VecDeque;
+
+use qflow_loader::model::{
+    BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind, Process, Task,
+    TaskKind, TimerDef, Variables,
+};
+use serde_json::Value as Json;
+
+use super::timers::{TimerKind, TimerName};
+use super::{codes, AttemptOutcome, Effect, Input, Step};
+use crate::error::Error;
+use crate::snapshot::{Failure, Snapshot, Status};
+
+/// Most node arrivals one step may process. A real model waits long before this; a
+/// model that loops without waiting fails with `STEP_LIMIT` instead of hanging a lane.
+pub const ARRIVALS_PER_STEP_MAX: u32 = 10_000;
+
+/// Why `input` would change nothing, or `None` when it applies. Checked before any
+/// mutation, so a stale input leaves the snapshot byte-identical.
+pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Option<String> {
+    let p = &def.process;
+    match input {
+        Input::Start { .. } | Input::Cancel => None,
+        Input::TaskCompleted { node, attempt, .. }
+        | Input::TaskFailed { node, attempt, .. }
+        | Input::TaskBpmnError { node, attempt, .. } => {
+            let Some(task) = p.find(node).and_then(|i| registered_task(p, i)) else {
+                return Some(format!(
+                    "`{node}` is not a registered task of this definition"
+                ));
+            };
+            let _ = task;
+            if !snap.tokens.iter().any(|t| t == node) {
+                return Some(format!("task `{node}` is not pending"));
+            }
+            if let Some(class) = snap.marker(node) {
+                return Some(format!(
+                    "task `{node}` is in a backoff window ({class}); attempt {attempt} is over"
+                ));
+            }
+            let live = snap.attempt(node).max(1);
+            (*attempt != live)
+                .then(|| format!("attempt {attempt} of `{node}` is not the live attempt {live}"))
+        }
+        Input::TimerFired { name, incarnation } => match snap.timers.get(name) {
+            Some(live) if live == incarnation => None,
+            Some(live) => Some(format!(
+                "timer `{name}` incarnation {incarnation} is not the live one ({live})"
+            )),
+            None => Some(format!("timer `{name}` is not armed")),
+        },
+        Input::UserTaskCompleted { node, .. } => {
+            let is_user = p.find(node).is_some_and(
+                |i| matches!(&p.node(i).kind, NodeKind::Task(t) if t.kind == TaskKind::User),
+            );
+            if !is_user {
+                Some(format!("`{node}` is not a user task of this definition"))
+            } else if !snap.tokens.iter().any(|t| t == node) {
+                Some(format!("user task `{node}` is not pending"))
+            } else {
+                None
+            }
+        }
+        Input::MessageReceived { name, .. } => message_waiter(p, snap, name)
+            .is_none()
+            .then(|| format!("nothing waits for message `{name}`")),
+    }
+}
+
+fn registered_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
+    match &p.node(idx).kind {
+        NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }) => Some(t),
+        _ => None,
+    }
+}
+
+/// The first token (in frontier order) waiting for the message `name`.
+fn message_waiter(p: &Process, snap: &Snapshot, name: &str) -> Option<NodeIdx> {
+    snap.tokens.iter().find_map(|t| {
+        let idx = p.find(t)?;
+        let waits = match &p.node(idx).kind {
+            NodeKind::Task(Task {
+                kind: TaskKind::Receive { message },
+                ..
+            }) => message == name,
+            NodeKind::IntermediateCatch(CatchTrigger::Message { name: m }) => m == name,
+            _ => false,
+        };
+        waits.then_some(idx)
+    })
+}
+
+/// One step in progress.
+pub(super) struct Run<'a> {
+    pub(super) def: &'a Definition,
+    pub(super) p: &'a Process,
+    /// Feeds the retry jitter; unused by token movement itself.
+    #[allow(dead_code)]
+    pub(super) instance: &'a str,
+    pub(super) now_ms: i64,
+    pub(super) snap: Snapshot,
+    pub(super) effects: Vec<Effect>,
+    queue: VecDeque<(NodeIdx, Option<FlowIdx>)>,
+    arrivals: u32,
+    /// A task whose attempt the current input already reported as finished, so that
+    /// interrupting it does not report the attempt a second time.
+    pub(super) attempt_reported: Option<NodeIdx>,
+}
+
+impl<'a> Run<'a> {
+    pub(super) fn new(
+        def: &'a Definition,
+        instance: &'a str,
+        snap: Snapshot,
+        now_ms: i64,
+    ) -> Run<'a> {
+        Run {
+            def,
+            p: &def.process,
+            instance,
+            now_ms,
+            snap,
+            effects: Vec::new(),
+            queue: VecDeque::new(),
+            arrivals: 0,
+            attempt_reported: None,
+        }
+    }
+
+    pub(super) fn finish(self) -> Step {
+        Step {
+            snapshot: self.snap,
+            effects: self.effects,
+        }
+    }
+
+    /// Applies a non-stale input, then moves tokens until the instance waits again.
+    pub(super) fn apply(&mut self, input: Input) -> Result<(), Error> {
+        match input {
+            Input::Start { variables } => {
+                let starts: Vec<NodeIdx> = self.p.start_events(None).collect();
+                if starts.is_empty() {
+                    return Err(Error::NoStartEvent(self.def.id.clone()));
+                }
+                self.snap.status = Status::Running;
+                self.snap.vars = variables;
+                for s in starts {
+                    self.queue.push_back((s, None));
+                }
+            }
+            Input::TaskCompleted {
+                node,
+                attempt,
+                outputs,
+            } => self.task_completed(&node, attempt, outputs),
+            Input::TaskFailed {
+                node,
+                attempt,
+                code,
+                message,
+            } => self.task_failed(&node, attempt, code, message),
+            Input::TaskBpmnError {
+                node,
+                attempt,
+                code,
+                message,
+            } => self.task_bpmn_error(&node, attempt, code, message),
+            Input::TimerFired { name, incarnation } => self.timer_fired(&name, incarnation),
+            Input::UserTaskCompleted { node, variables } => {
+                let idx = self.idx(&node);
+                self.complete_activity(idx, variables);
+            }
+            Input::MessageReceived { name, variables } => {
+                if let Some(idx) = message_waiter(self.p, &self.snap, &name) {
+                    self.complete_activity(idx, variables);
+                }
+            }
+            Input::Cancel => {
+                self.cancel();
+                return Ok(());
+            }
+        }
+        self.settle();
+        Ok(())
+    }
+
+    pub(super) fn idx(&self, id: &str) -> NodeIdx {
+        // Every caller passed `staleness`, which checked that the id exists.
+        self.p.find(id).unwrap_or(NodeIdx(0))
+    }
+
+    pub(super) fn id(&self, idx: NodeIdx) -> &'a str {
+        &self.p.node(idx).id
+    }
+
+    fn running(&self) -> bool {
+        self.snap.status == Status::Running
+    }
+
+    // ----- inputs ------------------------------------------------------------------
+
+    fn task_completed(&mut self, node: &str, attempt: u32, outputs: Variables) {
+        let idx = self.idx(node);
+        self.effects.push(Effect::AttemptFinished {
+            node: node.to_owned(),
+            attempt,
+            outcome: AttemptOutcome::Ok,
+            code: None,
+            message: None,
+        });
+        self.attempt_reported = Some(idx);
+        self.complete_activity(idx, outputs);
+    }
+
+    fn task_failed(&mut self, node: &str, attempt: u32, code: String, message: String) {
+        let idx = self.idx(node);
+        let outcome = if code == crate::handler::HANDLER_PANICKED {
+            AttemptOutcome::Panicked
+        } else {
+            AttemptOutcome::Failed
+        };
+        self.effects.push(Effect::AttemptFinished {
+            node: node.to_owned(),
+            attempt,
+            outcome,
+            code: Some(code.clone()),
+            message: Some(message.clone()),
+        });
+        self.attempt_reported = Some(idx);
+        self.attempt_failed(idx, code, message);
+    }
+
+    fn task_bpmn_error(&mut self, node: &str, attempt: u32, code: String, message: String) {
+        let idx = self.idx(node);
+        self.effects.push(Effect::AttemptFinished {
+            node: node.to_owned(),
+            attempt,
+            outcome: AttemptOutcome::BpmnError,
+            code: Some(code.clone()),
+            message: Some(message.clone()),
+        });
+        self.attempt_reported = Some(idx);
+        // A BPMN error is a modelled outcome: it routes, and never spends budget.
+        self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
+    }
+
+    fn timer_fired(&mut self, name: &str, incarnation: u32) {
+        self.snap.timers.remove(name);
+        self.effects.push(Effect::ResolveTimer {
+            name: name.to_owned(),
+            incarnation,
+        });
+        let Some(timer) = TimerName::parse(name) else {
+            return;
+        };
+        let Some(idx) = self.p.find(timer.node) else {
+            return;
+        };
+        match timer.kind {
+            TimerKind::Catch => {
+                if self.remove_token(idx) {
+                    self.leave(idx);
+                }
+            }
+            TimerKind::Boundary => self.boundary_timer_fired(idx, name),
+            TimerKind::Timeout => self.timeout_fired(idx),
+            TimerKind::Retry => self.redrive(idx),
+        }
+    }
+
+    fn boundary_timer_fired(&mut self, boundary: NodeIdx, name: &str) {
+        let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
+            return;
+        };
+        if b.interrupting {
+            self.interrupt(b.attached_to);
+        } else if let BoundaryTrigger::Timer(TimerDef::Cycle {
+            repetitions,
+            interval,
+        }) = &b.trigger
+        {
+            let fired = self.snap.cycles.get(name).copied().unwrap_or(0) + 1;
+            if repetitions.is_none_or(|r| (fired as u64) < r as u64) {
+                self.snap.cycles.insert(name.to_owned(), fired);
+                let due = self.now_ms.saturating_add(interval.0 as i64);
+                self.arm(name.to_owned(), due);
+            } else {
+                self.snap.cycles.remove(name);
+            }
+        }
+        self.leave(boundary);
+    }
+
+    /// A route-less `q:timeout` fired while the task's attempt was in flight.
+    fn timeout_fired(&mut self, idx: NodeIdx) {
+        let node = self.id(idx);
+        let message = "the route-less q:timeout fired".to_owned();
+        let registered = registered_task(self.p, idx).is_some();
+        if registered {
+            self.effects.push(Effect::AttemptFinished {
+                node: node.to_owned(),
+                attempt: self.snap.attempt(node).max(1),
+                outcome: AttemptOutcome::TimedOut,
+                code: Some(codes::TIMEOUT.to_owned()),
+                message: Some(message.clone()),
+            });
+            self.attempt_reported = Some(idx);
+        }
+        if registered && self.policy(idx).is_some() {
+            // With a policy the timeout is a retryable failure first (E5).
+            self.attempt_failed(idx, codes::TIMEOUT.to_owned(), message);
+        } else {
+            // Without one it stays a catchable error, exactly as before retries existed.
+            self.throw_from_activity(
+                idx,
+                Some(codes::TIMEOUT.to_owned()),
+                message,
+                codes::TIMEOUT,
+            );
+        }
+    }
+
+    /// A wait state finished with `result`: map the outputs, leave the node.
+    fn complete_activity(&mut self, idx: NodeIdx, result: Variables) {
+        if let NodeKind::Task(task) = &self.p.node(idx).kind {
+            if let Err(e) = self.map_outputs(task, result) {
+                return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
+            }
+        } else {
+            self.snap.vars.extend(result);
+        }
+        self.remove_token(idx);
+        self.disarm(idx);
+        self.snap.clear_retry_state(self.id(idx));
+        self.leave(idx);
+    }
+
+    fn cancel(&mut self) {
+        let tokens: Vec<String> = self.snap.tokens.clone();
+        for t in tokens.iter().rev() {
+            let idx = self.idx(t);
+            self.interrupt(idx);
+        }
+        self.snap.tokens.clear();
+        self.snap.joins.clear();
+        self.resolve_all_timers();
+        self.snap.status = Status::Cancelled;
+        self.effects.push(Effect::Cancelled);
+    }
+
+    // ----- moving tokens -----------------------------------------------------------
+
+    /// Drains the arrival queue, fires inclusive joins and finished sub-processes, and
+    /// completes the instance when no token is left.
+    fn settle(&mut self) {
+        loop {
+            while let Some((node, via)) = self.queue.pop_front() {
+                if !self.running() {
+                    self.queue.clear();
+                    return;
+                }
+                self.arrivals += 1;
+                if self.arrivals > ARRIVALS_PER_STEP_MAX {
+                    let message = format!(
+                        "more than {ARRIVALS_PER_STEP_MAX} node arrivals in one step: the \
+                         model loops without waiting"
+                    );
+                    return self.fail("STEP_LIMIT", Some(node), None, message);
+                }
+                self.enter(node, via);
+            }
+            if !self.running() {
+                return;
+            }
+            if self.fire_ready_inclusive_join() || self.complete_finished_subprocess() {
+                continue;
+            }
+            break;
+        }
+        if self.snap.tokens.is_empty() {
+            if let Some(gw) = self.snap.joins.keys().next().cloned() {
+                let idx = self.p.find(&gw);
+                let message = format!("no token is left that could complete join `{gw}`");
+                self.fail(codes::STUCK_AT_JOIN, idx, None, message);
+            } else {
+                self.complete();
+            }
+        }
+    }
+
+    fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
+        let node = self.p.node(idx);
+        match &node.kind {
+            NodeKind::StartEvent | NodeKind::Boundary(_) => self.leave(idx),
+            NodeKind::EndEvent(EndKind::None) => {}
+            NodeKind::EndEvent(EndKind::Terminate) => self.terminate(node.scope),
+            NodeKind::EndEvent(EndKind::Error { error }) => {
+                let code = error
+                    .as_ref()
+                    .and_then(|id| self.def.errors.get(id))
+                    .and_then(|e| e.code.clone());
+                let message = format!("error end event `{}`", node.id);
+                self.propagate_error(idx, node.scope, code, message, codes::UNCAUGHT_BPMN_ERROR);
+            }
+            NodeKind::Task(task) => self.enter_task(idx, task),
+            NodeKind::ExclusiveGateway { default } => self.route_exclusive(idx, *default),
+            NodeKind::InclusiveGateway { default } => {
+                if node.incoming.len() > 1 {
+                    self.arrive_at_join(idx, via);
+                } else {
+                    self.route_inclusive(idx, *default);
+                }
+            }
+            NodeKind::ParallelGateway => {
+                if node.incoming.len() > 1 {
+                    self.arrive_at_join(idx, via);
+                    self.try_parallel_join(idx);
+                } else {
+                    self.take_all(idx);
+                }
+            }
+            NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) => {
+                self.add_token(idx);
+                let due = self.due_at(timer);
+                self.arm(TimerName::new(TimerKind::Catch, &node.id).render(), due);
+            }
+            NodeKind::IntermediateCatch(CatchTrigger::Message { .. }) => self.add_token(idx),
+            NodeKind::SubProcess => {
+                self.add_token(idx);
+                self.arm_boundaries(idx);
+                let starts: Vec<NodeIdx> = self.p.start_events(Some(idx)).collect();
+                for s in starts {
+                    self.queue.push_back((s, None));
+                }
+            }
+            NodeKind::EventBasedGateway => self.unsupported(idx, "event-based gateway"),
+            NodeKind::CallActivity { .. } => self.unsupported(idx, "call activity"),
+        }
+    }
+
+    fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {
+        match &task.kind {
+            TaskKind::PassThrough => self.leave(idx),
+            TaskKind::Registered { .. } => {
+                self.add_token(idx);
+                self.arm_boundaries(idx);
+                self.snap.clear_retry_state(self.id(idx));
+                self.run_attempt(idx, 1);
+            }
+            TaskKind::User | TaskKind::Receive { .. } => {
+                self.add_token(idx);
+                self.arm_boundaries(idx);
+                self.arm_timeout(idx, task);
+            }
+            TaskKind::Channel { .. } => self.unsupported(idx, "channel-call task"),
+            TaskKind::Pull { .. } => self.unsupported(idx, "pull task"),
+            TaskKind::Send { .. } => self.unsupported(idx, "send task"),
+        }
+    }
+
+    /// Emits the `RunTask` of `attempt` and opens its timeout window.
+    pub(super) fn run_attempt(&mut self, idx: NodeIdx, attempt: u32) {
+        let NodeKind::Task(task) = &self.p.node(idx).kind else {
+            return;
+        };
+        let TaskKind::Registered { name } = &task.kind else {
+            return;
+        };
+        let inputs = match self.map_inputs(task) {
+            Ok(inputs) => inputs,
+            Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
+        };
+        self.effects.push(Effect::RunTask {
+            node: self.id(idx).to_owned(),
+            handler: name.clone(),
+            attempt,
+            inputs,
+        });
+        self.arm_timeout(idx, task);
+    }
+
+    fn arm_timeout(&mut self, idx: NodeIdx, task: &Task) {
+        if let Some(timeout) = task.timeout {
+            let name = TimerName::new(TimerKind::Timeout, self.id(idx)).render();
+            self.arm(name, self.now_ms.saturating_add(timeout.0 as i64));
+        }
+    }
+
+    /// A token leaves `idx` over its outgoing flows: every unconditioned flow and every
+    /// flow whose condition holds. No outgoing flow consumes the token.
+    fn leave(&mut self, idx: NodeIdx) {
+        let outgoing = &self.p.node(idx).outgoing;
+        if outgoing.is_empty() {
+            return;
+        }
+        match self.true_flows(outgoing, None) {
+            Ok(flows) if flows.is_empty() => {
+                let message = format!(
+                    "no outgoing flow of `{}` has a true condition",
+                    self.id(idx)
+                );
+                self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
+            }
+            Ok(flows) => flows.into_iter().for_each(|f| self.take(f)),
+            Err(e) => self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
+        }
+    }
+
+    fn take(&mut self, flow: FlowIdx) {
+        let target = self.p.flow(flow).target;
+        self.queue.push_back((target, Some(flow)));
+    }
+
+    fn take_all(&mut self, idx: NodeIdx) {
+        let outgoing = &self.p.node(idx).outgoing;
+        for f in outgoing {
+            self.take(*f);
+        }
+    }
+
+    /// The flows among `flows` (except `skip`) without a condition or with a true one,
+    /// in document order.
+    fn true_flows(&self, flows: &[FlowIdx], skip: Option<FlowIdx>) -> Result<Vec<FlowIdx>, String> {
+        let mut taken = Vec::with_capacity(flows.len());
+        for f in flows {
+            if Some(*f) == skip {
+                continue;
+            }
+            if self.condition_holds(*f)? {
+                taken.push(*f);
+            }
+        }
+        Ok(taken)
+    }
+
+    fn condition_holds(&self, f: FlowIdx) -> Result<bool, String> {
+        match &self.p.flow(f).condition {
+            None => Ok(true),
+            Some(expr) => expr.eval_bool(&self.snap.vars).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Exclusive gateway: the first flow in document order whose condition holds (an
+    /// unconditioned non-default flow always holds), else the default, else FAILED.
+    fn route_exclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
+        let outgoing = &self.p.node(idx).outgoing;
+        for f in outgoing {
+            if Some(*f) == default {
+                continue;
+            }
+            match self.condition_holds(*f) {
+                Ok(true) => return self.take(*f),
+                Ok(false) => {}
+                Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
+            }
+        }
+        match default {
+            Some(d) => self.take(d),
+            None => {
+                let message = format!(
+                    "exclusive gateway `{}`: no condition is true and there is no default flow",
+                    self.id(idx)
+                );
+                self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
+            }
+        }
+    }
+
+    /// Inclusive gateway (fork side): every flow whose condition holds, else the
+    /// default, else FAILED.
+    fn route_inclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
+        let outgoing = &self.p.node(idx).outgoing;
+        match self.true_flows(outgoing, default) {
+            Ok(flows) if !flows.is_empty() => flows.into_iter().for_each(|f| self.take(f)),
+            Ok(_) => match default {
+                Some(d) => self.take(d),
+                None => {
+                    let message = format!(
+                        "inclusive gateway `{}`: no condition is true and there is no default flow",
+                        self.id(idx)
+                    );
+                    self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
+                }
+            },
+            Err(e) => self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
+        }
+    }
+
+    fn arrive_at_join(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
+        let flow_id = via.map(|f| self.p.flow(f).id.clone()).unwrap_or_default();
+        let arrivals = self.snap.joins.entry(self.id(idx).to_owned()).or_default();
+        let at = arrivals.partition_point(|a| *a <= flow_id);
+        arrivals.insert(at, flow_id);
+    }
+
+    /// A parallel join fires once a token has arrived on every incoming flow; it
+    /// consumes one arrival per flow.
+    fn try_parallel_join(&mut self, idx: NodeIdx) {
+        let node = self.p.node(idx);
+        let Some(arrivals) = self.snap.joins.get(&node.id) else {
+            return;
+        };
+        let complete = node
+            .incoming
+            .iter()
+            .all(|f| arrivals.contains(&self.p.flow(*f).id));
+        if !complete {
+            return;
+        }
+        let arrivals = self.snap.joins.get_mut(&node.id).expect("checked above");
+        for f in &node.incoming {
+            let id = &self.p.flow(*f).id;
+            if let Some(pos) = arrivals.iter().position(|a| a == id) {
+                arrivals.remove(pos);
+            }
+        }
+        if arrivals.is_empty() {
+            self.snap.joins.remove(&node.id);
+        }
+        self.take_all(idx);
+    }
+
+    /// Fires the first inclusive join (by id) that holds arrivals and that no other
+    /// token can still reach.
+    fn fire_ready_inclusive_join(&mut self) -> bool {
+        let ready = self.snap.joins.keys().find_map(|gw| {
+            let idx = self.p.find(gw)?;
+            let NodeKind::InclusiveGateway { default } = self.p.node(idx).kind else {
+                return None;
+            };
+            (!self.reachable_by_others(idx)).then_some((idx, default))
+        });
+        let Some((idx, default)) = ready else {
+            return false;
+        };
+        self.snap.joins.remove(self.id(idx));
+        self.route_inclusive(idx, default);
+        true
+    }
+
+    /// Can any token, or any other join's arrivals, still reach `target`?
+    fn reachable_by_others(&self, target: NodeIdx) -> bool {
+        let mut seen = vec![false; self.p.nodes.len()];
+        let mut todo: Vec<NodeIdx> = Vec::new();
+        let sources = self
+            .snap
+            .tokens
+            .iter()
+            .chain(self.snap.joins.keys().filter(|g| *g != self.id(target)));
+        for s in sources {
+            if let Some(mut idx) = self.p.find(s) {
+                todo.push(idx);
+                // A token inside a sub-process also leaves through its enclosing ones.
+                while let Some(sp) = self.p.node(idx).scope {
+                    todo.push(sp);
+                    idx = sp;
+                }
+            }
+        }
+        while let Some(idx) = todo.pop() {
+            if idx == target {
+                return true;
+            }
+            if std::mem::replace(&mut seen[idx.0 as usize], true) {
+                continue;
+            }
+            let node = self.p.node(idx);
+            todo.extend(node.outgoing.iter().map(|f| self.p.flow(*f).target));
+            todo.extend(self.p.boundaries_of(idx));
+        }
+        false
+    }
+
+    /// Completes the first sub-process (in frontier order) with nothing left inside.
+    fn complete_finished_subprocess(&mut self) -> bool {
+        let done = self.snap.tokens.iter().find_map(|t| {
+            let idx = self.p.find(t)?;
+            if !matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+                return None;
+            }
+            let busy = self
+                .snap
+                .tokens
+                .iter()
+                .chain(self.snap.joins.keys())
+                .any(|o| self.p.find(o).is_some_and(|i| self.inside(i, idx)));
+            (!busy).then_some(idx)
+        });
+        let Some(idx) = done else {
+            return false;
+        };
+        self.remove_token(idx);
+        self.disarm(idx);
+        self.leave(idx);
+        true
+    }
+
+    /// Is `node` nested (at any depth) in the sub-process `sp`?
+    fn inside(&self, node: NodeIdx, sp: NodeIdx) -> bool {
+        inside_scope(self.p, node, sp)
+    }
+
+    // ----- errors, interruption, termination ------------------------------------------
+
+    /// An activity raised `code`: its own error boundaries first (exact code, then
+    /// catch-all), then those of the enclosing sub-processes, else FAILED `uncaught`.
+    pub(super) fn throw_from_activity(
+        &mut self,
+        idx: NodeIdx,
+        code: Option<String>,
+        message: String,
+        uncaught: &str,
+    ) {
+        if let Some(b) = self.catching_boundary(idx, code.as_deref()) {
+            self.interrupt(idx);
+            return self.leave(b);
+        }
+        let scope = self.p.node(idx).scope;
+        self.propagate_error(idx, scope, code, message, uncaught);
+    }
+
+    fn propagate_error(
+        &mut self,
+        origin: NodeIdx,
+        mut scope: Option<NodeIdx>,
+        code: Option<String>,
+        message: String,
+        uncaught: &str,
+    ) {
+        while let Some(sp) = scope {
+            if let Some(b) = self.catching_boundary(sp, code.as_deref()) {
+                self.interrupt(sp);
+                return self.leave(b);
+            }
+            scope = self.p.node(sp).scope;
+        }
+        let detail = if uncaught == codes::UNCAUGHT_BPMN_ERROR {
+            code.clone()
+        } else {
+            None
+        };
+        let message = match &code {
+            Some(c) => format!("{message}: error `{c}` was not caught"),
+            None => format!("{message}: error without a code was not caught"),
+        };
+        self.fail(uncaught, Some(origin), detail, message);
+    }
+
+    fn catching_boundary(&self, host: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
+        let mut catch_all = None;
+        for b in self.p.boundaries_of(host) {
+            let NodeKind::Boundary(bd) = &self.p.node(b).kind else {
+                continue;
+            };
+            match &bd.trigger {
+                BoundaryTrigger::Error { code: Some(c) } if Some(c.as_str()) == code => {
+                    return Some(b)
+                }
+                BoundaryTrigger::Error { code: None } if catch_all.is_none() => catch_all = Some(b),
+                _ => {}
+            }
+        }
+        catch_all
+    }
+
+    /// Ends the activity at `idx` without completing it: its token, timers and retry
+    /// state go; a sub-process takes everything inside it along.
+    pub(super) fn interrupt(&mut self, idx: NodeIdx) {
+        if !self.remove_token(idx) {
+            return;
+        }
+        let node = self.id(idx);
+        let in_flight = registered_task(self.p, idx).is_some()
+            && self.snap.marker(node).is_none()
+            && self.attempt_reported != Some(idx);
+        if in_flight {
+            self.effects.push(Effect::AttemptFinished {
+                node: node.to_owned(),
+                attempt: self.snap.attempt(node).max(1),
+                outcome: AttemptOutcome::Interrupted,
+                code: None,
+                message: None,
+            });
+        }
+        self.disarm(idx);
+        self.snap.clear_retry_state(node);
+        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+            self.clear_scope(idx);
+        }
+    }
+
+    /// Interrupts every token and drops every join arrival inside the sub-process `sp`.
+    fn clear_scope(&mut self, sp: NodeIdx) {
+        loop {
+            let inner = self.snap.tokens.iter().find_map(|t| {
+                let idx = self.p.find(t)?;
+                self.inside(idx, sp).then_some(idx)
+            });
+            match inner {
+                Some(idx) => self.interrupt(idx),
+                None => break,
+            }
+        }
+        let p = self.p;
+        self.snap
+            .joins
+            .retain(|gw, _| p.find(gw).is_none_or(|idx| !inside_scope(p, idx, sp)));
+    }
+
+    /// A terminate end event: ends its scope at once.
+    fn terminate(&mut self, scope: Option<NodeIdx>) {
+        match scope {
+            Some(sp) => self.clear_scope(sp),
+            None => {
+                while let Some(t) = self.snap.tokens.last().cloned() {
+                    let idx = self.idx(&t);
+                    self.interrupt(idx);
+                    // Defensive: a token at an unknown id must not loop forever.
+                    if self.snap.tokens.last() == Some(&t) {
+                        self.snap.tokens.pop();
+                    }
+                }
+                self.snap.joins.clear();
+                self.queue.clear();
+            }
+        }
+    }
+
+    fn unsupported(&mut self, idx: NodeIdx, what: &str) {
+        let message = format!(
+            "`{}` is a {what}, which this engine version cannot execute yet",
+            self.id(idx)
+        );
+        self.fail(codes::UNSUPPORTED_ELEMENT, Some(idx), None, message);
+    }
+
+    /// The instance lands in FAILED (E6): tokens, variables and attempt counters stay
+    /// for inspection and repair; every live timer is resolved.
+    pub(super) fn fail(
+        &mut self,
+        code: &str,
+        node: Option<NodeIdx>,
+        detail: Option<String>,
+        message: String,
+    ) {
+        if !self.running() {
+            return;
+        }
+        let node = node.map(|n| self.id(n).to_owned());
+        self.resolve_all_timers();
+        self.snap.status = Status::Failed;
+        self.snap.failure = Some(Failure {
+            code: code.to_owned(),
+            node: node.clone(),
+            detail,
+        });
+        self.effects.push(Effect::OpenIncident {
+            node: node.clone().unwrap_or_default(),
+            code: code.to_owned(),
+            message,
+        });
+        self.effects.push(Effect::Failed {
+            code: code.to_owned(),
+            node,
+        });
+        self.queue.clear();
+    }
+
+    fn complete(&mut self) {
+        self.resolve_all_timers();
+        self.snap.cycles.clear();
+        self.snap.status = Status::Completed;
+        self.effects.push(Effect::Completed);
+    }
+
+    // ----- tokens, timers, mappings -----------------------------------------------------
+
+    fn add_token(&mut self, idx: NodeIdx) {
+        let id = self.id(idx);
+        let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
+        self.snap.tokens.insert(at, id.to_owned());
+    }
+
+    fn remove_token(&mut self, idx: NodeIdx) -> bool {
+        let id = self.id(idx);
+        match self.snap.tokens.iter().position(|t| t == id) {
+            Some(pos) => {
+                self.snap.tokens.remove(pos);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn due_at(&self, timer: &TimerDef) -> i64 {
+        match timer {
+            TimerDef::Duration(d) => self.now_ms.saturating_add(d.0 as i64),
+            TimerDef::Date { epoch_ms } => *epoch_ms,
+            TimerDef::Cycle { interval, .. } => self.now_ms.saturating_add(interval.0 as i64),
+        }
+    }
+
+    fn arm_boundaries(&mut self, host: NodeIdx) {
+        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(host).collect();
+        for b in boundaries {
+            if let NodeKind::Boundary(bd) = &self.p.node(b).kind {
+                if let BoundaryTrigger::Timer(timer) = &bd.trigger {
+                    let due = self.due_at(timer);
+                    self.arm(
+                        TimerName::new(TimerKind::Boundary, self.id(b)).render(),
+                        due,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Arms (or re-arms) the timer `name` with a fresh incarnation.
+    pub(super) fn arm(&mut self, name: String, due_at_ms: i64) {
+        // u32 incarnations last 4 billion arms per instance; saturating keeps it total.
+        let incarnation = self.snap.incarnation.saturating_add(1);
+        self.snap.incarnation = incarnation;
+        self.snap.timers.insert(name.clone(), incarnation);
+        self.effects.push(Effect::ArmTimer {
+            name,
+            due_at_ms,
+            incarnation,
+        });
+    }
+
+    /// Resolves the live timer `name`, if any.
+    pub(super) fn resolve(&mut self, name: &str) {
+        if let Some(incarnation) = self.snap.timers.remove(name) {
+            self.snap.cycles.remove(name);
+            self.effects.push(Effect::ResolveTimer {
+                name: name.to_owned(),
+                incarnation,
+            });
+        }
+    }
+
+    fn resolve_all_timers(&mut self) {
+        let live = std::mem::take(&mut self.snap.timers);
+        for (name, incarnation) in live {
+            self.effects
+                .push(Effect::ResolveTimer { name, incarnation });
+        }
+        self.snap.cycles.clear();
+    }
+
+    /// Resolves every timer that belongs to the activity `idx`: its timeout window, its
+    /// retry park, its catch timer and its boundary timers.
+    fn disarm(&mut self, idx: NodeIdx) {
+        if self.snap.timers.is_empty() {
+            return;
+        }
+        let node = self.id(idx);
+        for kind in [TimerKind::Retry, TimerKind::Timeout, TimerKind::Catch] {
+            self.resolve(&TimerName::new(kind, node).render());
+        }
+        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
+        for b in boundaries {
+            self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)).render());
+        }
+    }
+
+    fn map_inputs(&self, task: &Task) -> Result<Variables, String> {
+        if task.inputs.is_empty() {
+            return Ok(self.snap.vars.clone());
+        }
+        task.inputs
+            .iter()
+            .map(|m| {
+                let v = m.source.eval(&self.snap.vars).map_err(|e| e.to_string())?;
+                Ok((m.target.clone(), v))
+            })
+            .collect()
+    }
+
+    /// Writes a task's result into the instance variables: through the output mappings
+    /// (which see the result as `result`), or merged whole when there are none.
+    fn map_outputs(&mut self, task: &Task, result: Variables) -> Result<(), String> {
+        if task.outputs.is_empty() {
+            self.snap.vars.extend(result);
+            return Ok(());
+        }
+        let mut scope = self.snap.vars.clone();
+        scope.insert(
+            "result".to_owned(),
+            Json::Object(result.into_iter().collect()),
+        );
+        for m in &task.outputs {
+            let v = m.source.eval(&scope).map_err(|e| e.to_string())?;
+            self.snap.vars.insert(m.target.clone(), v);
+        }
+        Ok(())
+    }
+
+    pub(super) fn policy(&self, idx: NodeIdx) -> Option<&'a qflow_loader::model::RetryPolicy> {
+        registered_task(self.p, idx).and_then(|t| t.retry.as_ref())
+    }
+}
+
+fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
+    let mut scope = p.node(node).scope;
+    while let Some(s) = scope {
+        if s == sp {
+            return true;
+        }
+        scope = p.node(s).scope;
+    }
+    false
+}

@@ -1,0 +1,244 @@
+//! The pure step (SPEC E1): `(definition, instance id, snapshot, input, now) -> (snapshot',
+//! effects)`.
+//!
+//! [`step`] applies one [`Input`] to one instance and returns the next [`Snapshot`] plus
+//! the [`Effect`]s the shell must carry out (run a handler, arm or resolve a timer row,
+//! record an attempt, open an incident, report completion or failure). It never performs
+//! an effect itself, never reads the clock (time is `now_ms`), never uses OS randomness
+//! (jitter is a pure function of instance, node and attempt), and never iterates a hash
+//! map, so the same inputs give the same bytes on every machine.
+//!
+//! A stale input — a task result for an attempt that is no longer in progress, a timer
+//! whose incarnation is not the live one, a completion for a node without a token —
+//! changes nothing: the snapshot comes back byte-identical with a single
+//! [`Effect::Stale`] explaining why. [`crate::Error`] is reserved for misuse (a second
+//! `Start`, a missing start event).
+//!
+//! Module map: `mod.rs` holds the vocabulary and the input dispatch; `flow.rs` moves
+//! tokens (gateways, scopes, boundaries, errors); `retry.rs` decides what a failed
+//! attempt means (E4–E8); `timers.rs` names, arms and resolves timers.
+
+mod flow;
+mod retry;
+mod timers;
+
+use qflow_loader::model::{Definition, Variables};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::snapshot::{Snapshot, Status};
+
+pub use timers::{TimerKind, TimerName};
+
+/// Structured failure codes the core itself writes into a FAILED snapshot, beside the
+/// handler codes (`HANDLER_FAILED`, a host's own codes) and `TIMEOUT`.
+pub mod codes {
+    /// A route-less `q:timeout` fired (E5).
+    pub const TIMEOUT: &str = "TIMEOUT";
+    /// A BPMN error reached the process level without a boundary catching it.
+    pub const UNCAUGHT_BPMN_ERROR: &str = "UNCAUGHT_BPMN_ERROR";
+    /// An exclusive or inclusive gateway had no true condition and no default flow, or
+    /// an activity had only conditional outgoing flows and none was true.
+    pub const NO_FLOW_TAKEN: &str = "NO_FLOW_TAKEN";
+    /// A condition or mapping failed to evaluate.
+    pub const EXPRESSION_FAILED: &str = "EXPRESSION_FAILED";
+    /// No token is left but a join still holds arrivals: the join can never fire.
+    pub const STUCK_AT_JOIN: &str = "STUCK_AT_JOIN";
+    /// The instance reached an element this engine version cannot execute yet.
+    pub const UNSUPPORTED_ELEMENT: &str = "UNSUPPORTED_ELEMENT";
+}
+
+/// One thing that happened to an instance. A closed set: later features (channel
+/// responses, poison wakes, pull-task results, migration) add variants here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Input {
+    /// Starts the instance with these variables.
+    Start {
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// A registered task's handler returned a result for `attempt`.
+    TaskCompleted {
+        node: String,
+        attempt: u32,
+        #[serde(default)]
+        outputs: Variables,
+    },
+    /// A registered task's handler failed (or panicked: code `HANDLER_PANICKED`).
+    TaskFailed {
+        node: String,
+        attempt: u32,
+        code: String,
+        #[serde(default)]
+        message: String,
+    },
+    /// A registered task's handler threw a BPMN error.
+    TaskBpmnError {
+        node: String,
+        attempt: u32,
+        code: String,
+        #[serde(default)]
+        message: String,
+    },
+    /// A timer row came due. Stale unless `incarnation` is the live one (E8).
+    TimerFired { name: String, incarnation: u32 },
+    /// A user task was completed through the API with these variables.
+    UserTaskCompleted {
+        node: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// A message arrived for a receive task or message catch event waiting on `name`.
+    MessageReceived {
+        name: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// An operator or host cancelled the instance.
+    Cancel,
+}
+
+impl Input {
+    /// The node the input names, when it names one.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Input::TaskCompleted { node, .. }
+            | Input::TaskFailed { node, .. }
+            | Input::TaskBpmnError { node, .. }
+            | Input::UserTaskCompleted { node, .. } => Some(node),
+            Input::TimerFired { name, .. } => TimerName::parse(name).map(|t| t.node),
+            Input::Start { .. } | Input::MessageReceived { .. } | Input::Cancel => None,
+        }
+    }
+
+    /// The attempt the input reports on, when it reports on one.
+    pub fn attempt(&self) -> Option<u32> {
+        match self {
+            Input::TaskCompleted { attempt, .. }
+            | Input::TaskFailed { attempt, .. }
+            | Input::TaskBpmnError { attempt, .. } => Some(*attempt),
+            _ => None,
+        }
+    }
+}
+
+/// How one attempt of a task ended (the history row of O1a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Ok,
+    Failed,
+    Panicked,
+    BpmnError,
+    /// The route-less `q:timeout` fired while the attempt was in flight.
+    TimedOut,
+    /// An interrupting boundary or an enclosing scope ended the task mid-attempt.
+    Interrupted,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Ok => "ok",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Panicked => "panicked",
+            AttemptOutcome::BpmnError => "bpmn_error",
+            AttemptOutcome::TimedOut => "timeout",
+            AttemptOutcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Something the shell must do. Never a call: the shell carries effects out in order,
+/// in the same transaction as the snapshot (SPEC R4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Effect {
+    /// Run the handler registered as `handler` for `node`; feed its outcome back as
+    /// `TaskCompleted`/`TaskFailed`/`TaskBpmnError` with this `attempt`.
+    RunTask {
+        node: String,
+        handler: String,
+        attempt: u32,
+        inputs: Variables,
+    },
+    /// Upsert the timer row `name`; when due, feed `TimerFired { name, incarnation }`.
+    ArmTimer {
+        name: String,
+        due_at_ms: i64,
+        incarnation: u32,
+    },
+    /// Delete the timer row `name` if it still has this incarnation.
+    ResolveTimer { name: String, incarnation: u32 },
+    /// Record how an attempt ended (history, O1a). The shell adds the timing.
+    AttemptFinished {
+        node: String,
+        attempt: u32,
+        outcome: AttemptOutcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    OpenIncident {
+        node: String,
+        code: String,
+        message: String,
+    },
+    /// Resolve the open incidents on `node`. Emitted by repair inputs of later issues.
+    ResolveIncident { node: String },
+    /// The instance reached its end.
+    Completed,
+    /// The instance is FAILED with this structured code (E6).
+    Failed {
+        code: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
+    /// The instance was cancelled.
+    Cancelled,
+    /// The input was stale residue and changed nothing; `reason` says why.
+    Stale { reason: String },
+}
+
+/// The result of one step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub snapshot: Snapshot,
+    pub effects: Vec<Effect>,
+}
+
+/// Applies `input` to the instance `instance_id` of `def` whose state is `snapshot`, at
+/// the instant `now_ms`. Pure: see the module documentation.
+pub fn step(
+    def: &Definition,
+    instance_id: &str,
+    snapshot: Snapshot,
+    input: Input,
+    now_ms: i64,
+) -> Result<Step, Error> {
+    match (&input, snapshot.status()) {
+        (Input::Start { .. }, Status::New) => {}
+        (Input::Start { .. }, _) => return Err(Error::AlreadyStarted),
+        (_, Status::New) => return Err(Error::NotStarted),
+        (_, s) if s.is_terminal() => {
+            let reason = format!("instance is {}", s.as_str());
+            return Ok(stale(snapshot, reason));
+        }
+        _ => {}
+    }
+    if let Some(reason) = flow::staleness(def, &snapshot, &input) {
+        return Ok(stale(snapshot, reason));
+    }
+    let mut run = flow::Run::new(def, instance_id, snapshot, now_ms);
+    run.apply(input)?;
+    Ok(run.finish())
+}
+
+fn stale(snapshot: Snapshot, reason: String) -> Step {
+    Step {
+        snapshot,
+        effects: vec![Effect::Stale { reason }],
+    }
+}

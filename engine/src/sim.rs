@@ -1,0 +1,552 @@
+//! The virtual-clock driver (SPEC S1): the production [`step`] run against scripted
+//! handler outcomes, scripted external events and an in-memory timer table, with time
+//! jumping from one event to the next instead of passing.
+//!
+//! Every step goes through the same persistence round trip a durable shell performs:
+//! the snapshot is encoded to bytes after each step and decoded from those bytes before
+//! the next, and the trace records those exact bytes. The driver never reads the clock,
+//! never sleeps, and orders simultaneous events by a fixed rule (see [`run`]), so a
+//! scenario always produces the same trace.
+//!
+//! The scenario types are the file format of `qflow simulate` (deserialized with
+//! serde_json, unknown fields refused); keep them backward compatible.
+
+use std::collections::BTreeMap;
+
+use qflow_loader::model::{Definition, NodeKind, TaskKind, Variables};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::core::{step, Effect, Input};
+use crate::error::Error;
+use crate::handler::{run_handler, TaskContext, TaskOutcome, HANDLER_PANICKED};
+use crate::snapshot::Snapshot;
+
+/// Most steps a scenario may take unless it says otherwise.
+pub const STEPS_DEFAULT_MAX: u32 = 10_000;
+/// A scenario may never ask for more steps than this.
+pub const STEPS_LIMIT: u32 = 1_000_000;
+/// The horizon when a scenario gives none: one day of virtual time after the start.
+pub const HORIZON_DEFAULT_MS: i64 = 86_400_000;
+
+/// A scripted run of one instance.
+///
+/// ```json
+/// {
+///   "instance": "order-42",
+///   "variables": {"amount": 10},
+///   "tasks": {
+///     "pay": [
+///       {"outcome": "fail", "code": "HANDLER_FAILED"},
+///       {"outcome": "ok", "outputs": {"receipt": "r-1"}, "after_ms": 250}
+///     ]
+///   },
+///   "events": [{"event": "complete_user_task", "at_ms": 5000, "node": "approve"}],
+///   "horizon_ms": 3600000
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// The instance id; it feeds the jitter of retry backoffs. Default `sim-1`.
+    #[serde(default = "default_instance")]
+    pub instance: String,
+    /// The virtual instant of `Start`, in ms. Default 0.
+    #[serde(default)]
+    pub start_at_ms: i64,
+    /// Start variables. Default none.
+    #[serde(default)]
+    pub variables: Variables,
+    /// Outcomes of registered tasks, by task node id, one entry per attempt (the first
+    /// entry is attempt 1). The last entry repeats for later attempts; a task without
+    /// an entry completes at once with no outputs.
+    #[serde(default)]
+    pub tasks: BTreeMap<String, Vec<Scripted>>,
+    /// External events at fixed virtual instants, in any order.
+    #[serde(default)]
+    pub events: Vec<ScriptedEvent>,
+    /// No event after this instant is processed. Default `start_at_ms` + one day.
+    #[serde(default)]
+    pub horizon_ms: Option<i64>,
+    /// The run stops after this many steps. Default [`STEPS_DEFAULT_MAX`], at most
+    /// [`STEPS_LIMIT`].
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+}
+
+fn default_instance() -> String {
+    "sim-1".to_owned()
+}
+
+/// What a handler does on one attempt. `after_ms` is how long it takes (virtual time);
+/// default 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Scripted {
+    Ok {
+        #[serde(default)]
+        outputs: Variables,
+        #[serde(default)]
+        after_ms: u64,
+    },
+    Fail {
+        code: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        after_ms: u64,
+    },
+    /// The handler panics; the shell reports `HANDLER_PANICKED`.
+    Panic {
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        after_ms: u64,
+    },
+    BpmnError {
+        code: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        after_ms: u64,
+    },
+    /// The handler never answers (so that a timeout can fire).
+    Hang,
+}
+
+/// Something from outside the engine at a fixed virtual instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ScriptedEvent {
+    CompleteUserTask {
+        at_ms: i64,
+        node: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    Message {
+        at_ms: i64,
+        name: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    Cancel {
+        at_ms: i64,
+    },
+}
+
+impl ScriptedEvent {
+    fn at_ms(&self) -> i64 {
+        match self {
+            ScriptedEvent::CompleteUserTask { at_ms, .. }
+            | ScriptedEvent::Message { at_ms, .. }
+            | ScriptedEvent::Cancel { at_ms } => *at_ms,
+        }
+    }
+
+    fn input(&self) -> Input {
+        match self {
+            ScriptedEvent::CompleteUserTask {
+                node, variables, ..
+            } => Input::UserTaskCompleted {
+                node: node.clone(),
+                variables: variables.clone(),
+            },
+            ScriptedEvent::Message {
+                name, variables, ..
+            } => Input::MessageReceived {
+                name: name.clone(),
+                variables: variables.clone(),
+            },
+            ScriptedEvent::Cancel { .. } => Input::Cancel,
+        }
+    }
+}
+
+/// One step of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceStep {
+    /// 1-based position in the run.
+    pub seq: u32,
+    pub at_ms: i64,
+    pub input: Input,
+    /// The node the input concerns, when it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    pub effects: Vec<Effect>,
+    /// The persisted snapshot after the step, as lowercase hex.
+    #[serde(serialize_with = "as_hex")]
+    pub snapshot: Vec<u8>,
+}
+
+fn as_hex<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(bytes))
+}
+
+/// Why the run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// The instance completed, failed or was cancelled.
+    Finished,
+    /// Nothing more was scheduled: the instance waits for something the scenario does
+    /// not provide.
+    Idle,
+    /// The next event lies beyond the horizon.
+    Horizon,
+    /// The step budget ran out.
+    MaxSteps,
+}
+
+/// The outcome of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_node: Option<String>,
+    /// Attempts started per registered task node (counted from `RunTask` effects).
+    pub attempts: BTreeMap<String, u32>,
+    pub snapshot_bytes: usize,
+    /// Lowercase hex SHA-256 of the final snapshot bytes.
+    pub snapshot_sha256: String,
+    pub steps: u32,
+    /// The virtual instant of the last step.
+    pub ended_at_ms: i64,
+    pub stop: Stop,
+}
+
+/// The whole run: every step, then the summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Trace {
+    pub steps: Vec<TraceStep>,
+    pub summary: Summary,
+}
+
+impl Trace {
+    /// The decoded final snapshot.
+    pub fn final_snapshot(&self) -> Option<Snapshot> {
+        self.steps
+            .last()
+            .and_then(|s| Snapshot::decode(&s.snapshot).ok())
+    }
+}
+
+/// Checks that the scenario fits the definition; the message names the field.
+pub fn validate(def: &Definition, scenario: &Scenario) -> Result<(), Error> {
+    let p = &def.process;
+    for node in scenario.tasks.keys() {
+        let registered = p.find(node).is_some_and(|i| {
+            matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
+        });
+        if !registered {
+            return Err(Error::Scenario(format!(
+                "tasks.{node}: process `{}` has no registered task (q:task) with this id",
+                def.id
+            )));
+        }
+    }
+    for (i, e) in scenario.events.iter().enumerate() {
+        if let ScriptedEvent::CompleteUserTask { node, .. } = e {
+            let user = p.find(node).is_some_and(
+                |i| matches!(&p.node(i).kind, NodeKind::Task(t) if t.kind == TaskKind::User),
+            );
+            if !user {
+                return Err(Error::Scenario(format!(
+                    "events[{i}].node: process `{}` has no user task `{node}`",
+                    def.id
+                )));
+            }
+        }
+    }
+    if let Some(max) = scenario.max_steps {
+        if max == 0 || max > STEPS_LIMIT {
+            return Err(Error::Scenario(format!(
+                "max_steps: {max} is outside 1..={STEPS_LIMIT}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A scheduled delivery to the instance. Ordering: by instant, then task results (in
+/// the order their `RunTask` was emitted), then scripted events (in file order), then
+/// timers (by name).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    at_ms: i64,
+    class: u8,
+    seq: u64,
+    name: String,
+}
+
+/// Runs `scenario` against `def` and returns the trace.
+///
+/// The loop: deliver `Start` at `start_at_ms`; then repeatedly take the earliest due
+/// delivery — a scripted task result, a scripted event, or an armed timer — and step
+/// with it at its instant. Simultaneous deliveries go task results first (in emission
+/// order), then scripted events (file order), then timers (`(due, name)` order). The
+/// run stops when the instance is terminal, nothing is scheduled, the next delivery is
+/// beyond the horizon, or the step budget is spent.
+pub fn run(def: &Definition, scenario: &Scenario) -> Result<Trace, Error> {
+    validate(def, scenario)?;
+    let horizon = scenario
+        .horizon_ms
+        .unwrap_or(scenario.start_at_ms.saturating_add(HORIZON_DEFAULT_MS));
+    let max_steps = scenario.max_steps.unwrap_or(STEPS_DEFAULT_MAX);
+    let mut sim = Sim {
+        def,
+        scenario,
+        bytes: Snapshot::new().encode(),
+        results: BTreeMap::new(),
+        timers: BTreeMap::new(),
+        seq: 0,
+        attempts: BTreeMap::new(),
+        steps: Vec::new(),
+    };
+    for (i, e) in scenario.events.iter().enumerate() {
+        let due = Due {
+            at_ms: e.at_ms(),
+            class: 1,
+            seq: i as u64,
+            name: String::new(),
+        };
+        sim.results.insert(due, e.input());
+    }
+    let start = Input::Start {
+        variables: scenario.variables.clone(),
+    };
+    sim.step(start, scenario.start_at_ms)?;
+    let mut now = scenario.start_at_ms;
+    let stop = loop {
+        let snap = Snapshot::decode(&sim.bytes)?;
+        if snap.status().is_terminal() {
+            break Stop::Finished;
+        }
+        if sim.steps.len() as u32 >= max_steps {
+            break Stop::MaxSteps;
+        }
+        let Some((due, input)) = sim.next() else {
+            break Stop::Idle;
+        };
+        if due.at_ms > horizon {
+            break Stop::Horizon;
+        }
+        // A date timer in the past fires now: the clock never runs backwards.
+        now = now.max(due.at_ms);
+        sim.take(&due);
+        sim.step(input, now)?;
+    };
+    Ok(sim.finish(stop))
+}
+
+struct Sim<'a> {
+    def: &'a Definition,
+    scenario: &'a Scenario,
+    bytes: Vec<u8>,
+    /// Scripted task results and events waiting for their instant.
+    results: BTreeMap<Due, Input>,
+    /// The timer table, as a store keeps it: name → (due, incarnation).
+    timers: BTreeMap<String, (i64, u32)>,
+    seq: u64,
+    attempts: BTreeMap<String, u32>,
+    steps: Vec<TraceStep>,
+}
+
+impl Sim<'_> {
+    fn next(&self) -> Option<(Due, Input)> {
+        let result = self
+            .results
+            .iter()
+            .next()
+            .map(|(d, i)| (d.clone(), i.clone()));
+        let timer = self
+            .timers
+            .iter()
+            .map(|(name, (due, inc))| {
+                let d = Due {
+                    at_ms: *due,
+                    class: 2,
+                    seq: 0,
+                    name: name.clone(),
+                };
+                (
+                    d,
+                    Input::TimerFired {
+                        name: name.clone(),
+                        incarnation: *inc,
+                    },
+                )
+            })
+            .min_by(|a, b| a.0.cmp(&b.0));
+        match (result, timer) {
+            (Some(r), Some(t)) => Some(if r.0 <= t.0 { r } else { t }),
+            (r, t) => r.or(t),
+        }
+    }
+
+    fn take(&mut self, due: &Due) {
+        if due.class == 2 {
+            // The row is claimed; the step resolves it (or re-arms the name).
+            self.timers.remove(&due.name);
+        } else {
+            self.results.remove(due);
+        }
+    }
+
+    fn step(&mut self, input: Input, now_ms: i64) -> Result<(), Error> {
+        let snap = Snapshot::decode(&self.bytes)?;
+        let node = input.node().map(str::to_owned);
+        let attempt = input.attempt();
+        let out = step(
+            self.def,
+            &self.scenario.instance,
+            snap,
+            input.clone(),
+            now_ms,
+        )?;
+        self.bytes = out.snapshot.encode();
+        for effect in &out.effects {
+            self.carry_out(effect, now_ms);
+        }
+        self.steps.push(TraceStep {
+            seq: self.steps.len() as u32 + 1,
+            at_ms: now_ms,
+            input,
+            node,
+            attempt,
+            effects: out.effects,
+            snapshot: self.bytes.clone(),
+        });
+        Ok(())
+    }
+
+    fn carry_out(&mut self, effect: &Effect, now_ms: i64) {
+        match effect {
+            Effect::RunTask {
+                node,
+                handler,
+                attempt,
+                inputs,
+            } => {
+                let seen = self.attempts.entry(node.clone()).or_default();
+                *seen = (*seen).max(*attempt);
+                let scripted = self.scripted(node, *attempt);
+                let ctx = TaskContext {
+                    instance_id: &self.scenario.instance,
+                    node,
+                    handler,
+                    attempt: *attempt,
+                    inputs,
+                };
+                if let Some((after_ms, input)) = scripted_input(&scripted, &ctx) {
+                    self.seq += 1;
+                    let due = Due {
+                        at_ms: now_ms.saturating_add(after_ms as i64),
+                        class: 0,
+                        seq: self.seq,
+                        name: String::new(),
+                    };
+                    self.results.insert(due, input);
+                }
+            }
+            Effect::ArmTimer {
+                name,
+                due_at_ms,
+                incarnation,
+            } => {
+                self.timers.insert(name.clone(), (*due_at_ms, *incarnation));
+            }
+            Effect::ResolveTimer { name, incarnation }
+                if self.timers.get(name).is_some_and(|(_, i)| i == incarnation) =>
+            {
+                self.timers.remove(name);
+            }
+            _ => {}
+        }
+    }
+
+    fn scripted(&self, node: &str, attempt: u32) -> Scripted {
+        let list = self.scenario.tasks.get(node);
+        let entry = list.and_then(|l| {
+            let i = (attempt.max(1) - 1) as usize;
+            l.get(i).or(l.last())
+        });
+        entry.cloned().unwrap_or(Scripted::Ok {
+            outputs: Variables::new(),
+            after_ms: 0,
+        })
+    }
+
+    fn finish(self, stop: Stop) -> Trace {
+        let snap = Snapshot::decode(&self.bytes).unwrap_or_default();
+        let failure = snap.failure();
+        let summary = Summary {
+            status: match snap.status() {
+                crate::snapshot::Status::New => "new",
+                s => s.as_str(),
+            }
+            .to_owned(),
+            failure_code: failure.map(|f| f.code.clone()),
+            failure_node: failure.and_then(|f| f.node.clone()),
+            attempts: self.attempts,
+            snapshot_bytes: self.bytes.len(),
+            snapshot_sha256: hex::encode(Sha256::digest(&self.bytes)),
+            steps: self.steps.len() as u32,
+            ended_at_ms: self.steps.last().map_or(0, |s| s.at_ms),
+            stop,
+        };
+        Trace {
+            steps: self.steps,
+            summary,
+        }
+    }
+}
+
+/// Turns a scripted outcome into the input the shell would feed back, through the
+/// same [`run_handler`] a real shell uses. `None`: the handler never answers.
+fn scripted_input(scripted: &Scripted, ctx: &TaskContext<'_>) -> Option<(u64, Input)> {
+    let (after_ms, outcome) = match scripted {
+        Scripted::Hang => return None,
+        Scripted::Panic { message, after_ms } => {
+            // Reported exactly as `run_handler` reports a caught panic, without running
+            // the process-wide panic hook in a tool whose output is a trace.
+            let input = Input::TaskFailed {
+                node: ctx.node.to_owned(),
+                attempt: ctx.attempt,
+                code: HANDLER_PANICKED.to_owned(),
+                message: format!("handler panicked: {message}"),
+            };
+            return Some((*after_ms, input));
+        }
+        Scripted::Ok { outputs, after_ms } => (*after_ms, TaskOutcome::Ok(outputs.clone())),
+        Scripted::Fail {
+            code,
+            message,
+            after_ms,
+        } => (
+            *after_ms,
+            TaskOutcome::Fail {
+                code: code.clone(),
+                message: message.clone(),
+            },
+        ),
+        Scripted::BpmnError {
+            code,
+            message,
+            after_ms,
+        } => (
+            *after_ms,
+            TaskOutcome::BpmnError {
+                code: code.clone(),
+                message: message.clone(),
+            },
+        ),
+    };
+    let handler = move |_: &TaskContext<'_>| outcome.clone();
+    Some((after_ms, run_handler(&handler, ctx)))
+}

@@ -1,0 +1,638 @@
+//! The instance snapshot (SPEC E2, E3): an open-keyed map, persisted as canonical
+//! MessagePack so that equal state is equal bytes.
+//!
+//! The in-memory form is typed for speed, but the persisted form is a plain string-keyed
+//! map: keys are written in byte order, integers in their smallest encoding, floats as
+//! f64, nested variable maps sorted by key. Keys this engine does not know are kept
+//! verbatim and written back (forward compatibility); a known key whose value is
+//! malformed is kept verbatim too and reads as its default (a malformed attempt counter
+//! reads as 0), so a snapshot never becomes unloadable. The key families are documented
+//! in `docs/snapshot-format.md`; every family except `v` is absent when empty, which is
+//! what keeps a process without `q:retry` byte-identical to one from before retries.
+//!
+//! This module must never read the clock, hash-iterate, or panic on any input bytes.
+
+use std::collections::BTreeMap;
+
+use qflow_loader::model::Variables;
+use serde_json::Value as Json;
+
+use crate::error::Error;
+
+/// The format version written under key `v`. Bump it only with a migration story.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Nesting deeper than this in a snapshot is refused on decode rather than recursed into.
+const DECODE_DEPTH_MAX: usize = 64;
+
+/// Where an instance stands, as the snapshot records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Status {
+    /// Not started: the snapshot before `Input::Start`. Never persisted by a shell.
+    #[default]
+    New,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl Status {
+    fn code(self) -> u64 {
+        match self {
+            Status::New => 0,
+            Status::Running => 1,
+            Status::Completed => 2,
+            Status::Failed => 3,
+            Status::Cancelled => 4,
+        }
+    }
+
+    fn from_code(code: u64) -> Option<Status> {
+        Some(match code {
+            0 => Status::New,
+            1 => Status::Running,
+            2 => Status::Completed,
+            3 => Status::Failed,
+            4 => Status::Cancelled,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::New => "new",
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    /// Completed, failed and cancelled instances take no further inputs.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Completed | Status::Failed | Status::Cancelled)
+    }
+}
+
+/// Why an instance is FAILED (E6): a structured code, the node it failed at, and for
+/// some codes a short detail (the uncaught BPMN error's code, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: String,
+    pub node: Option<String>,
+    pub detail: Option<String>,
+}
+
+/// A decoded snapshot. Cheap to clone for the small instances it is designed for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub(crate) status: Status,
+    pub(crate) failure: Option<Failure>,
+    /// The wait frontier: one entry per token, the node id it sits at, kept sorted.
+    pub(crate) tokens: Vec<String>,
+    pub(crate) vars: Variables,
+    /// Parallel/inclusive join arrivals: gateway id → incoming flow ids arrived, sorted.
+    pub(crate) joins: BTreeMap<String, Vec<String>>,
+    /// Live timers: name → the incarnation that may fire.
+    pub(crate) timers: BTreeMap<String, u32>,
+    /// The last incarnation issued; every arm takes the next one.
+    pub(crate) incarnation: u32,
+    /// Cycle timers: name → occurrences already fired.
+    pub(crate) cycles: BTreeMap<String, u32>,
+    /// `a/<node>`: the attempt in progress, present only once a node with a policy failed.
+    pub(crate) attempts: BTreeMap<String, u32>,
+    /// `m/<node>`: the backoff-window marker, carrying the failure class.
+    pub(crate) markers: BTreeMap<String, String>,
+    /// `e/<node>`: the instant of the node's first failure (for `maxElapsed`).
+    pub(crate) first_failure_ms: BTreeMap<String, i64>,
+    /// Keys this engine does not know, and known keys whose value was malformed.
+    pub(crate) extra: BTreeMap<String, rmpv::Value>,
+}
+
+// Top-level keys. Short on purpose: they are in every persisted row.
+const K_VERSION: &str = "v";
+const K_STATUS: &str = "s";
+const K_FAIL_CODE: &str = "f";
+const K_FAIL_NODE: &str = "fn";
+const K_FAIL_DETAIL: &str = "fd";
+const K_TOKENS: &str = "t";
+const K_VARS: &str = "d";
+const K_TIMERS: &str = "k";
+const K_INCARNATION: &str = "n";
+const K_CYCLES: &str = "y";
+const P_JOIN: &str = "j/";
+const P_ATTEMPT: &str = "a/";
+const P_MARKER: &str = "m/";
+const P_FIRST_FAILURE: &str = "e/";
+
+impl Snapshot {
+    /// The snapshot of an instance that has not started yet.
+    pub fn new() -> Snapshot {
+        Snapshot::default()
+    }
+
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        self.failure.as_ref()
+    }
+
+    /// The wait frontier: the node ids tokens sit at, sorted (a node appears once per
+    /// token).
+    pub fn tokens(&self) -> &[String] {
+        &self.tokens
+    }
+
+    pub fn variables(&self) -> &Variables {
+        &self.vars
+    }
+
+    /// Join arrivals: gateway id → the incoming flows a token has arrived on.
+    pub fn join_arrivals(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.joins
+    }
+
+    /// Live timers by name, with the incarnation that may fire.
+    pub fn timers(&self) -> &BTreeMap<String, u32> {
+        &self.timers
+    }
+
+    /// The attempt in progress at `node`, 1-based; 0 when no counter is stored or the
+    /// stored counter is malformed (a tolerant read: E2).
+    pub fn attempt(&self, node: &str) -> u32 {
+        self.attempts.get(node).copied().unwrap_or(0)
+    }
+
+    /// All attempt counters, by node.
+    pub fn attempts(&self) -> &BTreeMap<String, u32> {
+        &self.attempts
+    }
+
+    /// The backoff-window marker of `node` (the failure class), if it is in one.
+    pub fn marker(&self, node: &str) -> Option<&str> {
+        self.markers.get(node).map(String::as_str)
+    }
+
+    pub fn markers(&self) -> &BTreeMap<String, String> {
+        &self.markers
+    }
+
+    pub fn first_failure_ms(&self, node: &str) -> Option<i64> {
+        self.first_failure_ms.get(node).copied()
+    }
+
+    /// Keys kept verbatim: unknown to this engine, or known but malformed.
+    pub fn preserved_keys(&self) -> impl Iterator<Item = &str> {
+        self.extra.keys().map(String::as_str)
+    }
+
+    /// Adds or replaces a key this engine does not interpret. For tests and tools that
+    /// need to exercise forward compatibility; the core never calls it.
+    pub fn insert_preserved(&mut self, key: String, value: rmpv::Value) {
+        self.extra.insert(key, value);
+    }
+
+    /// Writes the attempt counter of `node`. Strict write: `attempt` must be ≥ 1 (a
+    /// counter means "the attempt in progress", which is 1-based).
+    pub fn set_attempt(&mut self, node: &str, attempt: u32) {
+        assert!(attempt >= 1, "attempt counters are 1-based");
+        self.extra.remove(&format!("{P_ATTEMPT}{node}"));
+        self.attempts.insert(node.to_owned(), attempt);
+    }
+
+    /// Forgets everything the retry machinery keeps for `node`.
+    pub(crate) fn clear_retry_state(&mut self, node: &str) {
+        self.attempts.remove(node);
+        self.markers.remove(node);
+        self.first_failure_ms.remove(node);
+        if !self.extra.is_empty() {
+            for prefix in [P_ATTEMPT, P_MARKER, P_FIRST_FAILURE] {
+                self.extra.remove(&format!("{prefix}{node}"));
+            }
+        }
+    }
+
+    /// Canonical MessagePack bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(96);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the canonical MessagePack bytes to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let mut entries: Vec<(String, Entry<'_>)> = Vec::with_capacity(8 + self.extra.len());
+        entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
+        if self.status != Status::New {
+            entries.push((K_STATUS.into(), Entry::Uint(self.status.code())));
+        }
+        if let Some(f) = &self.failure {
+            entries.push((K_FAIL_CODE.into(), Entry::Str(&f.code)));
+            if let Some(node) = &f.node {
+                entries.push((K_FAIL_NODE.into(), Entry::Str(node)));
+            }
+            if let Some(detail) = &f.detail {
+                entries.push((K_FAIL_DETAIL.into(), Entry::Str(detail)));
+            }
+        }
+        if !self.tokens.is_empty() {
+            entries.push((K_TOKENS.into(), Entry::StrList(&self.tokens)));
+        }
+        if !self.vars.is_empty() {
+            entries.push((K_VARS.into(), Entry::Vars(&self.vars)));
+        }
+        if !self.timers.is_empty() {
+            entries.push((K_TIMERS.into(), Entry::UintMap(&self.timers)));
+        }
+        if self.incarnation != 0 {
+            entries.push((K_INCARNATION.into(), Entry::Uint(self.incarnation as u64)));
+        }
+        if !self.cycles.is_empty() {
+            entries.push((K_CYCLES.into(), Entry::UintMap(&self.cycles)));
+        }
+        for (gw, flows) in &self.joins {
+            entries.push((format!("{P_JOIN}{gw}"), Entry::StrList(flows)));
+        }
+        for (node, a) in &self.attempts {
+            entries.push((format!("{P_ATTEMPT}{node}"), Entry::Uint(*a as u64)));
+        }
+        for (node, class) in &self.markers {
+            entries.push((format!("{P_MARKER}{node}"), Entry::Str(class)));
+        }
+        for (node, at) in &self.first_failure_ms {
+            entries.push((format!("{P_FIRST_FAILURE}{node}"), Entry::Int(*at)));
+        }
+        for (key, value) in &self.extra {
+            // A malformed known key was kept verbatim; a typed value for the same key
+            // (written since) wins.
+            if entries.iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            entries.push((key.clone(), Entry::Raw(value)));
+        }
+        entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        mp::map_len(out, entries.len());
+        for (key, entry) in &entries {
+            mp::str(out, key);
+            entry.write(out);
+        }
+    }
+
+    /// Decodes snapshot bytes. Never panics. Unknown keys and malformed values of known
+    /// keys are preserved verbatim; only bytes that are not a string-keyed MessagePack
+    /// map at all, or a format newer than [`FORMAT_VERSION`], are refused.
+    pub fn decode(bytes: &[u8]) -> Result<Snapshot, Error> {
+        let mut rd = bytes;
+        let value = rmpv::decode::read_value_with_max_depth(&mut rd, DECODE_DEPTH_MAX)
+            .map_err(|e| Error::SnapshotUndecodable(e.to_string()))?;
+        if !rd.is_empty() {
+            return Err(Error::SnapshotUndecodable(format!(
+                "{} trailing bytes after the map",
+                rd.len()
+            )));
+        }
+        let rmpv::Value::Map(pairs) = value else {
+            return Err(Error::SnapshotUndecodable(
+                "top level is not a map".to_owned(),
+            ));
+        };
+        let mut snap = Snapshot::default();
+        for (k, v) in pairs {
+            let rmpv::Value::String(k) = k else {
+                return Err(Error::SnapshotUndecodable(
+                    "a top-level key is not a string".to_owned(),
+                ));
+            };
+            let Some(key) = k.into_str() else {
+                return Err(Error::SnapshotUndecodable(
+                    "a top-level key is not UTF-8".to_owned(),
+                ));
+            };
+            if key == K_VERSION {
+                if let Some(found) = v.as_u64() {
+                    if found > FORMAT_VERSION {
+                        return Err(Error::SnapshotTooNew {
+                            found,
+                            supported: FORMAT_VERSION,
+                        });
+                    }
+                    continue;
+                }
+            }
+            if !snap.absorb(&key, &v) {
+                snap.extra.insert(key, v);
+            }
+        }
+        snap.tokens.sort();
+        Ok(snap)
+    }
+
+    /// Reads one known key into the typed fields; `false` when the key is unknown or
+    /// its value is malformed (the caller then keeps it verbatim).
+    fn absorb(&mut self, key: &str, v: &rmpv::Value) -> bool {
+        match key {
+            K_STATUS => match v.as_u64().and_then(Status::from_code) {
+                Some(s) => self.status = s,
+                None => return false,
+            },
+            K_FAIL_CODE => {
+                let Some(code) = v.as_str() else { return false };
+                self.failure_mut().code = code.to_owned();
+            }
+            K_FAIL_NODE => {
+                let Some(node) = v.as_str() else { return false };
+                self.failure_mut().node = Some(node.to_owned());
+            }
+            K_FAIL_DETAIL => {
+                let Some(detail) = v.as_str() else {
+                    return false;
+                };
+                self.failure_mut().detail = Some(detail.to_owned());
+            }
+            K_TOKENS => match read_str_list(v) {
+                Some(list) => self.tokens = list,
+                None => return false,
+            },
+            K_VARS => match read_vars(v) {
+                Some(vars) => self.vars = vars,
+                None => return false,
+            },
+            K_TIMERS => match read_uint_map(v) {
+                Some(map) => self.timers = map,
+                None => return false,
+            },
+            K_INCARNATION => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => self.incarnation = n,
+                None => return false,
+            },
+            K_CYCLES => match read_uint_map(v) {
+                Some(map) => self.cycles = map,
+                None => return false,
+            },
+            _ => return self.absorb_family(key, v),
+        }
+        true
+    }
+
+    fn absorb_family(&mut self, key: &str, v: &rmpv::Value) -> bool {
+        if let Some(gw) = key.strip_prefix(P_JOIN) {
+            let Some(list) = read_str_list(v) else {
+                return false;
+            };
+            self.joins.insert(gw.to_owned(), list);
+        } else if let Some(node) = key.strip_prefix(P_ATTEMPT) {
+            // Tolerant read: anything but a counter in 1..=u32::MAX is malformed and reads
+            // as 0 (it stays in `extra`, so the bytes survive until a new write).
+            match v.as_u64().filter(|a| *a >= 1 && *a <= u32::MAX as u64) {
+                Some(a) => self.attempts.insert(node.to_owned(), a as u32),
+                None => return false,
+            };
+        } else if let Some(node) = key.strip_prefix(P_MARKER) {
+            let Some(class) = v.as_str() else {
+                return false;
+            };
+            self.markers.insert(node.to_owned(), class.to_owned());
+        } else if let Some(node) = key.strip_prefix(P_FIRST_FAILURE) {
+            let Some(at) = v.as_i64() else { return false };
+            self.first_failure_ms.insert(node.to_owned(), at);
+        } else {
+            return false;
+        }
+        true
+    }
+
+    fn failure_mut(&mut self) -> &mut Failure {
+        self.failure.get_or_insert_with(|| Failure {
+            code: String::new(),
+            node: None,
+            detail: None,
+        })
+    }
+}
+
+fn read_str_list(v: &rmpv::Value) -> Option<Vec<String>> {
+    let rmpv::Value::Array(items) = v else {
+        return None;
+    };
+    items
+        .iter()
+        .map(|i| i.as_str().map(str::to_owned))
+        .collect()
+}
+
+fn read_uint_map(v: &rmpv::Value) -> Option<BTreeMap<String, u32>> {
+    let rmpv::Value::Map(pairs) = v else {
+        return None;
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let n = u32::try_from(v.as_u64()?).ok()?;
+            Some((k.as_str()?.to_owned(), n))
+        })
+        .collect()
+}
+
+fn read_vars(v: &rmpv::Value) -> Option<Variables> {
+    let rmpv::Value::Map(pairs) = v else {
+        return None;
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| Some((k.as_str()?.to_owned(), to_json(v)?)))
+        .collect()
+}
+
+/// MessagePack → JSON. `None` for what JSON cannot hold (binary, ext, non-string keys,
+/// NaN): such a value is malformed as a variable.
+fn to_json(v: &rmpv::Value) -> Option<Json> {
+    use rmpv::Value as M;
+    Some(match v {
+        M::Nil => Json::Null,
+        M::Boolean(b) => Json::Bool(*b),
+        M::Integer(i) => {
+            if let Some(u) = i.as_u64() {
+                Json::from(u)
+            } else {
+                Json::from(i.as_i64()?)
+            }
+        }
+        M::F32(f) => Json::Number(serde_json::Number::from_f64(*f as f64)?),
+        M::F64(f) => Json::Number(serde_json::Number::from_f64(*f)?),
+        M::String(s) => Json::String(s.as_str()?.to_owned()),
+        M::Array(items) => Json::Array(items.iter().map(to_json).collect::<Option<_>>()?),
+        M::Map(pairs) => Json::Object(
+            pairs
+                .iter()
+                .map(|(k, v)| Some((k.as_str()?.to_owned(), to_json(v)?)))
+                .collect::<Option<_>>()?,
+        ),
+        M::Binary(_) | M::Ext(..) => return None,
+    })
+}
+
+/// One value to write under a top-level key.
+enum Entry<'a> {
+    Uint(u64),
+    Int(i64),
+    Str(&'a str),
+    StrList(&'a [String]),
+    UintMap(&'a BTreeMap<String, u32>),
+    Vars(&'a Variables),
+    Raw(&'a rmpv::Value),
+}
+
+impl Entry<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Entry::Uint(u) => mp::uint(out, *u),
+            Entry::Int(i) => mp::int(out, *i),
+            Entry::Str(s) => mp::str(out, s),
+            Entry::StrList(list) => {
+                mp::array_len(out, list.len());
+                for s in list.iter() {
+                    mp::str(out, s);
+                }
+            }
+            Entry::UintMap(map) => {
+                mp::map_len(out, map.len());
+                for (k, v) in map.iter() {
+                    mp::str(out, k);
+                    mp::uint(out, *v as u64);
+                }
+            }
+            Entry::Vars(vars) => {
+                mp::map_len(out, vars.len());
+                for (k, v) in vars.iter() {
+                    mp::str(out, k);
+                    mp::json(out, v);
+                }
+            }
+            Entry::Raw(v) => mp::raw(out, v),
+        }
+    }
+}
+
+/// A minimal canonical MessagePack writer: smallest encodings, f64 for every float,
+/// object keys in byte order. Writing into a `Vec` cannot fail, so nothing here returns
+/// a `Result`.
+pub(crate) mod mp {
+    use serde_json::Value as Json;
+
+    pub fn uint(out: &mut Vec<u8>, v: u64) {
+        if v < 0x80 {
+            out.push(v as u8);
+        } else if v <= u8::MAX as u64 {
+            out.extend_from_slice(&[0xcc, v as u8]);
+        } else if v <= u16::MAX as u64 {
+            out.push(0xcd);
+            out.extend_from_slice(&(v as u16).to_be_bytes());
+        } else if v <= u32::MAX as u64 {
+            out.push(0xce);
+            out.extend_from_slice(&(v as u32).to_be_bytes());
+        } else {
+            out.push(0xcf);
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+
+    pub fn int(out: &mut Vec<u8>, v: i64) {
+        if v >= 0 {
+            return uint(out, v as u64);
+        }
+        if v >= -32 {
+            out.push(v as i8 as u8);
+        } else if v >= i8::MIN as i64 {
+            out.extend_from_slice(&[0xd0, v as i8 as u8]);
+        } else if v >= i16::MIN as i64 {
+            out.push(0xd1);
+            out.extend_from_slice(&(v as i16).to_be_bytes());
+        } else if v >= i32::MIN as i64 {
+            out.push(0xd2);
+            out.extend_from_slice(&(v as i32).to_be_bytes());
+        } else {
+            out.push(0xd3);
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+
+    fn len_header(out: &mut Vec<u8>, len: usize, fix: u8, fix_max: usize, m16: u8, m32: u8) {
+        if len <= fix_max {
+            out.push(fix | len as u8);
+        } else if len <= u16::MAX as usize {
+            out.push(m16);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        } else {
+            out.push(m32);
+            out.extend_from_slice(&(len.min(u32::MAX as usize) as u32).to_be_bytes());
+        }
+    }
+
+    pub fn str(out: &mut Vec<u8>, s: &str) {
+        let len = s.len();
+        if len < 32 {
+            out.push(0xa0 | len as u8);
+        } else if len <= u8::MAX as usize {
+            out.extend_from_slice(&[0xd9, len as u8]);
+        } else if len <= u16::MAX as usize {
+            out.push(0xda);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        } else {
+            out.push(0xdb);
+            out.extend_from_slice(&(len as u32).to_be_bytes());
+        }
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    pub fn array_len(out: &mut Vec<u8>, len: usize) {
+        len_header(out, len, 0x90, 15, 0xdc, 0xdd);
+    }
+
+    pub fn map_len(out: &mut Vec<u8>, len: usize) {
+        len_header(out, len, 0x80, 15, 0xde, 0xdf);
+    }
+
+    pub fn json(out: &mut Vec<u8>, v: &Json) {
+        match v {
+            Json::Null => out.push(0xc0),
+            Json::Bool(false) => out.push(0xc2),
+            Json::Bool(true) => out.push(0xc3),
+            Json::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    uint(out, u);
+                } else if let Some(i) = n.as_i64() {
+                    int(out, i);
+                } else {
+                    out.push(0xcb);
+                    out.extend_from_slice(&n.as_f64().unwrap_or(0.0).to_be_bytes());
+                }
+            }
+            Json::String(s) => str(out, s),
+            Json::Array(items) => {
+                array_len(out, items.len());
+                for i in items {
+                    json(out, i);
+                }
+            }
+            Json::Object(map) => {
+                // serde_json's map is a BTreeMap (no `preserve_order`), but sort anyway:
+                // the bytes must not depend on a feature flag somebody else turns on.
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+                map_len(out, keys.len());
+                for k in keys {
+                    str(out, k);
+                    json(out, &map[k]);
+                }
+            }
+        }
+    }
+
+    pub fn raw(out: &mut Vec<u8>, v: &rmpv::Value) {
+        // Writing into a Vec cannot fail; the only error rmpv reports is the writer's.
+        let _ = rmpv::encode::write_value(out, v);
+    }
+}

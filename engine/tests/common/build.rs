@@ -1,0 +1,96 @@
+//! Builds `Definition`s in code, without XML: for laws and benches that must not depend
+//! on the loader's dialect, and for shapes the XML helpers make awkward.
+
+use std::collections::BTreeMap;
+
+use qflow_loader::model::{
+    Classification, Definition, Flow, FlowIdx, Node, NodeIdx, NodeKind, Pos, Process, RetryPolicy,
+    Task, TaskKind,
+};
+
+#[derive(Default)]
+pub struct Builder {
+    nodes: Vec<Node>,
+    flows: Vec<Flow>,
+}
+
+impl Builder {
+    pub fn node(&mut self, id: &str, kind: NodeKind) -> NodeIdx {
+        self.nodes.push(Node {
+            id: id.to_owned(),
+            name: None,
+            pos: Pos::default(),
+            scope: None,
+            kind,
+            outgoing: Vec::new(),
+            incoming: Vec::new(),
+        });
+        NodeIdx(self.nodes.len() as u32 - 1)
+    }
+
+    pub fn flow(&mut self, from: NodeIdx, to: NodeIdx) -> FlowIdx {
+        let idx = FlowIdx(self.flows.len() as u32);
+        self.flows.push(Flow {
+            id: format!("f{}", idx.0),
+            source: from,
+            target: to,
+            condition: None,
+            pos: Pos::default(),
+        });
+        self.nodes[from.0 as usize].outgoing.push(idx);
+        self.nodes[to.0 as usize].incoming.push(idx);
+        idx
+    }
+
+    pub fn build(self, id: &str) -> Definition {
+        let by_id = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.clone(), NodeIdx(i as u32)))
+            .collect();
+        Definition {
+            id: id.to_owned(),
+            name: None,
+            content_hash: String::new(),
+            process: Process {
+                nodes: self.nodes,
+                flows: self.flows,
+                by_id,
+            },
+            errors: BTreeMap::new(),
+            messages: BTreeMap::new(),
+            class: Classification::Stateless,
+        }
+    }
+}
+
+pub fn registered(name: &str, retry: Option<RetryPolicy>) -> NodeKind {
+    NodeKind::Task(Task {
+        kind: TaskKind::Registered {
+            name: name.to_owned(),
+        },
+        retry,
+        timeout: None,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+    })
+}
+
+/// start → t1 … tn (registered tasks named like their ids) → end.
+pub fn linear_def(n: usize, retry: Option<RetryPolicy>) -> Definition {
+    let mut b = Builder::default();
+    let mut prev = b.node("start", NodeKind::StartEvent);
+    for i in 1..=n {
+        let id = format!("t{i}");
+        let t = b.node(&id, registered(&id, retry.clone()));
+        b.flow(prev, t);
+        prev = t;
+    }
+    let end = b.node(
+        "end",
+        NodeKind::EndEvent(qflow_loader::model::EndKind::None),
+    );
+    b.flow(prev, end);
+    b.build("linear")
+}

@@ -1,0 +1,104 @@
+//! Shared helpers for the engine's integration tests: every scenario test goes through
+//! [`run_scenario`], every model through [`model`].
+
+#![allow(dead_code)]
+
+pub mod build;
+
+use qflow_engine::sim::{self, Scenario, Trace};
+use qflow_engine::{Effect, Snapshot};
+use qflow_loader::model::Definition;
+
+/// Loads a process whose body is `body` (flow nodes and sequence flows); `extra` goes
+/// beside the process inside `<definitions>` (error declarations, say).
+pub fn model_with(extra: &str, body: &str) -> Definition {
+    let xml = format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:qflow:test">
+  {extra}
+  <process id="p" isExecutable="true">
+    {body}
+  </process>
+</definitions>"#
+    );
+    match qflow_loader::load_str(&xml) {
+        Ok(mut loaded) => loaded.definitions.remove(0),
+        Err(diags) => panic!("test model refused: {diags:#?}\n{xml}"),
+    }
+}
+
+pub fn model(body: &str) -> Definition {
+    model_with("", body)
+}
+
+/// Runs a scenario given as JSON (the `qflow simulate` format) and returns its trace.
+pub fn run_scenario(def: &Definition, scenario_json: &str) -> Trace {
+    let scenario: Scenario = serde_json::from_str(scenario_json).expect("scenario parses");
+    sim::run(def, &scenario).expect("scenario runs")
+}
+
+/// The final decoded snapshot of a trace.
+pub fn last(trace: &Trace) -> Snapshot {
+    trace
+        .final_snapshot()
+        .expect("the trace has a decodable last step")
+}
+
+/// Every effect of the run with the virtual instant of its step.
+pub fn effects(trace: &Trace) -> Vec<(i64, Effect)> {
+    trace
+        .steps
+        .iter()
+        .flat_map(|s| s.effects.iter().map(move |e| (s.at_ms, e.clone())))
+        .collect()
+}
+
+/// `(instant, attempt)` of every `RunTask` of `node`.
+pub fn runs_of(trace: &Trace, node: &str) -> Vec<(i64, u32)> {
+    effects(trace)
+        .into_iter()
+        .filter_map(|(at, e)| match e {
+            Effect::RunTask {
+                node: n, attempt, ..
+            } if n == node => Some((at, attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `(instant armed, due, name)` of every timer armed during the run.
+pub fn arms(trace: &Trace) -> Vec<(i64, i64, String)> {
+    effects(trace)
+        .into_iter()
+        .filter_map(|(at, e)| match e {
+            Effect::ArmTimer {
+                name, due_at_ms, ..
+            } => Some((at, due_at_ms, name)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A linear process: start → tasks (each `<serviceTask q:task=id>` with `ext` inside
+/// its extensionElements, when given) → end.
+pub fn linear(tasks: &[(&str, &str)]) -> Definition {
+    let mut body = String::from(r#"<startEvent id="start"/>"#);
+    let mut prev = "start".to_owned();
+    for (i, (id, ext)) in tasks.iter().enumerate() {
+        let ext = if ext.is_empty() {
+            String::new()
+        } else {
+            format!("<extensionElements>{ext}</extensionElements>")
+        };
+        body.push_str(&format!(
+            r#"<sequenceFlow id="f{i}" sourceRef="{prev}" targetRef="{id}"/>
+               <serviceTask id="{id}" q:task="{id}">{ext}</serviceTask>"#
+        ));
+        prev = (*id).to_owned();
+    }
+    body.push_str(&format!(
+        r#"<sequenceFlow id="fend" sourceRef="{prev}" targetRef="end"/><endEvent id="end"/>"#
+    ));
+    model(&body)
+}

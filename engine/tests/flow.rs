@@ -1,0 +1,459 @@
+//! Token semantics without retries: gateways, tasks, waits, timers, errors, scopes.
+//! Every case goes through `run_scenario` (the production step on a virtual clock).
+
+mod common;
+
+use common::{arms, effects, last, linear, model, model_with, run_scenario, runs_of};
+use qflow_engine::sim::Stop;
+use qflow_engine::{Effect, Status};
+use serde_json::json;
+
+#[test]
+fn linear_tasks_complete_in_order_with_merged_outputs() {
+    let def = linear(&[("a", ""), ("b", ""), ("c", "")]);
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"n": 1},
+            "tasks": {"a": [{"outcome": "ok", "outputs": {"x": 2}}],
+                      "c": [{"outcome": "ok", "outputs": {"n": 3}, "after_ms": 40}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(trace.summary.stop, Stop::Finished);
+    assert_eq!(runs_of(&trace, "a"), vec![(0, 1)]);
+    assert_eq!(runs_of(&trace, "c"), vec![(0, 1)]);
+    assert_eq!(trace.summary.ended_at_ms, 40);
+    let snap = last(&trace);
+    assert_eq!(snap.variables()["n"], json!(3));
+    assert_eq!(snap.variables()["x"], json!(2));
+    assert!(snap.tokens().is_empty());
+}
+
+#[test]
+fn exclusive_gateway_takes_first_true_condition_then_default_then_fails() {
+    let body = r#"
+      <startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="gw"/>
+      <exclusiveGateway id="gw" default="fd"/>
+      <sequenceFlow id="fa" sourceRef="gw" targetRef="a"><conditionExpression>amount &gt; 100</conditionExpression></sequenceFlow>
+      <sequenceFlow id="fb" sourceRef="gw" targetRef="b"><conditionExpression>amount &gt; 10</conditionExpression></sequenceFlow>
+      <sequenceFlow id="fd" sourceRef="gw" targetRef="d"/>
+      <serviceTask id="a" q:task="a"/><serviceTask id="b" q:task="b"/><serviceTask id="d" q:task="d"/>
+      <sequenceFlow id="fa2" sourceRef="a" targetRef="e"/><sequenceFlow id="fb2" sourceRef="b" targetRef="e"/>
+      <sequenceFlow id="fd2" sourceRef="d" targetRef="e"/><endEvent id="e"/>"#;
+    let def = model(body);
+    for (amount, taken) in [(500, "a"), (50, "b"), (5, "d")] {
+        let trace = run_scenario(&def, &format!(r#"{{"variables": {{"amount": {amount}}}}}"#));
+        assert_eq!(trace.summary.status, "completed");
+        assert_eq!(
+            trace.summary.attempts.keys().collect::<Vec<_>>(),
+            vec![taken]
+        );
+    }
+    let no_default = model(&body.replace(r#" default="fd""#, "").replace(
+        r#"<sequenceFlow id="fd" sourceRef="gw" targetRef="d"/>"#,
+        r#"<sequenceFlow id="fd" sourceRef="gw" targetRef="d"><conditionExpression>amount &lt; 0</conditionExpression></sequenceFlow>"#,
+    ));
+    let trace = run_scenario(&no_default, r#"{"variables": {"amount": 5}}"#);
+    assert_eq!(trace.summary.status, "failed");
+    assert_eq!(trace.summary.failure_code.as_deref(), Some("NO_FLOW_TAKEN"));
+    assert_eq!(trace.summary.failure_node.as_deref(), Some("gw"));
+}
+
+#[test]
+fn condition_on_a_missing_variable_fails_with_expression_failed() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="gw"/>
+      <exclusiveGateway id="gw" default="fd"/>
+      <sequenceFlow id="fa" sourceRef="gw" targetRef="e"><conditionExpression>missing &gt; 1</conditionExpression></sequenceFlow>
+      <sequenceFlow id="fd" sourceRef="gw" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, "{}");
+    assert_eq!(
+        trace.summary.failure_code.as_deref(),
+        Some("EXPRESSION_FAILED")
+    );
+}
+
+const PARALLEL: &str = r#"
+  <startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+  <parallelGateway id="fork"/>
+  <sequenceFlow id="f1" sourceRef="fork" targetRef="a"/><sequenceFlow id="f2" sourceRef="fork" targetRef="b"/>
+  <userTask id="a"/><userTask id="b"/>
+  <sequenceFlow id="f3" sourceRef="a" targetRef="join"/><sequenceFlow id="f4" sourceRef="b" targetRef="join"/>
+  <parallelGateway id="join"/>
+  <sequenceFlow id="f5" sourceRef="join" targetRef="after"/><serviceTask id="after" q:task="after"/>
+  <sequenceFlow id="f6" sourceRef="after" targetRef="e"/><endEvent id="e"/>"#;
+
+#[test]
+fn parallel_join_waits_for_every_branch() {
+    let def = model(PARALLEL);
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [
+            {"event": "complete_user_task", "at_ms": 20, "node": "b", "variables": {"b": true}},
+            {"event": "complete_user_task", "at_ms": 50, "node": "a"}]}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    // After b completes, the join holds one arrival and `after` has not run yet.
+    let after_b = qflow_engine::Snapshot::decode(&trace.steps[1].snapshot).unwrap();
+    assert_eq!(after_b.tokens(), ["a"]);
+    assert_eq!(after_b.join_arrivals()["join"], vec!["f4".to_owned()]);
+    assert_eq!(runs_of(&trace, "after"), vec![(50, 1)]);
+    assert_eq!(last(&trace).variables()["b"], json!(true));
+}
+
+#[test]
+fn user_task_waits_until_completed_and_idles_without_an_event() {
+    let def = model(PARALLEL);
+    let trace = run_scenario(&def, "{}");
+    assert_eq!(trace.summary.stop, Stop::Idle);
+    assert_eq!(trace.summary.status, "running");
+    assert_eq!(last(&trace).tokens(), ["a", "b"]);
+}
+
+#[test]
+fn completing_a_task_that_is_not_pending_is_stale_and_changes_no_bytes() {
+    let def = model(PARALLEL);
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [
+            {"event": "complete_user_task", "at_ms": 10, "node": "a"},
+            {"event": "complete_user_task", "at_ms": 20, "node": "a"}]}"#,
+    );
+    let (second, third) = (&trace.steps[1], &trace.steps[2]);
+    assert_eq!(second.snapshot, third.snapshot);
+    assert!(matches!(third.effects.as_slice(), [Effect::Stale { .. }]));
+}
+
+#[test]
+fn timer_catch_event_waits_its_duration() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="wait"/>
+      <intermediateCatchEvent id="wait"><timerEventDefinition><timeDuration>PT10S</timeDuration></timerEventDefinition></intermediateCatchEvent>
+      <sequenceFlow id="f1" sourceRef="wait" targetRef="t"/><serviceTask id="t" q:task="t"/>
+      <sequenceFlow id="f2" sourceRef="t" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{"start_at_ms": 1000}"#);
+    assert_eq!(arms(&trace), vec![(1000, 11_000, "c:wait".to_owned())]);
+    assert_eq!(runs_of(&trace, "t"), vec![(11_000, 1)]);
+    assert_eq!(trace.summary.status, "completed");
+}
+
+const BOUNDARY: &str = r#"
+  <startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="work"/>
+  <userTask id="work"/>
+  <boundaryEvent id="late" attachedToRef="work" cancelActivity="CANCEL">
+    <timerEventDefinition><timeDuration>PT5S</timeDuration></timerEventDefinition></boundaryEvent>
+  <sequenceFlow id="f1" sourceRef="work" targetRef="done"/><endEvent id="done"/>
+  <sequenceFlow id="f2" sourceRef="late" targetRef="escalate"/><serviceTask id="escalate" q:task="escalate"/>
+  <sequenceFlow id="f3" sourceRef="escalate" targetRef="escalated"/><endEvent id="escalated"/>"#;
+
+#[test]
+fn interrupting_timer_boundary_cancels_the_task_and_routes() {
+    let def = model(&BOUNDARY.replace("CANCEL", "true"));
+    let trace = run_scenario(&def, "{}");
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "escalate"), vec![(5000, 1)]);
+    assert!(last(&trace).tokens().is_empty());
+}
+
+#[test]
+fn timer_boundary_is_resolved_when_the_task_finishes_first() {
+    let def = model(&BOUNDARY.replace("CANCEL", "true"));
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 1000, "node": "work"}]}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert!(runs_of(&trace, "escalate").is_empty());
+    assert!(trace.steps[1]
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveTimer { name, .. } if name == "b:late")));
+}
+
+#[test]
+fn non_interrupting_timer_boundary_keeps_the_task_waiting() {
+    let def = model(&BOUNDARY.replace("CANCEL", "false"));
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 9000, "node": "work"}]}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "escalate"), vec![(5000, 1)]);
+    let at_boundary = qflow_engine::Snapshot::decode(&trace.steps[1].snapshot).unwrap();
+    // The boundary spawned a token for `escalate`; `work` still waits.
+    assert_eq!(at_boundary.tokens(), ["escalate", "work"]);
+}
+
+#[test]
+fn non_interrupting_cycle_boundary_re_arms_until_its_repetitions_are_spent() {
+    let def = model(&BOUNDARY.replace("CANCEL", "false").replace(
+        "<timeDuration>PT5S</timeDuration>",
+        "<timeCycle>R3/PT5S</timeCycle>",
+    ));
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 60000, "node": "work"}]}"#,
+    );
+    let escalations: Vec<i64> = runs_of(&trace, "escalate").iter().map(|r| r.0).collect();
+    assert_eq!(escalations, vec![5000, 10_000, 15_000]);
+    assert_eq!(trace.summary.status, "completed");
+}
+
+const ERRORS: &str =
+    r#"<error id="e_rej" errorCode="REJECTED"/><error id="e_other" errorCode="OTHER"/>"#;
+
+fn error_model(boundaries: &str) -> qflow_loader::model::Definition {
+    model_with(
+        ERRORS,
+        &format!(
+            r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="check"/>
+      <serviceTask id="check" q:task="check"/>{boundaries}
+      <sequenceFlow id="f1" sourceRef="check" targetRef="ok"/><endEvent id="ok"/>"#
+        ),
+    )
+}
+
+#[test]
+fn bpmn_error_routes_to_the_boundary_with_its_code_before_catch_all() {
+    let def = error_model(
+        r#"<boundaryEvent id="any" attachedToRef="check"><errorEventDefinition/></boundaryEvent>
+        <boundaryEvent id="rej" attachedToRef="check"><errorEventDefinition errorRef="e_rej"/></boundaryEvent>
+        <sequenceFlow id="f2" sourceRef="rej" targetRef="rejected"/><serviceTask id="rejected" q:task="rejected"/>
+        <sequenceFlow id="f3" sourceRef="rejected" targetRef="end2"/><endEvent id="end2"/>
+        <sequenceFlow id="f4" sourceRef="any" targetRef="other"/><serviceTask id="other" q:task="other"/>
+        <sequenceFlow id="f5" sourceRef="other" targetRef="end3"/><endEvent id="end3"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"check": [{"outcome": "bpmn_error", "code": "REJECTED"}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "rejected").len(), 1);
+    assert!(runs_of(&trace, "other").is_empty());
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"check": [{"outcome": "bpmn_error", "code": "SOMETHING"}]}}"#,
+    );
+    assert_eq!(runs_of(&trace, "other").len(), 1);
+}
+
+#[test]
+fn uncaught_bpmn_error_fails_with_a_structured_code() {
+    let def = error_model("");
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"check": [{"outcome": "bpmn_error", "code": "REJECTED"}]}}"#,
+    );
+    assert_eq!(
+        trace.summary.failure_code.as_deref(),
+        Some("UNCAUGHT_BPMN_ERROR")
+    );
+    let snap = last(&trace);
+    assert_eq!(snap.failure().unwrap().detail.as_deref(), Some("REJECTED"));
+    assert_eq!(snap.tokens(), ["check"]);
+}
+
+#[test]
+fn handler_failure_and_panic_without_policy_fail_with_their_code() {
+    let def = linear(&[("a", "")]);
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"a": [{"outcome": "fail", "code": "CARD_DECLINED"}]}}"#,
+    );
+    assert_eq!(trace.summary.failure_code.as_deref(), Some("CARD_DECLINED"));
+    assert_eq!(trace.summary.failure_node.as_deref(), Some("a"));
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"a": [{"outcome": "panic", "message": "boom"}]}}"#,
+    );
+    assert_eq!(
+        trace.summary.failure_code.as_deref(),
+        Some("HANDLER_PANICKED")
+    );
+    // No policy: no retry key is ever written.
+    assert!(last(&trace).attempts().is_empty());
+}
+
+#[test]
+fn error_end_event_inside_a_subprocess_is_caught_by_its_boundary() {
+    let def = model_with(
+        ERRORS,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sub"/>
+      <subProcess id="sub">
+        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="inner"/>
+        <serviceTask id="inner" q:task="inner"/><sequenceFlow id="g1" sourceRef="inner" targetRef="boom"/>
+        <endEvent id="boom"><errorEventDefinition errorRef="e_rej"/></endEvent>
+      </subProcess>
+      <boundaryEvent id="caught" attachedToRef="sub"><errorEventDefinition errorRef="e_rej"/></boundaryEvent>
+      <sequenceFlow id="f1" sourceRef="sub" targetRef="e"/><endEvent id="e"/>
+      <sequenceFlow id="f2" sourceRef="caught" targetRef="handle"/><serviceTask id="handle" q:task="handle"/>
+      <sequenceFlow id="f3" sourceRef="handle" targetRef="e2"/><endEvent id="e2"/>"#,
+    );
+    let trace = run_scenario(&def, "{}");
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "handle").len(), 1);
+}
+
+#[test]
+fn subprocess_completes_when_its_inner_tokens_end() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sub"/>
+      <subProcess id="sub">
+        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="inner"/>
+        <userTask id="inner"/><sequenceFlow id="g1" sourceRef="inner" targetRef="se"/><endEvent id="se"/>
+      </subProcess>
+      <sequenceFlow id="f1" sourceRef="sub" targetRef="after"/><serviceTask id="after" q:task="after"/>
+      <sequenceFlow id="f2" sourceRef="after" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 7, "node": "inner"}]}"#,
+    );
+    assert_eq!(last(&trace).status(), Status::Completed);
+    assert_eq!(runs_of(&trace, "after"), vec![(7, 1)]);
+    let waiting = qflow_engine::Snapshot::decode(&trace.steps[0].snapshot).unwrap();
+    assert_eq!(waiting.tokens(), ["inner", "sub"]);
+}
+
+#[test]
+fn terminate_end_event_ends_every_branch() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+      <parallelGateway id="fork"/>
+      <sequenceFlow id="f1" sourceRef="fork" targetRef="wait"/><userTask id="wait"/>
+      <sequenceFlow id="f2" sourceRef="fork" targetRef="stop"/><endEvent id="stop"><terminateEventDefinition/></endEvent>
+      <sequenceFlow id="f3" sourceRef="wait" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, "{}");
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(trace.steps.len(), 1);
+    assert!(last(&trace).tokens().is_empty());
+}
+
+#[test]
+fn timeout_without_policy_is_a_catchable_timeout_error() {
+    let task = r#"<extensionElements><q:timeout duration="PT30S"/></extensionElements>"#;
+    let caught = model_with(
+        r#"<error id="e_to" errorCode="TIMEOUT"/>"#,
+        &format!(
+            r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fetch"/>
+      <serviceTask id="fetch" q:task="fetch">{task}</serviceTask>
+      <boundaryEvent id="to" attachedToRef="fetch"><errorEventDefinition errorRef="e_to"/></boundaryEvent>
+      <sequenceFlow id="f1" sourceRef="fetch" targetRef="e"/><endEvent id="e"/>
+      <sequenceFlow id="f2" sourceRef="to" targetRef="fallback"/><serviceTask id="fallback" q:task="fallback"/>
+      <sequenceFlow id="f3" sourceRef="fallback" targetRef="e2"/><endEvent id="e2"/>"#
+        ),
+    );
+    let hang = r#"{"tasks": {"fetch": [{"outcome": "hang"}]}}"#;
+    let trace = run_scenario(&caught, hang);
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "fallback"), vec![(30_000, 1)]);
+
+    let uncaught = linear(&[("fetch", r#"<q:timeout duration="PT30S"/>"#)]);
+    let trace = run_scenario(&uncaught, hang);
+    assert_eq!(trace.summary.failure_code.as_deref(), Some("TIMEOUT"));
+    assert_eq!(trace.summary.ended_at_ms, 30_000);
+    assert!(effects(&trace).iter().any(|(_, e)| matches!(
+        e,
+        Effect::AttemptFinished {
+            outcome: qflow_engine::AttemptOutcome::TimedOut,
+            ..
+        }
+    )));
+
+    // In time: the window is resolved and the late timer never fires.
+    let trace = run_scenario(
+        &uncaught,
+        r#"{"tasks": {"fetch": [{"outcome": "ok", "after_ms": 29999}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+}
+
+#[test]
+fn inclusive_gateway_forks_true_branches_and_joins_them() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+      <inclusiveGateway id="fork"/>
+      <sequenceFlow id="fa" sourceRef="fork" targetRef="a"><conditionExpression>x &gt; 1</conditionExpression></sequenceFlow>
+      <sequenceFlow id="fb" sourceRef="fork" targetRef="b"><conditionExpression>x &gt; 5</conditionExpression></sequenceFlow>
+      <sequenceFlow id="fc" sourceRef="fork" targetRef="c"><conditionExpression>x &gt; 10</conditionExpression></sequenceFlow>
+      <serviceTask id="a" q:task="a"/><serviceTask id="b" q:task="b"/><serviceTask id="c" q:task="c"/>
+      <sequenceFlow id="fa2" sourceRef="a" targetRef="join"/><sequenceFlow id="fb2" sourceRef="b" targetRef="join"/>
+      <sequenceFlow id="fc2" sourceRef="c" targetRef="join"/>
+      <inclusiveGateway id="join"/>
+      <sequenceFlow id="fj" sourceRef="join" targetRef="after"/><serviceTask id="after" q:task="after"/>
+      <sequenceFlow id="fe" sourceRef="after" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"x": 7}, "tasks": {"b": [{"outcome": "ok", "after_ms": 100}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(
+        trace.summary.attempts.keys().collect::<Vec<_>>(),
+        vec!["a", "after", "b"]
+    );
+    assert_eq!(runs_of(&trace, "after"), vec![(100, 1)]);
+}
+
+#[test]
+fn message_catch_waits_for_its_message() {
+    let def = model_with(
+        r#"<message id="m1" name="paid"/>"#,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="wait"/>
+      <intermediateCatchEvent id="wait"><messageEventDefinition messageRef="m1"/></intermediateCatchEvent>
+      <sequenceFlow id="f1" sourceRef="wait" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "message", "at_ms": 3, "name": "other"},
+                       {"event": "message", "at_ms": 5, "name": "paid", "variables": {"ref": "x"}}]}"#,
+    );
+    assert!(matches!(
+        trace.steps[1].effects.as_slice(),
+        [Effect::Stale { .. }]
+    ));
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(last(&trace).variables()["ref"], json!("x"));
+}
+
+#[test]
+fn cancel_resolves_timers_and_ends_the_instance() {
+    let def = model(&BOUNDARY.replace("CANCEL", "true"));
+    let trace = run_scenario(&def, r#"{"events": [{"event": "cancel", "at_ms": 100}]}"#);
+    assert_eq!(trace.summary.status, "cancelled");
+    assert!(trace.steps[1]
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveTimer { name, .. } if name == "b:late")));
+    assert!(last(&trace).timers().is_empty());
+}
+
+#[test]
+fn io_mappings_shape_handler_inputs_and_instance_variables() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="t"/>
+      <serviceTask id="t" q:task="t"><extensionElements>
+        <q:input target="total" source="price * qty"/>
+        <q:output target="receipt" source="result.id"/>
+      </extensionElements></serviceTask>
+      <sequenceFlow id="f1" sourceRef="t" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"price": 3, "qty": 4},
+            "tasks": {"t": [{"outcome": "ok", "outputs": {"id": "r-9", "noise": 1}}]}}"#,
+    );
+    let run = effects(&trace)
+        .into_iter()
+        .find_map(|(_, e)| match e {
+            Effect::RunTask { inputs, .. } => Some(inputs),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(serde_json::to_value(&run).unwrap(), json!({"total": 12}));
+    let vars = last(&trace).variables().clone();
+    assert_eq!(vars["receipt"], json!("r-9"));
+    assert!(!vars.contains_key("noise"));
+}
