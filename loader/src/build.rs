@@ -367,6 +367,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 format!("__anonymous_{}_{}", el.pos.line, el.pos.col)
             }
         };
+        if self.by_id.contains_key(&id) {
+            // Already reported as Q101; a second node under the same id would only add
+            // unreachable/dead-end noise.
+            return;
+        }
         let idx = NodeIdx(self.nodes.len() as u32);
         self.check_node_children(el);
         let kind = self.node_kind(el, idx);
@@ -1005,6 +1010,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     fn resolve_boundaries(&mut self) {
         for (idx, el) in std::mem::take(&mut self.boundary_els) {
             let Some(a) = el.attr("attachedToRef") else {
+                self.meta.refused_roots.push(idx);
                 self.help(
                     "Q111",
                     el.pos,
@@ -1020,6 +1026,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     NodeKind::Task(_) | NodeKind::SubProcess | NodeKind::CallActivity { .. }
                 )
             });
+            if host_ok != Some(true) {
+                self.meta.refused_roots.push(idx);
+            }
             match (host, host_ok) {
                 (Some(h), Some(true)) => {
                     let host_scope = self.nodes[h.0 as usize].scope;
@@ -1171,7 +1180,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         match Expression::compile(&source, pos, self.ctx.opts.max_expr_len) {
             Ok(e) => Some(e),
             Err(e) => {
-                self.help("Q201", e.pos, e.message, "fix the CEL condition");
+                // A translated FEEL text has other columns than the file; point at its start.
+                let at = if is_feel { pos } else { c.text_file_pos(e.pos) };
+                self.help("Q201", at, e.message, "fix the CEL condition");
                 None
             }
         }

@@ -56,9 +56,46 @@ pub struct Element {
     pub text: String,
     /// Position of the first non-blank character of `text` (or of the element if none).
     pub text_pos: Pos,
+    /// The text as written (entities not expanded), to map columns inside `text` back to
+    /// columns in the file.
+    pub text_raw: String,
 }
 
 impl Element {
+    /// Maps a position inside the trimmed, unescaped `text` (as computed from `text_pos`
+    /// counting unescaped characters) back to the file, where entities such as `&gt;`
+    /// take several columns. Only the first line needs it: later lines restart at column 1
+    /// and are rarely used by expressions.
+    pub fn text_file_pos(&self, p: Pos) -> Pos {
+        if p.line != self.text_pos.line || p.col < self.text_pos.col {
+            return p;
+        }
+        let wanted = (p.col - self.text_pos.col) as usize;
+        let mut raw_cols = 0u32;
+        let mut seen = 0usize;
+        let mut chars = self.text_raw.trim_start().chars();
+        while seen < wanted {
+            match chars.next() {
+                None | Some('\n') => break,
+                Some('&') => {
+                    raw_cols += 1;
+                    for c in chars.by_ref() {
+                        raw_cols += 1;
+                        if c == ';' {
+                            break;
+                        }
+                    }
+                }
+                Some(_) => raw_cols += 1,
+            }
+            seen += 1;
+        }
+        Pos {
+            line: p.line,
+            col: self.text_pos.col + raw_cols,
+        }
+    }
+
     /// An attribute without namespace (the BPMN schema's own attributes).
     pub fn attr(&self, local: &str) -> Option<&Attr> {
         self.attrs
@@ -286,14 +323,15 @@ impl<'a> Parser<'a> {
                                 ))
                         }
                     };
-                    self.push_text(&s, at, lead < raw.len());
+                    let raw = String::from_utf8_lossy(raw).into_owned();
+                    self.push_text(&s, &raw, at, lead < raw.len());
                 }
                 (_, Event::CData(c)) => {
                     let raw: &[u8] = c.as_ref();
                     let at = self.offset_of(raw, off);
                     let s = String::from_utf8_lossy(raw).into_owned();
                     if matches!(self.stack.last(), Some(Some(_))) {
-                        self.push_text(&s, at, !s.trim().is_empty());
+                        self.push_text(&s, &s, at, !s.trim().is_empty());
                     }
                 }
                 (_, Event::DocType(_)) => {
@@ -327,7 +365,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn push_text(&mut self, s: &str, at: usize, has_content: bool) {
+    fn push_text(&mut self, s: &str, raw: &str, at: usize, has_content: bool) {
         let pos = if has_content {
             Some(self.cursor.at(at))
         } else {
@@ -340,6 +378,7 @@ impl<'a> Parser<'a> {
                 }
             }
             el.text.push_str(s);
+            el.text_raw.push_str(raw);
         }
     }
 
@@ -389,6 +428,7 @@ impl<'a> Parser<'a> {
                 children: Vec::new(),
                 text: String::new(),
                 text_pos: pos,
+                text_raw: String::new(),
             })
         } else {
             // Still check the attributes for well-formedness.

@@ -1,0 +1,1110 @@
+//! Model-level tests of the loader: one refused model per rule (code and line:col), a
+//! valid model per task kind, the design rules of SPEC L6, vendor dialects (L8) and the
+//! classifier (L7).
+//!
+//! Every test goes through `refused(xml, code)` or `loads(xml)`. In a refused model, the
+//! character `¶` marks where the diagnostic must point; the helper removes it before
+//! loading and asserts that the model breaks exactly that one rule.
+
+use qflow_loader::model::*;
+use qflow_loader::{load_str, Diagnostic, Loaded, Severity};
+
+const MARK: char = '¶';
+
+const HEAD: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:q="urn:qflow:bpmn:1"
+    xmlns:camunda="http://camunda.org/schema/1.0/bpmn"
+    xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"
+    xmlns:bpmndi="http://www.omg.org/spec/BPMN/20100524/DI"
+    id="defs">"#;
+
+/// A file with declarations (errors, messages) and one executable process `p`.
+fn file(decls: &str, body: &str) -> String {
+    format!("{HEAD}\n{decls}\n<process id=\"p\" isExecutable=\"true\">\n{body}\n</process>\n</definitions>\n")
+}
+
+fn process(body: &str) -> String {
+    file("", body)
+}
+
+/// start → `middle` (which must accept flow `f1` in and send `f2` out) → end.
+fn around(middle: &str) -> String {
+    process(&format!(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+{middle}
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#
+    ))
+}
+
+/// Where the mark is (1-based line, column in characters), and the text without it.
+fn locate(marked: &str) -> (Pos, String) {
+    let mut pos = None;
+    let (mut line, mut col) = (1u32, 1u32);
+    let mut clean = String::with_capacity(marked.len());
+    for c in marked.chars() {
+        if c == MARK {
+            assert!(pos.is_none(), "more than one mark");
+            pos = Some(Pos { line, col });
+            continue;
+        }
+        clean.push(c);
+        if c == '\n' {
+            line += 1;
+            col = 1;
+        } else {
+            col += 1;
+        }
+    }
+    (pos.expect("the model has no ¶ mark"), clean)
+}
+
+fn errors(d: &[Diagnostic]) -> Vec<String> {
+    d.iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| format!("{} {}", d.code, d.pos))
+        .collect()
+}
+
+/// Asserts that the model is refused with exactly one error: `code` at the mark.
+fn refused(marked: &str, code: &str) -> Diagnostic {
+    let (pos, xml) = locate(marked);
+    let diags = match load_str(&xml) {
+        Ok(_) => panic!("expected {code} at {pos}, but the model loaded:\n{xml}"),
+        Err(d) => d,
+    };
+    assert_eq!(
+        errors(&diags),
+        vec![format!("{code} {pos}")],
+        "all diagnostics: {diags:#?}"
+    );
+    let d = diags
+        .into_iter()
+        .find(|d| d.severity == Severity::Error)
+        .expect("one error");
+    assert!(!d.message.is_empty());
+    assert!(
+        d.help.is_some(),
+        "{code} should say what to change: {}",
+        d.message
+    );
+    d
+}
+
+fn loads(xml: &str) -> Loaded {
+    match load_str(xml) {
+        Ok(l) => l,
+        Err(d) => panic!(
+            "expected the model to load, got:\n{}",
+            d.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    }
+}
+
+fn only(l: &Loaded) -> &Definition {
+    assert_eq!(l.definitions.len(), 1);
+    &l.definitions[0]
+}
+
+fn task<'a>(d: &'a Definition, id: &str) -> &'a Task {
+    match &d
+        .process
+        .node(d.process.find(id).expect("node exists"))
+        .kind
+    {
+        NodeKind::Task(t) => t,
+        other => panic!("{id} is not a task: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- XML level (Q00x)
+
+#[test]
+fn q001_mismatched_end_tag() {
+    refused(&around(r#"<task id="t">¶</serviceTask>"#), "Q001");
+}
+
+#[test]
+fn q001_undeclared_entity() {
+    refused(
+        &around(
+            "<task id=\"t\" name=\"a\"/>\n<textAnnotation><text>¶&nope;</text></textAnnotation>",
+        ),
+        "Q001",
+    );
+}
+
+#[test]
+fn q002_doctype() {
+    refused(
+        "<?xml version=\"1.0\"?>\n¶<!DOCTYPE definitions [<!ENTITY x \"y\">]>\n<definitions/>",
+        "Q002",
+    );
+}
+
+#[test]
+fn q006_not_bpmn() {
+    refused("<?xml version=\"1.0\"?>\n¶<html><body/></html>", "Q006");
+}
+
+#[test]
+fn q007_no_process() {
+    let xml = format!(
+        "¶{}\n</definitions>\n",
+        &HEAD[HEAD.find("<definitions").unwrap()..]
+    );
+    refused(&xml, "Q007");
+}
+
+// ---------------------------------------------------------------- structure (Q1xx)
+
+#[test]
+fn q101_duplicate_id() {
+    refused(&around(r#"<task id="t"/><task ¶id="start"/>"#), "Q101");
+}
+
+#[test]
+fn q102_message_catch_without_message_ref() {
+    refused(
+        &around(
+            r#"<intermediateCatchEvent id="t">¶<messageEventDefinition/></intermediateCatchEvent>"#,
+        ),
+        "Q102",
+    );
+}
+
+#[test]
+fn q103_script_task() {
+    refused(&around(r#"¶<scriptTask id="t"/>"#), "Q103");
+}
+
+#[test]
+fn q103_multi_instance() {
+    refused(
+        &around(r#"<userTask id="t">¶<multiInstanceLoopCharacteristics/></userTask>"#),
+        "Q103",
+    );
+}
+
+#[test]
+fn q103_signal_catch_event() {
+    refused(
+        &around(
+            r#"<intermediateCatchEvent id="t">¶<signalEventDefinition/></intermediateCatchEvent>"#,
+        ),
+        "Q103",
+    );
+}
+
+#[test]
+fn q103_message_start_event() {
+    refused(
+        &process(
+            r#"<startEvent id="start">¶<messageEventDefinition/></startEvent>
+<sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q103",
+    );
+}
+
+#[test]
+fn q104_flow_to_missing_node() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="fork"/>
+<parallelGateway id="fork"/>
+<sequenceFlow id="f2" sourceRef="fork" targetRef="end"/>
+<sequenceFlow id="f3" sourceRef="fork" ¶targetRef="nowhere"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q104",
+    );
+}
+
+#[test]
+fn q105_flow_leaves_its_sub_process() {
+    refused(
+        &around(
+            r#"<subProcess id="t">
+  <startEvent id="s2"/>
+  <sequenceFlow id="g1" sourceRef="s2" targetRef="t2"/>
+  <task id="t2"/>
+  <sequenceFlow id="g2" sourceRef="t2" targetRef="e2"/>
+  ¶<sequenceFlow id="g3" sourceRef="t2" targetRef="end"/>
+  <endEvent id="e2"/>
+</subProcess>"#,
+        ),
+        "Q105",
+    );
+}
+
+#[test]
+fn q106_no_start_event() {
+    let xml = format!(
+        "{HEAD}\n¶<process id=\"p\" isExecutable=\"true\">\n<task id=\"t\"/>\n<sequenceFlow id=\"f\" sourceRef=\"t\" targetRef=\"end\"/>\n<endEvent id=\"end\"/>\n</process>\n</definitions>\n"
+    );
+    refused(&xml, "Q106");
+}
+
+#[test]
+fn q107_unreachable_node() {
+    refused(
+        &around(
+            r#"<task id="t"/>
+¶<task id="orphan"/>
+<sequenceFlow id="f3" sourceRef="orphan" targetRef="end"/>"#,
+        ),
+        "Q107",
+    );
+}
+
+#[test]
+fn q108_dead_end() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="fork"/>
+<parallelGateway id="fork"/>
+<sequenceFlow id="f2" sourceRef="fork" targetRef="end"/>
+<sequenceFlow id="f3" sourceRef="fork" targetRef="stuck"/>
+¶<task id="stuck"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q108",
+    );
+}
+
+#[test]
+fn q109_default_flow_not_outgoing() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="xor"/>
+<exclusiveGateway id="xor" ¶default="f1"/>
+<sequenceFlow id="f2" sourceRef="xor" targetRef="end"><conditionExpression>x > 1</conditionExpression></sequenceFlow>
+<sequenceFlow id="f3" sourceRef="xor" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q109",
+    );
+}
+
+#[test]
+fn q110_default_flow_on_a_task() {
+    refused(&around(r#"<task id="t" ¶default="f2"/>"#), "Q110");
+}
+
+#[test]
+fn q111_boundary_on_missing_node() {
+    refused(
+        &around(
+            r#"<task id="t"/>
+<boundaryEvent id="b" ¶attachedToRef="ghost"><timerEventDefinition><timeDuration>PT1M</timeDuration></timerEventDefinition></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>"#,
+        ),
+        "Q111",
+    );
+}
+
+#[test]
+fn q111_boundary_on_a_gateway() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="xor"/>
+<exclusiveGateway id="xor"/>
+<sequenceFlow id="f2" sourceRef="xor" targetRef="end"/>
+<boundaryEvent id="b" ¶attachedToRef="xor"><timerEventDefinition><timeDuration>PT1M</timeDuration></timerEventDefinition></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q111",
+    );
+}
+
+#[test]
+fn q112_error_end_with_unknown_error() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
+<endEvent id="end"><errorEventDefinition ¶errorRef="nope"/></endEvent>"#,
+        ),
+        "Q112",
+    );
+}
+
+#[test]
+fn q112_error_boundary_with_unknown_error() {
+    refused(
+        &around(
+            r#"<serviceTask id="t" q:task="pay"/>
+<boundaryEvent id="b" attachedToRef="t"><errorEventDefinition ¶errorRef="nope"/></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>"#,
+        ),
+        "Q112",
+    );
+}
+
+#[test]
+fn q113_unknown_message() {
+    refused(
+        &around(r#"<receiveTask id="t" ¶messageRef="nope"/>"#),
+        "Q113",
+    );
+}
+
+#[test]
+fn q114_service_task_without_kind() {
+    let d = refused(&around(r#"¶<serviceTask id="t"/>"#), "Q114");
+    assert!(d.help.unwrap().contains("q:task"));
+}
+
+#[test]
+fn q114_camunda_java_class() {
+    refused(
+        &around(r#"<serviceTask id="t" ¶camunda:class="com.acme.Pay"/>"#),
+        "Q114",
+    );
+}
+
+#[test]
+fn q115_two_task_kinds() {
+    refused(
+        &around(r#"<serviceTask id="t" q:task="pay" ¶q:topic="pay"/>"#),
+        "Q115",
+    );
+}
+
+#[test]
+fn q116_end_event_with_outgoing_flow() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="mid"/>
+¶<endEvent id="mid"/>
+<sequenceFlow id="f2" sourceRef="mid" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q116",
+    );
+}
+
+#[test]
+fn q117_call_activity_without_called_element() {
+    refused(&around(r#"¶<callActivity id="t"/>"#), "Q117");
+}
+
+#[test]
+fn q118_event_gateway_to_a_task() {
+    refused(
+        &file(
+            r#"<message id="m" name="paid"/>"#,
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="eg"/>
+<eventBasedGateway id="eg"/>
+<sequenceFlow id="f2" sourceRef="eg" targetRef="wait"/>
+¶<sequenceFlow id="f3" sourceRef="eg" targetRef="t"/>
+<intermediateCatchEvent id="wait"><messageEventDefinition messageRef="m"/></intermediateCatchEvent>
+<task id="t"/>
+<sequenceFlow id="f4" sourceRef="wait" targetRef="end"/>
+<sequenceFlow id="f5" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q118",
+    );
+}
+
+#[test]
+fn q119_condition_after_a_task() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<task id="t"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"><conditionExpression>¶ok</conditionExpression></sequenceFlow>
+<endEvent id="end"/>"#,
+        ),
+        "Q119",
+    );
+}
+
+#[test]
+fn q120_two_event_definitions() {
+    refused(
+        &file(
+            r#"<message id="m" name="paid"/>"#,
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<intermediateCatchEvent id="t"><messageEventDefinition messageRef="m"/>¶<timerEventDefinition><timeDuration>PT1S</timeDuration></timerEventDefinition></intermediateCatchEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q120",
+    );
+}
+
+// ---------------------------------------------------------------- expressions, timers (Q2xx)
+
+fn gateway_with_condition(cond: &str) -> String {
+    process(&format!(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="xor"/>
+<exclusiveGateway id="xor" default="f3"/>
+<sequenceFlow id="f2" sourceRef="xor" targetRef="end">{cond}</sequenceFlow>
+<sequenceFlow id="f3" sourceRef="xor" targetRef="end"/>
+<endEvent id="end"/>"#
+    ))
+}
+
+#[test]
+fn q201_cel_syntax_error_points_at_the_character() {
+    let d = refused(
+        &gateway_with_condition(
+            "<conditionExpression>amount &gt; 1 &amp;&amp;¶&amp; x</conditionExpression>",
+        ),
+        "Q201",
+    );
+    assert!(d.message.contains("CEL"), "{}", d.message);
+}
+
+#[test]
+fn q201_bad_mapping_source() {
+    refused(
+        &around(
+            r#"<serviceTask id="t" q:task="pay"><extensionElements><q:input target="amount" source="¶)"/></extensionElements></serviceTask>"#,
+        ),
+        "Q201",
+    );
+}
+
+#[test]
+fn q202_juel_condition() {
+    let d = refused(
+        &gateway_with_condition("<conditionExpression>¶${amount > 1}</conditionExpression>"),
+        "Q202",
+    );
+    assert!(d.message.contains("JUEL"));
+}
+
+#[test]
+fn q202_javascript_condition() {
+    refused(
+        &gateway_with_condition(
+            r#"<conditionExpression ¶language="javascript">next(null, true)</conditionExpression>"#,
+        ),
+        "Q202",
+    );
+}
+
+#[test]
+fn q203_feel_beyond_the_subset() {
+    refused(
+        &gateway_with_condition("<conditionExpression>¶=count(items) > 0</conditionExpression>"),
+        "Q203",
+    );
+}
+
+fn timer_catch(def: &str) -> String {
+    around(&format!(
+        r#"<intermediateCatchEvent id="t"><timerEventDefinition>{def}</timerEventDefinition></intermediateCatchEvent>"#
+    ))
+}
+
+#[test]
+fn q204_bad_duration() {
+    refused(&timer_catch("<timeDuration>¶PT5X</timeDuration>"), "Q204");
+}
+
+#[test]
+fn q205_bad_date() {
+    refused(
+        &timer_catch("<timeDate>¶2026-02-30T10:00:00Z</timeDate>"),
+        "Q205",
+    );
+}
+
+#[test]
+fn q206_bad_cycle() {
+    refused(&timer_catch("<timeCycle>¶0 0 * * *</timeCycle>"), "Q206");
+}
+
+#[test]
+fn q207_timer_without_value() {
+    refused(
+        &around(
+            r#"<intermediateCatchEvent id="t">¶<timerEventDefinition/></intermediateCatchEvent>"#,
+        ),
+        "Q207",
+    );
+}
+
+#[test]
+fn q208_mapping_target_not_a_name() {
+    refused(
+        &around(
+            r#"<serviceTask id="t" q:task="pay"><extensionElements><q:output ¶target="a.b" source="result.x"/></extensionElements></serviceTask>"#,
+        ),
+        "Q208",
+    );
+}
+
+// ---------------------------------------------------------------- retry and timeout (Q3xx)
+
+fn service(attrs: &str, ext: &str) -> String {
+    around(&format!(
+        r#"<serviceTask id="t" {attrs}><extensionElements>{ext}</extensionElements></serviceTask>"#
+    ))
+}
+
+#[test]
+fn q301_max_attempts_out_of_range() {
+    refused(
+        &service(r#"q:task="pay""#, r#"<q:retry ¶maxAttempts="0"/>"#),
+        "Q301",
+    );
+    refused(
+        &service(r#"q:task="pay""#, r#"<q:retry ¶maxAttempts="1001"/>"#),
+        "Q301",
+    );
+}
+
+#[test]
+fn q301_multiplier_below_one() {
+    refused(
+        &service(r#"q:task="pay""#, r#"<q:retry ¶backoffMultiplier="0.5"/>"#),
+        "Q301",
+    );
+}
+
+#[test]
+fn q301_zero_interval_and_bad_jitter() {
+    refused(
+        &service(r#"q:task="pay""#, r#"<q:retry ¶initialInterval="PT0S"/>"#),
+        "Q301",
+    );
+    refused(
+        &service(r#"q:task="pay""#, r#"<q:retry ¶jitter="half"/>"#),
+        "Q301",
+    );
+}
+
+#[test]
+fn q302_initial_above_max() {
+    refused(
+        &service(
+            r#"q:task="pay""#,
+            r#"<q:retry ¶initialInterval="PT2M" maxInterval="PT1M"/>"#,
+        ),
+        "Q302",
+    );
+}
+
+#[test]
+fn non_retryable_code_that_cannot_occur_is_refused() {
+    let d = refused(
+        &service(
+            r#"q:task="pay""#,
+            r#"<q:retry ¶nonRetryableCodes="HANDLER_FAILED NO_SUCH_CODE"/>"#,
+        ),
+        "Q303",
+    );
+    assert!(d.message.contains("NO_SUCH_CODE"));
+}
+
+#[test]
+fn non_retryable_codes_may_name_engine_and_declared_codes() {
+    let l = loads(&file(
+        r#"<error id="e1" errorCode="CARD_DECLINED"/>"#,
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<serviceTask id="t" q:task="pay"><extensionElements><q:retry nonRetryableCodes="CARD_DECLINED HANDLER_PANICKED"/></extensionElements></serviceTask>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#,
+    ));
+    let r = task(only(&l), "t").retry.clone().unwrap();
+    assert_eq!(
+        r.non_retryable_codes,
+        vec!["CARD_DECLINED", "HANDLER_PANICKED"]
+    );
+}
+
+#[test]
+fn retry_on_a_pull_task_is_refused() {
+    let d = refused(
+        &service(r#"q:topic="invoices""#, r#"¶<q:retry maxAttempts="5"/>"#),
+        "Q304",
+    );
+    assert!(d.message.contains("pull"));
+}
+
+#[test]
+fn channel_call_without_any_timeout_is_refused() {
+    refused(
+        &around(r#"¶<serviceTask id="t" q:channel="bank"/>"#),
+        "Q305",
+    );
+}
+
+fn with_routed_timer(task_xml: &str) -> String {
+    around(&format!(
+        r#"{task_xml}
+<boundaryEvent id="late" attachedToRef="t"><timerEventDefinition><timeDuration>PT5M</timeDuration></timerEventDefinition></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="late" targetRef="end"/>"#
+    ))
+}
+
+#[test]
+fn channel_call_with_retry_beside_routed_timer_is_refused() {
+    let d = refused(
+        &with_routed_timer(
+            r#"<serviceTask id="t" q:channel="bank"><extensionElements>¶<q:retry maxAttempts="3"/></extensionElements></serviceTask>"#,
+        ),
+        "Q306",
+    );
+    assert!(d.message.contains("could never fire"), "{}", d.message);
+}
+
+#[test]
+fn channel_call_with_retry_and_routeless_timeout_loads() {
+    let l = loads(&service(
+        r#"q:channel="bank""#,
+        r#"<q:retry maxAttempts="3"/><q:timeout duration="PT30S"/>"#,
+    ));
+    let t = task(only(&l), "t");
+    assert_eq!(t.timeout, Some(DurationMs(30_000)));
+    assert_eq!(t.retry.as_ref().unwrap().max_attempts.get(), 3);
+}
+
+#[test]
+fn channel_call_with_routed_timer_and_no_retry_loads() {
+    loads(&with_routed_timer(
+        r#"<serviceTask id="t" q:channel="bank"/>"#,
+    ));
+}
+
+#[test]
+fn registered_task_with_retry_beside_routed_timer_loads() {
+    let l = loads(&with_routed_timer(
+        r#"<serviceTask id="t" q:task="pay"><extensionElements><q:retry maxAttempts="4"/></extensionElements></serviceTask>"#,
+    ));
+    let d = only(&l);
+    let host = d.process.find("t").unwrap();
+    assert_eq!(d.process.boundaries_of(host).count(), 1);
+    assert!(task(d, "t").retry.is_some());
+}
+
+#[test]
+fn q307_retry_on_a_user_task() {
+    refused(
+        &around(
+            r#"<userTask id="t"><extensionElements>¶<q:retry/></extensionElements></userTask>"#,
+        ),
+        "Q307",
+    );
+}
+
+#[test]
+fn q308_two_timeouts() {
+    refused(
+        &service(
+            r#"q:task="pay""#,
+            r#"<q:timeout duration="PT1S"/>¶<q:timeout duration="PT2S"/>"#,
+        ),
+        "Q308",
+    );
+}
+
+#[test]
+fn q309_unknown_q_attribute() {
+    refused(
+        &service(r#"q:task="pay""#, r#"<q:retry ¶maxAttempt="3"/>"#),
+        "Q309",
+    );
+}
+
+#[test]
+fn q309_unknown_q_element() {
+    refused(&service(r#"q:task="pay""#, r#"¶<q:retyr/>"#), "Q309");
+}
+
+// ---------------------------------------------------------------- vendors (Q4xx, L8)
+
+#[test]
+fn q401_camunda_input_output() {
+    refused(
+        &around(
+            r#"<userTask id="t"><extensionElements>¶<camunda:inputOutput/></extensionElements></userTask>"#,
+        ),
+        "Q401",
+    );
+}
+
+#[test]
+fn q401_zeebe_io_mapping() {
+    refused(
+        &around(
+            r#"<serviceTask id="t"><extensionElements><zeebe:taskDefinition type="pay"/>¶<zeebe:ioMapping/></extensionElements></serviceTask>"#,
+        ),
+        "Q401",
+    );
+}
+
+#[test]
+fn camunda_external_task_is_a_pull_task() {
+    let l = loads(&around(
+        r#"<serviceTask id="t" camunda:type="external" camunda:topic="invoices"/>"#,
+    ));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Pull {
+            topic: "invoices".into(),
+            retries: None
+        }
+    );
+}
+
+#[test]
+fn zeebe_job_task_is_a_pull_task_with_its_budget() {
+    let l = loads(&around(
+        r#"<serviceTask id="t"><extensionElements><zeebe:taskDefinition type="ship" retries="5"/></extensionElements></serviceTask>"#,
+    ));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Pull {
+            topic: "ship".into(),
+            retries: Some(5)
+        }
+    );
+}
+
+#[test]
+fn zeebe_condition_is_translated_to_cel() {
+    let l = loads(&gateway_with_condition(
+        "<conditionExpression>=amount &gt; 100 and tier = \"gold\"</conditionExpression>",
+    ));
+    let d = only(&l);
+    let c = d.process.flows[1].condition.as_ref().unwrap();
+    assert_eq!(c.source(), "amount > 100 && tier == \"gold\"");
+    let vars: Variables = serde_json::from_str(r#"{"amount": 150, "tier": "gold"}"#).unwrap();
+    assert!(c.eval_bool(&vars).unwrap());
+}
+
+// ---------------------------------------------------------------- valid models per kind
+
+#[test]
+fn registered_task_loads_with_policy_defaults() {
+    let l = loads(&service(
+        r#"q:task="pay""#,
+        r#"<q:retry backoffMultiplier="1.5" jitter="none" maxElapsed="PT1H"/>
+<q:input target="amount" source="order.total"/>
+<q:output target="receipt" source="result.id"/>"#,
+    ));
+    let t = task(only(&l), "t");
+    assert_eq!(t.kind, TaskKind::Registered { name: "pay".into() });
+    let r = t.retry.clone().unwrap();
+    assert_eq!(
+        r,
+        RetryPolicy {
+            multiplier_milli: 1500,
+            jitter: Jitter::None,
+            max_elapsed: Some(DurationMs(3_600_000)),
+            ..RetryPolicy::default()
+        }
+    );
+    assert_eq!(t.inputs[0].target, "amount");
+    assert_eq!(t.outputs[0].source.source(), "result.id");
+}
+
+#[test]
+fn channel_task_loads() {
+    let l = loads(&service(
+        r#"q:channel="bank""#,
+        r#"<q:timeout duration="PT30S"/>"#,
+    ));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Channel {
+            name: "bank".into()
+        }
+    );
+}
+
+#[test]
+fn pull_task_loads() {
+    let l = loads(&around(r#"<serviceTask id="t" q:topic="invoices"/>"#));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Pull {
+            topic: "invoices".into(),
+            retries: None
+        }
+    );
+}
+
+#[test]
+fn user_abstract_and_manual_tasks_load() {
+    for (xml, kind) in [
+        (r#"<userTask id="t"/>"#, TaskKind::User),
+        (r#"<task id="t"/>"#, TaskKind::PassThrough),
+        (r#"<manualTask id="t"/>"#, TaskKind::PassThrough),
+    ] {
+        let l = loads(&around(xml));
+        assert_eq!(task(only(&l), "t").kind, kind, "{xml}");
+    }
+}
+
+#[test]
+fn send_and_receive_tasks_load() {
+    let decl = r#"<message id="m1" name="order-paid"/>"#;
+    let body = |t: &str| {
+        format!(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+{t}
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#
+        )
+    };
+    let l = loads(&file(
+        decl,
+        &body(r#"<receiveTask id="t" messageRef="m1"/>"#),
+    ));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Receive {
+            message: "order-paid".into()
+        }
+    );
+    let l = loads(&file(decl, &body(r#"<sendTask id="t" messageRef="m1"/>"#)));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Send {
+            message: Some("order-paid".into())
+        }
+    );
+}
+
+/// Every supported construct in one model, with prefixed BPMN, diagram interchange and
+/// documentation that must be ignored.
+const FULL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:bpmndi="http://www.omg.org/spec/BPMN/20100524/DI"
+    xmlns:dc="http://www.omg.org/spec/DD/20100524/DC"
+    xmlns:q="urn:qflow:bpmn:1" id="defs">
+  <bpmn:error id="declined" errorCode="CARD_DECLINED"/>
+  <bpmn:message id="m" name="shipped"/>
+  <bpmn:process id="order" name="Order" isExecutable="true">
+    <bpmn:documentation>ignored</bpmn:documentation>
+    <bpmn:laneSet id="lanes"><bpmn:lane id="lane1"/></bpmn:laneSet>
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="split"/>
+    <bpmn:parallelGateway id="split"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="split" targetRef="pay"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="split" targetRef="sub"/>
+    <bpmn:serviceTask id="pay" q:task="charge">
+      <bpmn:extensionElements><q:retry maxAttempts="5" nonRetryableCodes="CARD_DECLINED"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:boundaryEvent id="payFailed" attachedToRef="pay">
+      <bpmn:errorEventDefinition errorRef="declined"/>
+    </bpmn:boundaryEvent>
+    <bpmn:sequenceFlow id="f4" sourceRef="payFailed" targetRef="failed"/>
+    <bpmn:endEvent id="failed"><bpmn:terminateEventDefinition/></bpmn:endEvent>
+    <bpmn:sequenceFlow id="f5" sourceRef="pay" targetRef="join"/>
+    <bpmn:subProcess id="sub">
+      <bpmn:startEvent id="subStart"/>
+      <bpmn:sequenceFlow id="s1" sourceRef="subStart" targetRef="wait"/>
+      <bpmn:intermediateCatchEvent id="wait">
+        <bpmn:timerEventDefinition><bpmn:timeDuration>PT10M</bpmn:timeDuration></bpmn:timerEventDefinition>
+      </bpmn:intermediateCatchEvent>
+      <bpmn:sequenceFlow id="s2" sourceRef="wait" targetRef="subEnd"/>
+      <bpmn:endEvent id="subEnd"/>
+    </bpmn:subProcess>
+    <bpmn:boundaryEvent id="reminder" attachedToRef="sub" cancelActivity="false">
+      <bpmn:timerEventDefinition><bpmn:timeCycle>R3/PT1M</bpmn:timeCycle></bpmn:timerEventDefinition>
+    </bpmn:boundaryEvent>
+    <bpmn:sequenceFlow id="f6" sourceRef="reminder" targetRef="remindEnd"/>
+    <bpmn:endEvent id="remindEnd"/>
+    <bpmn:sequenceFlow id="f7" sourceRef="sub" targetRef="join"/>
+    <bpmn:parallelGateway id="join"/>
+    <bpmn:sequenceFlow id="f8" sourceRef="join" targetRef="route"/>
+    <bpmn:exclusiveGateway id="route" default="f10"/>
+    <bpmn:sequenceFlow id="f9" sourceRef="route" targetRef="events">
+      <bpmn:conditionExpression>total &gt;= 100</bpmn:conditionExpression>
+    </bpmn:sequenceFlow>
+    <bpmn:sequenceFlow id="f10" sourceRef="route" targetRef="child"/>
+    <bpmn:callActivity id="child" calledElement="archive"/>
+    <bpmn:sequenceFlow id="f11" sourceRef="child" targetRef="done"/>
+    <bpmn:eventBasedGateway id="events"/>
+    <bpmn:sequenceFlow id="f12" sourceRef="events" targetRef="gotShipped"/>
+    <bpmn:sequenceFlow id="f13" sourceRef="events" targetRef="deadline"/>
+    <bpmn:intermediateCatchEvent id="gotShipped"><bpmn:messageEventDefinition messageRef="m"/></bpmn:intermediateCatchEvent>
+    <bpmn:intermediateCatchEvent id="deadline">
+      <bpmn:timerEventDefinition><bpmn:timeDate>2030-01-01T00:00:00Z</bpmn:timeDate></bpmn:timerEventDefinition>
+    </bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="f14" sourceRef="gotShipped" targetRef="done"/>
+    <bpmn:sequenceFlow id="f15" sourceRef="deadline" targetRef="done"/>
+    <bpmn:endEvent id="done"/>
+  </bpmn:process>
+  <bpmndi:BPMNDiagram id="d1"><bpmndi:BPMNPlane id="pl" bpmnElement="order"><bpmndi:BPMNShape id="sh" bpmnElement="start"><dc:Bounds x="1" y="2" width="3" height="4"/></bpmndi:BPMNShape></bpmndi:BPMNPlane></bpmndi:BPMNDiagram>
+</bpmn:definitions>
+"#;
+
+#[test]
+fn full_model_loads_with_every_supported_construct() {
+    let l = loads(FULL);
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let d = only(&l);
+    assert_eq!(d.id, "order");
+    assert_eq!(d.name.as_deref(), Some("Order"));
+    assert_eq!(d.content_hash.len(), 64);
+    let p = &d.process;
+    assert_eq!(p.nodes.len(), 18);
+    assert_eq!(p.flows.len(), 17);
+    let sub = p.find("sub").unwrap();
+    assert_eq!(p.node(p.find("wait").unwrap()).scope, Some(sub));
+    assert_eq!(p.start_events(Some(sub)).count(), 1);
+    match &p.node(p.find("payFailed").unwrap()).kind {
+        NodeKind::Boundary(b) => {
+            assert_eq!(b.attached_to, p.find("pay").unwrap());
+            assert_eq!(
+                b.trigger,
+                BoundaryTrigger::Error {
+                    code: Some("CARD_DECLINED".into())
+                }
+            );
+        }
+        k => panic!("{k:?}"),
+    }
+    match &p.node(p.find("reminder").unwrap()).kind {
+        NodeKind::Boundary(b) => {
+            assert!(!b.interrupting);
+            assert_eq!(
+                b.trigger,
+                BoundaryTrigger::Timer(TimerDef::Cycle {
+                    repetitions: Some(3),
+                    interval: DurationMs(60_000)
+                })
+            );
+        }
+        k => panic!("{k:?}"),
+    }
+    match &p.node(p.find("route").unwrap()).kind {
+        NodeKind::ExclusiveGateway { default: Some(f) } => assert_eq!(p.flow(*f).id, "f10"),
+        k => panic!("{k:?}"),
+    }
+    match &p.node(p.find("deadline").unwrap()).kind {
+        NodeKind::IntermediateCatch(CatchTrigger::Timer(TimerDef::Date { epoch_ms })) => {
+            assert_eq!(*epoch_ms, 1_893_456_000_000)
+        }
+        k => panic!("{k:?}"),
+    }
+    let reasons = match &d.class {
+        Classification::Stateful { reasons } => reasons.clone(),
+        c => panic!("{c:?}"),
+    };
+    assert!(
+        reasons.contains(&"node `pay`: q:retry".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"node `wait`: timer".to_string()),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn same_bytes_give_equal_hashes_and_structure() {
+    let a = loads(FULL);
+    let b = loads(FULL);
+    assert_eq!(a.definitions[0].content_hash, b.definitions[0].content_hash);
+    assert_eq!(
+        format!("{:?}", a.definitions[0].process.nodes),
+        format!("{:?}", b.definitions[0].process.nodes)
+    );
+}
+
+#[test]
+fn plain_registered_model_is_stateless() {
+    let l = loads(&around(r#"<serviceTask id="t" q:task="pay"/>"#));
+    assert_eq!(only(&l).class, Classification::Stateless);
+}
+
+#[test]
+fn channel_call_makes_a_model_stateful() {
+    let l = loads(&service(
+        r#"q:channel="bank""#,
+        r#"<q:timeout duration="PT30S"/>"#,
+    ));
+    assert_eq!(
+        only(&l).class,
+        Classification::Stateful {
+            reasons: vec![
+                "node `t`: channel call".into(),
+                "node `t`: q:timeout (timer)".into()
+            ]
+        }
+    );
+}
+
+// ---------------------------------------------------------------- process selection
+
+#[test]
+fn non_executable_process_loads_with_a_warning_when_alone() {
+    let xml = process(r#"<startEvent id="s"/><sequenceFlow id="f" sourceRef="s" targetRef="e"/><endEvent id="e"/>"#)
+        .replace(r#"isExecutable="true""#, r#"isExecutable="false""#);
+    let l = loads(&xml);
+    assert_eq!(l.definitions.len(), 1);
+    assert_eq!(l.warnings.len(), 1);
+    assert_eq!(l.warnings[0].code, "Q901");
+}
+
+#[test]
+fn only_executable_processes_load_when_some_are() {
+    let xml = format!(
+        r#"{HEAD}
+<process id="a" isExecutable="false"><startEvent id="s1"/><sequenceFlow id="f1" sourceRef="s1" targetRef="e1"/><endEvent id="e1"/></process>
+<process id="b" isExecutable="true"><startEvent id="s2"/><sequenceFlow id="f2" sourceRef="s2" targetRef="e2"/><endEvent id="e2"/></process>
+</definitions>"#
+    );
+    let l = loads(&xml);
+    let ids: Vec<&str> = l.definitions.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, vec!["b"]);
+}
+
+#[test]
+fn every_diagnostic_is_collected_in_position_order() {
+    let xml = process(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="a"/>
+<scriptTask id="a"/>
+<sequenceFlow id="f2" sourceRef="a" targetRef="b"/>
+<serviceTask id="b" q:channel="bank"/>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>
+<endEvent id="end"/>"#,
+    );
+    let d = load_str(&xml).unwrap_err();
+    let codes: Vec<&str> = d.iter().map(|d| d.code).collect();
+    assert_eq!(codes, vec!["Q103", "Q305"]);
+    assert!(d.windows(2).all(|w| w[0].pos <= w[1].pos));
+}
+
+#[test]
+fn every_code_is_documented_in_the_rules_table() {
+    let codes: Vec<&str> = qflow_loader::rules().iter().map(|r| r.0).collect();
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/diagnostics.md"
+    ))
+    .expect("docs/diagnostics.md exists");
+    for c in codes {
+        assert!(docs.contains(&format!("## {c}")), "{c} is not documented");
+    }
+}
