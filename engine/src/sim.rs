@@ -486,13 +486,9 @@ impl Sim<'_> {
         let snap = Snapshot::decode(&self.bytes).unwrap_or_default();
         let failure = snap.failure();
         let summary = Summary {
-            status: match snap.status() {
-                crate::snapshot::Status::New => "new",
-                s => s.as_str(),
-            }
-            .to_owned(),
-            failure_code: failure.map(|f| f.code.clone()),
-            failure_node: failure.and_then(|f| f.node.clone()),
+            status: snap.status().as_str().to_owned(),
+            failure_code: failure.as_ref().map(|f| f.code.clone()),
+            failure_node: failure.and_then(|f| f.node),
             attempts: self.attempts,
             snapshot_bytes: self.bytes.len(),
             snapshot_sha256: hex::encode(Sha256::digest(&self.bytes)),

@@ -88,7 +88,10 @@ pub struct Failure {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     pub(crate) status: Status,
-    pub(crate) failure: Option<Failure>,
+    /// `f`, `fn`, `fd`: kept apart so that each key reads and writes on its own.
+    pub(crate) failure_code: Option<String>,
+    pub(crate) failure_node: Option<String>,
+    pub(crate) failure_detail: Option<String>,
     /// The wait frontier: one entry per token, the node id it sits at, kept sorted.
     pub(crate) tokens: Vec<String>,
     pub(crate) vars: Variables,
@@ -136,8 +139,19 @@ impl Snapshot {
         self.status
     }
 
-    pub fn failure(&self) -> Option<&Failure> {
-        self.failure.as_ref()
+    /// Why the instance is FAILED; `None` unless a failure code is recorded.
+    pub fn failure(&self) -> Option<Failure> {
+        Some(Failure {
+            code: self.failure_code.clone()?,
+            node: self.failure_node.clone(),
+            detail: self.failure_detail.clone(),
+        })
+    }
+
+    pub(crate) fn set_failure(&mut self, failure: Failure) {
+        self.failure_code = Some(failure.code);
+        self.failure_node = failure.node;
+        self.failure_detail = failure.detail;
     }
 
     /// The wait frontier: the node ids tokens sit at, sorted (a node appears once per
@@ -229,13 +243,13 @@ impl Snapshot {
         if self.status != Status::New {
             entries.push((K_STATUS.into(), Entry::Uint(self.status.code())));
         }
-        if let Some(f) = &self.failure {
-            entries.push((K_FAIL_CODE.into(), Entry::Str(&f.code)));
-            if let Some(node) = &f.node {
-                entries.push((K_FAIL_NODE.into(), Entry::Str(node)));
-            }
-            if let Some(detail) = &f.detail {
-                entries.push((K_FAIL_DETAIL.into(), Entry::Str(detail)));
+        for (key, value) in [
+            (K_FAIL_CODE, &self.failure_code),
+            (K_FAIL_NODE, &self.failure_node),
+            (K_FAIL_DETAIL, &self.failure_detail),
+        ] {
+            if let Some(v) = value {
+                entries.push((key.into(), Entry::Str(v)));
             }
         }
         if !self.tokens.is_empty() {
@@ -300,6 +314,7 @@ impl Snapshot {
             ));
         };
         let mut snap = Snapshot::default();
+        let mut seen: Vec<String> = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
             let rmpv::Value::String(k) = k else {
                 return Err(Error::SnapshotUndecodable(
@@ -311,16 +326,21 @@ impl Snapshot {
                     "a top-level key is not UTF-8".to_owned(),
                 ));
             };
+            // A canonical map has no duplicate keys; in a damaged one the first wins.
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key.clone());
             if key == K_VERSION {
-                if let Some(found) = v.as_u64() {
-                    if found > FORMAT_VERSION {
-                        return Err(Error::SnapshotTooNew {
-                            found,
-                            supported: FORMAT_VERSION,
-                        });
-                    }
-                    continue;
+                // A malformed version reads as the current one: it is rewritten on the
+                // next encode anyway.
+                if let Some(found) = v.as_u64().filter(|f| *f > FORMAT_VERSION) {
+                    return Err(Error::SnapshotTooNew {
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
                 }
+                continue;
             }
             if !snap.absorb(&key, &v) {
                 snap.extra.insert(key, v);
@@ -338,19 +358,16 @@ impl Snapshot {
                 Some(s) => self.status = s,
                 None => return false,
             },
-            K_FAIL_CODE => {
-                let Some(code) = v.as_str() else { return false };
-                self.failure_mut().code = code.to_owned();
-            }
-            K_FAIL_NODE => {
-                let Some(node) = v.as_str() else { return false };
-                self.failure_mut().node = Some(node.to_owned());
-            }
-            K_FAIL_DETAIL => {
-                let Some(detail) = v.as_str() else {
+            K_FAIL_CODE | K_FAIL_NODE | K_FAIL_DETAIL => {
+                let Some(text) = v.as_str() else {
                     return false;
                 };
-                self.failure_mut().detail = Some(detail.to_owned());
+                let slot = match key {
+                    K_FAIL_CODE => &mut self.failure_code,
+                    K_FAIL_NODE => &mut self.failure_node,
+                    _ => &mut self.failure_detail,
+                };
+                *slot = Some(text.to_owned());
             }
             K_TOKENS => match read_str_list(v) {
                 Some(list) => self.tokens = list,
@@ -402,14 +419,6 @@ impl Snapshot {
             return false;
         }
         true
-    }
-
-    fn failure_mut(&mut self) -> &mut Failure {
-        self.failure.get_or_insert_with(|| Failure {
-            code: String::new(),
-            node: None,
-            detail: None,
-        })
     }
 }
 

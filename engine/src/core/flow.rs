@@ -28,7 +28,7 @@ pub const ARRIVALS_PER_STEP_MAX: u32 = 10_000;
 pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Option<String> {
     let p = &def.process;
     match input {
-        Input::Start { .. } | Input::Cancel => None,
+        Input::Start { .. } | Input::Cancel | Input::Redrive => None,
         Input::TaskCompleted { node, attempt, .. }
         | Input::TaskFailed { node, attempt, .. }
         | Input::TaskBpmnError { node, attempt, .. } => {
@@ -183,6 +183,8 @@ impl<'a> Run<'a> {
                     self.complete_activity(idx, variables);
                 }
             }
+            // Answered by `super::redrive` before a run is built.
+            Input::Redrive => {}
             Input::Cancel => {
                 self.cancel();
                 return Ok(());
@@ -857,7 +859,7 @@ impl<'a> Run<'a> {
         let node = node.map(|n| self.id(n).to_owned());
         self.resolve_all_timers();
         self.snap.status = Status::Failed;
-        self.snap.failure = Some(Failure {
+        self.snap.set_failure(Failure {
             code: code.to_owned(),
             node: node.clone(),
             detail,
@@ -973,16 +975,7 @@ impl<'a> Run<'a> {
     }
 
     fn map_inputs(&self, task: &Task) -> Result<Variables, String> {
-        if task.inputs.is_empty() {
-            return Ok(self.snap.vars.clone());
-        }
-        task.inputs
-            .iter()
-            .map(|m| {
-                let v = m.source.eval(&self.snap.vars).map_err(|e| e.to_string())?;
-                Ok((m.target.clone(), v))
-            })
-            .collect()
+        task_inputs(task, &self.snap.vars)
     }
 
     /// Writes a task's result into the instance variables: through the output mappings
@@ -1018,4 +1011,19 @@ fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
         scope = p.node(s).scope;
     }
     false
+}
+
+/// A task's inputs: its input mappings evaluated over `vars`, or every instance variable
+/// when it has none. Shared by the first emission and re-adoption so both see the same.
+pub(super) fn task_inputs(task: &Task, vars: &Variables) -> Result<Variables, String> {
+    if task.inputs.is_empty() {
+        return Ok(vars.clone());
+    }
+    task.inputs
+        .iter()
+        .map(|m| {
+            let v = m.source.eval(vars).map_err(|e| e.to_string())?;
+            Ok((m.target.clone(), v))
+        })
+        .collect()
 }
