@@ -1,6 +1,77 @@
-//! The `qflow` binary.
+//! The `qflow` binary: a thin dispatcher from command-line arguments to one module per
+//! subcommand.
+//!
+//! `main` only parses arguments, calls [`run`] and turns its result into an exit code
+//! (0 success, 1 a checked input was refused, 2 usage or I/O error), ripgrep style. A
+//! broken pipe on stdout (`qflow check … | head`) is a normal way to stop, not an error.
+//! Nothing here knows what a subcommand does: adding one is a variant in [`Command`] and
+//! an arm in [`run`].
 
-fn main() {
-    eprintln!("qflow: no commands yet");
-    std::process::exit(2);
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod check;
+mod run;
+
+/// Exit status for "a checked input was refused" (the command itself worked).
+pub const EXIT_REFUSED: u8 = 1;
+/// Exit status for usage and I/O errors: the command could not do its job.
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "qflow",
+    version,
+    about = "A deterministic BPMN-style process engine"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load BPMN files and print diagnostics like a compiler (SPEC L1–L8).
+    Check(check::Args),
+    /// The main job: deploy the bundled order model with a flaky payment task on the
+    /// embedded SQLite store, run instances, and show attempts, parks and completions.
+    Run(run::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `--help` and `--version` also arrive here; clap knows which stream and which
+            // status they deserve (0 for those, 2 for real usage errors).
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() { EXIT_USAGE } else { 0 });
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("qflow: error: {err:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check(args) => check::run(&args),
+        Command::Run(args) => run::run(&args),
+    }
+}
+
+/// A reader that went away (`| head`) ends the output early; that is what the user asked
+/// for, so it must not print an error or change the exit status.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Turns `qflow check --format json` output into the corpus tables of docs/corpus.md.
+
+Reads one or more JSON documents on stdin (several if the caller split the file list).
+Prints Markdown, or with `--write FILE` replaces the part of FILE between the
+`<!-- corpus-table:begin -->` and `<!-- corpus-table:end -->` markers.
+
+A refusal's *reason* is its diagnostic code plus a message class: the message with
+model-specific parts (ids, names, numbers, quoted values) replaced by `…`, while BPMN
+element and attribute names are kept, because "unsupported element `scriptTask`" and
+"unsupported element `signalEventDefinition`" are different reasons. Standard library
+only, so anyone can rerun it.
+"""
+
+import collections
+import json
+import re
+import sys
+
+BEGIN = "<!-- corpus-table:begin -->"
+END = "<!-- corpus-table:end -->"
+
+# BPMN 2.0 element and attribute names (and the q:/vendor ones the loader talks
+# about): kept verbatim in a message class. Anything else in backticks is model data.
+KEEP = set(
+    """
+    definitions process collaboration participant messageFlow laneSet lane
+    startEvent endEvent intermediateCatchEvent intermediateThrowEvent boundaryEvent
+    task serviceTask userTask manualTask scriptTask sendTask receiveTask businessRuleTask
+    subProcess transaction adHocSubProcess callActivity
+    exclusiveGateway parallelGateway inclusiveGateway eventBasedGateway complexGateway
+    sequenceFlow conditionExpression condition extensionElements
+    timerEventDefinition timeDuration timeDate timeCycle messageEventDefinition
+    errorEventDefinition signalEventDefinition escalationEventDefinition
+    compensateEventDefinition conditionalEventDefinition linkEventDefinition
+    terminateEventDefinition cancelEventDefinition
+    multiInstanceLoopCharacteristics standardLoopCharacteristics
+    dataObject dataObjectReference dataStore dataStoreReference dataInput dataOutput
+    dataInputAssociation dataOutputAssociation ioSpecification property
+    error message signal escalation itemDefinition operation interface
+    globalTask globalUserTask import
+    id name default sourceRef targetRef attachedToRef cancelActivity errorRef errorCode
+    messageRef calledElement isExecutable triggeredByEvent language
+    retry timeout input output task channel topic type
+    maxAttempts initialInterval backoffMultiplier maxInterval jitter
+    nonRetryableCodes maxElapsed duration
+    taskDefinition retries ioMapping subscription
+    """.split()
+)
+
+SPAN = re.compile(r"`([^`]*)`")
+QUOTED = re.compile(r'"[^"]*"')
+
+
+def span_class(match):
+    text = match.group(1)
+    local = text.split(":")[-1]
+    return match.group(0) if local in KEEP or text in KEEP else "`…`"
+
+
+def message_class(message):
+    text = SPAN.sub(span_class, message)
+    text = QUOTED.sub('"…"', text)
+    return text
+
+
+def documents(text):
+    decoder = json.JSONDecoder()
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return
+        doc, pos = decoder.raw_decode(text, pos)
+        yield doc
+
+
+def folder(path):
+    parts = [p for p in path.split("/") if p not in (".", "")]
+    if parts and parts[0] == "camunda" and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0] if len(parts) > 1 else "."
+
+
+def escape(cell):
+    return str(cell).replace("|", "\\|")
+
+
+def render(files):
+    out = []
+    by_folder = collections.OrderedDict()
+    for f in sorted(files, key=lambda f: f["file"]):
+        counts = by_folder.setdefault(folder(f["file"]), collections.Counter())
+        counts[f["status"]] += 1
+    total = collections.Counter()
+    out.append("| folder | files | loaded | refused |")
+    out.append("|---|---:|---:|---:|")
+    for name, counts in by_folder.items():
+        total.update(counts)
+        n = sum(counts.values())
+        out.append(f"| `{name}/` | {n} | {counts['loaded']} | {counts['refused']} |")
+    n = sum(total.values())
+    out.append(f"| **total** | **{n}** | **{total['loaded']}** | **{total['refused']}** |")
+    if total["unreadable"]:
+        out.append("")
+        out.append(f"{total['unreadable']} file(s) could not be read.")
+
+    # Reasons: a refused file counts once per distinct reason; diagnostics count each.
+    reason_files = collections.Counter()
+    reason_diags = collections.Counter()
+    first_reason = collections.Counter()
+    for f in files:
+        if f["status"] != "refused":
+            continue
+        errors = [d for d in f["diagnostics"] if d["severity"] == "error"]
+        seen = set()
+        for d in errors:
+            key = (d["code"], message_class(d["message"]))
+            reason_diags[key] += 1
+            seen.add(key)
+        for key in seen:
+            reason_files[key] += 1
+        if errors:
+            d = errors[0]
+            first_reason[(d["code"], message_class(d["message"]))] += 1
+    out.append("")
+    out.append("Refusal reasons (errors only). *files* counts each refused file once per")
+    out.append("distinct reason it has; *first* counts each file once, by its first error in")
+    out.append("document order; *diagnostics* counts every occurrence.")
+    out.append("")
+    out.append("| code | reason (message class) | files | first | diagnostics |")
+    out.append("|---|---|---:|---:|---:|")
+    for key in sorted(reason_files, key=lambda k: (-reason_files[k], k)):
+        code, text = key
+        out.append(
+            f"| {code} | {escape(text)} | {reason_files[key]} | {first_reason[key]} "
+            f"| {reason_diags[key]} |"
+        )
+
+    warn = collections.Counter()
+    for f in files:
+        for d in f["diagnostics"]:
+            if d["severity"] == "warning":
+                warn[(d["code"], message_class(d["message"]))] += 1
+    if warn:
+        out.append("")
+        out.append("Warnings (on loaded and refused files):")
+        out.append("")
+        out.append("| code | warning (message class) | diagnostics |")
+        out.append("|---|---|---:|")
+        for key in sorted(warn, key=lambda k: (-warn[k], k)):
+            out.append(f"| {key[0]} | {escape(key[1])} | {warn[key]} |")
+
+    out.append("")
+    out.append("<details><summary>Per file</summary>")
+    out.append("")
+    out.append("| file | verdict | error codes |")
+    out.append("|---|---|---|")
+    for f in sorted(files, key=lambda f: f["file"]):
+        codes = sorted({d["code"] for d in f["diagnostics"] if d["severity"] == "error"})
+        verdict = f["status"]
+        if verdict == "loaded":
+            procs = ", ".join(f"`{p['id']}`" for p in f["processes"])
+            verdict = f"loaded ({procs})"
+        name = f["file"][2:] if f["file"].startswith("./") else f["file"]
+        out.append(f"| `{escape(name)}` | {escape(verdict)} | {' '.join(codes)} |")
+    out.append("")
+    out.append("</details>")
+    return "\n".join(out) + "\n"
+
+
+def main(argv):
+    files = []
+    for doc in documents(sys.stdin.read()):
+        files.extend(doc["files"])
+    table = render(files)
+    if len(argv) == 3 and argv[1] == "--write":
+        path = argv[2]
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        if BEGIN not in text or END not in text:
+            sys.exit(f"corpus-table: {path} lacks the {BEGIN} / {END} markers")
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(head + BEGIN + "\n" + table + END + tail)
+    elif len(argv) == 1:
+        sys.stdout.write(table)
+    else:
+        sys.exit("usage: corpus-table.py [--write FILE] < check.json")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
