@@ -1,0 +1,189 @@
+//! Reading a scenario file: the one parser behind `qflow simulate --scenario FILE` and
+//! every golden case's `scenario.json`, so that a golden case is always a scenario an
+//! author can run by hand (format: `docs/simulate.md`).
+//!
+//! The scenario types themselves are the engine's ([`qflow_engine::sim::Scenario`]); this
+//! module adds what a file format needs on top of them: errors that name the JSON path and
+//! what was expected (`at tasks.pay[1]: missing field `code``), and checks against the model
+//! that report every problem at once instead of the first. It never runs the engine.
+
+use std::fmt;
+
+use qflow_engine::sim::{ScriptedEvent, STEPS_LIMIT};
+use qflow_loader::model::{Definition, NodeKind, TaskKind};
+
+pub use qflow_engine::sim::{Scenario, Scripted};
+
+/// Most scripted outcomes for one task: a scenario is a hand-written script.
+pub const OUTCOMES_PER_TASK_MAX: usize = 1_000;
+/// Most scripted events in one scenario.
+pub const EVENTS_MAX: usize = 10_000;
+
+/// A scenario problem: where (a JSON path; empty for the file as a whole) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() || self.path == "." {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "at {}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// Parses scenario JSON and checks it against the model. Syntax and type errors stop at
+/// the first (the JSON cannot be read past them); model-level problems are all reported.
+pub fn parse(text: &str, definition: &Definition) -> Result<Scenario, Vec<ScenarioError>> {
+    let scenario = parse_json(text).map_err(|e| vec![e])?;
+    let problems = validate(&scenario, definition);
+    if problems.is_empty() {
+        Ok(scenario)
+    } else {
+        Err(problems)
+    }
+}
+
+/// The JSON half of [`parse`]: syntax, types and unknown fields, with the failing path.
+pub fn parse_json(text: &str) -> Result<Scenario, ScenarioError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let scenario: Scenario =
+        serde_path_to_error::deserialize(&mut de).map_err(|err| ScenarioError {
+            path: err.path().to_string(),
+            message: describe(err.inner()),
+        })?;
+    de.end().map_err(|err| ScenarioError {
+        path: String::new(),
+        message: describe(&err),
+    })?;
+    Ok(scenario)
+}
+
+/// serde_json ends its messages with "at line L column C"; keep the position, in words
+/// that read as part of the sentence.
+fn describe(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" at line ") {
+        Some(i) if err.line() > 0 => format!(
+            "{} (line {}, column {})",
+            &text[..i],
+            err.line(),
+            err.column()
+        ),
+        _ => text,
+    }
+}
+
+/// The model-level checks: every node named exists and has the right kind; instants are
+/// not negative, not before the start, and the horizon is not before the start; lists are
+/// bounded.
+pub fn validate(s: &Scenario, definition: &Definition) -> Vec<ScenarioError> {
+    let mut problems = Vec::new();
+    let mut problem = |path: String, message: String| {
+        problems.push(ScenarioError { path, message });
+    };
+    if s.start_at_ms < 0 {
+        problem(
+            "start_at_ms".into(),
+            format!(
+                "{} is negative; instants are milliseconds since the Unix epoch",
+                s.start_at_ms
+            ),
+        );
+    }
+    if let Some(horizon) = s.horizon_ms {
+        if horizon < s.start_at_ms {
+            problem(
+                "horizon_ms".into(),
+                format!("{horizon} is before start_at_ms ({})", s.start_at_ms),
+            );
+        }
+    }
+    if let Some(max) = s.max_steps {
+        if max == 0 || max > STEPS_LIMIT {
+            problem(
+                "max_steps".into(),
+                format!("{max} is outside 1..={STEPS_LIMIT}"),
+            );
+        }
+    }
+    for (node, list) in &s.tasks {
+        let path = format!("tasks.{node}");
+        match task_kind(definition, node) {
+            None => problem(path.clone(), no_node(definition, node)),
+            Some(Some(TaskKind::Registered { .. })) => {}
+            Some(_) => problem(
+                path.clone(),
+                format!(
+                    "node `{node}` is not a registered task (`serviceTask q:task`); only those \
+                     take scripted outcomes"
+                ),
+            ),
+        }
+        if list.len() > OUTCOMES_PER_TASK_MAX {
+            problem(
+                path,
+                format!("at most {OUTCOMES_PER_TASK_MAX} outcomes per task"),
+            );
+        }
+    }
+    if s.events.len() > EVENTS_MAX {
+        problem("events".into(), format!("at most {EVENTS_MAX} events"));
+    }
+    for (i, event) in s.events.iter().enumerate() {
+        let at_ms = event_at_ms(event);
+        if at_ms < 0 {
+            problem(
+                format!("events[{i}].at_ms"),
+                format!("{at_ms} is negative; instants are milliseconds since the Unix epoch"),
+            );
+        } else if at_ms < s.start_at_ms {
+            problem(
+                format!("events[{i}].at_ms"),
+                format!("{at_ms} is before start_at_ms ({})", s.start_at_ms),
+            );
+        }
+        if let ScriptedEvent::CompleteUserTask { node, .. } = event {
+            let path = format!("events[{i}].node");
+            match task_kind(definition, node) {
+                None => problem(path, no_node(definition, node)),
+                Some(Some(TaskKind::User)) => {}
+                Some(_) => problem(
+                    path,
+                    format!(
+                        "node `{node}` is not a user task; only user tasks are completed from \
+                         outside"
+                    ),
+                ),
+            }
+        }
+    }
+    problems
+}
+
+fn event_at_ms(event: &ScriptedEvent) -> i64 {
+    match event {
+        ScriptedEvent::CompleteUserTask { at_ms, .. }
+        | ScriptedEvent::Message { at_ms, .. }
+        | ScriptedEvent::Cancel { at_ms } => *at_ms,
+    }
+}
+
+/// `None`: no such node; `Some(None)`: a node that is not a task.
+fn task_kind<'d>(definition: &'d Definition, id: &str) -> Option<Option<&'d TaskKind>> {
+    let idx = definition.process.find(id)?;
+    Some(match &definition.process.node(idx).kind {
+        NodeKind::Task(task) => Some(&task.kind),
+        _ => None,
+    })
+}
+
+fn no_node(definition: &Definition, id: &str) -> String {
+    format!("no node `{id}` in process `{}`", definition.id)
+}
