@@ -84,9 +84,11 @@ pub enum Error {
 /// flow node (black-box pools) are skipped.
 pub fn load(src: &[u8], opts: &LoadOptions) -> Result<Loaded, Vec<Diagnostic>> {
     let mut diags = Vec::new();
-    let content_hash = hex::encode(Sha256::digest(src));
     let definitions = match xml::parse(src, opts) {
         Ok(doc) => {
+            // Hashed only after the size limit passed: hashing is the costliest step on
+            // a huge input.
+            let content_hash = hex::encode(Sha256::digest(src));
             let built = build::build(&doc, &content_hash, opts, &mut diags);
             built
                 .into_iter()

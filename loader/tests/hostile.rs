@@ -1,0 +1,168 @@
+//! Hostile input: every case is refused with a clear, positioned diagnostic, quickly and in
+//! bounded memory, and nothing panics. (Timing is measured by the benchmark, not here.)
+
+use proptest::prelude::*;
+use qflow_loader::model::Pos;
+use qflow_loader::{load, load_str, Diagnostic, LoadOptions};
+
+const VALID: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d">
+  <error id="e" errorCode="BOOM"/>
+  <process id="p" isExecutable="true">
+    <startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="x"/>
+    <exclusiveGateway id="x" default="f3"/>
+    <sequenceFlow id="f2" sourceRef="x" targetRef="t"><conditionExpression>n &gt; 1</conditionExpression></sequenceFlow>
+    <sequenceFlow id="f3" sourceRef="x" targetRef="e1"/>
+    <serviceTask id="t" q:task="work">
+      <extensionElements><q:retry maxAttempts="3" nonRetryableCodes="BOOM"/><q:timeout duration="PT5S"/></extensionElements>
+    </serviceTask>
+    <sequenceFlow id="f4" sourceRef="t" targetRef="e1"/>
+    <endEvent id="e1"/>
+  </process>
+</definitions>
+"#;
+
+/// The single error of a refused input.
+fn sole_error(r: Result<qflow_loader::Loaded, Vec<Diagnostic>>) -> Diagnostic {
+    let diags = r.expect_err("hostile input must be refused");
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    diags.into_iter().next().unwrap()
+}
+
+#[test]
+fn the_valid_baseline_loads() {
+    load_str(VALID).unwrap();
+}
+
+#[test]
+fn billion_laughs_is_refused_without_expansion() {
+    let mut xml =
+        String::from("<?xml version=\"1.0\"?>\n<!DOCTYPE lolz [\n <!ENTITY lol \"lol\">\n");
+    for i in 1..10 {
+        let prev = if i == 1 {
+            "lol".to_string()
+        } else {
+            format!("lol{}", i - 1)
+        };
+        xml.push_str(&format!(
+            " <!ENTITY lol{i} \"{}\">\n",
+            format!("&{prev};").repeat(10)
+        ));
+    }
+    xml.push_str("]>\n<definitions xmlns=\"http://www.omg.org/spec/BPMN/20100524/MODEL\">&lol9;</definitions>\n");
+    let d = sole_error(load_str(&xml));
+    assert_eq!(d.code, "Q002");
+    assert_eq!(d.pos, Pos { line: 2, col: 1 });
+}
+
+#[test]
+fn external_entity_is_refused() {
+    let xml = "<?xml version=\"1.0\"?>\n<!DOCTYPE d [<!ENTITY xxe SYSTEM \"file:///etc/passwd\">]>\n<definitions>&xxe;</definitions>";
+    assert_eq!(sole_error(load_str(xml)).code, "Q002");
+}
+
+#[test]
+fn hundred_megabytes_are_refused_by_the_size_limit_before_parsing() {
+    let mut big = Vec::with_capacity(100 << 20);
+    big.extend_from_slice(VALID.as_bytes());
+    big.resize(100 << 20, b' ');
+    let d = sole_error(load(&big, &LoadOptions::default()));
+    assert_eq!(d.code, "Q003");
+    assert!(d.message.contains("104857600"), "{}", d.message);
+}
+
+#[test]
+fn ten_thousand_deep_nesting_is_refused_at_the_depth_limit() {
+    let mut xml =
+        String::from("<definitions xmlns=\"http://www.omg.org/spec/BPMN/20100524/MODEL\">\n");
+    xml.push_str(&"<a>".repeat(10_000));
+    xml.push_str(&"</a>".repeat(10_000));
+    xml.push_str("</definitions>");
+    let d = sole_error(load_str(&xml));
+    assert_eq!(d.code, "Q004");
+    // The 256th element is the root plus 255 <a>: the 256th <a> is refused.
+    assert_eq!(
+        d.pos,
+        Pos {
+            line: 2,
+            col: 1 + 255 * 3
+        }
+    );
+}
+
+#[test]
+fn invalid_utf8_is_refused_with_its_position() {
+    let mut bytes = VALID.as_bytes().to_vec();
+    let at = VALID.find("<startEvent").unwrap() + 2;
+    bytes[at] = 0xFF;
+    let d = sole_error(load(&bytes, &LoadOptions::default()));
+    assert_eq!(d.code, "Q005");
+    assert_eq!(d.pos, Pos { line: 5, col: 7 });
+}
+
+#[test]
+fn truncated_xml_is_refused_with_a_position() {
+    let cut = VALID.find("<endEvent").unwrap();
+    let d = sole_error(load_str(&VALID[..cut]));
+    assert_eq!(d.code, "Q001");
+    assert!(d.message.contains("never closed"), "{}", d.message);
+    assert!(d.message.contains("<process>"), "{}", d.message);
+}
+
+#[test]
+fn truncated_inside_a_tag_is_refused() {
+    let cut = VALID.find("<endEvent").unwrap() + 5;
+    let d = sole_error(load_str(&VALID[..cut]));
+    assert_eq!(d.code, "Q001");
+    assert_eq!(d.pos.line, 14);
+}
+
+#[test]
+fn too_many_attributes_are_refused() {
+    let attrs: String = (0..300).map(|i| format!(" a{i}=\"x\"")).collect();
+    let xml =
+        format!("<definitions xmlns=\"http://www.omg.org/spec/BPMN/20100524/MODEL\"{attrs}/>");
+    assert_eq!(sole_error(load_str(&xml)).code, "Q004");
+}
+
+#[test]
+fn empty_and_blank_inputs_are_refused() {
+    for s in ["", "   \n", "<?xml version=\"1.0\"?>"] {
+        assert_eq!(sole_error(load_str(s)).code, "Q001", "{s:?}");
+    }
+}
+
+#[test]
+fn deeply_nested_condition_is_refused_not_overflowing() {
+    let cond = format!("{}n{}", "(".repeat(3000), ")".repeat(3000));
+    let xml = VALID.replace("n &gt; 1", &cond);
+    let d = sole_error(load_str(&xml));
+    assert_eq!(d.code, "Q201");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = load(&bytes, &LoadOptions::default());
+    }
+
+    #[test]
+    fn every_prefix_of_a_valid_model_is_refused_or_loads_without_panic(cut in 0usize..VALID.len()) {
+        if VALID.is_char_boundary(cut) {
+            if let Err(d) = load_str(&VALID[..cut]) {
+                prop_assert!(!d.is_empty());
+                prop_assert!(d.iter().any(|d| d.is_error()));
+            }
+        }
+    }
+
+    #[test]
+    fn single_byte_mutations_never_panic(at in 0usize..VALID.len(), b in any::<u8>()) {
+        let mut bytes = VALID.as_bytes().to_vec();
+        bytes[at] = b;
+        let _ = load(&bytes, &LoadOptions::default());
+    }
+}
