@@ -25,4 +25,29 @@ pub enum Error {
     /// A scenario given to the simulator does not fit the definition it runs against.
     #[error("scenario: {0}")]
     Scenario(String),
+    /// The store failed; nothing of the request was written.
+    #[error("store: {0}")]
+    Store(String),
+    /// A commit batch failed as a whole; the message is the store's.
+    #[error("commit failed, nothing was written: {0}")]
+    StoreFailed(String),
+    /// A request the runtime will not carry out, and why. Nothing was changed.
+    #[error("{what} refused: {why}")]
+    Refused { what: String, why: String },
+    #[error("no instance {0}")]
+    UnknownInstance(String),
+    #[error("no deployment {0}")]
+    UnknownDeployment(i64),
+    /// The instance kept changing under the request; nothing of it was written.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The runtime is shutting down and takes no new requests.
+    #[error("the runtime is shutting down")]
+    ShuttingDown,
+}
+
+impl From<crate::store::StoreError> for Error {
+    fn from(e: crate::store::StoreError) -> Self {
+        Error::Store(e.to_string())
+    }
 }

@@ -9,6 +9,7 @@ pub mod core;
 pub mod error;
 pub mod handler;
 pub mod memory;
+pub mod runtime;
 pub mod sim;
 pub mod snapshot;
 pub mod store;

@@ -19,6 +19,7 @@
 //! attempt means (E4–E8); `timers.rs` names, arms and resolves timers.
 
 mod flow;
+mod redrive;
 mod retry;
 mod timers;
 
@@ -97,6 +98,11 @@ pub enum Input {
     },
     /// An operator or host cancelled the instance.
     Cancel,
+    /// The shell lost track of in-flight attempts (a crash, a replica's death) and asks
+    /// for them again: every registered task whose attempt is in flight gets its
+    /// `RunTask` re-emitted with the same attempt — re-adoption, no budget spent (C7a).
+    /// Changes no state.
+    Redrive,
 }
 
 impl Input {
@@ -108,7 +114,10 @@ impl Input {
             | Input::TaskBpmnError { node, .. }
             | Input::UserTaskCompleted { node, .. } => Some(node),
             Input::TimerFired { name, .. } => TimerName::parse(name).map(|t| t.node),
-            Input::Start { .. } | Input::MessageReceived { .. } | Input::Cancel => None,
+            Input::Start { .. }
+            | Input::MessageReceived { .. }
+            | Input::Cancel
+            | Input::Redrive => None,
         }
     }
 
@@ -227,6 +236,10 @@ pub fn step(
             return Ok(stale(snapshot, reason));
         }
         _ => {}
+    }
+    if input == Input::Redrive {
+        let effects = redrive::in_flight_attempts(def, &snapshot);
+        return Ok(Step { snapshot, effects });
     }
     if let Some(reason) = flow::staleness(def, &snapshot, &input) {
         return Ok(stale(snapshot, reason));

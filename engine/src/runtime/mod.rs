@@ -1,0 +1,462 @@
+//! The runtime shell (SPEC R1–R5): lanes, the timer poller, claims and deployments around
+//! the pure core.
+//!
+//! An instance maps to one of K lanes by a stable hash of its id. A lane is one tokio task
+//! that steps its instances one request at a time and commits each round of steps as one
+//! store batch — many instances share one transaction and one fsync (group commit), and
+//! every task outcome is durable before the next handler of that instance runs (R1a).
+//! Every commit is a compare-and-swap on the instance fence; a loser drops its cached
+//! state, re-reads and re-derives (R4).
+//!
+//! Nothing in a lane sleeps or blocks on a backoff: a backoff is a timer row, and the
+//! [`poller`] hands due rows back to the lanes. Crash recovery uses the same seam: while an
+//! instance has a task attempt in flight, the lane keeps a lease timer (`~run`) armed a
+//! little beyond the handler time limit; if the replica dies, the row comes due and
+//! whichever replica claims it re-adopts the attempt (same attempt, no budget spent, C7a).
+//!
+//! Invariant: the lane never reads the clock except to pass `now` into a step, and never
+//! waits on anything but its inbox, its handlers and the store.
+
+pub mod clock;
+mod handlers;
+mod lane;
+mod poller;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use qflow_loader::model::{Definition, Variables};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+use crate::store::{DeploymentId, DeploymentRecord, InstanceId, RetireOutcome, Store};
+use crate::Input;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall, HANDLER_TIMEOUT};
+
+/// The timer name of the in-flight lease. Engine timer names never start with `~`.
+pub const LEASE_TIMER: &str = "~run";
+
+/// Runtime settings. Every field states its default.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Lane executors in this replica. Default 2.
+    pub lanes: usize,
+    /// Most steps one lane commits in one store batch. Default 256.
+    pub batch_max: usize,
+    /// Most requests queued per lane before senders wait. Default 65,536.
+    pub lane_queue_max: usize,
+    /// A handler running longer than this is a failed attempt with code
+    /// `HANDLER_TIMEOUT`. Default 30,000 ms.
+    pub handler_time_limit_ms: u64,
+    /// How far beyond "now" the in-flight lease timer is armed. Must exceed the handler
+    /// time limit, or a live attempt can be re-adopted while it runs. Default 40,000 ms.
+    pub inflight_lease_ms: i64,
+    /// Longest wait between two timer polls. Default 50 ms.
+    pub poll_interval_ms: u64,
+    /// Most timers claimed per poll. Default 1,024.
+    pub timer_claim_max: u32,
+    /// How long a claimed timer stays leased to this replica before another may claim
+    /// it. Default 30,000 ms.
+    pub timer_lease_ms: i64,
+    /// Names this replica in timer leases. Default: a random UUID.
+    pub replica_id: String,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            lanes: 2,
+            batch_max: 256,
+            lane_queue_max: 65_536,
+            handler_time_limit_ms: 30_000,
+            inflight_lease_ms: 40_000,
+            poll_interval_ms: 50,
+            timer_claim_max: 1_024,
+            timer_lease_ms: 30_000,
+            replica_id: uuid::Uuid::new_v4().to_string(),
+        }
+    }
+}
+
+/// Counters a host can watch (progress lines, benchmarks, tests).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub started: AtomicU64,
+    pub completed: AtomicU64,
+    pub failed: AtomicU64,
+    pub cancelled: AtomicU64,
+    /// Handler calls made (every attempt, including re-adopted ones).
+    pub handler_calls: AtomicU64,
+    /// Backoff parks armed (`r:` timers).
+    pub parks: AtomicU64,
+    /// Timers handed to lanes by the poller.
+    pub timers_fired: AtomicU64,
+    /// Steps whose commit lost the compare-and-swap.
+    pub conflicts: AtomicU64,
+    /// Steps committed.
+    pub steps: AtomicU64,
+    /// Store batches committed.
+    pub batches: AtomicU64,
+}
+
+/// A point-in-time copy of [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsView {
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub handler_calls: u64,
+    pub parks: u64,
+    pub timers_fired: u64,
+    pub conflicts: u64,
+    pub steps: u64,
+    pub batches: u64,
+}
+
+impl Stats {
+    pub fn view(&self) -> StatsView {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsView {
+            started: l(&self.started),
+            completed: l(&self.completed),
+            failed: l(&self.failed),
+            cancelled: l(&self.cancelled),
+            handler_calls: l(&self.handler_calls),
+            parks: l(&self.parks),
+            timers_fired: l(&self.timers_fired),
+            conflicts: l(&self.conflicts),
+            steps: l(&self.steps),
+            batches: l(&self.batches),
+        }
+    }
+}
+
+/// What a lane is asked to do for one instance.
+#[derive(Debug)]
+pub(crate) enum Work {
+    Start {
+        deployment: DeploymentId,
+        variables: Variables,
+    },
+    Input(Input),
+    /// A claimed timer row came due.
+    Timer {
+        name: String,
+        incarnation: u32,
+    },
+}
+
+pub(crate) struct Request {
+    pub instance: InstanceId,
+    pub work: Work,
+    /// When the handler whose outcome this is started, for the attempt history.
+    pub started_ms: Option<i64>,
+    /// Answered once the step is durable (or refused).
+    pub reply: Option<oneshot::Sender<Result<(), Error>>>,
+    /// How many times this request lost a compare-and-swap and was re-derived.
+    pub retries: u32,
+}
+
+/// Deployment id → loaded definition, shared by all lanes of a replica.
+pub(crate) struct Definitions {
+    store: Arc<dyn Store>,
+    loaded: Mutex<BTreeMap<DeploymentId, Arc<Definition>>>,
+}
+
+impl Definitions {
+    pub(crate) async fn get(&self, id: DeploymentId) -> Result<Arc<Definition>, Error> {
+        if let Some(def) = self.loaded.lock().expect("definitions lock").get(&id) {
+            return Ok(def.clone());
+        }
+        let record = self
+            .store
+            .deployment(id)
+            .await?
+            .ok_or(Error::UnknownDeployment(id.0))?;
+        let def = Arc::new(load_process(&record.source, &record.process_id)?);
+        self.loaded
+            .lock()
+            .expect("definitions lock")
+            .insert(id, def.clone());
+        Ok(def)
+    }
+}
+
+fn load_process(source: &str, process_id: &str) -> Result<Definition, Error> {
+    let loaded = qflow_loader::load_str(source).map_err(|diags| Error::Refused {
+        what: "model".to_owned(),
+        why: diags
+            .iter()
+            .map(|d| format!("{}:{}: {}: {}", d.pos.line, d.pos.col, d.code, d.message))
+            .collect::<Vec<_>>()
+            .join("; "),
+    })?;
+    loaded
+        .definitions
+        .into_iter()
+        .find(|d| d.id == process_id)
+        .ok_or_else(|| Error::Refused {
+            what: "model".to_owned(),
+            why: format!("it has no executable process `{process_id}`"),
+        })
+}
+
+pub(crate) struct Shared {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    pub handlers: AsyncHandlers,
+    pub config: RuntimeConfig,
+    pub defs: Definitions,
+    pub stats: Arc<Stats>,
+    pub lanes: Vec<mpsc::Sender<Request>>,
+    /// Poked when a lane arms a timer, so the poller can look earlier than planned.
+    pub timer_armed: Notify,
+    /// Poked when any instance reaches a terminal state.
+    pub terminal: Notify,
+    pub stopping: AtomicBool,
+    /// Flipped to `true` once, at shutdown; lanes exit when idle after seeing it.
+    pub stop: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(crate) fn lane_of(&self, instance: InstanceId) -> usize {
+        lane_index(instance, self.lanes.len())
+    }
+}
+
+/// The lane an instance belongs to: a stable function of its id, the same on every
+/// replica and every version.
+pub fn lane_index(instance: InstanceId, lanes: usize) -> usize {
+    let v = instance.as_u128();
+    let folded = (v as u64) ^ ((v >> 64) as u64);
+    (folded % lanes.max(1) as u64) as usize
+}
+
+/// A running replica: K lanes and a timer poller over one store.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    lane_tasks: Vec<JoinHandle<()>>,
+    poller: Option<JoinHandle<()>>,
+}
+
+impl Runtime {
+    /// Starts the lanes and the poller. Must be called inside a tokio runtime.
+    pub fn start(
+        store: Arc<dyn Store>,
+        handlers: AsyncHandlers,
+        clock: Arc<dyn Clock>,
+        config: RuntimeConfig,
+    ) -> Runtime {
+        let lanes = config.lanes.max(1);
+        let mut senders = Vec::with_capacity(lanes);
+        let mut receivers = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            let (tx, rx) = mpsc::channel(config.lane_queue_max.max(1));
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let shared = Arc::new(Shared {
+            defs: Definitions {
+                store: store.clone(),
+                loaded: Mutex::new(BTreeMap::new()),
+            },
+            store,
+            clock,
+            handlers,
+            config,
+            stats: Arc::new(Stats::default()),
+            lanes: senders,
+            timer_armed: Notify::new(),
+            terminal: Notify::new(),
+            stopping: AtomicBool::new(false),
+            stop: watch::channel(false).0,
+        });
+        let lane_tasks = receivers
+            .into_iter()
+            .map(|rx| tokio::spawn(lane::run(shared.clone(), rx)))
+            .collect();
+        let poller = Some(tokio::spawn(poller::run(shared.clone())));
+        Runtime {
+            shared,
+            lane_tasks,
+            poller,
+        }
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.shared.stats.clone()
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// Deploys the executable process `process_id` of `source` (or its only process when
+    /// `None`). The same content returns the same version (R5). A stateful definition is
+    /// refused on a store that is not durable (L7).
+    pub async fn deploy(
+        &self,
+        source: &str,
+        process_id: Option<&str>,
+    ) -> Result<DeploymentRecord, Error> {
+        let def = match process_id {
+            Some(id) => load_process(source, id)?,
+            None => {
+                let loaded = qflow_loader::load_str(source).map_err(|diags| Error::Refused {
+                    what: "model".to_owned(),
+                    why: format!("{} diagnostic(s), first: {}", diags.len(), {
+                        let d = &diags[0];
+                        format!("{}:{}: {}: {}", d.pos.line, d.pos.col, d.code, d.message)
+                    }),
+                })?;
+                let mut defs = loaded.definitions;
+                if defs.len() != 1 {
+                    return Err(Error::Refused {
+                        what: "deployment".to_owned(),
+                        why: format!(
+                            "the model has {} executable processes; name the one to deploy",
+                            defs.len()
+                        ),
+                    });
+                }
+                defs.remove(0)
+            }
+        };
+        if let qflow_loader::model::Classification::Stateful { reasons } = &def.class {
+            if !self.shared.store.is_durable() {
+                return Err(Error::Refused {
+                    what: "deployment".to_owned(),
+                    why: format!(
+                        "process `{}` is stateful ({}) and needs a durable store; this engine \
+                         runs on the in-memory store",
+                        def.id,
+                        reasons.join(", ")
+                    ),
+                });
+            }
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(def.id.as_bytes());
+        hasher.update([0u8]);
+        hasher.update(source.as_bytes());
+        let hash = hex::encode(hasher.finalize());
+        let now = self.shared.clock.now_ms();
+        let record = self
+            .shared
+            .store
+            .deploy(&def.id, &hash, source, now)
+            .await?;
+        self.shared
+            .defs
+            .loaded
+            .lock()
+            .expect("definitions lock")
+            .entry(record.id)
+            .or_insert_with(|| Arc::new(def));
+        Ok(record)
+    }
+
+    /// Retires a deployment; refused while running or FAILED instances reference it.
+    pub async fn retire(&self, id: DeploymentId) -> Result<RetireOutcome, Error> {
+        Ok(self.shared.store.retire(id).await?)
+    }
+
+    /// Starts an instance on `deployment`; returns once its first step is durable.
+    pub async fn start_instance(
+        &self,
+        deployment: DeploymentId,
+        variables: Variables,
+    ) -> Result<InstanceId, Error> {
+        let record = self
+            .shared
+            .store
+            .deployment(deployment)
+            .await?
+            .ok_or(Error::UnknownDeployment(deployment.0))?;
+        if record.retired {
+            return Err(Error::Refused {
+                what: "start".to_owned(),
+                why: format!("deployment {} is retired", deployment.0),
+            });
+        }
+        let id = uuid::Uuid::new_v4();
+        self.request(
+            id,
+            Work::Start {
+                deployment,
+                variables,
+            },
+        )
+        .await?;
+        Ok(id)
+    }
+
+    /// Feeds an input (a user-task completion, a message, a cancel) to an instance;
+    /// returns once the step is durable.
+    pub async fn send(&self, instance: InstanceId, input: Input) -> Result<(), Error> {
+        self.request(instance, Work::Input(input)).await
+    }
+
+    async fn request(&self, instance: InstanceId, work: Work) -> Result<(), Error> {
+        if self.shared.stopping.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        let (tx, rx) = oneshot::channel();
+        let lane = self.shared.lane_of(instance);
+        self.shared.lanes[lane]
+            .send(Request {
+                instance,
+                work,
+                started_ms: None,
+                reply: Some(tx),
+                retries: 0,
+            })
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Waits until `done(stats)` holds. Wakes on every terminal instance.
+    pub async fn wait_until(&self, done: impl Fn(&StatsView) -> bool) {
+        loop {
+            let notified = self.shared.terminal.notified();
+            if done(&self.shared.stats.view()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Graceful shutdown: stops the poller and new requests, lets every lane finish the
+    /// handlers it is running and commit their outcomes, then returns.
+    pub async fn shutdown(mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.timer_armed.notify_one();
+        if let Some(p) = self.poller.take() {
+            let _ = p.await;
+        }
+        self.shared.stop.send_replace(true);
+        for t in self.lane_tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+
+    /// Stops everything at once without waiting for handlers: what a crash looks like
+    /// from the store's point of view, minus the process exit. For tests of recovery.
+    pub fn abort(mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.stop.send_replace(true);
+        if let Some(p) = self.poller.take() {
+            p.abort();
+        }
+        for t in self.lane_tasks.drain(..) {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! The timer poller (SPEC R3): claims due timer rows and hands them to their lanes.
+//!
+//! It asks the store for due rows only (an index on the due instant), so its cost grows
+//! with due timers, not with parked ones. A claim leases the rows to this replica; a row
+//! whose step never commits (the replica died) is claimed again once the lease lapses.
+//! The poller may wait between polls — it is not a lane — but it never waits longer than
+//! the poll interval, and a lane that arms a timer due soon wakes it early.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Request, Shared, Work};
+
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let interval = Duration::from_millis(shared.config.poll_interval_ms.max(1));
+    let mut stop = shared.stop.subscribe();
+    loop {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let now = shared.clock.now_ms();
+        let claimed = match shared
+            .store
+            .claim_due_timers(
+                now,
+                shared.config.timer_lease_ms,
+                &shared.config.replica_id,
+                shared.config.timer_claim_max,
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "timer poll failed; trying again next interval");
+                Vec::new()
+            }
+        };
+        let full = claimed.len() as u32 >= shared.config.timer_claim_max;
+        for t in claimed {
+            shared.stats.timers_fired.fetch_add(1, Ordering::Relaxed);
+            let lane = shared.lane_of(t.instance);
+            let req = Request {
+                instance: t.instance,
+                work: Work::Timer {
+                    name: t.name,
+                    incarnation: t.incarnation,
+                },
+                started_ms: None,
+                reply: None,
+                retries: 0,
+            };
+            if shared.lanes[lane].send(req).await.is_err() {
+                // The lane is gone (shutdown); the lease lapses and someone claims it again.
+                return;
+            }
+        }
+        if full {
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shared.timer_armed.notified() => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
