@@ -164,6 +164,14 @@ fn explain_prints_each_retry_timeline() {
 }
 
 #[test]
+fn explain_adds_nothing_for_a_model_without_retry() {
+    let plain = qflow_check(&["simple.bpmn"]);
+    let explained = qflow_check(&["--explain", "simple.bpmn"]);
+    assert_eq!(explained.status.code(), Some(0));
+    assert_eq!(stdout(&plain), stdout(&explained));
+}
+
+#[test]
 fn explain_in_json_carries_the_same_numbers() {
     let out = qflow_check(&["--explain", "--format", "json", "retry.bpmn"]);
     assert_eq!(out.status.code(), Some(0));

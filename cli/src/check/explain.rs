@@ -714,6 +714,34 @@ mod tests {
         assert_eq!(t.attempts.len() as u32, HEAD_ROWS - 1 + TAIL_ROWS);
     }
 
+    /// What the engine does for one instance: attempt n starts after the jittered delays
+    /// of attempts 1..n-1 (each failing at once). Every such instant, for any instance,
+    /// must fall inside the window the explanation prints.
+    #[test]
+    fn every_instance_starts_each_attempt_inside_its_window() {
+        use qflow_loader::model::jitter_ppb;
+        let p = RetryPolicy {
+            max_interval: DurationMs(20_000),
+            ..policy(8)
+        };
+        let t = explain(&p, None);
+        for i in 0..500 {
+            let instance = format!("instance-{i}");
+            let mut at = 0u64;
+            for w in &t.attempts {
+                let failed = w.attempt - 1;
+                at += p.delay_ms(failed, jitter_ppb(&instance, "t", failed));
+                assert!(
+                    (w.earliest_start_ms..=w.latest_start_ms).contains(&at),
+                    "{instance}: attempt {} at {at} outside {}..={}",
+                    w.attempt,
+                    w.earliest_start_ms,
+                    w.latest_start_ms
+                );
+            }
+        }
+    }
+
     #[test]
     fn single_attempt_policies_have_no_rows() {
         let t = explain(&policy(1), None);
