@@ -139,17 +139,24 @@ impl PgStore {
         self.pool.close().await;
     }
 
-    /// The plan PostgreSQL picks for the timer claim (`EXPLAIN`, not executed): the
-    /// evidence that polling walks the due index rather than the table (R3).
+    /// The generic plan PostgreSQL uses for the timer claim once the prepared statement
+    /// has run a few times (`EXPLAIN`, not executed): the evidence that polling walks
+    /// the due index rather than the table (R3).
     pub async fn explain_claim(&self, now_ms: i64, limit: u32) -> StoreResult<Vec<String>> {
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         let rows = sqlx::query(&format!("EXPLAIN {CLAIM_SQL}"))
             .bind("explain")
             .bind(now_ms)
             .bind(now_ms)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
+        tx.rollback().await.map_err(backend)?;
         rows.iter()
             .map(|row| row.try_get::<String, _>(0).map_err(backend))
             .collect()
@@ -216,10 +223,17 @@ const INSTANCE_COLUMNS: &str =
 /// `timers_due` and stops after `limit` rows; `SKIP LOCKED` passes over rows another
 /// replica is claiming right now, and the lease predicate is re-checked on the locked
 /// row version, so a row just leased elsewhere is not taken again.
+///
+/// The outer UPDATE finds the locked rows by `ctid` (a TID scan) rather than by
+/// `(instance, name) IN (...)`: with the latter, the generic plan a prepared statement
+/// settles on after five runs hash-joins against a sequential scan of every parked timer
+/// (measured: 30 ms at 100k parked rows instead of 0.4 ms). A row's ctid cannot change
+/// while we hold its lock; if it was replaced after our snapshot, the TID scan skips it
+/// and it is simply not claimed this time.
 const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = $1, leased_until_ms = $2 \
-     WHERE (instance, name) IN (SELECT instance, name FROM timers \
+     WHERE ctid = ANY(ARRAY(SELECT ctid FROM timers \
          WHERE due_at_ms <= $3 AND (leased_until_ms IS NULL OR leased_until_ms < $3) \
-         ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED) \
+         ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED)) \
      RETURNING instance, name, due_at_ms, incarnation";
 
 fn deployment_from_row(row: &PgRow) -> StoreResult<DeploymentRecord> {

@@ -982,7 +982,11 @@ async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
             "plan does not use timers_due: {plan:?}"
         );
         ensure!(
-            !plan.iter().any(|line| line.contains("Seq Scan on timers")),
+            plan.iter().any(|line| line.contains("Tid Scan on timers")),
+            "the update does not find claimed rows by ctid: {plan:?}"
+        );
+        ensure!(
+            !plan.iter().any(|line| line.contains("Seq Scan")),
             "plan scans timers: {plan:?}"
         );
         Ok(())
