@@ -93,6 +93,22 @@ fn a_directory_is_an_io_error_exit_2() {
     );
 }
 
+/// The CLI reads at most one byte past the loader's size limit, so a huge file is
+/// refused by the loader's own positioned diagnostic instead of filling memory.
+#[test]
+fn an_oversized_file_is_refused_by_the_size_rule() {
+    let path = std::env::temp_dir().join(format!("qflow-check-big-{}.bpmn", std::process::id()));
+    let limit = qflow_loader::LoadOptions::default().max_bytes;
+    let mut big = b"<definitions>".to_vec();
+    big.resize(limit + 4096, b' ');
+    std::fs::write(&path, &big).expect("temp file");
+    let out = qflow_check(&["--format", "json", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).ok();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["files"][0]["diagnostics"][0]["code"], "Q003");
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let no_files = qflow_check(&[]);
