@@ -28,6 +28,10 @@ mod json;
 mod render;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when every file loads, 1 when any file is refused, \
+                        2 when a file cannot be read or the arguments are wrong."
+)]
 pub struct Args {
     /// BPMN 2.0 XML files to check.
     #[arg(required = true, value_name = "FILE")]
