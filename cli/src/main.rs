@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod run;
+mod run;
 
 /// Exit status for "a checked input was refused" (the command itself worked).
 pub const EXIT_REFUSED: u8 = 1;
@@ -34,6 +35,9 @@ struct Cli {
 enum Command {
     /// Load BPMN files and print diagnostics like a compiler (SPEC L1–L8).
     Check(check::Args),
+    /// The main job: deploy the bundled order model with a flaky payment task on the
+    /// embedded SQLite store, run instances, and show attempts, parks and completions.
+    Run(run::Args),
     /// The main job: deploy the bundled order model with a flaky payment task on the
     /// embedded SQLite store, run instances, and show attempts, parks and completions.
     Run(run::Args),
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Run(args) => run::run(&args),
         Command::Run(args) => run::run(&args),
     }
 }

@@ -1,0 +1,268 @@
+//! `qflow run`: the main job. Deploys the bundled order model (a flaky payment gateway
+//! behind a `q:retry` policy), starts instances on the embedded SQLite store, and shows
+//! attempts, backoff parks and completions live, then a final table.
+//!
+//! The flakiness is scripted from the instance id, so every instance's fate is fixed
+//! when it starts and the final table can be checked against the script: how many
+//! attempts `charge` needs, or whether it exhausts its budget, is a pure function of the
+//! id. Instances left running by an earlier, interrupted run on the same file are resumed
+//! by the timer poller like any other park.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::{StreamExt, TryStreamExt};
+use qflow_engine::runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
+use qflow_engine::store::{InstanceFilter, InstanceId, InstanceStatus, Store};
+use qflow_engine::{TaskContext, TaskOutcome};
+use qflow_persistence::SqliteStore;
+
+/// Start requests in flight at once.
+const START_CONCURRENCY: usize = 64;
+
+/// The model `qflow run` deploys.
+pub const ORDERS_MODEL: &str = include_str!("../examples/orders.bpmn");
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The SQLite file to run on; created when missing.
+    #[arg(long, default_value = "qflow-run.sqlite")]
+    db: PathBuf,
+    /// Instances to start.
+    #[arg(long, default_value_t = 300)]
+    instances: u32,
+    /// Lane executors.
+    #[arg(long, default_value_t = 2)]
+    lanes: usize,
+    /// Delete the file first instead of continuing what it holds.
+    #[arg(long)]
+    fresh: bool,
+}
+
+/// What the scripted gateway does to an instance's `charge` task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Script {
+    /// Fails this many times with `GATEWAY_UNAVAILABLE`, then succeeds.
+    Flaky(u32),
+    /// Fails once with `CARD_DECLINED`: non-retryable, FAILED at once.
+    Declined,
+    /// Throws the BPMN error `FRAUD_SUSPECTED`: routed, spends no budget.
+    Fraud,
+}
+
+/// The script for an instance: a pure function of its id.
+pub fn script_for(instance: &str) -> Script {
+    let h = instance
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
+    match h % 100 {
+        0..=39 => Script::Flaky(0),
+        40..=64 => Script::Flaky(1),
+        65..=79 => Script::Flaky(2),
+        80..=87 => Script::Flaky(3),
+        88..=92 => Script::Flaky(4), // one more failure than the budget of 4 attempts allows
+        93..=96 => Script::Declined,
+        _ => Script::Fraud,
+    }
+}
+
+fn handlers() -> AsyncHandlers {
+    let ok = |_: &TaskContext<'_>| TaskOutcome::Ok(Default::default());
+    AsyncHandlers::new()
+        .with_sync("reserve", ok)
+        .with_sync("ship", ok)
+        .with_sync("release", ok)
+        .with_sync("charge", |ctx: &TaskContext<'_>| {
+            match script_for(ctx.instance_id) {
+                Script::Flaky(n) if ctx.attempt <= n => TaskOutcome::Fail {
+                    code: "GATEWAY_UNAVAILABLE".into(),
+                    message: format!("gateway timed out (attempt {})", ctx.attempt),
+                },
+                Script::Flaky(_) => TaskOutcome::Ok(Default::default()),
+                Script::Declined => TaskOutcome::Fail {
+                    code: "CARD_DECLINED".into(),
+                    message: "issuer declined the card".into(),
+                },
+                Script::Fraud => TaskOutcome::BpmnError {
+                    code: "FRAUD_SUSPECTED".into(),
+                    message: "risk score above threshold".into(),
+                },
+            }
+        })
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    // Logs go to stderr, filtered by RUST_LOG (default: warnings and errors only).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(run_async(args))
+}
+
+async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
+    if args.fresh {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = args.db.clone().into_os_string();
+            p.push(suffix);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {p:?}")),
+            }
+        }
+    }
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&args.db)
+            .await
+            .with_context(|| format!("opening {}", args.db.display()))?,
+    );
+    let config = RuntimeConfig {
+        lanes: args.lanes.max(1),
+        ..RuntimeConfig::default()
+    };
+    let runtime = Runtime::start(store.clone(), handlers(), Arc::new(SystemClock), config);
+    let deployment = runtime.deploy(ORDERS_MODEL, None).await?;
+    let resumed = store
+        .instances(&InstanceFilter {
+            status: Some(InstanceStatus::Running),
+            limit: 10_000,
+            ..InstanceFilter::default()
+        })
+        .await?
+        .len() as u64;
+    eprintln!(
+        "qflow run: {} on {} (deployment {}, {} lanes); resuming {} unfinished instance(s)",
+        "orders",
+        args.db.display(),
+        deployment.id.0,
+        args.lanes.max(1),
+        resumed
+    );
+
+    let began = Instant::now();
+    let stats = runtime.stats();
+    let progress = tokio::spawn(progress_line(stats.clone()));
+    // Starts go out concurrently: each returns once its instance is durable, and many
+    // share one commit.
+    let ids: Vec<InstanceId> = futures::stream::iter(0..args.instances)
+        .map(|_| runtime.start_instance(deployment.id, Default::default()))
+        .buffer_unordered(START_CONCURRENCY)
+        .try_collect()
+        .await?;
+    let target = args.instances as u64 + resumed;
+    runtime
+        .wait_until(|s| s.completed + s.failed + s.cancelled >= target)
+        .await;
+    let elapsed = began.elapsed();
+    progress.abort();
+    let view = stats.view();
+    runtime.shutdown().await;
+    eprintln!();
+
+    print_table(&*store, &ids, elapsed, &view).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn progress_line(stats: Arc<qflow_engine::runtime::Stats>) {
+    let mut err = std::io::stderr();
+    loop {
+        let s = stats.view();
+        let _ = write!(
+            err,
+            "\r  started {:>6} | completed {:>6} | failed {:>4} | attempts {:>6} | backoff parks {:>5} | timers fired {:>5}   ",
+            s.started, s.completed, s.failed, s.handler_calls, s.parks, s.timers_fired
+        );
+        let _ = err.flush();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn print_table(
+    store: &dyn Store,
+    ids: &[InstanceId],
+    elapsed: Duration,
+    view: &qflow_engine::runtime::StatsView,
+) -> anyhow::Result<()> {
+    // (outcome, charge attempts) -> instances, in a stable order.
+    let mut rows: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    let mut mismatches = 0u64;
+    let mut example_failed = None;
+    for id in ids {
+        let rec = store
+            .instance(*id)
+            .await?
+            .with_context(|| format!("instance {id} vanished"))?;
+        let attempts = store.attempts(*id).await?;
+        let charge = attempts.iter().filter(|a| a.node == "charge").count() as u32;
+        let outcome = match (&rec.status, &rec.failure_code) {
+            (InstanceStatus::Failed, Some(code)) => format!("failed {code}"),
+            (s, _) => s.as_str().to_owned(),
+        };
+        let expected = expected_charge_attempts(script_for(&id.to_string()));
+        if charge != expected {
+            mismatches += 1;
+        }
+        if rec.status == InstanceStatus::Failed && example_failed.is_none() {
+            example_failed = Some((*id, attempts));
+        }
+        *rows.entry((outcome, charge)).or_default() += 1;
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:<28} {:>16} {:>10}",
+        "outcome", "charge attempts", "instances"
+    )?;
+    for ((outcome, attempts), n) in &rows {
+        writeln!(out, "{outcome:<28} {attempts:>16} {n:>10}")?;
+    }
+    writeln!(
+        out,
+        "\n{} instances in {:.2}s ({:.0}/s); {} handler calls, {} backoff parks, {} steps in {} commits",
+        ids.len(),
+        elapsed.as_secs_f64(),
+        ids.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+        view.handler_calls,
+        view.parks,
+        view.steps,
+        view.batches
+    )?;
+    writeln!(
+        out,
+        "attempt counts that differ from the script: {mismatches}"
+    )?;
+    if let Some((id, attempts)) = example_failed {
+        writeln!(out, "\nA FAILED instance is kept for inspection: {id}")?;
+        for a in attempts {
+            writeln!(
+                out,
+                "  {:<8} attempt {} {:<10} {}",
+                a.node,
+                a.attempt,
+                a.outcome,
+                a.code.unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// How many `charge` attempts the script leads to under the bundled policy (4 attempts).
+fn expected_charge_attempts(script: Script) -> u32 {
+    match script {
+        Script::Flaky(n) => (n + 1).min(4),
+        Script::Declined | Script::Fraud => 1,
+    }
+}
