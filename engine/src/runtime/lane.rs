@@ -57,6 +57,9 @@ struct Prepared {
     /// Taken out when the batch is sent to the store.
     commit: Option<Commit>,
     calls: Vec<TaskCall>,
+    /// The step moved the instance into a terminal state (a stale timer on an instance
+    /// that was already finished does not).
+    finished_now: bool,
     parks: u64,
     earliest_timer_ms: Option<i64>,
 }
@@ -209,6 +212,8 @@ impl Lane {
             );
             return None;
         }
+        let finished_now =
+            step.snapshot.status().is_terminal() && !current.snapshot.status().is_terminal();
         let mut next = Cached {
             snapshot: step.snapshot,
             ..current
@@ -294,6 +299,7 @@ impl Lane {
             expected_fence,
             commit: Some(commit),
             calls,
+            finished_now,
             parks,
             earliest_timer_ms,
         })
@@ -345,6 +351,10 @@ impl Lane {
         let status = p.next.snapshot.status();
         if status.is_terminal() {
             self.cache.remove(&instance);
+        } else {
+            self.cache.insert(instance, Cached { fence, ..p.next });
+        }
+        if p.finished_now {
             let counter = match status {
                 Status::Completed => &stats.completed,
                 Status::Failed => &stats.failed,
@@ -352,8 +362,6 @@ impl Lane {
             };
             counter.fetch_add(1, Ordering::Relaxed);
             self.shared.terminal.notify_waiters();
-        } else {
-            self.cache.insert(instance, Cached { fence, ..p.next });
         }
         if p.earliest_timer_ms
             .is_some_and(|t| t <= now.saturating_add(self.shared.config.poll_interval_ms as i64))
