@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod run;
-mod run;
+mod simulate;
 
 /// Exit status for "a checked input was refused" (the command itself worked).
 pub const EXIT_REFUSED: u8 = 1;
@@ -38,9 +38,9 @@ enum Command {
     /// The main job: deploy the bundled order model with a flaky payment task on the
     /// embedded SQLite store, run instances, and show attempts, parks and completions.
     Run(run::Args),
-    /// The main job: deploy the bundled order model with a flaky payment task on the
-    /// embedded SQLite store, run instances, and show attempts, parks and completions.
-    Run(run::Args),
+    /// Run a model against a scripted scenario on a virtual clock and print the trace as
+    /// JSON lines (SPEC S1; formats in docs/simulate.md).
+    Simulate(simulate::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,7 +67,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Run(args) => run::run(&args),
-        Command::Run(args) => run::run(&args),
+        Command::Simulate(args) => simulate::run(&args),
     }
 }
 

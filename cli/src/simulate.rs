@@ -1,0 +1,241 @@
+//! `qflow simulate MODEL --scenario FILE` (SPEC S1): the production step function on a
+//! virtual clock, driven by a scripted scenario, printed as a JSON-lines trace and a
+//! final summary line. Formats: `docs/simulate.md`.
+//!
+//! This module only reads the two files, reports what is wrong with them, and prints. The
+//! scenario format and the driver live in `qflow-golden` (`scenario`, `sim`), shared with
+//! the golden corpus so that every golden case is a scenario an author can run here. It
+//! never reads the wall clock into the run and never touches a store.
+
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use qflow_engine::sim::{Summary, TraceStep};
+use qflow_engine::{Effect, Input};
+use qflow_golden::scenario;
+use qflow_loader::diag::{Diagnostic, Severity};
+use qflow_loader::model::Definition;
+use serde::Serialize;
+
+use crate::{EXIT_REFUSED, EXIT_USAGE};
+
+/// Largest scenario file read, in bytes: scenarios are hand-written scripts.
+const SCENARIO_MAX_BYTES: u64 = 4 << 20;
+/// Largest model file read, in bytes (the loader's own default limit).
+const MODEL_MAX_BYTES: u64 = 16 << 20;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The BPMN 2.0 model (one executable process).
+    #[arg(value_name = "MODEL")]
+    model: PathBuf,
+    /// The scenario file (JSON): start variables, handler outcomes per attempt, events,
+    /// horizon.
+    #[arg(long, value_name = "FILE")]
+    scenario: PathBuf,
+    /// Print only the step lines, not the summary line.
+    #[arg(long, conflicts_with = "summary_only")]
+    trace_only: bool,
+    /// Print only the summary line.
+    #[arg(long)]
+    summary_only: bool,
+    /// Add each step's persisted snapshot bytes (hex) to its trace line.
+    #[arg(long)]
+    snapshots: bool,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let model_text = match read_text(&args.model, MODEL_MAX_BYTES) {
+        Ok(text) => text,
+        Err(err) => return Ok(usage_error(&args.model, err)),
+    };
+    let definition = match load_model(&args.model, &model_text) {
+        Ok(def) => def,
+        Err(code) => return Ok(code),
+    };
+    let scenario_text = match read_text(&args.scenario, SCENARIO_MAX_BYTES) {
+        Ok(text) => text,
+        Err(err) => return Ok(usage_error(&args.scenario, err)),
+    };
+    let scenario = match scenario::parse(&scenario_text, &definition) {
+        Ok(s) => s,
+        Err(problems) => {
+            let shown = args.scenario.display();
+            for problem in &problems {
+                eprintln!("{shown}: error: {problem}");
+            }
+            eprintln!(
+                "{shown}: refused: {} (format: docs/simulate.md)",
+                plural(problems.len(), "error")
+            );
+            return Ok(ExitCode::from(EXIT_REFUSED));
+        }
+    };
+    let trace = qflow_golden::simulate(&definition, &scenario)
+        .with_context(|| format!("simulating `{}`", args.model.display()))?;
+    let mut out = BufWriter::new(io::stdout().lock());
+    if !args.summary_only {
+        for step in &trace.steps {
+            serde_json::to_writer(&mut out, &trace_line(step, args.snapshots))?;
+            out.write_all(b"\n")?;
+        }
+    }
+    if !args.trace_only {
+        serde_json::to_writer(
+            &mut out,
+            &SummaryLine {
+                summary: &trace.summary,
+            },
+        )?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One trace line: the step as the engine's trace records it, with the snapshot shown as
+/// its size (and, with `--snapshots`, its bytes in hex). A struct rather than a JSON map
+/// so that the fields print in this order.
+#[derive(Serialize)]
+struct TraceLine<'a> {
+    seq: u32,
+    at_ms: i64,
+    input: &'a Input,
+    node: Option<&'a str>,
+    attempt: Option<u32>,
+    effects: &'a [Effect],
+    snapshot_bytes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot: Option<String>,
+}
+
+fn trace_line(step: &TraceStep, with_bytes: bool) -> TraceLine<'_> {
+    TraceLine {
+        seq: step.seq,
+        at_ms: step.at_ms,
+        input: &step.input,
+        node: step.node.as_deref(),
+        attempt: attempt_of(step),
+        effects: &step.effects,
+        snapshot_bytes: step.snapshot.len(),
+        snapshot: with_bytes.then(|| hex_text(&step.snapshot)),
+    }
+}
+
+/// The last line: `{"summary": {...}}`, fields in the engine's order.
+#[derive(Serialize)]
+struct SummaryLine<'a> {
+    summary: &'a Summary,
+}
+
+/// The attempt a step reports on (a handler result) or, failing that, the attempt it
+/// starts (a re-drive or the first run of a task): what an author looks for in a trace.
+fn attempt_of(step: &TraceStep) -> Option<u32> {
+    step.attempt.or_else(|| {
+        step.effects.iter().find_map(|e| match e {
+            Effect::RunTask { attempt, .. } => Some(*attempt),
+            _ => None,
+        })
+    })
+}
+
+fn hex_text(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// Loads the model; on refusal prints the diagnostics compiler-style (as `qflow check`
+/// does) and returns the exit code to use.
+fn load_model(path: &Path, text: &str) -> Result<Definition, ExitCode> {
+    let shown = path.display();
+    match qflow_loader::load_str(text) {
+        Ok(loaded) => {
+            for warning in &loaded.warnings {
+                print_diagnostic(&shown.to_string(), text, warning);
+            }
+            let mut defs = loaded.definitions;
+            if defs.len() == 1 {
+                Ok(defs.remove(0))
+            } else {
+                eprintln!(
+                    "{shown}: error: a simulation runs exactly one process; this model has {} \
+                     executable processes",
+                    defs.len()
+                );
+                Err(ExitCode::from(EXIT_REFUSED))
+            }
+        }
+        Err(diagnostics) => {
+            for d in &diagnostics {
+                print_diagnostic(&shown.to_string(), text, d);
+            }
+            let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+            eprintln!("{shown}: refused: {}", plural(errors, "error"));
+            Err(ExitCode::from(EXIT_REFUSED))
+        }
+    }
+}
+
+/// `file:line:col: error[Q101]: message`, the source line and a caret, then the help.
+fn print_diagnostic(path: &str, text: &str, d: &Diagnostic) {
+    let label = match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    };
+    let (line, col) = (d.pos.line, d.pos.col);
+    if line == 0 {
+        eprintln!("{path}: {label}[{}]: {}", d.code, d.message);
+    } else {
+        eprintln!("{path}:{line}:{col}: {label}[{}]: {}", d.code, d.message);
+        if let Some(source) = text.lines().nth(line as usize - 1) {
+            let gutter = line.to_string();
+            let pad = " ".repeat(gutter.len());
+            let caret = " ".repeat((col as usize).saturating_sub(1));
+            eprintln!(" {pad} |");
+            eprintln!(" {gutter} | {source}");
+            eprintln!(" {pad} | {caret}^");
+        }
+    }
+    if let Some(help) = &d.help {
+        eprintln!("   = help: {help}");
+    }
+}
+
+fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is a directory",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than the {max_bytes}-byte limit"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8: {e}")))
+}
+
+fn usage_error(path: &Path, err: io::Error) -> ExitCode {
+    eprintln!("qflow: error: cannot read `{}`: {err}", path.display());
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}

@@ -1,0 +1,275 @@
+//! `qflow simulate` end to end (SPEC S1): the real binary on real files. The trace's park
+//! instants must be the ones the shared backoff formula predicts, and bad scenario files
+//! must be refused with field-level errors and the documented exit status
+//! (`docs/simulate.md`).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const PAYMENT: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:test">
+  <error id="errStolen" errorCode="CARD_STOLEN"/>
+  <process id="payment" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="pay"/>
+    <serviceTask id="pay" q:task="pay">
+      <extensionElements>
+        <q:retry maxAttempts="3" initialInterval="PT1S" backoffMultiplier="2"
+                 maxInterval="PT1M" jitter="full" nonRetryableCodes="CARD_STOLEN"/>
+      </extensionElements>
+    </serviceTask>
+    <sequenceFlow id="f2" sourceRef="pay" targetRef="confirm"/>
+    <userTask id="confirm"/>
+    <sequenceFlow id="f3" sourceRef="confirm" targetRef="end"/>
+    <endEvent id="end"/>
+  </process>
+</definitions>
+"#;
+
+/// A scratch directory for one test's files, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("qflow-simulate-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("write scratch file");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn simulate(model: &PathBuf, scenario: &PathBuf, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .arg("simulate")
+        .arg(model)
+        .arg("--scenario")
+        .arg(scenario)
+        .args(extra)
+        .output()
+        .expect("run qflow")
+}
+
+/// Runs a scenario that must be accepted; returns (trace lines, summary).
+fn run_ok(test: &str, model: &str, scenario: &str) -> (Vec<Value>, Value) {
+    let scratch = Scratch::new(test);
+    let out = simulate(
+        &scratch.file("model.bpmn", model),
+        &scratch.file("scenario.json", scenario),
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let mut lines: Vec<Value> = String::from_utf8(out.stdout)
+        .expect("utf-8 stdout")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect();
+    let summary = lines.pop().expect("a summary line")["summary"].clone();
+    assert!(summary.is_object(), "last line is the summary");
+    (lines, summary)
+}
+
+/// Runs a scenario that must be refused; returns (exit status, stderr).
+fn run_refused(test: &str, model: &str, scenario: &str) -> (Option<i32>, String) {
+    let scratch = Scratch::new(test);
+    let out = simulate(
+        &scratch.file("model.bpmn", model),
+        &scratch.file("scenario.json", scenario),
+        &[],
+    );
+    assert!(out.stdout.is_empty(), "nothing is simulated on refusal");
+    (
+        out.status.code(),
+        String::from_utf8(out.stderr).expect("utf-8 stderr"),
+    )
+}
+
+/// The `arm_timer` effects of a step, as (name, due_at_ms).
+fn armed(line: &Value) -> Vec<(String, i64)> {
+    line["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "arm_timer")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["due_at_ms"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_non_retryable_code_fails_at_once_with_that_code() {
+    let (trace, summary) = run_ok(
+        "nonretry",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [{ "outcome": "fail", "code": "CARD_STOLEN" }] } }"#,
+    );
+    assert!(trace.iter().all(|l| armed(l).is_empty()), "no park");
+    assert_eq!(summary["status"], "failed");
+    assert_eq!(summary["failure_code"], "CARD_STOLEN");
+    assert_eq!(summary["attempts"]["pay"], 1);
+}
+
+#[test]
+fn summary_only_and_trace_only_print_what_they_say() {
+    let scratch = Scratch::new("flags");
+    let model = scratch.file("model.bpmn", PAYMENT);
+    let scenario = scratch.file(
+        "scenario.json",
+        r#"{ "events": [{ "event": "complete_user_task", "at_ms": 10, "node": "confirm" }] }"#,
+    );
+    let out = simulate(&model, &scenario, &["--summary-only"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1);
+    let summary: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(summary["summary"]["status"], "completed");
+
+    let out = simulate(&model, &scenario, &["--trace-only"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().count() >= 3);
+    assert!(text.lines().all(|l| l.starts_with("{\"seq\":")), "{text}");
+}
+
+#[test]
+fn an_unknown_field_is_refused_with_its_path() {
+    let (code, stderr) = run_refused(
+        "unknown",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [{ "outcome": "ok", "outptus": {} }] } }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("scenario.json: error: at tasks.pay[0]"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown field `outptus`"), "{stderr}");
+
+    let (code, stderr) = run_refused("unknown-top", PAYMENT, r#"{ "horizon": 5 }"#);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("unknown field `horizon`"), "{stderr}");
+    assert!(
+        stderr.contains("horizon_ms"),
+        "the expected names are listed: {stderr}"
+    );
+}
+
+#[test]
+fn a_missing_field_names_the_attempt_it_belongs_to() {
+    let (code, stderr) = run_refused(
+        "missing",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [{ "outcome": "fail", "code": "X" }, { "outcome": "fail" }] } }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at tasks.pay[1]: missing field `code`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_wrong_type_is_refused_with_its_path() {
+    let (code, stderr) = run_refused("type", PAYMENT, r#"{ "horizon_ms": "soon" }"#);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at horizon_ms: invalid type: string \"soon\""),
+        "{stderr}"
+    );
+
+    let (code, stderr) = run_refused(
+        "variant",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [{ "outcome": "maybe" }] } }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("at tasks.pay[0]"), "{stderr}");
+    assert!(stderr.contains("unknown variant `maybe`"), "{stderr}");
+}
+
+#[test]
+fn a_negative_time_is_refused_with_its_path() {
+    let (code, stderr) = run_refused(
+        "negative",
+        PAYMENT,
+        r#"{ "events": [{ "event": "complete_user_task", "at_ms": -5, "node": "confirm" }] }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at events[0].at_ms: -5 is negative"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unknown_nodes_and_wrong_node_kinds_are_all_reported() {
+    let (code, stderr) = run_refused(
+        "nodes",
+        PAYMENT,
+        r#"{
+  "start_at_ms": 10,
+  "tasks": { "paay": [{ "outcome": "ok" }], "confirm": [{ "outcome": "ok" }] },
+  "events": [
+    { "event": "complete_user_task", "at_ms": 10, "node": "pay" },
+    { "event": "complete_user_task", "at_ms": 5, "node": "confirm" }
+  ]
+}"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    for want in [
+        "at tasks.paay: no node `paay` in process `payment`",
+        "at tasks.confirm: node `confirm` is not a registered task",
+        "at events[0].node: node `pay` is not a user task",
+        "at events[1].at_ms: 5 is before start_at_ms (10)",
+        "refused: 4 errors",
+    ] {
+        assert!(stderr.contains(want), "missing `{want}` in:\n{stderr}");
+    }
+}
+
+#[test]
+fn malformed_json_is_refused_with_line_and_column() {
+    let (code, stderr) = run_refused("syntax", PAYMENT, "{ \"instance\": \"a\",\n  }");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("(line 2, column 3)"), "{stderr}");
+}
+
+#[test]
+fn a_refused_model_prints_diagnostics_and_exits_1() {
+    let broken = PAYMENT.replace(r#"targetRef="confirm""#, r#"targetRef="nowhere""#);
+    let (code, stderr) = run_refused("model", &broken, "{}");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("model.bpmn:"), "{stderr}");
+    assert!(stderr.contains(": error[Q"), "{stderr}");
+    assert!(stderr.contains("refused"), "{stderr}");
+}
+
+#[test]
+fn an_unreadable_scenario_is_a_usage_error() {
+    let scratch = Scratch::new("unreadable");
+    let model = scratch.file("model.bpmn", PAYMENT);
+    let out = simulate(&model, &scratch.0.join("missing.json"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("cannot read"), "{stderr}");
+    assert!(stderr.contains("missing.json"), "{stderr}");
+}
