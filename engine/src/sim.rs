@@ -133,6 +133,13 @@ pub enum ScriptedEvent {
     Cancel {
         at_ms: i64,
     },
+    /// Delivers `TimerFired { name, incarnation }` whether or not such a row is armed:
+    /// how a scenario replays the late delivery of a stale timer row (E8).
+    FireTimer {
+        at_ms: i64,
+        name: String,
+        incarnation: u32,
+    },
 }
 
 impl ScriptedEvent {
@@ -140,7 +147,8 @@ impl ScriptedEvent {
         match self {
             ScriptedEvent::CompleteUserTask { at_ms, .. }
             | ScriptedEvent::Message { at_ms, .. }
-            | ScriptedEvent::Cancel { at_ms } => *at_ms,
+            | ScriptedEvent::Cancel { at_ms }
+            | ScriptedEvent::FireTimer { at_ms, .. } => *at_ms,
         }
     }
 
@@ -159,6 +167,12 @@ impl ScriptedEvent {
                 variables: variables.clone(),
             },
             ScriptedEvent::Cancel { .. } => Input::Cancel,
+            ScriptedEvent::FireTimer {
+                name, incarnation, ..
+            } => Input::TimerFired {
+                name: name.clone(),
+                incarnation: *incarnation,
+            },
         }
     }
 }

@@ -171,7 +171,8 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
     match event {
         ScriptedEvent::CompleteUserTask { at_ms, .. }
         | ScriptedEvent::Message { at_ms, .. }
-        | ScriptedEvent::Cancel { at_ms } => *at_ms,
+        | ScriptedEvent::Cancel { at_ms }
+        | ScriptedEvent::FireTimer { at_ms, .. } => *at_ms,
     }
 }
 
