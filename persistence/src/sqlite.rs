@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use qflow_engine::memory::effective_instances_limit;
 use qflow_engine::store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
-    TimerRecord,
+    InstanceFilter, InstanceId, InstanceRecord, NewIncident, RetireOutcome, Store, StoreError,
+    StoreResult, TimerRecord,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -261,119 +261,221 @@ fn attempt_from_row(row: &SqliteRow) -> StoreResult<AttemptRecord> {
     })
 }
 
-/// The compare-and-swap of one commit: creates or updates the instance row and reports
-/// whether this commit won.
-async fn cas(tx: &mut SqliteConnection, commit: &Commit, id: &str) -> StoreResult<CommitOutcome> {
-    let written = match commit.expected_fence {
-        None => sqlx::query(
+/// Rows per multi-row statement. At most 7 parameters a row keeps a statement far below
+/// SQLite's 32,766-parameter limit, and a batch of up to this many commits needs one
+/// statement per kind of row instead of one per row.
+const ROWS_PER_STATEMENT: usize = 128;
+
+/// Applies one round (distinct instances) of a batch: the compare-and-swap of every
+/// commit, then the effect rows of the winners. Fills `outcomes` at the round's indexes.
+async fn apply_round(
+    tx: &mut SqliteConnection,
+    batch: &[Commit],
+    ids: &[String],
+    round: &[usize],
+    outcomes: &mut [CommitOutcome],
+) -> StoreResult<()> {
+    let (creates, updates): (Vec<usize>, Vec<usize>) = round
+        .iter()
+        .partition(|&&index| batch[index].expected_fence.is_none());
+    let mut won: HashSet<String> = HashSet::with_capacity(round.len());
+    for chunk in creates.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             created_at_ms, updated_at_ms) VALUES (?, ?, 1, ?, ?, ?, ?, ?) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(id)
-        .bind(commit.deployment.0)
-        .bind(commit.status.as_str())
-        .bind(commit.failure_code.as_deref())
-        .bind(commit.snapshot.as_slice())
-        .bind(commit.now_ms)
-        .bind(commit.now_ms),
-        Some(expected) => sqlx::query(
-            "UPDATE instances SET fence = fence + 1, deployment = ?, status = ?, \
-             failure_code = ?, snapshot = ?, updated_at_ms = ? WHERE id = ? AND fence = ?",
-        )
-        .bind(commit.deployment.0)
-        .bind(commit.status.as_str())
-        .bind(commit.failure_code.as_deref())
-        .bind(commit.snapshot.as_slice())
-        .bind(commit.now_ms)
-        .bind(id)
-        .bind(fence_to_db(expected)?),
+             created_at_ms, updated_at_ms) ",
+        );
+        query.push_values(chunk, |mut row, &index| {
+            let commit = &batch[index];
+            row.push_bind(ids[index].as_str())
+                .push_bind(commit.deployment.0)
+                .push_bind(1_i64)
+                .push_bind(commit.status.as_str())
+                .push_bind(commit.failure_code.as_deref())
+                .push_bind(commit.snapshot.as_slice())
+                .push_bind(commit.now_ms)
+                .push_bind(commit.now_ms);
+        });
+        query.push(" ON CONFLICT (id) DO NOTHING RETURNING id");
+        let created: Vec<String> = query
+            .build_query_scalar()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        won.extend(created);
     }
-    .execute(&mut *tx)
-    .await
-    .map_err(backend)?;
-    if written.rows_affected() == 1 {
-        let fence = commit.expected_fence.map_or(1, |f| f + 1);
-        return Ok(CommitOutcome::Applied { fence });
+    for chunk in updates.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, v_snapshot, \
+             v_now_ms) AS (",
+        );
+        let mut fences = Vec::with_capacity(chunk.len());
+        for &index in chunk {
+            let expected = batch[index].expected_fence.unwrap_or(0);
+            fences.push(fence_to_db(expected)?);
+        }
+        query.push_values(chunk.iter().zip(&fences), |mut row, (&index, &fence)| {
+            let commit = &batch[index];
+            row.push_bind(ids[index].as_str())
+                .push_bind(fence)
+                .push_bind(commit.deployment.0)
+                .push_bind(commit.status.as_str())
+                .push_bind(commit.failure_code.as_deref())
+                .push_bind(commit.snapshot.as_slice())
+                .push_bind(commit.now_ms);
+        });
+        query.push(
+            ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
+             status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
+             updated_at_ms = v_now_ms FROM v WHERE id = v_id AND fence = v_fence \
+             RETURNING id",
+        );
+        let updated: Vec<String> = query
+            .build_query_scalar()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        won.extend(updated);
     }
-    let current: Option<i64> = sqlx::query_scalar("SELECT fence FROM instances WHERE id = ?")
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-    Ok(CommitOutcome::Conflict {
-        current_fence: current.map(fence_from_db).transpose()?,
-    })
+
+    let mut winners: Vec<usize> = Vec::with_capacity(won.len());
+    for &index in round {
+        if won.contains(&ids[index]) {
+            let fence = batch[index].expected_fence.map_or(1, |f| f + 1);
+            outcomes[index] = CommitOutcome::Applied { fence };
+            winners.push(index);
+        } else {
+            let current: Option<i64> =
+                sqlx::query_scalar("SELECT fence FROM instances WHERE id = ?")
+                    .bind(ids[index].as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+            outcomes[index] = CommitOutcome::Conflict {
+                current_fence: current.map(fence_from_db).transpose()?,
+            };
+        }
+    }
+    resolve_effects(tx, batch, ids, &winners).await?;
+    insert_effects(tx, batch, ids, &winners).await
 }
 
-/// Writes the effect rows of one commit whose CAS won. Resolves go before arms and
-/// opens, so a step that replaces a timer or an incident keeps the new one.
-async fn effects(tx: &mut SqliteConnection, commit: &Commit, id: &str) -> StoreResult<()> {
-    for timer in &commit.resolve_timers {
-        sqlx::query("DELETE FROM timers WHERE instance = ? AND name = ? AND incarnation = ?")
+/// Deletes and updates of the winners' effects, one indexed statement per row. They run
+/// before any insert, so a step that replaces a timer or an incident keeps the new one.
+async fn resolve_effects(
+    tx: &mut SqliteConnection,
+    batch: &[Commit],
+    ids: &[String],
+    winners: &[usize],
+) -> StoreResult<()> {
+    for &index in winners {
+        let commit = &batch[index];
+        let id = ids[index].as_str();
+        for timer in &commit.resolve_timers {
+            sqlx::query("DELETE FROM timers WHERE instance = ? AND name = ? AND incarnation = ?")
+                .bind(id)
+                .bind(&timer.name)
+                .bind(i64::from(timer.incarnation))
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+        for node in &commit.resolve_incidents_on {
+            sqlx::query(
+                "UPDATE incidents SET resolved_at_ms = ? \
+                 WHERE instance = ? AND node = ? AND resolved_at_ms IS NULL",
+            )
+            .bind(commit.now_ms)
             .bind(id)
-            .bind(&timer.name)
-            .bind(i64::from(timer.incarnation))
+            .bind(node)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+        }
     }
-    for timer in last_arm_per_name(commit) {
-        sqlx::query(
-            "INSERT INTO timers (instance, name, due_at_ms, incarnation) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = excluded.due_at_ms, \
+    Ok(())
+}
+
+/// Timer upserts, opened incidents and attempt rows of the winners, as multi-row
+/// statements.
+async fn insert_effects(
+    tx: &mut SqliteConnection,
+    batch: &[Commit],
+    ids: &[String],
+    winners: &[usize],
+) -> StoreResult<()> {
+    let arms: Vec<(&str, &TimerRecord)> = winners
+        .iter()
+        .flat_map(|&index| {
+            last_arm_per_name(&batch[index])
+                .into_iter()
+                .map(move |timer| (ids[index].as_str(), timer))
+        })
+        .collect();
+    for chunk in arms.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> =
+            QueryBuilder::new("INSERT INTO timers (instance, name, due_at_ms, incarnation) ");
+        query.push_values(chunk, |mut row, (id, timer)| {
+            row.push_bind(*id)
+                .push_bind(timer.name.as_str())
+                .push_bind(timer.due_at_ms)
+                .push_bind(i64::from(timer.incarnation));
+        });
+        query.push(
+            " ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = excluded.due_at_ms, \
              incarnation = excluded.incarnation, lease_owner = NULL, leased_until_ms = NULL",
-        )
-        .bind(id)
-        .bind(&timer.name)
-        .bind(timer.due_at_ms)
-        .bind(i64::from(timer.incarnation))
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+        );
+        query.build().execute(&mut *tx).await.map_err(backend)?;
     }
-    for node in &commit.resolve_incidents_on {
-        sqlx::query(
-            "UPDATE incidents SET resolved_at_ms = ? \
-             WHERE instance = ? AND node = ? AND resolved_at_ms IS NULL",
-        )
-        .bind(commit.now_ms)
-        .bind(id)
-        .bind(node)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+
+    let opens: Vec<(&str, i64, &NewIncident)> = winners
+        .iter()
+        .flat_map(|&index| {
+            let commit = &batch[index];
+            commit
+                .open_incidents
+                .iter()
+                .map(move |incident| (ids[index].as_str(), commit.now_ms, incident))
+        })
+        .collect();
+    for chunk in opens.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO incidents (instance, node, code, message, opened_at_ms) ",
+        );
+        query.push_values(chunk, |mut row, (id, now_ms, incident)| {
+            row.push_bind(*id)
+                .push_bind(incident.node.as_str())
+                .push_bind(incident.code.as_str())
+                .push_bind(incident.message.as_str())
+                .push_bind(*now_ms);
+        });
+        query.build().execute(&mut *tx).await.map_err(backend)?;
     }
-    for incident in &commit.open_incidents {
-        sqlx::query(
-            "INSERT INTO incidents (instance, node, code, message, opened_at_ms) \
-             VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(id)
-        .bind(&incident.node)
-        .bind(&incident.code)
-        .bind(&incident.message)
-        .bind(commit.now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-    }
-    for attempt in &commit.attempts {
-        sqlx::query(
+
+    let attempts: Vec<(&str, &AttemptRecord)> = winners
+        .iter()
+        .flat_map(|&index| {
+            batch[index]
+                .attempts
+                .iter()
+                .map(move |attempt| (ids[index].as_str(), attempt))
+        })
+        .collect();
+    for chunk in attempts.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
-             outcome, code, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(id)
-        .bind(&attempt.node)
-        .bind(i64::from(attempt.attempt))
-        .bind(attempt.started_at_ms)
-        .bind(attempt.finished_at_ms)
-        .bind(&attempt.outcome)
-        .bind(attempt.code.as_deref())
-        .bind(attempt.message.as_deref())
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+             outcome, code, message) ",
+        );
+        query.push_values(chunk, |mut row, (id, attempt)| {
+            row.push_bind(*id)
+                .push_bind(attempt.node.as_str())
+                .push_bind(i64::from(attempt.attempt))
+                .push_bind(attempt.started_at_ms)
+                .push_bind(attempt.finished_at_ms)
+                .push_bind(attempt.outcome.as_str())
+                .push_bind(attempt.code.as_deref())
+                .push_bind(attempt.message.as_deref());
+        });
+        query.build().execute(&mut *tx).await.map_err(backend)?;
     }
     Ok(())
 }
@@ -491,14 +593,7 @@ impl Store for SqliteStore {
             batch.len()
         ];
         for round in rounds(&batch) {
-            for &index in &round {
-                outcomes[index] = cas(&mut tx, &batch[index], &ids[index]).await?;
-            }
-            for &index in &round {
-                if matches!(outcomes[index], CommitOutcome::Applied { .. }) {
-                    effects(&mut tx, &batch[index], &ids[index]).await?;
-                }
-            }
+            apply_round(&mut tx, &batch, &ids, &round, &mut outcomes).await?;
         }
         tx.commit().await.map_err(backend)?;
         Ok(outcomes)
