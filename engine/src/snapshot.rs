@@ -12,12 +12,11 @@
 //!
 //! This module must never read the clock, hash-iterate, or panic on any input bytes.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use qflow_loader::model::Variables;
-use serde_json::Value as Json;
-
 use crate::error::Error;
+use qflow_loader::model::Variables;
 
 /// The format version written under key `v`. Bump it only with a migration story.
 pub const FORMAT_VERSION: u64 = 1;
@@ -238,7 +237,12 @@ impl Snapshot {
 
     /// Appends the canonical MessagePack bytes to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        let mut entries: Vec<(String, Entry<'_>)> = Vec::with_capacity(8 + self.extra.len());
+        let families = self.joins.len()
+            + self.attempts.len()
+            + self.markers.len()
+            + self.first_failure_ms.len()
+            + self.extra.len();
+        let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
         if self.status != Status::New {
             entries.push((K_STATUS.into(), Entry::Uint(self.status.code())));
@@ -268,16 +272,16 @@ impl Snapshot {
             entries.push((K_CYCLES.into(), Entry::UintMap(&self.cycles)));
         }
         for (gw, flows) in &self.joins {
-            entries.push((format!("{P_JOIN}{gw}"), Entry::StrList(flows)));
+            entries.push((format!("{P_JOIN}{gw}").into(), Entry::StrList(flows)));
         }
         for (node, a) in &self.attempts {
-            entries.push((format!("{P_ATTEMPT}{node}"), Entry::Uint(*a as u64)));
+            entries.push((format!("{P_ATTEMPT}{node}").into(), Entry::Uint(*a as u64)));
         }
         for (node, class) in &self.markers {
-            entries.push((format!("{P_MARKER}{node}"), Entry::Str(class)));
+            entries.push((format!("{P_MARKER}{node}").into(), Entry::Str(class)));
         }
         for (node, at) in &self.first_failure_ms {
-            entries.push((format!("{P_FIRST_FAILURE}{node}"), Entry::Int(*at)));
+            entries.push((format!("{P_FIRST_FAILURE}{node}").into(), Entry::Int(*at)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -285,9 +289,9 @@ impl Snapshot {
             if entries.iter().any(|(k, _)| k == key) {
                 continue;
             }
-            entries.push((key.clone(), Entry::Raw(value)));
+            entries.push((key.as_str().into(), Entry::Raw(value)));
         }
-        entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         mp::map_len(out, entries.len());
         for (key, entry) in &entries {
             mp::str(out, key);
@@ -299,188 +303,365 @@ impl Snapshot {
     /// keys are preserved verbatim; only bytes that are not a string-keyed MessagePack
     /// map at all, or a format newer than [`FORMAT_VERSION`], are refused.
     pub fn decode(bytes: &[u8]) -> Result<Snapshot, Error> {
-        let mut rd = bytes;
-        let value = rmpv::decode::read_value_with_max_depth(&mut rd, DECODE_DEPTH_MAX)
-            .map_err(|e| Error::SnapshotUndecodable(e.to_string()))?;
+        let undecodable = |why: &str| Error::SnapshotUndecodable(why.to_owned());
+        let mut rd = rd::Rd::new(bytes);
+        let len = rd
+            .map_len()
+            .ok_or_else(|| undecodable("top level is not a map"))?;
+        let mut snap = Snapshot::default();
+        let mut seen: Vec<&str> = Vec::with_capacity(len.min(32));
+        for _ in 0..len {
+            let key = rd
+                .str()
+                .ok_or_else(|| undecodable("a top-level key is not a UTF-8 string"))?;
+            // A canonical map has no duplicate keys; in a damaged one the first wins.
+            let duplicate = seen.contains(&key);
+            seen.push(key);
+            // Typed read on a copy of the cursor; on failure the value is re-read
+            // verbatim from where it starts.
+            let mut probe = rd.clone();
+            let typed = !duplicate && snap.absorb(key, &mut probe)?;
+            if typed {
+                rd = probe;
+                continue;
+            }
+            let raw = rd
+                .raw_value(DECODE_DEPTH_MAX)
+                .map_err(|e| Error::SnapshotUndecodable(format!("value of `{key}`: {e}")))?;
+            if !duplicate && key != K_VERSION {
+                snap.extra.insert(key.to_owned(), raw);
+            }
+        }
         if !rd.is_empty() {
             return Err(Error::SnapshotUndecodable(format!(
                 "{} trailing bytes after the map",
-                rd.len()
+                rd.remaining()
             )));
         }
-        let rmpv::Value::Map(pairs) = value else {
-            return Err(Error::SnapshotUndecodable(
-                "top level is not a map".to_owned(),
-            ));
-        };
-        let mut snap = Snapshot::default();
-        let mut seen: Vec<String> = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            let rmpv::Value::String(k) = k else {
-                return Err(Error::SnapshotUndecodable(
-                    "a top-level key is not a string".to_owned(),
-                ));
-            };
-            let Some(key) = k.into_str() else {
-                return Err(Error::SnapshotUndecodable(
-                    "a top-level key is not UTF-8".to_owned(),
-                ));
-            };
-            // A canonical map has no duplicate keys; in a damaged one the first wins.
-            if seen.contains(&key) {
-                continue;
-            }
-            seen.push(key.clone());
-            if key == K_VERSION {
-                // A malformed version reads as the current one: it is rewritten on the
-                // next encode anyway.
-                if let Some(found) = v.as_u64().filter(|f| *f > FORMAT_VERSION) {
-                    return Err(Error::SnapshotTooNew {
-                        found,
-                        supported: FORMAT_VERSION,
-                    });
-                }
-                continue;
-            }
-            if !snap.absorb(&key, &v) {
-                snap.extra.insert(key, v);
-            }
+        if !snap.tokens.is_sorted() {
+            snap.tokens.sort();
         }
-        snap.tokens.sort();
         Ok(snap)
     }
 
-    /// Reads one known key into the typed fields; `false` when the key is unknown or
-    /// its value is malformed (the caller then keeps it verbatim).
-    fn absorb(&mut self, key: &str, v: &rmpv::Value) -> bool {
-        match key {
-            K_STATUS => match v.as_u64().and_then(Status::from_code) {
-                Some(s) => self.status = s,
-                None => return false,
+    /// Reads one known key's value into the typed fields. `Ok(false)` when the key is
+    /// unknown or its value malformed (the caller then keeps it verbatim); `Err` only for
+    /// a format newer than this engine's.
+    fn absorb<'b>(&mut self, key: &str, rd: &mut rd::Rd<'b>) -> Result<bool, Error> {
+        let ok = match key {
+            K_VERSION => match rd.uint() {
+                Some(found) if found > FORMAT_VERSION => {
+                    return Err(Error::SnapshotTooNew {
+                        found,
+                        supported: FORMAT_VERSION,
+                    })
+                }
+                // A malformed version reads as the current one and is dropped: the next
+                // encode writes the current version anyway.
+                found => found.is_some(),
             },
-            K_FAIL_CODE | K_FAIL_NODE | K_FAIL_DETAIL => {
-                let Some(text) = v.as_str() else {
-                    return false;
-                };
-                let slot = match key {
-                    K_FAIL_CODE => &mut self.failure_code,
-                    K_FAIL_NODE => &mut self.failure_node,
-                    _ => &mut self.failure_detail,
-                };
-                *slot = Some(text.to_owned());
-            }
-            K_TOKENS => match read_str_list(v) {
-                Some(list) => self.tokens = list,
-                None => return false,
-            },
-            K_VARS => match read_vars(v) {
-                Some(vars) => self.vars = vars,
-                None => return false,
-            },
-            K_TIMERS => match read_uint_map(v) {
-                Some(map) => self.timers = map,
-                None => return false,
-            },
-            K_INCARNATION => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) => self.incarnation = n,
-                None => return false,
-            },
-            K_CYCLES => match read_uint_map(v) {
-                Some(map) => self.cycles = map,
-                None => return false,
-            },
-            _ => return self.absorb_family(key, v),
-        }
-        true
+            K_STATUS => rd
+                .uint()
+                .and_then(Status::from_code)
+                .map(|s| self.status = s)
+                .is_some(),
+            K_FAIL_CODE => rd
+                .str()
+                .map(|t| self.failure_code = Some(t.into()))
+                .is_some(),
+            K_FAIL_NODE => rd
+                .str()
+                .map(|t| self.failure_node = Some(t.into()))
+                .is_some(),
+            K_FAIL_DETAIL => rd
+                .str()
+                .map(|t| self.failure_detail = Some(t.into()))
+                .is_some(),
+            K_TOKENS => rd.str_list().map(|l| self.tokens = l).is_some(),
+            K_VARS => rd.vars(DECODE_DEPTH_MAX).map(|v| self.vars = v).is_some(),
+            K_TIMERS => rd.u32_map().map(|m| self.timers = m).is_some(),
+            K_INCARNATION => rd
+                .uint()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| self.incarnation = n)
+                .is_some(),
+            K_CYCLES => rd.u32_map().map(|m| self.cycles = m).is_some(),
+            _ => self.absorb_family(key, rd),
+        };
+        Ok(ok)
     }
 
-    fn absorb_family(&mut self, key: &str, v: &rmpv::Value) -> bool {
+    fn absorb_family(&mut self, key: &str, rd: &mut rd::Rd<'_>) -> bool {
         if let Some(gw) = key.strip_prefix(P_JOIN) {
-            let Some(list) = read_str_list(v) else {
-                return false;
-            };
-            self.joins.insert(gw.to_owned(), list);
+            rd.str_list()
+                .map(|l| self.joins.insert(gw.to_owned(), l))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_ATTEMPT) {
             // Tolerant read: anything but a counter in 1..=u32::MAX is malformed and reads
-            // as 0 (it stays in `extra`, so the bytes survive until a new write).
-            match v.as_u64().filter(|a| *a >= 1 && *a <= u32::MAX as u64) {
-                Some(a) => self.attempts.insert(node.to_owned(), a as u32),
-                None => return false,
-            };
+            // as 0 (it stays verbatim, so the bytes survive until a new write).
+            rd.uint()
+                .filter(|a| *a >= 1)
+                .and_then(|a| u32::try_from(a).ok())
+                .map(|a| self.attempts.insert(node.to_owned(), a))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_MARKER) {
-            let Some(class) = v.as_str() else {
-                return false;
-            };
-            self.markers.insert(node.to_owned(), class.to_owned());
+            rd.str()
+                .map(|c| self.markers.insert(node.to_owned(), c.to_owned()))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_FIRST_FAILURE) {
-            let Some(at) = v.as_i64() else { return false };
-            self.first_failure_ms.insert(node.to_owned(), at);
+            rd.int()
+                .map(|at| self.first_failure_ms.insert(node.to_owned(), at))
+                .is_some()
         } else {
-            return false;
+            false
         }
-        true
     }
 }
 
-fn read_str_list(v: &rmpv::Value) -> Option<Vec<String>> {
-    let rmpv::Value::Array(items) = v else {
-        return None;
-    };
-    items
-        .iter()
-        .map(|i| i.as_str().map(str::to_owned))
-        .collect()
-}
+/// A zero-copy MessagePack reader over a byte slice: every read returns `None` on a
+/// marker it does not expect or on truncation, and never panics or over-allocates.
+mod rd {
+    use qflow_loader::model::Variables;
+    use serde_json::Value as Json;
+    use std::collections::BTreeMap;
 
-fn read_uint_map(v: &rmpv::Value) -> Option<BTreeMap<String, u32>> {
-    let rmpv::Value::Map(pairs) = v else {
-        return None;
-    };
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            let n = u32::try_from(v.as_u64()?).ok()?;
-            Some((k.as_str()?.to_owned(), n))
-        })
-        .collect()
-}
+    #[derive(Clone)]
+    pub struct Rd<'a> {
+        b: &'a [u8],
+    }
 
-fn read_vars(v: &rmpv::Value) -> Option<Variables> {
-    let rmpv::Value::Map(pairs) = v else {
-        return None;
-    };
-    pairs
-        .iter()
-        .map(|(k, v)| Some((k.as_str()?.to_owned(), to_json(v)?)))
-        .collect()
-}
-
-/// MessagePack → JSON. `None` for what JSON cannot hold (binary, ext, non-string keys,
-/// NaN): such a value is malformed as a variable.
-fn to_json(v: &rmpv::Value) -> Option<Json> {
-    use rmpv::Value as M;
-    Some(match v {
-        M::Nil => Json::Null,
-        M::Boolean(b) => Json::Bool(*b),
-        M::Integer(i) => {
-            if let Some(u) = i.as_u64() {
-                Json::from(u)
-            } else {
-                Json::from(i.as_i64()?)
-            }
+    impl<'a> Rd<'a> {
+        pub fn new(b: &'a [u8]) -> Rd<'a> {
+            Rd { b }
         }
-        M::F32(f) => Json::Number(serde_json::Number::from_f64(*f as f64)?),
-        M::F64(f) => Json::Number(serde_json::Number::from_f64(*f)?),
-        M::String(s) => Json::String(s.as_str()?.to_owned()),
-        M::Array(items) => Json::Array(items.iter().map(to_json).collect::<Option<_>>()?),
-        M::Map(pairs) => Json::Object(
-            pairs
-                .iter()
-                .map(|(k, v)| Some((k.as_str()?.to_owned(), to_json(v)?)))
-                .collect::<Option<_>>()?,
-        ),
-        M::Binary(_) | M::Ext(..) => return None,
-    })
+
+        pub fn is_empty(&self) -> bool {
+            self.b.is_empty()
+        }
+
+        pub fn remaining(&self) -> usize {
+            self.b.len()
+        }
+
+        fn byte(&mut self) -> Option<u8> {
+            let (first, rest) = self.b.split_first()?;
+            self.b = rest;
+            Some(*first)
+        }
+
+        fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+            if n > self.b.len() {
+                return None;
+            }
+            let (head, rest) = self.b.split_at(n);
+            self.b = rest;
+            Some(head)
+        }
+
+        fn be<const N: usize>(&mut self) -> Option<[u8; N]> {
+            self.take(N)?.try_into().ok()
+        }
+
+        fn peek(&self) -> Option<u8> {
+            self.b.first().copied()
+        }
+
+        pub fn str(&mut self) -> Option<&'a str> {
+            let len = match self.peek()? {
+                m @ 0xa0..=0xbf => {
+                    self.byte();
+                    (m & 0x1f) as usize
+                }
+                0xd9 => {
+                    self.byte();
+                    self.byte()? as usize
+                }
+                0xda => {
+                    self.byte();
+                    u16::from_be_bytes(self.be()?) as usize
+                }
+                0xdb => {
+                    self.byte();
+                    u32::from_be_bytes(self.be()?) as usize
+                }
+                _ => return None,
+            };
+            std::str::from_utf8(self.take(len)?).ok()
+        }
+
+        /// Any integer marker holding a value ≥ 0.
+        pub fn uint(&mut self) -> Option<u64> {
+            let i = self.integer()?;
+            u64::try_from(i).ok()
+        }
+
+        /// Any integer marker holding a value that fits an i64.
+        pub fn int(&mut self) -> Option<i64> {
+            i64::try_from(self.integer()?).ok()
+        }
+
+        fn integer(&mut self) -> Option<i128> {
+            let m = self.peek()?;
+            let v: i128 = match m {
+                0x00..=0x7f => m as i128,
+                0xe0..=0xff => (m as i8) as i128,
+                0xcc => {
+                    self.byte();
+                    return Some(self.byte()? as i128);
+                }
+                0xcd => {
+                    self.byte();
+                    return Some(u16::from_be_bytes(self.be()?) as i128);
+                }
+                0xce => {
+                    self.byte();
+                    return Some(u32::from_be_bytes(self.be()?) as i128);
+                }
+                0xcf => {
+                    self.byte();
+                    return Some(u64::from_be_bytes(self.be()?) as i128);
+                }
+                0xd0 => {
+                    self.byte();
+                    return Some(i8::from_be_bytes(self.be()?) as i128);
+                }
+                0xd1 => {
+                    self.byte();
+                    return Some(i16::from_be_bytes(self.be()?) as i128);
+                }
+                0xd2 => {
+                    self.byte();
+                    return Some(i32::from_be_bytes(self.be()?) as i128);
+                }
+                0xd3 => {
+                    self.byte();
+                    return Some(i64::from_be_bytes(self.be()?) as i128);
+                }
+                _ => return None,
+            };
+            self.byte();
+            Some(v)
+        }
+
+        pub fn array_len(&mut self) -> Option<usize> {
+            self.container_len(0x90, 0xdc, 0xdd)
+        }
+
+        pub fn map_len(&mut self) -> Option<usize> {
+            self.container_len(0x80, 0xde, 0xdf)
+        }
+
+        fn container_len(&mut self, fix: u8, m16: u8, m32: u8) -> Option<usize> {
+            let m = self.peek()?;
+            let len = if m & 0xf0 == fix {
+                self.byte();
+                (m & 0x0f) as usize
+            } else if m == m16 {
+                self.byte();
+                u16::from_be_bytes(self.be()?) as usize
+            } else if m == m32 {
+                self.byte();
+                u32::from_be_bytes(self.be()?) as usize
+            } else {
+                return None;
+            };
+            // Every element takes at least one byte: a longer claim is a lie.
+            (len <= self.b.len()).then_some(len)
+        }
+
+        pub fn str_list(&mut self) -> Option<Vec<String>> {
+            let len = self.array_len()?;
+            let mut out = Vec::with_capacity(len);
+            for _ in 0..len {
+                out.push(self.str()?.to_owned());
+            }
+            Some(out)
+        }
+
+        pub fn u32_map(&mut self) -> Option<BTreeMap<String, u32>> {
+            let len = self.map_len()?;
+            let mut out = BTreeMap::new();
+            for _ in 0..len {
+                let k = self.str()?.to_owned();
+                let v = u32::try_from(self.uint()?).ok()?;
+                out.insert(k, v);
+            }
+            Some(out)
+        }
+
+        pub fn vars(&mut self, depth: usize) -> Option<Variables> {
+            let len = self.map_len()?;
+            let mut out = Variables::new();
+            for _ in 0..len {
+                let k = self.str()?.to_owned();
+                let v = self.json(depth)?;
+                out.insert(k, v);
+            }
+            Some(out)
+        }
+
+        /// MessagePack → JSON; `None` for what JSON cannot hold (binary, ext, non-string
+        /// keys, NaN), which makes the value malformed as a variable.
+        fn json(&mut self, depth: usize) -> Option<Json> {
+            let depth = depth.checked_sub(1)?;
+            let m = self.peek()?;
+            Some(match m {
+                0xc0 => {
+                    self.byte();
+                    Json::Null
+                }
+                0xc2 | 0xc3 => {
+                    self.byte();
+                    Json::Bool(m == 0xc3)
+                }
+                0xca => {
+                    self.byte();
+                    let f = f32::from_be_bytes(self.be()?) as f64;
+                    Json::Number(serde_json::Number::from_f64(f)?)
+                }
+                0xcb => {
+                    self.byte();
+                    let f = f64::from_be_bytes(self.be()?);
+                    Json::Number(serde_json::Number::from_f64(f)?)
+                }
+                0xa0..=0xbf | 0xd9..=0xdb => Json::String(self.str()?.to_owned()),
+                0x90..=0x9f | 0xdc | 0xdd => {
+                    let len = self.array_len()?;
+                    let mut items = Vec::with_capacity(len);
+                    for _ in 0..len {
+                        items.push(self.json(depth)?);
+                    }
+                    Json::Array(items)
+                }
+                0x80..=0x8f | 0xde | 0xdf => {
+                    let len = self.map_len()?;
+                    let mut map = serde_json::Map::new();
+                    for _ in 0..len {
+                        let k = self.str()?.to_owned();
+                        let v = self.json(depth)?;
+                        map.insert(k, v);
+                    }
+                    Json::Object(map)
+                }
+                _ => {
+                    let i = self.integer()?;
+                    match u64::try_from(i) {
+                        Ok(u) => Json::from(u),
+                        Err(_) => Json::from(i64::try_from(i).ok()?),
+                    }
+                }
+            })
+        }
+
+        /// The next value, whatever it is, kept verbatim.
+        pub fn raw_value(&mut self, depth: usize) -> Result<rmpv::Value, String> {
+            let mut b = self.b;
+            let v = rmpv::decode::read_value_with_max_depth(&mut b, depth)
+                .map_err(|e| e.to_string())?;
+            self.b = b;
+            Ok(v)
+        }
+    }
 }
 
 /// One value to write under a top-level key.
