@@ -127,3 +127,121 @@ async fn a_missing_handler_is_a_failed_attempt_not_a_crash() {
     assert_eq!(rec.status, InstanceStatus::Failed);
     assert_eq!(rec.failure_code.as_deref(), Some("HANDLER_MISSING"));
 }
+
+#[tokio::test]
+async fn an_async_handler_past_its_time_limit_is_a_failed_attempt() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let handlers = AsyncHandlers::new().with_async("count", |_call| async {
+        // Longer than the limit below; the lane does not wait for it.
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        TaskOutcome::Ok(Default::default())
+    });
+    let config = RuntimeConfig {
+        lanes: 1,
+        handler_time_limit_ms: 50,
+        ..RuntimeConfig::default()
+    };
+    let rt = Runtime::start(store.clone(), handlers, Arc::new(SystemClock), config);
+    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
+    let id = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    rt.wait_until(|s| s.failed >= 1).await;
+    rt.shutdown().await;
+    let rec = store.instance(id).await.expect("reads").expect("exists");
+    assert_eq!(rec.failure_code.as_deref(), Some("HANDLER_TIMEOUT"));
+    let history = store.attempts(id).await.expect("history");
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].code.as_deref(), Some("HANDLER_TIMEOUT"));
+}
+
+#[tokio::test]
+async fn a_panicking_async_handler_fails_the_attempt_and_the_lane_lives_on() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let handlers = AsyncHandlers::new().with_async(
+        "count",
+        |call: qflow_engine::runtime::TaskCall| async move {
+            if call.node == "b" {
+                panic!("boom in b");
+            }
+            TaskOutcome::Ok(Default::default())
+        },
+    );
+    let rt = runtime(store.clone(), handlers, 1);
+    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
+    let first = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    rt.wait_until(|s| s.failed >= 1).await;
+    // The same lane keeps serving new instances after the panic.
+    let second = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    rt.wait_until(|s| s.failed >= 2).await;
+    rt.shutdown().await;
+    for id in [first, second] {
+        let rec = store.instance(id).await.expect("reads").expect("exists");
+        assert_eq!(rec.failure_code.as_deref(), Some("HANDLER_PANICKED"));
+    }
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let entered = std::sync::Mutex::new(Some(entered_tx));
+    let handlers =
+        AsyncHandlers::new().with_async("count", move |call: qflow_engine::runtime::TaskCall| {
+            let signal = if call.node == "a" {
+                entered.lock().expect("lock").take()
+            } else {
+                None
+            };
+            async move {
+                if let Some(tx) = signal {
+                    let _ = tx.send(());
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                TaskOutcome::Ok(Default::default())
+            }
+        });
+    let rt = runtime(store.clone(), handlers, 1);
+    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
+    let id = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    entered_rx.await.expect("handler a started");
+    rt.shutdown().await;
+    // `a`'s outcome was committed during shutdown; `b` was never started.
+    let history = store.attempts(id).await.expect("history");
+    let nodes: Vec<_> = history
+        .iter()
+        .map(|a| (a.node.as_str(), a.outcome.as_str()))
+        .collect();
+    assert_eq!(nodes, vec![("a", "ok")]);
+    let rec = store.instance(id).await.expect("reads").expect("exists");
+    assert_eq!(rec.status, InstanceStatus::Running);
+
+    // `b` was handed over with a lease due at once: the next runtime on the store
+    // re-adopts it without waiting out the in-flight lease.
+    let calls = Arc::new(AtomicU32::new(0));
+    let next = runtime(store.clone(), counting(calls.clone()), 1);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        next.wait_until(|s| s.completed >= 1),
+    )
+    .await
+    .expect("the handed-over attempt is re-adopted promptly");
+    next.shutdown().await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "b and c ran once each");
+    let history = store.attempts(id).await.expect("history");
+    let nodes: Vec<_> = history
+        .iter()
+        .map(|a| (a.node.as_str(), a.attempt))
+        .collect();
+    assert_eq!(nodes, vec![("a", 1), ("b", 1), ("c", 1)]);
+}

@@ -267,12 +267,24 @@ impl Lane {
         }
         // The in-flight lease is decided from the next state alone: armed (or pushed
         // forward) while a task attempt is in flight, resolved once none is.
+        //
+        // While shutting down, the lane starts no new handlers: attempts this step asks
+        // for are handed over instead, by a lease that is due at once, so the next
+        // replica to poll (or this one after a restart) re-adopts them without waiting.
         let lease_ms = self.shared.config.inflight_lease_ms;
+        let handing_over = !calls.is_empty() && self.shared.stopping.load(Ordering::SeqCst);
         let in_flight = next.snapshot.status() == Status::Running && has_attempt_in_flight(&next);
         if in_flight {
             let refresh_at = now.saturating_add(lease_ms / LEASE_REFRESH_DIVISOR);
-            if next.lease_due.is_none_or(|due| due < refresh_at) || is_lease(&commit) {
-                let due = now.saturating_add(lease_ms);
+            if handing_over
+                || next.lease_due.is_none_or(|due| due < refresh_at)
+                || is_lease(&commit)
+            {
+                let due = if handing_over {
+                    now
+                } else {
+                    now.saturating_add(lease_ms)
+                };
                 // The upsert replaces the row (and drops its claim lease); a resolve of the
                 // same name in this commit would delete the fresh row again.
                 commit.resolve_timers.retain(|t| t.name != LEASE_TIMER);
@@ -292,6 +304,9 @@ impl Lane {
             next.lease_due = None;
         } else {
             next.lease_due = None;
+        }
+        if handing_over {
+            calls.clear();
         }
         Some(Prepared {
             request: req,
