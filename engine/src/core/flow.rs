@@ -103,7 +103,6 @@ pub(super) struct Run<'a> {
     pub(super) def: &'a Definition,
     pub(super) p: &'a Process,
     /// Feeds the retry jitter; unused by token movement itself.
-    #[allow(dead_code)]
     pub(super) instance: &'a str,
     pub(super) now_ms: i64,
     pub(super) snap: Snapshot,
