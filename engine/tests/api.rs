@@ -1,0 +1,133 @@
+//! The engine's public surface beyond scenarios: handler calls, misuse errors, and the
+//! snapshot size budget at a wait state.
+
+mod common;
+
+use common::build::linear_def;
+use qflow_engine::handler::{HANDLER_MISSING, HANDLER_PANICKED};
+use qflow_engine::{
+    run_handler, step, Effect, Error, Handlers, Input, Snapshot, TaskContext, TaskOutcome,
+};
+use qflow_loader::model::Variables;
+
+fn ctx<'a>(inputs: &'a Variables, handler: &'a str) -> TaskContext<'a> {
+    TaskContext {
+        instance_id: "i-1",
+        node: "pay",
+        handler,
+        attempt: 2,
+        inputs,
+    }
+}
+
+#[test]
+fn a_panicking_handler_becomes_a_failed_attempt() {
+    let inputs = Variables::new();
+    let panics = |_: &TaskContext<'_>| -> TaskOutcome { panic!("card reader on fire") };
+    let input = run_handler(&panics, &ctx(&inputs, "pay"));
+    match input {
+        Input::TaskFailed {
+            node,
+            attempt,
+            code,
+            message,
+        } => {
+            assert_eq!((node.as_str(), attempt), ("pay", 2));
+            assert_eq!(code, HANDLER_PANICKED);
+            assert!(message.contains("card reader on fire"), "{message}");
+        }
+        other => panic!("expected TaskFailed, got {other:?}"),
+    }
+}
+
+#[test]
+fn handler_outcomes_map_onto_inputs_and_a_missing_handler_is_a_failure() {
+    let inputs = Variables::from([("x".to_owned(), 1.into())]);
+    let handlers = Handlers::new()
+        .with("ok", |c: &TaskContext<'_>| {
+            TaskOutcome::Ok(c.inputs.clone())
+        })
+        .with("err", |_: &TaskContext<'_>| TaskOutcome::BpmnError {
+            code: "NO".into(),
+            message: "m".into(),
+        });
+    assert_eq!(handlers.names().collect::<Vec<_>>(), vec!["err", "ok"]);
+    assert_eq!(
+        handlers.run(&ctx(&inputs, "ok")),
+        Input::TaskCompleted {
+            node: "pay".into(),
+            attempt: 2,
+            outputs: inputs.clone()
+        }
+    );
+    assert!(matches!(
+        handlers.run(&ctx(&inputs, "err")),
+        Input::TaskBpmnError { code, .. } if code == "NO"
+    ));
+    assert!(matches!(
+        handlers.run(&ctx(&inputs, "nobody")),
+        Input::TaskFailed { code, .. } if code == HANDLER_MISSING
+    ));
+}
+
+#[test]
+fn misuse_is_an_error_and_terminal_instances_ignore_inputs() {
+    let def = linear_def(1, None);
+    let start = || Input::Start {
+        variables: Variables::new(),
+    };
+    let cancel_new = step(&def, "i", Snapshot::new(), Input::Cancel, 0);
+    assert_eq!(cancel_new, Err(Error::NotStarted));
+    let started = step(&def, "i", Snapshot::new(), start(), 0).unwrap();
+    assert_eq!(
+        step(&def, "i", started.snapshot.clone(), start(), 0),
+        Err(Error::AlreadyStarted)
+    );
+    let cancelled = step(&def, "i", started.snapshot, Input::Cancel, 5).unwrap();
+    assert!(cancelled.effects.contains(&Effect::Cancelled));
+    // The in-flight attempt is reported interrupted.
+    assert!(cancelled.effects.iter().any(|e| matches!(
+        e,
+        Effect::AttemptFinished {
+            outcome: qflow_engine::AttemptOutcome::Interrupted,
+            ..
+        }
+    )));
+    let bytes = cancelled.snapshot.encode();
+    let late = step(
+        &def,
+        "i",
+        cancelled.snapshot,
+        Input::TaskCompleted {
+            node: "t1".into(),
+            attempt: 1,
+            outputs: Variables::new(),
+        },
+        9,
+    )
+    .unwrap();
+    assert_eq!(late.snapshot.encode(), bytes);
+    assert!(matches!(late.effects.as_slice(), [Effect::Stale { .. }]));
+}
+
+#[test]
+fn a_waiting_single_token_instance_with_a_few_small_variables_fits_128_bytes() {
+    let def = linear_def(10, None);
+    let vars = Variables::from([
+        ("amount".to_owned(), 250.into()),
+        ("currency".to_owned(), "EUR".into()),
+        ("approved".to_owned(), true.into()),
+        ("customer".to_owned(), "c-1042".into()),
+    ]);
+    let out = step(
+        &def,
+        "i",
+        Snapshot::new(),
+        Input::Start { variables: vars },
+        0,
+    )
+    .unwrap();
+    let bytes = out.snapshot.encode();
+    assert!(bytes.len() <= 128, "{} bytes", bytes.len());
+    assert_eq!(out.snapshot.tokens(), ["t1"]);
+}
