@@ -457,3 +457,54 @@ fn io_mappings_shape_handler_inputs_and_instance_variables() {
     assert_eq!(vars["receipt"], json!("r-9"));
     assert!(!vars.contains_key("noise"));
 }
+
+#[test]
+fn event_based_gateway_takes_whichever_event_comes_first() {
+    let def = model_with(
+        r#"<message id="m1" name="paid"/>"#,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="race"/>
+      <eventBasedGateway id="race"/>
+      <sequenceFlow id="f1" sourceRef="race" targetRef="gotPaid"/>
+      <sequenceFlow id="f2" sourceRef="race" targetRef="tooLate"/>
+      <intermediateCatchEvent id="gotPaid"><messageEventDefinition messageRef="m1"/></intermediateCatchEvent>
+      <intermediateCatchEvent id="tooLate"><timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition></intermediateCatchEvent>
+      <sequenceFlow id="f3" sourceRef="gotPaid" targetRef="ship"/><serviceTask id="ship" q:task="ship"/>
+      <sequenceFlow id="f4" sourceRef="ship" targetRef="e1"/><endEvent id="e1"/>
+      <sequenceFlow id="f5" sourceRef="tooLate" targetRef="remind"/><serviceTask id="remind" q:task="remind"/>
+      <sequenceFlow id="f6" sourceRef="remind" targetRef="e2"/><endEvent id="e2"/>"#,
+    );
+    let paid = run_scenario(
+        &def,
+        r#"{"events": [{"event": "message", "at_ms": 60000, "name": "paid"}]}"#,
+    );
+    assert_eq!(paid.summary.status, "completed");
+    assert_eq!(runs_of(&paid, "ship"), vec![(60_000, 1)]);
+    assert!(runs_of(&paid, "remind").is_empty());
+    assert!(paid.steps[1]
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveTimer { name, .. } if name == "c:tooLate")));
+
+    let late = run_scenario(
+        &def,
+        r#"{"events": [{"event": "message", "at_ms": 7200000, "name": "paid"}]}"#,
+    );
+    assert_eq!(runs_of(&late, "remind"), vec![(3_600_000, 1)]);
+    assert!(runs_of(&late, "ship").is_empty());
+    assert_eq!(late.summary.status, "completed");
+}
+
+#[test]
+fn call_activity_is_refused_at_run_time_with_a_clear_code() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="call"/>
+      <callActivity id="call" calledElement="other"/>
+      <sequenceFlow id="f1" sourceRef="call" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, "{}");
+    assert_eq!(
+        trace.summary.failure_code.as_deref(),
+        Some("UNSUPPORTED_ELEMENT")
+    );
+    assert_eq!(trace.summary.failure_node.as_deref(), Some("call"));
+}

@@ -82,19 +82,29 @@ fn registered_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
     }
 }
 
-/// The first token (in frontier order) waiting for the message `name`.
-fn message_waiter(p: &Process, snap: &Snapshot, name: &str) -> Option<NodeIdx> {
+/// The first token (in frontier order) waiting for the message `name`: the node that
+/// receives it, and the event-based gateway the token sits at when it waits there.
+fn message_waiter(p: &Process, snap: &Snapshot, name: &str) -> Option<(NodeIdx, Option<NodeIdx>)> {
+    let receives = |idx: NodeIdx| match &p.node(idx).kind {
+        NodeKind::Task(Task {
+            kind: TaskKind::Receive { message },
+            ..
+        }) => message == name,
+        NodeKind::IntermediateCatch(CatchTrigger::Message { name: m }) => m == name,
+        _ => false,
+    };
     snap.tokens.iter().find_map(|t| {
         let idx = p.find(t)?;
-        let waits = match &p.node(idx).kind {
-            NodeKind::Task(Task {
-                kind: TaskKind::Receive { message },
-                ..
-            }) => message == name,
-            NodeKind::IntermediateCatch(CatchTrigger::Message { name: m }) => m == name,
-            _ => false,
-        };
-        waits.then_some(idx)
+        if matches!(p.node(idx).kind, NodeKind::EventBasedGateway) {
+            let node = p.node(idx);
+            return node
+                .outgoing
+                .iter()
+                .map(|f| p.flow(*f).target)
+                .find(|t| receives(*t))
+                .map(|t| (t, Some(idx)));
+        }
+        receives(idx).then_some((idx, None))
     })
 }
 
@@ -178,7 +188,10 @@ impl<'a> Run<'a> {
                 self.complete_activity(idx, variables);
             }
             Input::MessageReceived { name, variables } => {
-                if let Some(idx) = message_waiter(self.p, &self.snap, &name) {
+                if let Some((idx, gateway)) = message_waiter(self.p, &self.snap, &name) {
+                    if let Some(gw) = gateway {
+                        self.end_race(gw);
+                    }
                     self.complete_activity(idx, variables);
                 }
             }
@@ -268,6 +281,9 @@ impl<'a> Run<'a> {
         match timer.kind {
             TimerKind::Catch => {
                 if self.remove_token(idx) {
+                    self.leave(idx);
+                } else if let Some(gw) = self.racing_gateway(idx) {
+                    self.end_race(gw);
                     self.leave(idx);
                 }
             }
@@ -442,7 +458,21 @@ impl<'a> Run<'a> {
                     self.queue.push_back((s, None));
                 }
             }
-            NodeKind::EventBasedGateway => self.unsupported(idx, "event-based gateway"),
+            NodeKind::EventBasedGateway => {
+                // The token waits at the gateway; the events after it race. Their timers
+                // are armed now, named after the catch events.
+                self.add_token(idx);
+                for f in &node.outgoing {
+                    let target = self.p.flow(*f).target;
+                    if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
+                        &self.p.node(target).kind
+                    {
+                        let due = self.due_at(timer);
+                        let name = TimerName::new(TimerKind::Catch, self.id(target)).render();
+                        self.arm(name, due);
+                    }
+                }
+            }
             NodeKind::CallActivity { .. } => self.unsupported(idx, "call activity"),
         }
     }
@@ -835,6 +865,23 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// The event-based gateway holding a token that `catch` races for, if any.
+    fn racing_gateway(&self, catch: NodeIdx) -> Option<NodeIdx> {
+        self.p.node(catch).incoming.iter().find_map(|f| {
+            let source = self.p.flow(*f).source;
+            let waits = matches!(self.p.node(source).kind, NodeKind::EventBasedGateway)
+                && self.snap.tokens.iter().any(|t| t == self.id(source));
+            waits.then_some(source)
+        })
+    }
+
+    /// One event after the gateway `gw` happened: the token leaves the gateway and the
+    /// other events' timers are resolved.
+    fn end_race(&mut self, gw: NodeIdx) {
+        self.remove_token(gw);
+        self.disarm(gw);
+    }
+
     fn unsupported(&mut self, idx: NodeIdx, what: &str) {
         let message = format!(
             "`{}` is a {what}, which this engine version cannot execute yet",
@@ -970,6 +1017,13 @@ impl<'a> Run<'a> {
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
         for b in boundaries {
             self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)).render());
+        }
+        if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
+            let outgoing = &self.p.node(idx).outgoing;
+            for f in outgoing {
+                let target = self.id(self.p.flow(*f).target);
+                self.resolve(&TimerName::new(TimerKind::Catch, target).render());
+            }
         }
     }
 
