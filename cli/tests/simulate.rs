@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use qflow_loader::model::{jitter_ppb, NodeKind};
 use serde_json::Value;
 
 const PAYMENT: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
@@ -99,6 +100,16 @@ fn run_refused(test: &str, model: &str, scenario: &str) -> (Option<i32>, String)
     )
 }
 
+fn retry_policy() -> qflow_loader::model::RetryPolicy {
+    let loaded = qflow_loader::load_str(PAYMENT).expect("the payment model loads");
+    let def = &loaded.definitions[0];
+    let pay = def.process.node(def.process.find("pay").unwrap());
+    match &pay.kind {
+        NodeKind::Task(task) => task.retry.clone().expect("pay has q:retry"),
+        other => panic!("pay is not a task: {other:?}"),
+    }
+}
+
 /// The `arm_timer` effects of a step, as (name, due_at_ms).
 fn armed(line: &Value) -> Vec<(String, i64)> {
     line["effects"]
@@ -113,6 +124,60 @@ fn armed(line: &Value) -> Vec<(String, i64)> {
             )
         })
         .collect()
+}
+
+#[test]
+fn fail_fail_succeed_parks_at_the_instants_the_formula_predicts() {
+    let instance = "order-77";
+    let scenario = format!(
+        r#"{{
+  "instance": "{instance}",
+  "start_at_ms": 5000,
+  "tasks": {{
+    "pay": [
+      {{ "outcome": "fail", "code": "GATEWAY_DOWN", "after_ms": 100 }},
+      {{ "outcome": "panic", "message": "boom", "after_ms": 100 }},
+      {{ "outcome": "ok", "outputs": {{ "receipt": "r-1" }} }}
+    ]
+  }}
+}}"#
+    );
+    let (trace, summary) = run_ok("ffs", PAYMENT, &scenario);
+    let policy = retry_policy();
+
+    // Every failed attempt re-parks: the step that reports failure n arms a timer at
+    // failure instant + delay_ms(n, jitter_ppb(instance, node, n)).
+    let failures: Vec<&Value> = trace
+        .iter()
+        .filter(|l| l["input"]["type"] == "task_failed")
+        .collect();
+    assert_eq!(failures.len(), 2, "two failed attempts");
+    let mut parks = Vec::new();
+    for (i, line) in failures.iter().enumerate() {
+        let attempt = (i + 1) as u32;
+        assert_eq!(line["attempt"], attempt);
+        let at_ms = line["at_ms"].as_i64().unwrap();
+        let want = at_ms + policy.delay_ms(attempt, jitter_ppb(instance, "pay", attempt)) as i64;
+        let timers = armed(line);
+        assert_eq!(timers.len(), 1, "one park per failure: {line}");
+        assert_eq!(timers[0].1, want, "park instant of attempt {attempt}");
+        parks.push(want);
+    }
+    // Attempt 1 starts at 5000 and fails 100 ms later; the re-drive happens exactly at
+    // the park instant and starts the next attempt.
+    assert_eq!(failures[0]["at_ms"], 5100);
+    for (n, park) in parks.iter().enumerate() {
+        let redrive = trace
+            .iter()
+            .find(|l| l["input"]["type"] == "timer_fired" && l["at_ms"] == *park)
+            .unwrap_or_else(|| panic!("a re-drive at {park}"));
+        assert_eq!(redrive["attempt"], (n + 2) as u64);
+    }
+    assert_eq!(summary["attempts"]["pay"], 3);
+    // The instance then waits on the user task: running at the horizon, no timers left.
+    assert_eq!(summary["status"], "running");
+    assert!(summary.get("failure_code").is_none());
+    assert_eq!(summary["snapshot_sha256"].as_str().unwrap().len(), 64);
 }
 
 #[test]
@@ -148,6 +213,19 @@ fn summary_only_and_trace_only_print_what_they_say() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.lines().count() >= 3);
     assert!(text.lines().all(|l| l.starts_with("{\"seq\":")), "{text}");
+
+    let out = simulate(&model, &scenario, &["--trace-only", "--snapshots"]);
+    assert_eq!(out.status.code(), Some(0));
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let line: Value = serde_json::from_str(line).unwrap();
+        let hex = line["snapshot"]
+            .as_str()
+            .expect("hex bytes with --snapshots");
+        assert_eq!(
+            hex.len() as u64,
+            2 * line["snapshot_bytes"].as_u64().unwrap()
+        );
+    }
 }
 
 #[test]

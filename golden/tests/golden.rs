@@ -4,8 +4,8 @@
 //! `tests/snapshots/`.
 //!
 //! `QFLOW_BLESS=1` rewrites the step files and the insta snapshots instead of failing
-//! (`QFLOW_BLESS=name` re-blesses only that case). See `docs/golden.md`: a bless is a
-//! deliberate act whose diff a reviewer reads.
+//! (`QFLOW_BLESS=name` or `QFLOW_BLESS=a,b` re-blesses only those cases). See
+//! `docs/golden.md`: a bless is a deliberate act whose diff a reviewer reads.
 
 use qflow_golden::{bless, discover, expectation_mismatch, readable, Case};
 
@@ -30,7 +30,7 @@ fn every_golden_case_reproduces_its_committed_bytes() {
     for case in &cases {
         let blessing = match bless_filter.as_deref() {
             Some("1") | Some("all") => true,
-            Some(name) => name == case.name,
+            Some(names) => names.split(',').any(|n| n.trim() == case.name),
             None => false,
         };
         if let Err(message) = check(case, blessing, bless_filter.is_some()) {
