@@ -7,7 +7,11 @@
 //! (`QFLOW_BLESS=name` or `QFLOW_BLESS=a,b` re-blesses only those cases). See
 //! `docs/golden.md`: a bless is a deliberate act whose diff a reviewer reads.
 
+use std::path::Path;
+
+use qflow_engine::sim::Trace;
 use qflow_golden::{bless, discover, expectation_mismatch, readable, Case};
+use qflow_loader::model::NodeKind;
 
 /// At least this many cases must exist: a corpus that silently shrank is a failure too.
 const MIN_CASES: usize = 15;
@@ -64,19 +68,7 @@ fn check(case: &Case, blessing: bool, bless_mode: bool) -> Result<(), String> {
             case.name, report.unchanged, report.changed, report.added, report.removed
         );
     } else {
-        let committed = case.committed_steps().map_err(|e| e.to_string())?;
-        if committed.is_empty() {
-            return Err(format!(
-                "no committed step files in {}; bless the new case with \
-                 `QFLOW_BLESS={} cargo test -p qflow-golden`",
-                case.steps_dir().display(),
-                case.name
-            ));
-        }
-        let produced: Vec<Vec<u8>> = run.steps.iter().map(|s| s.snapshot.clone()).collect();
-        if let Some(mismatch) = qflow_golden::diff::compare(&committed, &produced) {
-            return Err(format!("snapshot bytes differ: {mismatch}"));
-        }
+        compare_bytes(case, &run)?;
     }
     if bless_mode && !blessing {
         // While another case is being blessed insta writes every view in place; this case's
@@ -92,4 +84,115 @@ fn check(case: &Case, blessing: bool, bless_mode: bool) -> Result<(), String> {
         settings.bind(|| insta::assert_yaml_snapshot!(case.name.as_str(), view));
     }));
     outcome.map_err(|_| "the decoded view differs from its insta snapshot (see above)".to_owned())
+}
+
+/// The byte half of the check: committed step files against the run's snapshots.
+fn compare_bytes(case: &Case, run: &Trace) -> Result<(), String> {
+    let committed = case.committed_steps().map_err(|e| e.to_string())?;
+    if committed.is_empty() {
+        return Err(format!(
+            "no committed step files in {}; bless the new case with \
+             `QFLOW_BLESS={} cargo test -p qflow-golden`",
+            case.steps_dir().display(),
+            case.name
+        ));
+    }
+    let produced: Vec<Vec<u8>> = run.steps.iter().map(|s| s.snapshot.clone()).collect();
+    match qflow_golden::diff::compare(&committed, &produced) {
+        Some(mismatch) => Err(format!("snapshot bytes differ: {mismatch}")),
+        None => Ok(()),
+    }
+}
+
+/// E3 seen from the corpus: a case whose model has no `q:retry` never persists a retry
+/// key family (`a/` attempt counter, `m/` backoff marker, `e/` first-failure instant; see
+/// docs/snapshot-format.md) and never arms a retry park (`r:` timer).
+#[test]
+fn cases_without_a_retry_policy_never_write_a_retry_key() {
+    let cases = discover(&qflow_golden::cases_root()).expect("golden/cases is readable");
+    let mut checked = 0;
+    for case in &cases {
+        let xml = std::fs::read_to_string(case.dir.join("model.bpmn")).unwrap();
+        let def = qflow_golden::load_model(&xml).unwrap();
+        let has_policy = def
+            .process
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.kind, NodeKind::Task(t) if t.retry.is_some()));
+        if has_policy {
+            continue;
+        }
+        checked += 1;
+        for (i, bytes) in case.committed_steps().unwrap().iter().enumerate() {
+            let view = qflow_golden::view::decode(bytes);
+            let keys: Vec<&String> = view.as_object().expect("a map").keys().collect();
+            assert!(
+                !keys
+                    .iter()
+                    .any(|k| ["a/", "m/", "e/"].iter().any(|p| k.starts_with(p))),
+                "golden case `{}` step {}: a retry key in a model without q:retry: {keys:?}",
+                case.name,
+                i + 1
+            );
+            let timers = view.get("k").and_then(|k| k.as_object());
+            assert!(
+                !timers.is_some_and(|t| t.keys().any(|name| name.starts_with("r:"))),
+                "golden case `{}` step {}: a retry park in a model without q:retry",
+                case.name,
+                i + 1
+            );
+        }
+    }
+    assert!(checked >= MIN_CASES, "only {checked} cases without q:retry");
+}
+
+/// The failure a reviewer sees when a persisted byte changes: case, step and offset.
+#[test]
+fn a_changed_byte_is_reported_with_case_step_and_offset() {
+    let source = qflow_golden::cases_root().join("linear_three_tasks");
+    let scratch = std::env::temp_dir().join(format!("qflow-golden-flip-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    copy_dir(&source, &scratch);
+    let step = scratch.join("steps").join(qflow_golden::step_file_name(2));
+    let mut bytes = std::fs::read(&step).unwrap();
+    let offset = bytes.len() / 2;
+    bytes[offset] ^= 0x01;
+    std::fs::write(&step, &bytes).unwrap();
+
+    let case = Case {
+        name: "linear_three_tasks".into(),
+        dir: scratch.clone(),
+    };
+    let run = case.run().unwrap();
+    let err = compare_bytes(&case, &run).unwrap_err();
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(
+        err.contains(&format!(
+            "step 0002: first differing byte at offset {offset}"
+        )),
+        "{err}"
+    );
+
+    // A missing last step file is a step-count mismatch, not a pass.
+    let shorter = Case {
+        name: case.name.clone(),
+        dir: qflow_golden::cases_root().join("linear_three_tasks"),
+    };
+    let mut run = shorter.run().unwrap();
+    run.steps.pop();
+    let err = compare_bytes(&shorter, &run).unwrap_err();
+    assert!(err.contains("steps, "), "{err}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
