@@ -10,7 +10,7 @@
 //! - the syntax tree's depth is capped at [`MAX_AST_DEPTH`] and macro (comprehension)
 //!   nesting at [`MAX_COMPREHENSION_NESTING`]: the `cel` evaluator recurses once per tree
 //!   level, and a deep tree could overflow a 2 MiB worker stack;
-//! - parsing runs on a helper thread with a large stack, because the `cel` parser (ANTLR)
+//! - parsing runs on one long-lived helper thread with a large stack, because the `cel` parser (ANTLR)
 //!   uses several kilobytes of stack per bracket level and would overflow a worker thread's
 //!   stack on a dozen nested brackets; brackets are additionally capped at
 //!   [`MAX_BRACKET_NESTING`] before the parser ever sees the text;
@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, OnceLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
@@ -90,19 +90,8 @@ impl Expression {
     pub fn compile(source: &str, pos: Pos, max_len: usize) -> Result<Expression, ExprError> {
         precheck(source, pos, max_len)?;
         let owned = source.to_owned();
-        // The parser gets its own thread with a large stack; see the module docs.
-        let parsed = std::thread::scope(|s| {
-            std::thread::Builder::new()
-                .name("qflow-cel-parse".into())
-                .stack_size(PARSER_STACK_BYTES)
-                .spawn_scoped(s, || parse_guarded(&owned))
-                .map_err(|e| format!("could not start the expression parser: {e}"))
-                .and_then(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err((None, "the CEL parser failed".into())))
-                        .map_err(|(p, m)| format!("{}\u{0}{m}", encode_rel(p)))
-                })
-        });
+        let parsed =
+            parse_on_big_stack(&owned).map_err(|(p, m)| format!("{}\u{0}{m}", encode_rel(p)));
         let program = match parsed {
             Ok(p) => p,
             Err(msg) => {
@@ -208,6 +197,51 @@ fn precheck(source: &str, pos: Pos, max_len: usize) -> Result<(), ExprError> {
 }
 
 type ParseOutcome = Result<cel::Program, (Option<(isize, isize)>, String)>;
+
+struct ParseJob {
+    source: String,
+    reply: mpsc::Sender<ParseOutcome>,
+}
+
+/// The parser thread: started on first use, lives for the process, parses one expression
+/// at a time on a large stack. Starting a thread per expression would cost more than the
+/// parse itself (a 64 MiB stack mapping takes ~100 µs).
+static PARSER: OnceLock<Option<mpsc::Sender<ParseJob>>> = OnceLock::new();
+
+fn parse_on_big_stack(source: &str) -> ParseOutcome {
+    let worker = PARSER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<ParseJob>();
+        std::thread::Builder::new()
+            .name("qflow-cel-parser".into())
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn(move || {
+                for job in rx {
+                    // A dropped receiver only means the caller went away.
+                    let _ = job.reply.send(parse_guarded(&job.source));
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    let failed = || Err((None, "the CEL parser thread is unavailable".to_string()));
+    if let Some(tx) = worker {
+        let (reply, answer) = mpsc::channel();
+        let job = ParseJob {
+            source: source.to_string(),
+            reply,
+        };
+        if tx.send(job).is_ok() {
+            return answer.recv().unwrap_or_else(|_| failed());
+        }
+    }
+    // No parser thread could be started: use a one-off thread with the same stack.
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn_scoped(s, || parse_guarded(source))
+            .map_or_else(|_| failed(), |h| h.join().unwrap_or_else(|_| failed()))
+    })
+}
 
 fn parse_guarded(source: &str) -> ParseOutcome {
     // A panic inside the third-party parser must not take the loader down.

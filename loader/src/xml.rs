@@ -431,8 +431,26 @@ impl<'a> Parser<'a> {
                 text_raw: String::new(),
             })
         } else {
-            // Still check the attributes for well-formedness.
-            self.attributes(e, off, pos)?;
+            // Still check the attributes for well-formedness, without keeping them.
+            for (n, a) in e.attributes().with_checks(true).enumerate() {
+                if let Err(err) = a {
+                    return Err(Diagnostic::error(
+                        "Q001",
+                        pos,
+                        format!("malformed XML attribute: {err}"),
+                    ));
+                }
+                if n >= self.opts.max_attributes {
+                    return Err(Diagnostic::error(
+                        "Q004",
+                        pos,
+                        format!(
+                            "an element has more than {} attributes",
+                            self.opts.max_attributes
+                        ),
+                    ));
+                }
+            }
             None
         };
         self.stack.push(el);
