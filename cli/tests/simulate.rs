@@ -351,3 +351,44 @@ fn an_unreadable_scenario_is_a_usage_error() {
     assert!(stderr.contains("cannot read"), "{stderr}");
     assert!(stderr.contains("missing.json"), "{stderr}");
 }
+
+/// Every golden case is a scenario `qflow simulate` runs unchanged, and the bytes it
+/// reports are the committed ones: one file format, one driver, one set of bytes.
+#[test]
+fn every_golden_case_runs_here_with_its_committed_bytes() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../golden/cases");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .expect("golden/cases")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("scenario.json").is_file())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 30, "{} golden cases", cases.len());
+    for case in &cases {
+        let out = simulate(
+            &case.join("model.bpmn"),
+            &case.join("scenario.json"),
+            &["--snapshots"],
+        );
+        let name = case.file_name().unwrap().to_string_lossy();
+        assert_eq!(out.status.code(), Some(0), "{name}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary = lines.pop().unwrap()["summary"].clone();
+        let expect: Value =
+            serde_json::from_str(&std::fs::read_to_string(case.join("expect.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["status"], expect["state"], "{name}");
+        for (i, line) in lines.iter().enumerate() {
+            let file = case.join("steps").join(format!("{:04}.msgpack", i + 1));
+            let committed = std::fs::read(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let hex: String = committed.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(line["snapshot"], hex.as_str(), "{name} step {}", i + 1);
+        }
+        let files = std::fs::read_dir(case.join("steps")).unwrap().count();
+        assert_eq!(files, lines.len(), "{name}: one committed file per step");
+    }
+}
