@@ -143,8 +143,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         .await?
         .len() as u64;
     eprintln!(
-        "qflow run: {} on {} (deployment {}, {} lanes); resuming {} unfinished instance(s)",
-        "orders",
+        "qflow run: orders on {} (deployment {}, {} lanes); resuming {} unfinished instance(s)",
         args.db.display(),
         deployment.id.0,
         args.lanes.max(1),
