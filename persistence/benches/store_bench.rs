@@ -49,8 +49,12 @@ async fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
     bench_store("memory", memory, options).await?;
 
-    let sqlite = SqliteStore::open(scratch.path().join("bench.db")).await?;
-    bench_store("sqlite", Arc::new(sqlite), options).await?;
+    let sqlite = Arc::new(SqliteStore::open(scratch.path().join("bench.db")).await?);
+    bench_store("sqlite", sqlite.clone(), options).await?;
+    println!("sqlite: claim plan (EXPLAIN QUERY PLAN):");
+    for line in sqlite.explain_claim().await? {
+        println!("    {line}");
+    }
 
     match std::env::var("QFLOW_TEST_PG_URL") {
         Ok(url) if !url.is_empty() => {
@@ -59,8 +63,11 @@ async fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
                 schema: Some(schema.clone()),
                 max_connections: 4,
             };
-            let store = PgStore::connect_with(&url, config).await?;
-            let result = bench_store("postgres", Arc::new(store), options).await;
+            let store = Arc::new(PgStore::connect_with(&url, config).await?);
+            let mut result = bench_store("postgres", store.clone(), options).await;
+            if result.is_ok() {
+                result = explain_postgres(&store).await;
+            }
             let mut conn = PgConnection::connect(&url).await?;
             sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
                 .execute(&mut conn)
@@ -72,22 +79,45 @@ async fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Writes 4 KiB and fsyncs it, over and over, on the same disk as the SQLite file.
-fn fsync_baseline(path: &std::path::Path, options: &Options) -> std::io::Result<()> {
-    let mut file = std::fs::File::create(path)?;
-    let block = vec![0x5a_u8; 4096];
-    let rounds = if options.quick { 200 } else { 3_000 };
-    let start = Instant::now();
-    for _ in 0..rounds {
-        file.write_all(&block)?;
-        file.sync_data()?;
+async fn explain_postgres(store: &PgStore) -> Result<(), Box<dyn std::error::Error>> {
+    sqlx::query("ANALYZE timers").execute(store.pool()).await?;
+    println!("postgres: claim plan (generic, EXPLAIN):");
+    for line in store
+        .explain_claim(T0 + 10_000, DUE_PER_POLL as u32)
+        .await?
+    {
+        println!("    {line}");
     }
-    let elapsed = start.elapsed();
-    println!(
-        "fsync baseline: {rounds} x (4 KiB write + fdatasync) in {:.2} s = {:.0} fsyncs/s",
-        elapsed.as_secs_f64(),
-        f64::from(rounds) / elapsed.as_secs_f64()
-    );
+    Ok(())
+}
+
+/// Writes 4 KiB and fsyncs it, over and over, on the same disk as the SQLite file: once
+/// appending (like a growing WAL) and once overwriting the same block (like a recycled
+/// WAL).
+fn fsync_baseline(path: &std::path::Path, options: &Options) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let block = vec![0x5a_u8; 4096];
+    let rounds = if options.quick { 200 } else { 2_000 };
+    for append in [true, false] {
+        let mut file = std::fs::File::create(path)?;
+        file.write_all(&block)?;
+        file.sync_all()?;
+        let start = Instant::now();
+        for _ in 0..rounds {
+            if !append {
+                file.seek(SeekFrom::Start(0))?;
+            }
+            file.write_all(&block)?;
+            file.sync_data()?;
+        }
+        let elapsed = start.elapsed();
+        println!(
+            "fsync baseline ({}): {rounds} x (4 KiB write + fdatasync) in {:.2} s = {:.0} fsyncs/s",
+            if append { "append" } else { "overwrite" },
+            elapsed.as_secs_f64(),
+            f64::from(rounds) / elapsed.as_secs_f64()
+        );
+    }
     Ok(())
 }
 
