@@ -25,7 +25,7 @@ use crate::{EXIT_REFUSED, EXIT_USAGE};
 
 mod explain;
 mod json;
-mod render;
+pub(crate) mod render;
 
 #[derive(Debug, clap::Args)]
 #[command(

@@ -15,10 +15,11 @@ use anyhow::Context;
 use qflow_engine::sim::{Summary, TraceStep};
 use qflow_engine::{Effect, Input};
 use qflow_golden::scenario;
-use qflow_loader::diag::{Diagnostic, Severity};
+use qflow_loader::diag::Diagnostic;
 use qflow_loader::model::Definition;
 use serde::Serialize;
 
+use crate::check::render::{write_diagnostic, LineIndex};
 use crate::{EXIT_REFUSED, EXIT_USAGE};
 
 /// Largest scenario file read, in bytes: scenarios are hand-written scripts.
@@ -182,29 +183,11 @@ fn load_model(path: &Path, text: &str) -> Result<Definition, ExitCode> {
     }
 }
 
-/// `file:line:col: error[Q101]: message`, the source line and a caret, then the help.
+/// The diagnostic exactly as `qflow check` renders it (shared code), on stderr: stdout is
+/// reserved for the trace.
 fn print_diagnostic(path: &str, text: &str, d: &Diagnostic) {
-    let label = match d.severity {
-        Severity::Error => "error",
-        Severity::Warning => "warning",
-    };
-    let (line, col) = (d.pos.line, d.pos.col);
-    if line == 0 {
-        eprintln!("{path}: {label}[{}]: {}", d.code, d.message);
-    } else {
-        eprintln!("{path}:{line}:{col}: {label}[{}]: {}", d.code, d.message);
-        if let Some(source) = text.lines().nth(line as usize - 1) {
-            let gutter = line.to_string();
-            let pad = " ".repeat(gutter.len());
-            let caret = " ".repeat((col as usize).saturating_sub(1));
-            eprintln!(" {pad} |");
-            eprintln!(" {gutter} | {source}");
-            eprintln!(" {pad} | {caret}^");
-        }
-    }
-    if let Some(help) = &d.help {
-        eprintln!("   = help: {help}");
-    }
+    let index = LineIndex::new(text.as_bytes());
+    let _ = write_diagnostic(&mut io::stderr().lock(), path, &index, d);
 }
 
 fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
