@@ -41,10 +41,13 @@ pub struct LoadOptions {
     /// Longest condition or mapping expression, in bytes. Default: 4096.
     pub max_expr_len: usize,
     /// Most elements accepted in one file (bounds the tree's memory on inputs made of
-    /// tiny elements). Default: 1,000,000.
+    /// tiny elements). Default: 200,000 (the largest corpus model has about 3,000).
     pub max_elements: usize,
     /// Most attributes on one element. Default: 256.
     pub max_attributes: usize,
+    /// Most attributes kept in one file, over all elements (bounds the tree's memory on
+    /// inputs made of attributes). Default: 500,000.
+    pub max_total_attributes: usize,
 }
 
 impl Default for LoadOptions {
@@ -53,8 +56,9 @@ impl Default for LoadOptions {
             max_bytes: 16 << 20,
             max_depth: 256,
             max_expr_len: 4096,
-            max_elements: 1_000_000,
+            max_elements: 200_000,
             max_attributes: 256,
+            max_total_attributes: 500_000,
         }
     }
 }
@@ -105,6 +109,9 @@ pub fn load(src: &[u8], opts: &LoadOptions) -> Result<Loaded, Vec<Diagnostic>> {
             Vec::new()
         }
     };
+    for d in diags.iter_mut().filter(|d| d.help.is_none()) {
+        d.help = rules::default_help(d.code).map(str::to_string);
+    }
     diags.sort_by(|a, b| (a.pos, a.code).cmp(&(b.pos, b.code)));
     diags.dedup();
     if diags.iter().any(Diagnostic::is_error) {

@@ -60,6 +60,19 @@ const RULES: &[(&str, &str)] = &[
     ("Q903", "warning: a process without flow nodes was skipped"),
 ];
 
+/// A generic "what to change" line for diagnostics raised where no specific advice exists
+/// (mostly the XML layer), so that every error carries one.
+pub(crate) fn default_help(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "Q001" => "fix the XML at this position; a truncated file must be exported again",
+        "Q002" => "remove the <!DOCTYPE ...> declaration",
+        "Q003" => "split the file, or raise LoadOptions::max_bytes for a genuine model",
+        "Q004" => "check what produced this file; real models are far below these limits",
+        "Q005" => "save the file as UTF-8",
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -243,6 +243,7 @@ struct Parser<'a> {
     open: Vec<(String, Pos)>,
     root: Option<Element>,
     elements: usize,
+    attributes: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -262,6 +263,7 @@ impl<'a> Parser<'a> {
             open: Vec::new(),
             root: None,
             elements: 0,
+            attributes: 0,
         }
     }
 
@@ -496,6 +498,17 @@ impl<'a> Parser<'a> {
             }
             let at = self.offset_of(raw_key, off);
             let pos = self.cursor.at(at);
+            self.attributes += 1;
+            if self.attributes > self.opts.max_total_attributes {
+                return Err(Diagnostic::error(
+                    "Q004",
+                    pos,
+                    format!(
+                        "the file has more than {} attributes",
+                        self.opts.max_total_attributes
+                    ),
+                ));
+            }
             let (rr, local) = self.reader.resolve_attribute(key);
             let ns = resolved(&rr).map_err(|m| Diagnostic::error("Q001", pos, m))?;
             let value = match a.unescape_value() {

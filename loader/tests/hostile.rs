@@ -27,7 +27,9 @@ const VALID: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 fn sole_error(r: Result<qflow_loader::Loaded, Vec<Diagnostic>>) -> Diagnostic {
     let diags = r.expect_err("hostile input must be refused");
     assert_eq!(diags.len(), 1, "{diags:#?}");
-    diags.into_iter().next().unwrap()
+    let d = diags.into_iter().next().unwrap();
+    assert!(d.help.is_some(), "{} has no help line", d.code);
+    d
 }
 
 #[test]
@@ -124,6 +126,36 @@ fn too_many_attributes_are_refused() {
     let xml =
         format!("<definitions xmlns=\"http://www.omg.org/spec/BPMN/20100524/MODEL\"{attrs}/>");
     assert_eq!(sole_error(load_str(&xml)).code, "Q004");
+}
+
+#[test]
+fn element_and_attribute_budgets_bound_the_tree() {
+    let opts = LoadOptions {
+        max_elements: 100,
+        max_total_attributes: 150,
+        ..LoadOptions::default()
+    };
+    let head =
+        "<definitions xmlns=\"http://www.omg.org/spec/BPMN/20100524/MODEL\"><process id=\"p\">";
+    let many_elements = format!("{head}{}</process></definitions>", "<task/>".repeat(200));
+    let d = sole_error(load(many_elements.as_bytes(), &opts));
+    assert_eq!(
+        (d.code, d.pos),
+        (
+            "Q004",
+            Pos {
+                line: 1,
+                col: 82 + 98 * 7
+            }
+        )
+    );
+    let many_attrs = format!(
+        "{head}{}</process></definitions>",
+        "<task a=\"1\" b=\"2\"/>".repeat(90)
+    );
+    let d = sole_error(load(many_attrs.as_bytes(), &opts));
+    assert_eq!(d.code, "Q004");
+    assert!(d.message.contains("150 attributes"), "{}", d.message);
 }
 
 #[test]
