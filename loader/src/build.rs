@@ -198,6 +198,10 @@ pub(crate) fn build(
         opts,
         errors: &errors,
         messages: &messages,
+        default_language: root
+            .value("expressionLanguage")
+            .map(|l| l.trim().to_ascii_lowercase())
+            .filter(|l| !l.is_empty()),
     };
     chosen
         .into_iter()
@@ -293,6 +297,8 @@ fn collect_messages(root: &Element) -> BTreeMap<String, String> {
 
 struct Ctx<'a> {
     opts: &'a LoadOptions,
+    /// `<definitions expressionLanguage>`: the language of conditions that name none.
+    default_language: Option<String>,
     errors: &'a BTreeMap<String, ErrorDef>,
     messages: &'a BTreeMap<String, String>,
 }
@@ -1138,9 +1144,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             );
             return None;
         }
-        let lang = c
-            .value("language")
-            .map(|l| l.trim().to_ascii_lowercase())
+        let own = c.value("language").map(|l| l.trim().to_ascii_lowercase());
+        let inherited = own.is_none() && self.ctx.default_language.is_some();
+        let lang = own
+            .or_else(|| self.ctx.default_language.clone())
             .unwrap_or_default();
         let is_feel = text.starts_with('=') || lang.contains("feel");
         if text.starts_with("${") || text.starts_with("#{") || lang.contains("juel") {
@@ -1153,11 +1160,19 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             return None;
         }
         if !lang.is_empty() && !is_feel && lang != "cel" && !lang.ends_with("/cel") {
+            let (at, origin) = match c.attr("language") {
+                Some(a) => (a.pos, "condition language"),
+                None => (pos, "the file's expressionLanguage (on <definitions>) is"),
+            };
             self.help(
                 "Q202",
-                c.attr("language").map_or(pos, |a| a.pos),
-                format!("condition language `{lang}` is not supported; qflow conditions are CEL"),
-                "remove the language attribute and write the condition in CEL",
+                at,
+                format!("{origin} `{lang}`, which qflow does not run; qflow conditions are CEL"),
+                if inherited {
+                    "remove expressionLanguage from <definitions> and write the conditions in CEL"
+                } else {
+                    "remove the language attribute and write the condition in CEL"
+                },
             );
             return None;
         }

@@ -505,6 +505,30 @@ fn q202_javascript_condition() {
 }
 
 #[test]
+fn q202_condition_inherits_the_files_expression_language() {
+    let xml =
+        gateway_with_condition("<conditionExpression>¶approved = 'yes'</conditionExpression>")
+            .replace(
+                r#"id="defs">"#,
+                r#"id="defs" expressionLanguage="http://www.w3.org/1999/XPath">"#,
+            );
+    let d = refused(&xml, "Q202");
+    assert!(d.message.contains("expressionLanguage"), "{}", d.message);
+}
+
+#[test]
+fn feel_as_the_files_expression_language_is_translated() {
+    let xml = gateway_with_condition("<conditionExpression>tier = \"gold\"</conditionExpression>")
+        .replace(
+            r#"id="defs">"#,
+            r#"id="defs" expressionLanguage="https://www.omg.org/spec/DMN/20191111/FEEL/">"#,
+        );
+    let l = loads(&xml);
+    let c = only(&l).process.flows[1].condition.clone().unwrap();
+    assert_eq!(c.source(), "tier == \"gold\"");
+}
+
+#[test]
 fn q203_feel_beyond_the_subset() {
     refused(
         &gateway_with_condition("<conditionExpression>¶=count(items) > 0</conditionExpression>"),
