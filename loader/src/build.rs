@@ -29,6 +29,8 @@ pub(crate) struct Meta {
     /// as reachable roots for the graph rules, so one refused event does not cascade into
     /// "unreachable" errors downstream.
     pub refused_roots: Vec<NodeIdx>,
+    /// Every node refused for its kind (placeholders in the graph).
+    pub refused: std::collections::BTreeSet<NodeIdx>,
 }
 
 pub(crate) struct Built {
@@ -391,7 +393,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             incoming: Vec::new(),
         });
         self.by_id.entry(id).or_insert(idx);
-        if el.local == "subProcess" {
+        // A refused sub-process (event sub-process…) is not walked: its content would
+        // only add noise to the one error that matters.
+        if el.local == "subProcess" && !self.meta.refused.contains(&idx) {
             self.walk_scope(el, Some(idx));
         }
     }
@@ -510,9 +514,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         match kind {
             Some(k) => k,
-            // A refused end event still ends its path, so it is not also a dead end.
-            None if local == "endEvent" => NodeKind::EndEvent(EndKind::None),
-            None => Self::placeholder(),
+            None => {
+                // A refused node is already an error; the graph rules treat it as reachable
+                // and not a dead end, so that one refusal does not cascade.
+                self.meta.refused.insert(idx);
+                Self::placeholder()
+            }
         }
     }
 
@@ -790,6 +797,15 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         let p = parts[0];
         let text = p.text.trim();
+        if text.is_empty() {
+            self.help(
+                "Q207",
+                p.pos,
+                format!("<{}> is empty", p.local),
+                "write an ISO-8601 value, e.g. PT30S, 2026-03-01T09:00:00Z or R3/PT10M",
+            );
+            return None;
+        }
         if text.starts_with('=') || text.starts_with("${") || text.starts_with("#{") {
             self.help(
                 "Q401",
@@ -1183,7 +1199,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     self.help(
                         "Q203",
                         pos,
-                        format!("Zeebe condition `{text}`: {m}"),
+                        format!("FEEL condition `{text}`: {m}"),
                         "keep to comparisons, and/or/not, literals and variable paths, or write the condition in CEL",
                     );
                     return None;

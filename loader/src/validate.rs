@@ -17,8 +17,8 @@ pub(crate) fn validate(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic
     let p = &def.process;
     let startless = starts(p, meta, diags);
     reachability(p, meta, &startless, diags);
-    directions(p, diags);
-    event_gateways(p, diags);
+    directions(p, meta, diags);
+    event_gateways(p, meta, diags);
     conditions(p, diags);
     design_rules(def, meta, diags);
 }
@@ -64,6 +64,7 @@ fn reachability(
     let mut seen = vec![false; p.nodes.len()];
     let mut work: Vec<NodeIdx> = p.start_events(None).collect();
     work.extend(meta.refused_roots.iter().copied());
+    work.extend(meta.refused.iter().copied());
     while let Some(n) = work.pop() {
         let i = n.0 as usize;
         if seen[i] {
@@ -96,8 +97,11 @@ fn reachability(
     }
 }
 
-fn directions(p: &Process, diags: &mut Vec<Diagnostic>) {
-    for n in &p.nodes {
+fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
+    for (i, n) in p.nodes.iter().enumerate() {
+        if meta.refused.contains(&idx(i)) {
+            continue;
+        }
         match &n.kind {
             NodeKind::EndEvent(_) if !n.outgoing.is_empty() => {
                 diags.push(
@@ -136,12 +140,15 @@ fn directions(p: &Process, diags: &mut Vec<Diagnostic>) {
     }
 }
 
-fn event_gateways(p: &Process, diags: &mut Vec<Diagnostic>) {
+fn event_gateways(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
     for n in &p.nodes {
         if !matches!(n.kind, NodeKind::EventBasedGateway) {
             continue;
         }
         for f in &n.outgoing {
+            if meta.refused.contains(&p.flow(*f).target) {
+                continue;
+            }
             let t = p.node(p.flow(*f).target);
             let ok = matches!(
                 t.kind,
