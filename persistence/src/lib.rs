@@ -6,10 +6,26 @@
 //! is durable (SQLite runs `synchronous=FULL`, PostgreSQL synchronous commits), or let a
 //! commit whose fence check lost write any of its rows.
 //!
-//! Room for later issues: the outbox (C1–C6), correlation (C5, C7) and pull-task (P1)
-//! tables arrive as further numbered migrations in both directories, written in the same
-//! batch transaction as the instance they belong to. No table is created before the code
-//! that uses it.
+//! Schema (migration `0001_core` in both directories):
+//!
+//! | table | rows | written by |
+//! |---|---|---|
+//! | `deployments` | one per distinct content hash; `id` is the version | `deploy`, `retire` |
+//! | `instances` | snapshot bytes, fence, status, failure code | `commit` (CAS on fence) |
+//! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
+//! | `incidents` | opened/resolved per instance and node | `commit` |
+//! | `attempts` | attempt history (O1a), append-only | `commit` |
+//!
+//! Room for later issues: the outbox (C1–C6: request rows with idempotency key, delivery
+//! attempts, poisoned flag), correlation (C5, C7: live response waits by key) and
+//! pull-task (P1: fetch-and-lock rows with lock expiry) tables arrive as further numbered
+//! migrations (`0002_…`) in both directories, and their rows as additive fields on
+//! `Commit`, written by the same batch transaction and only when that commit's CAS won.
+//! No table is created before the code that uses it.
+//!
+//! Every batch is applied in rounds of distinct instances; within a round the instance
+//! rows are written first (the CAS), then the winners' effect rows, deletes and updates
+//! before inserts (so a step that resolves and re-arms a timer keeps the new one).
 
 mod common;
 pub mod postgres;

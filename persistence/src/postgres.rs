@@ -140,20 +140,31 @@ impl PgStore {
     }
 
     /// The generic plan PostgreSQL uses for the timer claim once the prepared statement
-    /// has run a few times (`EXPLAIN`, not executed): the evidence that polling walks
-    /// the due index rather than the table (R3).
+    /// has run a few times (`EXPLAIN EXECUTE` under `force_generic_plan`, not executed):
+    /// the evidence that polling walks the due index rather than the table (R3).
     pub async fn explain_claim(&self, now_ms: i64, limit: u32) -> StoreResult<Vec<String>> {
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        // EXPLAIN of a statement with bound parameters plans it with those values (a
+        // custom plan); only a named PREPARE shows the generic plan a long-running
+        // poller actually ends up with.
         sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
-        let rows = sqlx::query(&format!("EXPLAIN {CLAIM_SQL}"))
-            .bind("explain")
-            .bind(now_ms)
-            .bind(now_ms)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
+        sqlx::query(&format!(
+            "PREPARE qflow_claim_plan (text, bigint, bigint, bigint) AS {CLAIM_SQL}"
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let rows = sqlx::query(&format!(
+            "EXPLAIN EXECUTE qflow_claim_plan ('explain', {now_ms}, {now_ms}, {limit})"
+        ))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+        sqlx::query("DEALLOCATE qflow_claim_plan")
+            .execute(&mut *tx)
             .await
             .map_err(backend)?;
         tx.rollback().await.map_err(backend)?;
