@@ -133,6 +133,26 @@ impl SqliteStore {
             .collect()
     }
 
+    /// The durability settings the writer connection actually runs with, as SQLite
+    /// reports them: `(journal_mode, synchronous, foreign_keys)`, e.g. `("wal", 2, 1)`
+    /// (2 = FULL).
+    pub async fn writer_settings(&self) -> StoreResult<(String, i64, i64)> {
+        let mut conn = self.writer.acquire().await.map_err(backend)?;
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(backend)?;
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(backend)?;
+        let foreign_keys: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(backend)?;
+        Ok((journal, synchronous, foreign_keys))
+    }
+
     async fn begin_write(&self) -> StoreResult<Tx> {
         self.writer
             .begin_with("BEGIN IMMEDIATE")

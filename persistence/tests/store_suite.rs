@@ -992,6 +992,17 @@ async fn sqlite_reopen_keeps_everything() -> Result<()> {
     Ok(())
 }
 
+/// R1a on SQLite: the writer runs in WAL mode with `synchronous=FULL` (2) and foreign keys.
+#[tokio::test]
+async fn sqlite_writer_is_durable() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open(dir.path().join("durable.db")).await?;
+    ensure!(store.is_durable());
+    let settings = store.writer_settings().await?;
+    ensure!(settings == ("wal".to_string(), 2, 1), "{settings:?}");
+    Ok(())
+}
+
 /// The claim walks the due index (R3): SQLite's plan searches `timers_due`, never scans.
 #[tokio::test]
 async fn sqlite_claim_plan_uses_the_due_index() -> Result<()> {
