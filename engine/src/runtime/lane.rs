@@ -91,7 +91,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
                 Some(done) = lane.running.next(), if !lane.running.is_empty() => {
                     lane.ready.push_back(done);
                 }
-                msg = inbox.recv(), if !*stop.borrow() => match msg {
+                msg = inbox.recv(), if !*stop.borrow() && lane.has_room() => match msg {
                     Some(req) => lane.ready.push_back(req),
                     None if lane.running.is_empty() => break,
                     None => {}
@@ -99,7 +99,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
                 _ = stop.changed() => {}
             }
         }
-        while lane.ready.len() < batch_max && !*stop.borrow() {
+        while lane.ready.len() < batch_max && !*stop.borrow() && lane.has_room() {
             match inbox.try_recv() {
                 Ok(req) => lane.ready.push_back(req),
                 Err(_) => break,
@@ -116,6 +116,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
 }
 
 impl Lane {
+    /// Backpressure: new work is taken from the inbox only while the lane's running
+    /// handlers stay under the configured limit.
+    fn has_room(&self) -> bool {
+        self.running.len() < self.shared.config.handlers_in_flight_max
+    }
+
     async fn round(&mut self, batch_max: usize) {
         let now = self.shared.clock.now_ms();
         let mut prepared = Vec::new();
@@ -364,7 +370,11 @@ impl Lane {
         }
         let instance = p.request.instance;
         let status = p.next.snapshot.status();
-        if status.is_terminal() {
+        // Only instances with a handler about to run stay cached: their outcome comes
+        // back to this lane within the time limit. A parked or finished instance is read
+        // from the store when it next has work, so the cache holds no more entries than
+        // there are running handlers.
+        if status.is_terminal() || p.calls.is_empty() {
             self.cache.remove(&instance);
         } else {
             self.cache.insert(instance, Cached { fence, ..p.next });

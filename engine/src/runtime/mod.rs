@@ -50,6 +50,9 @@ pub struct RuntimeConfig {
     pub batch_max: usize,
     /// Most requests queued per lane before senders wait. Default 65,536.
     pub lane_queue_max: usize,
+    /// Most handler calls one lane keeps running at once; past it the lane stops taking
+    /// new work from its inbox until some finish. Default 10,000.
+    pub handlers_in_flight_max: usize,
     /// A handler running longer than this is a failed attempt with code
     /// `HANDLER_TIMEOUT`. Default 30,000 ms.
     pub handler_time_limit_ms: u64,
@@ -73,6 +76,7 @@ impl Default for RuntimeConfig {
             lanes: 2,
             batch_max: 256,
             lane_queue_max: 65_536,
+            handlers_in_flight_max: 10_000,
             handler_time_limit_ms: 30_000,
             inflight_lease_ms: 40_000,
             poll_interval_ms: 50,
