@@ -66,6 +66,16 @@ const FLOW_NODES: &[&str] = &[
     "sequenceFlow",
 ];
 
+/// The elements read as [`Task`]s (their extensions are read by `Extensions::read`).
+const TASKS: &[&str] = &[
+    "task",
+    "manualTask",
+    "serviceTask",
+    "userTask",
+    "sendTask",
+    "receiveTask",
+];
+
 /// Process-level BPMN elements with no execution meaning; ignored.
 const IGNORED_IN_SCOPE: &[&str] = &[
     "laneSet",
@@ -210,6 +220,7 @@ pub(crate) fn build(
         .map(|p| {
             let mut pb = ProcessBuilder::new(&ctx, diags);
             pb.meta.process_pos = p.pos;
+            check_other_extensions(&mut pb, p);
             pb.walk_scope(p, None);
             pb.resolve();
             let (process, meta) = pb.finish();
@@ -382,6 +393,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         let idx = NodeIdx(self.nodes.len() as u32);
         self.check_node_children(el);
+        if !TASKS.contains(&el.local.as_str()) {
+            check_other_extensions(self, el);
+        }
         let kind = self.node_kind(el, idx);
         self.nodes.push(Node {
             id: id.clone(),
@@ -470,9 +484,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 }
                 k
             }
-            "task" | "manualTask" | "serviceTask" | "userTask" | "sendTask" | "receiveTask" => {
-                self.task(el, idx)
-            }
+            l if TASKS.contains(&l) => self.task(el, idx),
             "exclusiveGateway" | "inclusiveGateway" => {
                 if let Some(a) = el.attr("default") {
                     self.defaults.push((idx, a));
@@ -1081,6 +1093,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     fn resolve_flows(&mut self) {
         for (el, scope) in std::mem::take(&mut self.flow_els) {
+            check_other_extensions(self, el);
             let Some(id) = el.value("id").map(str::trim).filter(|s| !s.is_empty()) else {
                 self.help(
                     "Q102",
@@ -1317,6 +1330,70 @@ struct Extensions {
     zeebe_job: Option<(TaskKind, Pos)>,
 }
 
+fn camunda_child(pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
+    if let Some((_, help)) = CAMUNDA_REFUSED.iter().find(|r| r.0 == c.local) {
+        pb.help(
+            "Q401",
+            c.pos,
+            format!("camunda:{} is not supported", c.local),
+            help,
+        );
+    } else if !VENDOR_SILENT.contains(&c.local.as_str()) {
+        pb.diags.push(Diagnostic::warning(
+            "Q902",
+            c.pos,
+            format!("camunda:{} is ignored", c.local),
+        ));
+    }
+}
+
+fn zeebe_child(pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
+    if let Some((_, help)) = ZEEBE_REFUSED.iter().find(|r| r.0 == c.local) {
+        pb.help(
+            "Q401",
+            c.pos,
+            format!("zeebe:{} is not supported", c.local),
+            help,
+        );
+    } else if !VENDOR_SILENT.contains(&c.local.as_str()) {
+        pb.diags.push(Diagnostic::warning(
+            "Q902",
+            c.pos,
+            format!("zeebe:{} is ignored", c.local),
+        ));
+    }
+}
+
+/// Extensions on anything that is not a task (events, gateways, sub-processes, flows,
+/// the process): `q:` has nothing to say there, and vendor behaviour is refused or
+/// ignored exactly as on tasks.
+fn check_other_extensions(pb: &mut ProcessBuilder<'_, '_>, el: &Element) {
+    for a in el.attrs.iter().filter(|a| a.ns == Ns::Q) {
+        pb.help(
+            "Q307",
+            a.pos,
+            format!("q:{} is not supported on <{}>", a.local, el.local),
+            "q:task, q:channel and q:topic belong on a serviceTask",
+        );
+    }
+    let Some(x) = el.child(Ns::Bpmn, "extensionElements") else {
+        return;
+    };
+    for c in &x.children {
+        match c.ns {
+            Ns::Q => pb.help(
+                "Q307",
+                c.pos,
+                format!("q:{} is not supported on <{}>", c.local, el.local),
+                "q:retry, q:timeout, q:input and q:output belong in a task's extensionElements",
+            ),
+            Ns::Camunda => camunda_child(pb, c),
+            Ns::Zeebe => zeebe_child(pb, c),
+            _ => {}
+        }
+    }
+}
+
 /// Camunda 7 extensions that carry behaviour qflow would silently drop.
 const CAMUNDA_REFUSED: &[(&str, &str)] = &[
     ("inputOutput", "use q:input / q:output mappings"),
@@ -1398,22 +1475,7 @@ impl Extensions {
         for c in &x.children {
             match c.ns {
                 Ns::Q => ext.read_q(pb, c),
-                Ns::Camunda => {
-                    if let Some((_, help)) = CAMUNDA_REFUSED.iter().find(|r| r.0 == c.local) {
-                        pb.help(
-                            "Q401",
-                            c.pos,
-                            format!("camunda:{} is not supported", c.local),
-                            help,
-                        );
-                    } else if !VENDOR_SILENT.contains(&c.local.as_str()) {
-                        pb.diags.push(Diagnostic::warning(
-                            "Q902",
-                            c.pos,
-                            format!("camunda:{} is ignored", c.local),
-                        ));
-                    }
-                }
+                Ns::Camunda => camunda_child(pb, c),
                 Ns::Zeebe => ext.read_zeebe(pb, c),
                 _ => {}
             }
@@ -1463,14 +1525,6 @@ impl Extensions {
                     retries,
                 },
                 c.pos,
-            ));
-            return;
-        }
-        if !VENDOR_SILENT.contains(&c.local.as_str()) {
-            pb.diags.push(Diagnostic::warning(
-                "Q902",
-                c.pos,
-                format!("zeebe:{} is ignored", c.local),
             ));
         }
     }

@@ -51,7 +51,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q304", "q:retry on a pull task (q:topic): the pull surface has its own budget"),
     ("Q305", "a channel call has no timeout (q:timeout or a routed timer boundary)"),
     ("Q306", "a channel call has q:retry beside a routed timer boundary: the policy could never fire"),
-    ("Q307", "q:retry or q:timeout on a node kind that does not support it"),
+    ("Q307", "a q: extension on an element that does not support it (e.g. q:retry on a user task)"),
     ("Q308", "q:retry or q:timeout appears more than once on one task"),
     ("Q309", "an unknown element or attribute in the q: namespace"),
     ("Q401", "a vendor (Camunda/Zeebe) construct whose meaning qflow cannot keep"),

@@ -374,7 +374,11 @@ impl<'a> Parser<'a> {
             None
         };
         if let Some(Some(el)) = self.stack.last_mut() {
-            if el.text.trim().is_empty() {
+            // `text_pos` still at the element's own `<` means no content has arrived yet
+            // (content always sits after the start tag). Checking that instead of
+            // trimming the accumulated text keeps an element with very many
+            // whitespace-separated children linear, not quadratic.
+            if el.text_pos == el.pos {
                 if let Some(p) = pos {
                     el.text_pos = p;
                 }

@@ -736,6 +736,28 @@ fn q307_retry_on_a_user_task() {
 }
 
 #[test]
+fn q307_retry_on_a_call_activity() {
+    refused(
+        &around(
+            r#"<callActivity id="t" calledElement="child"><extensionElements>¶<q:retry/></extensionElements></callActivity>"#,
+        ),
+        "Q307",
+    );
+}
+
+#[test]
+fn q401_listener_on_a_sequence_flow() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="end"><extensionElements>¶<camunda:executionListener event="take"/></extensionElements></sequenceFlow>
+<endEvent id="end"/>"#,
+        ),
+        "Q401",
+    );
+}
+
+#[test]
 fn q308_two_timeouts() {
     refused(
         &service(
