@@ -1154,3 +1154,26 @@ fn every_code_is_documented_in_the_rules_table() {
         assert!(docs.contains(&format!("## {c}")), "{c} is not documented");
     }
 }
+
+#[test]
+fn definitions_can_be_shared_across_threads() {
+    fn check<T: Clone + Send + Sync + std::fmt::Debug + 'static>() {}
+    check::<Definition>();
+    check::<Loaded>();
+    let l = loads(FULL);
+    let d = std::sync::Arc::new(l.definitions[0].clone());
+    let handles: Vec<_> = (0..2)
+        .map(|i| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                let f =
+                    &d.process.flows[d.process.flows.iter().position(|f| f.id == "f9").unwrap()];
+                let vars: Variables =
+                    serde_json::from_str(&format!("{{\"total\": {}}}", 99 + i)).unwrap();
+                f.condition.as_ref().unwrap().eval_bool(&vars).unwrap()
+            })
+        })
+        .collect();
+    let got: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got, vec![false, true]);
+}
