@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo bench -p qflow-engine --bench step`. Figures go to docs/performance.md.
 
-use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{black_box, criterion_group, Criterion, Throughput};
 use qflow_engine::{step, Effect, Input, Snapshot};
 use qflow_loader::model::{DurationMs, Jitter, RetryPolicy, Variables};
 
@@ -147,4 +147,21 @@ fn report_sizes(_: &mut Criterion) {
 }
 
 criterion_group!(benches, bench_linear, report_sizes);
-criterion_main!(benches);
+
+/// `QFLOW_BENCH_INSTANCES=N` runs N instances of the linear process and exits, for
+/// instruction counting under `valgrind --tool=callgrind` (repeatable on a busy
+/// machine, unlike wall time): the difference between two N divided by the extra steps
+/// is the cost of one step.
+fn main() {
+    if let Some(n) = std::env::var("QFLOW_BENCH_INSTANCES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let def = build::linear_def(10, None);
+        let steps: usize = (0..n).map(|_| run_instance(&def, 10)).sum();
+        eprintln!("ran {n} instances, {steps} steps");
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -309,14 +309,14 @@ impl Snapshot {
             .map_len()
             .ok_or_else(|| undecodable("top level is not a map"))?;
         let mut snap = Snapshot::default();
-        let mut seen: Vec<&str> = Vec::with_capacity(len.min(32));
+        // Keys seen so far, on the stack for any realistic snapshot.
+        let mut seen = SeenKeys::default();
         for _ in 0..len {
             let key = rd
                 .str()
                 .ok_or_else(|| undecodable("a top-level key is not a UTF-8 string"))?;
             // A canonical map has no duplicate keys; in a damaged one the first wins.
-            let duplicate = seen.contains(&key);
-            seen.push(key);
+            let duplicate = !seen.insert(key);
             // Typed read on a copy of the cursor; on failure the value is re-read
             // verbatim from where it starts.
             let mut probe = rd.clone();
@@ -415,6 +415,30 @@ impl Snapshot {
         } else {
             false
         }
+    }
+}
+
+/// The top-level keys a decode has met: the first 16 on the stack, the rest in a Vec.
+#[derive(Default)]
+struct SeenKeys<'a> {
+    stack: [&'a str; 16],
+    len: usize,
+    overflow: Vec<&'a str>,
+}
+
+impl<'a> SeenKeys<'a> {
+    /// `false` when `key` was already there.
+    fn insert(&mut self, key: &'a str) -> bool {
+        if self.stack[..self.len].contains(&key) || self.overflow.contains(&key) {
+            return false;
+        }
+        if self.len < self.stack.len() {
+            self.stack[self.len] = key;
+            self.len += 1;
+        } else {
+            self.overflow.push(key);
+        }
+        true
     }
 }
 

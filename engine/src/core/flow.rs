@@ -529,8 +529,11 @@ impl<'a> Run<'a> {
     /// flow whose condition holds. No outgoing flow consumes the token.
     fn leave(&mut self, idx: NodeIdx) {
         let outgoing = &self.p.node(idx).outgoing;
-        if outgoing.is_empty() {
-            return;
+        match outgoing.as_slice() {
+            [] => return,
+            // The common case, without collecting anything.
+            [only] if self.p.flow(*only).condition.is_none() => return self.take(*only),
+            _ => {}
         }
         match self.true_flows(outgoing, None) {
             Ok(flows) if flows.is_empty() => {
