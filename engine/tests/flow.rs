@@ -508,3 +508,81 @@ fn call_activity_is_refused_at_run_time_with_a_clear_code() {
     );
     assert_eq!(trace.summary.failure_node.as_deref(), Some("call"));
 }
+
+#[test]
+fn a_join_that_can_never_complete_fails_as_stuck() {
+    // An exclusive split feeding a parallel join: only one branch ever arrives.
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="x"/>
+      <exclusiveGateway id="x" default="fb"/>
+      <sequenceFlow id="fa" sourceRef="x" targetRef="a"><conditionExpression>go</conditionExpression></sequenceFlow>
+      <sequenceFlow id="fb" sourceRef="x" targetRef="b"/>
+      <serviceTask id="a" q:task="a"/><serviceTask id="b" q:task="b"/>
+      <sequenceFlow id="fa2" sourceRef="a" targetRef="join"/><sequenceFlow id="fb2" sourceRef="b" targetRef="join"/>
+      <parallelGateway id="join"/><sequenceFlow id="fj" sourceRef="join" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{"variables": {"go": true}}"#);
+    assert_eq!(trace.summary.failure_code.as_deref(), Some("STUCK_AT_JOIN"));
+    assert_eq!(trace.summary.failure_node.as_deref(), Some("join"));
+    assert_eq!(last(&trace).join_arrivals()["join"], vec!["fa2".to_owned()]);
+}
+
+#[test]
+fn a_loop_that_never_waits_fails_with_step_limit_instead_of_spinning() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="a"/>
+      <task id="a"/><sequenceFlow id="f1" sourceRef="a" targetRef="x"/>
+      <exclusiveGateway id="x" default="back"/>
+      <sequenceFlow id="out" sourceRef="x" targetRef="e"><conditionExpression>done</conditionExpression></sequenceFlow>
+      <sequenceFlow id="back" sourceRef="x" targetRef="a"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{"variables": {"done": false}}"#);
+    assert_eq!(trace.summary.failure_code.as_deref(), Some("STEP_LIMIT"));
+    assert_eq!(trace.steps.len(), 1);
+}
+
+#[test]
+fn interrupting_timer_on_a_subprocess_ends_everything_inside_it() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sub"/>
+      <subProcess id="sub">
+        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="fork"/>
+        <parallelGateway id="fork"/>
+        <sequenceFlow id="g1" sourceRef="fork" targetRef="inner"/><sequenceFlow id="g2" sourceRef="fork" targetRef="nap"/>
+        <serviceTask id="inner" q:task="inner"/>
+        <intermediateCatchEvent id="nap"><timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition></intermediateCatchEvent>
+        <sequenceFlow id="g3" sourceRef="inner" targetRef="se"/><sequenceFlow id="g4" sourceRef="nap" targetRef="se"/>
+        <endEvent id="se"/>
+      </subProcess>
+      <boundaryEvent id="deadline" attachedToRef="sub"><timerEventDefinition><timeDuration>PT10M</timeDuration></timerEventDefinition></boundaryEvent>
+      <sequenceFlow id="f1" sourceRef="sub" targetRef="e"/><endEvent id="e"/>
+      <sequenceFlow id="f2" sourceRef="deadline" targetRef="late"/><endEvent id="late"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{"tasks": {"inner": [{"outcome": "hang"}]}}"#);
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(trace.summary.ended_at_ms, 600_000);
+    let fired = trace.steps.last().unwrap();
+    // The attempt in flight is reported interrupted and the inner timer resolved.
+    assert!(fired.effects.iter().any(|e| matches!(
+        e,
+        Effect::AttemptFinished { node, outcome: qflow_engine::AttemptOutcome::Interrupted, .. } if node == "inner"
+    )));
+    assert!(fired
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveTimer { name, .. } if name == "c:nap")));
+    assert!(last(&trace).timers().is_empty());
+}
+
+#[test]
+fn a_date_timer_in_the_past_fires_at_once() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="wait"/>
+      <intermediateCatchEvent id="wait"><timerEventDefinition><timeDate>2020-01-01T00:00:00Z</timeDate></timerEventDefinition></intermediateCatchEvent>
+      <sequenceFlow id="f1" sourceRef="wait" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{"start_at_ms": 1700000000000}"#);
+    assert_eq!(arms(&trace)[0].1, 1_577_836_800_000);
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(trace.summary.ended_at_ms, 1_700_000_000_000);
+}
