@@ -2,7 +2,8 @@
 //! (SPEC R1, R3, R4).
 //!
 //! Durability: every connection runs with `synchronous_commit=on` whatever the server's
-//! default, so a commit returns only once its WAL is flushed (R1a). A batch of commits is
+//! default, so a commit returns only once its WAL is flushed (R1a). The one exception is
+//! a timer lease (`claim_due_timers`), which is advisory. A batch of commits is
 //! one transaction (group commit), written with set-based statements over `UNNEST`ed
 //! arrays: a batch of 128 instances costs the same handful of round trips as a batch
 //! of one.
@@ -752,16 +753,24 @@ impl Store for PgStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        // One statement is its own transaction: the lease is committed (and visible to
-        // other replicas) when this returns.
+        // A lease is advisory: losing one in a crash only makes its timer claimable again,
+        // and the fence still stops a double step. So the claim commits without waiting
+        // for the WAL flush; the lease is visible to other replicas as soon as this
+        // returns, and the next synchronous commit flushes it.
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         let rows = sqlx::query(CLAIM_SQL)
             .bind(owner)
             .bind(now_ms.saturating_add(lease_ms))
             .bind(now_ms)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
         let mut claimed = rows
             .iter()
             .map(timer_from_row)

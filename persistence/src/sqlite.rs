@@ -4,7 +4,8 @@
 //! Durability: `synchronous=FULL`, so a commit returns only after its WAL frames are
 //! fsynced; nothing acknowledged is lost on power failure (R1a). Throughput beyond the
 //! disk's fsync rate comes from group commit: [`Store::commit`] applies a whole batch of
-//! instances' commits in one transaction, one fsync.
+//! instances' commits in one transaction, one fsync. The one write that does not wait
+//! for its fsync is a timer lease (see `claim_due_timers`): leases are advisory.
 //!
 //! Concurrency: exactly one writer connection (SQLite has one writer anyway; a single
 //! connection avoids lock hand-offs and `SQLITE_BUSY` between our own writers) and a
@@ -500,6 +501,30 @@ async fn insert_effects(
     Ok(())
 }
 
+/// The lease update of [`Store::claim_due_timers`] in its own `BEGIN IMMEDIATE`
+/// transaction on the writer connection.
+async fn claim_rows(
+    conn: &mut SqliteConnection,
+    now_ms: i64,
+    lease_ms: i64,
+    owner: &str,
+    limit: u32,
+) -> StoreResult<Vec<SqliteRow>> {
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE")
+        .await
+        .map_err(backend)?;
+    let rows = sqlx::query(CLAIM_SQL)
+        .bind(owner)
+        .bind(now_ms.saturating_add(lease_ms))
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+    tx.commit().await.map_err(backend)?;
+    Ok(rows)
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn is_durable(&self) -> bool {
@@ -668,16 +693,26 @@ impl Store for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut tx = self.begin_write().await?;
-        let rows = sqlx::query(CLAIM_SQL)
-            .bind(owner)
-            .bind(now_ms.saturating_add(lease_ms))
-            .bind(now_ms)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
+        // A lease is advisory: losing one in a crash only makes its timer claimable again,
+        // and the fence still stops a double step. So the claim commits without waiting
+        // for an fsync (WAL `synchronous=NORMAL` for this one transaction); the next FULL
+        // commit flushes it along with its own frames. The writer goes back to FULL
+        // before anyone else can use it, or is closed.
+        let mut conn = self.writer.acquire().await.map_err(backend)?;
+        sqlx::query("PRAGMA synchronous = NORMAL")
+            .execute(&mut *conn)
             .await
             .map_err(backend)?;
-        tx.commit().await.map_err(backend)?;
+        let claimed = claim_rows(&mut conn, now_ms, lease_ms, owner, limit).await;
+        if let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
+            .execute(&mut *conn)
+            .await
+        {
+            // Never return a connection that might skip fsyncs to the pool.
+            let _ = sqlx::Connection::close(conn.detach()).await;
+            return Err(backend(e));
+        }
+        let rows = claimed?;
         let mut claimed = rows
             .iter()
             .map(timer_from_row)

@@ -1000,6 +1000,19 @@ async fn sqlite_writer_is_durable() -> Result<()> {
     ensure!(store.is_durable());
     let settings = store.writer_settings().await?;
     ensure!(settings == ("wal".to_string(), 2, 1), "{settings:?}");
+    // A claim relaxes fsync for its own lease transaction only; the writer is back to
+    // FULL afterwards, with or without rows claimed.
+    let dep = deploy(&store, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.arm_timers = vec![timer(id(1), "t", T0, 1)];
+    commit_one(&store, c).await?;
+    ensure!(store.claim_due_timers(T0, 1_000, "r1", 10).await?.len() == 1);
+    ensure!(store.writer_settings().await? == settings);
+    ensure!(store
+        .claim_due_timers(T0, 1_000, "r1", 10)
+        .await?
+        .is_empty());
+    ensure!(store.writer_settings().await? == settings);
     Ok(())
 }
 
