@@ -277,6 +277,14 @@ pub fn validate(def: &Definition, scenario: &Scenario) -> Result<(), Error> {
             }
         }
     }
+    if let Some(horizon) = scenario.horizon_ms {
+        if horizon < scenario.start_at_ms {
+            return Err(Error::Scenario(format!(
+                "horizon_ms: {horizon} is before start_at_ms ({})",
+                scenario.start_at_ms
+            )));
+        }
+    }
     if let Some(max) = scenario.max_steps {
         if max == 0 || max > STEPS_LIMIT {
             return Err(Error::Scenario(format!(
@@ -460,7 +468,7 @@ impl Sim<'_> {
                 if let Some((after_ms, input)) = scripted_input(&scripted, &ctx) {
                     self.seq += 1;
                     let due = Due {
-                        at_ms: now_ms.saturating_add(after_ms as i64),
+                        at_ms: now_ms.saturating_add(i64::try_from(after_ms).unwrap_or(i64::MAX)),
                         class: 0,
                         seq: self.seq,
                         name: String::new(),

@@ -131,3 +131,25 @@ fn a_waiting_single_token_instance_with_a_few_small_variables_fits_128_bytes() {
     assert!(bytes.len() <= 128, "{} bytes", bytes.len());
     assert_eq!(out.snapshot.tokens(), ["t1"]);
 }
+
+#[test]
+fn bad_scenarios_are_refused_naming_the_field() {
+    let def = linear_def(1, None);
+    let unknown_field = serde_json::from_str::<qflow_engine::sim::Scenario>(r#"{"frob": 1}"#);
+    assert!(unknown_field.unwrap_err().to_string().contains("frob"));
+    for (json, field) in [
+        (r#"{"tasks": {"nope": []}}"#, "tasks.nope"),
+        (r#"{"start_at_ms": 10, "horizon_ms": 5}"#, "horizon_ms"),
+        (r#"{"max_steps": 0}"#, "max_steps"),
+        (
+            r#"{"events": [{"event": "complete_user_task", "at_ms": 1, "node": "t1"}]}"#,
+            "events[0].node",
+        ),
+    ] {
+        let scenario: qflow_engine::sim::Scenario = serde_json::from_str(json).unwrap();
+        match qflow_engine::sim::run(&def, &scenario) {
+            Err(Error::Scenario(msg)) => assert!(msg.starts_with(field), "{msg}"),
+            other => panic!("{json}: expected a scenario error, got {other:?}"),
+        }
+    }
+}

@@ -9,8 +9,8 @@
 use std::collections::VecDeque;
 
 use qflow_loader::model::{
-    BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind, Process, Task,
-    TaskKind, TimerDef, Variables,
+    BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, FlowIdx, NodeIdx, NodeKind,
+    Process, Task, TaskKind, TimerDef, Variables,
 };
 use serde_json::Value as Json;
 
@@ -307,7 +307,7 @@ impl<'a> Run<'a> {
             let fired = self.snap.cycles.get(name).copied().unwrap_or(0) + 1;
             if repetitions.is_none_or(|r| (fired as u64) < r as u64) {
                 self.snap.cycles.insert(name.to_owned(), fired);
-                let due = self.now_ms.saturating_add(interval.0 as i64);
+                let due = self.after(*interval);
                 self.arm(name.to_owned(), due);
             } else {
                 self.snap.cycles.remove(name);
@@ -521,7 +521,7 @@ impl<'a> Run<'a> {
     fn arm_timeout(&mut self, idx: NodeIdx, task: &Task) {
         if let Some(timeout) = task.timeout {
             let name = TimerName::new(TimerKind::Timeout, self.id(idx)).render();
-            self.arm(name, self.now_ms.saturating_add(timeout.0 as i64));
+            self.arm(name, self.after(timeout));
         }
     }
 
@@ -951,11 +951,17 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// `now + span`, saturating: a span beyond the i64 range lands at the end of time.
+    pub(super) fn after(&self, span: DurationMs) -> i64 {
+        self.now_ms
+            .saturating_add(i64::try_from(span.0).unwrap_or(i64::MAX))
+    }
+
     fn due_at(&self, timer: &TimerDef) -> i64 {
         match timer {
-            TimerDef::Duration(d) => self.now_ms.saturating_add(d.0 as i64),
+            TimerDef::Duration(d) => self.after(*d),
             TimerDef::Date { epoch_ms } => *epoch_ms,
-            TimerDef::Cycle { interval, .. } => self.now_ms.saturating_add(interval.0 as i64),
+            TimerDef::Cycle { interval, .. } => self.after(*interval),
         }
     }
 

@@ -68,7 +68,7 @@ impl Run<'_> {
                 .first_failure_ms
                 .entry(node.to_owned())
                 .or_insert(self.now_ms);
-            if due_at_ms.saturating_sub(first) > max.0 as i64 {
+            if due_at_ms.saturating_sub(first) > i64::try_from(max.0).unwrap_or(i64::MAX) {
                 return self.fail(&code, Some(idx), Some(details::MAX_ELAPSED.into()), message);
             }
         }
