@@ -850,3 +850,55 @@ pub(crate) mod mp {
         let _ = rmpv::encode::write_value(out, v);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value as Json;
+
+    fn bytes_of(v: &Json) -> Vec<u8> {
+        let mut out = Vec::new();
+        mp::json(&mut out, v);
+        out
+    }
+
+    #[test]
+    fn integers_take_their_smallest_encoding() {
+        let cases: &[(i64, &[u8])] = &[
+            (0, &[0x00]),
+            (127, &[0x7f]),
+            (128, &[0xcc, 0x80]),
+            (255, &[0xcc, 0xff]),
+            (256, &[0xcd, 0x01, 0x00]),
+            (65_536, &[0xce, 0x00, 0x01, 0x00, 0x00]),
+            (-1, &[0xff]),
+            (-32, &[0xe0]),
+            (-33, &[0xd0, 0xdf]),
+            (-129, &[0xd1, 0xff, 0x7f]),
+        ];
+        for (n, want) in cases {
+            assert_eq!(bytes_of(&Json::from(*n)), *want, "{n}");
+        }
+        assert_eq!(bytes_of(&Json::from(u64::MAX))[0], 0xcf);
+        assert_eq!(bytes_of(&Json::from(1.5))[0], 0xcb);
+    }
+
+    #[test]
+    fn nested_objects_are_written_in_key_order() {
+        let v: Json = serde_json::json!({"b": 1, "a": {"z": 1, "y": 2}});
+        let bytes = bytes_of(&v);
+        // {"a": {"y": 2, "z": 1}, "b": 1}
+        assert_eq!(
+            bytes,
+            [0x82, 0xa1, b'a', 0x82, 0xa1, b'y', 0x02, 0xa1, b'z', 0x01, 0xa1, b'b', 0x01]
+        );
+    }
+
+    #[test]
+    fn lying_lengths_are_refused_without_allocating_them() {
+        // An array claiming 2^32-1 entries in a 6-byte buffer.
+        let mut rd = rd::Rd::new(&[0xdd, 0xff, 0xff, 0xff, 0xff, 0x00]);
+        assert!(rd.str_list().is_none());
+        assert!(Snapshot::decode(&[0xdf, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+}

@@ -283,3 +283,38 @@ fn newer_format_and_non_maps_are_refused_with_a_clear_error() {
     trailing.push(0);
     assert!(Snapshot::decode(&trailing).is_err());
 }
+
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value as J;
+    let leaf = prop_oneof![
+        Just(J::Null),
+        any::<bool>().prop_map(J::Bool),
+        any::<i64>().prop_map(J::from),
+        any::<u64>().prop_map(J::from),
+        (-1e12f64..1e12).prop_map(J::from),
+        "[ -~]{0,40}".prop_map(J::String),
+    ];
+    leaf.prop_recursive(4, 32, 5, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..5).prop_map(J::Array),
+            proptest::collection::btree_map("[a-zA-Z_]{1,6}", inner, 0..5)
+                .prop_map(|m| J::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn variables_survive_the_snapshot_exactly(
+        vars in proptest::collection::btree_map("[a-zA-Z_]{1,8}", json_value(), 0..6)
+    ) {
+        let def = common::build::linear_def(1, None);
+        let out = step(&def, "i", Snapshot::new(), Input::Start { variables: vars.clone() }, 0).unwrap();
+        let bytes = out.snapshot.encode();
+        let back = Snapshot::decode(&bytes).unwrap();
+        prop_assert_eq!(back.variables(), &vars);
+        prop_assert_eq!(back.encode(), bytes);
+    }
+}
