@@ -34,6 +34,15 @@ pub struct TaskContext<'a> {
     pub inputs: &'a Variables,
 }
 
+impl TaskContext<'_> {
+    /// A key naming this attempt, for counterparts that deduplicate: the same for a
+    /// re-adopted attempt (a crash re-runs it), different for every retry (a retry is a
+    /// genuinely new request). Derived, not stored: `<instance>/<node>/<attempt>`.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}/{}/{}", self.instance_id, self.node, self.attempt)
+    }
+}
+
 /// What a handler returns. A failure or a BPMN error is an outcome, not a Rust error:
 /// the core decides between retry park, boundary and FAILED.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,6 +21,15 @@ fn ctx<'a>(inputs: &'a Variables, handler: &'a str) -> TaskContext<'a> {
 }
 
 #[test]
+fn the_idempotency_key_names_instance_node_and_attempt() {
+    let inputs = Variables::new();
+    let c = ctx(&inputs, "pay");
+    assert_eq!(c.idempotency_key(), "i-1/pay/2");
+    let retry = TaskContext { attempt: 3, ..c };
+    assert_ne!(retry.idempotency_key(), c.idempotency_key());
+}
+
+#[test]
 fn a_panicking_handler_becomes_a_failed_attempt() {
     let inputs = Variables::new();
     let panics = |_: &TaskContext<'_>| -> TaskOutcome { panic!("card reader on fire") };
