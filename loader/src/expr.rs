@@ -67,6 +67,9 @@ pub struct Expression {
     source: String,
     pos: Pos,
     program: Arc<cel::Program>,
+    /// The identifiers the program reads, sorted. Only these are converted and bound at
+    /// evaluation, so the cost of an evaluation does not grow with unrelated variables.
+    reads: Arc<[String]>,
 }
 
 impl fmt::Debug for Expression {
@@ -103,10 +106,19 @@ impl Expression {
             }
         };
         check_tree(program.expression(), pos)?;
+        let mut reads: Vec<String> = program
+            .references()
+            .variables()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        reads.sort();
+        reads.dedup();
         Ok(Expression {
             source: owned,
             pos,
             program: Arc::new(program),
+            reads: reads.into(),
         })
     }
 
@@ -120,10 +132,14 @@ impl Expression {
         self.pos
     }
 
-    /// Evaluates the expression over `vars`, each bound as a top-level CEL variable.
+    /// Evaluates the expression over `vars`, each bound as a top-level CEL variable (only
+    /// those the expression reads are converted).
     pub fn eval(&self, vars: &Variables) -> Result<serde_json::Value, EvalError> {
         let mut ctx = cel::Context::default();
-        for (name, value) in vars {
+        for name in self.reads.iter() {
+            let Some(value) = vars.get(name) else {
+                continue;
+            };
             let v =
                 json_to_cel(value, 0).map_err(|m| self.err(format!("variable `{name}`: {m}")))?;
             ctx.add_variable_from_value(name.clone(), v);
@@ -544,6 +560,15 @@ mod tests {
         let big: Vec<i64> = (0..(MAX_INPUT_ITEMS as i64 + 1)).collect();
         let err = e.eval(&vars(json!({ "xs": big }))).unwrap_err();
         assert!(err.message.contains("exceeds the limit"), "{}", err.message);
+    }
+
+    #[test]
+    fn unread_variables_are_not_converted() {
+        // An oversized variable the expression never reads does not make it fail.
+        let e = compile("[1, 2].map(x, x * n)").unwrap();
+        let big: Vec<i64> = (0..(MAX_INPUT_ITEMS as i64 + 1)).collect();
+        let out = e.eval(&vars(json!({ "n": 3, "unrelated": big }))).unwrap();
+        assert_eq!(out, json!([3, 6]));
     }
 
     #[test]
