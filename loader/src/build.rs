@@ -872,6 +872,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                         );
                     }
                 }
+                self.vendor_runner_on_non_service(el, &ext);
                 match other {
                     "userTask" => TaskKind::User,
                     "sendTask" => TaskKind::Send {
@@ -936,8 +937,50 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }))
     }
 
+    /// Vendor ways of running work on a task that is not a serviceTask. On a sendTask the
+    /// message is sent through qflow's outbox, so the vendor's worker or class is named in
+    /// a warning and not used (L8: ignored, never guessed); anywhere else it is refused.
+    fn vendor_runner_on_non_service(&mut self, el: &Element, ext: &Extensions) {
+        let mut found: Vec<(String, Pos)> = ["class", "delegateExpression", "expression", "type"]
+            .iter()
+            .filter_map(|a| {
+                el.attr_ns(Ns::Camunda, a)
+                    .map(|x| (format!("camunda:{a}"), x.pos))
+            })
+            .collect();
+        if let Some((_, pos)) = &ext.zeebe_job {
+            found.push(("zeebe:taskDefinition".to_string(), *pos));
+        }
+        for (what, pos) in found {
+            if el.local == "sendTask" {
+                self.diags.push(
+                    Diagnostic::warning(
+                        "Q902",
+                        pos,
+                        format!("{what} on <sendTask> is ignored: qflow sends the message through its outbox"),
+                    )
+                    .with_help("to have a worker do the sending, make it a serviceTask with q:topic"),
+                );
+            } else {
+                self.help(
+                    "Q401",
+                    pos,
+                    format!("{what} on <{}> is not supported", el.local),
+                    "make it a serviceTask with q:task, q:channel or q:topic",
+                );
+            }
+        }
+    }
+
     fn service_kind(&mut self, el: &'a Element, ext: &Extensions) -> Option<TaskKind> {
         let mut found: Vec<(TaskKind, Pos, &str)> = Vec::new();
+        // Whether the author named a way to run at all (even a malformed one): if so,
+        // that error is the one to show, not "does not say how it runs".
+        let attempted = ["task", "channel", "topic"]
+            .iter()
+            .any(|a| el.attr_ns(Ns::Q, a).is_some())
+            || el.attr_ns(Ns::Camunda, "type").is_some()
+            || ext.zeebe_attempted;
         for (a, what) in [
             ("task", "q:task"),
             ("channel", "q:channel"),
@@ -997,6 +1040,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         match found.len() {
             1 => Some(found.remove(0).0),
+            0 if attempted => None,
             0 => {
                 let code_ref = ["class", "delegateExpression", "expression"]
                     .iter()
@@ -1328,6 +1372,8 @@ struct Extensions {
     inputs: Vec<Mapping>,
     outputs: Vec<Mapping>,
     zeebe_job: Option<(TaskKind, Pos)>,
+    /// A `zeebe:taskDefinition` was present, valid or not.
+    zeebe_attempted: bool,
 }
 
 fn camunda_child(pb: &mut ProcessBuilder<'_, '_>, c: &Element) {

@@ -376,6 +376,32 @@ fn q114_camunda_java_class() {
 }
 
 #[test]
+fn q102_external_task_without_topic_is_one_error() {
+    refused(
+        &around(r#"¶<serviceTask id="t" camunda:type="external"/>"#),
+        "Q102",
+    );
+}
+
+#[test]
+fn q401_java_class_on_a_user_task() {
+    refused(
+        &around(r#"<userTask id="t" ¶camunda:class="com.acme.Approve"/>"#),
+        "Q401",
+    );
+}
+
+#[test]
+fn vendor_worker_on_a_send_task_is_ignored_with_a_warning() {
+    let l = loads(&around(
+        r#"<sendTask id="t" camunda:type="external" camunda:topic="mail"/>"#,
+    ));
+    assert_eq!(task(only(&l), "t").kind, TaskKind::Send { message: None });
+    assert_eq!(l.warnings.len(), 1);
+    assert_eq!(l.warnings[0].code, "Q902");
+}
+
+#[test]
 fn q115_two_task_kinds() {
     refused(
         &around(r#"<serviceTask id="t" q:task="pay" ¶q:topic="pay"/>"#),
