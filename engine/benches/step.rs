@@ -157,7 +157,9 @@ fn main() {
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        let def = build::linear_def(10, None);
+        // QFLOW_BENCH_POLICY=1: every task carries a (never used) retry policy.
+        let policy = std::env::var_os("QFLOW_BENCH_POLICY").map(|_| RetryPolicy::default());
+        let def = build::linear_def(10, policy);
         let steps: usize = (0..n).map(|_| run_instance(&def, 10)).sum();
         eprintln!("ran {n} instances, {steps} steps");
         return;
