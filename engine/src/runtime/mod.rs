@@ -242,6 +242,19 @@ pub fn lane_index(instance: InstanceId, lanes: usize) -> usize {
     (folded % lanes.max(1) as u64) as usize
 }
 
+/// A fresh instance id in the UUIDv7 layout: the start instant's milliseconds, then 74
+/// random bits. Instances started together get neighbouring ids, so the rows a lane's
+/// batch writes (instance, attempts index) sit in a few B-tree pages instead of one page
+/// per instance — on SQLite this cut the bytes written per instance of the 10-task
+/// benchmark model from ~130 KiB to ~18 KiB (docs/performance.md). The random tail keeps
+/// ids unique across replicas and keeps [`lane_index`] uniform.
+fn new_instance_id(now_ms: i64) -> InstanceId {
+    let random = uuid::Uuid::new_v4().into_bytes();
+    let mut tail = [0u8; 10];
+    tail.copy_from_slice(&random[6..]);
+    uuid::Builder::from_unix_timestamp_millis(now_ms.max(0) as u64, &tail).into_uuid()
+}
+
 /// A running replica: K lanes and a timer poller over one store.
 pub struct Runtime {
     shared: Arc<Shared>,
@@ -389,7 +402,7 @@ impl Runtime {
                 why: format!("deployment {} is retired", deployment.0),
             });
         }
-        let id = uuid::Uuid::new_v4();
+        let id = new_instance_id(self.shared.clock.now_ms());
         self.request(
             id,
             Work::Start {
