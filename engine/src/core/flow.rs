@@ -1,5 +1,7 @@
-//! Token movement: entering and leaving nodes, gateways, scopes, boundaries and BPMN
-//! errors. One [`Run`] is one step in progress over a working copy of the snapshot.
+//! Applying inputs and moving tokens: what each input does, entering and leaving nodes,
+//! tasks and their attempts, mappings. One [`Run`] is one step in progress over a
+//! working copy of the snapshot; gateways, scopes and timers live in their own modules
+//! as further `impl Run` blocks.
 //!
 //! Work is a FIFO queue of "a token arrives at node N over flow F", drained until the
 //! instance waits again; no recursion over the graph, and a hard cap on the number of
@@ -9,15 +11,15 @@
 use std::collections::VecDeque;
 
 use qflow_loader::model::{
-    BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, FlowIdx, NodeIdx, NodeKind,
-    Process, Task, TaskKind, TimerDef, Variables,
+    BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind, Process, Task,
+    TaskKind, TimerDef, Variables,
 };
 use serde_json::Value as Json;
 
 use super::timers::{TimerKind, TimerName};
 use super::{codes, AttemptOutcome, Effect, Input, Step};
 use crate::error::Error;
-use crate::snapshot::{Failure, Snapshot, Status};
+use crate::snapshot::{Snapshot, Status};
 
 /// Most node arrivals one step may process. A real model waits long before this; a
 /// model that loops without waiting fails with `STEP_LIMIT` instead of hanging a lane.
@@ -75,7 +77,7 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
     }
 }
 
-fn registered_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
+pub(super) fn registered_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
     match &p.node(idx).kind {
         NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }) => Some(t),
         _ => None,
@@ -117,7 +119,7 @@ pub(super) struct Run<'a> {
     pub(super) now_ms: i64,
     pub(super) snap: Snapshot,
     pub(super) effects: Vec<Effect>,
-    queue: VecDeque<(NodeIdx, Option<FlowIdx>)>,
+    pub(super) queue: VecDeque<(NodeIdx, Option<FlowIdx>)>,
     arrivals: u32,
     /// A task whose attempt the current input already reported as finished, so that
     /// interrupting it does not report the attempt a second time.
@@ -215,13 +217,13 @@ impl<'a> Run<'a> {
         &self.p.node(idx).id
     }
 
-    fn running(&self) -> bool {
+    pub(super) fn running(&self) -> bool {
         self.snap.status == Status::Running
     }
 
     // ----- inputs ------------------------------------------------------------------
 
-    fn task_completed(&mut self, node: &str, attempt: u32, outputs: Variables) {
+    pub(super) fn task_completed(&mut self, node: &str, attempt: u32, outputs: Variables) {
         let idx = self.idx(node);
         self.effects.push(Effect::AttemptFinished {
             node: node.to_owned(),
@@ -234,7 +236,7 @@ impl<'a> Run<'a> {
         self.complete_activity(idx, outputs);
     }
 
-    fn task_failed(&mut self, node: &str, attempt: u32, code: String, message: String) {
+    pub(super) fn task_failed(&mut self, node: &str, attempt: u32, code: String, message: String) {
         let idx = self.idx(node);
         let outcome = if code == crate::handler::HANDLER_PANICKED {
             AttemptOutcome::Panicked
@@ -252,7 +254,13 @@ impl<'a> Run<'a> {
         self.attempt_failed(idx, code, message);
     }
 
-    fn task_bpmn_error(&mut self, node: &str, attempt: u32, code: String, message: String) {
+    pub(super) fn task_bpmn_error(
+        &mut self,
+        node: &str,
+        attempt: u32,
+        code: String,
+        message: String,
+    ) {
         let idx = self.idx(node);
         self.effects.push(Effect::AttemptFinished {
             node: node.to_owned(),
@@ -266,7 +274,7 @@ impl<'a> Run<'a> {
         self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
     }
 
-    fn timer_fired(&mut self, name: &str, incarnation: u32) {
+    pub(super) fn timer_fired(&mut self, name: &str, incarnation: u32) {
         self.snap.timers.remove(name);
         self.effects.push(Effect::ResolveTimer {
             name: name.to_owned(),
@@ -293,7 +301,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn boundary_timer_fired(&mut self, boundary: NodeIdx, name: &str) {
+    pub(super) fn boundary_timer_fired(&mut self, boundary: NodeIdx, name: &str) {
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
         };
@@ -317,7 +325,7 @@ impl<'a> Run<'a> {
     }
 
     /// A route-less `q:timeout` fired while the task's attempt was in flight.
-    fn timeout_fired(&mut self, idx: NodeIdx) {
+    pub(super) fn timeout_fired(&mut self, idx: NodeIdx) {
         let node = self.id(idx);
         let message = "the route-less q:timeout fired".to_owned();
         let registered = registered_task(self.p, idx).is_some();
@@ -346,7 +354,7 @@ impl<'a> Run<'a> {
     }
 
     /// A wait state finished with `result`: map the outputs, leave the node.
-    fn complete_activity(&mut self, idx: NodeIdx, result: Variables) {
+    pub(super) fn complete_activity(&mut self, idx: NodeIdx, result: Variables) {
         if let NodeKind::Task(task) = &self.p.node(idx).kind {
             if let Err(e) = self.map_outputs(task, result) {
                 return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
@@ -360,7 +368,7 @@ impl<'a> Run<'a> {
         self.leave(idx);
     }
 
-    fn cancel(&mut self) {
+    pub(super) fn cancel(&mut self) {
         let tokens: Vec<String> = self.snap.tokens.clone();
         for t in tokens.iter().rev() {
             let idx = self.idx(t);
@@ -377,7 +385,7 @@ impl<'a> Run<'a> {
 
     /// Drains the arrival queue, fires inclusive joins and finished sub-processes, and
     /// completes the instance when no token is left.
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         loop {
             while let Some((node, via)) = self.queue.pop_front() {
                 if !self.running() {
@@ -413,7 +421,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
+    pub(super) fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
         let node = self.p.node(idx);
         match &node.kind {
             NodeKind::StartEvent | NodeKind::Boundary(_) => self.leave(idx),
@@ -477,7 +485,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {
+    pub(super) fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {
         match &task.kind {
             TaskKind::PassThrough => self.leave(idx),
             TaskKind::Registered { .. } => {
@@ -518,7 +526,7 @@ impl<'a> Run<'a> {
         self.arm_timeout(idx, task);
     }
 
-    fn arm_timeout(&mut self, idx: NodeIdx, task: &Task) {
+    pub(super) fn arm_timeout(&mut self, idx: NodeIdx, task: &Task) {
         if let Some(timeout) = task.timeout {
             let name = TimerName::new(TimerKind::Timeout, self.id(idx)).render();
             self.arm(name, self.after(timeout));
@@ -527,7 +535,7 @@ impl<'a> Run<'a> {
 
     /// A token leaves `idx` over its outgoing flows: every unconditioned flow and every
     /// flow whose condition holds. No outgoing flow consumes the token.
-    fn leave(&mut self, idx: NodeIdx) {
+    pub(super) fn leave(&mut self, idx: NodeIdx) {
         let outgoing = &self.p.node(idx).outgoing;
         match outgoing.as_slice() {
             [] => return,
@@ -548,12 +556,12 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn take(&mut self, flow: FlowIdx) {
+    pub(super) fn take(&mut self, flow: FlowIdx) {
         let target = self.p.flow(flow).target;
         self.queue.push_back((target, Some(flow)));
     }
 
-    fn take_all(&mut self, idx: NodeIdx) {
+    pub(super) fn take_all(&mut self, idx: NodeIdx) {
         let outgoing = &self.p.node(idx).outgoing;
         for f in outgoing {
             self.take(*f);
@@ -562,7 +570,11 @@ impl<'a> Run<'a> {
 
     /// The flows among `flows` (except `skip`) without a condition or with a true one,
     /// in document order.
-    fn true_flows(&self, flows: &[FlowIdx], skip: Option<FlowIdx>) -> Result<Vec<FlowIdx>, String> {
+    pub(super) fn true_flows(
+        &self,
+        flows: &[FlowIdx],
+        skip: Option<FlowIdx>,
+    ) -> Result<Vec<FlowIdx>, String> {
         let mut taken = Vec::with_capacity(flows.len());
         for f in flows {
             if Some(*f) == skip {
@@ -575,372 +587,22 @@ impl<'a> Run<'a> {
         Ok(taken)
     }
 
-    fn condition_holds(&self, f: FlowIdx) -> Result<bool, String> {
+    pub(super) fn condition_holds(&self, f: FlowIdx) -> Result<bool, String> {
         match &self.p.flow(f).condition {
             None => Ok(true),
             Some(expr) => expr.eval_bool(&self.snap.vars).map_err(|e| e.to_string()),
         }
     }
 
-    /// Exclusive gateway: the first flow in document order whose condition holds (an
-    /// unconditioned non-default flow always holds), else the default, else FAILED.
-    fn route_exclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
-        let outgoing = &self.p.node(idx).outgoing;
-        for f in outgoing {
-            if Some(*f) == default {
-                continue;
-            }
-            match self.condition_holds(*f) {
-                Ok(true) => return self.take(*f),
-                Ok(false) => {}
-                Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
-            }
-        }
-        match default {
-            Some(d) => self.take(d),
-            None => {
-                let message = format!(
-                    "exclusive gateway `{}`: no condition is true and there is no default flow",
-                    self.id(idx)
-                );
-                self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
-            }
-        }
-    }
+    // ----- tokens and mappings ----------------------------------------------------------
 
-    /// Inclusive gateway (fork side): every flow whose condition holds, else the
-    /// default, else FAILED.
-    fn route_inclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
-        let outgoing = &self.p.node(idx).outgoing;
-        match self.true_flows(outgoing, default) {
-            Ok(flows) if !flows.is_empty() => flows.into_iter().for_each(|f| self.take(f)),
-            Ok(_) => match default {
-                Some(d) => self.take(d),
-                None => {
-                    let message = format!(
-                        "inclusive gateway `{}`: no condition is true and there is no default flow",
-                        self.id(idx)
-                    );
-                    self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
-                }
-            },
-            Err(e) => self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
-        }
-    }
-
-    fn arrive_at_join(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
-        let flow_id = via.map(|f| self.p.flow(f).id.clone()).unwrap_or_default();
-        let arrivals = self.snap.joins.entry(self.id(idx).to_owned()).or_default();
-        let at = arrivals.partition_point(|a| *a <= flow_id);
-        arrivals.insert(at, flow_id);
-    }
-
-    /// A parallel join fires once a token has arrived on every incoming flow; it
-    /// consumes one arrival per flow.
-    fn try_parallel_join(&mut self, idx: NodeIdx) {
-        let node = self.p.node(idx);
-        let Some(arrivals) = self.snap.joins.get(&node.id) else {
-            return;
-        };
-        let complete = node
-            .incoming
-            .iter()
-            .all(|f| arrivals.contains(&self.p.flow(*f).id));
-        if !complete {
-            return;
-        }
-        let arrivals = self.snap.joins.get_mut(&node.id).expect("checked above");
-        for f in &node.incoming {
-            let id = &self.p.flow(*f).id;
-            if let Some(pos) = arrivals.iter().position(|a| a == id) {
-                arrivals.remove(pos);
-            }
-        }
-        if arrivals.is_empty() {
-            self.snap.joins.remove(&node.id);
-        }
-        self.take_all(idx);
-    }
-
-    /// Fires the first inclusive join (by id) that holds arrivals and that no other
-    /// token can still reach.
-    fn fire_ready_inclusive_join(&mut self) -> bool {
-        let ready = self.snap.joins.keys().find_map(|gw| {
-            let idx = self.p.find(gw)?;
-            let NodeKind::InclusiveGateway { default } = self.p.node(idx).kind else {
-                return None;
-            };
-            (!self.reachable_by_others(idx)).then_some((idx, default))
-        });
-        let Some((idx, default)) = ready else {
-            return false;
-        };
-        self.snap.joins.remove(self.id(idx));
-        self.route_inclusive(idx, default);
-        true
-    }
-
-    /// Can any token, or any other join's arrivals, still reach `target`?
-    fn reachable_by_others(&self, target: NodeIdx) -> bool {
-        let mut seen = vec![false; self.p.nodes.len()];
-        let mut todo: Vec<NodeIdx> = Vec::new();
-        let sources = self
-            .snap
-            .tokens
-            .iter()
-            .chain(self.snap.joins.keys().filter(|g| *g != self.id(target)));
-        for s in sources {
-            if let Some(mut idx) = self.p.find(s) {
-                todo.push(idx);
-                // A token inside a sub-process also leaves through its enclosing ones.
-                while let Some(sp) = self.p.node(idx).scope {
-                    todo.push(sp);
-                    idx = sp;
-                }
-            }
-        }
-        while let Some(idx) = todo.pop() {
-            if idx == target {
-                return true;
-            }
-            if std::mem::replace(&mut seen[idx.0 as usize], true) {
-                continue;
-            }
-            let node = self.p.node(idx);
-            todo.extend(node.outgoing.iter().map(|f| self.p.flow(*f).target));
-            todo.extend(self.p.boundaries_of(idx));
-        }
-        false
-    }
-
-    /// Completes the first sub-process (in frontier order) with nothing left inside.
-    fn complete_finished_subprocess(&mut self) -> bool {
-        let done = self.snap.tokens.iter().find_map(|t| {
-            let idx = self.p.find(t)?;
-            if !matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
-                return None;
-            }
-            let busy = self
-                .snap
-                .tokens
-                .iter()
-                .chain(self.snap.joins.keys())
-                .any(|o| self.p.find(o).is_some_and(|i| self.inside(i, idx)));
-            (!busy).then_some(idx)
-        });
-        let Some(idx) = done else {
-            return false;
-        };
-        self.remove_token(idx);
-        self.disarm(idx);
-        self.leave(idx);
-        true
-    }
-
-    /// Is `node` nested (at any depth) in the sub-process `sp`?
-    fn inside(&self, node: NodeIdx, sp: NodeIdx) -> bool {
-        inside_scope(self.p, node, sp)
-    }
-
-    // ----- errors, interruption, termination ------------------------------------------
-
-    /// An activity raised `code`: its own error boundaries first (exact code, then
-    /// catch-all), then those of the enclosing sub-processes, else FAILED `uncaught`.
-    pub(super) fn throw_from_activity(
-        &mut self,
-        idx: NodeIdx,
-        code: Option<String>,
-        message: String,
-        uncaught: &str,
-    ) {
-        if let Some(b) = self.catching_boundary(idx, code.as_deref()) {
-            self.interrupt(idx);
-            return self.leave(b);
-        }
-        let scope = self.p.node(idx).scope;
-        self.propagate_error(idx, scope, code, message, uncaught);
-    }
-
-    fn propagate_error(
-        &mut self,
-        origin: NodeIdx,
-        mut scope: Option<NodeIdx>,
-        code: Option<String>,
-        message: String,
-        uncaught: &str,
-    ) {
-        while let Some(sp) = scope {
-            if let Some(b) = self.catching_boundary(sp, code.as_deref()) {
-                self.interrupt(sp);
-                return self.leave(b);
-            }
-            scope = self.p.node(sp).scope;
-        }
-        let detail = if uncaught == codes::UNCAUGHT_BPMN_ERROR {
-            code.clone()
-        } else {
-            None
-        };
-        let message = match &code {
-            Some(c) => format!("{message}: error `{c}` was not caught"),
-            None => format!("{message}: error without a code was not caught"),
-        };
-        self.fail(uncaught, Some(origin), detail, message);
-    }
-
-    fn catching_boundary(&self, host: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
-        let mut catch_all = None;
-        for b in self.p.boundaries_of(host) {
-            let NodeKind::Boundary(bd) = &self.p.node(b).kind else {
-                continue;
-            };
-            match &bd.trigger {
-                BoundaryTrigger::Error { code: Some(c) } if Some(c.as_str()) == code => {
-                    return Some(b)
-                }
-                BoundaryTrigger::Error { code: None } if catch_all.is_none() => catch_all = Some(b),
-                _ => {}
-            }
-        }
-        catch_all
-    }
-
-    /// Ends the activity at `idx` without completing it: its token, timers and retry
-    /// state go; a sub-process takes everything inside it along.
-    pub(super) fn interrupt(&mut self, idx: NodeIdx) {
-        if !self.remove_token(idx) {
-            return;
-        }
-        let node = self.id(idx);
-        let in_flight = registered_task(self.p, idx).is_some()
-            && self.snap.marker(node).is_none()
-            && self.attempt_reported != Some(idx);
-        if in_flight {
-            self.effects.push(Effect::AttemptFinished {
-                node: node.to_owned(),
-                attempt: self.snap.attempt(node).max(1),
-                outcome: AttemptOutcome::Interrupted,
-                code: None,
-                message: None,
-            });
-        }
-        self.disarm(idx);
-        self.snap.clear_retry_state(node);
-        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
-            self.clear_scope(idx);
-        }
-    }
-
-    /// Interrupts every token and drops every join arrival inside the sub-process `sp`.
-    fn clear_scope(&mut self, sp: NodeIdx) {
-        loop {
-            let inner = self.snap.tokens.iter().find_map(|t| {
-                let idx = self.p.find(t)?;
-                self.inside(idx, sp).then_some(idx)
-            });
-            match inner {
-                Some(idx) => self.interrupt(idx),
-                None => break,
-            }
-        }
-        let p = self.p;
-        self.snap
-            .joins
-            .retain(|gw, _| p.find(gw).is_none_or(|idx| !inside_scope(p, idx, sp)));
-    }
-
-    /// A terminate end event: ends its scope at once.
-    fn terminate(&mut self, scope: Option<NodeIdx>) {
-        match scope {
-            Some(sp) => self.clear_scope(sp),
-            None => {
-                while let Some(t) = self.snap.tokens.last().cloned() {
-                    let idx = self.idx(&t);
-                    self.interrupt(idx);
-                    // Defensive: a token at an unknown id must not loop forever.
-                    if self.snap.tokens.last() == Some(&t) {
-                        self.snap.tokens.pop();
-                    }
-                }
-                self.snap.joins.clear();
-                self.queue.clear();
-            }
-        }
-    }
-
-    /// The event-based gateway holding a token that `catch` races for, if any.
-    fn racing_gateway(&self, catch: NodeIdx) -> Option<NodeIdx> {
-        self.p.node(catch).incoming.iter().find_map(|f| {
-            let source = self.p.flow(*f).source;
-            let waits = matches!(self.p.node(source).kind, NodeKind::EventBasedGateway)
-                && self.snap.tokens.iter().any(|t| t == self.id(source));
-            waits.then_some(source)
-        })
-    }
-
-    /// One event after the gateway `gw` happened: the token leaves the gateway and the
-    /// other events' timers are resolved.
-    fn end_race(&mut self, gw: NodeIdx) {
-        self.remove_token(gw);
-        self.disarm(gw);
-    }
-
-    fn unsupported(&mut self, idx: NodeIdx, what: &str) {
-        let message = format!(
-            "`{}` is a {what}, which this engine version cannot execute yet",
-            self.id(idx)
-        );
-        self.fail(codes::UNSUPPORTED_ELEMENT, Some(idx), None, message);
-    }
-
-    /// The instance lands in FAILED (E6): tokens, variables and attempt counters stay
-    /// for inspection and repair; every live timer is resolved.
-    pub(super) fn fail(
-        &mut self,
-        code: &str,
-        node: Option<NodeIdx>,
-        detail: Option<String>,
-        message: String,
-    ) {
-        if !self.running() {
-            return;
-        }
-        let node = node.map(|n| self.id(n).to_owned());
-        self.resolve_all_timers();
-        self.snap.status = Status::Failed;
-        self.snap.set_failure(Failure {
-            code: code.to_owned(),
-            node: node.clone(),
-            detail,
-        });
-        self.effects.push(Effect::OpenIncident {
-            node: node.clone().unwrap_or_default(),
-            code: code.to_owned(),
-            message,
-        });
-        self.effects.push(Effect::Failed {
-            code: code.to_owned(),
-            node,
-        });
-        self.queue.clear();
-    }
-
-    fn complete(&mut self) {
-        self.resolve_all_timers();
-        self.snap.cycles.clear();
-        self.snap.status = Status::Completed;
-        self.effects.push(Effect::Completed);
-    }
-
-    // ----- tokens, timers, mappings -----------------------------------------------------
-
-    fn add_token(&mut self, idx: NodeIdx) {
+    pub(super) fn add_token(&mut self, idx: NodeIdx) {
         let id = self.id(idx);
         let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
         self.snap.tokens.insert(at, id.to_owned());
     }
 
-    fn remove_token(&mut self, idx: NodeIdx) -> bool {
+    pub(super) fn remove_token(&mut self, idx: NodeIdx) -> bool {
         let id = self.id(idx);
         match self.snap.tokens.iter().position(|t| t == id) {
             Some(pos) => {
@@ -951,98 +613,13 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// `now + span`, saturating: a span beyond the i64 range lands at the end of time.
-    pub(super) fn after(&self, span: DurationMs) -> i64 {
-        self.now_ms
-            .saturating_add(i64::try_from(span.0).unwrap_or(i64::MAX))
-    }
-
-    fn due_at(&self, timer: &TimerDef) -> i64 {
-        match timer {
-            TimerDef::Duration(d) => self.after(*d),
-            TimerDef::Date { epoch_ms } => *epoch_ms,
-            TimerDef::Cycle { interval, .. } => self.after(*interval),
-        }
-    }
-
-    fn arm_boundaries(&mut self, host: NodeIdx) {
-        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(host).collect();
-        for b in boundaries {
-            if let NodeKind::Boundary(bd) = &self.p.node(b).kind {
-                if let BoundaryTrigger::Timer(timer) = &bd.trigger {
-                    let due = self.due_at(timer);
-                    self.arm(
-                        TimerName::new(TimerKind::Boundary, self.id(b)).render(),
-                        due,
-                    );
-                }
-            }
-        }
-    }
-
-    /// Arms (or re-arms) the timer `name` with a fresh incarnation.
-    pub(super) fn arm(&mut self, name: String, due_at_ms: i64) {
-        // u32 incarnations last 4 billion arms per instance; saturating keeps it total.
-        let incarnation = self.snap.incarnation.saturating_add(1);
-        self.snap.incarnation = incarnation;
-        self.snap.timers.insert(name.clone(), incarnation);
-        self.effects.push(Effect::ArmTimer {
-            name,
-            due_at_ms,
-            incarnation,
-        });
-    }
-
-    /// Resolves the live timer `name`, if any.
-    pub(super) fn resolve(&mut self, name: &str) {
-        if let Some(incarnation) = self.snap.timers.remove(name) {
-            self.snap.cycles.remove(name);
-            self.effects.push(Effect::ResolveTimer {
-                name: name.to_owned(),
-                incarnation,
-            });
-        }
-    }
-
-    fn resolve_all_timers(&mut self) {
-        let live = std::mem::take(&mut self.snap.timers);
-        for (name, incarnation) in live {
-            self.effects
-                .push(Effect::ResolveTimer { name, incarnation });
-        }
-        self.snap.cycles.clear();
-    }
-
-    /// Resolves every timer that belongs to the activity `idx`: its timeout window, its
-    /// retry park, its catch timer and its boundary timers.
-    fn disarm(&mut self, idx: NodeIdx) {
-        if self.snap.timers.is_empty() {
-            return;
-        }
-        let node = self.id(idx);
-        for kind in [TimerKind::Retry, TimerKind::Timeout, TimerKind::Catch] {
-            self.resolve(&TimerName::new(kind, node).render());
-        }
-        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
-        for b in boundaries {
-            self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)).render());
-        }
-        if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
-            let outgoing = &self.p.node(idx).outgoing;
-            for f in outgoing {
-                let target = self.id(self.p.flow(*f).target);
-                self.resolve(&TimerName::new(TimerKind::Catch, target).render());
-            }
-        }
-    }
-
-    fn map_inputs(&self, task: &Task) -> Result<Variables, String> {
+    pub(super) fn map_inputs(&self, task: &Task) -> Result<Variables, String> {
         task_inputs(task, &self.snap.vars)
     }
 
     /// Writes a task's result into the instance variables: through the output mappings
     /// (which see the result as `result`), or merged whole when there are none.
-    fn map_outputs(&mut self, task: &Task, result: Variables) -> Result<(), String> {
+    pub(super) fn map_outputs(&mut self, task: &Task, result: Variables) -> Result<(), String> {
         if task.outputs.is_empty() {
             self.snap.vars.extend(result);
             return Ok(());
@@ -1062,17 +639,6 @@ impl<'a> Run<'a> {
     pub(super) fn policy(&self, idx: NodeIdx) -> Option<&'a qflow_loader::model::RetryPolicy> {
         registered_task(self.p, idx).and_then(|t| t.retry.as_ref())
     }
-}
-
-fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
-    let mut scope = p.node(node).scope;
-    while let Some(s) = scope {
-        if s == sp {
-            return true;
-        }
-        scope = p.node(s).scope;
-    }
-    false
 }
 
 /// A task's inputs: its input mappings evaluated over `vars`, or every instance variable

@@ -14,13 +14,17 @@
 //! [`Effect::Stale`] explaining why. [`crate::Error`] is reserved for misuse (a second
 //! `Start`, a missing start event).
 //!
-//! Module map: `mod.rs` holds the vocabulary and the input dispatch; `flow.rs` moves
-//! tokens (gateways, scopes, boundaries, errors); `retry.rs` decides what a failed
-//! attempt means (E4–E8); `timers.rs` names, arms and resolves timers.
+//! Module map: `mod.rs` holds the vocabulary and the entry point; `flow.rs` applies
+//! inputs and moves tokens; `gateway.rs` routes and joins; `scope.rs` handles
+//! sub-processes, BPMN errors, interruption and the instance's endings; `retry.rs`
+//! decides what a failed attempt means (E4–E8); `timers.rs` names, arms and resolves
+//! timers; `redrive.rs` re-emits in-flight attempts after a crash (C7a).
 
 mod flow;
+mod gateway;
 mod redrive;
 mod retry;
+mod scope;
 mod timers;
 
 use qflow_loader::model::{Definition, Variables};

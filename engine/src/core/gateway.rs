@@ -1,0 +1,144 @@
+//! Gateways: exclusive and inclusive routing, parallel and inclusive joins.
+//!
+//! An exclusive gateway takes the first true flow in document order, then the default,
+//! else the instance FAILs with `NO_FLOW_TAKEN`. Joins keep their arrivals in the
+//! snapshot (`j/<gateway>`); an inclusive join fires once no other token can still reach
+//! it. Nothing here reads the clock or iterates a hash map.
+
+use qflow_loader::model::{FlowIdx, NodeIdx, NodeKind};
+
+use super::codes;
+use super::flow::Run;
+
+impl Run<'_> {
+    /// Exclusive gateway: the first flow in document order whose condition holds (an
+    /// unconditioned non-default flow always holds), else the default, else FAILED.
+    pub(super) fn route_exclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
+        let outgoing = &self.p.node(idx).outgoing;
+        for f in outgoing {
+            if Some(*f) == default {
+                continue;
+            }
+            match self.condition_holds(*f) {
+                Ok(true) => return self.take(*f),
+                Ok(false) => {}
+                Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
+            }
+        }
+        match default {
+            Some(d) => self.take(d),
+            None => {
+                let message = format!(
+                    "exclusive gateway `{}`: no condition is true and there is no default flow",
+                    self.id(idx)
+                );
+                self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
+            }
+        }
+    }
+
+    /// Inclusive gateway (fork side): every flow whose condition holds, else the
+    /// default, else FAILED.
+    pub(super) fn route_inclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
+        let outgoing = &self.p.node(idx).outgoing;
+        match self.true_flows(outgoing, default) {
+            Ok(flows) if !flows.is_empty() => flows.into_iter().for_each(|f| self.take(f)),
+            Ok(_) => match default {
+                Some(d) => self.take(d),
+                None => {
+                    let message = format!(
+                        "inclusive gateway `{}`: no condition is true and there is no default flow",
+                        self.id(idx)
+                    );
+                    self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
+                }
+            },
+            Err(e) => self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
+        }
+    }
+
+    pub(super) fn arrive_at_join(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
+        let flow_id = via.map(|f| self.p.flow(f).id.clone()).unwrap_or_default();
+        let arrivals = self.snap.joins.entry(self.id(idx).to_owned()).or_default();
+        let at = arrivals.partition_point(|a| *a <= flow_id);
+        arrivals.insert(at, flow_id);
+    }
+
+    /// A parallel join fires once a token has arrived on every incoming flow; it
+    /// consumes one arrival per flow.
+    pub(super) fn try_parallel_join(&mut self, idx: NodeIdx) {
+        let node = self.p.node(idx);
+        let Some(arrivals) = self.snap.joins.get(&node.id) else {
+            return;
+        };
+        let complete = node
+            .incoming
+            .iter()
+            .all(|f| arrivals.contains(&self.p.flow(*f).id));
+        if !complete {
+            return;
+        }
+        let arrivals = self.snap.joins.get_mut(&node.id).expect("checked above");
+        for f in &node.incoming {
+            let id = &self.p.flow(*f).id;
+            if let Some(pos) = arrivals.iter().position(|a| a == id) {
+                arrivals.remove(pos);
+            }
+        }
+        if arrivals.is_empty() {
+            self.snap.joins.remove(&node.id);
+        }
+        self.take_all(idx);
+    }
+
+    /// Fires the first inclusive join (by id) that holds arrivals and that no other
+    /// token can still reach.
+    pub(super) fn fire_ready_inclusive_join(&mut self) -> bool {
+        let ready = self.snap.joins.keys().find_map(|gw| {
+            let idx = self.p.find(gw)?;
+            let NodeKind::InclusiveGateway { default } = self.p.node(idx).kind else {
+                return None;
+            };
+            (!self.reachable_by_others(idx)).then_some((idx, default))
+        });
+        let Some((idx, default)) = ready else {
+            return false;
+        };
+        self.snap.joins.remove(self.id(idx));
+        self.route_inclusive(idx, default);
+        true
+    }
+
+    /// Can any token, or any other join's arrivals, still reach `target`?
+    pub(super) fn reachable_by_others(&self, target: NodeIdx) -> bool {
+        let mut seen = vec![false; self.p.nodes.len()];
+        let mut todo: Vec<NodeIdx> = Vec::new();
+        let sources = self
+            .snap
+            .tokens
+            .iter()
+            .chain(self.snap.joins.keys().filter(|g| *g != self.id(target)));
+        for s in sources {
+            if let Some(mut idx) = self.p.find(s) {
+                todo.push(idx);
+                // A token inside a sub-process also leaves through its enclosing ones.
+                while let Some(sp) = self.p.node(idx).scope {
+                    todo.push(sp);
+                    idx = sp;
+                }
+            }
+        }
+        while let Some(idx) = todo.pop() {
+            if idx == target {
+                return true;
+            }
+            if std::mem::replace(&mut seen[idx.0 as usize], true) {
+                continue;
+            }
+            let node = self.p.node(idx);
+            todo.extend(node.outgoing.iter().map(|f| self.p.flow(*f).target));
+            todo.extend(self.p.boundaries_of(idx));
+        }
+        false
+    }
+}

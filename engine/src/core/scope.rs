@@ -1,0 +1,242 @@
+//! Scopes and abnormal endings: sub-process completion, BPMN errors and their
+//! boundaries, interruption, terminate end events, and the FAILED/completed endings.
+//!
+//! An error looks for a catching boundary on the activity that raised it (exact code
+//! first, then catch-all), then on each enclosing sub-process outwards; uncaught, the
+//! instance is FAILED with a structured code. Nothing here reads the clock or does I/O.
+
+use qflow_loader::model::{BoundaryTrigger, NodeIdx, NodeKind, Process};
+
+use super::flow::{registered_task, Run};
+use super::{codes, AttemptOutcome, Effect};
+use crate::snapshot::{Failure, Status};
+
+impl<'a> Run<'a> {
+    /// Completes the first sub-process (in frontier order) with nothing left inside.
+    pub(super) fn complete_finished_subprocess(&mut self) -> bool {
+        let done = self.snap.tokens.iter().find_map(|t| {
+            let idx = self.p.find(t)?;
+            if !matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+                return None;
+            }
+            let busy = self
+                .snap
+                .tokens
+                .iter()
+                .chain(self.snap.joins.keys())
+                .any(|o| self.p.find(o).is_some_and(|i| self.inside(i, idx)));
+            (!busy).then_some(idx)
+        });
+        let Some(idx) = done else {
+            return false;
+        };
+        self.remove_token(idx);
+        self.disarm(idx);
+        self.leave(idx);
+        true
+    }
+
+    /// Is `node` nested (at any depth) in the sub-process `sp`?
+    pub(super) fn inside(&self, node: NodeIdx, sp: NodeIdx) -> bool {
+        inside_scope(self.p, node, sp)
+    }
+
+    /// An activity raised `code`: its own error boundaries first (exact code, then
+    /// catch-all), then those of the enclosing sub-processes, else FAILED `uncaught`.
+    pub(super) fn throw_from_activity(
+        &mut self,
+        idx: NodeIdx,
+        code: Option<String>,
+        message: String,
+        uncaught: &str,
+    ) {
+        if let Some(b) = self.catching_boundary(idx, code.as_deref()) {
+            self.interrupt(idx);
+            return self.leave(b);
+        }
+        let scope = self.p.node(idx).scope;
+        self.propagate_error(idx, scope, code, message, uncaught);
+    }
+
+    pub(super) fn propagate_error(
+        &mut self,
+        origin: NodeIdx,
+        mut scope: Option<NodeIdx>,
+        code: Option<String>,
+        message: String,
+        uncaught: &str,
+    ) {
+        while let Some(sp) = scope {
+            if let Some(b) = self.catching_boundary(sp, code.as_deref()) {
+                self.interrupt(sp);
+                return self.leave(b);
+            }
+            scope = self.p.node(sp).scope;
+        }
+        let detail = if uncaught == codes::UNCAUGHT_BPMN_ERROR {
+            code.clone()
+        } else {
+            None
+        };
+        let message = match &code {
+            Some(c) => format!("{message}: error `{c}` was not caught"),
+            None => format!("{message}: error without a code was not caught"),
+        };
+        self.fail(uncaught, Some(origin), detail, message);
+    }
+
+    pub(super) fn catching_boundary(&self, host: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
+        let mut catch_all = None;
+        for b in self.p.boundaries_of(host) {
+            let NodeKind::Boundary(bd) = &self.p.node(b).kind else {
+                continue;
+            };
+            match &bd.trigger {
+                BoundaryTrigger::Error { code: Some(c) } if Some(c.as_str()) == code => {
+                    return Some(b)
+                }
+                BoundaryTrigger::Error { code: None } if catch_all.is_none() => catch_all = Some(b),
+                _ => {}
+            }
+        }
+        catch_all
+    }
+
+    /// Ends the activity at `idx` without completing it: its token, timers and retry
+    /// state go; a sub-process takes everything inside it along.
+    pub(super) fn interrupt(&mut self, idx: NodeIdx) {
+        if !self.remove_token(idx) {
+            return;
+        }
+        let node = self.id(idx);
+        let in_flight = registered_task(self.p, idx).is_some()
+            && self.snap.marker(node).is_none()
+            && self.attempt_reported != Some(idx);
+        if in_flight {
+            self.effects.push(Effect::AttemptFinished {
+                node: node.to_owned(),
+                attempt: self.snap.attempt(node).max(1),
+                outcome: AttemptOutcome::Interrupted,
+                code: None,
+                message: None,
+            });
+        }
+        self.disarm(idx);
+        self.snap.clear_retry_state(node);
+        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+            self.clear_scope(idx);
+        }
+    }
+
+    /// Interrupts every token and drops every join arrival inside the sub-process `sp`.
+    pub(super) fn clear_scope(&mut self, sp: NodeIdx) {
+        loop {
+            let inner = self.snap.tokens.iter().find_map(|t| {
+                let idx = self.p.find(t)?;
+                self.inside(idx, sp).then_some(idx)
+            });
+            match inner {
+                Some(idx) => self.interrupt(idx),
+                None => break,
+            }
+        }
+        let p = self.p;
+        self.snap
+            .joins
+            .retain(|gw, _| p.find(gw).is_none_or(|idx| !inside_scope(p, idx, sp)));
+    }
+
+    /// A terminate end event: ends its scope at once.
+    pub(super) fn terminate(&mut self, scope: Option<NodeIdx>) {
+        match scope {
+            Some(sp) => self.clear_scope(sp),
+            None => {
+                while let Some(t) = self.snap.tokens.last().cloned() {
+                    let idx = self.idx(&t);
+                    self.interrupt(idx);
+                    // Defensive: a token at an unknown id must not loop forever.
+                    if self.snap.tokens.last() == Some(&t) {
+                        self.snap.tokens.pop();
+                    }
+                }
+                self.snap.joins.clear();
+                self.queue.clear();
+            }
+        }
+    }
+
+    /// The event-based gateway holding a token that `catch` races for, if any.
+    pub(super) fn racing_gateway(&self, catch: NodeIdx) -> Option<NodeIdx> {
+        self.p.node(catch).incoming.iter().find_map(|f| {
+            let source = self.p.flow(*f).source;
+            let waits = matches!(self.p.node(source).kind, NodeKind::EventBasedGateway)
+                && self.snap.tokens.iter().any(|t| t == self.id(source));
+            waits.then_some(source)
+        })
+    }
+
+    /// One event after the gateway `gw` happened: the token leaves the gateway and the
+    /// other events' timers are resolved.
+    pub(super) fn end_race(&mut self, gw: NodeIdx) {
+        self.remove_token(gw);
+        self.disarm(gw);
+    }
+
+    pub(super) fn unsupported(&mut self, idx: NodeIdx, what: &str) {
+        let message = format!(
+            "`{}` is a {what}, which this engine version cannot execute yet",
+            self.id(idx)
+        );
+        self.fail(codes::UNSUPPORTED_ELEMENT, Some(idx), None, message);
+    }
+
+    /// The instance lands in FAILED (E6): tokens, variables and attempt counters stay
+    /// for inspection and repair; every live timer is resolved.
+    pub(super) fn fail(
+        &mut self,
+        code: &str,
+        node: Option<NodeIdx>,
+        detail: Option<String>,
+        message: String,
+    ) {
+        if !self.running() {
+            return;
+        }
+        let node = node.map(|n| self.id(n).to_owned());
+        self.resolve_all_timers();
+        self.snap.status = Status::Failed;
+        self.snap.set_failure(Failure {
+            code: code.to_owned(),
+            node: node.clone(),
+            detail,
+        });
+        self.effects.push(Effect::OpenIncident {
+            node: node.clone().unwrap_or_default(),
+            code: code.to_owned(),
+            message,
+        });
+        self.effects.push(Effect::Failed {
+            code: code.to_owned(),
+            node,
+        });
+        self.queue.clear();
+    }
+
+    pub(super) fn complete(&mut self) {
+        self.resolve_all_timers();
+        self.snap.cycles.clear();
+        self.snap.status = Status::Completed;
+        self.effects.push(Effect::Completed);
+    }
+}
+
+pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
+    let mut scope = p.node(node).scope;
+    while let Some(s) = scope {
+        if s == sp {
+            return true;
+        }
+        scope = p.node(s).scope;
+    }
+    false
+}
