@@ -93,6 +93,14 @@ impl PgStore {
     }
 
     pub async fn connect_with(url: &str, config: PgConfig) -> Result<PgStore, Error> {
+        if config.max_connections == 0 {
+            return Err(Error::Config(
+                "max_connections must be at least 1".to_string(),
+            ));
+        }
+        if let Some(schema) = &config.schema {
+            check_schema_name(schema)?;
+        }
         let target = redact(url);
         let connect = |source| Error::Connect {
             target: target.clone(),
@@ -100,23 +108,23 @@ impl PgStore {
         };
         let mut options = PgConnectOptions::from_str(url).map_err(connect)?;
         if let Some(schema) = &config.schema {
-            check_schema_name(schema)?;
             let mut admin = PgConnection::connect_with(&options)
                 .await
                 .map_err(connect)?;
-            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+            let created = sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
                 .execute(&mut admin)
-                .await
-                .map_err(connect)?;
+                .await;
+            // Two replicas starting together can both pass the IF NOT EXISTS check; the
+            // loser's duplicate error means the schema is there, which is all we need.
+            if let Err(e) = created {
+                if !is_duplicate_object(&e) {
+                    return Err(connect(e));
+                }
+            }
             admin.close().await.map_err(connect)?;
             options = options.options([("search_path", schema.as_str())]);
         }
         options = options.options([("synchronous_commit", "on")]);
-        if config.max_connections == 0 {
-            return Err(Error::Config(
-                "max_connections must be at least 1".to_string(),
-            ));
-        }
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .connect_with(options)
@@ -210,6 +218,14 @@ impl PgStore {
             Some(missing) => Err(StoreError::UnknownDeployment(DeploymentId(*missing))),
             None => Ok(()),
         }
+    }
+}
+
+/// `unique_violation` or `duplicate_schema`: a concurrent creator got there first.
+fn is_duplicate_object(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("23505" | "42P06")),
+        _ => false,
     }
 }
 

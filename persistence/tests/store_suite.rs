@@ -1088,3 +1088,68 @@ async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
         .await?;
     result
 }
+
+/// Replicas starting at the same moment on a fresh schema all come up: schema creation
+/// tolerates the race and migrations serialize on sqlx's advisory lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replicas_can_start_together_on_a_fresh_schema() -> Result<()> {
+    let Some(url) = pg_url() else {
+        println!("skipped: QFLOW_TEST_PG_URL not set");
+        return Ok(());
+    };
+    let schema = unique_name("qflow_start");
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            let config = PgConfig {
+                schema: Some(schema.clone()),
+                max_connections: 2,
+            };
+            tokio::spawn(async move { PgStore::connect_with(&url, config).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    let mut failures = Vec::new();
+    for start in starts {
+        match start.await? {
+            Ok(store) => stores.push(store),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    let deployed = match stores.first() {
+        Some(store) => Some(deploy(store, "h1").await?),
+        None => None,
+    };
+    for store in &stores {
+        store.close().await;
+    }
+    let mut conn = PgConnection::connect(&url).await?;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await?;
+    ensure!(
+        failures.is_empty(),
+        "replicas failed to start: {failures:?}"
+    );
+    ensure!(stores.len() == 4 && deployed.is_some());
+    Ok(())
+}
+
+/// A schema name that is not a plain identifier is refused before anything is sent.
+#[tokio::test]
+async fn postgres_schema_name_is_checked() {
+    let config = PgConfig {
+        schema: Some("x; DROP TABLE t".into()),
+        max_connections: 1,
+    };
+    let result = PgStore::connect_with("postgres://nobody@127.0.0.1:1/none", config).await;
+    match result {
+        Err(qflow_persistence::Error::Config(message)) => {
+            assert!(message.contains("schema"), "{message}")
+        }
+        other => panic!(
+            "expected a configuration error, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
