@@ -318,3 +318,64 @@ proptest! {
         prop_assert_eq!(back.encode(), bytes);
     }
 }
+
+/// Every input a shell could plausibly send to an instance in state `snap`.
+fn plausible_inputs(snap: &Snapshot) -> Vec<Input> {
+    let mut inputs = vec![Input::Cancel, Input::Redrive];
+    for (name, inc) in snap.timers() {
+        inputs.push(Input::TimerFired {
+            name: name.clone(),
+            incarnation: *inc,
+        });
+    }
+    for t in snap.tokens() {
+        let attempt = snap.attempt(t).max(1);
+        inputs.push(Input::TaskCompleted {
+            node: t.clone(),
+            attempt,
+            outputs: Variables::new(),
+        });
+        inputs.push(Input::TaskFailed {
+            node: t.clone(),
+            attempt,
+            code: "HANDLER_FAILED".into(),
+            message: String::new(),
+        });
+        inputs.push(Input::TaskBpmnError {
+            node: t.clone(),
+            attempt,
+            code: "X".into(),
+            message: String::new(),
+        });
+        inputs.push(Input::UserTaskCompleted {
+            node: t.clone(),
+            variables: Variables::new(),
+        });
+    }
+    inputs
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// A snapshot stepped against the wrong definition (a botched migration, say) gives
+    /// an error or a stale no-op or a step, never a panic.
+    #[test]
+    fn snapshots_of_another_definition_never_make_step_panic(sc in scenario()) {
+        let trace = sim::run(&with_retry(), &sc).unwrap();
+        let others = [
+            common::build::Builder::default().build("empty"),
+            common::build::linear_def(2, None),
+            without_retry(),
+            with_retry(),
+        ];
+        for s in &trace.steps {
+            let snap = Snapshot::decode(&s.snapshot).unwrap();
+            for def in &others {
+                for input in plausible_inputs(&snap) {
+                    let _ = step(def, &sc.instance, snap.clone(), input, s.at_ms + 1);
+                }
+            }
+        }
+    }
+}

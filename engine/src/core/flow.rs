@@ -370,8 +370,8 @@ impl<'a> Run<'a> {
 
     pub(super) fn cancel(&mut self) {
         let tokens: Vec<String> = self.snap.tokens.clone();
-        for t in tokens.iter().rev() {
-            let idx = self.idx(t);
+        // A token at an id the definition lacks (a damaged snapshot) is simply dropped.
+        for idx in tokens.iter().rev().filter_map(|t| self.p.find(t)) {
             self.interrupt(idx);
         }
         self.snap.tokens.clear();

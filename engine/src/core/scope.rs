@@ -152,9 +152,11 @@ impl<'a> Run<'a> {
             Some(sp) => self.clear_scope(sp),
             None => {
                 while let Some(t) = self.snap.tokens.last().cloned() {
-                    let idx = self.idx(&t);
-                    self.interrupt(idx);
-                    // Defensive: a token at an unknown id must not loop forever.
+                    if let Some(idx) = self.p.find(&t) {
+                        self.interrupt(idx);
+                    }
+                    // A token at an id the definition lacks (a damaged snapshot) is
+                    // dropped, so this loop always shrinks the frontier.
                     if self.snap.tokens.last() == Some(&t) {
                         self.snap.tokens.pop();
                     }
