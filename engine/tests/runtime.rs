@@ -245,3 +245,29 @@ async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
         .collect();
     assert_eq!(nodes, vec![("a", 1), ("b", 1), ("c", 1)]);
 }
+
+#[tokio::test]
+async fn a_model_with_elements_the_engine_cannot_run_is_refused_at_deploy() {
+    const SEND: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <process id="sending" isExecutable="true">
+    <startEvent id="start"/>
+    <sendTask id="notify"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="notify"/>
+    <sequenceFlow id="f1" sourceRef="notify" targetRef="end"/>
+  </process>
+</definitions>"#;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = runtime(store.clone(), AsyncHandlers::new(), 1);
+    let err = rt.deploy(SEND, None).await.expect_err("refused");
+    match err {
+        Error::Refused { what, why } => {
+            assert_eq!(what, "deployment");
+            assert!(why.contains("`notify` (send task)"), "{why}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(store.deployments().await.expect("lists").is_empty());
+    rt.shutdown().await;
+}

@@ -25,6 +25,7 @@ mod gateway;
 mod redrive;
 mod retry;
 mod scope;
+mod support;
 mod timers;
 
 use qflow_loader::model::{Definition, Variables};
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::snapshot::{Snapshot, Status};
 
+pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
 
 /// Structured failure codes the core itself writes into a FAILED snapshot, beside the

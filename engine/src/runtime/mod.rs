@@ -345,6 +345,21 @@ impl Runtime {
                 defs.remove(0)
             }
         };
+        let unsupported = crate::core::unsupported_elements(&def);
+        if !unsupported.is_empty() {
+            let list: Vec<String> = unsupported
+                .iter()
+                .map(|(node, what)| format!("`{node}` ({what})"))
+                .collect();
+            return Err(Error::Refused {
+                what: "deployment".to_owned(),
+                why: format!(
+                    "process `{}` uses elements this engine version cannot run yet: {}",
+                    def.id,
+                    list.join(", ")
+                ),
+            });
+        }
         if let qflow_loader::model::Classification::Stateful { reasons } = &def.class {
             if !self.shared.store.is_durable() {
                 return Err(Error::Refused {

@@ -1,0 +1,30 @@
+//! Which elements this engine version can execute.
+//!
+//! The loader accepts the whole L2 dialect; the core runs most of it. What it cannot run
+//! yet (channel calls and pull tasks arrive with the outbox and pull-surface issues) is
+//! listed here, so that a host refuses such a definition at deploy time with a clear
+//! message instead of failing instances with `UNSUPPORTED_ELEMENT` at run time.
+
+use qflow_loader::model::{Definition, NodeKind, TaskKind};
+
+/// The nodes of `def` this engine cannot execute, as `(node id, what it is)`, in
+/// document order. Empty when the whole definition runs.
+pub fn unsupported_elements(def: &Definition) -> Vec<(String, &'static str)> {
+    def.process
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let what = match &n.kind {
+                NodeKind::CallActivity { .. } => "call activity",
+                NodeKind::Task(t) => match t.kind {
+                    TaskKind::Channel { .. } => "channel-call task",
+                    TaskKind::Pull { .. } => "pull task",
+                    TaskKind::Send { .. } => "send task",
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            Some((n.id.clone(), what))
+        })
+        .collect()
+}
