@@ -7,7 +7,7 @@
 //! `nonRetryableCodes` name only codes that can occur. This module only reads the model
 //! and appends diagnostics; it never changes the definition.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::build::Meta;
 use crate::diag::Diagnostic;
@@ -15,12 +15,62 @@ use crate::model::*;
 
 pub(crate) fn validate(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic>) {
     let p = &def.process;
-    let startless = starts(p, meta, diags);
-    reachability(p, meta, &startless, diags);
+    let ix = Index::new(p, meta);
+    let startless = starts(p, meta, &ix, diags);
+    reachability(p, &ix, &startless, diags);
     directions(p, meta, diags);
     event_gateways(p, meta, diags);
     conditions(p, diags);
-    design_rules(def, meta, diags);
+    design_rules(def, meta, &ix, diags);
+}
+
+/// Lookups the rules need, built once so that every rule stays linear (or n log n) in
+/// the number of nodes: `Process::boundaries_of` and `start_events` scan all nodes, and
+/// calling them per node would be quadratic on a large hostile model.
+struct Index {
+    /// None start events per scope (`None` = the process).
+    starts: BTreeMap<Option<NodeIdx>, Vec<NodeIdx>>,
+    /// Refused start/boundary events per scope; they count as roots.
+    refused_roots: BTreeMap<Option<NodeIdx>, Vec<NodeIdx>>,
+    /// Boundary events per host node.
+    boundaries: Vec<Vec<NodeIdx>>,
+    /// Every node refused for its kind; reachable by fiat (see `Meta::refused`).
+    refused: Vec<NodeIdx>,
+}
+
+impl Index {
+    fn new(p: &Process, meta: &Meta) -> Index {
+        let mut ix = Index {
+            starts: BTreeMap::new(),
+            refused_roots: BTreeMap::new(),
+            boundaries: vec![Vec::new(); p.nodes.len()],
+            refused: meta.refused.iter().copied().collect(),
+        };
+        for (i, n) in p.nodes.iter().enumerate() {
+            match &n.kind {
+                NodeKind::StartEvent => ix.starts.entry(n.scope).or_default().push(idx(i)),
+                NodeKind::Boundary(b) if b.attached_to != idx(i) => {
+                    if let Some(list) = ix.boundaries.get_mut(b.attached_to.0 as usize) {
+                        list.push(idx(i));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for r in &meta.refused_roots {
+            let scope = p.node(*r).scope;
+            ix.refused_roots.entry(scope).or_default().push(*r);
+        }
+        ix
+    }
+
+    fn starts(&self, scope: Option<NodeIdx>) -> &[NodeIdx] {
+        self.starts.get(&scope).map_or(&[], Vec::as_slice)
+    }
+
+    fn refused_roots(&self, scope: Option<NodeIdx>) -> &[NodeIdx] {
+        self.refused_roots.get(&scope).map_or(&[], Vec::as_slice)
+    }
 }
 
 fn idx(i: usize) -> NodeIdx {
@@ -29,8 +79,13 @@ fn idx(i: usize) -> NodeIdx {
 
 /// Reports scopes without a start event and returns them (their nodes are not reported as
 /// unreachable again: the missing start already says so).
-fn starts(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) -> Vec<Option<NodeIdx>> {
-    let mut startless = Vec::new();
+fn starts(
+    p: &Process,
+    meta: &Meta,
+    ix: &Index,
+    diags: &mut Vec<Diagnostic>,
+) -> BTreeSet<Option<NodeIdx>> {
+    let mut startless = BTreeSet::new();
     let mut scopes: Vec<(Option<NodeIdx>, Pos, String)> =
         vec![(None, meta.process_pos, "the process".to_string())];
     for (i, n) in p.nodes.iter().enumerate() {
@@ -39,11 +94,11 @@ fn starts(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) -> Vec<Option<N
         }
     }
     for (scope, pos, what) in scopes {
-        let refused = meta.refused_roots.iter().any(|s| p.node(*s).scope == scope);
-        if p.start_events(scope).next().is_none() {
-            startless.push(scope);
+        let refused = !ix.refused_roots(scope).is_empty();
+        if ix.starts(scope).is_empty() {
+            startless.insert(scope);
         }
-        if p.start_events(scope).next().is_none() && !refused {
+        if ix.starts(scope).is_empty() && !refused {
             diags.push(
                 Diagnostic::error("Q106", pos, format!("{what} has no none start event"))
                     .with_help("add a <startEvent> without an event definition"),
@@ -57,14 +112,14 @@ fn starts(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) -> Vec<Option<N
 /// an activity reaches its boundary events.
 fn reachability(
     p: &Process,
-    meta: &Meta,
-    startless: &[Option<NodeIdx>],
+    ix: &Index,
+    startless: &BTreeSet<Option<NodeIdx>>,
     diags: &mut Vec<Diagnostic>,
 ) {
     let mut seen = vec![false; p.nodes.len()];
-    let mut work: Vec<NodeIdx> = p.start_events(None).collect();
-    work.extend(meta.refused_roots.iter().copied());
-    work.extend(meta.refused.iter().copied());
+    let mut work: Vec<NodeIdx> = ix.starts(None).to_vec();
+    work.extend(ix.refused_roots(None));
+    work.extend(&ix.refused);
     while let Some(n) = work.pop() {
         let i = n.0 as usize;
         if seen[i] {
@@ -74,14 +129,10 @@ fn reachability(
         let node = &p.nodes[i];
         work.extend(node.outgoing.iter().map(|f| p.flow(*f).target));
         if matches!(node.kind, NodeKind::SubProcess) {
-            work.extend(p.start_events(Some(n)));
-            work.extend(
-                meta.refused_roots
-                    .iter()
-                    .filter(|s| p.node(**s).scope == Some(n)),
-            );
+            work.extend(ix.starts(Some(n)));
+            work.extend(ix.refused_roots(Some(n)));
         }
-        work.extend(p.boundaries_of(n).filter(|b| *b != n));
+        work.extend(&ix.boundaries[i]);
     }
     for (i, n) in p.nodes.iter().enumerate() {
         if !seen[i] && !startless.contains(&n.scope) {
@@ -198,11 +249,10 @@ fn conditions(p: &Process, diags: &mut Vec<Diagnostic>) {
     }
 }
 
-fn routed_timer_boundary(p: &Process, host: NodeIdx) -> bool {
-    p.boundaries_of(host).any(|b| {
-        let n = p.node(b);
-        b != host
-            && !n.outgoing.is_empty()
+fn routed_timer_boundary(p: &Process, ix: &Index, host: NodeIdx) -> bool {
+    ix.boundaries[host.0 as usize].iter().any(|b| {
+        let n = p.node(*b);
+        !n.outgoing.is_empty()
             && matches!(
                 n.kind,
                 NodeKind::Boundary(Boundary {
@@ -213,7 +263,7 @@ fn routed_timer_boundary(p: &Process, host: NodeIdx) -> bool {
     })
 }
 
-fn design_rules(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic>) {
+fn design_rules(def: &Definition, meta: &Meta, ix: &Index, diags: &mut Vec<Diagnostic>) {
     let p = &def.process;
     let declared: BTreeSet<&str> = def
         .errors
@@ -222,7 +272,7 @@ fn design_rules(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic>) {
         .collect();
     for (i, n) in p.nodes.iter().enumerate() {
         let NodeKind::Task(t) = &n.kind else { continue };
-        let routed = routed_timer_boundary(p, idx(i));
+        let routed = routed_timer_boundary(p, ix, idx(i));
         if let TaskKind::Channel { name } = &t.kind {
             if t.timeout.is_none() && !routed {
                 diags.push(

@@ -198,3 +198,28 @@ proptest! {
         let _ = load(&bytes, &LoadOptions::default());
     }
 }
+
+/// A long chain of tasks, each with a routed timer boundary: exercises the graph rules at
+/// scale (they index boundaries and starts once, so the cost stays linear; the benchmark
+/// measures it, this test checks the result).
+#[test]
+fn large_generated_model_loads() {
+    let n = 3_000;
+    let mut s = String::from(
+        "<definitions xmlns=\"http://www.omg.org/spec/BPMN/20100524/MODEL\" xmlns:q=\"urn:qflow:bpmn:1\"><process id=\"p\"><startEvent id=\"t0\"/>",
+    );
+    for i in 1..n {
+        s.push_str(&format!(
+            "<serviceTask id=\"t{i}\" q:task=\"w\"/><boundaryEvent id=\"b{i}\" attachedToRef=\"t{i}\"><timerEventDefinition><timeDuration>PT1S</timeDuration></timerEventDefinition></boundaryEvent><sequenceFlow id=\"g{i}\" sourceRef=\"b{i}\" targetRef=\"end\"/><sequenceFlow id=\"f{i}\" sourceRef=\"t{}\" targetRef=\"t{i}\"/>",
+            i - 1
+        ));
+    }
+    s.push_str(&format!(
+        "<sequenceFlow id=\"fe\" sourceRef=\"t{}\" targetRef=\"end\"/><endEvent id=\"end\"/></process></definitions>",
+        n - 1
+    ));
+    let l = load_str(&s).unwrap();
+    let p = &l.definitions[0].process;
+    assert_eq!(p.nodes.len(), 2 * n);
+    assert_eq!(p.flows.len(), 2 * (n - 1) + 1);
+}
