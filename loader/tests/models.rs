@@ -1203,3 +1203,45 @@ fn definitions_can_be_shared_across_threads() {
     let got: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(got, vec![false, true]);
 }
+
+#[test]
+fn every_code_the_source_emits_is_in_the_rules_table() {
+    let known: Vec<&str> = qflow_loader::rules().iter().map(|r| r.0).collect();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let bytes = text.as_bytes();
+        for i in 0..bytes.len().saturating_sub(5) {
+            let w = &bytes[i..i + 6];
+            if w[0] == b'"'
+                && w[1] == b'Q'
+                && w[2..5].iter().all(u8::is_ascii_digit)
+                && w[5] == b'"'
+            {
+                let code = std::str::from_utf8(&w[1..5]).unwrap();
+                assert!(
+                    known.contains(&code),
+                    "{code} is emitted but not in rules()"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 40, "only {checked} code literals found");
+}
+
+#[test]
+fn empty_pool_is_skipped_with_a_warning() {
+    let xml = format!(
+        r#"{HEAD}
+<collaboration id="c"><participant id="a" processRef="pool"/><participant id="b" processRef="p"/></collaboration>
+<process id="pool" isExecutable="true"/>
+<process id="p" isExecutable="true"><startEvent id="s"/><sequenceFlow id="f" sourceRef="s" targetRef="e"/><endEvent id="e"/></process>
+</definitions>"#
+    );
+    let l = loads(&xml);
+    assert_eq!(only(&l).id, "p");
+    let codes: Vec<&str> = l.warnings.iter().map(|w| w.code).collect();
+    assert_eq!(codes, vec!["Q903"]);
+}
