@@ -1250,7 +1250,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             return None;
         }
         let source = if is_feel {
-            match feel_to_cel(text.trim_start_matches('=')) {
+            match feel_to_cel(text.strip_prefix('=').unwrap_or(text)) {
                 Ok(s) => s,
                 Err(m) => {
                     self.help(

@@ -555,6 +555,14 @@ fn feel_as_the_files_expression_language_is_translated() {
 }
 
 #[test]
+fn q203_only_one_leading_equals_sign_is_the_feel_marker() {
+    refused(
+        &gateway_with_condition("<conditionExpression>¶==x</conditionExpression>"),
+        "Q203",
+    );
+}
+
+#[test]
 fn q203_feel_beyond_the_subset() {
     refused(
         &gateway_with_condition("<conditionExpression>¶=count(items) > 0</conditionExpression>"),
