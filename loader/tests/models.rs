@@ -1253,3 +1253,36 @@ fn empty_pool_is_skipped_with_a_warning() {
     let codes: Vec<&str> = l.warnings.iter().map(|w| w.code).collect();
     assert_eq!(codes, vec!["Q903"]);
 }
+
+#[test]
+fn inclusive_gateway_error_end_and_milestone_load() {
+    let l = loads(&file(
+        r#"<error id="e1" errorCode="REJECTED"/>"#,
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="or"/>
+<inclusiveGateway id="or" default="f3"/>
+<sequenceFlow id="f2" sourceRef="or" targetRef="milestone"><conditionExpression>a == 1</conditionExpression></sequenceFlow>
+<sequenceFlow id="f3" sourceRef="or" targetRef="reject"/>
+<intermediateThrowEvent id="milestone"/>
+<sequenceFlow id="f4" sourceRef="milestone" targetRef="call"/>
+<callActivity id="call"><extensionElements><zeebe:calledElement processId="child"/></extensionElements></callActivity>
+<sequenceFlow id="f5" sourceRef="call" targetRef="end"/>
+<endEvent id="end"/>
+<endEvent id="reject"><errorEventDefinition errorRef="e1"/></endEvent>"#,
+    ));
+    let d = only(&l);
+    let p = &d.process;
+    match &p.node(p.find("or").unwrap()).kind {
+        NodeKind::InclusiveGateway { default: Some(f) } => assert_eq!(p.flow(*f).id, "f3"),
+        k => panic!("{k:?}"),
+    }
+    match &p.node(p.find("reject").unwrap()).kind {
+        NodeKind::EndEvent(EndKind::Error { error }) => assert_eq!(error.as_deref(), Some("e1")),
+        k => panic!("{k:?}"),
+    }
+    match &p.node(p.find("call").unwrap()).kind {
+        NodeKind::CallActivity { called_element } => assert_eq!(called_element, "child"),
+        k => panic!("{k:?}"),
+    }
+    assert_eq!(d.errors["e1"].code.as_deref(), Some("REJECTED"));
+}
