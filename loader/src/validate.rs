@@ -249,6 +249,9 @@ fn conditions(p: &Process, diags: &mut Vec<Diagnostic>) {
     }
 }
 
+/// An interrupting timer boundary with a drawn route: a modelled timeout outcome. A
+/// non-interrupting one leaves the task waiting, so it neither bounds the call (Q305) nor
+/// pre-empts its retries (Q306).
 fn routed_timer_boundary(p: &Process, ix: &Index, host: NodeIdx) -> bool {
     ix.boundaries[host.0 as usize].iter().any(|b| {
         let n = p.node(*b);
@@ -257,6 +260,7 @@ fn routed_timer_boundary(p: &Process, ix: &Index, host: NodeIdx) -> bool {
                 n.kind,
                 NodeKind::Boundary(Boundary {
                     trigger: BoundaryTrigger::Timer(_),
+                    interrupting: true,
                     ..
                 })
             )

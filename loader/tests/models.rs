@@ -741,6 +741,29 @@ fn channel_call_with_retry_and_routeless_timeout_loads() {
     assert_eq!(t.retry.as_ref().unwrap().max_attempts.get(), 3);
 }
 
+fn with_non_interrupting_timer(task_xml: &str) -> String {
+    around(&format!(
+        r#"{task_xml}
+<boundaryEvent id="remind" attachedToRef="t" cancelActivity="false"><timerEventDefinition><timeDuration>PT5M</timeDuration></timerEventDefinition></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="remind" targetRef="end"/>"#
+    ))
+}
+
+#[test]
+fn non_interrupting_timer_is_not_a_channel_timeout() {
+    refused(
+        &with_non_interrupting_timer(r#"¶<serviceTask id="t" q:channel="bank"/>"#),
+        "Q305",
+    );
+}
+
+#[test]
+fn channel_retry_beside_a_non_interrupting_timer_loads() {
+    loads(&with_non_interrupting_timer(
+        r#"<serviceTask id="t" q:channel="bank"><extensionElements><q:retry/><q:timeout duration="PT30S"/></extensionElements></serviceTask>"#,
+    ));
+}
+
 #[test]
 fn channel_call_with_routed_timer_and_no_retry_loads() {
     loads(&with_routed_timer(
