@@ -9,6 +9,10 @@
 //!
 //! Run: `cargo bench -p qflow-loader --bench load_cpu` (Linux; elsewhere only the wall
 //! figure is printed). `QFLOW_BENCH_SECS` sets the duration per input set (default 5).
+//! For instruction counts that do not depend on load at all, `QFLOW_BENCH_ROUNDS=N`
+//! runs exactly N rounds and `QFLOW_BENCH_ONLY=corpus/all` picks one input set; run it
+//! under `valgrind --tool=callgrind` with two round counts and divide the difference by
+//! the bytes (docs/performance.md, "Loader").
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -34,7 +38,18 @@ fn mib_per_s(bytes: u64, time: Duration) -> f64 {
     bytes as f64 / (1024.0 * 1024.0) / time.as_secs_f64()
 }
 
-fn measure(name: &str, files: &[Vec<u8>], run_for: Duration) {
+/// How long to load one input set: for a duration, or for an exact number of rounds.
+#[derive(Clone, Copy)]
+enum Budget {
+    Time(Duration),
+    Rounds(u64),
+}
+
+fn measure(name: &str, files: &[Vec<u8>], budget: Budget) {
+    let only = std::env::var("QFLOW_BENCH_ONLY").ok();
+    if only.is_some_and(|only| only != name) {
+        return;
+    }
     if files.is_empty() {
         println!("{name:<24} skipped: no input files");
         return;
@@ -47,7 +62,10 @@ fn measure(name: &str, files: &[Vec<u8>], run_for: Duration) {
     }
     let (wall_start, cpu_start) = (Instant::now(), cpu_time());
     let mut rounds = 0u64;
-    while wall_start.elapsed() < run_for {
+    while match budget {
+        Budget::Time(run_for) => wall_start.elapsed() < run_for,
+        Budget::Rounds(n) => rounds < n,
+    } {
         for f in files {
             let _ = black_box(load(black_box(f), &opts));
         }
@@ -70,13 +88,12 @@ fn measure(name: &str, files: &[Vec<u8>], run_for: Duration) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a plain `cargo test` run of benches passes nothing
-    // useful either way, so only the duration knob is read.
-    let secs = std::env::var("QFLOW_BENCH_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
-    let run_for = Duration::from_secs(secs);
+    // Arguments (`--bench` from cargo) are ignored; the knobs are environment variables.
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let run_for = match env("QFLOW_BENCH_ROUNDS") {
+        Some(rounds) => Budget::Rounds(rounds),
+        None => Budget::Time(Duration::from_secs(env("QFLOW_BENCH_SECS").unwrap_or(5))),
+    };
     let opts = LoadOptions::default();
     let all = corpus();
     let loaded: Vec<Vec<u8>> = all
