@@ -96,6 +96,53 @@ struct Options {
     throughput: bool,
     timers: bool,
     open_loop: bool,
+    /// Experiments that break the contract on purpose, to price one cost. Default none.
+    what_if: WhatIf,
+}
+
+/// Store-side experiments, applied by [`TimedStore`]. None of them is how qflow runs;
+/// each removes one cost so the difference shows what that cost is.
+#[derive(Debug, Clone, Copy, Default)]
+struct WhatIf {
+    /// Store instances under increasing ids (as UUIDv7 would give) instead of the random
+    /// v4 ids the runtime assigns: live rows cluster in a few B-tree pages.
+    ordered_ids: bool,
+    /// Drop the attempt-history rows (breaks O1a).
+    no_attempt_rows: bool,
+    /// Answer `deployment()` from memory after the first read (the read every
+    /// `start_instance` makes; hides a concurrent retirement).
+    cached_deployments: bool,
+}
+
+impl WhatIf {
+    fn parse(list: &str) -> Result<WhatIf> {
+        let mut w = WhatIf::default();
+        for item in list.split(',').filter(|s| !s.is_empty()) {
+            match item {
+                "ordered-ids" => w.ordered_ids = true,
+                "no-attempt-rows" => w.no_attempt_rows = true,
+                "cached-deployments" => w.cached_deployments = true,
+                other => bail!(
+                    "unknown --what-if {other:?} (ordered-ids, no-attempt-rows, cached-deployments)"
+                ),
+            }
+        }
+        Ok(w)
+    }
+
+    fn label(self) -> String {
+        let mut parts = Vec::new();
+        if self.ordered_ids {
+            parts.push("ordered-ids");
+        }
+        if self.no_attempt_rows {
+            parts.push("no-attempt-rows");
+        }
+        if self.cached_deployments {
+            parts.push("cached-deployments");
+        }
+        parts.iter().map(|p| format!("+{p}")).collect()
+    }
 }
 
 impl Options {
@@ -111,6 +158,7 @@ impl Options {
             throughput: true,
             timers: true,
             open_loop: false,
+            what_if: WhatIf::default(),
         };
         for arg in std::env::args().skip(1) {
             let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
@@ -128,6 +176,7 @@ impl Options {
                 "--no-throughput" => o.throughput = false,
                 "--no-timers" => o.timers = false,
                 "--open-loop" => o.open_loop = true,
+                "--what-if" => o.what_if = WhatIf::parse(value)?,
                 other => {
                     bail!("unknown option {other:?}; see the module doc of benches/runtime.rs")
                 }
@@ -277,6 +326,82 @@ impl StoreTimeView {
 struct TimedStore {
     inner: Arc<dyn Store>,
     time: Arc<StoreTime>,
+    what_if: WhatIf,
+    ids: std::sync::Mutex<IdMap>,
+    deployments: std::sync::Mutex<BTreeMap<DeploymentId, DeploymentRecord>>,
+}
+
+/// Runtime id <-> stored id, for [`WhatIf::ordered_ids`].
+#[derive(Default)]
+struct IdMap {
+    next: u64,
+    stored: std::collections::HashMap<InstanceId, InstanceId>,
+    runtime: std::collections::HashMap<InstanceId, InstanceId>,
+}
+
+impl IdMap {
+    fn stored_for(&mut self, id: InstanceId) -> InstanceId {
+        if let Some(s) = self.stored.get(&id) {
+            return *s;
+        }
+        self.next += 1;
+        let s = InstanceId::from_u128((u128::from(self.next) << 64) | 0x4000_8000_0000_0000);
+        self.stored.insert(id, s);
+        self.runtime.insert(s, id);
+        s
+    }
+
+    fn runtime_for(&self, id: InstanceId) -> InstanceId {
+        self.runtime.get(&id).copied().unwrap_or(id)
+    }
+
+    fn forget(&mut self, id: InstanceId) {
+        if let Some(s) = self.stored.remove(&id) {
+            self.runtime.remove(&s);
+        }
+    }
+}
+
+impl TimedStore {
+    fn new(inner: Arc<dyn Store>, time: Arc<StoreTime>, what_if: WhatIf) -> TimedStore {
+        TimedStore {
+            inner,
+            time,
+            what_if,
+            ids: Default::default(),
+            deployments: Default::default(),
+        }
+    }
+
+    fn rewrite(&self, mut batch: Vec<Commit>) -> Vec<Commit> {
+        if self.what_if.no_attempt_rows {
+            for c in &mut batch {
+                c.attempts.clear();
+            }
+        }
+        if self.what_if.ordered_ids {
+            let mut ids = self.ids.lock().expect("id map");
+            for c in &mut batch {
+                let stored = ids.stored_for(c.instance);
+                c.instance = stored;
+                for t in &mut c.arm_timers {
+                    t.instance = stored;
+                }
+                for a in &mut c.attempts {
+                    a.instance = stored;
+                }
+            }
+        }
+        batch
+    }
+
+    fn stored_id(&self, id: InstanceId) -> InstanceId {
+        if self.what_if.ordered_ids {
+            self.ids.lock().expect("id map").stored_for(id)
+        } else {
+            id
+        }
+    }
 }
 
 fn add_elapsed(calls: &AtomicU64, ns: &AtomicU64, since: Instant) {
@@ -302,7 +427,26 @@ impl Store for TimedStore {
     }
     async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>> {
         let t = Instant::now();
-        let out = self.inner.deployment(id).await;
+        let cached = self.what_if.cached_deployments;
+        let hit = cached
+            .then(|| {
+                self.deployments
+                    .lock()
+                    .expect("deployments")
+                    .get(&id)
+                    .cloned()
+            })
+            .flatten();
+        let out = match hit {
+            Some(record) => Ok(Some(record)),
+            None => self.inner.deployment(id).await,
+        };
+        if let (true, Ok(Some(record))) = (cached, &out) {
+            self.deployments
+                .lock()
+                .expect("deployments")
+                .insert(id, record.clone());
+        }
         add_elapsed(&self.time.deployment_calls, &self.time.deployment_ns, t);
         out
     }
@@ -313,13 +457,26 @@ impl Store for TimedStore {
         self.inner.retire(id).await
     }
     async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>> {
+        let finished: Vec<InstanceId> = batch
+            .iter()
+            .filter(|c| c.status != qflow_engine::store::InstanceStatus::Running)
+            .map(|c| c.instance)
+            .collect();
+        let batch = self.rewrite(batch);
         let t = Instant::now();
         let out = self.inner.commit(batch).await;
         add_elapsed(&self.time.commit_calls, &self.time.commit_ns, t);
+        if self.what_if.ordered_ids {
+            let mut ids = self.ids.lock().expect("id map");
+            for id in finished {
+                ids.forget(id);
+            }
+        }
         out
     }
     async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>> {
-        self.inner.instance(id).await
+        let record = self.inner.instance(self.stored_id(id)).await?;
+        Ok(record.map(|r| InstanceRecord { id, ..r }))
     }
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
         self.inner.instances(filter).await
@@ -331,15 +488,23 @@ impl Store for TimedStore {
         owner: &str,
         limit: u32,
     ) -> StoreResult<Vec<TimerRecord>> {
-        self.inner
+        let mut claimed = self
+            .inner
             .claim_due_timers(now_ms, lease_ms, owner, limit)
-            .await
+            .await?;
+        if self.what_if.ordered_ids {
+            let ids = self.ids.lock().expect("id map");
+            for t in &mut claimed {
+                t.instance = ids.runtime_for(t.instance);
+            }
+        }
+        Ok(claimed)
     }
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
         self.inner.next_timer_due().await
     }
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
-        self.inner.timers(instance).await
+        self.inner.timers(self.stored_id(instance)).await
     }
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
         self.inner.incidents(instance).await
@@ -453,7 +618,8 @@ struct Throughput {
     secs: f64,
     delta: StatsView,
     store_time: StoreTimeView,
-    /// Bytes written to storage during the timed run, if the kernel says.
+    /// Bytes this process wrote to storage during the timed run, if the kernel says
+    /// (`None` for PostgreSQL: the server writes, not us).
     written: Option<u64>,
 }
 
@@ -518,10 +684,11 @@ async fn measure_throughput(
         ..RuntimeConfig::default()
     };
     let time = Arc::new(StoreTime::default());
-    let timed: Arc<dyn Store> = Arc::new(TimedStore {
-        inner: opened.store.clone(),
-        time: time.clone(),
-    });
+    let timed: Arc<dyn Store> = Arc::new(TimedStore::new(
+        opened.store.clone(),
+        time.clone(),
+        o.what_if,
+    ));
     let rt = Arc::new(Runtime::start(
         timed,
         handlers(),
@@ -590,7 +757,7 @@ async fn measure_throughput(
         secs,
         delta: d,
         store_time,
-        written,
+        written: written.filter(|_| kind != StoreKind::Postgres),
     }))
 }
 
@@ -832,9 +999,10 @@ async fn run(o: Options) -> Result<()> {
                     continue;
                 };
                 println!(
-                    "| {} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {:.1} | {:.2} | {:.0} % | \
+                    "| {}{} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {:.1} | {:.2} | {:.0} % | \
                      {:.1} | {} | {} |",
                     t.store.name(),
+                    o.what_if.label(),
                     t.lanes,
                     t.instances,
                     t.secs,
@@ -850,9 +1018,10 @@ async fn run(o: Options) -> Result<()> {
                     t.delta.conflicts
                 );
                 record(&format!(
-                    "throughput store={} lanes={} inst_per_s={:.1} steps_per_s={:.1} \
+                    "throughput store={}{} lanes={} inst_per_s={:.1} steps_per_s={:.1} \
                      commits_per_s={:.1} mean_batch={:.2}",
                     t.store.name(),
+                    o.what_if.label(),
                     t.lanes,
                     t.per_sec(t.delta.completed),
                     t.per_sec(t.delta.steps),
