@@ -34,12 +34,11 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
         Input::TaskCompleted { node, attempt, .. }
         | Input::TaskFailed { node, attempt, .. }
         | Input::TaskBpmnError { node, attempt, .. } => {
-            let Some(task) = p.find(node).and_then(|i| registered_task(p, i)) else {
+            if p.find(node).and_then(|i| registered_task(p, i)).is_none() {
                 return Some(format!(
                     "`{node}` is not a registered task of this definition"
                 ));
-            };
-            let _ = task;
+            }
             if !snap.tokens.iter().any(|t| t == node) {
                 return Some(format!("task `{node}` is not pending"));
             }
