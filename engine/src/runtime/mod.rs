@@ -492,3 +492,28 @@ impl Runtime {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn instance_ids_follow_the_start_instant_and_spread_evenly_over_lanes() {
+        let early = new_instance_id(1_700_000_000_000);
+        let late = new_instance_id(1_700_000_000_001);
+        assert!(early < late, "{early} must sort before {late}");
+        assert_eq!(early.get_version_num(), 7);
+
+        // Same millisecond: the random tail keeps ids distinct and lanes balanced.
+        let mut seen = BTreeSet::new();
+        let mut per_lane = [0u32; 4];
+        for _ in 0..4_000 {
+            let id = new_instance_id(1_700_000_000_002);
+            assert!(seen.insert(id), "duplicate id {id}");
+            per_lane[lane_index(id, 4)] += 1;
+        }
+        assert!(per_lane.iter().all(|&n| n > 800), "{per_lane:?}");
+    }
+}
