@@ -586,3 +586,17 @@ fn a_date_timer_in_the_past_fires_at_once() {
     assert_eq!(trace.summary.status, "completed");
     assert_eq!(trace.summary.ended_at_ms, 1_700_000_000_000);
 }
+
+#[test]
+fn simultaneous_deliveries_go_results_then_events_then_timers() {
+    // The user completes the task at the very instant its interrupting boundary is due:
+    // the scripted event is delivered first, so the boundary's timer is resolved unfired.
+    let def = model(&BOUNDARY.replace("CANCEL", "true"));
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 5000, "node": "work"}]}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert!(runs_of(&trace, "escalate").is_empty());
+    assert_eq!(trace.steps.len(), 2);
+}
