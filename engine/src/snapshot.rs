@@ -208,6 +208,46 @@ impl Snapshot {
         self.extra.insert(key, value);
     }
 
+    /// A decoded, human-readable view for operators (SPEC O1): status, failure, wait
+    /// frontier, variables, join arrivals, live timers, attempts burned, backoff
+    /// markers, and the keys kept verbatim. Key names are spelled out, not the short
+    /// persisted ones; empty families are left out.
+    pub fn inspect(&self) -> serde_json::Value {
+        use serde_json::{json, Map, Value};
+        let mut view = Map::new();
+        view.insert("status".into(), json!(self.status.as_str()));
+        if let Some(f) = self.failure() {
+            view.insert(
+                "failure".into(),
+                json!({"code": f.code, "node": f.node, "detail": f.detail}),
+            );
+        }
+        let mut put = |key: &str, value: Value, empty: bool| {
+            if !empty {
+                view.insert(key.into(), value);
+            }
+        };
+        put("frontier", json!(self.tokens), self.tokens.is_empty());
+        put("variables", json!(self.vars), self.vars.is_empty());
+        put("join_arrivals", json!(self.joins), self.joins.is_empty());
+        put("timers", json!(self.timers), self.timers.is_empty());
+        put("attempts", json!(self.attempts), self.attempts.is_empty());
+        put(
+            "backoff_markers",
+            json!(self.markers),
+            self.markers.is_empty(),
+        );
+        put(
+            "first_failure_ms",
+            json!(self.first_failure_ms),
+            self.first_failure_ms.is_empty(),
+        );
+        put("cycle_fires", json!(self.cycles), self.cycles.is_empty());
+        let preserved: Vec<&str> = self.preserved_keys().collect();
+        put("preserved_keys", json!(preserved), preserved.is_empty());
+        Value::Object(view)
+    }
+
     /// Writes the attempt counter of `node`. Strict write: `attempt` must be ≥ 1 (a
     /// counter means "the attempt in progress", which is 1-based).
     pub fn set_attempt(&mut self, node: &str, attempt: u32) {

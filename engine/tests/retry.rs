@@ -417,3 +417,30 @@ fn a_model_without_retry_writes_no_retry_key_even_when_tasks_fail() {
         }
     }
 }
+
+#[test]
+fn inspect_shows_the_burned_budget_of_a_failed_instance() {
+    let def = linear(&[("pay", RETRY3)]);
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "HANDLER_FAILED"}]}}"#,
+    );
+    let view = last(&trace).inspect();
+    assert_eq!(
+        view,
+        serde_json::json!({
+            "status": "failed",
+            "failure": {"code": "HANDLER_FAILED", "node": "pay", "detail": "exhausted"},
+            "frontier": ["pay"],
+            "attempts": {"pay": 3},
+        })
+    );
+    let parked = Snapshot::decode(&trace.steps[1].snapshot)
+        .unwrap()
+        .inspect();
+    assert_eq!(
+        parked["backoff_markers"],
+        serde_json::json!({"pay": "failed"})
+    );
+    assert_eq!(parked["attempts"], serde_json::json!({"pay": 2}));
+}
