@@ -71,6 +71,13 @@ fn fail_fail_succeed_runs_three_attempts_at_the_predicted_instants() {
     assert_eq!(parked.tokens(), ["pay"]);
     let second = Snapshot::decode(&trace.steps[3].snapshot).unwrap();
     assert_eq!(second.marker("pay"), Some("panicked"));
+    // The shell's handler time limit parks with the timeout class.
+    let overrun = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "HANDLER_TIMEOUT"}, {"outcome": "ok"}]}}"#,
+    );
+    let parked = Snapshot::decode(&overrun.steps[1].snapshot).unwrap();
+    assert_eq!(parked.marker("pay"), Some("timeout"));
     // Completion clears the retry keys.
     let done = last(&trace);
     assert!(done.attempts().is_empty() && done.markers().is_empty());

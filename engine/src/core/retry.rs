@@ -29,11 +29,13 @@ pub mod details {
     pub const MAX_ELAPSED: &str = "max_elapsed";
 }
 
-/// The failure class a backoff-window marker carries.
+/// The failure class a backoff-window marker carries: `panicked`, `timeout` (the
+/// route-less `q:timeout`, or the shell's handler time limit `HANDLER_TIMEOUT`), or
+/// `failed` for every other code.
 fn class_of(code: &str) -> &'static str {
     match code {
         HANDLER_PANICKED => "panicked",
-        codes::TIMEOUT => "timeout",
+        codes::TIMEOUT | "HANDLER_TIMEOUT" => "timeout",
         _ => "failed",
     }
 }
