@@ -397,7 +397,7 @@ impl<'a> Run<'a> {
                         "more than {ARRIVALS_PER_STEP_MAX} node arrivals in one step: the \
                          model loops without waiting"
                     );
-                    return self.fail("STEP_LIMIT", Some(node), None, message);
+                    return self.fail(codes::STEP_LIMIT, Some(node), None, message);
                 }
                 self.enter(node, via);
             }

@@ -53,6 +53,9 @@ pub mod codes {
     pub const STUCK_AT_JOIN: &str = "STUCK_AT_JOIN";
     /// The instance reached an element this engine version cannot execute yet.
     pub const UNSUPPORTED_ELEMENT: &str = "UNSUPPORTED_ELEMENT";
+    /// One step made more node arrivals than `flow::ARRIVALS_PER_STEP_MAX`: the model
+    /// loops without ever waiting.
+    pub const STEP_LIMIT: &str = "STEP_LIMIT";
 }
 
 /// One thing that happened to an instance. A closed set: later features (channel
