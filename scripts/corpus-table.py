@@ -6,9 +6,10 @@ Prints Markdown, or with `--write FILE` replaces the part of FILE between the
 `<!-- corpus-table:begin -->` and `<!-- corpus-table:end -->` markers.
 
 A refusal's *reason* is its diagnostic code plus a message class: the message with
-model-specific parts (ids, names, numbers, quoted values) replaced by `…`, while BPMN
-element and attribute names are kept, because "unsupported element `scriptTask`" and
-"unsupported element `signalEventDefinition`" are different reasons. Standard library
+model-specific parts replaced by `…`. The loader writes element kinds as `<scriptTask>`
+and model data (ids, values, expressions) in backticks or double quotes, so the
+backticked and quoted parts are the ones replaced; "<scriptTask> is not supported" and
+"<signalEventDefinition> … is not supported" stay different reasons. Standard library
 only, so anyone can rerun it.
 """
 
@@ -20,46 +21,12 @@ import sys
 BEGIN = "<!-- corpus-table:begin -->"
 END = "<!-- corpus-table:end -->"
 
-# BPMN 2.0 element and attribute names (and the q:/vendor ones the loader talks
-# about): kept verbatim in a message class. Anything else in backticks is model data.
-KEEP = set(
-    """
-    definitions process collaboration participant messageFlow laneSet lane
-    startEvent endEvent intermediateCatchEvent intermediateThrowEvent boundaryEvent
-    task serviceTask userTask manualTask scriptTask sendTask receiveTask businessRuleTask
-    subProcess transaction adHocSubProcess callActivity
-    exclusiveGateway parallelGateway inclusiveGateway eventBasedGateway complexGateway
-    sequenceFlow conditionExpression condition extensionElements
-    timerEventDefinition timeDuration timeDate timeCycle messageEventDefinition
-    errorEventDefinition signalEventDefinition escalationEventDefinition
-    compensateEventDefinition conditionalEventDefinition linkEventDefinition
-    terminateEventDefinition cancelEventDefinition
-    multiInstanceLoopCharacteristics standardLoopCharacteristics
-    dataObject dataObjectReference dataStore dataStoreReference dataInput dataOutput
-    dataInputAssociation dataOutputAssociation ioSpecification property
-    error message signal escalation itemDefinition operation interface
-    globalTask globalUserTask import
-    id name default sourceRef targetRef attachedToRef cancelActivity errorRef errorCode
-    messageRef calledElement isExecutable triggeredByEvent language
-    retry timeout input output task channel topic type
-    maxAttempts initialInterval backoffMultiplier maxInterval jitter
-    nonRetryableCodes maxElapsed duration
-    taskDefinition retries ioMapping subscription
-    """.split()
-)
-
 SPAN = re.compile(r"`([^`]*)`")
 QUOTED = re.compile(r'"[^"]*"')
 
 
-def span_class(match):
-    text = match.group(1)
-    local = text.split(":")[-1]
-    return match.group(0) if local in KEEP or text in KEEP else "`…`"
-
-
 def message_class(message):
-    text = SPAN.sub(span_class, message)
+    text = SPAN.sub("`…`", message)
     text = QUOTED.sub('"…"', text)
     return text
 
