@@ -33,6 +33,15 @@ const MODEL: &str = r#"
   <sequenceFlow id="f9" sourceRef="wait" targetRef="e"/><sequenceFlow id="f10" sourceRef="late" targetRef="e2"/>
   <endEvent id="e"/><endEvent id="e2"/>"#;
 
+/// `default` cases, or `PROPTEST_CASES` when set (for a deeper run by hand:
+/// `PROPTEST_CASES=2000 cargo test --release -p qflow-engine --test laws`).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn with_retry() -> Definition {
     model_with(
         "",
@@ -151,7 +160,7 @@ fn any_key() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(64), ..ProptestConfig::default() })]
 
     #[test]
     fn same_inputs_give_the_same_bytes(sc in scenario()) {
@@ -304,7 +313,7 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(128), ..ProptestConfig::default() })]
 
     #[test]
     fn variables_survive_the_snapshot_exactly(
@@ -356,7 +365,7 @@ fn plausible_inputs(snap: &Snapshot) -> Vec<Input> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(32), ..ProptestConfig::default() })]
 
     /// A snapshot stepped against the wrong definition (a botched migration, say) gives
     /// an error or a stale no-op or a step, never a panic.
@@ -381,7 +390,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(48), ..ProptestConfig::default() })]
 
     /// A recorded history replays byte for byte through `step` alone: the simulator adds
     /// no hidden state, and a shell that re-reads its inputs re-derives the same bytes.
