@@ -492,17 +492,23 @@ fn write_codes_and_notes(out: &mut impl Write, t: &Timeline) -> io::Result<()> {
         "  a BPMN error never spends an attempt: it routes to its boundary"
     )?;
     for timer in &t.routed_timers {
-        let kind = if timer.interrupting {
-            "interrupting"
+        // E7: an interrupting routed timer is a modelled outcome that spans all attempts
+        // and wins over a pending retry; a non-interrupting one only opens a side path.
+        if timer.interrupting {
+            writeln!(
+                out,
+                "  routed timer boundary `{}` (interrupting, {}) spans all attempts; if it \
+                 fires first, even during a backoff, the retries stop and the flow routes",
+                timer.id, timer.timer
+            )?;
         } else {
-            "non-interrupting"
-        };
-        writeln!(
-            out,
-            "  routed timer boundary `{}` ({kind}, {}) spans all attempts; if it fires \
-             during a backoff it cancels the retry and routes",
-            timer.id, timer.timer
-        )?;
+            writeln!(
+                out,
+                "  routed timer boundary `{}` (non-interrupting, {}) opens its path \
+                 alongside; the retries go on",
+                timer.id, timer.timer
+            )?;
+        }
     }
     Ok(())
 }
