@@ -8,21 +8,26 @@
 //! and with 1M parked timers on SQLite and PostgreSQL.
 //!
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
-//! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3 --window=1000
+//! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop`. PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per
-//! measurement, dropped afterwards); otherwise it prints a skip line. SQLite files go to
+//! --open-loop --what-if=ordered-ids,no-attempt-rows,cached-deployments` (the what-ifs
+//! break the contract on purpose to price one cost each; see [`WhatIf`]).
+//! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
+//! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
+//! dropped afterwards); otherwise it prints a skip line. SQLite files go to
 //! `QFLOW_BENCH_DIR`, else Cargo's target tmp dir (on the real disk: fsyncs are real).
 //!
 //! Load shape: the driver keeps `window` instances live (started, not yet finished),
-//! issuing a new start as soon as one finishes, with every start request awaited
-//! concurrently — a closed loop. Awaiting starts one by one would measure commit latency
-//! instead of throughput. `--open-loop` instead keeps `window` *start requests* in
-//! flight regardless of completions.
+//! issuing new starts as instances finish (in refills of a quarter window), with every
+//! start request awaited concurrently — a closed loop. Awaiting starts one by one would
+//! measure commit latency instead of throughput. `--open-loop` instead keeps `window`
+//! *start requests* in flight regardless of completions.
 //!
-//! Every figure is a delta of the runtime's own counters over the timed interval; the
-//! run checks that every timed instance completed, with ten handler calls each and no
-//! failed start. This is a measuring tool: it must never assert on timing.
+//! Every figure is a delta of the runtime's own counters over the timed interval, plus
+//! what a pass-through store wrapper times (commit, the deployment read of each start)
+//! and `/proc/self/io` write bytes. The run checks that every timed instance completed,
+//! with ten handler calls each and no failed start. This is a measuring tool: it must
+//! never assert on timing.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
