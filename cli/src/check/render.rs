@@ -6,6 +6,7 @@
 //! moves with them. Very long lines (minified XML) are cut to a window around the column.
 //! This module only formats; it never decides whether a model is acceptable.
 
+use std::cell::Cell;
 use std::io::{self, Write};
 
 use qflow_loader::diag::Diagnostic;
@@ -112,8 +113,7 @@ pub(crate) fn write_diagnostic(
             "{path}:{line}:{col}: {label}[{}]: {}",
             d.code, d.message
         )?;
-        if let Some(text) = index.line(line) {
-            let (shown, caret_at) = snippet(&text, col);
+        if let Some((shown, caret_at)) = index.snippet(line, col) {
             let gutter = line.to_string();
             let pad = " ".repeat(gutter.len());
             writeln!(out, " {pad} |")?;
@@ -128,43 +128,16 @@ pub(crate) fn write_diagnostic(
     Ok(())
 }
 
-/// The source line as displayed (tabs expanded, long lines windowed) and the display
-/// offset of the caret for 1-based character column `col`.
-fn snippet(text: &str, col: u32) -> (String, usize) {
-    let chars: Vec<char> = text.chars().collect();
-    // A column past the end (e.g. "missing `>` at end of line") points just after it.
-    let caret_char = (col.max(1) as usize - 1).min(chars.len());
-    let start = caret_char.saturating_sub(WINDOW_BEFORE_CHARS);
-    let end = (caret_char + WINDOW_AFTER_CHARS).min(chars.len());
-    let mut shown = String::new();
-    let mut caret_at = 0;
-    if start > 0 {
-        shown.push('…');
-    }
-    for (i, c) in chars[start..end].iter().enumerate() {
-        if start + i == caret_char {
-            caret_at = shown.chars().count();
-        }
-        match c {
-            '\t' => shown.push_str(&" ".repeat(TAB_WIDTH)),
-            c if c.is_control() => shown.push(' '),
-            c => shown.push(*c),
-        }
-    }
-    if caret_char >= end {
-        caret_at = shown.chars().count();
-    }
-    if end < chars.len() {
-        shown.push('…');
-    }
-    (shown, caret_at)
-}
-
-/// Byte offsets of line starts, built once per file so that many diagnostics in one big
-/// file do not rescan it.
+/// Byte offsets of line starts, built once per file, plus a cursor that remembers where
+/// the last caret was. Diagnostics arrive sorted by position, so the cursor only moves
+/// forward and showing many diagnostics on one huge line (minified XML) costs one pass
+/// over that line, not one pass per diagnostic.
 pub(crate) struct LineIndex<'a> {
     source: &'a [u8],
     starts: Vec<usize>,
+    /// (line, character index within it, byte offset of that character). A `Cell` so
+    /// that rendering stays a `&self` operation for callers.
+    cursor: Cell<(u32, usize, usize)>,
 }
 
 impl<'a> LineIndex<'a> {
@@ -177,25 +150,114 @@ impl<'a> LineIndex<'a> {
                 .filter(|(_, b)| **b == b'\n')
                 .map(|(i, _)| i + 1),
         );
-        LineIndex { source, starts }
+        LineIndex {
+            source,
+            starts,
+            cursor: Cell::new((0, 0, 0)),
+        }
     }
 
-    /// Line `line` (1-based) without its line ending; invalid UTF-8 is shown as U+FFFD.
-    pub(crate) fn line(&self, line: u32) -> Option<String> {
+    /// Byte range of line `line` (1-based) without its line ending.
+    fn line_range(&self, line: u32) -> Option<(usize, usize)> {
         let start = *self.starts.get(line.checked_sub(1)? as usize)?;
-        let end = self
+        let mut end = self
             .starts
             .get(line as usize)
-            .map_or(self.source.len(), |next| next - 1);
-        let bytes = &self.source[start..end.max(start)];
-        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        Some(String::from_utf8_lossy(bytes).into_owned())
+            .map_or(self.source.len(), |next| next - 1)
+            .max(start);
+        if end > start && self.source[end - 1] == b'\r' {
+            end -= 1;
+        }
+        Some((start, end))
+    }
+
+    /// The source line as displayed (tabs expanded, long lines windowed) and the display
+    /// offset of the caret for 1-based character column `col`. Invalid UTF-8 shows as
+    /// U+FFFD. A column past the end of the line points just after it.
+    pub(crate) fn snippet(&self, line: u32, col: u32) -> Option<(String, usize)> {
+        let (start, end) = self.line_range(line)?;
+        let bytes = self.source;
+        let wanted = col.max(1) as usize - 1;
+        let (mut chars, mut at) = match self.cursor.get() {
+            (l, c, b) if l == line && c <= wanted => (c, b),
+            _ => (0, start),
+        };
+        while chars < wanted && at < end {
+            at = next_char(bytes, at, end);
+            chars += 1;
+        }
+        self.cursor.set((line, chars, at));
+        let caret = at;
+        let mut from = caret;
+        for _ in 0..WINDOW_BEFORE_CHARS {
+            if from == start {
+                break;
+            }
+            from = previous_char(bytes, from, start);
+        }
+        let mut to = caret;
+        for _ in 0..WINDOW_AFTER_CHARS {
+            if to == end {
+                break;
+            }
+            to = next_char(bytes, to, end);
+        }
+        let mut shown = String::new();
+        if from > start {
+            shown.push('…');
+        }
+        push_display(&mut shown, &bytes[from..caret]);
+        let caret_at = shown.chars().count();
+        push_display(&mut shown, &bytes[caret..to]);
+        if to < end {
+            shown.push('…');
+        }
+        Some((shown, caret_at))
+    }
+}
+
+/// Offset of the character after the one at `at` (a lone or invalid byte counts as one).
+fn next_char(bytes: &[u8], at: usize, end: usize) -> usize {
+    let width = match bytes[at] {
+        b if b < 0x80 => 1,
+        b if b >= 0xF0 => 4,
+        b if b >= 0xE0 => 3,
+        b if b >= 0xC0 => 2,
+        _ => 1,
+    };
+    (at + width).min(end)
+}
+
+/// Offset of the character before `at`, stepping over UTF-8 continuation bytes.
+fn previous_char(bytes: &[u8], at: usize, start: usize) -> usize {
+    let mut back = at - 1;
+    while back > start && bytes[back] & 0xC0 == 0x80 && at - back < 4 {
+        back -= 1;
+    }
+    back
+}
+
+/// Appends source bytes for display: tabs become spaces, other control characters a
+/// space, invalid UTF-8 U+FFFD.
+fn push_display(shown: &mut String, bytes: &[u8]) {
+    for c in String::from_utf8_lossy(bytes).chars() {
+        match c {
+            '\t' => shown.push_str(&" ".repeat(TAB_WIDTH)),
+            c if c.is_control() => shown.push(' '),
+            c => shown.push(c),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snippet(line: &str, col: u32) -> (String, usize) {
+        LineIndex::new(line.as_bytes())
+            .snippet(1, col)
+            .expect("line 1 exists")
+    }
 
     #[test]
     fn caret_follows_expanded_tabs() {
@@ -212,8 +274,15 @@ mod tests {
     }
 
     #[test]
+    fn columns_count_characters_not_bytes() {
+        let (shown, at) = snippet("<task name=\"Prüfung\" id=\"é\"/>", 22);
+        assert_eq!(shown, "<task name=\"Prüfung\" id=\"é\"/>");
+        assert_eq!(&shown.chars().skip(at).collect::<String>()[..4], "id=\"");
+    }
+
+    #[test]
     fn long_lines_are_windowed_around_the_column() {
-        let line = "x".repeat(500);
+        let line = "ä".repeat(500);
         let (shown, at) = snippet(&line, 300);
         assert!(shown.starts_with('…') && shown.ends_with('…'));
         assert_eq!(
@@ -224,12 +293,24 @@ mod tests {
     }
 
     #[test]
-    fn line_index_handles_crlf_and_missing_lines() {
-        let index = LineIndex::new(b"one\r\ntwo\nthree");
-        assert_eq!(index.line(1).as_deref(), Some("one"));
-        assert_eq!(index.line(2).as_deref(), Some("two"));
-        assert_eq!(index.line(3).as_deref(), Some("three"));
-        assert_eq!(index.line(4), None);
-        assert_eq!(index.line(0), None);
+    fn the_cursor_moves_forward_and_restarts_when_asked_to_go_back() {
+        let source = "x".repeat(50) + "\n" + &"y".repeat(50);
+        let index = LineIndex::new(source.as_bytes());
+        assert_eq!(index.snippet(1, 40).unwrap().1, 39);
+        assert_eq!(index.snippet(1, 45).unwrap().1, 44);
+        assert_eq!(index.snippet(1, 10).unwrap().1, 9);
+        let (shown, at) = index.snippet(2, 3).unwrap();
+        assert!(shown.starts_with("yy"));
+        assert_eq!(at, 2);
+    }
+
+    #[test]
+    fn line_index_handles_crlf_invalid_utf8_and_missing_lines() {
+        let index = LineIndex::new(b"one\r\ntw\xffo\nthree");
+        assert_eq!(index.snippet(1, 1).unwrap().0, "one");
+        assert_eq!(index.snippet(2, 1).unwrap().0, "tw\u{fffd}o");
+        assert_eq!(index.snippet(3, 1).unwrap().0, "three");
+        assert_eq!(index.snippet(4, 1), None);
+        assert_eq!(index.snippet(0, 1), None);
     }
 }
