@@ -461,13 +461,13 @@ fn write_attempt_table(out: &mut impl Write, t: &Timeline) -> io::Result<()> {
         "{}",
         line([header[0], header[1], header[2], header[3], ""])
     )?;
-    for row in &rows {
+    for (row, window) in rows.iter().zip(&t.attempts) {
         writeln!(
             out,
             "{}",
             line([&row[0], &row[1], &row[2], &row[3], &row[4]])
         )?;
-        if t.elided_after == Some(row[0].parse().unwrap_or(0)) {
+        if t.elided_after == Some(window.attempt) {
             writeln!(out, "    {:>w$}", "…", w = widths[0])?;
         }
     }
