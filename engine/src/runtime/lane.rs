@@ -88,6 +88,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
                 break;
             }
             tokio::select! {
+                biased;
                 Some(done) = lane.running.next(), if !lane.running.is_empty() => {
                     lane.ready.push_back(done);
                 }
@@ -99,16 +100,19 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
                 _ = stop.changed() => {}
             }
         }
-        while lane.ready.len() < batch_max && !*stop.borrow() && lane.has_room() {
-            match inbox.try_recv() {
-                Ok(req) => lane.ready.push_back(req),
-                Err(_) => break,
-            }
-        }
+        // Finished work before new work: outcomes of running handlers first, so that
+        // instances in flight drain ahead of fresh starts and the set of live instances
+        // stays bounded under a steady stream of new ones.
         while lane.ready.len() < batch_max {
             match lane.running.next().now_or_never() {
                 Some(Some(done)) => lane.ready.push_back(done),
                 _ => break,
+            }
+        }
+        while lane.ready.len() < batch_max && !*stop.borrow() && lane.has_room() {
+            match inbox.try_recv() {
+                Ok(req) => lane.ready.push_back(req),
+                Err(_) => break,
             }
         }
         lane.round(batch_max).await;

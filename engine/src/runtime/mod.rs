@@ -22,7 +22,7 @@ mod handlers;
 mod lane;
 mod poller;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -171,9 +171,26 @@ pub(crate) struct Request {
 pub(crate) struct Definitions {
     store: Arc<dyn Store>,
     loaded: Mutex<BTreeMap<DeploymentId, Arc<Definition>>>,
+    /// Deployments this replica has seen unretired, so a start does not re-read the
+    /// deployment row (and its whole source) every time. A retirement through this
+    /// replica removes the entry; one through another replica is seen here only after a
+    /// restart (see `docs/ARCHITECTURE.md`).
+    live: Mutex<BTreeSet<DeploymentId>>,
 }
 
 impl Definitions {
+    pub(crate) fn known_live(&self, id: DeploymentId) -> bool {
+        self.live.lock().expect("definitions lock").contains(&id)
+    }
+
+    pub(crate) fn mark_live(&self, id: DeploymentId) {
+        self.live.lock().expect("definitions lock").insert(id);
+    }
+
+    pub(crate) fn mark_retired(&self, id: DeploymentId) {
+        self.live.lock().expect("definitions lock").remove(&id);
+    }
+
     pub(crate) async fn get(&self, id: DeploymentId) -> Result<Arc<Definition>, Error> {
         if let Some(def) = self.loaded.lock().expect("definitions lock").get(&id) {
             return Ok(def.clone());
@@ -282,6 +299,7 @@ impl Runtime {
             defs: Definitions {
                 store: store.clone(),
                 loaded: Mutex::new(BTreeMap::new()),
+                live: Mutex::new(BTreeSet::new()),
             },
             store,
             clock,
@@ -396,7 +414,11 @@ impl Runtime {
 
     /// Retires a deployment; refused while running or FAILED instances reference it.
     pub async fn retire(&self, id: DeploymentId) -> Result<RetireOutcome, Error> {
-        Ok(self.shared.store.retire(id).await?)
+        let outcome = self.shared.store.retire(id).await?;
+        if outcome == RetireOutcome::Retired {
+            self.shared.defs.mark_retired(id);
+        }
+        Ok(outcome)
     }
 
     /// Starts an instance on `deployment`; returns once its first step is durable.
@@ -405,17 +427,20 @@ impl Runtime {
         deployment: DeploymentId,
         variables: Variables,
     ) -> Result<InstanceId, Error> {
-        let record = self
-            .shared
-            .store
-            .deployment(deployment)
-            .await?
-            .ok_or(Error::UnknownDeployment(deployment.0))?;
-        if record.retired {
-            return Err(Error::Refused {
-                what: "start".to_owned(),
-                why: format!("deployment {} is retired", deployment.0),
-            });
+        if !self.shared.defs.known_live(deployment) {
+            let record = self
+                .shared
+                .store
+                .deployment(deployment)
+                .await?
+                .ok_or(Error::UnknownDeployment(deployment.0))?;
+            if record.retired {
+                return Err(Error::Refused {
+                    what: "start".to_owned(),
+                    why: format!("deployment {} is retired", deployment.0),
+                });
+            }
+            self.shared.defs.mark_live(deployment);
         }
         let id = new_instance_id(self.shared.clock.now_ms());
         self.request(
