@@ -1377,35 +1377,34 @@ struct Extensions {
 }
 
 fn camunda_child(pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
-    if let Some((_, help)) = CAMUNDA_REFUSED.iter().find(|r| r.0 == c.local) {
-        pb.help(
-            "Q401",
-            c.pos,
-            format!("camunda:{} is not supported", c.local),
-            help,
-        );
-    } else if !VENDOR_SILENT.contains(&c.local.as_str()) {
-        pb.diags.push(Diagnostic::warning(
-            "Q902",
-            c.pos,
-            format!("camunda:{} is ignored", c.local),
-        ));
-    }
+    vendor_child(pb, c, "camunda", CAMUNDA_REFUSED);
 }
 
 fn zeebe_child(pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
-    if let Some((_, help)) = ZEEBE_REFUSED.iter().find(|r| r.0 == c.local) {
+    vendor_child(pb, c, "zeebe", ZEEBE_REFUSED);
+}
+
+/// A vendor extension element: refused with a pointer to the qflow way when it would
+/// change behaviour (`refused` lists those with their help), ignored with a warning when
+/// it would not, silently dropped when it is pure tooling metadata.
+fn vendor_child(
+    pb: &mut ProcessBuilder<'_, '_>,
+    c: &Element,
+    prefix: &str,
+    refused: &[(&str, &str)],
+) {
+    if let Some((_, help)) = refused.iter().find(|r| r.0 == c.local) {
         pb.help(
             "Q401",
             c.pos,
-            format!("zeebe:{} is not supported", c.local),
+            format!("{prefix}:{} is not supported", c.local),
             help,
         );
     } else if !VENDOR_SILENT.contains(&c.local.as_str()) {
         pb.diags.push(Diagnostic::warning(
             "Q902",
             c.pos,
-            format!("zeebe:{} is ignored", c.local),
+            format!("{prefix}:{} is ignored", c.local),
         ));
     }
 }
