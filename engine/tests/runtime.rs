@@ -49,6 +49,23 @@ fn runtime(store: Arc<dyn Store>, handlers: AsyncHandlers, lanes: usize) -> Runt
     Runtime::start(store, handlers, Arc::new(SystemClock), config)
 }
 
+/// Deploying `model` on the memory store is refused with a reason containing `needle`,
+/// and nothing is stored.
+async fn assert_deploy_refused(model: &str, needle: &str) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = runtime(store.clone(), AsyncHandlers::new(), 1);
+    let err = rt.deploy(model, None).await.expect_err("refused");
+    match err {
+        Error::Refused { what, why } => {
+            assert_eq!(what, "deployment");
+            assert!(why.contains(needle), "{why}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(store.deployments().await.expect("lists").is_empty());
+    rt.shutdown().await;
+}
+
 #[tokio::test]
 async fn instances_complete_on_every_lane_count() {
     for lanes in [1, 2, 4] {
@@ -98,18 +115,7 @@ async fn same_content_deploys_to_the_same_version() {
 
 #[tokio::test]
 async fn a_stateful_definition_is_refused_on_the_memory_store() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let rt = runtime(store.clone(), AsyncHandlers::new(), 1);
-    let err = rt.deploy(WITH_RETRY, None).await.expect_err("refused");
-    match err {
-        Error::Refused { what, why } => {
-            assert_eq!(what, "deployment");
-            assert!(why.contains("stateful"), "{why}");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-    assert!(store.deployments().await.expect("lists").is_empty());
-    rt.shutdown().await;
+    assert_deploy_refused(WITH_RETRY, "stateful").await;
 }
 
 #[tokio::test]
@@ -258,16 +264,5 @@ async fn a_model_with_elements_the_engine_cannot_run_is_refused_at_deploy() {
     <sequenceFlow id="f1" sourceRef="notify" targetRef="end"/>
   </process>
 </definitions>"#;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let rt = runtime(store.clone(), AsyncHandlers::new(), 1);
-    let err = rt.deploy(SEND, None).await.expect_err("refused");
-    match err {
-        Error::Refused { what, why } => {
-            assert_eq!(what, "deployment");
-            assert!(why.contains("`notify` (send task)"), "{why}");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-    assert!(store.deployments().await.expect("lists").is_empty());
-    rt.shutdown().await;
+    assert_deploy_refused(SEND, "`notify` (send task)").await;
 }
