@@ -68,6 +68,7 @@ type HandlerFuture = BoxFuture<'static, Request>;
 
 struct Lane {
     shared: Arc<Shared>,
+    /// Looked up by id, never iterated, so hash order cannot reach bytes or output.
     cache: HashMap<InstanceId, Cached>,
     running: FuturesUnordered<HandlerFuture>,
     ready: VecDeque<Request>,

@@ -59,7 +59,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(interval) => {} // the poller, not a lane: it may wait
             _ = shared.timer_armed.notified() => {}
             _ = stop.changed() => {}
         }
