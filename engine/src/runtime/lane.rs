@@ -512,8 +512,16 @@ fn carry_out(commit: &mut Commit, effect: Effect, started_ms: i64, now: i64) {
     }
 }
 
+/// Answers the caller, if there is one. Work nobody waits for (handler outcomes, timers)
+/// is logged instead: a stale outcome at debug level, anything else as a warning, since a
+/// timer whose step keeps failing comes back every lease period.
 fn reply(to: Option<oneshot::Sender<Result<(), Error>>>, result: Result<(), Error>) {
-    if let Some(tx) = to {
-        let _ = tx.send(result);
+    match (to, result) {
+        (Some(tx), result) => {
+            let _ = tx.send(result);
+        }
+        (None, Ok(())) => {}
+        (None, Err(e @ Error::Refused { .. })) => tracing::debug!(error = %e, "input not applied"),
+        (None, Err(e)) => tracing::warn!(error = %e, "work for an instance could not be stepped"),
     }
 }
