@@ -22,6 +22,11 @@ use qflow_engine::store::{InstanceFilter, InstanceId, InstanceStatus, Store};
 use qflow_engine::{TaskContext, TaskOutcome};
 use qflow_persistence::SqliteStore;
 
+/// The bundled handlers' time limit; they return at once.
+const RUN_HANDLER_LIMIT_MS: u64 = 2_000;
+/// In-flight and timer-claim leases: how long a crashed run's work waits to be re-adopted.
+const RUN_LEASE_MS: i64 = 3_000;
+
 /// Start requests in flight at once.
 const START_CONCURRENCY: usize = 64;
 
@@ -128,8 +133,14 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("opening {}", args.db.display()))?,
     );
+    // The bundled handlers answer at once, so short limits are safe here and make a run
+    // after a crash re-adopt the attempts that were in flight within seconds rather
+    // than after the default 40 s lease.
     let config = RuntimeConfig {
         lanes: args.lanes.max(1),
+        handler_time_limit_ms: RUN_HANDLER_LIMIT_MS,
+        inflight_lease_ms: RUN_LEASE_MS,
+        timer_lease_ms: RUN_LEASE_MS,
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::start(store.clone(), handlers(), Arc::new(SystemClock), config);
@@ -149,6 +160,13 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         args.lanes.max(1),
         resumed
     );
+    if resumed > 0 {
+        eprintln!(
+            "  attempts that were in flight when the earlier run stopped are re-adopted once \
+             their lease lapses (at most {} s)",
+            RUN_LEASE_MS / 1000
+        );
+    }
 
     let began = Instant::now();
     let stats = runtime.stats();
@@ -171,6 +189,9 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     eprintln!();
 
     print_table(&*store, &ids, elapsed, &view).await?;
+    if resumed > 0 {
+        println!("{resumed} instance(s) resumed from an earlier run on this file finished too");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
