@@ -49,15 +49,22 @@ fn runtime(store: Arc<dyn Store>, handlers: AsyncHandlers, lanes: usize) -> Runt
     Runtime::start(store, handlers, Arc::new(SystemClock), config)
 }
 
+#[tokio::test]
+async fn a_model_the_loader_refuses_is_refused_at_deploy_with_its_diagnostics() {
+    let broken = LINEAR.replace(r#"targetRef="end"/>"#, r#"targetRef="nowhere"/>"#);
+    assert_deploy_refused(&broken, "model", "nowhere").await;
+    assert_deploy_refused("<definitions", "model", "1:").await;
+}
+
 /// Deploying `model` on the memory store is refused with a reason containing `needle`,
 /// and nothing is stored.
-async fn assert_deploy_refused(model: &str, needle: &str) {
+async fn assert_deploy_refused(model: &str, what_refused: &str, needle: &str) {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let rt = runtime(store.clone(), AsyncHandlers::new(), 1);
     let err = rt.deploy(model, None).await.expect_err("refused");
     match err {
         Error::Refused { what, why } => {
-            assert_eq!(what, "deployment");
+            assert_eq!(what, what_refused);
             assert!(why.contains(needle), "{why}");
         }
         other => panic!("unexpected {other:?}"),
@@ -115,7 +122,7 @@ async fn same_content_deploys_to_the_same_version() {
 
 #[tokio::test]
 async fn a_stateful_definition_is_refused_on_the_memory_store() {
-    assert_deploy_refused(WITH_RETRY, "stateful").await;
+    assert_deploy_refused(WITH_RETRY, "deployment", "stateful").await;
 }
 
 #[tokio::test]
@@ -264,5 +271,5 @@ async fn a_model_with_elements_the_engine_cannot_run_is_refused_at_deploy() {
     <sequenceFlow id="f1" sourceRef="notify" targetRef="end"/>
   </process>
 </definitions>"#;
-    assert_deploy_refused(SEND, "`notify` (send task)").await;
+    assert_deploy_refused(SEND, "deployment", "`notify` (send task)").await;
 }

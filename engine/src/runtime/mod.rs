@@ -200,7 +200,7 @@ impl Definitions {
             .deployment(id)
             .await?
             .ok_or(Error::UnknownDeployment(id.0))?;
-        let def = Arc::new(load_process(&record.source, &record.process_id)?);
+        let def = Arc::new(load_process(&record.source, Some(&record.process_id))?);
         self.loaded
             .lock()
             .expect("definitions lock")
@@ -209,7 +209,9 @@ impl Definitions {
     }
 }
 
-fn load_process(source: &str, process_id: &str) -> Result<Definition, Error> {
+/// Loads `source` and picks the executable process `process_id`, or the only one when
+/// `None`. A refused model becomes `Error::Refused` carrying every diagnostic.
+fn load_process(source: &str, process_id: Option<&str>) -> Result<Definition, Error> {
     let loaded = qflow_loader::load_str(source).map_err(|diags| Error::Refused {
         what: "model".to_owned(),
         why: diags
@@ -218,14 +220,24 @@ fn load_process(source: &str, process_id: &str) -> Result<Definition, Error> {
             .collect::<Vec<_>>()
             .join("; "),
     })?;
-    loaded
-        .definitions
-        .into_iter()
-        .find(|d| d.id == process_id)
-        .ok_or_else(|| Error::Refused {
-            what: "model".to_owned(),
-            why: format!("it has no executable process `{process_id}`"),
-        })
+    let mut defs = loaded.definitions;
+    match process_id {
+        Some(id) => defs
+            .into_iter()
+            .find(|d| d.id == id)
+            .ok_or_else(|| Error::Refused {
+                what: "model".to_owned(),
+                why: format!("it has no executable process `{id}`"),
+            }),
+        None if defs.len() == 1 => Ok(defs.remove(0)),
+        None => Err(Error::Refused {
+            what: "deployment".to_owned(),
+            why: format!(
+                "the model has {} executable processes; name the one to deploy",
+                defs.len()
+            ),
+        }),
+    }
 }
 
 pub(crate) struct Shared {
@@ -340,29 +352,7 @@ impl Runtime {
         source: &str,
         process_id: Option<&str>,
     ) -> Result<DeploymentRecord, Error> {
-        let def = match process_id {
-            Some(id) => load_process(source, id)?,
-            None => {
-                let loaded = qflow_loader::load_str(source).map_err(|diags| Error::Refused {
-                    what: "model".to_owned(),
-                    why: format!("{} diagnostic(s), first: {}", diags.len(), {
-                        let d = &diags[0];
-                        format!("{}:{}: {}: {}", d.pos.line, d.pos.col, d.code, d.message)
-                    }),
-                })?;
-                let mut defs = loaded.definitions;
-                if defs.len() != 1 {
-                    return Err(Error::Refused {
-                        what: "deployment".to_owned(),
-                        why: format!(
-                            "the model has {} executable processes; name the one to deploy",
-                            defs.len()
-                        ),
-                    });
-                }
-                defs.remove(0)
-            }
-        };
+        let def = load_process(source, process_id)?;
         let unsupported = crate::core::unsupported_elements(&def);
         if !unsupported.is_empty() {
             let list: Vec<String> = unsupported
