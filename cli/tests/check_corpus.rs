@@ -6,26 +6,16 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[path = "../../loader/tests/support/corpus.rs"]
+mod support;
+
+/// The corpus directory and every model in it, relative to it and sorted.
 fn corpus() -> Option<(PathBuf, Vec<String>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
-    if !dir.is_dir() {
-        println!("skipped: no corpus at {}", dir.display());
-        return None;
-    }
-    let mut files = Vec::new();
-    let mut pending = vec![dir.clone()];
-    while let Some(next) = pending.pop() {
-        for entry in std::fs::read_dir(&next).expect("readable corpus").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "bpmn") {
-                let relative = path.strip_prefix(&dir).unwrap().display().to_string();
-                files.push(relative);
-            }
-        }
-    }
-    files.sort();
+    let dir = support::corpus_dir()?;
+    let files = support::bpmn_files(&dir)
+        .iter()
+        .map(|p| p.strip_prefix(&dir).unwrap_or(p).display().to_string())
+        .collect();
     Some((dir, files))
 }
 

@@ -8,7 +8,6 @@
 //! the tests say "skipped" and pass: the corpus is outside input, not part of the repo.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 
 use qflow_loader::{load, Diagnostic, LoadOptions, Loaded};
 
@@ -26,37 +25,10 @@ const MUST_LOAD: &[&str] = &[
     "bpmn-engine/timer-event.bpmn",
 ];
 
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!("skipped: no corpus at {}", dir.display());
-        None
-    }
-}
+#[path = "support/corpus.rs"]
+mod support;
 
-/// Every `.bpmn` and `.xml` file under `dir`, sorted, so failures list in a stable order.
-fn model_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(next) = pending.pop() {
-        let entries = std::fs::read_dir(&next).expect("corpus directory is readable");
-        for entry in entries {
-            let path = entry.expect("corpus entry is readable").path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if matches!(
-                path.extension().and_then(|e| e.to_str()),
-                Some("bpmn" | "xml")
-            ) {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
+use support::{bpmn_files as model_files, corpus_dir};
 
 /// What is wrong with a diagnostic's labelling, if anything.
 fn label_problem(d: &Diagnostic) -> Option<String> {

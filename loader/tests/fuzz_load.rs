@@ -11,7 +11,6 @@
 //! (e.g. 200000, with `--release`) for a long run. Failures are persisted under
 //! `proptest-regressions/` and must be committed with the fix.
 
-use std::path::Path;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
@@ -136,28 +135,17 @@ const TOKENS: &[&str] = &[
     "\t",
 ];
 
+#[path = "support/corpus.rs"]
+mod support;
+
 /// Every corpus file's bytes (if the corpus is present) plus the built-in seeds.
 fn seeds() -> &'static [Vec<u8>] {
     static SEEDS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     SEEDS.get_or_init(|| {
         let mut seeds: Vec<Vec<u8>> = BUILT_IN.iter().map(|s| s.as_bytes().to_vec()).collect();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
-        let mut pending = vec![dir];
-        let mut files = Vec::new();
-        while let Some(next) = pending.pop() {
-            let Ok(entries) = std::fs::read_dir(&next) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    pending.push(path);
-                } else if path.extension().is_some_and(|e| e == "bpmn") {
-                    files.push(path);
-                }
-            }
-        }
-        files.sort();
+        let files = support::corpus_dir()
+            .map(|dir| support::bpmn_files(&dir))
+            .unwrap_or_default();
         seeds.extend(files.iter().filter_map(|p| std::fs::read(p).ok()));
         seeds
     })

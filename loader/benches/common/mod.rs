@@ -1,27 +1,14 @@
 //! Inputs shared by the loader benchmarks: the outside corpus and a generated model.
 //! Benchmarks only read these; nothing here measures anything.
 
-use std::path::Path;
+#[path = "../../tests/support/corpus.rs"]
+mod corpus_files;
 
 /// Every `.bpmn` file under `../shared/corpus`, sorted by path; empty when absent.
 pub fn corpus() -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
-    let mut pending = vec![dir];
-    let mut files = Vec::new();
-    while let Some(next) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&next) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "bpmn") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
+    let files = corpus_files::corpus_dir()
+        .map(|dir| corpus_files::bpmn_files(&dir))
+        .unwrap_or_default();
     files.iter().filter_map(|p| std::fs::read(p).ok()).collect()
 }
 
