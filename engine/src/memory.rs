@@ -82,6 +82,13 @@ impl State {
     }
 
     fn apply(&mut self, commit: Commit) -> CommitOutcome {
+        if commit.expected_fence.is_none()
+            && self
+                .deployment(commit.deployment)
+                .is_some_and(|d| d.retired)
+        {
+            return CommitOutcome::DeploymentRetired;
+        }
         let current_fence = self.instances.get(&commit.instance).map(|i| i.fence);
         let fence = match (commit.expected_fence, current_fence) {
             (None, None) => 1,

@@ -161,6 +161,10 @@ pub enum CommitOutcome {
     Conflict {
         current_fence: Option<u64>,
     },
+    /// A creation (`expected_fence: None`) on a retired deployment. Checked in the same
+    /// transaction, atomically with `retire`, so no instance can start on a deployment
+    /// once its retirement has committed (R5). Nothing of this commit was written.
+    DeploymentRetired,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,7 +219,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Applies a batch of commits for distinct instances in one transaction (one fsync:
     /// group commit). Each commit is CAS-checked on its own; a loser is skipped and
-    /// reported, the others still apply. Outcomes are in batch order.
+    /// reported, the others still apply. A creation on a retired deployment is refused
+    /// ([`CommitOutcome::DeploymentRetired`]). Outcomes are in batch order.
     async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>>;
 
     async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>>;

@@ -273,3 +273,41 @@ async fn a_model_with_elements_the_engine_cannot_run_is_refused_at_deploy() {
 </definitions>"#;
     assert_deploy_refused(SEND, "deployment", "`notify` (send task)").await;
 }
+
+#[tokio::test]
+async fn a_retirement_made_elsewhere_refuses_the_next_start_here() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let calls = Arc::new(AtomicU32::new(0));
+    let rt = runtime(store.clone(), counting(calls), 1);
+    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
+    rt.start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    rt.wait_until(|s| s.completed >= 1).await;
+    // Retired behind this runtime's back, as another replica would: its "known live"
+    // cache still says live, and the store's creation check has the last word.
+    assert_eq!(
+        store.retire(dep.id).await.expect("retires"),
+        qflow_engine::store::RetireOutcome::Retired
+    );
+    let err = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect_err("a retired deployment takes no new instances");
+    match err {
+        Error::Refused { what, why } => {
+            assert_eq!(what, "start");
+            assert!(why.contains("retired"), "{why}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let all = store
+        .instances(&InstanceFilter {
+            limit: 10,
+            ..InstanceFilter::default()
+        })
+        .await
+        .expect("lists");
+    assert_eq!(all.len(), 1, "the refused start wrote nothing");
+    rt.shutdown().await;
+}

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use qflow_engine::store::{Commit, InstanceId, InstanceStatus, StoreError};
+use qflow_engine::store::{Commit, CommitOutcome, InstanceId, InstanceStatus, StoreError};
 
 /// Wraps a driver error as the store contract's backend error.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
@@ -26,6 +26,25 @@ pub(crate) fn rounds(batch: &[Commit]) -> Vec<Vec<usize>> {
         *round += 1;
     }
     rounds
+}
+
+/// Takes the creations refused for a retired deployment out of a round and records
+/// their outcome.
+pub(crate) fn refuse_retired(
+    round: Vec<usize>,
+    retired: &std::collections::HashSet<usize>,
+    outcomes: &mut [CommitOutcome],
+) -> Vec<usize> {
+    round
+        .into_iter()
+        .filter(|index| {
+            let refused = retired.contains(index);
+            if refused {
+                outcomes[*index] = CommitOutcome::DeploymentRetired;
+            }
+            !refused
+        })
+        .collect()
 }
 
 pub(crate) fn fence_to_db(fence: u64) -> Result<i64, StoreError> {

@@ -32,7 +32,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, QueryBuilder, Row};
 
 use crate::common::{
-    backend, fence_from_db, fence_to_db, last_arm_per_name, rounds, status_from_db, u32_from_db,
+    backend, fence_from_db, fence_to_db, last_arm_per_name, refuse_retired, rounds, status_from_db,
+    u32_from_db,
 };
 use crate::Error;
 
@@ -219,6 +220,42 @@ impl PgStore {
             None => Ok(()),
         }
     }
+}
+
+/// Indexes of the batch's creations whose deployment is retired. The deployment rows are
+/// locked `FOR KEY SHARE`, which `retire`'s `FOR UPDATE` waits for (and which waits for
+/// it): a retirement and a creation on one deployment are serialised, so either the
+/// retirement counts the new instance and is refused, or the creation sees `retired`.
+async fn retired_creations(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<HashSet<usize>> {
+    let deployments: Vec<i64> = batch
+        .iter()
+        .filter(|c| c.expected_fence.is_none())
+        .map(|c| c.deployment.0)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    if deployments.is_empty() {
+        return Ok(HashSet::new());
+    }
+    // Lock first, then read in a new statement: under READ COMMITTED the second
+    // statement's snapshot is taken after any retirement we waited for has committed.
+    sqlx::query("SELECT 1 FROM deployments WHERE id = ANY($1) ORDER BY id FOR KEY SHARE")
+        .bind(&deployments)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    let retired: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM deployments WHERE id = ANY($1) AND retired")
+            .bind(&deployments)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+    Ok(batch
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.expected_fence.is_none() && retired.contains(&c.deployment.0))
+        .map(|(index, _)| index)
+        .collect())
 }
 
 /// `unique_violation` or `duplicate_schema`: a concurrent creator got there first.
@@ -713,7 +750,9 @@ impl Store for PgStore {
             };
             batch.len()
         ];
+        let retired = retired_creations(&mut tx, &batch).await?;
         for round in rounds(&batch) {
+            let round = refuse_retired(round, &retired, &mut outcomes);
             apply_round(&mut tx, &batch, &round, &mut outcomes).await?;
         }
         tx.commit().await.map_err(backend)?;

@@ -36,7 +36,8 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 
 use crate::common::{
-    backend, fence_from_db, fence_to_db, last_arm_per_name, rounds, status_from_db, u32_from_db,
+    backend, fence_from_db, fence_to_db, last_arm_per_name, refuse_retired, rounds, status_from_db,
+    u32_from_db,
 };
 use crate::Error;
 
@@ -280,6 +281,36 @@ fn attempt_from_row(row: &SqliteRow) -> StoreResult<AttemptRecord> {
         code: row.try_get("code").map_err(backend)?,
         message: row.try_get("message").map_err(backend)?,
     })
+}
+
+/// Indexes of the batch's creations whose deployment is retired.
+async fn retired_creations(
+    tx: &mut SqliteConnection,
+    batch: &[Commit],
+) -> StoreResult<HashSet<usize>> {
+    let deployments: HashSet<i64> = batch
+        .iter()
+        .filter(|c| c.expected_fence.is_none())
+        .map(|c| c.deployment.0)
+        .collect();
+    let mut retired = HashSet::new();
+    for id in deployments {
+        let is_retired: Option<bool> =
+            sqlx::query_scalar("SELECT retired FROM deployments WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        if is_retired == Some(true) {
+            retired.insert(id);
+        }
+    }
+    Ok(batch
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.expected_fence.is_none() && retired.contains(&c.deployment.0))
+        .map(|(index, _)| index)
+        .collect())
 }
 
 /// Rows per multi-row statement. At most 7 parameters a row keeps a statement far below
@@ -637,7 +668,10 @@ impl Store for SqliteStore {
             };
             batch.len()
         ];
+        // The single writer (BEGIN IMMEDIATE) makes this read atomic with `retire`.
+        let retired = retired_creations(&mut tx, &batch).await?;
         for round in rounds(&batch) {
+            let round = refuse_retired(round, &retired, &mut outcomes);
             apply_round(&mut tx, &batch, &ids, &round, &mut outcomes).await?;
         }
         tx.commit().await.map_err(backend)?;

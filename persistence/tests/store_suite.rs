@@ -152,6 +152,8 @@ suite!(
     concurrent_claimers_never_share_a_timer,
     concurrent_committers_win_each_fence_exactly_once,
     retire_is_refused_while_running_or_failed_instances_remain,
+    creation_on_a_retired_deployment_is_refused_and_writes_nothing,
+    retirement_and_creation_racing_never_leave_an_instance_on_a_retired_deployment,
     incidents_open_and_resolve,
     attempts_history_keeps_order,
     instances_filter_by_deployment_status_and_code,
@@ -712,6 +714,68 @@ async fn retire_is_refused_while_running_or_failed_instances_remain(ctx: Ctx) ->
                 blocking_instances: 1
             }
     );
+    Ok(())
+}
+
+async fn creation_on_a_retired_deployment_is_refused_and_writes_nothing(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let old = deploy(s, "old").await?;
+    let live = deploy(s, "live").await?;
+    ensure!(s.retire(old).await? == RetireOutcome::Retired);
+    let outcomes = s
+        .commit(vec![commit(id(1), None, old), commit(id(2), None, live)])
+        .await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::DeploymentRetired,
+                CommitOutcome::Applied { fence: 1 }
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(
+        s.instance(id(1)).await?.is_none(),
+        "nothing of the refused creation"
+    );
+    ensure!(s.timers(id(1)).await?.is_empty());
+    ensure!(
+        s.instance(id(2)).await?.is_some(),
+        "the rest of the batch applies"
+    );
+    Ok(())
+}
+
+/// A retirement through one connection pool and a creation through another, started
+/// together: whichever order they serialise in, a retired deployment never ends up with
+/// a running instance (R5).
+async fn retirement_and_creation_racing_never_leave_an_instance_on_a_retired_deployment(
+    ctx: Ctx,
+) -> Result<()> {
+    for round in 0..24u128 {
+        let dep = deploy(&*ctx.store, &format!("race-{round}")).await?;
+        let instance = id(100 + round);
+        let (retired, created) = tokio::join!(
+            ctx.store.retire(dep),
+            commit_one(&*ctx.second, commit(instance, None, dep))
+        );
+        let (retired, created) = (retired?, created?);
+        let exists = ctx.store.instance(instance).await?.is_some();
+        let is_retired = ctx
+            .store
+            .deployment(dep)
+            .await?
+            .ok_or_else(|| anyhow!("deployment"))?
+            .retired;
+        match (&retired, &created) {
+            (RetireOutcome::Retired, CommitOutcome::DeploymentRetired) => {
+                ensure!(!exists && is_retired, "round {round}: retired first")
+            }
+            (RetireOutcome::Refused { .. }, CommitOutcome::Applied { fence: 1 }) => {
+                ensure!(exists && !is_retired, "round {round}: created first")
+            }
+            other => anyhow::bail!("round {round}: impossible interleaving {other:?}"),
+        }
+    }
     Ok(())
 }
 

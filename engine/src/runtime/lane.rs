@@ -156,6 +156,7 @@ impl Lane {
                     match outcome {
                         CommitOutcome::Applied { fence } => self.applied(p, fence, now),
                         CommitOutcome::Conflict { .. } => self.conflicted(p),
+                        CommitOutcome::DeploymentRetired => self.refused_retired(p),
                     }
                 }
             }
@@ -415,6 +416,20 @@ impl Lane {
                 .boxed(),
             );
         }
+    }
+
+    /// A start on a deployment whose retirement committed first (perhaps through
+    /// another replica): nothing was written; the caller hears why.
+    fn refused_retired(&mut self, p: Prepared) {
+        self.shared.defs.mark_retired(p.next.deployment);
+        let why = format!("deployment {} is retired", p.next.deployment.0);
+        reply(
+            p.request.reply,
+            Err(Error::Refused {
+                what: "start".to_owned(),
+                why,
+            }),
+        );
     }
 
     /// Lost the compare-and-swap: someone else stepped the instance. Forget what we
