@@ -226,8 +226,11 @@ async fn print_table(
             .with_context(|| format!("instance {id} vanished"))?;
         let attempts = store.attempts(*id).await?;
         let charge = attempts.iter().filter(|a| a.node == "charge").count() as u32;
+        let released = attempts.iter().any(|a| a.node == "release");
         let outcome = match (&rec.status, &rec.failure_code) {
             (InstanceStatus::Failed, Some(code)) => format!("failed {code}"),
+            // The BPMN error route: modelled, so it spent no retry budget.
+            (InstanceStatus::Completed, _) if released => "held (fraud suspected)".to_owned(),
             (s, _) => s.as_str().to_owned(),
         };
         let expected = expected_charge_attempts(script_for(&id.to_string()));
