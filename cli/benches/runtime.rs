@@ -38,14 +38,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use qflow_engine::memory::MemoryStore;
-use qflow_engine::runtime::{AsyncHandlers, Runtime, RuntimeConfig, StatsView, SystemClock};
-use qflow_engine::store::{
+use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, StatsView, SystemClock};
+use qflow_runtime::{TaskContext, TaskOutcome};
+use qflow_store::memory::MemoryStore;
+use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
     InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreResult, TimerRecord,
 };
-use qflow_engine::{TaskContext, TaskOutcome};
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 
 const MODEL: &str = include_str!("linear.bpmn");
 /// Service tasks per instance of the model.
@@ -464,7 +464,7 @@ impl Store for TimedStore {
     async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>> {
         let finished: Vec<InstanceId> = batch
             .iter()
-            .filter(|c| c.status != qflow_engine::store::InstanceStatus::Running)
+            .filter(|c| c.status != qflow_store::InstanceStatus::Running)
             .map(|c| c.instance)
             .collect();
         let batch = self.rewrite(batch);

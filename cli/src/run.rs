@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
-use qflow_engine::runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
-use qflow_engine::store::{InstanceFilter, InstanceId, InstanceStatus, Store};
-use qflow_engine::{TaskContext, TaskOutcome};
 use qflow_persistence::SqliteStore;
+use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
+use qflow_runtime::{TaskContext, TaskOutcome};
+use qflow_store::{InstanceFilter, InstanceId, InstanceStatus, Store};
 
 /// The bundled handlers' time limit; they return at once.
 const RUN_HANDLER_LIMIT_MS: u64 = 2_000;
@@ -195,7 +195,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn progress_line(stats: Arc<qflow_engine::runtime::Stats>) {
+async fn progress_line(stats: Arc<qflow_runtime::Stats>) {
     let mut err = std::io::stderr();
     loop {
         let s = stats.view();
@@ -213,7 +213,7 @@ async fn print_table(
     store: &dyn Store,
     ids: &[InstanceId],
     elapsed: Duration,
-    view: &qflow_engine::runtime::StatsView,
+    view: &qflow_runtime::StatsView,
 ) -> anyhow::Result<()> {
     // (outcome, charge attempts) -> instances, in a stable order.
     let mut rows: BTreeMap<(String, u32), u64> = BTreeMap::new();

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use qflow_engine::sim::{Summary, TraceStep};
-use qflow_engine::{Effect, Input};
+use qflow_core::sim::{Summary, TraceStep};
+use qflow_core::{Effect, Input};
 use qflow_golden::scenario;
 use qflow_loader::diag::Diagnostic;
 use qflow_loader::model::Definition;

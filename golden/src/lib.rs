@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use qflow_engine::sim::{self, Trace};
+use qflow_core::sim::{self, Trace};
 use qflow_loader::model::Definition;
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +39,7 @@ pub enum Error {
     #[error("{path}: {message}")]
     Expect { path: PathBuf, message: String },
     #[error("the simulation stopped: {0}")]
-    Sim(#[from] qflow_engine::Error),
+    Sim(#[from] qflow_core::Error),
 }
 
 /// One golden case on disk.

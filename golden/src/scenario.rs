@@ -2,17 +2,17 @@
 //! every golden case's `scenario.json`, so that a golden case is always a scenario an
 //! author can run by hand (format: `docs/simulate.md`).
 //!
-//! The scenario types themselves are the engine's ([`qflow_engine::sim::Scenario`]); this
+//! The scenario types themselves are the engine's ([`qflow_core::sim::Scenario`]); this
 //! module adds what a file format needs on top of them: errors that name the JSON path and
 //! what was expected (`at tasks.pay[1]: missing field `code``), and checks against the model
 //! that report every problem at once instead of the first. It never runs the engine.
 
 use std::fmt;
 
-use qflow_engine::sim::{ScriptedEvent, STEPS_LIMIT};
+use qflow_core::sim::{ScriptedEvent, STEPS_LIMIT};
 use qflow_loader::model::{Definition, NodeKind, TaskKind};
 
-pub use qflow_engine::sim::{Scenario, Scripted};
+pub use qflow_core::sim::{Scenario, Scripted};
 
 /// Most scripted outcomes for one task: a scenario is a hand-written script.
 pub const OUTCOMES_PER_TASK_MAX: usize = 1_000;

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use qflow_engine::sim::Trace;
+use qflow_core::sim::Trace;
 use qflow_golden::{bless, discover, expectation_mismatch, readable, Case};
 use qflow_loader::model::NodeKind;
 

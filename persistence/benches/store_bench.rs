@@ -12,11 +12,11 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_engine::memory::MemoryStore;
-use qflow_engine::store::{
+use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use qflow_store::memory::MemoryStore;
+use qflow_store::{
     Commit, CommitOutcome, DeploymentId, InstanceId, InstanceStatus, Store, TimerRecord, TimerRef,
 };
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use sqlx::{Connection, PgConnection};
 
 const T0: i64 = 1_700_000_000_000;

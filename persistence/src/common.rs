@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use qflow_engine::store::{Commit, CommitOutcome, InstanceId, InstanceStatus, StoreError};
+use qflow_store::{Commit, CommitOutcome, InstanceId, InstanceStatus, StoreError};
 
 /// Wraps a driver error as the store contract's backend error.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
@@ -70,9 +70,8 @@ pub(crate) fn status_from_db(status: &str) -> Result<InstanceStatus, StoreError>
 
 /// Timer arms of one commit with repeated names collapsed to the last one: PostgreSQL
 /// refuses to upsert the same key twice in one statement, and the last arm wins anyway.
-pub(crate) fn last_arm_per_name(commit: &Commit) -> Vec<&qflow_engine::store::TimerRecord> {
-    let mut out: Vec<&qflow_engine::store::TimerRecord> =
-        Vec::with_capacity(commit.arm_timers.len());
+pub(crate) fn last_arm_per_name(commit: &Commit) -> Vec<&qflow_store::TimerRecord> {
+    let mut out: Vec<&qflow_store::TimerRecord> = Vec::with_capacity(commit.arm_timers.len());
     for timer in &commit.arm_timers {
         if let Some(slot) = out.iter_mut().find(|t| t.name == timer.name) {
             *slot = timer;

@@ -1,5 +1,5 @@
 //! Durable stores for qflow: the embedded SQLite file (the default) and PostgreSQL (the
-//! scale-out path), both implementing [`qflow_engine::store::Store`] through sqlx, with
+//! scale-out path), both implementing [`qflow_store::Store`] through sqlx, with
 //! the schema kept as migrations in this crate (`migrations/sqlite`, `migrations/postgres`).
 //!
 //! What a store must never do: interpret snapshot bytes, acknowledge a commit before it
@@ -35,7 +35,7 @@ pub use postgres::{PgConfig, PgStore};
 pub use sqlite::SqliteStore;
 
 /// Errors from opening or connecting a store. Errors of the store operations themselves
-/// are `qflow_engine::store::StoreError`.
+/// are `qflow_store::StoreError`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot open database {target}: {source}")]

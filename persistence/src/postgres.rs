@@ -22,8 +22,8 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use qflow_engine::memory::effective_instances_limit;
-use qflow_engine::store::{
+use qflow_store::memory::effective_instances_limit;
+use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
     InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
     TimerRecord,

@@ -23,8 +23,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use qflow_engine::memory::effective_instances_limit;
-use qflow_engine::store::{
+use qflow_store::memory::effective_instances_limit;
+use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
     InstanceFilter, InstanceId, InstanceRecord, NewIncident, RetireOutcome, Store, StoreError,
     StoreResult, TimerRecord,

@@ -1,6 +1,6 @@
 //! The store conformance suite: every case runs against the in-memory store, SQLite (a
 //! temp file) and PostgreSQL (`QFLOW_TEST_PG_URL`, one fresh schema per test, dropped at
-//! the end). A store that passes here keeps the contract of `qflow_engine::store`.
+//! the end). A store that passes here keeps the contract of `qflow_store`.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::{anyhow, ensure, Result};
-use qflow_engine::memory::MemoryStore;
-use qflow_engine::store::{
+use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use qflow_store::memory::MemoryStore;
+use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceFilter, InstanceId, InstanceStatus,
     NewIncident, RetireOutcome, Store, StoreError, TimerRecord, TimerRef,
 };
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use sqlx::{Connection, PgConnection};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -899,7 +899,7 @@ async fn instances_filter_by_deployment_status_and_code(ctx: Ctx) -> Result<()> 
         .collect();
     s.commit(batch).await?;
 
-    let ids = |records: Vec<qflow_engine::store::InstanceRecord>| -> Vec<InstanceId> {
+    let ids = |records: Vec<qflow_store::InstanceRecord>| -> Vec<InstanceId> {
         records.into_iter().map(|r| r.id).collect()
     };
     let all = ids(s.instances(&InstanceFilter::default()).await?);

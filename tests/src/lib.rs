@@ -7,9 +7,10 @@
 
 use std::sync::Arc;
 
-use qflow_engine::runtime::{AsyncHandlers, Clock, Runtime, RuntimeConfig, SystemClock};
-use qflow_engine::store::{InstanceId, InstanceStatus, Store};
-use qflow_engine::{Snapshot, TaskContext, TaskOutcome};
+use qflow_core::Snapshot;
+use qflow_runtime::{AsyncHandlers, Clock, Runtime, RuntimeConfig, SystemClock};
+use qflow_runtime::{TaskContext, TaskOutcome};
+use qflow_store::{InstanceId, InstanceStatus, Store};
 
 /// A start, a plain task, a task with a retry policy (no jitter, so timings are exact),
 /// an end. `initial_ms` sets the first backoff.

@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_engine::store::{InstanceFilter, Store};
 use qflow_persistence::SqliteStore;
+use qflow_store::{InstanceFilter, Store};
 use qflow_tests::verdict;
 
 const HOST: &str = env!("CARGO_BIN_EXE_qflow-crash-host");

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_engine::store::{InstanceFilter, InstanceStatus, RetireOutcome, Store};
-use qflow_engine::Error;
 use qflow_persistence::SqliteStore;
+use qflow_runtime::Error;
+use qflow_store::{InstanceFilter, InstanceStatus, RetireOutcome, Store};
 use qflow_tests::{fast_recovery_config, flaky_model, start_runtime, verdict};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use qflow_engine::runtime::Runtime;
-use qflow_engine::store::{DeploymentId, InstanceFilter, InstanceId, InstanceStatus, Store};
 use qflow_persistence::{PgConfig, PgStore};
+use qflow_runtime::Runtime;
+use qflow_store::{DeploymentId, InstanceFilter, InstanceId, InstanceStatus, Store};
 use qflow_tests::{fast_recovery_config, flaky_model, start_runtime, verdict};
 
 fn pg_url() -> Option<String> {

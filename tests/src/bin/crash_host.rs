@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use futures::{StreamExt, TryStreamExt};
-use qflow_engine::store::{InstanceFilter, InstanceStatus, Store};
 use qflow_persistence::SqliteStore;
+use qflow_store::{InstanceFilter, InstanceStatus, Store};
 use qflow_tests::{fast_recovery_config, flaky_model, start_runtime};
 
 #[tokio::main]

@@ -5,8 +5,8 @@
 
 pub mod build;
 
-use qflow_engine::sim::{self, Scenario, Trace};
-use qflow_engine::{Effect, Snapshot};
+use qflow_core::sim::{self, Scenario, Trace};
+use qflow_core::{Effect, Snapshot};
 use qflow_loader::model::Definition;
 
 /// Loads a process whose body is `body` (flow nodes and sequence flows); `extra` goes

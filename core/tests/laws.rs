@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use common::model_with;
 use proptest::prelude::*;
-use qflow_engine::sim::{self, Scenario, Scripted, ScriptedEvent};
-use qflow_engine::{step, Input, Snapshot};
+use qflow_core::sim::{self, Scenario, Scripted, ScriptedEvent};
+use qflow_core::{step, Input, Snapshot};
 use qflow_loader::model::{Definition, Variables};
 
 /// Fork into a task with a policy and a timeout, and a task with an error boundary,
@@ -281,7 +281,7 @@ fn newer_format_and_non_maps_are_refused_with_a_clear_error() {
     rmpv::encode::write_value(&mut bytes, &rmpv::Value::Map(vec![("v".into(), 9.into())])).unwrap();
     assert_eq!(
         Snapshot::decode(&bytes),
-        Err(qflow_engine::Error::SnapshotTooNew {
+        Err(qflow_core::Error::SnapshotTooNew {
             found: 9,
             supported: 1
         })

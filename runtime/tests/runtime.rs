@@ -3,10 +3,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use qflow_engine::memory::MemoryStore;
-use qflow_engine::runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
-use qflow_engine::store::{InstanceFilter, InstanceStatus, Store};
-use qflow_engine::{Error, TaskOutcome};
+use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
+use qflow_runtime::{Error, TaskOutcome};
+use qflow_store::memory::MemoryStore;
+use qflow_store::{InstanceFilter, InstanceStatus, Store};
 
 const LINEAR: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
@@ -35,7 +35,7 @@ const WITH_RETRY: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 </definitions>"#;
 
 fn counting(calls: Arc<AtomicU32>) -> AsyncHandlers {
-    AsyncHandlers::new().with_sync("count", move |_: &qflow_engine::TaskContext<'_>| {
+    AsyncHandlers::new().with_sync("count", move |_: &qflow_runtime::TaskContext<'_>| {
         calls.fetch_add(1, Ordering::SeqCst);
         TaskOutcome::Ok(Default::default())
     })
@@ -172,15 +172,13 @@ async fn an_async_handler_past_its_time_limit_is_a_failed_attempt() {
 #[tokio::test]
 async fn a_panicking_async_handler_fails_the_attempt_and_the_lane_lives_on() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let handlers = AsyncHandlers::new().with_async(
-        "count",
-        |call: qflow_engine::runtime::TaskCall| async move {
+    let handlers =
+        AsyncHandlers::new().with_async("count", |call: qflow_runtime::TaskCall| async move {
             if call.node == "b" {
                 panic!("boom in b");
             }
             TaskOutcome::Ok(Default::default())
-        },
-    );
+        });
     let rt = runtime(store.clone(), handlers, 1);
     let dep = rt.deploy(LINEAR, None).await.expect("deploys");
     let first = rt
@@ -207,7 +205,7 @@ async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let entered = std::sync::Mutex::new(Some(entered_tx));
     let handlers =
-        AsyncHandlers::new().with_async("count", move |call: qflow_engine::runtime::TaskCall| {
+        AsyncHandlers::new().with_async("count", move |call: qflow_runtime::TaskCall| {
             let signal = if call.node == "a" {
                 entered.lock().expect("lock").take()
             } else {
@@ -288,7 +286,7 @@ async fn a_retirement_made_elsewhere_refuses_the_next_start_here() {
     // cache still says live, and the store's creation check has the last word.
     assert_eq!(
         store.retire(dep.id).await.expect("retires"),
-        qflow_engine::store::RetireOutcome::Retired
+        qflow_store::RetireOutcome::Retired
     );
     let err = rt
         .start_instance(dep.id, Default::default())

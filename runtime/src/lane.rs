@@ -23,12 +23,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Request, Shared, TaskCall, Work, LEASE_TIMER};
 use crate::error::Error;
-use crate::snapshot::{Snapshot, Status};
-use crate::store::{
+use qflow_core::snapshot::{Snapshot, Status};
+use qflow_core::{Effect, Input};
+use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceStatus, NewIncident,
     TimerRecord, TimerRef,
 };
-use crate::{Effect, Input};
 
 /// How often a request may lose the compare-and-swap and be re-derived before the lane
 /// gives up on it (the durable state is untouched either way).
@@ -202,10 +202,10 @@ impl Lane {
             },
         };
         let id = req.instance.to_string();
-        let step = match crate::step(&current.def, &id, current.snapshot.clone(), input, now) {
+        let step = match qflow_core::step(&current.def, &id, current.snapshot.clone(), input, now) {
             Ok(step) => step,
             Err(e) => {
-                reply(req.reply.take(), Err(e));
+                reply(req.reply.take(), Err(e.into()));
                 return None;
             }
         };

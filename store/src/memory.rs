@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use crate::store::{
+use crate::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
     InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
     TimerRecord,

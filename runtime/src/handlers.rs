@@ -1,7 +1,7 @@
 //! Handlers as the runtime runs them: asynchronous, with a time limit, a panic turned
 //! into a failed attempt.
 //!
-//! The core's [`crate::TaskHandler`] is synchronous; a host with I/O-bound task code
+//! The core's [`qflow_core::TaskHandler`] is synchronous; a host with I/O-bound task code
 //! registers an [`AsyncTaskHandler`] instead so the lane is never blocked while the task
 //! waits. Synchronous handlers are wrapped as futures that are ready at once: they run
 //! inline on the lane, which is the fast path for CPU-only task code and the reason they
@@ -16,8 +16,8 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use qflow_loader::model::Variables;
 
-use crate::handler::{Handlers, TaskContext, TaskOutcome, HANDLER_MISSING, HANDLER_PANICKED};
-use crate::Input;
+use qflow_core::handler::{Handlers, TaskContext, TaskOutcome, HANDLER_MISSING, HANDLER_PANICKED};
+use qflow_core::Input;
 
 /// The structured code of an attempt that outran the handler time limit (E5).
 pub const HANDLER_TIMEOUT: &str = "HANDLER_TIMEOUT";
@@ -48,7 +48,7 @@ where
 }
 
 enum Entry {
-    Sync(Arc<dyn crate::TaskHandler>),
+    Sync(Arc<dyn qflow_core::TaskHandler>),
     Async(Arc<dyn AsyncTaskHandler>),
 }
 
@@ -80,7 +80,7 @@ impl AsyncHandlers {
     pub fn with_sync(
         mut self,
         name: impl Into<String>,
-        h: impl crate::TaskHandler + 'static,
+        h: impl qflow_core::TaskHandler + 'static,
     ) -> Self {
         self.by_name
             .insert(name.into(), Arc::new(Entry::Sync(Arc::new(h))));
@@ -114,7 +114,7 @@ impl AsyncHandlers {
                     attempt: call.attempt,
                     inputs: &call.inputs,
                 };
-                let input = crate::run_handler(h.as_ref(), &ctx);
+                let input = qflow_core::run_handler(h.as_ref(), &ctx);
                 futures::future::ready(input).boxed()
             }
             Entry::Async(h) => {

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{arms, effects, last, linear, model, model_with, run_scenario, runs_of};
-use qflow_engine::sim::Stop;
-use qflow_engine::{Effect, Status};
+use qflow_core::sim::Stop;
+use qflow_core::{Effect, Status};
 use serde_json::json;
 
 #[test]
@@ -94,7 +94,7 @@ fn parallel_join_waits_for_every_branch() {
     );
     assert_eq!(trace.summary.status, "completed");
     // After b completes, the join holds one arrival and `after` has not run yet.
-    let after_b = qflow_engine::Snapshot::decode(&trace.steps[1].snapshot).unwrap();
+    let after_b = qflow_core::Snapshot::decode(&trace.steps[1].snapshot).unwrap();
     assert_eq!(after_b.tokens(), ["a"]);
     assert_eq!(after_b.join_arrivals()["join"], vec!["f4".to_owned()]);
     assert_eq!(runs_of(&trace, "after"), vec![(50, 1)]);
@@ -180,7 +180,7 @@ fn non_interrupting_timer_boundary_keeps_the_task_waiting() {
     );
     assert_eq!(trace.summary.status, "completed");
     assert_eq!(runs_of(&trace, "escalate"), vec![(5000, 1)]);
-    let at_boundary = qflow_engine::Snapshot::decode(&trace.steps[1].snapshot).unwrap();
+    let at_boundary = qflow_core::Snapshot::decode(&trace.steps[1].snapshot).unwrap();
     // The boundary spawned a token for `escalate`; `work` still waits.
     assert_eq!(at_boundary.tokens(), ["escalate", "work"]);
 }
@@ -312,7 +312,7 @@ fn subprocess_completes_when_its_inner_tokens_end() {
     );
     assert_eq!(last(&trace).status(), Status::Completed);
     assert_eq!(runs_of(&trace, "after"), vec![(7, 1)]);
-    let waiting = qflow_engine::Snapshot::decode(&trace.steps[0].snapshot).unwrap();
+    let waiting = qflow_core::Snapshot::decode(&trace.steps[0].snapshot).unwrap();
     assert_eq!(waiting.tokens(), ["inner", "sub"]);
 }
 
@@ -357,7 +357,7 @@ fn timeout_without_policy_is_a_catchable_timeout_error() {
     assert!(effects(&trace).iter().any(|(_, e)| matches!(
         e,
         Effect::AttemptFinished {
-            outcome: qflow_engine::AttemptOutcome::TimedOut,
+            outcome: qflow_core::AttemptOutcome::TimedOut,
             ..
         }
     )));
@@ -565,7 +565,7 @@ fn interrupting_timer_on_a_subprocess_ends_everything_inside_it() {
     // The attempt in flight is reported interrupted and the inner timer resolved.
     assert!(fired.effects.iter().any(|e| matches!(
         e,
-        Effect::AttemptFinished { node, outcome: qflow_engine::AttemptOutcome::Interrupted, .. } if node == "inner"
+        Effect::AttemptFinished { node, outcome: qflow_core::AttemptOutcome::Interrupted, .. } if node == "inner"
     )));
     assert!(fired
         .effects

@@ -18,6 +18,7 @@
 //! waits on anything but its inbox, its handlers and the store.
 
 pub mod clock;
+pub mod error;
 mod handlers;
 mod lane;
 mod poller;
@@ -31,12 +32,13 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::error::Error;
-use crate::store::{DeploymentId, DeploymentRecord, InstanceId, RetireOutcome, Store};
-use crate::Input;
+use qflow_store::{DeploymentId, DeploymentRecord, InstanceId, RetireOutcome, Store};
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::Error;
 pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall, HANDLER_TIMEOUT};
+/// The host-facing handler vocabulary, re-exported so a host needs only this crate.
+pub use qflow_core::{Input, TaskContext, TaskHandler, TaskOutcome};
 
 /// The timer name of the in-flight lease. Engine timer names never start with `~`.
 pub const LEASE_TIMER: &str = "~run";
@@ -353,7 +355,7 @@ impl Runtime {
         process_id: Option<&str>,
     ) -> Result<DeploymentRecord, Error> {
         let def = load_process(source, process_id)?;
-        let unsupported = crate::core::unsupported_elements(&def);
+        let unsupported = qflow_core::unsupported_elements(&def);
         if !unsupported.is_empty() {
             let list: Vec<String> = unsupported
                 .iter()

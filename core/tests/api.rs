@@ -4,8 +4,8 @@
 mod common;
 
 use common::build::linear_def;
-use qflow_engine::handler::{HANDLER_MISSING, HANDLER_PANICKED};
-use qflow_engine::{
+use qflow_core::handler::{HANDLER_MISSING, HANDLER_PANICKED};
+use qflow_core::{
     run_handler, step, Effect, Error, Handlers, Input, Snapshot, TaskContext, TaskOutcome,
 };
 use qflow_loader::model::Variables;
@@ -98,7 +98,7 @@ fn misuse_is_an_error_and_terminal_instances_ignore_inputs() {
     assert!(cancelled.effects.iter().any(|e| matches!(
         e,
         Effect::AttemptFinished {
-            outcome: qflow_engine::AttemptOutcome::Interrupted,
+            outcome: qflow_core::AttemptOutcome::Interrupted,
             ..
         }
     )));
@@ -144,7 +144,7 @@ fn a_waiting_single_token_instance_with_a_few_small_variables_fits_128_bytes() {
 #[test]
 fn bad_scenarios_are_refused_naming_the_field() {
     let def = linear_def(1, None);
-    let unknown_field = serde_json::from_str::<qflow_engine::sim::Scenario>(r#"{"frob": 1}"#);
+    let unknown_field = serde_json::from_str::<qflow_core::sim::Scenario>(r#"{"frob": 1}"#);
     assert!(unknown_field.unwrap_err().to_string().contains("frob"));
     for (json, field) in [
         (r#"{"tasks": {"nope": []}}"#, "tasks.nope"),
@@ -155,8 +155,8 @@ fn bad_scenarios_are_refused_naming_the_field() {
             "events[0].node",
         ),
     ] {
-        let scenario: qflow_engine::sim::Scenario = serde_json::from_str(json).unwrap();
-        match qflow_engine::sim::run(&def, &scenario) {
+        let scenario: qflow_core::sim::Scenario = serde_json::from_str(json).unwrap();
+        match qflow_core::sim::run(&def, &scenario) {
             Err(Error::Scenario(msg)) => assert!(msg.starts_with(field), "{msg}"),
             other => panic!("{json}: expected a scenario error, got {other:?}"),
         }

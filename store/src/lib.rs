@@ -11,6 +11,12 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub mod memory;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use memory::MemoryStore;
+
 pub type InstanceId = Uuid;
 
 /// A deployment version. Assigned by the store, increasing; the same content deployed

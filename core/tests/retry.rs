@@ -5,7 +5,7 @@
 mod common;
 
 use common::{arms, effects, last, linear, model, model_with, run_scenario, runs_of};
-use qflow_engine::{step, AttemptOutcome, Effect, Input, Snapshot};
+use qflow_core::{step, AttemptOutcome, Effect, Input, Snapshot};
 use qflow_loader::model::{jitter_ppb, Definition, NodeKind, RetryPolicy};
 
 fn policy(def: &Definition, node: &str) -> RetryPolicy {
@@ -268,7 +268,7 @@ fn routed_timer_boundary_spans_attempts_and_cancels_the_park() {
     assert_eq!(snap.tokens(), ["manual"]);
     assert!(snap.attempts().is_empty() && snap.markers().is_empty());
     assert!(!snap.timers().contains_key("r:pay"));
-    assert_eq!(trace.summary.stop, qflow_engine::sim::Stop::Idle);
+    assert_eq!(trace.summary.stop, qflow_core::sim::Stop::Idle);
 }
 
 #[test]

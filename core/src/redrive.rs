@@ -9,8 +9,8 @@
 
 use qflow_loader::model::{Definition, NodeKind, TaskKind};
 
-use crate::core::Effect;
 use crate::snapshot::Snapshot;
+use crate::Effect;
 
 /// The `RunTask` effects of every attempt in flight, in token order.
 pub(super) fn in_flight_attempts(def: &Definition, snap: &Snapshot) -> Vec<Effect> {

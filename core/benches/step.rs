@@ -5,7 +5,7 @@
 //! Run: `cargo bench -p qflow-engine --bench step`. Figures go to docs/performance.md.
 
 use criterion::{black_box, criterion_group, Criterion, Throughput};
-use qflow_engine::{step, Effect, Input, Snapshot};
+use qflow_core::{step, Effect, Input, Snapshot};
 use qflow_loader::model::{DurationMs, Jitter, RetryPolicy, Variables};
 
 #[path = "../tests/common/build.rs"]

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use common::build::{registered, Builder};
 use proptest::prelude::*;
-use qflow_engine::sim::{self, Scenario, Scripted, ScriptedEvent};
-use qflow_engine::Snapshot;
+use qflow_core::sim::{self, Scenario, Scripted, ScriptedEvent};
+use qflow_core::Snapshot;
 use qflow_loader::model::{
     Boundary, BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, NodeKind,
     RetryPolicy, Task, TaskKind, TimerDef, Variables,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use qflow_loader::model::Variables;
 
-use crate::core::Input;
+use crate::Input;
 
 /// The structured code a panicking handler is reported with (E5).
 pub const HANDLER_PANICKED: &str = "HANDLER_PANICKED";

@@ -1,8 +1,10 @@
-//! The engine crate's one error type.
+//! The core's one error type.
 //!
 //! An `Error` means misuse (an input that can never be valid for this instance), a
-//! corrupt snapshot, or a bug. A business outcome — a failed handler, a BPMN error, a
-//! timeout — is never an `Error`: it is an [`crate::Input`] the core decides on.
+//! corrupt snapshot, a scenario that does not fit its model, or a bug. The runtime's
+//! errors (store, refusals, conflicts) are `qflow_runtime::Error`, which wraps this one.
+//! A business outcome — a failed handler, a BPMN error, a timeout — is never an
+//! `Error`: it is an [`crate::Input`] the core decides on.
 
 /// What went wrong, with enough context to act on it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -25,29 +27,4 @@ pub enum Error {
     /// A scenario given to the simulator does not fit the definition it runs against.
     #[error("scenario: {0}")]
     Scenario(String),
-    /// The store failed; nothing of the request was written.
-    #[error("store: {0}")]
-    Store(String),
-    /// A commit batch failed as a whole; the message is the store's.
-    #[error("commit failed, nothing was written: {0}")]
-    StoreFailed(String),
-    /// A request the runtime will not carry out, and why. Nothing was changed.
-    #[error("{what} refused: {why}")]
-    Refused { what: String, why: String },
-    #[error("no instance {0}")]
-    UnknownInstance(String),
-    #[error("no deployment {0}")]
-    UnknownDeployment(i64),
-    /// The instance kept changing under the request; nothing of it was written.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// The runtime is shutting down and takes no new requests.
-    #[error("the runtime is shutting down")]
-    ShuttingDown,
-}
-
-impl From<crate::store::StoreError> for Error {
-    fn from(e: crate::store::StoreError) -> Self {
-        Error::Store(e.to_string())
-    }
 }

@@ -1,4 +1,13 @@
-//! The pure step (SPEC E1): `(definition, instance id, snapshot, input, now) -> (snapshot',
+//! qflow's pure core (SPEC E1): the deterministic step `(definition, instance id,
+//! snapshot, input, now) -> (snapshot', effects)`, the byte-stable snapshot codec and its
+//! inspection, the retry decisions, the virtual-clock driver [`sim`], and the one mapping
+//! from a handler's [`TaskOutcome`] to an [`Input`] ([`handler`]).
+//!
+//! Invariant: nothing in this crate does I/O, reads the clock, draws OS randomness or
+//! iterates in hash order; it depends on no async runtime, database, network or file
+//! system crate (`tests/purity.rs` checks the dependency graph).
+//!
+//! The step itself: `(definition, instance id, snapshot, input, now) -> (snapshot',
 //! effects)`.
 //!
 //! [`step`] applies one [`Input`] to one instance and returns the next [`Snapshot`] plus
@@ -14,11 +23,16 @@
 //! [`Effect::Stale`] explaining why. [`crate::Error`] is reserved for misuse (a second
 //! `Start`, a missing start event).
 //!
-//! Module map: `mod.rs` holds the vocabulary and the entry point; `flow.rs` applies
+//! Module map: `lib.rs` holds the vocabulary and the entry point; `flow.rs` applies
 //! inputs and moves tokens; `gateway.rs` routes and joins; `scope.rs` handles
 //! sub-processes, BPMN errors, interruption and the instance's endings; `retry.rs`
 //! decides what a failed attempt means (E4–E8); `timers.rs` names, arms and resolves
 //! timers; `redrive.rs` re-emits in-flight attempts after a crash (C7a).
+
+pub mod error;
+pub mod handler;
+pub mod sim;
+pub mod snapshot;
 
 mod flow;
 mod gateway;
@@ -31,9 +45,9 @@ mod timers;
 use qflow_loader::model::{Definition, Variables};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
-use crate::snapshot::{Snapshot, Status};
-
+pub use crate::error::Error;
+pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
+pub use crate::snapshot::{Snapshot, Status};
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
 

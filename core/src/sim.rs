@@ -17,10 +17,10 @@ use qflow_loader::model::{Definition, NodeKind, TaskKind, Variables};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::core::{step, Effect, Input};
 use crate::error::Error;
 use crate::handler::{run_handler, TaskContext, TaskOutcome, HANDLER_PANICKED};
 use crate::snapshot::Snapshot;
+use crate::{step, Effect, Input};
 
 /// Most steps a scenario may take unless it says otherwise.
 pub const STEPS_DEFAULT_MAX: u32 = 10_000;
