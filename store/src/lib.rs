@@ -11,9 +11,9 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-pub mod memory;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod memory;
 
 pub use memory::MemoryStore;
 

@@ -1,0 +1,945 @@
+//! The store conformance kit: the contract of [`crate::Store`] as executable cases, for
+//! every store implementation to run against itself (the memory store, SQLite and
+//! PostgreSQL in `qflow-persistence`'s tests).
+//!
+//! A case gets a [`Ctx`]: the store under test and a second handle on the same data (the
+//! same object for an in-process store, a second connection pool for a database), so
+//! that cases about replicas and concurrent claimers test what two processes would see.
+//! [`conformance_tests!`](crate::conformance_tests) expands to one `#[tokio::test]` per
+//! case; the caller supplies an async opener, which returns `None` (with a printed
+//! reason) when its backend is not available here.
+//!
+//! ```ignore
+//! mod sqlite {
+//!     qflow_store::conformance_tests!(super::open_sqlite);
+//! }
+//! ```
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use anyhow::{anyhow, ensure, Result};
+
+use crate::{
+    AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceFilter, InstanceId, InstanceStatus,
+    NewIncident, RetireOutcome, Store, StoreError, TimerRecord, TimerRef,
+};
+
+/// A future that tidies a backend up after a case (drops a schema, removes a file).
+pub type Cleanup = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What a case gets.
+#[derive(Clone)]
+pub struct Ctx {
+    /// Names the backend in messages (`memory`, `sqlite`, `postgres`).
+    pub label: &'static str,
+    pub store: Arc<dyn Store>,
+    /// A second handle on the same data: another pool or connection where the backend has
+    /// them, the same object otherwise.
+    pub second: Arc<dyn Store>,
+}
+
+/// An opened backend: the context for one case and what to do once it is over.
+pub struct Opened {
+    pub ctx: Ctx,
+    pub cleanup: Option<Cleanup>,
+}
+
+/// Opens a fresh backend with `open`, runs `case` on it, cleans up even if the case
+/// panicked, then fails the test with the case's error (labelled with the backend).
+pub async fn run<O, OFut, F, Fut>(open: O, case: F)
+where
+    O: FnOnce() -> OFut,
+    OFut: Future<Output = Option<Opened>>,
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    let Some(opened) = open().await else {
+        return;
+    };
+    let label = opened.ctx.label;
+    let outcome = tokio::spawn(case(opened.ctx)).await;
+    if let Some(cleanup) = opened.cleanup {
+        cleanup.await;
+    }
+    match outcome {
+        Ok(result) => result.unwrap_or_else(|e| panic!("{label}: {e:#}")),
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
+    }
+}
+
+/// One `#[tokio::test]` per conformance case, each on a backend `$open` opens afresh.
+/// `$open` is a path to `async fn() -> Option<qflow_store::conformance::Opened>`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($open:path) => {
+        $crate::conformance_tests!(@cases $open;
+            deploy_is_idempotent_by_content_hash_and_versions_increase,
+            create_and_cas_commit_advance_the_fence,
+            stale_fence_conflicts_and_writes_nothing,
+            conflict_in_a_batch_skips_only_the_loser,
+            unknown_deployment_fails_the_whole_batch,
+            repeated_instance_in_a_batch_applies_in_order,
+            timers_upsert_and_resolve_only_with_matching_incarnation,
+            claim_respects_due_time_and_leases,
+            rearming_a_leased_timer_drops_the_lease,
+            concurrent_claimers_never_share_a_timer,
+            concurrent_committers_win_each_fence_exactly_once,
+            retire_is_refused_while_running_or_failed_instances_remain,
+            creation_on_a_retired_deployment_is_refused_and_writes_nothing,
+            retirement_and_creation_racing_never_leave_an_instance_on_a_retired_deployment,
+            incidents_open_and_resolve,
+            attempts_history_keeps_order,
+            instances_filter_by_deployment_status_and_code,
+            snapshot_bytes_round_trip_exactly,
+        );
+    };
+    (@cases $open:path; $($case:ident),* $(,)?) => {
+        $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            $crate::conformance::run($open, $crate::conformance::$case).await
+        })*
+    };
+}
+
+pub const T0: i64 = 1_700_000_000_000;
+
+pub fn id(n: u128) -> InstanceId {
+    InstanceId::from_u128(0x51f0_0000_0000_4000_8000_0000_0000_0000 | n)
+}
+
+/// A commit with no effects; cases add what they test.
+pub fn commit(
+    instance: InstanceId,
+    expected_fence: Option<u64>,
+    deployment: DeploymentId,
+) -> Commit {
+    Commit {
+        instance,
+        expected_fence,
+        deployment,
+        status: InstanceStatus::Running,
+        failure_code: None,
+        snapshot: vec![1, 2, 3],
+        now_ms: T0,
+        arm_timers: Vec::new(),
+        resolve_timers: Vec::new(),
+        open_incidents: Vec::new(),
+        resolve_incidents_on: Vec::new(),
+        attempts: Vec::new(),
+    }
+}
+
+pub fn timer(instance: InstanceId, name: &str, due_at_ms: i64, incarnation: u32) -> TimerRecord {
+    TimerRecord {
+        instance,
+        name: name.to_string(),
+        due_at_ms,
+        incarnation,
+    }
+}
+
+pub async fn deploy(store: &dyn Store, hash: &str) -> Result<DeploymentId> {
+    Ok(store
+        .deploy("order", hash, &format!("<definitions id='{hash}'/>"), T0)
+        .await?
+        .id)
+}
+
+pub async fn commit_one(store: &dyn Store, c: Commit) -> Result<CommitOutcome> {
+    let mut outcomes = store.commit(vec![c]).await?;
+    ensure!(outcomes.len() == 1, "one outcome per commit");
+    Ok(outcomes.remove(0))
+}
+
+pub async fn create(
+    store: &dyn Store,
+    instance: InstanceId,
+    deployment: DeploymentId,
+) -> Result<()> {
+    let outcome = commit_one(store, commit(instance, None, deployment)).await?;
+    ensure!(
+        outcome == CommitOutcome::Applied { fence: 1 },
+        "create: {outcome:?}"
+    );
+    Ok(())
+}
+
+pub async fn deploy_is_idempotent_by_content_hash_and_versions_increase(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let a = s.deploy("order", "aaaa", "<a/>", T0).await?;
+    let b = s.deploy("order", "bbbb", "<b/>", T0 + 1).await?;
+    let a_again = s.deploy("order", "aaaa", "<a/>", T0 + 2).await?;
+    ensure!(
+        a == a_again,
+        "same content, same deployment: {a:?} vs {a_again:?}"
+    );
+    ensure!(b.id > a.id, "versions increase: {:?} then {:?}", a.id, b.id);
+    ensure!(a.source == "<a/>" && a.deployed_at_ms == T0 && !a.retired);
+    ensure!(s.deployment(b.id).await? == Some(b.clone()));
+    ensure!(s.deployment(DeploymentId(b.id.0 + 1000)).await?.is_none());
+    ensure!(
+        s.deployments().await? == vec![a.clone(), b.clone()],
+        "oldest first"
+    );
+    let c = ctx.second.deploy("order", "cccc", "<c/>", T0 + 3).await?;
+    ensure!(c.id > b.id);
+    ensure!(s.deploy("order", "cccc", "<c/>", T0 + 4).await? == c);
+    Ok(())
+}
+
+pub async fn create_and_cas_commit_advance_the_fence(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    create(s, id(1), dep).await?;
+    let created = s.instance(id(1)).await?.ok_or_else(|| anyhow!("created"))?;
+    ensure!(created.fence == 1 && created.created_at_ms == T0 && created.updated_at_ms == T0);
+    let mut step = commit(id(1), Some(1), dep);
+    step.snapshot = vec![9; 100];
+    step.now_ms = T0 + 50;
+    step.status = InstanceStatus::Completed;
+    ensure!(commit_one(s, step).await? == CommitOutcome::Applied { fence: 2 });
+    let stepped = s.instance(id(1)).await?.ok_or_else(|| anyhow!("stepped"))?;
+    ensure!(stepped.fence == 2 && stepped.snapshot == vec![9; 100]);
+    ensure!(stepped.status == InstanceStatus::Completed);
+    ensure!(stepped.created_at_ms == T0 && stepped.updated_at_ms == T0 + 50);
+    // The second handle sees the committed state and can step on from it.
+    let seen = ctx
+        .second
+        .instance(id(1))
+        .await?
+        .ok_or_else(|| anyhow!("second"))?;
+    ensure!(seen == stepped);
+    let outcome = commit_one(&*ctx.second, commit(id(1), Some(2), dep)).await?;
+    ensure!(outcome == CommitOutcome::Applied { fence: 3 });
+    Ok(())
+}
+
+pub async fn stale_fence_conflicts_and_writes_nothing(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    create(s, id(1), dep).await?;
+    ensure!(
+        commit_one(s, commit(id(1), Some(1), dep)).await? == CommitOutcome::Applied { fence: 2 }
+    );
+    let before = s.instance(id(1)).await?;
+
+    let mut stale = commit(id(1), Some(1), dep);
+    stale.snapshot = vec![0xde, 0xad];
+    stale.status = InstanceStatus::Failed;
+    stale.failure_code = Some("LOST".into());
+    stale.arm_timers = vec![timer(id(1), "retry:pay", T0 + 10, 1)];
+    stale.open_incidents = vec![NewIncident {
+        node: "pay".into(),
+        code: "X".into(),
+        message: "m".into(),
+    }];
+    stale.attempts = vec![attempt(id(1), "pay", 1)];
+    let outcome = commit_one(s, stale).await?;
+    ensure!(
+        outcome
+            == CommitOutcome::Conflict {
+                current_fence: Some(2)
+            },
+        "{outcome:?}"
+    );
+    ensure!(
+        s.instance(id(1)).await? == before,
+        "the loser changed the instance"
+    );
+    ensure!(s.timers(id(1)).await?.is_empty(), "the loser armed a timer");
+    ensure!(
+        s.incidents(Some(id(1))).await?.is_empty(),
+        "the loser opened an incident"
+    );
+    ensure!(
+        s.attempts(id(1)).await?.is_empty(),
+        "the loser recorded an attempt"
+    );
+
+    // Creating an existing instance is a conflict too, and so is stepping a missing one.
+    let again = commit_one(s, commit(id(1), None, dep)).await?;
+    ensure!(
+        again
+            == CommitOutcome::Conflict {
+                current_fence: Some(2)
+            },
+        "{again:?}"
+    );
+    let missing = commit_one(s, commit(id(2), Some(1), dep)).await?;
+    ensure!(
+        missing
+            == CommitOutcome::Conflict {
+                current_fence: None
+            },
+        "{missing:?}"
+    );
+    ensure!(s.instance(id(2)).await?.is_none());
+    Ok(())
+}
+
+pub async fn conflict_in_a_batch_skips_only_the_loser(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    create(s, id(1), dep).await?;
+    create(s, id(2), dep).await?;
+    let mut a = commit(id(1), Some(1), dep);
+    a.arm_timers = vec![timer(id(1), "t", T0 + 5, 1)];
+    let mut b = commit(id(2), Some(7), dep);
+    b.arm_timers = vec![timer(id(2), "t", T0 + 5, 1)];
+    b.attempts = vec![attempt(id(2), "n", 1)];
+    let mut c = commit(id(3), None, dep);
+    c.arm_timers = vec![timer(id(3), "t", T0 + 6, 1)];
+    let outcomes = s.commit(vec![a, b, c]).await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::Applied { fence: 2 },
+                CommitOutcome::Conflict {
+                    current_fence: Some(1)
+                },
+                CommitOutcome::Applied { fence: 1 },
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(s.timers(id(1)).await?.len() == 1);
+    ensure!(s.timers(id(2)).await?.is_empty());
+    ensure!(s.attempts(id(2)).await?.is_empty());
+    ensure!(s.timers(id(3)).await?.len() == 1);
+    ensure!(s.instance(id(2)).await?.map(|i| i.fence) == Some(1));
+    Ok(())
+}
+
+pub async fn unknown_deployment_fails_the_whole_batch(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let bogus = DeploymentId(dep.0 + 1000);
+    let result = s
+        .commit(vec![commit(id(1), None, dep), commit(id(2), None, bogus)])
+        .await;
+    match result {
+        Err(StoreError::UnknownDeployment(d)) => ensure!(d == bogus),
+        other => return Err(anyhow!("expected UnknownDeployment, got {other:?}")),
+    }
+    ensure!(
+        s.instance(id(1)).await?.is_none(),
+        "a failed batch wrote a row"
+    );
+    create(s, id(1), dep).await?;
+    Ok(())
+}
+
+pub async fn repeated_instance_in_a_batch_applies_in_order(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut first = commit(id(1), None, dep);
+    first.arm_timers = vec![timer(id(1), "t", T0 + 5, 1)];
+    let mut second = commit(id(1), Some(1), dep);
+    second.resolve_timers = vec![TimerRef {
+        name: "t".into(),
+        incarnation: 1,
+    }];
+    second.snapshot = vec![7];
+    let stale = commit(id(1), Some(1), dep);
+    let outcomes = s.commit(vec![first, second, stale]).await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::Applied { fence: 1 },
+                CommitOutcome::Applied { fence: 2 },
+                CommitOutcome::Conflict {
+                    current_fence: Some(2)
+                },
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(s.timers(id(1)).await?.is_empty());
+    ensure!(s.instance(id(1)).await?.map(|i| i.snapshot) == Some(vec![7]));
+    Ok(())
+}
+
+pub async fn timers_upsert_and_resolve_only_with_matching_incarnation(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.arm_timers = vec![
+        timer(id(1), "retry:pay", T0 + 100, 1),
+        timer(id(1), "boundary:t1", T0 + 900, 1),
+    ];
+    commit_one(s, c).await?;
+    ensure!(
+        s.timers(id(1)).await?
+            == vec![
+                timer(id(1), "boundary:t1", T0 + 900, 1),
+                timer(id(1), "retry:pay", T0 + 100, 1)
+            ],
+        "timers are listed by name"
+    );
+
+    // Arming the same name replaces the row and its incarnation.
+    let mut c = commit(id(1), Some(1), dep);
+    c.arm_timers = vec![timer(id(1), "retry:pay", T0 + 200, 2)];
+    commit_one(s, c).await?;
+    // A stale resolve (old incarnation) leaves the live timer alone.
+    let mut c = commit(id(1), Some(2), dep);
+    c.resolve_timers = vec![TimerRef {
+        name: "retry:pay".into(),
+        incarnation: 1,
+    }];
+    commit_one(s, c).await?;
+    ensure!(s
+        .timers(id(1))
+        .await?
+        .contains(&timer(id(1), "retry:pay", T0 + 200, 2)));
+    // Resolve and re-arm in one step: the new incarnation survives.
+    let mut c = commit(id(1), Some(3), dep);
+    c.resolve_timers = vec![TimerRef {
+        name: "retry:pay".into(),
+        incarnation: 2,
+    }];
+    c.arm_timers = vec![timer(id(1), "retry:pay", T0 + 300, 3)];
+    commit_one(s, c).await?;
+    ensure!(s
+        .timers(id(1))
+        .await?
+        .contains(&timer(id(1), "retry:pay", T0 + 300, 3)));
+    let mut c = commit(id(1), Some(4), dep);
+    c.resolve_timers = vec![
+        TimerRef {
+            name: "retry:pay".into(),
+            incarnation: 3,
+        },
+        TimerRef {
+            name: "boundary:t1".into(),
+            incarnation: 1,
+        },
+    ];
+    commit_one(s, c).await?;
+    ensure!(s.timers(id(1)).await?.is_empty());
+    ensure!(s.next_timer_due().await?.is_none());
+    Ok(())
+}
+
+pub async fn claim_respects_due_time_and_leases(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.arm_timers = vec![
+        timer(id(1), "a", T0 + 100, 1),
+        timer(id(1), "b", T0 + 200, 1),
+        timer(id(1), "c", T0 + 300, 1),
+    ];
+    commit_one(s, c).await?;
+    ensure!(s.next_timer_due().await? == Some(T0 + 100));
+    ensure!(
+        s.claim_due_timers(T0 + 99, 1_000, "r1", 10)
+            .await?
+            .is_empty(),
+        "nothing due yet"
+    );
+
+    let first = s.claim_due_timers(T0 + 150, 1_000, "r1", 10).await?;
+    ensure!(first == vec![timer(id(1), "a", T0 + 100, 1)], "{first:?}");
+    // Leased until T0 + 1150, inclusive: not handed out again while the lease holds.
+    ensure!(s
+        .claim_due_timers(T0 + 150, 1_000, "r2", 10)
+        .await?
+        .is_empty());
+    let second = s.claim_due_timers(T0 + 250, 1_000, "r2", 10).await?;
+    ensure!(second == vec![timer(id(1), "b", T0 + 200, 1)], "{second:?}");
+    ensure!(
+        s.claim_due_timers(T0 + 1_150, 1_000, "r2", 10).await?
+            == vec![timer(id(1), "c", T0 + 300, 1)]
+    );
+    // Leased timers still count for the next due instant.
+    ensure!(s.next_timer_due().await? == Some(T0 + 100));
+
+    // After the leases expire, everything due is claimable again, earliest first, and the
+    // limit is honoured.
+    let limited = s.claim_due_timers(T0 + 5_000, 1_000, "r3", 2).await?;
+    ensure!(
+        limited
+            == vec![
+                timer(id(1), "a", T0 + 100, 1),
+                timer(id(1), "b", T0 + 200, 1)
+            ],
+        "{limited:?}"
+    );
+    let rest = s.claim_due_timers(T0 + 5_000, 1_000, "r3", 2).await?;
+    ensure!(rest == vec![timer(id(1), "c", T0 + 300, 1)], "{rest:?}");
+    ensure!(s
+        .claim_due_timers(T0 + 5_000, 1_000, "r3", 0)
+        .await?
+        .is_empty());
+    // Claiming never deletes: the rows stay until a commit resolves them.
+    ensure!(s.timers(id(1)).await?.len() == 3);
+    Ok(())
+}
+
+pub async fn rearming_a_leased_timer_drops_the_lease(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.arm_timers = vec![timer(id(1), "t", T0, 1)];
+    commit_one(s, c).await?;
+    ensure!(s.claim_due_timers(T0, 60_000, "r1", 10).await?.len() == 1);
+    let mut c = commit(id(1), Some(1), dep);
+    c.arm_timers = vec![timer(id(1), "t", T0 + 10, 2)];
+    commit_one(s, c).await?;
+    let again = s.claim_due_timers(T0 + 10, 60_000, "r2", 10).await?;
+    ensure!(again == vec![timer(id(1), "t", T0 + 10, 2)], "{again:?}");
+    Ok(())
+}
+
+pub async fn concurrent_claimers_never_share_a_timer(ctx: Ctx) -> Result<()> {
+    const TIMERS: u128 = 300;
+    let dep = deploy(&*ctx.store, "h1").await?;
+    let batch: Vec<Commit> = (0..TIMERS)
+        .map(|n| {
+            let mut c = commit(id(n), None, dep);
+            c.arm_timers = vec![timer(id(n), "t", T0 + (n as i64 % 17), 1)];
+            c
+        })
+        .collect();
+    ensure!(ctx
+        .store
+        .commit(batch)
+        .await?
+        .iter()
+        .all(|o| matches!(o, CommitOutcome::Applied { .. })));
+
+    let claimer = |store: Arc<dyn Store>, owner: &'static str| {
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let claimed = store.claim_due_timers(T0 + 100, 600_000, owner, 7).await?;
+                if claimed.is_empty() {
+                    return Ok::<_, StoreError>(got);
+                }
+                got.extend(claimed.into_iter().map(|t| t.instance));
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let a = claimer(ctx.store.clone(), "replica-a");
+    let b = claimer(ctx.second.clone(), "replica-b");
+    let (a, b) = (a.await??, b.await??);
+    let mut all: Vec<InstanceId> = a.iter().chain(b.iter()).copied().collect();
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    ensure!(
+        all.len() == total,
+        "{} timers were claimed twice",
+        total - all.len()
+    );
+    ensure!(total == TIMERS as usize, "claimed {total} of {TIMERS}");
+    println!(
+        "{:?}: replica a claimed {}, replica b {}",
+        ctx.label,
+        a.len(),
+        b.len()
+    );
+    Ok(())
+}
+
+/// Two replicas step the same instances at once, in opposite orders, with whatever fence
+/// they last read. Every fence is won by exactly one of them (no lost update, no double
+/// step), and overlapping batches never deadlock.
+pub async fn concurrent_committers_win_each_fence_exactly_once(ctx: Ctx) -> Result<()> {
+    const INSTANCES: u128 = 12;
+    const ROUNDS: usize = 25;
+    let dep = deploy(&*ctx.store, "h1").await?;
+    let batch = (0..INSTANCES).map(|n| commit(id(n), None, dep)).collect();
+    ctx.store.commit(batch).await?;
+
+    let stepper = |store: Arc<dyn Store>, reversed: bool, tag: u8| {
+        tokio::spawn(async move {
+            let mut won = 0_u64;
+            for _ in 0..ROUNDS {
+                let mut order: Vec<u128> = (0..INSTANCES).collect();
+                if reversed {
+                    order.reverse();
+                }
+                let mut batch = Vec::new();
+                for n in order {
+                    let fence = store.instance(id(n)).await?.map(|i| i.fence);
+                    let mut c = commit(id(n), fence, dep);
+                    c.snapshot = vec![tag; 8];
+                    c.attempts = vec![attempt(id(n), &format!("step-{tag}"), 1)];
+                    batch.push(c);
+                }
+                for outcome in store.commit(batch).await? {
+                    if matches!(outcome, CommitOutcome::Applied { .. }) {
+                        won += 1;
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, StoreError>(won)
+        })
+    };
+    let a = stepper(ctx.store.clone(), false, 0xa);
+    let b = stepper(ctx.second.clone(), true, 0xb);
+    let (a, b) = (a.await??, b.await??);
+    let mut fences = 0_u64;
+    let mut history = 0_u64;
+    for n in 0..INSTANCES {
+        let record = ctx
+            .store
+            .instance(id(n))
+            .await?
+            .ok_or_else(|| anyhow!("instance {n}"))?;
+        fences += record.fence - 1;
+        history += ctx.store.attempts(id(n)).await?.len() as u64;
+    }
+    ensure!(
+        fences == a + b,
+        "fences moved {fences} times but {} commits won",
+        a + b
+    );
+    ensure!(
+        history == a + b,
+        "{history} attempt rows for {} winning commits",
+        a + b
+    );
+    println!("{:?}: replica a won {a}, replica b won {b}", ctx.label);
+    Ok(())
+}
+
+pub async fn retire_is_refused_while_running_or_failed_instances_remain(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    ensure!(s.retire(DeploymentId(v2.0 + 1000)).await? == RetireOutcome::NotFound);
+    create(s, id(1), v1).await?;
+    create(s, id(2), v1).await?;
+    create(s, id(3), v2).await?;
+    ensure!(
+        s.retire(v1).await?
+            == RetireOutcome::Refused {
+                blocking_instances: 2
+            }
+    );
+
+    let mut done = commit(id(1), Some(1), v1);
+    done.status = InstanceStatus::Completed;
+    let mut failed = commit(id(2), Some(1), v1);
+    failed.status = InstanceStatus::Failed;
+    failed.failure_code = Some("RETRIES_EXHAUSTED".into());
+    s.commit(vec![done, failed]).await?;
+    // FAILED still holds its deployment: it is kept for inspection and repair.
+    ensure!(
+        s.retire(v1).await?
+            == RetireOutcome::Refused {
+                blocking_instances: 1
+            }
+    );
+    ensure!(
+        !s.deployment(v1)
+            .await?
+            .ok_or_else(|| anyhow!("v1"))?
+            .retired
+    );
+
+    let mut cancelled = commit(id(2), Some(2), v1);
+    cancelled.status = InstanceStatus::Cancelled;
+    commit_one(s, cancelled).await?;
+    ensure!(s.retire(v1).await? == RetireOutcome::Retired);
+    ensure!(
+        s.deployment(v1)
+            .await?
+            .ok_or_else(|| anyhow!("v1"))?
+            .retired
+    );
+    ensure!(
+        !s.deployment(v2)
+            .await?
+            .ok_or_else(|| anyhow!("v2"))?
+            .retired
+    );
+    ensure!(
+        s.retire(v2).await?
+            == RetireOutcome::Refused {
+                blocking_instances: 1
+            }
+    );
+    Ok(())
+}
+
+pub async fn creation_on_a_retired_deployment_is_refused_and_writes_nothing(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let old = deploy(s, "old").await?;
+    let live = deploy(s, "live").await?;
+    ensure!(s.retire(old).await? == RetireOutcome::Retired);
+    let outcomes = s
+        .commit(vec![commit(id(1), None, old), commit(id(2), None, live)])
+        .await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::DeploymentRetired,
+                CommitOutcome::Applied { fence: 1 }
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(
+        s.instance(id(1)).await?.is_none(),
+        "nothing of the refused creation"
+    );
+    ensure!(s.timers(id(1)).await?.is_empty());
+    ensure!(
+        s.instance(id(2)).await?.is_some(),
+        "the rest of the batch applies"
+    );
+    Ok(())
+}
+
+/// A retirement through one connection pool and a creation through another, started
+/// together: whichever order they serialise in, a retired deployment never ends up with
+/// a running instance (R5).
+pub async fn retirement_and_creation_racing_never_leave_an_instance_on_a_retired_deployment(
+    ctx: Ctx,
+) -> Result<()> {
+    for round in 0..24u128 {
+        let dep = deploy(&*ctx.store, &format!("race-{round}")).await?;
+        let instance = id(100 + round);
+        let (retired, created) = tokio::join!(
+            ctx.store.retire(dep),
+            commit_one(&*ctx.second, commit(instance, None, dep))
+        );
+        let (retired, created) = (retired?, created?);
+        let exists = ctx.store.instance(instance).await?.is_some();
+        let is_retired = ctx
+            .store
+            .deployment(dep)
+            .await?
+            .ok_or_else(|| anyhow!("deployment"))?
+            .retired;
+        match (&retired, &created) {
+            (RetireOutcome::Retired, CommitOutcome::DeploymentRetired) => {
+                ensure!(!exists && is_retired, "round {round}: retired first")
+            }
+            (RetireOutcome::Refused { .. }, CommitOutcome::Applied { fence: 1 }) => {
+                ensure!(exists && !is_retired, "round {round}: created first")
+            }
+            other => anyhow::bail!("round {round}: impossible interleaving {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+pub async fn incidents_open_and_resolve(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let incident = |node: &str, code: &str| NewIncident {
+        node: node.into(),
+        code: code.into(),
+        message: format!("{node} failed with {code}"),
+    };
+    let mut c = commit(id(1), None, dep);
+    c.open_incidents = vec![incident("pay", "E1"), incident("ship", "E2")];
+    commit_one(s, c).await?;
+    let mut c = commit(id(2), None, dep);
+    c.open_incidents = vec![incident("pay", "E3")];
+    commit_one(s, c).await?;
+
+    let all = s.incidents(None).await?;
+    ensure!(
+        all.len() == 3 && all.windows(2).all(|w| w[0].id < w[1].id),
+        "{all:?}"
+    );
+    ensure!(all
+        .iter()
+        .all(|i| i.opened_at_ms == T0 && i.resolved_at_ms.is_none()));
+    ensure!(all[0].message == "pay failed with E1");
+
+    // Resolve on `pay` and open a fresh one there in the same step: the new one stays open.
+    let mut c = commit(id(1), Some(1), dep);
+    c.now_ms = T0 + 70;
+    c.resolve_incidents_on = vec!["pay".into()];
+    c.open_incidents = vec![incident("pay", "E4")];
+    commit_one(s, c).await?;
+    let mine = s.incidents(Some(id(1))).await?;
+    let view: Vec<(&str, &str, Option<i64>)> = mine
+        .iter()
+        .map(|i| (i.node.as_str(), i.code.as_str(), i.resolved_at_ms))
+        .collect();
+    ensure!(
+        view == vec![
+            ("pay", "E1", Some(T0 + 70)),
+            ("ship", "E2", None),
+            ("pay", "E4", None)
+        ],
+        "{view:?}"
+    );
+    // The other instance's incident on the same node is untouched.
+    let other = s.incidents(Some(id(2))).await?;
+    ensure!(other.len() == 1 && other[0].resolved_at_ms.is_none());
+    ensure!(s.incidents(Some(id(3))).await?.is_empty());
+    Ok(())
+}
+
+pub fn attempt(instance: InstanceId, node: &str, n: u32) -> AttemptRecord {
+    AttemptRecord {
+        instance,
+        node: node.into(),
+        attempt: n,
+        started_at_ms: T0 + i64::from(n) * 10,
+        finished_at_ms: T0 + i64::from(n) * 10 + 3,
+        outcome: if n < 3 { "failed" } else { "ok" }.into(),
+        code: (n < 3).then(|| "HTTP_503".to_string()),
+        message: (n < 3).then(|| format!("attempt {n}: upstream unavailable")),
+    }
+}
+
+pub async fn attempts_history_keeps_order(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.attempts = vec![attempt(id(1), "pay", 1)];
+    commit_one(s, c).await?;
+    let mut c = commit(id(1), Some(1), dep);
+    c.attempts = vec![attempt(id(1), "pay", 2), attempt(id(1), "ship", 1)];
+    commit_one(s, c).await?;
+    let mut c = commit(id(1), Some(2), dep);
+    c.attempts = vec![attempt(id(1), "pay", 3)];
+    commit_one(s, c).await?;
+    let mut other = commit(id(2), None, dep);
+    other.attempts = vec![attempt(id(2), "pay", 1)];
+    commit_one(s, other).await?;
+
+    let history = s.attempts(id(1)).await?;
+    ensure!(
+        history
+            == vec![
+                attempt(id(1), "pay", 1),
+                attempt(id(1), "pay", 2),
+                attempt(id(1), "ship", 1),
+                attempt(id(1), "pay", 3),
+            ],
+        "{history:?}"
+    );
+    ensure!(s.attempts(id(2)).await? == vec![attempt(id(2), "pay", 1)]);
+    ensure!(s.attempts(id(3)).await?.is_empty());
+    Ok(())
+}
+
+pub async fn instances_filter_by_deployment_status_and_code(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    // Created out of id order so ordering by (created, id) is observable.
+    let rows = [
+        (5, v1, T0 + 2, InstanceStatus::Running, None),
+        (4, v1, T0 + 1, InstanceStatus::Failed, Some("E_PAY")),
+        (3, v2, T0 + 1, InstanceStatus::Failed, Some("E_SHIP")),
+        (2, v2, T0, InstanceStatus::Completed, None),
+        (1, v1, T0 + 1, InstanceStatus::Failed, Some("E_PAY")),
+    ];
+    let batch = rows
+        .iter()
+        .map(|(n, dep, at, status, code)| {
+            let mut c = commit(id(*n), None, *dep);
+            c.now_ms = *at;
+            c.status = *status;
+            c.failure_code = code.map(str::to_string);
+            c
+        })
+        .collect();
+    s.commit(batch).await?;
+
+    let ids = |records: Vec<crate::InstanceRecord>| -> Vec<InstanceId> {
+        records.into_iter().map(|r| r.id).collect()
+    };
+    let all = ids(s.instances(&InstanceFilter::default()).await?);
+    ensure!(all == vec![id(2), id(1), id(3), id(4), id(5)], "{all:?}");
+    let on_v1 = ids(s
+        .instances(&InstanceFilter {
+            deployment: Some(v1),
+            ..Default::default()
+        })
+        .await?);
+    ensure!(on_v1 == vec![id(1), id(4), id(5)], "{on_v1:?}");
+    let failed = ids(s
+        .instances(&InstanceFilter {
+            status: Some(InstanceStatus::Failed),
+            ..Default::default()
+        })
+        .await?);
+    ensure!(failed == vec![id(1), id(3), id(4)], "{failed:?}");
+    let pay = ids(s
+        .instances(&InstanceFilter {
+            failure_code: Some("E_PAY".into()),
+            deployment: Some(v1),
+            status: Some(InstanceStatus::Failed),
+            limit: 0,
+        })
+        .await?);
+    ensure!(pay == vec![id(1), id(4)], "{pay:?}");
+    let first_two = ids(s
+        .instances(&InstanceFilter {
+            limit: 2,
+            ..Default::default()
+        })
+        .await?);
+    ensure!(first_two == vec![id(2), id(1)], "{first_two:?}");
+    let none = s
+        .instances(&InstanceFilter {
+            failure_code: Some("NOPE".into()),
+            ..Default::default()
+        })
+        .await?;
+    ensure!(none.is_empty());
+    Ok(())
+}
+
+pub async fn snapshot_bytes_round_trip_exactly(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let all_bytes: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+    let mut noise = Vec::with_capacity(1 << 20);
+    let mut x: u32 = 0x9e37_79b9;
+    for _ in 0..(1 << 20) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        noise.push((x >> 24) as u8);
+    }
+    let cases: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        vec![0],
+        vec![0; 64],
+        vec![0xff, 0x00, 0xc1, 0x80, 0x00],
+        b"not\0utf8\xff\xfe".to_vec(),
+        all_bytes,
+        noise,
+    ];
+    for (n, bytes) in cases.iter().enumerate() {
+        let mut c = commit(id(n as u128), None, dep);
+        c.snapshot = bytes.clone();
+        commit_one(s, c).await?;
+    }
+    for (n, bytes) in cases.iter().enumerate() {
+        let stored = s
+            .instance(id(n as u128))
+            .await?
+            .ok_or_else(|| anyhow!("case {n}"))?;
+        ensure!(
+            &stored.snapshot == bytes,
+            "snapshot case {n} changed in the store"
+        );
+    }
+    let listed: BTreeSet<usize> = s
+        .instances(&InstanceFilter::default())
+        .await?
+        .iter()
+        .map(|r| r.snapshot.len())
+        .collect();
+    ensure!(listed == cases.iter().map(Vec::len).collect(), "{listed:?}");
+    Ok(())
+}
