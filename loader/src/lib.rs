@@ -7,8 +7,9 @@
 //! entity, never follows a reference outside the bytes it is given, and never does I/O.
 //!
 //! Pipeline: [`xml`] (bytes → positioned element tree, hostile-input limits) →
-//! `build` (tree → model, element support, vendor dialects, expressions) → `validate`
-//! (graph and design rules of L6) → `classify` (L7).
+//! `build` (tree → model, element support, vendor dialects, expressions; split into
+//! `build/{events,tasks,flows,vendor,extensions}.rs` by concern) → `validate` (graph and
+//! design rules of L6) → `classify` (L7).
 
 use sha2::{Digest, Sha256};
 

@@ -1238,10 +1238,24 @@ fn definitions_can_be_shared_across_threads() {
 #[test]
 fn every_code_the_source_emits_is_in_the_rules_table() {
     let known: Vec<&str> = qflow_loader::rules().iter().map(|r| r.0).collect();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut dirs = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
     let mut checked = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    for path in files {
+        let text = std::fs::read_to_string(path).unwrap();
         let bytes = text.as_bytes();
         for i in 0..bytes.len().saturating_sub(5) {
             let w = &bytes[i..i + 6];

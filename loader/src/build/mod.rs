@@ -1,0 +1,586 @@
+//! Element tree → definition model: which elements are supported (L1, L2), task kinds and
+//! `q:` extensions (L4, L5), vendor dialects (L8), conditions and mappings compiled (L3).
+//!
+//! Every element is either mapped, deliberately ignored (diagram-only artefacts), or
+//! refused with a positioned diagnostic — nothing is skipped silently and nothing is
+//! guessed. A refused node still gets a placeholder in the graph, so that the graph rules
+//! report real problems rather than a cascade of "unknown node" errors. A definition with
+//! any error is never handed out (the caller discards it).
+//!
+//! The work is split by concern: this module holds the entry point, the per-process
+//! [`ProcessBuilder`] with its element walk, the id checks and the `<error>` /
+//! `<message>` collection; [`events`] maps events and timers, [`tasks`] task kinds,
+//! sub-processes and call activities, [`flows`] sequence flows, conditions, gateways and
+//! default flows, [`vendor`] the Camunda and Zeebe dialects, and [`extensions`] the `q:`
+//! extensions of a task.
+
+mod events;
+mod extensions;
+mod flows;
+mod tasks;
+mod vendor;
+
+use std::collections::BTreeMap;
+
+use crate::diag::Diagnostic;
+use crate::model::*;
+use crate::xml::{Attr, Document, Element, Ns};
+use crate::LoadOptions;
+
+use vendor::check_other_extensions;
+
+/// Positions the validator needs that the model does not carry.
+#[derive(Debug, Default)]
+pub(crate) struct Meta {
+    pub process_pos: Pos,
+    /// `q:retry` element position per task node.
+    pub retry_pos: BTreeMap<NodeIdx, Pos>,
+    /// Each `nonRetryableCodes` entry with the position of the attribute.
+    pub non_retryable: BTreeMap<NodeIdx, Vec<(String, Pos)>>,
+    /// Start and boundary events refused for their trigger (message, signal…). They count
+    /// as reachable roots for the graph rules, so one refused event does not cascade into
+    /// "unreachable" errors downstream.
+    pub refused_roots: Vec<NodeIdx>,
+    /// Every node refused for its kind (placeholders in the graph).
+    pub refused: std::collections::BTreeSet<NodeIdx>,
+}
+
+pub(crate) struct Built {
+    pub def: Definition,
+    pub meta: Meta,
+}
+
+/// BPMN elements that are flow nodes, supported or not (used to tell an empty pool from
+/// a process with content, and to name refused elements).
+const FLOW_NODES: &[&str] = &[
+    "startEvent",
+    "endEvent",
+    "intermediateCatchEvent",
+    "intermediateThrowEvent",
+    "boundaryEvent",
+    "task",
+    "serviceTask",
+    "userTask",
+    "manualTask",
+    "scriptTask",
+    "businessRuleTask",
+    "sendTask",
+    "receiveTask",
+    "exclusiveGateway",
+    "inclusiveGateway",
+    "parallelGateway",
+    "eventBasedGateway",
+    "complexGateway",
+    "subProcess",
+    "adHocSubProcess",
+    "transaction",
+    "callActivity",
+    "sequenceFlow",
+];
+
+/// The elements read as [`Task`]s (their extensions are read by `Extensions::read`).
+const TASKS: &[&str] = &[
+    "task",
+    "manualTask",
+    "serviceTask",
+    "userTask",
+    "sendTask",
+    "receiveTask",
+];
+
+/// Process-level BPMN elements with no execution meaning; ignored.
+const IGNORED_IN_SCOPE: &[&str] = &[
+    "laneSet",
+    "textAnnotation",
+    "association",
+    "dataObject",
+    "dataObjectReference",
+    "dataStoreReference",
+    "group",
+    "property",
+    "ioSpecification",
+    "extensionElements",
+    "auditing",
+    "monitoring",
+    "documentation",
+    "performer",
+    "humanPerformer",
+    "potentialOwner",
+    "resourceRole",
+    "supportedInterfaceRef",
+    "correlationSubscription",
+];
+
+/// Children of a flow node that have no execution meaning here (or are read elsewhere).
+const IGNORED_IN_NODE: &[&str] = &[
+    "incoming",
+    "outgoing",
+    "documentation",
+    "extensionElements",
+    "ioSpecification",
+    "dataInputAssociation",
+    "dataOutputAssociation",
+    "dataInput",
+    "dataOutput",
+    "inputSet",
+    "outputSet",
+    "property",
+    "auditing",
+    "monitoring",
+    "performer",
+    "humanPerformer",
+    "potentialOwner",
+    "resourceRole",
+    "rendering",
+    "conditionExpression",
+    "timeDuration",
+    "timeDate",
+    "timeCycle",
+];
+
+pub(crate) fn build(
+    doc: &Document,
+    content_hash: &str,
+    opts: &LoadOptions,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<Built> {
+    let root = &doc.root;
+    if !root.is(Ns::Bpmn, "definitions") {
+        diags.push(
+            Diagnostic::error(
+                "Q006",
+                root.pos,
+                format!(
+                    "the root element is <{}>, not a BPMN 2.0 <definitions> in namespace {}",
+                    root.local,
+                    crate::xml::BPMN_NS
+                ),
+            )
+            .with_help("export the model as BPMN 2.0 XML"),
+        );
+        return Vec::new();
+    }
+    check_unique_ids(root, diags);
+    let errors = collect_errors(root);
+    let messages = collect_messages(root);
+
+    let processes: Vec<&Element> = root.children_named(Ns::Bpmn, "process").collect();
+    let mut with_nodes = Vec::new();
+    for p in &processes {
+        if p.children
+            .iter()
+            .any(|c| c.ns == Ns::Bpmn && FLOW_NODES.contains(&c.local.as_str()))
+        {
+            with_nodes.push(*p);
+        } else {
+            diags.push(Diagnostic::warning(
+                "Q903",
+                p.pos,
+                format!(
+                    "process `{}` has no flow nodes and was skipped",
+                    p.value("id").unwrap_or("?")
+                ),
+            ));
+        }
+    }
+    let executable: Vec<&Element> = with_nodes
+        .iter()
+        .copied()
+        .filter(|p| p.value("isExecutable").map(str::trim) != Some("false"))
+        .collect();
+    let chosen = if executable.is_empty() {
+        for p in &with_nodes {
+            let at = p.attr("isExecutable").map_or(p.pos, |a| a.pos);
+            diags.push(
+                Diagnostic::warning(
+                    "Q901",
+                    at,
+                    format!(
+                        "process `{}` is marked isExecutable=\"false\"; loaded anyway because the file has no executable process",
+                        p.value("id").unwrap_or("?")
+                    ),
+                )
+                .with_help("set isExecutable=\"true\" on the process you mean to run"),
+            );
+        }
+        with_nodes
+    } else {
+        executable
+    };
+    if chosen.is_empty() {
+        diags.push(
+            Diagnostic::error(
+                "Q007",
+                root.pos,
+                "the file contains no process with flow nodes",
+            )
+            .with_help("add a <process> with a start event"),
+        );
+        return Vec::new();
+    }
+    let ctx = Ctx {
+        opts,
+        errors: &errors,
+        messages: &messages,
+        default_language: root
+            .value("expressionLanguage")
+            .map(|l| l.trim().to_ascii_lowercase())
+            .filter(|l| !l.is_empty()),
+    };
+    chosen
+        .into_iter()
+        .map(|p| {
+            let mut pb = ProcessBuilder::new(&ctx, diags);
+            pb.meta.process_pos = p.pos;
+            check_other_extensions(&mut pb, p);
+            pb.walk_scope(p, None);
+            pb.resolve();
+            let (process, meta) = pb.finish();
+            Built {
+                def: Definition {
+                    id: p.value("id").unwrap_or_default().to_string(),
+                    name: p.value("name").map(str::to_string),
+                    content_hash: content_hash.to_string(),
+                    process,
+                    errors: errors.clone(),
+                    messages: messages.clone(),
+                    class: Classification::Stateless,
+                },
+                meta,
+            }
+        })
+        .collect()
+}
+
+fn check_unique_ids(root: &Element, diags: &mut Vec<Diagnostic>) {
+    let mut seen: BTreeMap<&str, Pos> = BTreeMap::new();
+    let mut stack = vec![root];
+    while let Some(el) = stack.pop() {
+        if el.ns == Ns::Bpmn {
+            if let Some(a) = el.attr("id") {
+                let id = a.value.as_str();
+                match seen.get(id) {
+                    Some(first) if *first < a.pos => diags.push(dup_id(id, a.pos, *first)),
+                    Some(first) => {
+                        let first = *first;
+                        diags.push(dup_id(id, first, a.pos));
+                        seen.insert(id, a.pos);
+                    }
+                    None => {
+                        seen.insert(id, a.pos);
+                    }
+                }
+            }
+        }
+        stack.extend(el.children.iter());
+    }
+}
+
+fn dup_id(id: &str, at: Pos, first: Pos) -> Diagnostic {
+    Diagnostic::error(
+        "Q101",
+        at,
+        format!("the id `{id}` is already used at {first}"),
+    )
+    .with_help("give every element its own id")
+}
+
+fn collect_errors(root: &Element) -> BTreeMap<String, ErrorDef> {
+    root.children_named(Ns::Bpmn, "error")
+        .filter_map(|e| {
+            let id = e.value("id")?.to_string();
+            Some((
+                id.clone(),
+                ErrorDef {
+                    id,
+                    name: e.value("name").map(str::to_string),
+                    code: e
+                        .value("errorCode")
+                        .map(str::trim)
+                        .filter(|c| !c.is_empty())
+                        .map(str::to_string),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Message id → name; a message without a name is known by its id.
+fn collect_messages(root: &Element) -> BTreeMap<String, String> {
+    root.children_named(Ns::Bpmn, "message")
+        .filter_map(|m| {
+            let id = m.value("id")?.to_string();
+            let name = m
+                .value("name")
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or(&id)
+                .to_string();
+            Some((id, name))
+        })
+        .collect()
+}
+
+struct Ctx<'a> {
+    opts: &'a LoadOptions,
+    /// `<definitions expressionLanguage>`: the language of conditions that name none.
+    default_language: Option<String>,
+    errors: &'a BTreeMap<String, ErrorDef>,
+    messages: &'a BTreeMap<String, String>,
+}
+
+struct ProcessBuilder<'a, 'd> {
+    ctx: &'a Ctx<'a>,
+    diags: &'d mut Vec<Diagnostic>,
+    nodes: Vec<Node>,
+    by_id: BTreeMap<String, NodeIdx>,
+    flow_els: Vec<(&'a Element, Option<NodeIdx>)>,
+    boundary_els: Vec<(NodeIdx, &'a Element)>,
+    defaults: Vec<(NodeIdx, &'a Attr)>,
+    flows: Vec<Flow>,
+    meta: Meta,
+}
+
+impl<'a, 'd> ProcessBuilder<'a, 'd> {
+    fn new(ctx: &'a Ctx<'a>, diags: &'d mut Vec<Diagnostic>) -> Self {
+        ProcessBuilder {
+            ctx,
+            diags,
+            nodes: Vec::new(),
+            by_id: BTreeMap::new(),
+            flow_els: Vec::new(),
+            boundary_els: Vec::new(),
+            defaults: Vec::new(),
+            flows: Vec::new(),
+            meta: Meta::default(),
+        }
+    }
+
+    fn help(&mut self, code: &'static str, pos: Pos, msg: impl Into<String>, help: &str) {
+        self.diags
+            .push(Diagnostic::error(code, pos, msg).with_help(help));
+    }
+
+    /// A reference looked up: `found` as it is, after reporting it as an error when it
+    /// named nothing (`msg` is built only then).
+    fn reported_if_none<T>(
+        &mut self,
+        found: Option<T>,
+        code: &'static str,
+        pos: Pos,
+        msg: impl FnOnce() -> String,
+        help: &str,
+    ) -> Option<T> {
+        if found.is_none() {
+            self.help(code, pos, msg(), help);
+        }
+        found
+    }
+
+    fn walk_scope(&mut self, container: &'a Element, scope: Option<NodeIdx>) {
+        for child in &container.children {
+            if child.ns != Ns::Bpmn {
+                continue;
+            }
+            let local = child.local.as_str();
+            if local == "sequenceFlow" {
+                self.flow_els.push((child, scope));
+            } else if FLOW_NODES.contains(&local) {
+                self.add_node(child, scope);
+            } else if scope.is_some()
+                && (IGNORED_IN_NODE.contains(&local) || local.ends_with("LoopCharacteristics"))
+            {
+                // The sub-process's own children; `check_node_children` looked at them.
+            } else if !IGNORED_IN_SCOPE.contains(&local) {
+                self.help(
+                    "Q103",
+                    child.pos,
+                    format!("<{local}> is not supported by qflow"),
+                    "remove it, or replace it with a supported element (see SPEC L2)",
+                );
+            }
+        }
+    }
+
+    fn add_node(&mut self, el: &'a Element, scope: Option<NodeIdx>) {
+        let id = match el.value("id").map(str::trim).filter(|s| !s.is_empty()) {
+            Some(id) => id.to_string(),
+            None => {
+                self.help(
+                    "Q102",
+                    el.pos,
+                    format!("<{}> has no id", el.local),
+                    "add a unique id attribute",
+                );
+                format!("__anonymous_{}_{}", el.pos.line, el.pos.col)
+            }
+        };
+        if self.by_id.contains_key(&id) {
+            // Already reported as Q101; a second node under the same id would only add
+            // unreachable/dead-end noise.
+            return;
+        }
+        let idx = NodeIdx(self.nodes.len() as u32);
+        self.check_node_children(el);
+        if !TASKS.contains(&el.local.as_str()) {
+            check_other_extensions(self, el);
+        }
+        let kind = self.node_kind(el, idx);
+        self.nodes.push(Node {
+            id: id.clone(),
+            name: el.value("name").map(str::to_string),
+            pos: el.pos,
+            scope,
+            kind,
+            outgoing: Vec::new(),
+            incoming: Vec::new(),
+        });
+        self.by_id.entry(id).or_insert(idx);
+        // A refused sub-process (event sub-process…) is not walked: its content would
+        // only add noise to the one error that matters.
+        if el.local == "subProcess" && !self.meta.refused.contains(&idx) {
+            self.walk_scope(el, Some(idx));
+        }
+    }
+
+    /// Refuses loop/multi-instance markers, compensation and unknown BPMN children.
+    fn check_node_children(&mut self, el: &Element) {
+        if el.value("isForCompensation") == Some("true") {
+            self.help(
+                "Q103",
+                el.pos,
+                format!("compensation handler <{}> is not supported", el.local),
+                "remove isForCompensation",
+            );
+        }
+        for c in &el.children {
+            if c.ns != Ns::Bpmn {
+                continue;
+            }
+            match c.local.as_str() {
+                "multiInstanceLoopCharacteristics" | "standardLoopCharacteristics" => self.help(
+                    "Q103",
+                    c.pos,
+                    format!("<{}> (loops and multi-instance) is not supported", c.local),
+                    "model the repetition with gateways and flows",
+                ),
+                "eventDefinitionRef" => self.help(
+                    "Q103",
+                    c.pos,
+                    "<eventDefinitionRef> (shared event definitions) is not supported",
+                    "declare the event definition inside the event",
+                ),
+                l if l.ends_with("EventDefinition") => {}
+                l if IGNORED_IN_NODE.contains(&l) => {}
+                _ if el.local == "subProcess" => {} // its children are walked as a scope
+                l => self.help(
+                    "Q103",
+                    c.pos,
+                    format!("<{l}> inside <{}> is not supported", el.local),
+                    "remove it",
+                ),
+            }
+        }
+    }
+
+    fn placeholder() -> NodeKind {
+        NodeKind::Task(Task {
+            kind: TaskKind::PassThrough,
+            retry: None,
+            timeout: None,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        })
+    }
+
+    fn node_kind(&mut self, el: &'a Element, idx: NodeIdx) -> NodeKind {
+        let local = el.local.as_str();
+        let kind = match local {
+            "startEvent" => {
+                let k = self.start_event(el);
+                if k.is_none() {
+                    self.meta.refused_roots.push(idx);
+                }
+                k
+            }
+            "endEvent" => self.end_event(el),
+            "intermediateCatchEvent" => self.catch_event(el),
+            "intermediateThrowEvent" => self.throw_event(el),
+            "boundaryEvent" => {
+                let k = self.boundary_event(el, idx);
+                if k.is_none() {
+                    self.meta.refused_roots.push(idx);
+                }
+                k
+            }
+            l if TASKS.contains(&l) => self.task(el, idx),
+            "exclusiveGateway" | "inclusiveGateway" => {
+                if let Some(a) = el.attr("default") {
+                    self.defaults.push((idx, a));
+                }
+                Some(if local == "exclusiveGateway" {
+                    NodeKind::ExclusiveGateway { default: None }
+                } else {
+                    NodeKind::InclusiveGateway { default: None }
+                })
+            }
+            "parallelGateway" => Some(NodeKind::ParallelGateway),
+            "eventBasedGateway" => self.event_gateway(el),
+            "subProcess" => self.sub_process(el),
+            "callActivity" => self.call_activity(el),
+            other => {
+                let what = match other {
+                    "scriptTask" => {
+                        "scriptTask (qflow runs no scripts; use a serviceTask with q:task)"
+                    }
+                    "businessRuleTask" => "businessRuleTask (use a serviceTask with q:task)",
+                    "complexGateway" => "complexGateway",
+                    "adHocSubProcess" => "adHocSubProcess",
+                    "transaction" => "transaction sub-process",
+                    _ => other,
+                };
+                self.help(
+                    "Q103",
+                    el.pos,
+                    format!("<{other}> is not supported: {what}"),
+                    "replace it with an element of the supported subset (SPEC L2)",
+                );
+                None
+            }
+        };
+        if !matches!(local, "exclusiveGateway" | "inclusiveGateway") {
+            if let Some(a) = el.attr("default") {
+                self.defaults.push((idx, a));
+            }
+        }
+        match kind {
+            Some(k) => k,
+            None => {
+                // A refused node is already an error; the graph rules treat it as reachable
+                // and not a dead end, so that one refusal does not cascade.
+                self.meta.refused.insert(idx);
+                Self::placeholder()
+            }
+        }
+    }
+
+    // ----- resolution of references -----
+
+    /// Once every node is known: boundary hosts (`events`), then flow ends and conditions,
+    /// then gateway defaults (`flows`).
+    fn resolve(&mut self) {
+        self.resolve_boundaries();
+        self.resolve_flows();
+        self.resolve_defaults();
+    }
+
+    fn finish(self) -> (Process, Meta) {
+        (
+            Process {
+                nodes: self.nodes,
+                flows: self.flows,
+                by_id: self.by_id,
+            },
+            self.meta,
+        )
+    }
+}

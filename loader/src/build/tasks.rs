@@ -1,0 +1,253 @@
+//! Activities: task kinds (registered, channel, pull, user, send, receive,
+//! pass-through) with the retry and timeout that apply to them, sub-processes and call
+//! activities.
+
+use crate::model::*;
+use crate::xml::{Element, Ns};
+
+use super::extensions::Extensions;
+use super::ProcessBuilder;
+
+impl<'a, 'd> ProcessBuilder<'a, 'd> {
+    pub(super) fn task(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
+        let ext = Extensions::read(self, el);
+        let kind = match el.local.as_str() {
+            "serviceTask" => self.service_kind(el, &ext)?,
+            other => {
+                for a in ["task", "channel", "topic"] {
+                    if let Some(attr) = el.attr_ns(Ns::Q, a) {
+                        self.help(
+                            "Q307",
+                            attr.pos,
+                            format!("q:{a} is only allowed on a serviceTask, not on <{other}>"),
+                            "change the element to a serviceTask, or remove the attribute",
+                        );
+                    }
+                }
+                self.vendor_runner_on_non_service(el, &ext);
+                match other {
+                    "userTask" => TaskKind::User,
+                    "sendTask" => TaskKind::Send {
+                        message: match el.attr("messageRef") {
+                            Some(_) => Some(self.message_ref(el)?),
+                            None => None,
+                        },
+                    },
+                    "receiveTask" => TaskKind::Receive {
+                        message: self.message_ref(el)?,
+                    },
+                    _ => TaskKind::PassThrough,
+                }
+            }
+        };
+        let retry = ext.retry.and_then(|(policy, pos)| {
+            let allowed = match &kind {
+                TaskKind::Registered { .. } | TaskKind::Channel { .. } => true,
+                TaskKind::Pull { .. } => {
+                    self.help(
+                        "Q304",
+                        pos,
+                        "q:retry on a pull task is refused: the pull surface has its own retry budget and the two never overlap",
+                        "remove q:retry; workers report failures with their own retries count",
+                    );
+                    false
+                }
+                other => {
+                    self.help(
+                        "Q307",
+                        pos,
+                        format!("q:retry is not supported on a {} task", kind_name(other)),
+                        "q:retry applies to serviceTasks with q:task or q:channel",
+                    );
+                    false
+                }
+            };
+            allowed.then(|| {
+                self.meta.retry_pos.insert(idx, pos);
+                self.meta.non_retryable.insert(idx, ext.codes.clone());
+                policy
+            })
+        });
+        let timeout = ext.timeout.and_then(|(d, pos)| match &kind {
+            TaskKind::Registered { .. } | TaskKind::Channel { .. } => Some(d),
+            other => {
+                self.help(
+                    "Q307",
+                    pos,
+                    format!("q:timeout is not supported on a {} task", kind_name(other)),
+                    "use a timer boundary event to bound the wait",
+                );
+                None
+            }
+        });
+        Some(NodeKind::Task(Task {
+            kind,
+            retry,
+            timeout,
+            inputs: ext.inputs,
+            outputs: ext.outputs,
+        }))
+    }
+
+    fn service_kind(&mut self, el: &'a Element, ext: &Extensions) -> Option<TaskKind> {
+        let mut found: Vec<(TaskKind, Pos, &str)> = Vec::new();
+        // Whether the author named a way to run at all (even a malformed one): if so,
+        // that error is the one to show, not "does not say how it runs".
+        let attempted = ["task", "channel", "topic"]
+            .iter()
+            .any(|a| el.attr_ns(Ns::Q, a).is_some())
+            || el.attr_ns(Ns::Camunda, "type").is_some()
+            || ext.zeebe_attempted;
+        for (a, what) in [
+            ("task", "q:task"),
+            ("channel", "q:channel"),
+            ("topic", "q:topic"),
+        ] {
+            if let Some(attr) = el.attr_ns(Ns::Q, a) {
+                let v = attr.value.trim();
+                if v.is_empty() {
+                    self.help(
+                        "Q102",
+                        attr.pos,
+                        format!("{what} is empty"),
+                        "give the task a name",
+                    );
+                    continue;
+                }
+                let name = v.to_string();
+                let kind = match a {
+                    "task" => TaskKind::Registered { name },
+                    "channel" => TaskKind::Channel { name },
+                    _ => TaskKind::Pull {
+                        topic: name,
+                        retries: None,
+                    },
+                };
+                found.push((kind, attr.pos, what));
+            }
+        }
+        let cam_type = el.attr_ns(Ns::Camunda, "type");
+        match cam_type.map(|a| a.value.trim()) {
+            Some("external") => match el.attr_ns(Ns::Camunda, "topic") {
+                Some(t) if !t.value.trim().is_empty() => found.push((
+                    TaskKind::Pull {
+                        topic: t.value.trim().to_string(),
+                        retries: None,
+                    },
+                    t.pos,
+                    "camunda:topic",
+                )),
+                _ => self.help(
+                    "Q102",
+                    el.pos,
+                    "a camunda:type=\"external\" task has no camunda:topic",
+                    "add camunda:topic=\"…\"",
+                ),
+            },
+            Some(other) => self.help(
+                "Q401",
+                cam_type.map_or(el.pos, |a| a.pos),
+                format!("camunda:type=\"{other}\" is not supported"),
+                "use q:task, q:channel or q:topic",
+            ),
+            None => {}
+        }
+        if let Some((kind, pos)) = ext.zeebe_job.clone() {
+            found.push((kind, pos, "zeebe:taskDefinition"));
+        }
+        match found.len() {
+            1 => Some(found.remove(0).0),
+            0 if attempted => None,
+            0 => {
+                let code_ref = ["class", "delegateExpression", "expression"]
+                    .iter()
+                    .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (a, x.pos)));
+                match code_ref {
+                    Some((a, pos)) => self.help(
+                        "Q114",
+                        pos,
+                        format!("camunda:{a} names Java code that qflow cannot run"),
+                        "add q:task=\"<handler name>\" and register a handler for it",
+                    ),
+                    None => self.help(
+                        "Q114",
+                        el.pos,
+                        "the serviceTask does not say how it runs",
+                        "add q:task=\"<handler name>\" (registered handler), q:channel=\"<channel>\" (request/response) or q:topic=\"<topic>\" (external workers)",
+                    ),
+                }
+                None
+            }
+            _ => {
+                let names: Vec<&str> = found.iter().map(|f| f.2).collect();
+                self.help(
+                    "Q115",
+                    found[1].1,
+                    format!(
+                        "the serviceTask names more than one way to run: {}",
+                        names.join(", ")
+                    ),
+                    "keep exactly one of q:task, q:channel, q:topic",
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn sub_process(&mut self, el: &Element) -> Option<NodeKind> {
+        if el.value("triggeredByEvent") == Some("true") {
+            self.help(
+                "Q103",
+                el.pos,
+                "an event sub-process (triggeredByEvent=\"true\") is not supported",
+                "use boundary events on an embedded sub-process instead",
+            );
+            return None;
+        }
+        Some(NodeKind::SubProcess)
+    }
+
+    pub(super) fn call_activity(&mut self, el: &'a Element) -> Option<NodeKind> {
+        let zeebe = el
+            .child(Ns::Bpmn, "extensionElements")
+            .and_then(|x| x.child(Ns::Zeebe, "calledElement"))
+            .and_then(|c| c.attr("processId"));
+        let called = el.attr("calledElement").or(zeebe);
+        match called.map(|a| (a, a.value.trim())) {
+            Some((a, v)) if v.starts_with('=') => {
+                self.help(
+                    "Q401",
+                    a.pos,
+                    "a called element chosen by an expression is not supported",
+                    "name the called process directly",
+                );
+                None
+            }
+            Some((_, v)) if !v.is_empty() => Some(NodeKind::CallActivity {
+                called_element: v.to_string(),
+            }),
+            _ => {
+                self.help(
+                    "Q117",
+                    el.pos,
+                    "the callActivity has no calledElement",
+                    "add calledElement=\"<process id>\"",
+                );
+                None
+            }
+        }
+    }
+}
+
+/// A task kind as diagnostics name it.
+fn kind_name(k: &TaskKind) -> &'static str {
+    match k {
+        TaskKind::Registered { .. } => "registered (q:task)",
+        TaskKind::Channel { .. } => "channel-call (q:channel)",
+        TaskKind::Pull { .. } => "pull (q:topic)",
+        TaskKind::User => "user",
+        TaskKind::PassThrough => "pass-through",
+        TaskKind::Send { .. } => "send",
+        TaskKind::Receive { .. } => "receive",
+    }
+}
