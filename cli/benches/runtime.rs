@@ -389,7 +389,7 @@ impl TimedStore {
             for c in &mut batch {
                 let stored = ids.stored_for(c.instance);
                 c.instance = stored;
-                for t in &mut c.arm_timers {
+                for t in &mut c.timers.arm {
                     t.instance = stored;
                 }
                 for a in &mut c.attempts {
@@ -464,7 +464,7 @@ impl Store for TimedStore {
     async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>> {
         let finished: Vec<InstanceId> = batch
             .iter()
-            .filter(|c| c.status != qflow_store::InstanceStatus::Running)
+            .filter(|c| c.state.status != qflow_store::InstanceStatus::Running)
             .map(|c| c.instance)
             .collect();
         let batch = self.rewrite(batch);

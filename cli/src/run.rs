@@ -84,7 +84,7 @@ fn handlers() -> AsyncHandlers {
         .with_sync("release", ok)
         .with_sync("charge", |ctx: &TaskContext<'_>| {
             match script_for(ctx.instance_id) {
-                Script::Flaky(n) if ctx.attempt <= n => TaskOutcome::Fail {
+                Script::Flaky(n) if ctx.attempt.get() <= n => TaskOutcome::Fail {
                     code: "GATEWAY_UNAVAILABLE".into(),
                     message: format!("gateway timed out (attempt {})", ctx.attempt),
                 },
@@ -274,7 +274,7 @@ async fn print_table(
                 "  {:<8} attempt {} {:<10} {}",
                 a.node,
                 a.attempt,
-                a.outcome,
+                a.outcome.as_str(),
                 a.code.unwrap_or_default()
             )?;
         }

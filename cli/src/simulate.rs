@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use qflow_core::sim::{Summary, TraceStep};
-use qflow_core::{Effect, Input};
+use qflow_core::{Attempt, Effect, Input};
 use qflow_golden::scenario;
 use qflow_loader::diag::Diagnostic;
 use qflow_loader::model::Definition;
@@ -105,7 +105,7 @@ struct TraceLine<'a> {
     at_ms: i64,
     input: &'a Input,
     node: Option<&'a str>,
-    attempt: Option<u32>,
+    attempt: Option<Attempt>,
     effects: &'a [Effect],
     snapshot_bytes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -133,7 +133,7 @@ struct SummaryLine<'a> {
 
 /// The attempt a step reports on (a handler result) or, failing that, the attempt it
 /// starts (a re-drive or the first run of a task): what an author looks for in a trace.
-fn attempt_of(step: &TraceStep) -> Option<u32> {
+fn attempt_of(step: &TraceStep) -> Option<Attempt> {
     step.attempt.or_else(|| {
         step.effects.iter().find_map(|e| match e {
             Effect::RunTask { attempt, .. } => Some(*attempt),

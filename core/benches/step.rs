@@ -5,7 +5,7 @@
 //! Run: `cargo bench -p qflow-engine --bench step`. Figures go to docs/performance.md.
 
 use criterion::{black_box, criterion_group, Criterion, Throughput};
-use qflow_core::{step, Effect, Input, Snapshot};
+use qflow_core::{step, Attempt, Effect, FailureKind, Input, Snapshot};
 use qflow_loader::model::{DurationMs, Jitter, RetryPolicy, Variables};
 
 #[path = "../tests/common/build.rs"]
@@ -131,7 +131,8 @@ fn report_sizes(_: &mut Criterion) {
         started.snapshot,
         Input::TaskFailed {
             node: "t1".into(),
-            attempt: 1,
+            attempt: Attempt::FIRST,
+            kind: FailureKind::Failed,
             code: "HANDLER_FAILED".into(),
             message: String::new(),
         },

@@ -17,7 +17,7 @@ use qflow_loader::model::{
 use serde_json::Value as Json;
 
 use super::timers::{TimerKind, TimerName};
-use super::{codes, AttemptOutcome, Effect, Input, Step};
+use super::{codes, Attempt, AttemptOutcome, Effect, FailureKind, Input, Step};
 use crate::error::Error;
 use crate::snapshot::{Snapshot, Status};
 
@@ -47,11 +47,14 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
                     "task `{node}` is in a backoff window ({class}); attempt {attempt} is over"
                 ));
             }
-            let live = snap.attempt(node).max(1);
+            let live = snap.attempt_in_progress(node);
             (*attempt != live)
                 .then(|| format!("attempt {attempt} of `{node}` is not the live attempt {live}"))
         }
-        Input::TimerFired { name, incarnation } => match snap.timers.get(name) {
+        Input::TimerFired { name, .. } if name.kind() == TimerKind::Lease => Some(format!(
+            "timer `{name}` is the shell's in-flight lease; the shell redrives on it"
+        )),
+        Input::TimerFired { name, incarnation } => match snap.timers.get(name.as_str()) {
             Some(live) if live == incarnation => None,
             Some(live) => Some(format!(
                 "timer `{name}` incarnation {incarnation} is not the live one ({live})"
@@ -174,16 +177,17 @@ impl<'a> Run<'a> {
             Input::TaskFailed {
                 node,
                 attempt,
+                kind,
                 code,
                 message,
-            } => self.task_failed(&node, attempt, code, message),
+            } => self.task_failed(&node, attempt, kind, code, message),
             Input::TaskBpmnError {
                 node,
                 attempt,
                 code,
                 message,
             } => self.task_bpmn_error(&node, attempt, code, message),
-            Input::TimerFired { name, incarnation } => self.timer_fired(&name, incarnation),
+            Input::TimerFired { name, incarnation } => self.timer_fired(name, incarnation),
             Input::UserTaskCompleted { node, variables } => {
                 let idx = self.idx(&node);
                 self.complete_activity(idx, variables);
@@ -222,7 +226,7 @@ impl<'a> Run<'a> {
 
     // ----- inputs ------------------------------------------------------------------
 
-    pub(super) fn task_completed(&mut self, node: &str, attempt: u32, outputs: Variables) {
+    pub(super) fn task_completed(&mut self, node: &str, attempt: Attempt, outputs: Variables) {
         let idx = self.idx(node);
         self.effects.push(Effect::AttemptFinished {
             node: node.to_owned(),
@@ -235,28 +239,30 @@ impl<'a> Run<'a> {
         self.complete_activity(idx, outputs);
     }
 
-    pub(super) fn task_failed(&mut self, node: &str, attempt: u32, code: String, message: String) {
+    pub(super) fn task_failed(
+        &mut self,
+        node: &str,
+        attempt: Attempt,
+        kind: FailureKind,
+        code: String,
+        message: String,
+    ) {
         let idx = self.idx(node);
-        let outcome = if code == crate::handler::HANDLER_PANICKED {
-            AttemptOutcome::Panicked
-        } else {
-            AttemptOutcome::Failed
-        };
         self.effects.push(Effect::AttemptFinished {
             node: node.to_owned(),
             attempt,
-            outcome,
+            outcome: kind.outcome(),
             code: Some(code.clone()),
             message: Some(message.clone()),
         });
         self.attempt_reported = Some(idx);
-        self.attempt_failed(idx, code, message);
+        self.attempt_failed(idx, kind, code, message);
     }
 
     pub(super) fn task_bpmn_error(
         &mut self,
         node: &str,
-        attempt: u32,
+        attempt: Attempt,
         code: String,
         message: String,
     ) {
@@ -273,19 +279,18 @@ impl<'a> Run<'a> {
         self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
     }
 
-    pub(super) fn timer_fired(&mut self, name: &str, incarnation: u32) {
-        self.snap.timers.remove(name);
+    pub(super) fn timer_fired(&mut self, name: TimerName, incarnation: u32) {
+        self.snap.timers.remove(name.as_str());
+        let Some(idx) = name.node().and_then(|node| self.p.find(node)) else {
+            self.effects
+                .push(Effect::ResolveTimer { name, incarnation });
+            return;
+        };
         self.effects.push(Effect::ResolveTimer {
-            name: name.to_owned(),
+            name: name.clone(),
             incarnation,
         });
-        let Some(timer) = TimerName::parse(name) else {
-            return;
-        };
-        let Some(idx) = self.p.find(timer.node) else {
-            return;
-        };
-        match timer.kind {
+        match name.kind() {
             TimerKind::Catch => {
                 if self.remove_token(idx) {
                     self.leave(idx);
@@ -297,10 +302,12 @@ impl<'a> Run<'a> {
             TimerKind::Boundary => self.boundary_timer_fired(idx, name),
             TimerKind::Timeout => self.timeout_fired(idx),
             TimerKind::Retry => self.redrive(idx),
+            // Refused by `staleness`: the lease is the shell's.
+            TimerKind::Lease => {}
         }
     }
 
-    pub(super) fn boundary_timer_fired(&mut self, boundary: NodeIdx, name: &str) {
+    pub(super) fn boundary_timer_fired(&mut self, boundary: NodeIdx, name: TimerName) {
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
         };
@@ -311,13 +318,13 @@ impl<'a> Run<'a> {
             interval,
         }) = &b.trigger
         {
-            let fired = self.snap.cycles.get(name).copied().unwrap_or(0) + 1;
+            let fired = self.snap.cycles.get(name.as_str()).copied().unwrap_or(0) + 1;
             if repetitions.is_none_or(|r| (fired as u64) < r as u64) {
-                self.snap.cycles.insert(name.to_owned(), fired);
+                self.snap.cycles.insert(name.as_str().to_owned(), fired);
                 let due = self.after(*interval);
-                self.arm(name.to_owned(), due);
+                self.arm(name, due);
             } else {
-                self.snap.cycles.remove(name);
+                self.snap.cycles.remove(name.as_str());
             }
         }
         self.leave(boundary);
@@ -331,8 +338,8 @@ impl<'a> Run<'a> {
         if registered {
             self.effects.push(Effect::AttemptFinished {
                 node: node.to_owned(),
-                attempt: self.snap.attempt(node).max(1),
-                outcome: AttemptOutcome::TimedOut,
+                attempt: self.snap.attempt_in_progress(node),
+                outcome: FailureKind::TimedOut.outcome(),
                 code: Some(codes::TIMEOUT.to_owned()),
                 message: Some(message.clone()),
             });
@@ -340,7 +347,12 @@ impl<'a> Run<'a> {
         }
         if registered && self.policy(idx).is_some() {
             // With a policy the timeout is a retryable failure first (E5).
-            self.attempt_failed(idx, codes::TIMEOUT.to_owned(), message);
+            self.attempt_failed(
+                idx,
+                FailureKind::TimedOut,
+                codes::TIMEOUT.to_owned(),
+                message,
+            );
         } else {
             // Without one it stays a catchable error, exactly as before retries existed.
             self.throw_from_activity(
@@ -454,7 +466,7 @@ impl<'a> Run<'a> {
             NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) => {
                 self.add_token(idx);
                 let due = self.due_at(timer);
-                self.arm(TimerName::new(TimerKind::Catch, &node.id).render(), due);
+                self.arm(TimerName::new(TimerKind::Catch, &node.id), due);
             }
             NodeKind::IntermediateCatch(CatchTrigger::Message { .. }) => self.add_token(idx),
             NodeKind::SubProcess => {
@@ -475,7 +487,7 @@ impl<'a> Run<'a> {
                         &self.p.node(target).kind
                     {
                         let due = self.due_at(timer);
-                        let name = TimerName::new(TimerKind::Catch, self.id(target)).render();
+                        let name = TimerName::new(TimerKind::Catch, self.id(target));
                         self.arm(name, due);
                     }
                 }
@@ -491,7 +503,7 @@ impl<'a> Run<'a> {
                 self.add_token(idx);
                 self.arm_boundaries(idx);
                 self.snap.clear_retry_state(self.id(idx));
-                self.run_attempt(idx, 1);
+                self.run_attempt(idx, Attempt::FIRST);
             }
             TaskKind::User | TaskKind::Receive { .. } => {
                 self.add_token(idx);
@@ -505,7 +517,7 @@ impl<'a> Run<'a> {
     }
 
     /// Emits the `RunTask` of `attempt` and opens its timeout window.
-    pub(super) fn run_attempt(&mut self, idx: NodeIdx, attempt: u32) {
+    pub(super) fn run_attempt(&mut self, idx: NodeIdx, attempt: Attempt) {
         let NodeKind::Task(task) = &self.p.node(idx).kind else {
             return;
         };
@@ -527,7 +539,7 @@ impl<'a> Run<'a> {
 
     pub(super) fn arm_timeout(&mut self, idx: NodeIdx, task: &Task) {
         if let Some(timeout) = task.timeout {
-            let name = TimerName::new(TimerKind::Timeout, self.id(idx)).render();
+            let name = TimerName::new(TimerKind::Timeout, self.id(idx));
             self.arm(name, self.after(timeout));
         }
     }

@@ -2,9 +2,10 @@
 //!
 //! The pure core never calls a handler; it emits [`crate::Effect::RunTask`] and the shell
 //! (the runtime, or the simulator) runs the handler and feeds the outcome back as an
-//! [`Input`]. [`run_handler`] is the one place that turns a handler call into an input,
-//! so a panicking handler becomes `TaskFailed { code: "HANDLER_PANICKED" }` everywhere,
-//! never a crash of the lane. Nothing here reads the clock or does I/O itself.
+//! [`Input`]. [`call_input`] is the one place that turns the end of a handler call into
+//! an input — the handler's own outcome, a panic, the shell's time limit, a missing
+//! registration — so every shell reports them alike and the failure's kind is typed once.
+//! Nothing here reads the clock or does I/O itself.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -12,12 +13,14 @@ use std::sync::Arc;
 
 use qflow_loader::model::Variables;
 
-use crate::Input;
+use crate::{Attempt, FailureKind, Input};
 
 /// The structured code a panicking handler is reported with (E5).
 pub const HANDLER_PANICKED: &str = "HANDLER_PANICKED";
 /// The structured code for a `q:task` name no handler is registered under.
 pub const HANDLER_MISSING: &str = "HANDLER_MISSING";
+/// The structured code of an attempt that outran the shell's handler time limit (E5).
+pub const HANDLER_TIMEOUT: &str = "HANDLER_TIMEOUT";
 
 /// What a handler sees of the task it runs.
 #[derive(Debug, Clone, Copy)]
@@ -27,8 +30,8 @@ pub struct TaskContext<'a> {
     pub node: &'a str,
     /// The `q:task` name the handler is registered under.
     pub handler: &'a str,
-    /// The attempt this call is, 1-based.
-    pub attempt: u32,
+    /// The attempt this call is.
+    pub attempt: Attempt,
     /// The task's input mappings evaluated over the instance variables (all instance
     /// variables when the task has no input mappings).
     pub inputs: &'a Variables,
@@ -70,48 +73,91 @@ where
     }
 }
 
-/// Runs `handler` and turns whatever it does — including a panic — into the input the
-/// core expects back for this attempt.
-pub fn run_handler(handler: &dyn TaskHandler, ctx: &TaskContext<'_>) -> Input {
+/// How one handler call ended, as the shell saw it: the handler's own outcome, or a way
+/// of ending the shell observed around it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEnded {
+    /// The handler returned.
+    Returned(TaskOutcome),
+    /// The handler panicked; the message is the panic's, when it had one.
+    Panicked(Option<String>),
+    /// The shell's handler time limit ran out first.
+    TimedOut { limit_ms: u64 },
+    /// No handler is registered under the task's `q:task` name.
+    Missing,
+}
+
+/// The one mapping from a handler call's end to the input the core expects back for
+/// that attempt (the simulator, the runtime and every host go through it). A failure's
+/// kind is typed here, once; the core never reads the code to find it.
+pub fn call_input(ctx: &TaskContext<'_>, ended: CallEnded) -> Input {
     let node = ctx.node.to_owned();
     let attempt = ctx.attempt;
-    match catch_unwind(AssertUnwindSafe(|| handler.call(ctx))) {
-        Ok(TaskOutcome::Ok(outputs)) => Input::TaskCompleted {
+    let failed = |kind, code: &str, message| Input::TaskFailed {
+        node: node.clone(),
+        attempt,
+        kind,
+        code: code.to_owned(),
+        message,
+    };
+    match ended {
+        CallEnded::Returned(TaskOutcome::Ok(outputs)) => Input::TaskCompleted {
             node,
             attempt,
             outputs,
         },
-        Ok(TaskOutcome::Fail { code, message }) => Input::TaskFailed {
+        CallEnded::Returned(TaskOutcome::Fail { code, message }) => Input::TaskFailed {
+            node,
+            attempt,
+            kind: FailureKind::Failed,
+            code,
+            message,
+        },
+        CallEnded::Returned(TaskOutcome::BpmnError { code, message }) => Input::TaskBpmnError {
             node,
             attempt,
             code,
             message,
         },
-        Ok(TaskOutcome::BpmnError { code, message }) => Input::TaskBpmnError {
-            node,
-            attempt,
-            code,
-            message,
-        },
-        Err(payload) => Input::TaskFailed {
-            node,
-            attempt,
-            code: HANDLER_PANICKED.to_owned(),
-            message: panic_message(payload.as_ref()),
-        },
+        CallEnded::Panicked(message) => failed(
+            FailureKind::Panicked,
+            HANDLER_PANICKED,
+            match message {
+                Some(m) => format!("handler panicked: {m}"),
+                None => "handler panicked".to_owned(),
+            },
+        ),
+        CallEnded::TimedOut { limit_ms } => failed(
+            FailureKind::TimedOut,
+            HANDLER_TIMEOUT,
+            format!("handler ran longer than {limit_ms} ms"),
+        ),
+        CallEnded::Missing => failed(
+            FailureKind::Failed,
+            HANDLER_MISSING,
+            format!("no handler is registered for q:task `{}`", ctx.handler),
+        ),
     }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// Runs `handler` and turns whatever it does — including a panic — into the input the
+/// core expects back for this attempt.
+pub fn run_handler(handler: &dyn TaskHandler, ctx: &TaskContext<'_>) -> Input {
+    let ended = match catch_unwind(AssertUnwindSafe(|| handler.call(ctx))) {
+        Ok(outcome) => CallEnded::Returned(outcome),
+        Err(payload) => CallEnded::Panicked(panic_message(payload.as_ref())),
+    };
+    call_input(ctx, ended)
+}
+
+/// The text of a panic payload, when it is one.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     if let Some(s) = payload.downcast_ref::<&str>() {
-        format!("handler panicked: {s}")
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        format!("handler panicked: {s}")
+        Some((*s).to_owned())
     } else {
-        "handler panicked".to_owned()
+        payload.downcast_ref::<String>().cloned()
     }
 }
-
 /// Handlers by `q:task` name. Name-ordered so that listing it is deterministic.
 #[derive(Clone, Default)]
 pub struct Handlers {
@@ -147,12 +193,7 @@ impl Handlers {
     pub fn run(&self, ctx: &TaskContext<'_>) -> Input {
         match self.get(ctx.handler) {
             Some(h) => run_handler(h.as_ref(), ctx),
-            None => Input::TaskFailed {
-                node: ctx.node.to_owned(),
-                attempt: ctx.attempt,
-                code: HANDLER_MISSING.to_owned(),
-                message: format!("no handler is registered for q:task `{}`", ctx.handler),
-            },
+            None => call_input(ctx, CallEnded::Missing),
         }
     }
 }

@@ -42,12 +42,15 @@ mod scope;
 mod support;
 mod timers;
 
+use std::num::NonZeroU32;
+
 use qflow_loader::model::{Definition, Variables};
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
 pub use crate::snapshot::{Snapshot, Status};
+pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight};
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
 
@@ -72,6 +75,91 @@ pub mod codes {
     pub const STEP_LIMIT: &str = "STEP_LIMIT";
 }
 
+/// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
+/// as the bare number; a 0 is refused where it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub struct Attempt(NonZeroU32);
+
+impl Attempt {
+    pub const FIRST: Attempt = Attempt(NonZeroU32::MIN);
+
+    /// `None` for 0.
+    pub fn new(n: u32) -> Option<Attempt> {
+        NonZeroU32::new(n).map(Attempt)
+    }
+
+    pub fn get(self) -> u32 {
+        self.0.get()
+    }
+
+    /// The attempt after this one; saturates at `u32::MAX` (no policy allows that many).
+    pub fn next(self) -> Attempt {
+        Attempt(self.0.saturating_add(1))
+    }
+}
+
+impl TryFrom<u32> for Attempt {
+    type Error = &'static str;
+
+    fn try_from(n: u32) -> Result<Attempt, Self::Error> {
+        Attempt::new(n).ok_or("attempt numbers are 1-based; 0 is not an attempt")
+    }
+}
+
+impl From<Attempt> for u32 {
+    fn from(a: Attempt) -> u32 {
+        a.get()
+    }
+}
+
+impl std::fmt::Display for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// How a task attempt failed, as the shell observed it. Typed on the input, so the core
+/// never reads a code string to decide what a failure was: the kind picks the class the
+/// backoff marker records and the outcome of the attempt-history row, the code is the
+/// host's and only carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The handler reported a failure (or none is registered).
+    #[default]
+    Failed,
+    /// The handler panicked.
+    Panicked,
+    /// The attempt ran out of time: the shell's handler time limit, or the route-less
+    /// `q:timeout` window the core itself watches.
+    TimedOut,
+}
+
+impl FailureKind {
+    pub fn is_failed(&self) -> bool {
+        *self == FailureKind::Failed
+    }
+
+    /// The class a backoff-window marker `m/<node>` records (persisted: never rename).
+    pub fn class(self) -> &'static str {
+        match self {
+            FailureKind::Failed => "failed",
+            FailureKind::Panicked => "panicked",
+            FailureKind::TimedOut => "timeout",
+        }
+    }
+
+    /// The attempt-history outcome of an attempt that failed this way.
+    pub fn outcome(self) -> AttemptOutcome {
+        match self {
+            FailureKind::Failed => AttemptOutcome::Failed,
+            FailureKind::Panicked => AttemptOutcome::Panicked,
+            FailureKind::TimedOut => AttemptOutcome::TimedOut,
+        }
+    }
+}
+
 /// One thing that happened to an instance. A closed set: later features (channel
 /// responses, poison wakes, pull-task results, migration) add variants here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,14 +173,17 @@ pub enum Input {
     /// A registered task's handler returned a result for `attempt`.
     TaskCompleted {
         node: String,
-        attempt: u32,
+        attempt: Attempt,
         #[serde(default)]
         outputs: Variables,
     },
-    /// A registered task's handler failed (or panicked: code `HANDLER_PANICKED`).
+    /// A registered task's attempt failed; `kind` says how (a plain failure is the
+    /// default and is not written out).
     TaskFailed {
         node: String,
-        attempt: u32,
+        attempt: Attempt,
+        #[serde(default, skip_serializing_if = "FailureKind::is_failed")]
+        kind: FailureKind,
         code: String,
         #[serde(default)]
         message: String,
@@ -100,13 +191,13 @@ pub enum Input {
     /// A registered task's handler threw a BPMN error.
     TaskBpmnError {
         node: String,
-        attempt: u32,
+        attempt: Attempt,
         code: String,
         #[serde(default)]
         message: String,
     },
     /// A timer row came due. Stale unless `incarnation` is the live one (E8).
-    TimerFired { name: String, incarnation: u32 },
+    TimerFired { name: TimerName, incarnation: u32 },
     /// A user task was completed through the API with these variables.
     UserTaskCompleted {
         node: String,
@@ -136,7 +227,7 @@ impl Input {
             | Input::TaskFailed { node, .. }
             | Input::TaskBpmnError { node, .. }
             | Input::UserTaskCompleted { node, .. } => Some(node),
-            Input::TimerFired { name, .. } => TimerName::parse(name).map(|t| t.node),
+            Input::TimerFired { name, .. } => name.node(),
             Input::Start { .. }
             | Input::MessageReceived { .. }
             | Input::Cancel
@@ -145,7 +236,7 @@ impl Input {
     }
 
     /// The attempt the input reports on, when it reports on one.
-    pub fn attempt(&self) -> Option<u32> {
+    pub fn attempt(&self) -> Option<Attempt> {
         match self {
             Input::TaskCompleted { attempt, .. }
             | Input::TaskFailed { attempt, .. }
@@ -170,6 +261,16 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
+    pub const ALL: [AttemptOutcome; 6] = [
+        AttemptOutcome::Ok,
+        AttemptOutcome::Failed,
+        AttemptOutcome::Panicked,
+        AttemptOutcome::BpmnError,
+        AttemptOutcome::TimedOut,
+        AttemptOutcome::Interrupted,
+    ];
+
+    /// The stored text of the outcome (attempt-history rows; never rename).
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptOutcome::Ok => "ok",
@@ -179,6 +280,11 @@ impl AttemptOutcome {
             AttemptOutcome::TimedOut => "timeout",
             AttemptOutcome::Interrupted => "interrupted",
         }
+    }
+
+    /// The outcome whose [`AttemptOutcome::as_str`] is `s`.
+    pub fn parse(s: &str) -> Option<AttemptOutcome> {
+        AttemptOutcome::ALL.into_iter().find(|o| o.as_str() == s)
     }
 }
 
@@ -192,21 +298,21 @@ pub enum Effect {
     RunTask {
         node: String,
         handler: String,
-        attempt: u32,
+        attempt: Attempt,
         inputs: Variables,
     },
     /// Upsert the timer row `name`; when due, feed `TimerFired { name, incarnation }`.
     ArmTimer {
-        name: String,
+        name: TimerName,
         due_at_ms: i64,
         incarnation: u32,
     },
     /// Delete the timer row `name` if it still has this incarnation.
-    ResolveTimer { name: String, incarnation: u32 },
+    ResolveTimer { name: TimerName, incarnation: u32 },
     /// Record how an attempt ended (history, O1a). The shell adds the timing.
     AttemptFinished {
         node: String,
-        attempt: u32,
+        attempt: Attempt,
         outcome: AttemptOutcome,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         code: Option<String>,
@@ -261,7 +367,7 @@ pub fn step(
         _ => {}
     }
     if input == Input::Redrive {
-        let effects = redrive::in_flight_attempts(def, &snapshot);
+        let effects = redrive::redrive(def, &snapshot);
         return Ok(Step { snapshot, effects });
     }
     if let Some(reason) = flow::staleness(def, &snapshot, &input) {

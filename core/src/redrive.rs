@@ -1,42 +1,99 @@
-//! Re-adoption of in-flight attempts (SPEC C7a).
+//! Which attempts are in flight, and their re-adoption (SPEC C7a).
+//!
+//! The rule lives here once: an attempt is in flight at a registered task that holds a
+//! token and is not in a backoff window. The core asks it when an interruption ends an
+//! attempt mid-flight, when the shell asks for re-adoption, and the runtime asks it (through
+//! [`attempts_in_flight`]) to decide whether an instance needs its in-flight lease. Channel
+//! calls will change the rule; they change it here.
 //!
 //! When the shell loses track of a running attempt — its replica crashed, or died
-//! mid-handler — the durable state still says which attempts are in flight: a token on a
-//! registered task that is not in a backoff window. Re-adoption asks for exactly those
-//! attempts again, with the same attempt number, the same inputs and the same timeout
-//! window: no budget is spent and no state changes. Running a handler twice is the
-//! at-least-once contract; the fence makes sure only one outcome is ever committed.
+//! mid-handler — the durable state still says which attempts are in flight. Re-adoption
+//! asks for exactly those attempts again, with the same attempt number, the same inputs and
+//! the same timeout window: no budget is spent and no state changes. Running a handler
+//! twice is the at-least-once contract; the fence makes sure only one outcome is ever
+//! committed.
 
-use qflow_loader::model::{Definition, NodeKind, TaskKind};
+use qflow_loader::model::{Definition, NodeIdx, NodeKind, Process, Task, TaskKind};
 
 use crate::snapshot::Snapshot;
-use crate::Effect;
+use crate::{Attempt, Effect};
 
-/// The `RunTask` effects of every attempt in flight, in token order.
-pub(super) fn in_flight_attempts(def: &Definition, snap: &Snapshot) -> Vec<Effect> {
+/// An attempt in flight: the task, the handler it runs and which attempt it is.
+#[derive(Debug, Clone, Copy)]
+pub struct InFlight<'d> {
+    pub idx: NodeIdx,
+    pub node: &'d str,
+    pub task: &'d Task,
+    pub handler: &'d str,
+    pub attempt: Attempt,
+}
+
+/// The attempt in flight at `idx`, if one is (the rule in the module documentation).
+pub(crate) fn attempt_in_flight<'d>(
+    p: &'d Process,
+    snap: &Snapshot,
+    idx: NodeIdx,
+) -> Option<InFlight<'d>> {
+    let n = p.node(idx);
+    let NodeKind::Task(task) = &n.kind else {
+        return None;
+    };
+    let TaskKind::Registered { name } = &task.kind else {
+        return None;
+    };
+    if snap.marker(&n.id).is_some() || !snap.tokens().contains(&n.id) {
+        return None;
+    }
+    Some(InFlight {
+        idx,
+        node: &n.id,
+        task,
+        handler: name,
+        attempt: snap.attempt_in_progress(&n.id),
+    })
+}
+
+/// Every attempt in flight in `snap`, in token order.
+pub fn attempts_in_flight<'d>(def: &'d Definition, snap: &Snapshot) -> Vec<InFlight<'d>> {
     let p = &def.process;
-    let mut effects = Vec::new();
+    let mut out: Vec<InFlight<'d>> = Vec::new();
     for node in snap.tokens() {
         let Some(idx) = p.find(node) else { continue };
-        let NodeKind::Task(task) = &p.node(idx).kind else {
-            continue;
-        };
-        let TaskKind::Registered { name } = &task.kind else {
-            continue;
-        };
-        if snap.marker(node).is_some() {
+        // Two tokens on one task are one attempt in flight.
+        if out.iter().any(|f| f.idx == idx) {
             continue;
         }
+        if let Some(f) = attempt_in_flight(p, snap, idx) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Whether any attempt is in flight in `snap` (what [`attempts_in_flight`] would list,
+/// without building the list).
+pub fn any_attempt_in_flight(def: &Definition, snap: &Snapshot) -> bool {
+    let p = &def.process;
+    snap.tokens().iter().any(|node| {
+        p.find(node)
+            .is_some_and(|idx| attempt_in_flight(p, snap, idx).is_some())
+    })
+}
+
+/// The `RunTask` effects of every attempt in flight, in token order.
+pub(super) fn redrive(def: &Definition, snap: &Snapshot) -> Vec<Effect> {
+    let mut effects = Vec::new();
+    for f in attempts_in_flight(def, snap) {
         // Inputs are derived exactly as the first emission derived them; an input
         // mapping that cannot evaluate now could not have evaluated then either, so such
         // a task is left to its timeout rather than guessed at.
-        let Ok(inputs) = super::flow::task_inputs(task, snap.variables()) else {
+        let Ok(inputs) = super::flow::task_inputs(f.task, snap.variables()) else {
             continue;
         };
         effects.push(Effect::RunTask {
-            node: node.clone(),
-            handler: name.clone(),
-            attempt: snap.attempt(node).max(1),
+            node: f.node.to_owned(),
+            handler: f.handler.to_owned(),
+            attempt: f.attempt,
             inputs,
         });
     }

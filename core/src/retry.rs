@@ -14,10 +14,9 @@
 
 use qflow_loader::model::{jitter_ppb, NodeIdx, RetryPolicy};
 
-use super::codes;
 use super::flow::Run;
 use super::timers::{TimerKind, TimerName};
-use crate::handler::HANDLER_PANICKED;
+use super::{Attempt, FailureKind};
 
 /// `fd` details of a FAILED snapshot that the retry machinery wrote.
 pub mod details {
@@ -29,26 +28,22 @@ pub mod details {
     pub const MAX_ELAPSED: &str = "max_elapsed";
 }
 
-/// The failure class a backoff-window marker carries: `panicked`, `timeout` (the
-/// route-less `q:timeout`, or the shell's handler time limit `HANDLER_TIMEOUT`), or
-/// `failed` for every other code.
-fn class_of(code: &str) -> &'static str {
-    match code {
-        HANDLER_PANICKED => "panicked",
-        codes::TIMEOUT | "HANDLER_TIMEOUT" => "timeout",
-        _ => "failed",
-    }
-}
-
 impl Run<'_> {
-    /// The attempt in flight at `idx` failed with `code`: park for a retry when the
-    /// policy allows one, else FAILED.
-    pub(super) fn attempt_failed(&mut self, idx: NodeIdx, code: String, message: String) {
+    /// The attempt in flight at `idx` failed (`kind`) with `code`: park for a retry when
+    /// the policy allows one, else FAILED. The marker records the kind's class; the code
+    /// only decides `nonRetryableCodes`.
+    pub(super) fn attempt_failed(
+        &mut self,
+        idx: NodeIdx,
+        kind: FailureKind,
+        code: String,
+        message: String,
+    ) {
         let Some(policy) = self.policy(idx) else {
             return self.fail(&code, Some(idx), None, message);
         };
         let node = self.id(idx);
-        let attempt = self.snap.attempt(node).max(1);
+        let attempt = self.snap.attempt_in_progress(node);
         // The counter is written even on the fatal paths: a FAILED instance shows how
         // many attempts it burned.
         self.snap.set_attempt(node, attempt);
@@ -60,10 +55,10 @@ impl Run<'_> {
                 message,
             );
         }
-        if attempt >= policy.max_attempts.get() {
+        if attempt.get() >= policy.max_attempts.get() {
             return self.fail(&code, Some(idx), Some(details::EXHAUSTED.into()), message);
         }
-        let due_at_ms = self.backoff_instant(policy, node, attempt);
+        let due_at_ms = self.backoff_instant(policy, node, attempt.get());
         if let Some(max) = policy.max_elapsed {
             let first = *self
                 .snap
@@ -74,7 +69,7 @@ impl Run<'_> {
                 return self.fail(&code, Some(idx), Some(details::MAX_ELAPSED.into()), message);
             }
         }
-        self.park(idx, attempt + 1, class_of(&code), due_at_ms);
+        self.park(idx, attempt.next(), kind.class(), due_at_ms);
     }
 
     /// The instant the next attempt may start after `failed_attempt` failed.
@@ -88,12 +83,12 @@ impl Run<'_> {
     /// Enters the backoff window: the token stays, the counter names the next attempt,
     /// the marker carries the class, the attempt's timeout window closes and the park
     /// timer is armed. Timer boundaries stay armed: they span all attempts (E7).
-    fn park(&mut self, idx: NodeIdx, next_attempt: u32, class: &str, due_at_ms: i64) {
+    fn park(&mut self, idx: NodeIdx, next_attempt: Attempt, class: &str, due_at_ms: i64) {
         let node = self.id(idx);
         self.snap.set_attempt(node, next_attempt);
         self.snap.markers.insert(node.to_owned(), class.to_owned());
-        self.resolve(&TimerName::new(TimerKind::Timeout, node).render());
-        self.arm(TimerName::new(TimerKind::Retry, node).render(), due_at_ms);
+        self.resolve(&TimerName::new(TimerKind::Timeout, node));
+        self.arm(TimerName::new(TimerKind::Retry, node), due_at_ms);
     }
 
     /// A retry park came due: leave the backoff window and run the next attempt.
@@ -102,7 +97,7 @@ impl Run<'_> {
         // Only a parked task arms `r:`, so the marker is there (unless it was malformed
         // on decode; re-driving is still the only way forward then).
         self.snap.markers.remove(node);
-        let attempt = self.snap.attempt(node).max(1);
+        let attempt = self.snap.attempt_in_progress(node);
         self.run_attempt(idx, attempt);
     }
 }

@@ -7,7 +7,7 @@
 
 use qflow_loader::model::{BoundaryTrigger, NodeIdx, NodeKind, Process};
 
-use super::flow::{registered_task, Run};
+use super::flow::Run;
 use super::{codes, AttemptOutcome, Effect};
 use crate::snapshot::{Failure, Status};
 
@@ -105,17 +105,18 @@ impl<'a> Run<'a> {
     /// Ends the activity at `idx` without completing it: its token, timers and retry
     /// state go; a sub-process takes everything inside it along.
     pub(super) fn interrupt(&mut self, idx: NodeIdx) {
+        // Asked before the token goes: the in-flight rule reads the token.
+        let in_flight = super::redrive::attempt_in_flight(self.p, &self.snap, idx)
+            .map(|f| f.attempt)
+            .filter(|_| self.attempt_reported != Some(idx));
         if !self.remove_token(idx) {
             return;
         }
         let node = self.id(idx);
-        let in_flight = registered_task(self.p, idx).is_some()
-            && self.snap.marker(node).is_none()
-            && self.attempt_reported != Some(idx);
-        if in_flight {
+        if let Some(attempt) = in_flight {
             self.effects.push(Effect::AttemptFinished {
                 node: node.to_owned(),
-                attempt: self.snap.attempt(node).max(1),
+                attempt,
                 outcome: AttemptOutcome::Interrupted,
                 code: None,
                 message: None,

@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
-use crate::handler::{run_handler, TaskContext, TaskOutcome, HANDLER_PANICKED};
+use crate::handler::{call_input, run_handler, CallEnded, TaskContext, TaskOutcome};
 use crate::snapshot::Snapshot;
-use crate::{step, Effect, Input};
+use crate::{step, Attempt, Effect, Input, TimerName};
 
 /// Most steps a scenario may take unless it says otherwise.
 pub const STEPS_DEFAULT_MAX: u32 = 10_000;
@@ -110,6 +110,12 @@ pub enum Scripted {
         #[serde(default)]
         after_ms: u64,
     },
+    /// The shell's handler time limit runs out after `after_ms`: the attempt fails with
+    /// kind `timed_out` and code `HANDLER_TIMEOUT`, as the runtime reports an overrun.
+    TimeLimit {
+        #[serde(default)]
+        after_ms: u64,
+    },
     /// The handler never answers (so that a timeout can fire).
     Hang,
 }
@@ -137,7 +143,7 @@ pub enum ScriptedEvent {
     /// how a scenario replays the late delivery of a stale timer row (E8).
     FireTimer {
         at_ms: i64,
-        name: String,
+        name: TimerName,
         incarnation: u32,
     },
 }
@@ -188,7 +194,7 @@ pub struct TraceStep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<u32>,
+    pub attempt: Option<Attempt>,
     pub effects: Vec<Effect>,
     /// The persisted snapshot after the step, as lowercase hex.
     #[serde(serialize_with = "as_hex")]
@@ -373,7 +379,7 @@ struct Sim<'a> {
     /// Scripted task results and events waiting for their instant.
     results: BTreeMap<Due, Input>,
     /// The timer table, as a store keeps it: name → (due, incarnation).
-    timers: BTreeMap<String, (i64, u32)>,
+    timers: BTreeMap<TimerName, (i64, u32)>,
     seq: u64,
     attempts: BTreeMap<String, u32>,
     steps: Vec<TraceStep>,
@@ -394,7 +400,7 @@ impl Sim<'_> {
                     at_ms: *due,
                     class: 2,
                     seq: 0,
-                    name: name.clone(),
+                    name: name.as_str().to_owned(),
                 };
                 (
                     d,
@@ -414,7 +420,7 @@ impl Sim<'_> {
     fn take(&mut self, due: &Due) {
         if due.class == 2 {
             // The row is claimed; the step resolves it (or re-arms the name).
-            self.timers.remove(&due.name);
+            self.timers.remove(due.name.as_str());
         } else {
             self.results.remove(due);
         }
@@ -456,7 +462,7 @@ impl Sim<'_> {
                 inputs,
             } => {
                 let seen = self.attempts.entry(node.clone()).or_default();
-                *seen = (*seen).max(*attempt);
+                *seen = (*seen).max(attempt.get());
                 let scripted = self.scripted(node, *attempt);
                 let ctx = TaskContext {
                     instance_id: &self.scenario.instance,
@@ -483,19 +489,29 @@ impl Sim<'_> {
             } => {
                 self.timers.insert(name.clone(), (*due_at_ms, *incarnation));
             }
-            Effect::ResolveTimer { name, incarnation }
-                if self.timers.get(name).is_some_and(|(_, i)| i == incarnation) =>
-            {
-                self.timers.remove(name);
+            Effect::ResolveTimer { name, incarnation } => {
+                if self.timers.get(name).is_some_and(|(_, i)| i == incarnation) {
+                    self.timers.remove(name);
+                }
             }
-            _ => {}
+            // The rest is what a store records beside the snapshot (history, incidents)
+            // or what the snapshot already says (the ending, staleness): the trace keeps
+            // the effects themselves, so there is nothing more to carry out here. Listed,
+            // not wildcarded, so a new effect has to be thought about here.
+            Effect::AttemptFinished { .. }
+            | Effect::OpenIncident { .. }
+            | Effect::ResolveIncident { .. }
+            | Effect::Completed
+            | Effect::Failed { .. }
+            | Effect::Cancelled
+            | Effect::Stale { .. } => {}
         }
     }
 
-    fn scripted(&self, node: &str, attempt: u32) -> Scripted {
+    fn scripted(&self, node: &str, attempt: Attempt) -> Scripted {
         let list = self.scenario.tasks.get(node);
         let entry = list.and_then(|l| {
-            let i = (attempt.max(1) - 1) as usize;
+            let i = (attempt.get() - 1) as usize;
             l.get(i).or(l.last())
         });
         entry.cloned().unwrap_or(Scripted::Ok {
@@ -533,13 +549,14 @@ fn scripted_input(scripted: &Scripted, ctx: &TaskContext<'_>) -> Option<(u64, In
         Scripted::Panic { message, after_ms } => {
             // Reported exactly as `run_handler` reports a caught panic, without running
             // the process-wide panic hook in a tool whose output is a trace.
-            let input = Input::TaskFailed {
-                node: ctx.node.to_owned(),
-                attempt: ctx.attempt,
-                code: HANDLER_PANICKED.to_owned(),
-                message: format!("handler panicked: {message}"),
-            };
+            let input = call_input(ctx, CallEnded::Panicked(Some(message.clone())));
             return Some((*after_ms, input));
+        }
+        Scripted::TimeLimit { after_ms } => {
+            let ended = CallEnded::TimedOut {
+                limit_ms: *after_ms,
+            };
+            return Some((*after_ms, call_input(ctx, ended)));
         }
         Scripted::Ok { outputs, after_ms } => (*after_ms, TaskOutcome::Ok(outputs.clone())),
         Scripted::Fail {

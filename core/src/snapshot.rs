@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::error::Error;
+use crate::Attempt;
 use qflow_loader::model::Variables;
 
 /// The format version written under key `v`. Bump it only with a migration story.
@@ -179,6 +180,12 @@ impl Snapshot {
         self.attempts.get(node).copied().unwrap_or(0)
     }
 
+    /// The attempt in progress at `node`: its counter, or the first attempt when none is
+    /// stored (a task entered once has attempt 1 in progress without writing a key: E3).
+    pub fn attempt_in_progress(&self, node: &str) -> Attempt {
+        Attempt::new(self.attempt(node)).unwrap_or(Attempt::FIRST)
+    }
+
     /// All attempt counters, by node.
     pub fn attempts(&self) -> &BTreeMap<String, u32> {
         &self.attempts
@@ -248,12 +255,11 @@ impl Snapshot {
         Value::Object(view)
     }
 
-    /// Writes the attempt counter of `node`. Strict write: `attempt` must be ≥ 1 (a
-    /// counter means "the attempt in progress", which is 1-based).
-    pub fn set_attempt(&mut self, node: &str, attempt: u32) {
-        assert!(attempt >= 1, "attempt counters are 1-based");
+    /// Writes the attempt counter of `node` (the attempt in progress; [`Attempt`] is
+    /// 1-based by construction, so a 0 cannot be written).
+    pub fn set_attempt(&mut self, node: &str, attempt: Attempt) {
         self.extra.remove(&format!("{P_ATTEMPT}{node}"));
-        self.attempts.insert(node.to_owned(), attempt);
+        self.attempts.insert(node.to_owned(), attempt.get());
     }
 
     /// Forgets everything the retry machinery keeps for `node`.

@@ -6,7 +6,7 @@
 //! follows the first colon verbatim, so ids containing colons round-trip.
 
 use qflow_loader::model::{BoundaryTrigger, DurationMs, NodeIdx, NodeKind, TimerDef};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::flow::Run;
 use super::Effect;
@@ -23,6 +23,9 @@ pub enum TimerKind {
     Boundary,
     /// `c:<event>`: an intermediate timer catch event.
     Catch,
+    /// `~run`: the shell's in-flight lease of an instance (C7a). The core never arms it;
+    /// the runtime turns its firing into [`crate::Input::Redrive`].
+    Lease,
 }
 
 impl TimerKind {
@@ -32,25 +35,51 @@ impl TimerKind {
             TimerKind::Timeout => 't',
             TimerKind::Boundary => 'b',
             TimerKind::Catch => 'c',
+            TimerKind::Lease => '~',
         }
     }
 }
 
-/// A parsed timer name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimerName<'a> {
-    pub kind: TimerKind,
-    pub node: &'a str,
+/// The one rendering of the lease timer's name.
+const LEASE: &str = "~run";
+
+/// A timer's name, typed: its kind and the node it belongs to. Stored (in snapshots and
+/// timer rows) as its rendering `<letter>:<node id>`, or `~run` for the lease; the node
+/// id follows the first colon verbatim, so ids containing colons round-trip. Holds the
+/// rendering, so handing the name to a store costs nothing.
+#[derive(Debug, Clone)]
+pub struct TimerName {
+    rendered: String,
+    kind: TimerKind,
 }
 
-impl<'a> TimerName<'a> {
-    pub fn new(kind: TimerKind, node: &'a str) -> TimerName<'a> {
-        TimerName { kind, node }
+impl TimerName {
+    /// The timer of `kind` for `node`. For [`TimerKind::Lease`] use [`TimerName::lease`].
+    pub fn new(kind: TimerKind, node: &str) -> TimerName {
+        if kind == TimerKind::Lease {
+            return TimerName::lease();
+        }
+        let mut rendered = String::with_capacity(2 + node.len());
+        rendered.push(kind.letter());
+        rendered.push(':');
+        rendered.push_str(node);
+        TimerName { rendered, kind }
+    }
+
+    /// The instance's in-flight lease timer.
+    pub fn lease() -> TimerName {
+        TimerName {
+            rendered: LEASE.to_owned(),
+            kind: TimerKind::Lease,
+        }
     }
 
     /// `None` for a name no engine version writes.
-    pub fn parse(name: &'a str) -> Option<TimerName<'a>> {
-        let (kind, node) = name.split_once(':')?;
+    pub fn parse(name: &str) -> Option<TimerName> {
+        if name == LEASE {
+            return Some(TimerName::lease());
+        }
+        let (kind, _) = name.split_once(':')?;
         let kind = match kind {
             "r" => TimerKind::Retry,
             "t" => TimerKind::Timeout,
@@ -58,15 +87,102 @@ impl<'a> TimerName<'a> {
             "c" => TimerKind::Catch,
             _ => return None,
         };
-        Some(TimerName { kind, node })
+        Some(TimerName {
+            rendered: name.to_owned(),
+            kind,
+        })
     }
 
-    pub fn render(&self) -> String {
-        let mut s = String::with_capacity(2 + self.node.len());
-        s.push(self.kind.letter());
-        s.push(':');
-        s.push_str(self.node);
-        s
+    pub fn kind(&self) -> TimerKind {
+        self.kind
+    }
+
+    /// The node the timer belongs to; `None` for the lease, which belongs to the instance.
+    pub fn node(&self) -> Option<&str> {
+        match self.kind {
+            TimerKind::Lease => None,
+            _ => Some(&self.rendered[2..]),
+        }
+    }
+
+    /// The stored rendering.
+    pub fn as_str(&self) -> &str {
+        &self.rendered
+    }
+}
+
+// Equality, order and hash are the rendering's (the kind follows from it), so a name can
+// be looked up by its stored text.
+impl PartialEq for TimerName {
+    fn eq(&self, other: &TimerName) -> bool {
+        self.rendered == other.rendered
+    }
+}
+
+impl Eq for TimerName {}
+
+impl PartialEq<str> for TimerName {
+    fn eq(&self, other: &str) -> bool {
+        self.rendered == other
+    }
+}
+
+impl PartialEq<&str> for TimerName {
+    fn eq(&self, other: &&str) -> bool {
+        self.rendered == *other
+    }
+}
+
+impl PartialOrd for TimerName {
+    fn partial_cmp(&self, other: &TimerName) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for TimerName {
+    fn cmp(&self, other: &TimerName) -> std::cmp::Ordering {
+        self.rendered.cmp(&other.rendered)
+    }
+}
+
+impl std::hash::Hash for TimerName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.rendered.hash(state)
+    }
+}
+
+impl std::borrow::Borrow<str> for TimerName {
+    fn borrow(&self) -> &str {
+        &self.rendered
+    }
+}
+
+impl std::fmt::Display for TimerName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.rendered)
+    }
+}
+
+impl std::str::FromStr for TimerName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TimerName, String> {
+        TimerName::parse(s).ok_or_else(|| {
+            format!("`{s}` is not a timer name (`r:`, `t:`, `b:` or `c:` and a node id, or `~run`)")
+        })
+    }
+}
+
+impl Serialize for TimerName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.rendered)
+    }
+}
+
+impl<'de> Deserialize<'de> for TimerName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<TimerName, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -92,21 +208,20 @@ impl Run<'_> {
             if let NodeKind::Boundary(bd) = &self.p.node(b).kind {
                 if let BoundaryTrigger::Timer(timer) = &bd.trigger {
                     let due = self.due_at(timer);
-                    self.arm(
-                        TimerName::new(TimerKind::Boundary, self.id(b)).render(),
-                        due,
-                    );
+                    self.arm(TimerName::new(TimerKind::Boundary, self.id(b)), due);
                 }
             }
         }
     }
 
     /// Arms (or re-arms) the timer `name` with a fresh incarnation.
-    pub(super) fn arm(&mut self, name: String, due_at_ms: i64) {
+    pub(super) fn arm(&mut self, name: TimerName, due_at_ms: i64) {
         // u32 incarnations last 4 billion arms per instance; saturating keeps it total.
         let incarnation = self.snap.incarnation.saturating_add(1);
         self.snap.incarnation = incarnation;
-        self.snap.timers.insert(name.clone(), incarnation);
+        self.snap
+            .timers
+            .insert(name.as_str().to_owned(), incarnation);
         self.effects.push(Effect::ArmTimer {
             name,
             due_at_ms,
@@ -115,11 +230,11 @@ impl Run<'_> {
     }
 
     /// Resolves the live timer `name`, if any.
-    pub(super) fn resolve(&mut self, name: &str) {
-        if let Some(incarnation) = self.snap.timers.remove(name) {
-            self.snap.cycles.remove(name);
+    pub(super) fn resolve(&mut self, name: &TimerName) {
+        if let Some(incarnation) = self.snap.timers.remove(name.as_str()) {
+            self.snap.cycles.remove(name.as_str());
             self.effects.push(Effect::ResolveTimer {
-                name: name.to_owned(),
+                name: name.clone(),
                 incarnation,
             });
         }
@@ -128,8 +243,11 @@ impl Run<'_> {
     pub(super) fn resolve_all_timers(&mut self) {
         let live = std::mem::take(&mut self.snap.timers);
         for (name, incarnation) in live {
-            self.effects
-                .push(Effect::ResolveTimer { name, incarnation });
+            // Every key was written by `arm`; one that does not parse names no row.
+            if let Some(name) = TimerName::parse(&name) {
+                self.effects
+                    .push(Effect::ResolveTimer { name, incarnation });
+            }
         }
         self.snap.cycles.clear();
     }
@@ -142,17 +260,17 @@ impl Run<'_> {
         }
         let node = self.id(idx);
         for kind in [TimerKind::Retry, TimerKind::Timeout, TimerKind::Catch] {
-            self.resolve(&TimerName::new(kind, node).render());
+            self.resolve(&TimerName::new(kind, node));
         }
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
         for b in boundaries {
-            self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)).render());
+            self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)));
         }
         if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
             let outgoing = &self.p.node(idx).outgoing;
             for f in outgoing {
                 let target = self.id(self.p.flow(*f).target);
-                self.resolve(&TimerName::new(TimerKind::Catch, target).render());
+                self.resolve(&TimerName::new(TimerKind::Catch, target));
             }
         }
     }
@@ -170,10 +288,17 @@ mod tests {
             TimerKind::Boundary,
             TimerKind::Catch,
         ] {
-            let name = TimerName::new(kind, "a:b").render();
-            assert_eq!(TimerName::parse(&name), Some(TimerName::new(kind, "a:b")));
+            let name = TimerName::new(kind, "a:b");
+            assert_eq!(TimerName::parse(name.as_str()).as_ref(), Some(&name));
+            assert_eq!(name.node(), Some("a:b"));
+            assert_eq!(name.kind(), kind);
         }
+        assert_eq!(TimerName::parse("~run"), Some(TimerName::lease()));
+        assert_eq!(TimerName::lease().node(), None);
+        assert_eq!(TimerName::new(TimerKind::Lease, "x"), TimerName::lease());
         assert_eq!(TimerName::parse("x:node"), None);
         assert_eq!(TimerName::parse("nocolon"), None);
+        assert_eq!(TimerName::parse("~run:x"), None);
+        assert!("q:x".parse::<TimerName>().unwrap_err().contains("`q:x`"));
     }
 }

@@ -4,9 +4,12 @@
 mod common;
 
 use common::build::linear_def;
-use qflow_core::handler::{HANDLER_MISSING, HANDLER_PANICKED};
+use qflow_core::handler::{
+    call_input, CallEnded, HANDLER_MISSING, HANDLER_PANICKED, HANDLER_TIMEOUT,
+};
 use qflow_core::{
-    run_handler, step, Effect, Error, Handlers, Input, Snapshot, TaskContext, TaskOutcome,
+    run_handler, step, Attempt, Effect, Error, FailureKind, Handlers, Input, Snapshot, TaskContext,
+    TaskOutcome,
 };
 use qflow_loader::model::Variables;
 
@@ -15,7 +18,7 @@ fn ctx<'a>(inputs: &'a Variables, handler: &'a str) -> TaskContext<'a> {
         instance_id: "i-1",
         node: "pay",
         handler,
-        attempt: 2,
+        attempt: Attempt::new(2).unwrap(),
         inputs,
     }
 }
@@ -25,7 +28,10 @@ fn the_idempotency_key_names_instance_node_and_attempt() {
     let inputs = Variables::new();
     let c = ctx(&inputs, "pay");
     assert_eq!(c.idempotency_key(), "i-1/pay/2");
-    let retry = TaskContext { attempt: 3, ..c };
+    let retry = TaskContext {
+        attempt: c.attempt.next(),
+        ..c
+    };
     assert_ne!(retry.idempotency_key(), c.idempotency_key());
 }
 
@@ -38,10 +44,12 @@ fn a_panicking_handler_becomes_a_failed_attempt() {
         Input::TaskFailed {
             node,
             attempt,
+            kind,
             code,
             message,
         } => {
-            assert_eq!((node.as_str(), attempt), ("pay", 2));
+            assert_eq!((node.as_str(), attempt.get()), ("pay", 2));
+            assert_eq!(kind, FailureKind::Panicked);
             assert_eq!(code, HANDLER_PANICKED);
             assert!(message.contains("card reader on fire"), "{message}");
         }
@@ -65,7 +73,7 @@ fn handler_outcomes_map_onto_inputs_and_a_missing_handler_is_a_failure() {
         handlers.run(&ctx(&inputs, "ok")),
         Input::TaskCompleted {
             node: "pay".into(),
-            attempt: 2,
+            attempt: Attempt::new(2).unwrap(),
             outputs: inputs.clone()
         }
     );
@@ -75,8 +83,48 @@ fn handler_outcomes_map_onto_inputs_and_a_missing_handler_is_a_failure() {
     ));
     assert!(matches!(
         handlers.run(&ctx(&inputs, "nobody")),
-        Input::TaskFailed { code, .. } if code == HANDLER_MISSING
+        Input::TaskFailed { code, kind: FailureKind::Failed, .. } if code == HANDLER_MISSING
     ));
+}
+
+/// Every way a call can end maps to its input in one place, with the kind typed there:
+/// a host's own code that looks like a shell code is still a plain failure.
+#[test]
+fn every_end_of_a_call_maps_to_one_typed_input() {
+    let inputs = Variables::new();
+    let c = ctx(&inputs, "pay");
+    let kind_and_code = |ended| match call_input(&c, ended) {
+        Input::TaskFailed { kind, code, .. } => (kind, code),
+        other => panic!("expected TaskFailed, got {other:?}"),
+    };
+    assert_eq!(
+        kind_and_code(CallEnded::TimedOut { limit_ms: 5 }),
+        (FailureKind::TimedOut, HANDLER_TIMEOUT.to_owned())
+    );
+    assert_eq!(
+        kind_and_code(CallEnded::Panicked(None)),
+        (FailureKind::Panicked, HANDLER_PANICKED.to_owned())
+    );
+    assert_eq!(
+        kind_and_code(CallEnded::Missing),
+        (FailureKind::Failed, HANDLER_MISSING.to_owned())
+    );
+    let lookalike = TaskOutcome::Fail {
+        code: HANDLER_PANICKED.into(),
+        message: "a host's own code".into(),
+    };
+    assert_eq!(
+        kind_and_code(CallEnded::Returned(lookalike)),
+        (FailureKind::Failed, HANDLER_PANICKED.to_owned())
+    );
+    // The kind is written out only when it is not the plain default.
+    let timed_out = call_input(&c, CallEnded::TimedOut { limit_ms: 5 });
+    let json = serde_json::to_value(&timed_out).unwrap();
+    assert_eq!(json["kind"], "timed_out");
+    let failed = call_input(&c, CallEnded::Missing);
+    assert!(serde_json::to_value(&failed).unwrap().get("kind").is_none());
+    let back: Input = serde_json::from_value(json).unwrap();
+    assert_eq!(back, timed_out);
 }
 
 #[test]
@@ -109,7 +157,7 @@ fn misuse_is_an_error_and_terminal_instances_ignore_inputs() {
         cancelled.snapshot,
         Input::TaskCompleted {
             node: "t1".into(),
-            attempt: 1,
+            attempt: Attempt::FIRST,
             outputs: Variables::new(),
         },
         9,

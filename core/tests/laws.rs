@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use common::model_with;
 use proptest::prelude::*;
 use qflow_core::sim::{self, Scenario, Scripted, ScriptedEvent};
-use qflow_core::{step, Input, Snapshot};
+use qflow_core::{step, Attempt, FailureKind, Input, Snapshot};
 use qflow_loader::model::{Definition, Variables};
 
 /// Fork into a task with a policy and a timeout, and a task with an error boundary,
@@ -222,7 +222,7 @@ proptest! {
             snap.insert_preserved(k.clone(), v.clone());
         }
         let bytes = snap.encode();
-        let input = Input::TaskCompleted { node: "b".into(), attempt: 1, outputs: Variables::new() };
+        let input = Input::TaskCompleted { node: "b".into(), attempt: Attempt::FIRST, outputs: Variables::new() };
         let out = step(&def, &sc.instance, Snapshot::decode(&bytes).unwrap(), input, 10).unwrap();
         let after = out.snapshot.encode();
         let raw = rmpv::decode::read_value(&mut &after[..]).unwrap();
@@ -265,14 +265,21 @@ fn a_malformed_attempt_counter_reads_as_zero_and_survives() {
     assert_eq!(back.attempt("pay"), 0);
     assert_eq!(back.encode(), bytes);
     let mut fixed = back.clone();
-    fixed.set_attempt("pay", 2);
+    fixed.set_attempt("pay", Attempt::new(2).unwrap());
     assert_eq!(Snapshot::decode(&fixed.encode()).unwrap().attempt("pay"), 2);
 }
 
+/// A counter cannot be written as 0: `Attempt` has no 0 (so `set_attempt` cannot be
+/// handed one), and an input naming attempt 0 does not parse.
 #[test]
-#[should_panic(expected = "1-based")]
-fn writing_attempt_zero_is_refused() {
-    Snapshot::new().set_attempt("pay", 0);
+fn attempt_zero_is_refused() {
+    assert_eq!(Attempt::new(0), None);
+    assert_eq!(Attempt::new(1), Some(Attempt::FIRST));
+    let zero = r#"{"type": "task_completed", "node": "pay", "attempt": 0}"#;
+    let err = serde_json::from_str::<Input>(zero).unwrap_err().to_string();
+    assert!(err.contains("1-based"), "{err}");
+    let one = r#"{"type": "task_completed", "node": "pay", "attempt": 1}"#;
+    assert!(serde_json::from_str::<Input>(one).is_ok());
 }
 
 #[test]
@@ -333,23 +340,30 @@ fn plausible_inputs(snap: &Snapshot) -> Vec<Input> {
     let mut inputs = vec![Input::Cancel, Input::Redrive];
     for (name, inc) in snap.timers() {
         inputs.push(Input::TimerFired {
-            name: name.clone(),
+            name: name.parse().expect("the core writes only timer names"),
             incarnation: *inc,
         });
     }
     for t in snap.tokens() {
-        let attempt = snap.attempt(t).max(1);
+        let attempt = snap.attempt_in_progress(t);
         inputs.push(Input::TaskCompleted {
             node: t.clone(),
             attempt,
             outputs: Variables::new(),
         });
-        inputs.push(Input::TaskFailed {
-            node: t.clone(),
-            attempt,
-            code: "HANDLER_FAILED".into(),
-            message: String::new(),
-        });
+        for kind in [
+            FailureKind::Failed,
+            FailureKind::Panicked,
+            FailureKind::TimedOut,
+        ] {
+            inputs.push(Input::TaskFailed {
+                node: t.clone(),
+                attempt,
+                kind,
+                code: "HANDLER_FAILED".into(),
+                message: String::new(),
+            });
+        }
         inputs.push(Input::TaskBpmnError {
             node: t.clone(),
             attempt,

@@ -37,8 +37,14 @@ const FORBIDDEN: &[(&str, &str)] = &[
 /// further down only because `cel`'s parser (antlr4rust) uses `uuid`, which links
 /// `getrandom`; nothing of ours calls them.
 const NOT_DIRECTLY: &[(&str, &str)] = &[
-    ("uuid", "ids are the shell's: the core is given its instance id"),
-    ("getrandom", "OS randomness: jitter is a pure function of instance, node and attempt"),
+    (
+        "uuid",
+        "ids are the shell's: the core is given its instance id",
+    ),
+    (
+        "getrandom",
+        "OS randomness: jitter is a pure function of instance, node and attempt",
+    ),
     ("rand", "randomness"),
 ];
 
@@ -48,7 +54,10 @@ fn the_core_depends_on_no_io_crate() {
     // The graph for this host only: the whole-platform graph would need every other
     // platform's crates downloaded, and this host's is the one that ships here.
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
-    let version = Command::new(rustc).arg("-vV").output().expect("rustc -vV runs");
+    let version = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
     let version = String::from_utf8_lossy(&version.stdout);
     let host = version
         .lines()

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{arms, effects, last, linear, model, model_with, run_scenario, runs_of};
-use qflow_core::{step, AttemptOutcome, Effect, Input, Snapshot};
+use qflow_core::{step, Attempt, AttemptOutcome, Effect, Input, Snapshot};
 use qflow_loader::model::{jitter_ppb, Definition, NodeKind, RetryPolicy};
 
 fn policy(def: &Definition, node: &str) -> RetryPolicy {
@@ -74,10 +74,23 @@ fn fail_fail_succeed_runs_three_attempts_at_the_predicted_instants() {
     // The shell's handler time limit parks with the timeout class.
     let overrun = run_scenario(
         &def,
-        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "HANDLER_TIMEOUT"}, {"outcome": "ok"}]}}"#,
+        r#"{"tasks": {"pay": [{"outcome": "time_limit", "after_ms": 30}, {"outcome": "ok"}]}}"#,
     );
     let parked = Snapshot::decode(&overrun.steps[1].snapshot).unwrap();
     assert_eq!(parked.marker("pay"), Some("timeout"));
+    assert!(effects(&overrun).iter().any(|(_, e)| matches!(
+        e,
+        Effect::AttemptFinished { outcome: AttemptOutcome::TimedOut, code: Some(c), .. }
+            if c == "HANDLER_TIMEOUT"
+    )));
+    // The class comes from the kind the shell typed, never from the code: a handler
+    // that reports the shell's code itself made a plain failure.
+    let lookalike = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "HANDLER_TIMEOUT"}, {"outcome": "ok"}]}}"#,
+    );
+    let parked = Snapshot::decode(&lookalike.steps[1].snapshot).unwrap();
+    assert_eq!(parked.marker("pay"), Some("failed"));
     // Completion clears the retry keys.
     let done = last(&trace);
     assert!(done.attempts().is_empty() && done.markers().is_empty());
@@ -295,13 +308,14 @@ fn stale_timers_change_no_bytes() {
         ("r:pay", 1),
         ("b:late", 1),
         ("c:nowhere", 9),
+        ("~run", 0),
     ] {
         let out = step(
             &def,
             "sim-1",
             Snapshot::decode(&after).unwrap(),
             Input::TimerFired {
-                name: name.to_owned(),
+                name: name.parse().unwrap(),
                 incarnation,
             },
             99_000,
@@ -318,7 +332,7 @@ fn stale_timers_change_no_bytes() {
         "sim-1",
         Snapshot::decode(&parked.snapshot).unwrap(),
         Input::TimerFired {
-            name: "r:pay".into(),
+            name: "r:pay".parse().unwrap(),
             incarnation: live - 1,
         },
         5000,
@@ -332,7 +346,7 @@ fn stale_timers_change_no_bytes() {
         Snapshot::decode(&parked.snapshot).unwrap(),
         Input::TaskCompleted {
             node: "pay".into(),
-            attempt: 1,
+            attempt: Attempt::FIRST,
             outputs: Default::default(),
         },
         5000,

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_store::memory::MemoryStore;
 use qflow_store::{
-    Commit, CommitOutcome, DeploymentId, InstanceId, InstanceStatus, Store, TimerRecord, TimerRef,
+    Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState, InstanceStatus, Store,
+    TimerKind, TimerName, TimerRecord, TimerRef,
 };
 use sqlx::{Connection, PgConnection};
 
@@ -140,25 +141,19 @@ fn step_commit(
     let fence = expected_fence.unwrap_or(0);
     let mut snapshot = vec![0x81_u8; 100];
     snapshot[..8].copy_from_slice(&fence.to_le_bytes());
-    Commit {
-        instance,
-        expected_fence,
-        deployment,
+    let state = InstanceState {
         status: InstanceStatus::Running,
         failure_code: None,
         snapshot,
-        now_ms,
-        arm_timers: vec![TimerRecord {
-            instance,
-            name: "timeout:task".to_string(),
-            due_at_ms: PARKED_AT_MS,
-            incarnation: u32::try_from(fence + 1).unwrap_or(u32::MAX),
-        }],
-        resolve_timers: Vec::new(),
-        open_incidents: Vec::new(),
-        resolve_incidents_on: Vec::new(),
-        attempts: Vec::new(),
-    }
+    };
+    let mut commit = Commit::new(instance, expected_fence, deployment, state, now_ms);
+    commit.timers.arm = vec![TimerRecord {
+        instance,
+        name: TimerName::new(TimerKind::Timeout, "task"),
+        due_at_ms: PARKED_AT_MS,
+        incarnation: u32::try_from(fence + 1).unwrap_or(u32::MAX),
+    }];
+    commit
 }
 
 async fn bench_store(
@@ -256,10 +251,10 @@ async fn park_timers(
         while count < target && batch.len() < 50 {
             let instance = instance_id(holder);
             let mut commit = step_commit(instance, None, deployment, T0);
-            commit.arm_timers = (0..PER_INSTANCE)
+            commit.timers.arm = (0..PER_INSTANCE)
                 .map(|k| TimerRecord {
                     instance,
-                    name: format!("parked:{k}"),
+                    name: TimerName::new(TimerKind::Catch, &format!("parked{k}")),
                     due_at_ms: PARKED_AT_MS + (k as i64) * 1_000,
                     incarnation: 1,
                 })
@@ -311,7 +306,7 @@ async fn bench_claim(
             .map(|k| {
                 let instance = instance_id(base + round * DUE_PER_POLL + k);
                 let mut commit = step_commit(instance, None, deployment, T0);
-                commit.arm_timers[0].due_at_ms = now_ms - 1;
+                commit.timers.arm[0].due_at_ms = now_ms - 1;
                 commit
             })
             .collect();
@@ -330,8 +325,8 @@ async fn bench_claim(
             .iter()
             .map(|timer| {
                 let mut commit = step_commit(timer.instance, Some(1), deployment, now_ms);
-                commit.arm_timers.clear();
-                commit.resolve_timers = vec![TimerRef {
+                commit.timers.arm.clear();
+                commit.timers.resolve = vec![TimerRef {
                     name: timer.name.clone(),
                     incarnation: timer.incarnation,
                 }];

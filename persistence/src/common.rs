@@ -1,20 +1,227 @@
-//! Helpers shared by the SQLite and PostgreSQL stores: batch partitioning, integer
-//! conversions with corruption checks, and error mapping. Nothing here touches a database.
+//! Helpers shared by the SQLite and PostgreSQL stores: column lists, row mapping, batch
+//! planning, the deployment cache, integer conversions with corruption checks, and error
+//! mapping. Nothing here sends a statement.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
-use qflow_store::{Commit, CommitOutcome, InstanceId, InstanceStatus, StoreError};
+use qflow_store::memory::effective_instances_limit;
+use qflow_store::{
+    Attempt, AttemptOutcome, AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, StoreError,
+    StoreResult, TimerName, TimerRecord,
+};
+use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
+
+pub(crate) const DEPLOYMENT_COLUMNS: &str =
+    "id, process_id, content_hash, source, deployed_at_ms, retired";
+pub(crate) const INSTANCE_COLUMNS: &str =
+    "id, deployment, fence, status, failure_code, snapshot, created_at_ms, updated_at_ms";
+pub(crate) const TIMER_COLUMNS: &str = "instance, name, due_at_ms, incarnation";
+pub(crate) const INCIDENT_COLUMNS: &str =
+    "id, instance, node, code, message, opened_at_ms, resolved_at_ms";
+pub(crate) const ATTEMPT_COLUMNS: &str =
+    "instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message";
 
 /// Wraps a driver error as the store contract's backend error.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
     StoreError::Backend(Box::new(e))
 }
 
-/// Splits a batch into rounds in which every instance appears at most once, keeping batch
-/// order. The contract asks for distinct instances per batch; a caller that repeats one
-/// still gets the sequential meaning (the second commit sees the first one's fence),
-/// because each round is applied completely before the next starts.
-pub(crate) fn rounds(batch: &[Commit]) -> Vec<Vec<usize>> {
+/// One column of a result row, by name, with driver errors mapped.
+pub(crate) trait Field<T> {
+    fn field(&self, name: &str) -> StoreResult<T>;
+}
+
+impl<R, T> Field<T> for R
+where
+    R: Row,
+    for<'c> &'c str: ColumnIndex<R>,
+    T: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    fn field(&self, name: &str) -> StoreResult<T> {
+        self.try_get(name).map_err(backend)
+    }
+}
+
+/// A result row of either backend: the column types the row mappers read, and the
+/// instance id, which SQLite keeps as text and PostgreSQL as `uuid`.
+pub(crate) trait StoreRow:
+    Field<i64>
+    + Field<Option<i64>>
+    + Field<bool>
+    + Field<String>
+    + Field<Option<String>>
+    + Field<Vec<u8>>
+{
+    fn instance_id(&self, name: &str) -> StoreResult<InstanceId>;
+}
+
+/// Maps every fetched row, or passes the driver error on.
+pub(crate) fn map_all<R, T>(
+    rows: Result<Vec<R>, sqlx::Error>,
+    map: impl Fn(&R) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    rows.map_err(backend)?.iter().map(map).collect()
+}
+
+/// Maps the row if one was fetched, or passes the driver error on.
+pub(crate) fn map_optional<R, T>(
+    row: Result<Option<R>, sqlx::Error>,
+    map: impl Fn(&R) -> StoreResult<T>,
+) -> StoreResult<Option<T>> {
+    row.map_err(backend)?.as_ref().map(map).transpose()
+}
+
+/// Reads `DEPLOYMENT_COLUMNS`.
+pub(crate) fn deployment_from_row(row: &impl StoreRow) -> StoreResult<DeploymentRecord> {
+    Ok(DeploymentRecord {
+        id: DeploymentId(row.field("id")?),
+        process_id: row.field("process_id")?,
+        content_hash: row.field("content_hash")?,
+        source: row.field("source")?,
+        deployed_at_ms: row.field("deployed_at_ms")?,
+        retired: row.field("retired")?,
+    })
+}
+
+/// Reads `INSTANCE_COLUMNS`.
+pub(crate) fn instance_from_row(row: &impl StoreRow) -> StoreResult<InstanceRecord> {
+    let status: String = row.field("status")?;
+    Ok(InstanceRecord {
+        id: row.instance_id("id")?,
+        deployment: DeploymentId(row.field("deployment")?),
+        fence: fence_from_db(row.field("fence")?)?,
+        status: status_from_db(&status)?,
+        failure_code: row.field("failure_code")?,
+        snapshot: row.field("snapshot")?,
+        created_at_ms: row.field("created_at_ms")?,
+        updated_at_ms: row.field("updated_at_ms")?,
+    })
+}
+
+/// Reads `TIMER_COLUMNS`.
+pub(crate) fn timer_from_row(row: &impl StoreRow) -> StoreResult<TimerRecord> {
+    let name: String = row.field("name")?;
+    Ok(TimerRecord {
+        instance: row.instance_id("instance")?,
+        name: timer_name_from_db(&name)?,
+        due_at_ms: row.field("due_at_ms")?,
+        incarnation: u32_from_db("incarnation", row.field("incarnation")?)?,
+    })
+}
+
+/// Reads `INCIDENT_COLUMNS`.
+pub(crate) fn incident_from_row(row: &impl StoreRow) -> StoreResult<IncidentRecord> {
+    Ok(IncidentRecord {
+        id: row.field("id")?,
+        instance: row.instance_id("instance")?,
+        node: row.field("node")?,
+        code: row.field("code")?,
+        message: row.field("message")?,
+        opened_at_ms: row.field("opened_at_ms")?,
+        resolved_at_ms: row.field("resolved_at_ms")?,
+    })
+}
+
+/// Reads `ATTEMPT_COLUMNS`.
+pub(crate) fn attempt_from_row(row: &impl StoreRow) -> StoreResult<AttemptRecord> {
+    let outcome: String = row.field("outcome")?;
+    Ok(AttemptRecord {
+        instance: row.instance_id("instance")?,
+        node: row.field("node")?,
+        attempt: attempt_from_db(row.field("attempt")?)?,
+        started_at_ms: row.field("started_at_ms")?,
+        finished_at_ms: row.field("finished_at_ms")?,
+        outcome: outcome_from_db(&outcome)?,
+        code: row.field("code")?,
+        message: row.field("message")?,
+    })
+}
+
+/// The timers a claim's `RETURNING` gave, earliest due first as the contract says
+/// (`RETURNING` itself promises no order).
+pub(crate) fn claimed_timers(rows: &[impl StoreRow]) -> StoreResult<Vec<TimerRecord>> {
+    let mut claimed = rows
+        .iter()
+        .map(timer_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+    claimed.sort_by(|a, b| {
+        (a.due_at_ms, a.instance, &a.name).cmp(&(b.due_at_ms, b.instance, &b.name))
+    });
+    Ok(claimed)
+}
+
+/// `SELECT INSTANCE_COLUMNS` of the instances matching `filter`, oldest first, at most
+/// the contract's limit.
+pub(crate) fn instances_query<DB>(filter: &InstanceFilter) -> QueryBuilder<'_, DB>
+where
+    DB: Database,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+{
+    let mut query = QueryBuilder::new(format!(
+        "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
+    ));
+    if let Some(deployment) = filter.deployment {
+        query.push(" AND deployment = ").push_bind(deployment.0);
+    }
+    if let Some(status) = filter.status {
+        query.push(" AND status = ").push_bind(status.as_str());
+    }
+    if let Some(code) = &filter.failure_code {
+        query.push(" AND failure_code = ").push_bind(code.as_str());
+    }
+    query
+        .push(" ORDER BY created_at_ms, id LIMIT ")
+        .push_bind(i64::from(effective_instances_limit(filter.limit)));
+    query
+}
+
+/// Deployment ids seen to exist. Deployments are never deleted (retirement is a flag),
+/// so a hit needs no query; a miss is checked inside the write transaction.
+#[derive(Debug, Default)]
+pub(crate) struct KnownDeployments(Mutex<HashSet<i64>>);
+
+impl KnownDeployments {
+    pub(crate) fn contains(&self, id: DeploymentId) -> bool {
+        self.0
+            .lock()
+            .map(|known| known.contains(&id.0))
+            .unwrap_or(false)
+    }
+
+    pub(crate) fn insert(&self, id: DeploymentId) {
+        if let Ok(mut known) = self.0.lock() {
+            known.insert(id.0);
+        }
+    }
+}
+
+/// The distinct deployments the batch creates instances on.
+pub(crate) fn creation_deployments(batch: &[Commit]) -> Vec<i64> {
+    batch
+        .iter()
+        .filter(|c| c.expected_fence.is_none())
+        .map(|c| c.deployment.0)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// Plans a batch: its outcomes, each a conflict until its round applies it, and its
+/// rounds, in each of which every instance appears at most once, in batch order. The
+/// contract asks for distinct instances per batch; a caller that repeats one still gets
+/// the sequential meaning (the second commit sees the first one's fence), because each
+/// round is applied completely before the next starts. Creations on a `retired`
+/// deployment are in no round; their outcome is already `DeploymentRetired`.
+pub(crate) fn plan(batch: &[Commit], retired: &[i64]) -> (Vec<CommitOutcome>, Vec<Vec<usize>>) {
+    let mut outcomes = vec![
+        CommitOutcome::Conflict {
+            current_fence: None
+        };
+        batch.len()
+    ];
     let mut seen: HashMap<InstanceId, usize> = HashMap::with_capacity(batch.len());
     let mut rounds: Vec<Vec<usize>> = Vec::new();
     for (index, commit) in batch.iter().enumerate() {
@@ -22,29 +229,21 @@ pub(crate) fn rounds(batch: &[Commit]) -> Vec<Vec<usize>> {
         if rounds.len() <= *round {
             rounds.push(Vec::new());
         }
-        rounds[*round].push(index);
+        if commit.expected_fence.is_none() && retired.contains(&commit.deployment.0) {
+            outcomes[index] = CommitOutcome::DeploymentRetired;
+        } else {
+            rounds[*round].push(index);
+        }
         *round += 1;
     }
-    rounds
+    (outcomes, rounds)
 }
 
-/// Takes the creations refused for a retired deployment out of a round and records
-/// their outcome.
-pub(crate) fn refuse_retired(
-    round: Vec<usize>,
-    retired: &std::collections::HashSet<usize>,
-    outcomes: &mut [CommitOutcome],
-) -> Vec<usize> {
-    round
-        .into_iter()
-        .filter(|index| {
-            let refused = retired.contains(index);
-            if refused {
-                outcomes[*index] = CommitOutcome::DeploymentRetired;
-            }
-            !refused
-        })
-        .collect()
+/// Records a won CAS: the new fence is one past the expected one, 1 for a creation.
+pub(crate) fn applied(commit: &Commit) -> CommitOutcome {
+    CommitOutcome::Applied {
+        fence: commit.expected_fence.map_or(1, |f| f + 1),
+    }
 }
 
 pub(crate) fn fence_to_db(fence: u64) -> Result<i64, StoreError> {
@@ -58,21 +257,21 @@ pub(crate) fn fence_from_db(fence: i64) -> Result<u64, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("stored fence {fence} is not positive")))
 }
 
-pub(crate) fn u32_from_db(what: &str, value: i64) -> Result<u32, StoreError> {
+fn u32_from_db(what: &str, value: i64) -> Result<u32, StoreError> {
     u32::try_from(value)
         .map_err(|_| StoreError::Corrupt(format!("stored {what} {value} out of range")))
 }
 
-pub(crate) fn status_from_db(status: &str) -> Result<InstanceStatus, StoreError> {
+fn status_from_db(status: &str) -> Result<InstanceStatus, StoreError> {
     InstanceStatus::parse(status)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown instance status {status:?}")))
 }
 
 /// Timer arms of one commit with repeated names collapsed to the last one: PostgreSQL
 /// refuses to upsert the same key twice in one statement, and the last arm wins anyway.
-pub(crate) fn last_arm_per_name(commit: &Commit) -> Vec<&qflow_store::TimerRecord> {
-    let mut out: Vec<&qflow_store::TimerRecord> = Vec::with_capacity(commit.arm_timers.len());
-    for timer in &commit.arm_timers {
+pub(crate) fn last_arm_per_name(commit: &Commit) -> Vec<&TimerRecord> {
+    let mut out: Vec<&TimerRecord> = Vec::with_capacity(commit.timers.arm.len());
+    for timer in &commit.timers.arm {
         if let Some(slot) = out.iter_mut().find(|t| t.name == timer.name) {
             *slot = timer;
         } else {
@@ -80,4 +279,20 @@ pub(crate) fn last_arm_per_name(commit: &Commit) -> Vec<&qflow_store::TimerRecor
         }
     }
     out
+}
+
+fn attempt_from_db(value: i64) -> Result<Attempt, StoreError> {
+    u32_from_db("attempt", value).and_then(|n| {
+        Attempt::new(n).ok_or_else(|| StoreError::Corrupt("stored attempt 0".to_owned()))
+    })
+}
+
+fn timer_name_from_db(name: &str) -> Result<TimerName, StoreError> {
+    TimerName::parse(name)
+        .ok_or_else(|| StoreError::Corrupt(format!("stored timer name {name:?} is not one")))
+}
+
+fn outcome_from_db(outcome: &str) -> Result<AttemptOutcome, StoreError> {
+    AttemptOutcome::parse(outcome)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown attempt outcome {outcome:?}")))
 }

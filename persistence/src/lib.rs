@@ -24,8 +24,13 @@
 //! No table is created before the code that uses it.
 //!
 //! Every batch is applied in rounds of distinct instances; within a round the instance
-//! rows are written first (the CAS), then the winners' effect rows, deletes and updates
-//! before inserts (so a step that resolves and re-arms a timer keeps the new one).
+//! rows are written first (the CAS, `apply_state`), then the winners' effect rows family
+//! by family. Each store writes each family of `Commit` in exactly one function
+//! (`apply_timers`, `apply_incidents`, `apply_attempts`, called once per round from
+//! `apply_round`), its deletes and updates before its inserts (so a step that resolves
+//! and re-arms a timer keeps the new one). A new family is one more such function per
+//! store. Rows are batched across the round: PostgreSQL binds arrays (`UNNEST`), one
+//! statement per kind of row; SQLite inserts multi-row `VALUES` in chunks.
 
 mod common;
 pub mod postgres;

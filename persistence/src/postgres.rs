@@ -19,21 +19,22 @@
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
-use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
     InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
     TimerRecord,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Connection, PgConnection, Postgres, QueryBuilder, Row};
+use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
-    backend, fence_from_db, fence_to_db, last_arm_per_name, refuse_retired, rounds, status_from_db,
-    u32_from_db,
+    applied, attempt_from_row, backend, claimed_timers, creation_deployments, deployment_from_row,
+    fence_from_db, fence_to_db, incident_from_row, instance_from_row, instances_query,
+    last_arm_per_name, map_all, map_optional, plan, timer_from_row, Field, KnownDeployments,
+    StoreRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
+    TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -63,9 +64,7 @@ impl Default for PgConfig {
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,
-    /// Deployment ids seen to exist. Deployments are never deleted (retirement is a
-    /// flag), so a hit needs no query; a miss is checked inside the write transaction.
-    known_deployments: Mutex<HashSet<i64>>,
+    known_deployments: KnownDeployments,
 }
 
 type Tx = sqlx::Transaction<'static, Postgres>;
@@ -137,7 +136,7 @@ impl PgStore {
         })?;
         Ok(PgStore {
             pool,
-            known_deployments: Mutex::new(HashSet::new()),
+            known_deployments: KnownDeployments::default(),
         })
     }
 
@@ -183,24 +182,11 @@ impl PgStore {
             .collect()
     }
 
-    fn is_known_deployment(&self, id: DeploymentId) -> bool {
-        self.known_deployments
-            .lock()
-            .map(|known| known.contains(&id.0))
-            .unwrap_or(false)
-    }
-
-    fn remember_deployment(&self, id: DeploymentId) {
-        if let Ok(mut known) = self.known_deployments.lock() {
-            known.insert(id.0);
-        }
-    }
-
     async fn check_deployments(&self, tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<()> {
         let unknown: Vec<i64> = batch
             .iter()
             .map(|c| c.deployment.0)
-            .filter(|id| !self.is_known_deployment(DeploymentId(*id)))
+            .filter(|id| !self.known_deployments.contains(DeploymentId(*id)))
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
@@ -213,7 +199,7 @@ impl PgStore {
             .await
             .map_err(backend)?;
         for id in &found {
-            self.remember_deployment(DeploymentId(*id));
+            self.known_deployments.insert(DeploymentId(*id));
         }
         match unknown.iter().find(|id| !found.contains(id)) {
             Some(missing) => Err(StoreError::UnknownDeployment(DeploymentId(*missing))),
@@ -222,20 +208,14 @@ impl PgStore {
     }
 }
 
-/// Indexes of the batch's creations whose deployment is retired. The deployment rows are
-/// locked `FOR KEY SHARE`, which `retire`'s `FOR UPDATE` waits for (and which waits for
-/// it): a retirement and a creation on one deployment are serialised, so either the
-/// retirement counts the new instance and is refused, or the creation sees `retired`.
-async fn retired_creations(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<HashSet<usize>> {
-    let deployments: Vec<i64> = batch
-        .iter()
-        .filter(|c| c.expected_fence.is_none())
-        .map(|c| c.deployment.0)
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .collect();
+/// The retired ones among the deployments the batch creates instances on. The deployment
+/// rows are locked `FOR KEY SHARE`, which `retire`'s `FOR UPDATE` waits for (and which
+/// waits for it): a retirement and a creation on one deployment are serialised, so either
+/// the retirement counts the new instance and is refused, or the creation sees `retired`.
+async fn retired_deployments(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<Vec<i64>> {
+    let deployments = creation_deployments(batch);
     if deployments.is_empty() {
-        return Ok(HashSet::new());
+        return Ok(Vec::new());
     }
     // Lock first, then read in a new statement: under READ COMMITTED the second
     // statement's snapshot is taken after any retirement we waited for has committed.
@@ -244,18 +224,11 @@ async fn retired_creations(tx: &mut PgConnection, batch: &[Commit]) -> StoreResu
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
-    let retired: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM deployments WHERE id = ANY($1) AND retired")
-            .bind(&deployments)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
-    Ok(batch
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.expected_fence.is_none() && retired.contains(&c.deployment.0))
-        .map(|(index, _)| index)
-        .collect())
+    sqlx::query_scalar("SELECT id FROM deployments WHERE id = ANY($1) AND retired")
+        .bind(&deployments)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)
 }
 
 /// `unique_violation` or `duplicate_schema`: a concurrent creator got there first.
@@ -280,10 +253,6 @@ fn redact(url: &str) -> String {
     }
 }
 
-const DEPLOYMENT_COLUMNS: &str = "id, process_id, content_hash, source, deployed_at_ms, retired";
-const INSTANCE_COLUMNS: &str =
-    "id, deployment, fence, status, failure_code, snapshot, created_at_ms, updated_at_ms";
-
 /// Leases due, unleased (or lease-expired) timers, earliest first. The inner SELECT walks
 /// `timers_due` and stops after `limit` rows; `SKIP LOCKED` passes over rows another
 /// replica is claiming right now, and the lease predicate is re-checked on the locked
@@ -301,63 +270,11 @@ const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = $1, leased_until_ms = $
          ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED)) \
      RETURNING instance, name, due_at_ms, incarnation";
 
-fn deployment_from_row(row: &PgRow) -> StoreResult<DeploymentRecord> {
-    Ok(DeploymentRecord {
-        id: DeploymentId(row.try_get("id").map_err(backend)?),
-        process_id: row.try_get("process_id").map_err(backend)?,
-        content_hash: row.try_get("content_hash").map_err(backend)?,
-        source: row.try_get("source").map_err(backend)?,
-        deployed_at_ms: row.try_get("deployed_at_ms").map_err(backend)?,
-        retired: row.try_get("retired").map_err(backend)?,
-    })
-}
-
-fn instance_from_row(row: &PgRow) -> StoreResult<InstanceRecord> {
-    let status: String = row.try_get("status").map_err(backend)?;
-    Ok(InstanceRecord {
-        id: row.try_get("id").map_err(backend)?,
-        deployment: DeploymentId(row.try_get("deployment").map_err(backend)?),
-        fence: fence_from_db(row.try_get("fence").map_err(backend)?)?,
-        status: status_from_db(&status)?,
-        failure_code: row.try_get("failure_code").map_err(backend)?,
-        snapshot: row.try_get("snapshot").map_err(backend)?,
-        created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
-        updated_at_ms: row.try_get("updated_at_ms").map_err(backend)?,
-    })
-}
-
-fn timer_from_row(row: &PgRow) -> StoreResult<TimerRecord> {
-    Ok(TimerRecord {
-        instance: row.try_get("instance").map_err(backend)?,
-        name: row.try_get("name").map_err(backend)?,
-        due_at_ms: row.try_get("due_at_ms").map_err(backend)?,
-        incarnation: u32_from_db("incarnation", row.try_get("incarnation").map_err(backend)?)?,
-    })
-}
-
-fn incident_from_row(row: &PgRow) -> StoreResult<IncidentRecord> {
-    Ok(IncidentRecord {
-        id: row.try_get("id").map_err(backend)?,
-        instance: row.try_get("instance").map_err(backend)?,
-        node: row.try_get("node").map_err(backend)?,
-        code: row.try_get("code").map_err(backend)?,
-        message: row.try_get("message").map_err(backend)?,
-        opened_at_ms: row.try_get("opened_at_ms").map_err(backend)?,
-        resolved_at_ms: row.try_get("resolved_at_ms").map_err(backend)?,
-    })
-}
-
-fn attempt_from_row(row: &PgRow) -> StoreResult<AttemptRecord> {
-    Ok(AttemptRecord {
-        instance: row.try_get("instance").map_err(backend)?,
-        node: row.try_get("node").map_err(backend)?,
-        attempt: u32_from_db("attempt", row.try_get("attempt").map_err(backend)?)?,
-        started_at_ms: row.try_get("started_at_ms").map_err(backend)?,
-        finished_at_ms: row.try_get("finished_at_ms").map_err(backend)?,
-        outcome: row.try_get("outcome").map_err(backend)?,
-        code: row.try_get("code").map_err(backend)?,
-        message: row.try_get("message").map_err(backend)?,
-    })
+/// Instance ids are `uuid` columns.
+impl StoreRow for PgRow {
+    fn instance_id(&self, name: &str) -> StoreResult<InstanceId> {
+        self.field(name)
+    }
 }
 
 /// Column arrays of instance rows, for one `UNNEST`.
@@ -377,21 +294,36 @@ impl InstanceColumns {
         self.id.push(commit.instance);
         self.fence.push(fence);
         self.deployment.push(commit.deployment.0);
-        self.status.push(commit.status.as_str());
-        self.failure_code.push(commit.failure_code.clone());
-        self.snapshot.push(commit.snapshot.clone());
+        self.status.push(commit.state.status.as_str());
+        self.failure_code.push(commit.state.failure_code.clone());
+        self.snapshot.push(commit.state.snapshot.clone());
         self.now_ms.push(commit.now_ms);
     }
 }
 
-/// Applies one round (distinct instances) of a batch: lock, fence check, instance rows,
-/// then the effect rows of the winners. Fills `outcomes` at the round's indexes.
+/// Applies one round (distinct instances) of a batch: the instance rows, then each family
+/// of the winners' effect rows, one statement per kind of row. Fills `outcomes` at the
+/// round's indexes.
 async fn apply_round(
     tx: &mut PgConnection,
     batch: &[Commit],
     round: &[usize],
     outcomes: &mut [CommitOutcome],
 ) -> StoreResult<()> {
+    let winners = apply_state(tx, batch, round, outcomes).await?;
+    apply_timers(tx, &winners).await?;
+    apply_incidents(tx, &winners).await?;
+    apply_attempts(tx, &winners).await
+}
+
+/// Writes the round's `state` rows: lock, fence check, then creations and updates.
+/// Returns the winners, in round order.
+async fn apply_state<'a>(
+    tx: &mut PgConnection,
+    batch: &'a [Commit],
+    round: &[usize],
+    outcomes: &mut [CommitOutcome],
+) -> StoreResult<Vec<&'a Commit>> {
     let mut ids: Vec<InstanceId> = round.iter().map(|&i| batch[i].instance).collect();
     ids.sort_unstable();
     // Locking in id order is what keeps two replicas' overlapping batches from deadlocking.
@@ -402,9 +334,8 @@ async fn apply_round(
             .await
             .map_err(backend)?
             .iter()
-            .map(|row| Ok((row.try_get("id")?, row.try_get("fence")?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(backend)?;
+            .map(|row| Ok((row.instance_id("id")?, row.field("fence")?)))
+            .collect::<StoreResult<_>>()?;
 
     let mut creates = InstanceColumns::default();
     let mut updates = InstanceColumns::default();
@@ -468,12 +399,11 @@ async fn apply_round(
         won.extend(updated);
     }
 
-    let mut winners: Vec<&Commit> = Vec::with_capacity(won.len());
+    let mut winners = Vec::with_capacity(won.len());
     for &index in round {
         let commit = &batch[index];
         if won.contains(&commit.instance) {
-            let fence = commit.expected_fence.map_or(1, |f| f + 1);
-            outcomes[index] = CommitOutcome::Applied { fence };
+            outcomes[index] = applied(commit);
             winners.push(commit);
         } else if commit.expected_fence.is_none() && !current.contains_key(&commit.instance) {
             // Another replica created the same id between our lock and our insert.
@@ -488,89 +418,97 @@ async fn apply_round(
             };
         }
     }
-    effects(tx, &winners).await
+    Ok(winners)
 }
 
-/// Writes the effect rows of the winning commits of one round, one statement per kind.
-/// Resolves go before arms and opens, so a step that replaces a timer or an incident
-/// keeps the new one.
-async fn effects(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
-    let (mut ri, mut rn, mut rinc) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut ai, mut an, mut adue, mut ainc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut ii, mut inode, mut inow) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut oi, mut onode, mut ocode, mut omsg, mut onow) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut at = AttemptColumns::default();
+/// Writes the winners' `timers`: the resolves, then the arms (upserts), so a step that
+/// resolves and re-arms a name keeps the new timer.
+async fn apply_timers(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut instance, mut name, mut incarnation) = (Vec::new(), Vec::new(), Vec::new());
     for commit in winners {
-        for timer in &commit.resolve_timers {
-            ri.push(commit.instance);
-            rn.push(timer.name.as_str());
-            rinc.push(i64::from(timer.incarnation));
-        }
-        for timer in last_arm_per_name(commit) {
-            ai.push(commit.instance);
-            an.push(timer.name.as_str());
-            adue.push(timer.due_at_ms);
-            ainc.push(i64::from(timer.incarnation));
-        }
-        for node in &commit.resolve_incidents_on {
-            ii.push(commit.instance);
-            inode.push(node.as_str());
-            inow.push(commit.now_ms);
-        }
-        for incident in &commit.open_incidents {
-            oi.push(commit.instance);
-            onode.push(incident.node.as_str());
-            ocode.push(incident.code.as_str());
-            omsg.push(incident.message.as_str());
-            onow.push(commit.now_ms);
-        }
-        for attempt in &commit.attempts {
-            at.push(commit.instance, attempt);
+        for timer in &commit.timers.resolve {
+            instance.push(commit.instance);
+            name.push(timer.name.as_str());
+            incarnation.push(i64::from(timer.incarnation));
         }
     }
-    if !ri.is_empty() {
+    if !instance.is_empty() {
         sqlx::query(
             "DELETE FROM timers AS t USING UNNEST($1::uuid[], $2::text[], $3::bigint[]) \
              AS v(instance, name, incarnation) \
              WHERE t.instance = v.instance AND t.name = v.name AND t.incarnation = v.incarnation",
         )
-        .bind(&ri)
-        .bind(&rn)
-        .bind(&rinc)
+        .bind(&instance)
+        .bind(&name)
+        .bind(&incarnation)
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
     }
-    if !ai.is_empty() {
+    let (mut instance, mut name, mut due_at_ms, mut incarnation) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for commit in winners {
+        for timer in last_arm_per_name(commit) {
+            instance.push(commit.instance);
+            name.push(timer.name.as_str());
+            due_at_ms.push(timer.due_at_ms);
+            incarnation.push(i64::from(timer.incarnation));
+        }
+    }
+    if !instance.is_empty() {
         sqlx::query(
             "INSERT INTO timers (instance, name, due_at_ms, incarnation) \
              SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[]) \
              ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = EXCLUDED.due_at_ms, \
              incarnation = EXCLUDED.incarnation, lease_owner = NULL, leased_until_ms = NULL",
         )
-        .bind(&ai)
-        .bind(&an)
-        .bind(&adue)
-        .bind(&ainc)
+        .bind(&instance)
+        .bind(&name)
+        .bind(&due_at_ms)
+        .bind(&incarnation)
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
     }
-    if !ii.is_empty() {
+    Ok(())
+}
+
+/// Writes the winners' `incidents`: the resolves, then the opens, so a step that resolves
+/// and re-opens a node keeps the new incident open.
+async fn apply_incidents(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut instance, mut node, mut now_ms) = (Vec::new(), Vec::new(), Vec::new());
+    for commit in winners {
+        for resolved in &commit.incidents.resolve_on {
+            instance.push(commit.instance);
+            node.push(resolved.as_str());
+            now_ms.push(commit.now_ms);
+        }
+    }
+    if !instance.is_empty() {
         sqlx::query(
             "UPDATE incidents AS i SET resolved_at_ms = v.now_ms \
              FROM UNNEST($1::uuid[], $2::text[], $3::bigint[]) AS v(instance, node, now_ms) \
              WHERE i.instance = v.instance AND i.node = v.node AND i.resolved_at_ms IS NULL",
         )
-        .bind(&ii)
-        .bind(&inode)
-        .bind(&inow)
+        .bind(&instance)
+        .bind(&node)
+        .bind(&now_ms)
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
     }
-    if !oi.is_empty() {
+    let (mut instance, mut node, mut code, mut message, mut now_ms) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for commit in winners {
+        for incident in &commit.incidents.open {
+            instance.push(commit.instance);
+            node.push(incident.node.as_str());
+            code.push(incident.code.as_str());
+            message.push(incident.message.as_str());
+            now_ms.push(commit.now_ms);
+        }
+    }
+    if !instance.is_empty() {
         // WITH ORDINALITY keeps the batch order in the assigned ids.
         sqlx::query(
             "INSERT INTO incidents (instance, node, code, message, opened_at_ms) \
@@ -578,37 +516,50 @@ async fn effects(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> 
              FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
              WITH ORDINALITY AS v(instance, node, code, message, now_ms, ord) ORDER BY ord",
         )
-        .bind(&oi)
-        .bind(&onode)
-        .bind(&ocode)
-        .bind(&omsg)
-        .bind(&onow)
+        .bind(&instance)
+        .bind(&node)
+        .bind(&code)
+        .bind(&message)
+        .bind(&now_ms)
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
     }
-    if !at.instance.is_empty() {
-        sqlx::query(
-            "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
-             outcome, code, message) \
-             SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message \
-             FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
-                         $6::text[], $7::text[], $8::text[]) \
-             WITH ORDINALITY AS v(instance, node, attempt, started_at_ms, finished_at_ms, \
-                                  outcome, code, message, ord) ORDER BY ord",
-        )
-        .bind(&at.instance)
-        .bind(&at.node)
-        .bind(&at.attempt)
-        .bind(&at.started_at_ms)
-        .bind(&at.finished_at_ms)
-        .bind(&at.outcome)
-        .bind(&at.code)
-        .bind(&at.message)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+    Ok(())
+}
+
+/// Appends the winners' `attempts`.
+async fn apply_attempts(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let mut at = AttemptColumns::default();
+    for commit in winners {
+        for attempt in &commit.attempts {
+            at.push(commit.instance, attempt);
+        }
     }
+    if at.instance.is_empty() {
+        return Ok(());
+    }
+    // WITH ORDINALITY keeps the batch order in the assigned ids.
+    sqlx::query(
+        "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
+         outcome, code, message) \
+         SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message \
+         FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
+                     $6::text[], $7::text[], $8::text[]) \
+         WITH ORDINALITY AS v(instance, node, attempt, started_at_ms, finished_at_ms, \
+                              outcome, code, message, ord) ORDER BY ord",
+    )
+    .bind(&at.instance)
+    .bind(&at.node)
+    .bind(&at.attempt)
+    .bind(&at.started_at_ms)
+    .bind(&at.finished_at_ms)
+    .bind(&at.outcome)
+    .bind(&at.code)
+    .bind(&at.message)
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
     Ok(())
 }
 
@@ -628,10 +579,10 @@ impl<'a> AttemptColumns<'a> {
     fn push(&mut self, instance: InstanceId, attempt: &'a AttemptRecord) {
         self.instance.push(instance);
         self.node.push(&attempt.node);
-        self.attempt.push(i64::from(attempt.attempt));
+        self.attempt.push(i64::from(attempt.attempt.get()));
         self.started_at_ms.push(attempt.started_at_ms);
         self.finished_at_ms.push(attempt.finished_at_ms);
-        self.outcome.push(&attempt.outcome);
+        self.outcome.push(attempt.outcome.as_str());
         self.code.push(attempt.code.as_deref());
         self.message.push(attempt.message.as_deref());
     }
@@ -675,33 +626,22 @@ impl Store for PgStore {
         };
         let record = deployment_from_row(&row)?;
         tx.commit().await.map_err(backend)?;
-        self.remember_deployment(record.id);
+        self.known_deployments.insert(record.id);
         Ok(record)
     }
 
     async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>> {
-        sqlx::query(&format!(
-            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = $1"
-        ))
-        .bind(id.0)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend)?
-        .as_ref()
-        .map(deployment_from_row)
-        .transpose()
+        let sql = format!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = $1");
+        let row = sqlx::query(&sql).bind(id.0).fetch_optional(&self.pool);
+        map_optional(row.await, deployment_from_row)
     }
 
     async fn deployments(&self) -> StoreResult<Vec<DeploymentRecord>> {
-        sqlx::query(&format!(
-            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments ORDER BY id"
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(deployment_from_row)
-        .collect()
+        let sql = format!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments ORDER BY id");
+        map_all(
+            sqlx::query(&sql).fetch_all(&self.pool).await,
+            deployment_from_row,
+        )
     }
 
     async fn retire(&self, id: DeploymentId) -> StoreResult<RetireOutcome> {
@@ -744,15 +684,9 @@ impl Store for PgStore {
         }
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
         self.check_deployments(&mut tx, &batch).await?;
-        let mut outcomes = vec![
-            CommitOutcome::Conflict {
-                current_fence: None
-            };
-            batch.len()
-        ];
-        let retired = retired_creations(&mut tx, &batch).await?;
-        for round in rounds(&batch) {
-            let round = refuse_retired(round, &retired, &mut outcomes);
+        let retired = retired_deployments(&mut tx, &batch).await?;
+        let (mut outcomes, rounds) = plan(&batch, &retired);
+        for round in rounds {
             apply_round(&mut tx, &batch, &round, &mut outcomes).await?;
         }
         tx.commit().await.map_err(backend)?;
@@ -760,42 +694,14 @@ impl Store for PgStore {
     }
 
     async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>> {
-        sqlx::query(&format!(
-            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend)?
-        .as_ref()
-        .map(instance_from_row)
-        .transpose()
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = $1");
+        let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool);
+        map_optional(row.await, instance_from_row)
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
-        let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!(
-            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE TRUE"
-        ));
-        if let Some(deployment) = filter.deployment {
-            query.push(" AND deployment = ").push_bind(deployment.0);
-        }
-        if let Some(status) = filter.status {
-            query.push(" AND status = ").push_bind(status.as_str());
-        }
-        if let Some(code) = &filter.failure_code {
-            query.push(" AND failure_code = ").push_bind(code.clone());
-        }
-        query
-            .push(" ORDER BY created_at_ms, id LIMIT ")
-            .push_bind(i64::from(effective_instances_limit(filter.limit)));
-        query
-            .build()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend)?
-            .iter()
-            .map(instance_from_row)
-            .collect()
+        let mut query = instances_query::<Postgres>(filter);
+        map_all(query.build().fetch_all(&self.pool).await, instance_from_row)
     }
 
     async fn claim_due_timers(
@@ -826,15 +732,7 @@ impl Store for PgStore {
             .await
             .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        let mut claimed = rows
-            .iter()
-            .map(timer_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        // RETURNING gives no order guarantee; the contract says earliest due first.
-        claimed.sort_by(|a, b| {
-            (a.due_at_ms, a.instance, &a.name).cmp(&(b.due_at_ms, b.instance, &b.name))
-        });
-        Ok(claimed)
+        claimed_timers(&rows)
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
@@ -845,44 +743,25 @@ impl Store for PgStore {
     }
 
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
-        sqlx::query(
-            "SELECT instance, name, due_at_ms, incarnation FROM timers \
-             WHERE instance = $1 ORDER BY name COLLATE \"C\"",
-        )
-        .bind(instance)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(timer_from_row)
-        .collect()
+        let sql = format!(
+            "SELECT {TIMER_COLUMNS} FROM timers WHERE instance = $1 ORDER BY name COLLATE \"C\""
+        );
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
+        map_all(rows.await, timer_from_row)
     }
 
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
-        sqlx::query(
-            "SELECT id, instance, node, code, message, opened_at_ms, resolved_at_ms \
-             FROM incidents WHERE $1::uuid IS NULL OR instance = $1 ORDER BY id",
-        )
-        .bind(instance)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(incident_from_row)
-        .collect()
+        let sql = format!(
+            "SELECT {INCIDENT_COLUMNS} FROM incidents \
+             WHERE $1::uuid IS NULL OR instance = $1 ORDER BY id"
+        );
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
+        map_all(rows.await, incident_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
-        sqlx::query(
-            "SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, \
-             message FROM attempts WHERE instance = $1 ORDER BY id",
-        )
-        .bind(instance)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(attempt_from_row)
-        .collect()
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance = $1 ORDER BY id");
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
+        map_all(rows.await, attempt_from_row)
     }
 }

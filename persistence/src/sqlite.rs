@@ -19,25 +19,27 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
     InstanceFilter, InstanceId, InstanceRecord, NewIncident, RetireOutcome, Store, StoreError,
     StoreResult, TimerRecord,
 };
+use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
-    backend, fence_from_db, fence_to_db, last_arm_per_name, refuse_retired, rounds, status_from_db,
-    u32_from_db,
+    applied, attempt_from_row, backend, claimed_timers, creation_deployments, deployment_from_row,
+    fence_from_db, fence_to_db, incident_from_row, instance_from_row, instances_query,
+    last_arm_per_name, map_all, map_optional, plan, timer_from_row, Field, KnownDeployments,
+    StoreRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
+    TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -54,9 +56,7 @@ pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
     path: PathBuf,
-    /// Deployment ids seen to exist. Deployments are never deleted (retirement is a
-    /// flag), so a hit needs no query; a miss is checked inside the write transaction.
-    known_deployments: Mutex<HashSet<i64>>,
+    known_deployments: KnownDeployments,
 }
 
 type Tx = sqlx::Transaction<'static, Sqlite>;
@@ -104,7 +104,7 @@ impl SqliteStore {
             writer,
             readers,
             path,
-            known_deployments: Mutex::new(HashSet::new()),
+            known_deployments: KnownDeployments::default(),
         })
     }
 
@@ -130,9 +130,7 @@ impl SqliteStore {
             .fetch_all(&self.writer)
             .await
             .map_err(backend)?;
-        rows.iter()
-            .map(|row| row.try_get::<String, _>("detail").map_err(backend))
-            .collect()
+        rows.iter().map(|row| row.field("detail")).collect()
     }
 
     /// The durability settings the writer connection actually runs with, as SQLite
@@ -162,26 +160,13 @@ impl SqliteStore {
             .map_err(backend)
     }
 
-    fn is_known_deployment(&self, id: DeploymentId) -> bool {
-        self.known_deployments
-            .lock()
-            .map(|known| known.contains(&id.0))
-            .unwrap_or(false)
-    }
-
-    fn remember_deployment(&self, id: DeploymentId) {
-        if let Ok(mut known) = self.known_deployments.lock() {
-            known.insert(id.0);
-        }
-    }
-
     async fn check_deployments(
         &self,
         tx: &mut SqliteConnection,
         batch: &[Commit],
     ) -> StoreResult<()> {
         for commit in batch {
-            if self.is_known_deployment(commit.deployment) {
+            if self.known_deployments.contains(commit.deployment) {
                 continue;
             }
             let found = sqlx::query("SELECT 1 FROM deployments WHERE id = ?")
@@ -192,15 +177,11 @@ impl SqliteStore {
             if found.is_none() {
                 return Err(StoreError::UnknownDeployment(commit.deployment));
             }
-            self.remember_deployment(commit.deployment);
+            self.known_deployments.insert(commit.deployment);
         }
         Ok(())
     }
 }
-
-const DEPLOYMENT_COLUMNS: &str = "id, process_id, content_hash, source, deployed_at_ms, retired";
-const INSTANCE_COLUMNS: &str =
-    "id, deployment, fence, status, failure_code, snapshot, created_at_ms, updated_at_ms";
 
 /// Leases due, unleased (or lease-expired) timers, earliest first. The inner SELECT walks
 /// `timers_due` and stops after `limit` matches; the write lock of the surrounding
@@ -215,86 +196,19 @@ fn id_text(id: InstanceId) -> String {
     id.hyphenated().to_string()
 }
 
-fn parse_id(text: &str) -> StoreResult<InstanceId> {
-    InstanceId::parse_str(text)
-        .map_err(|_| StoreError::Corrupt(format!("stored instance id {text:?} is not a UUID")))
+/// Instance ids are stored as hyphenated UUID text.
+impl StoreRow for SqliteRow {
+    fn instance_id(&self, name: &str) -> StoreResult<InstanceId> {
+        let text: String = self.field(name)?;
+        InstanceId::parse_str(&text)
+            .map_err(|_| StoreError::Corrupt(format!("stored instance id {text:?} is not a UUID")))
+    }
 }
 
-fn deployment_from_row(row: &SqliteRow) -> StoreResult<DeploymentRecord> {
-    Ok(DeploymentRecord {
-        id: DeploymentId(row.try_get("id").map_err(backend)?),
-        process_id: row.try_get("process_id").map_err(backend)?,
-        content_hash: row.try_get("content_hash").map_err(backend)?,
-        source: row.try_get("source").map_err(backend)?,
-        deployed_at_ms: row.try_get("deployed_at_ms").map_err(backend)?,
-        retired: row.try_get("retired").map_err(backend)?,
-    })
-}
-
-fn instance_from_row(row: &SqliteRow) -> StoreResult<InstanceRecord> {
-    let id: String = row.try_get("id").map_err(backend)?;
-    let status: String = row.try_get("status").map_err(backend)?;
-    Ok(InstanceRecord {
-        id: parse_id(&id)?,
-        deployment: DeploymentId(row.try_get("deployment").map_err(backend)?),
-        fence: fence_from_db(row.try_get("fence").map_err(backend)?)?,
-        status: status_from_db(&status)?,
-        failure_code: row.try_get("failure_code").map_err(backend)?,
-        snapshot: row.try_get("snapshot").map_err(backend)?,
-        created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
-        updated_at_ms: row.try_get("updated_at_ms").map_err(backend)?,
-    })
-}
-
-fn timer_from_row(row: &SqliteRow) -> StoreResult<TimerRecord> {
-    let instance: String = row.try_get("instance").map_err(backend)?;
-    Ok(TimerRecord {
-        instance: parse_id(&instance)?,
-        name: row.try_get("name").map_err(backend)?,
-        due_at_ms: row.try_get("due_at_ms").map_err(backend)?,
-        incarnation: u32_from_db("incarnation", row.try_get("incarnation").map_err(backend)?)?,
-    })
-}
-
-fn incident_from_row(row: &SqliteRow) -> StoreResult<IncidentRecord> {
-    let instance: String = row.try_get("instance").map_err(backend)?;
-    Ok(IncidentRecord {
-        id: row.try_get("id").map_err(backend)?,
-        instance: parse_id(&instance)?,
-        node: row.try_get("node").map_err(backend)?,
-        code: row.try_get("code").map_err(backend)?,
-        message: row.try_get("message").map_err(backend)?,
-        opened_at_ms: row.try_get("opened_at_ms").map_err(backend)?,
-        resolved_at_ms: row.try_get("resolved_at_ms").map_err(backend)?,
-    })
-}
-
-fn attempt_from_row(row: &SqliteRow) -> StoreResult<AttemptRecord> {
-    let instance: String = row.try_get("instance").map_err(backend)?;
-    Ok(AttemptRecord {
-        instance: parse_id(&instance)?,
-        node: row.try_get("node").map_err(backend)?,
-        attempt: u32_from_db("attempt", row.try_get("attempt").map_err(backend)?)?,
-        started_at_ms: row.try_get("started_at_ms").map_err(backend)?,
-        finished_at_ms: row.try_get("finished_at_ms").map_err(backend)?,
-        outcome: row.try_get("outcome").map_err(backend)?,
-        code: row.try_get("code").map_err(backend)?,
-        message: row.try_get("message").map_err(backend)?,
-    })
-}
-
-/// Indexes of the batch's creations whose deployment is retired.
-async fn retired_creations(
-    tx: &mut SqliteConnection,
-    batch: &[Commit],
-) -> StoreResult<HashSet<usize>> {
-    let deployments: HashSet<i64> = batch
-        .iter()
-        .filter(|c| c.expected_fence.is_none())
-        .map(|c| c.deployment.0)
-        .collect();
-    let mut retired = HashSet::new();
-    for id in deployments {
+/// The retired ones among the deployments the batch creates instances on.
+async fn retired_deployments(tx: &mut SqliteConnection, batch: &[Commit]) -> StoreResult<Vec<i64>> {
+    let mut retired = Vec::new();
+    for id in creation_deployments(batch) {
         let is_retired: Option<bool> =
             sqlx::query_scalar("SELECT retired FROM deployments WHERE id = ?")
                 .bind(id)
@@ -302,24 +216,22 @@ async fn retired_creations(
                 .await
                 .map_err(backend)?;
         if is_retired == Some(true) {
-            retired.insert(id);
+            retired.push(id);
         }
     }
-    Ok(batch
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.expected_fence.is_none() && retired.contains(&c.deployment.0))
-        .map(|(index, _)| index)
-        .collect())
+    Ok(retired)
 }
 
-/// Rows per multi-row statement. At most 7 parameters a row keeps a statement far below
+/// Rows per multi-row statement. At most 8 parameters a row keeps a statement far below
 /// SQLite's 32,766-parameter limit, and a batch of up to this many commits needs one
 /// statement per kind of row instead of one per row.
 const ROWS_PER_STATEMENT: usize = 128;
 
-/// Applies one round (distinct instances) of a batch: the compare-and-swap of every
-/// commit, then the effect rows of the winners. Fills `outcomes` at the round's indexes.
+/// A commit whose CAS won, with its instance id as stored.
+type Winner<'a> = (&'a str, &'a Commit);
+
+/// Applies one round (distinct instances) of a batch: the instance rows, then each family
+/// of the winners' effect rows. Fills `outcomes` at the round's indexes.
 async fn apply_round(
     tx: &mut SqliteConnection,
     batch: &[Commit],
@@ -327,6 +239,21 @@ async fn apply_round(
     round: &[usize],
     outcomes: &mut [CommitOutcome],
 ) -> StoreResult<()> {
+    let winners = apply_state(tx, batch, ids, round, outcomes).await?;
+    apply_timers(tx, &winners).await?;
+    apply_incidents(tx, &winners).await?;
+    apply_attempts(tx, &winners).await
+}
+
+/// Writes the round's `state` rows: creations insert where the id is free, updates
+/// compare-and-swap on the fence. Returns the winners, in round order.
+async fn apply_state<'a>(
+    tx: &mut SqliteConnection,
+    batch: &'a [Commit],
+    ids: &'a [String],
+    round: &[usize],
+    outcomes: &mut [CommitOutcome],
+) -> StoreResult<Vec<Winner<'a>>> {
     let (creates, updates): (Vec<usize>, Vec<usize>) = round
         .iter()
         .partition(|&&index| batch[index].expected_fence.is_none());
@@ -341,9 +268,9 @@ async fn apply_round(
             row.push_bind(ids[index].as_str())
                 .push_bind(commit.deployment.0)
                 .push_bind(1_i64)
-                .push_bind(commit.status.as_str())
-                .push_bind(commit.failure_code.as_deref())
-                .push_bind(commit.snapshot.as_slice())
+                .push_bind(commit.state.status.as_str())
+                .push_bind(commit.state.failure_code.as_deref())
+                .push_bind(commit.state.snapshot.as_slice())
                 .push_bind(commit.now_ms)
                 .push_bind(commit.now_ms);
         });
@@ -370,9 +297,9 @@ async fn apply_round(
             row.push_bind(ids[index].as_str())
                 .push_bind(fence)
                 .push_bind(commit.deployment.0)
-                .push_bind(commit.status.as_str())
-                .push_bind(commit.failure_code.as_deref())
-                .push_bind(commit.snapshot.as_slice())
+                .push_bind(commit.state.status.as_str())
+                .push_bind(commit.state.failure_code.as_deref())
+                .push_bind(commit.state.snapshot.as_slice())
                 .push_bind(commit.now_ms);
         });
         query.push(
@@ -389,16 +316,16 @@ async fn apply_round(
         won.extend(updated);
     }
 
-    let mut winners: Vec<usize> = Vec::with_capacity(won.len());
+    let mut winners = Vec::with_capacity(won.len());
     for &index in round {
-        if won.contains(&ids[index]) {
-            let fence = batch[index].expected_fence.map_or(1, |f| f + 1);
-            outcomes[index] = CommitOutcome::Applied { fence };
-            winners.push(index);
+        let (id, commit) = (ids[index].as_str(), &batch[index]);
+        if won.contains(id) {
+            outcomes[index] = applied(commit);
+            winners.push((id, commit));
         } else {
             let current: Option<i64> =
                 sqlx::query_scalar("SELECT fence FROM instances WHERE id = ?")
-                    .bind(ids[index].as_str())
+                    .bind(id)
                     .fetch_optional(&mut *tx)
                     .await
                     .map_err(backend)?;
@@ -407,126 +334,129 @@ async fn apply_round(
             };
         }
     }
-    resolve_effects(tx, batch, ids, &winners).await?;
-    insert_effects(tx, batch, ids, &winners).await
+    Ok(winners)
 }
 
-/// Deletes and updates of the winners' effects, one indexed statement per row. They run
-/// before any insert, so a step that replaces a timer or an incident keeps the new one.
-async fn resolve_effects(
-    tx: &mut SqliteConnection,
-    batch: &[Commit],
-    ids: &[String],
-    winners: &[usize],
-) -> StoreResult<()> {
-    for &index in winners {
-        let commit = &batch[index];
-        let id = ids[index].as_str();
-        for timer in &commit.resolve_timers {
+/// Writes the winners' `timers`: the resolves, one indexed delete per row, then the arms
+/// as multi-row upserts, so a step that resolves and re-arms a name keeps the new timer.
+async fn apply_timers(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    for (id, commit) in winners {
+        for timer in &commit.timers.resolve {
             sqlx::query("DELETE FROM timers WHERE instance = ? AND name = ? AND incarnation = ?")
-                .bind(id)
-                .bind(&timer.name)
+                .bind(*id)
+                .bind(timer.name.as_str())
                 .bind(i64::from(timer.incarnation))
                 .execute(&mut *tx)
                 .await
                 .map_err(backend)?;
         }
-        for node in &commit.resolve_incidents_on {
+    }
+    let arms: Vec<(&str, &TimerRecord)> = winners
+        .iter()
+        .flat_map(|&(id, commit)| {
+            last_arm_per_name(commit)
+                .into_iter()
+                .map(move |timer| (id, timer))
+        })
+        .collect();
+    insert_rows(
+        tx,
+        "INSERT INTO timers (instance, name, due_at_ms, incarnation) ",
+        &arms,
+        |mut row, (id, timer)| {
+            row.push_bind(*id)
+                .push_bind(timer.name.as_str())
+                .push_bind(timer.due_at_ms)
+                .push_bind(i64::from(timer.incarnation));
+        },
+        " ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = excluded.due_at_ms, \
+         incarnation = excluded.incarnation, lease_owner = NULL, leased_until_ms = NULL",
+    )
+    .await
+}
+
+/// Writes the winners' `incidents`: the resolves, one indexed update per row, then the
+/// opens as multi-row inserts, so a step that resolves and re-opens a node keeps the new
+/// incident open.
+async fn apply_incidents(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    for (id, commit) in winners {
+        for node in &commit.incidents.resolve_on {
             sqlx::query(
                 "UPDATE incidents SET resolved_at_ms = ? \
                  WHERE instance = ? AND node = ? AND resolved_at_ms IS NULL",
             )
             .bind(commit.now_ms)
-            .bind(id)
+            .bind(*id)
             .bind(node)
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
         }
     }
-    Ok(())
-}
-
-/// Timer upserts, opened incidents and attempt rows of the winners, as multi-row
-/// statements.
-async fn insert_effects(
-    tx: &mut SqliteConnection,
-    batch: &[Commit],
-    ids: &[String],
-    winners: &[usize],
-) -> StoreResult<()> {
-    let arms: Vec<(&str, &TimerRecord)> = winners
-        .iter()
-        .flat_map(|&index| {
-            last_arm_per_name(&batch[index])
-                .into_iter()
-                .map(move |timer| (ids[index].as_str(), timer))
-        })
-        .collect();
-    for chunk in arms.chunks(ROWS_PER_STATEMENT) {
-        let mut query: QueryBuilder<Sqlite> =
-            QueryBuilder::new("INSERT INTO timers (instance, name, due_at_ms, incarnation) ");
-        query.push_values(chunk, |mut row, (id, timer)| {
-            row.push_bind(*id)
-                .push_bind(timer.name.as_str())
-                .push_bind(timer.due_at_ms)
-                .push_bind(i64::from(timer.incarnation));
-        });
-        query.push(
-            " ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = excluded.due_at_ms, \
-             incarnation = excluded.incarnation, lease_owner = NULL, leased_until_ms = NULL",
-        );
-        query.build().execute(&mut *tx).await.map_err(backend)?;
-    }
-
     let opens: Vec<(&str, i64, &NewIncident)> = winners
         .iter()
-        .flat_map(|&index| {
-            let commit = &batch[index];
+        .flat_map(|&(id, commit)| {
             commit
-                .open_incidents
+                .incidents
+                .open
                 .iter()
-                .map(move |incident| (ids[index].as_str(), commit.now_ms, incident))
+                .map(move |incident| (id, commit.now_ms, incident))
         })
         .collect();
-    for chunk in opens.chunks(ROWS_PER_STATEMENT) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO incidents (instance, node, code, message, opened_at_ms) ",
-        );
-        query.push_values(chunk, |mut row, (id, now_ms, incident)| {
+    insert_rows(
+        tx,
+        "INSERT INTO incidents (instance, node, code, message, opened_at_ms) ",
+        &opens,
+        |mut row, (id, now_ms, incident)| {
             row.push_bind(*id)
                 .push_bind(incident.node.as_str())
                 .push_bind(incident.code.as_str())
                 .push_bind(incident.message.as_str())
                 .push_bind(*now_ms);
-        });
-        query.build().execute(&mut *tx).await.map_err(backend)?;
-    }
+        },
+        "",
+    )
+    .await
+}
 
+/// Appends the winners' `attempts` as multi-row inserts.
+async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
     let attempts: Vec<(&str, &AttemptRecord)> = winners
         .iter()
-        .flat_map(|&index| {
-            batch[index]
-                .attempts
-                .iter()
-                .map(move |attempt| (ids[index].as_str(), attempt))
-        })
+        .flat_map(|&(id, commit)| commit.attempts.iter().map(move |attempt| (id, attempt)))
         .collect();
-    for chunk in attempts.chunks(ROWS_PER_STATEMENT) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
-             outcome, code, message) ",
-        );
-        query.push_values(chunk, |mut row, (id, attempt)| {
+    insert_rows(
+        tx,
+        "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
+         outcome, code, message) ",
+        &attempts,
+        |mut row, (id, attempt)| {
             row.push_bind(*id)
                 .push_bind(attempt.node.as_str())
-                .push_bind(i64::from(attempt.attempt))
+                .push_bind(i64::from(attempt.attempt.get()))
                 .push_bind(attempt.started_at_ms)
                 .push_bind(attempt.finished_at_ms)
                 .push_bind(attempt.outcome.as_str())
                 .push_bind(attempt.code.as_deref())
                 .push_bind(attempt.message.as_deref());
-        });
+        },
+        "",
+    )
+    .await
+}
+
+/// Runs `insert` + `VALUES` of `rows` + `tail`, `ROWS_PER_STATEMENT` rows a statement;
+/// `bind` binds one row's values.
+async fn insert_rows<'a, T>(
+    tx: &mut SqliteConnection,
+    insert: &str,
+    rows: &'a [T],
+    mut bind: impl FnMut(Separated<'_, 'a, Sqlite, &'static str>, &'a T),
+    tail: &str,
+) -> StoreResult<()> {
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(insert);
+        query.push_values(chunk, &mut bind).push(tail);
         query.build().execute(&mut *tx).await.map_err(backend)?;
     }
     Ok(())
@@ -594,33 +524,22 @@ impl Store for SqliteStore {
         };
         let record = deployment_from_row(&row)?;
         tx.commit().await.map_err(backend)?;
-        self.remember_deployment(record.id);
+        self.known_deployments.insert(record.id);
         Ok(record)
     }
 
     async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>> {
-        sqlx::query(&format!(
-            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = ?"
-        ))
-        .bind(id.0)
-        .fetch_optional(&self.readers)
-        .await
-        .map_err(backend)?
-        .as_ref()
-        .map(deployment_from_row)
-        .transpose()
+        let sql = format!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = ?");
+        let row = sqlx::query(&sql).bind(id.0).fetch_optional(&self.readers);
+        map_optional(row.await, deployment_from_row)
     }
 
     async fn deployments(&self) -> StoreResult<Vec<DeploymentRecord>> {
-        sqlx::query(&format!(
-            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments ORDER BY id"
-        ))
-        .fetch_all(&self.readers)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(deployment_from_row)
-        .collect()
+        let sql = format!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments ORDER BY id");
+        map_all(
+            sqlx::query(&sql).fetch_all(&self.readers).await,
+            deployment_from_row,
+        )
     }
 
     async fn retire(&self, id: DeploymentId) -> StoreResult<RetireOutcome> {
@@ -661,17 +580,11 @@ impl Store for SqliteStore {
         }
         let mut tx = self.begin_write().await?;
         self.check_deployments(&mut tx, &batch).await?;
-        let ids: Vec<String> = batch.iter().map(|c| id_text(c.instance)).collect();
-        let mut outcomes = vec![
-            CommitOutcome::Conflict {
-                current_fence: None
-            };
-            batch.len()
-        ];
         // The single writer (BEGIN IMMEDIATE) makes this read atomic with `retire`.
-        let retired = retired_creations(&mut tx, &batch).await?;
-        for round in rounds(&batch) {
-            let round = refuse_retired(round, &retired, &mut outcomes);
+        let retired = retired_deployments(&mut tx, &batch).await?;
+        let (mut outcomes, rounds) = plan(&batch, &retired);
+        let ids: Vec<String> = batch.iter().map(|c| id_text(c.instance)).collect();
+        for round in rounds {
             apply_round(&mut tx, &batch, &ids, &round, &mut outcomes).await?;
         }
         tx.commit().await.map_err(backend)?;
@@ -679,42 +592,19 @@ impl Store for SqliteStore {
     }
 
     async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>> {
-        sqlx::query(&format!(
-            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ?"
-        ))
-        .bind(id_text(id))
-        .fetch_optional(&self.readers)
-        .await
-        .map_err(backend)?
-        .as_ref()
-        .map(instance_from_row)
-        .transpose()
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ?");
+        let row = sqlx::query(&sql)
+            .bind(id_text(id))
+            .fetch_optional(&self.readers);
+        map_optional(row.await, instance_from_row)
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
-            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
-        ));
-        if let Some(deployment) = filter.deployment {
-            query.push(" AND deployment = ").push_bind(deployment.0);
-        }
-        if let Some(status) = filter.status {
-            query.push(" AND status = ").push_bind(status.as_str());
-        }
-        if let Some(code) = &filter.failure_code {
-            query.push(" AND failure_code = ").push_bind(code.clone());
-        }
-        query
-            .push(" ORDER BY created_at_ms, id LIMIT ")
-            .push_bind(i64::from(effective_instances_limit(filter.limit)));
-        query
-            .build()
-            .fetch_all(&self.readers)
-            .await
-            .map_err(backend)?
-            .iter()
-            .map(instance_from_row)
-            .collect()
+        let mut query = instances_query::<Sqlite>(filter);
+        map_all(
+            query.build().fetch_all(&self.readers).await,
+            instance_from_row,
+        )
     }
 
     async fn claim_due_timers(
@@ -746,16 +636,7 @@ impl Store for SqliteStore {
             let _ = sqlx::Connection::close(conn.detach()).await;
             return Err(backend(e));
         }
-        let rows = claimed?;
-        let mut claimed = rows
-            .iter()
-            .map(timer_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        // RETURNING gives no order guarantee; the contract says earliest due first.
-        claimed.sort_by(|a, b| {
-            (a.due_at_ms, a.instance, &a.name).cmp(&(b.due_at_ms, b.instance, &b.name))
-        });
-        Ok(claimed)
+        claimed_timers(&claimed?)
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
@@ -766,51 +647,37 @@ impl Store for SqliteStore {
     }
 
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
-        sqlx::query(
-            "SELECT instance, name, due_at_ms, incarnation FROM timers \
-             WHERE instance = ? ORDER BY name",
-        )
-        .bind(id_text(instance))
-        .fetch_all(&self.readers)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(timer_from_row)
-        .collect()
+        let sql = format!("SELECT {TIMER_COLUMNS} FROM timers WHERE instance = ? ORDER BY name");
+        let rows = sqlx::query(&sql)
+            .bind(id_text(instance))
+            .fetch_all(&self.readers);
+        map_all(rows.await, timer_from_row)
     }
 
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
-        let columns = "id, instance, node, code, message, opened_at_ms, resolved_at_ms";
         let rows = match instance {
             Some(id) => {
-                sqlx::query(&format!(
-                    "SELECT {columns} FROM incidents WHERE instance = ? ORDER BY id"
-                ))
-                .bind(id_text(id))
-                .fetch_all(&self.readers)
-                .await
-            }
-            None => {
-                sqlx::query(&format!("SELECT {columns} FROM incidents ORDER BY id"))
+                let sql = format!(
+                    "SELECT {INCIDENT_COLUMNS} FROM incidents WHERE instance = ? ORDER BY id"
+                );
+                sqlx::query(&sql)
+                    .bind(id_text(id))
                     .fetch_all(&self.readers)
                     .await
             }
-        }
-        .map_err(backend)?;
-        rows.iter().map(incident_from_row).collect()
+            None => {
+                let sql = format!("SELECT {INCIDENT_COLUMNS} FROM incidents ORDER BY id");
+                sqlx::query(&sql).fetch_all(&self.readers).await
+            }
+        };
+        map_all(rows, incident_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
-        sqlx::query(
-            "SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, \
-             message FROM attempts WHERE instance = ? ORDER BY id",
-        )
-        .bind(id_text(instance))
-        .fetch_all(&self.readers)
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(attempt_from_row)
-        .collect()
+        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance = ? ORDER BY id");
+        let rows = sqlx::query(&sql)
+            .bind(id_text(instance))
+            .fetch_all(&self.readers);
+        map_all(rows.await, attempt_from_row)
     }
 }

@@ -121,9 +121,9 @@ async fn sqlite_reopen_keeps_everything() -> Result<()> {
     let store = SqliteStore::open(&path).await?;
     let dep = deploy(&store, "h1").await?;
     let mut c = commit(id(1), None, dep);
-    c.snapshot = vec![0, 1, 0, 2];
-    c.arm_timers = vec![timer(id(1), "retry:pay", T0 + 100, 4)];
-    c.open_incidents = vec![NewIncident {
+    c.state.snapshot = vec![0, 1, 0, 2];
+    c.timers.arm = vec![timer(id(1), "r:pay", T0 + 100, 4)];
+    c.incidents.open = vec![NewIncident {
         node: "pay".into(),
         code: "E".into(),
         message: "m".into(),
@@ -132,7 +132,7 @@ async fn sqlite_reopen_keeps_everything() -> Result<()> {
     commit_one(&store, c).await?;
     create(&store, id(2), dep).await?;
     let mut done = commit(id(2), Some(1), dep);
-    done.status = InstanceStatus::Completed;
+    done.state.status = InstanceStatus::Completed;
     commit_one(&store, done).await?;
     let claimed = store.claim_due_timers(T0 + 100, 60_000, "r1", 10).await?;
     ensure!(claimed.len() == 1);
@@ -190,7 +190,7 @@ async fn sqlite_writer_is_durable() -> Result<()> {
     // FULL afterwards, with or without rows claimed.
     let dep = deploy(&store, "h1").await?;
     let mut c = commit(id(1), None, dep);
-    c.arm_timers = vec![timer(id(1), "t", T0, 1)];
+    c.timers.arm = vec![timer(id(1), "t:a", T0, 1)];
     commit_one(&store, c).await?;
     ensure!(store.claim_due_timers(T0, 1_000, "r1", 10).await?.len() == 1);
     ensure!(store.writer_settings().await? == settings);

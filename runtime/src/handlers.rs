@@ -1,7 +1,7 @@
 //! Handlers as the runtime runs them: asynchronous, with a time limit, a panic turned
 //! into a failed attempt.
 //!
-//! The core's [`qflow_core::TaskHandler`] is synchronous; a host with I/O-bound task code
+//! The core's [`TaskHandler`] is synchronous; a host with I/O-bound task code
 //! registers an [`AsyncTaskHandler`] instead so the lane is never blocked while the task
 //! waits. Synchronous handlers are wrapped as futures that are ready at once: they run
 //! inline on the lane, which is the fast path for CPU-only task code and the reason they
@@ -10,17 +10,14 @@
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::future::{self, BoxFuture, Either};
 use futures::FutureExt;
+use qflow_core::handler::{call_input, panic_message, CallEnded, Handlers, TaskContext};
+use qflow_core::{Attempt, Input, TaskHandler, TaskOutcome};
 use qflow_loader::model::Variables;
 
-use qflow_core::handler::{Handlers, TaskContext, TaskOutcome, HANDLER_MISSING, HANDLER_PANICKED};
-use qflow_core::Input;
-
-/// The structured code of an attempt that outran the handler time limit (E5).
-pub const HANDLER_TIMEOUT: &str = "HANDLER_TIMEOUT";
+use crate::clock::Clock;
 
 /// Everything a handler gets, owned, so the call can outlive the lane's borrow.
 #[derive(Debug, Clone)]
@@ -28,8 +25,20 @@ pub struct TaskCall {
     pub instance_id: String,
     pub node: String,
     pub handler: String,
-    pub attempt: u32,
+    pub attempt: Attempt,
     pub inputs: Variables,
+}
+
+impl TaskCall {
+    fn context(&self) -> TaskContext<'_> {
+        TaskContext {
+            instance_id: &self.instance_id,
+            node: &self.node,
+            handler: &self.handler,
+            attempt: self.attempt,
+            inputs: &self.inputs,
+        }
+    }
 }
 
 /// Host task code that may wait on I/O.
@@ -48,7 +57,7 @@ where
 }
 
 enum Entry {
-    Sync(Arc<dyn qflow_core::TaskHandler>),
+    Sync(Arc<dyn TaskHandler>),
     Async(Arc<dyn AsyncTaskHandler>),
 }
 
@@ -77,11 +86,7 @@ impl AsyncHandlers {
     }
 
     /// Registers a synchronous handler: it runs inline on the lane and must not block.
-    pub fn with_sync(
-        mut self,
-        name: impl Into<String>,
-        h: impl qflow_core::TaskHandler + 'static,
-    ) -> Self {
+    pub fn with_sync(mut self, name: impl Into<String>, h: impl TaskHandler + 'static) -> Self {
         self.by_name
             .insert(name.into(), Arc::new(Entry::Sync(Arc::new(h))));
         self
@@ -98,75 +103,40 @@ impl AsyncHandlers {
         self
     }
 
-    /// Runs the handler for `call` under `limit`, turning every way it can end into the
-    /// input the core expects back for that attempt.
-    pub(crate) fn run(&self, call: TaskCall, limit: Duration) -> BoxFuture<'static, Input> {
+    /// Runs the handler for `call`; an asynchronous one gets until `started_ms +
+    /// limit_ms` on `clock`. Every way the call can end becomes, through the core's one
+    /// mapping ([`call_input`]), the input the core expects back for that attempt.
+    pub(crate) fn run(
+        &self,
+        call: TaskCall,
+        clock: &dyn Clock,
+        started_ms: i64,
+        limit_ms: u64,
+    ) -> BoxFuture<'static, Input> {
         let Some(entry) = self.by_name.get(&call.handler).cloned() else {
-            let message = format!("no handler is registered for q:task `{}`", call.handler);
-            return futures::future::ready(failed(&call, HANDLER_MISSING, message)).boxed();
+            return future::ready(call_input(&call.context(), CallEnded::Missing)).boxed();
         };
         match &*entry {
             Entry::Sync(h) => {
-                let ctx = TaskContext {
-                    instance_id: &call.instance_id,
-                    node: &call.node,
-                    handler: &call.handler,
-                    attempt: call.attempt,
-                    inputs: &call.inputs,
-                };
-                let input = qflow_core::run_handler(h.as_ref(), &ctx);
-                futures::future::ready(input).boxed()
+                future::ready(qflow_core::run_handler(h.as_ref(), &call.context())).boxed()
             }
             Entry::Async(h) => {
                 let fut = AssertUnwindSafe(h.call(call.clone())).catch_unwind();
+                let deadline =
+                    started_ms.saturating_add(i64::try_from(limit_ms).unwrap_or(i64::MAX));
+                let expired = clock.sleep_until(deadline);
                 async move {
-                    match tokio::time::timeout(limit, fut).await {
-                        Ok(Ok(outcome)) => outcome_input(&call, outcome),
-                        Ok(Err(_panic)) => {
-                            failed(&call, HANDLER_PANICKED, "handler panicked".into())
+                    let ended = match future::select(fut, expired).await {
+                        Either::Left((Ok(outcome), _)) => CallEnded::Returned(outcome),
+                        Either::Left((Err(panic), _)) => {
+                            CallEnded::Panicked(panic_message(panic.as_ref()))
                         }
-                        Err(_elapsed) => failed(
-                            &call,
-                            HANDLER_TIMEOUT,
-                            format!("handler ran longer than {} ms", limit.as_millis()),
-                        ),
-                    }
+                        Either::Right(((), _)) => CallEnded::TimedOut { limit_ms },
+                    };
+                    call_input(&call.context(), ended)
                 }
                 .boxed()
             }
         }
-    }
-}
-
-fn outcome_input(call: &TaskCall, outcome: TaskOutcome) -> Input {
-    let node = call.node.clone();
-    let attempt = call.attempt;
-    match outcome {
-        TaskOutcome::Ok(outputs) => Input::TaskCompleted {
-            node,
-            attempt,
-            outputs,
-        },
-        TaskOutcome::Fail { code, message } => Input::TaskFailed {
-            node,
-            attempt,
-            code,
-            message,
-        },
-        TaskOutcome::BpmnError { code, message } => Input::TaskBpmnError {
-            node,
-            attempt,
-            code,
-            message,
-        },
-    }
-}
-
-fn failed(call: &TaskCall, code: &str, message: String) -> Input {
-    Input::TaskFailed {
-        node: call.node.clone(),
-        attempt: call.attempt,
-        code: code.to_owned(),
-        message,
     }
 }

@@ -13,55 +13,25 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use qflow_loader::model::{Definition, NodeKind, TaskKind};
+use qflow_core::{Input, Status, TimerKind};
+use qflow_store::{Commit, CommitOutcome, InstanceId, TimerRef};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Request, Shared, TaskCall, Work, LEASE_TIMER};
+use super::claim::{plan, Claim, LeaseRules, Then, CONFLICT_RETRIES_MAX};
+use super::{Request, Shared, Work};
 use crate::error::Error;
-use qflow_core::snapshot::{Snapshot, Status};
-use qflow_core::{Effect, Input};
-use qflow_store::{
-    AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceStatus, NewIncident,
-    TimerRecord, TimerRef,
-};
-
-/// How often a request may lose the compare-and-swap and be re-derived before the lane
-/// gives up on it (the durable state is untouched either way).
-const CONFLICT_RETRIES_MAX: u32 = 16;
 
 /// The lease row is refreshed once less than this fraction of it remains.
 const LEASE_REFRESH_DIVISOR: i64 = 2;
 
-#[derive(Clone)]
-struct Cached {
-    deployment: DeploymentId,
-    def: Arc<Definition>,
-    fence: u64,
-    snapshot: Snapshot,
-    /// When the `~run` lease row is due; `Some(i64::MIN)` when it may exist but its due
-    /// instant is unknown (state read from the store).
-    lease_due: Option<i64>,
-}
-
 /// A stepped request waiting for its commit outcome.
 struct Prepared {
     request: Request,
-    next: Cached,
-    /// `None` before the first commit of a new instance.
-    expected_fence: Option<u64>,
-    /// Taken out when the batch is sent to the store.
-    commit: Option<Commit>,
-    calls: Vec<TaskCall>,
-    /// The step moved the instance into a terminal state (a stale timer on an instance
-    /// that was already finished does not).
-    finished_now: bool,
-    parks: u64,
-    earliest_timer_ms: Option<i64>,
+    then: Then,
 }
 
 type HandlerFuture = BoxFuture<'static, Request>;
@@ -69,7 +39,7 @@ type HandlerFuture = BoxFuture<'static, Request>;
 struct Lane {
     shared: Arc<Shared>,
     /// Looked up by id, never iterated, so hash order cannot reach bytes or output.
-    cache: HashMap<InstanceId, Cached>,
+    cache: HashMap<InstanceId, Claim>,
     running: FuturesUnordered<HandlerFuture>,
     ready: VecDeque<Request>,
 }
@@ -130,6 +100,7 @@ impl Lane {
     async fn round(&mut self, batch_max: usize) {
         let now = self.shared.clock.now_ms();
         let mut prepared = Vec::new();
+        let mut commits = Vec::new();
         let mut seen = HashSet::new();
         let mut later = VecDeque::new();
         while let Some(req) = self.ready.pop_front() {
@@ -137,18 +108,15 @@ impl Lane {
                 later.push_back(req);
                 continue;
             }
-            if let Some(p) = self.prepare(req, now).await {
+            if let Some((p, commit)) = self.prepare(req, now).await {
                 prepared.push(p);
+                commits.push(commit);
             }
         }
         self.ready = later;
         if prepared.is_empty() {
             return;
         }
-        let commits = prepared
-            .iter_mut()
-            .filter_map(|p| p.commit.take())
-            .collect();
         match self.shared.store.commit(commits).await {
             Ok(outcomes) => {
                 self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -159,6 +127,7 @@ impl Lane {
                         CommitOutcome::DeploymentRetired => self.refused_retired(p),
                     }
                 }
+                self.shared.progress.notify_waiters();
             }
             Err(e) => {
                 // Nothing of the batch is durable. Forget the cached states; handler
@@ -175,236 +144,120 @@ impl Lane {
 
     /// Steps one request against its instance's current state. `None` when there is
     /// nothing to commit (the request was answered already).
-    async fn prepare(&mut self, mut req: Request, now: i64) -> Option<Prepared> {
-        let (current, expected_fence) = match self.current(&req).await {
-            Ok(state) => state,
+    async fn prepare(&mut self, mut req: Request, now: i64) -> Option<(Prepared, Commit)> {
+        let claim = match self.current(&req).await {
+            Ok(claim) => claim,
             Err(e) => {
                 reply(req.reply.take(), Err(e));
                 return None;
             }
         };
-        let fired_timer = match &req.work {
-            Work::Timer { name, incarnation } => Some(TimerRef {
-                name: name.clone(),
-                incarnation: *incarnation,
-            }),
-            _ => None,
-        };
-        let input = match &req.work {
-            Work::Start { variables, .. } => Input::Start {
-                variables: variables.clone(),
-            },
-            Work::Input(input) => input.clone(),
-            Work::Timer { name, .. } if name == LEASE_TIMER => Input::Redrive,
-            Work::Timer { name, incarnation } => Input::TimerFired {
-                name: name.clone(),
-                incarnation: *incarnation,
-            },
-        };
-        let id = req.instance.to_string();
-        let step = match qflow_core::step(&current.def, &id, current.snapshot.clone(), input, now) {
-            Ok(step) => step,
-            Err(e) => {
-                reply(req.reply.take(), Err(e.into()));
-                return None;
-            }
-        };
-        let stale = step.effects.iter().find_map(|e| match e {
-            Effect::Stale { reason } => Some(reason.clone()),
-            _ => None,
-        });
-        if let (Some(reason), None) = (&stale, &fired_timer) {
-            // A stale input changes nothing; there is nothing to write.
-            reply(
-                req.reply.take(),
-                Err(Error::Refused {
-                    what: "input".to_owned(),
-                    why: reason.clone(),
-                }),
-            );
-            return None;
-        }
-        let finished_now =
-            step.snapshot.status().is_terminal() && !current.snapshot.status().is_terminal();
-        let mut next = Cached {
-            snapshot: step.snapshot,
-            ..current
-        };
-        let mut calls = Vec::new();
-        let mut parks = 0;
-        let mut earliest_timer_ms = None;
-        for effect in &step.effects {
-            match effect {
-                Effect::RunTask {
-                    node,
-                    handler,
-                    attempt,
-                    inputs,
-                } => calls.push(TaskCall {
-                    instance_id: id.clone(),
-                    node: node.clone(),
-                    handler: handler.clone(),
-                    attempt: *attempt,
-                    inputs: inputs.clone(),
-                }),
-                Effect::ArmTimer {
-                    name, due_at_ms, ..
-                } => {
-                    if name.starts_with("r:") {
-                        parks += 1;
+        let (input, fired) = match &req.work {
+            Work::Start { variables, .. } => (
+                Input::Start {
+                    variables: variables.clone(),
+                },
+                None,
+            ),
+            Work::Input(input) => (input.clone(), None),
+            Work::Timer { name, incarnation } => {
+                let fired = TimerRef {
+                    name: name.clone(),
+                    incarnation: *incarnation,
+                };
+                let input = if name.kind() == TimerKind::Lease {
+                    Input::Redrive
+                } else {
+                    Input::TimerFired {
+                        name: name.clone(),
+                        incarnation: *incarnation,
                     }
-                    earliest_timer_ms =
-                        Some(earliest_timer_ms.map_or(*due_at_ms, |t: i64| t.min(*due_at_ms)));
-                }
-                _ => {}
+                };
+                (input, Some(fired))
             }
-        }
-        let mut commit = Commit {
-            instance: req.instance,
-            expected_fence,
-            deployment: next.deployment,
-            status: store_status(next.snapshot.status()),
-            failure_code: next.snapshot.failure().map(|f| f.code.clone()),
-            snapshot: next.snapshot.encode(),
-            now_ms: now,
-            arm_timers: Vec::new(),
-            resolve_timers: fired_timer.into_iter().collect(),
-            open_incidents: Vec::new(),
-            resolve_incidents_on: Vec::new(),
-            attempts: Vec::new(),
+        };
+        let rules = LeaseRules {
+            lease_ms: self.shared.config.inflight_lease_ms,
+            refresh_divisor: LEASE_REFRESH_DIVISOR,
+            handing_over: self.shared.stopping.load(Ordering::SeqCst),
         };
         let started_ms = req.started_ms.unwrap_or(now);
-        for effect in step.effects {
-            carry_out(&mut commit, effect, started_ms, now);
-        }
-        // The in-flight lease is decided from the next state alone: armed (or pushed
-        // forward) while a task attempt is in flight, resolved once none is.
-        //
-        // While shutting down, the lane starts no new handlers: attempts this step asks
-        // for are handed over instead, by a lease that is due at once, so the next
-        // replica to poll (or this one after a restart) re-adopts them without waiting.
-        let lease_ms = self.shared.config.inflight_lease_ms;
-        let handing_over = !calls.is_empty() && self.shared.stopping.load(Ordering::SeqCst);
-        let in_flight = next.snapshot.status() == Status::Running && has_attempt_in_flight(&next);
-        if in_flight {
-            let refresh_at = now.saturating_add(lease_ms / LEASE_REFRESH_DIVISOR);
-            if handing_over
-                || next.lease_due.is_none_or(|due| due < refresh_at)
-                || is_lease(&commit)
-            {
-                let due = if handing_over {
-                    now
-                } else {
-                    now.saturating_add(lease_ms)
-                };
-                // The upsert replaces the row (and drops its claim lease); a resolve of the
-                // same name in this commit would delete the fresh row again.
-                commit.resolve_timers.retain(|t| t.name != LEASE_TIMER);
-                commit.arm_timers.push(TimerRecord {
-                    instance: req.instance,
-                    name: LEASE_TIMER.to_owned(),
-                    due_at_ms: due,
-                    incarnation: 0,
-                });
-                next.lease_due = Some(due);
+        match plan(&claim, input, fired, started_ms, now, rules) {
+            Ok(planned) => Some((
+                Prepared {
+                    request: req,
+                    then: planned.then,
+                },
+                planned.commit,
+            )),
+            Err(e) => {
+                reply(req.reply.take(), Err(e));
+                None
             }
-        } else if next.lease_due.is_some() && !is_lease(&commit) {
-            commit.resolve_timers.push(TimerRef {
-                name: LEASE_TIMER.to_owned(),
-                incarnation: 0,
-            });
-            next.lease_due = None;
-        } else {
-            next.lease_due = None;
         }
-        if handing_over {
-            calls.clear();
-        }
-        Some(Prepared {
-            request: req,
-            next,
-            expected_fence,
-            commit: Some(commit),
-            calls,
-            finished_now,
-            parks,
-            earliest_timer_ms,
-        })
     }
 
-    /// The state to step from: the lane's cache, else the store. Also the fence the
-    /// commit must find (`None` for a new instance).
-    async fn current(&mut self, req: &Request) -> Result<(Cached, Option<u64>), Error> {
+    /// The claim to step from: the lane's cache, else the store.
+    async fn current(&mut self, req: &Request) -> Result<Claim, Error> {
         if let Work::Start { deployment, .. } = &req.work {
             let def = self.shared.defs.get(*deployment).await?;
-            let fresh = Cached {
-                deployment: *deployment,
-                def,
-                fence: 0,
-                snapshot: Snapshot::new(),
-                lease_due: None,
-            };
-            return Ok((fresh, None));
+            return Ok(Claim::fresh(req.instance, *deployment, def));
         }
         if let Some(c) = self.cache.get(&req.instance) {
-            return Ok((c.clone(), Some(c.fence)));
+            return Ok(c.clone());
         }
-        let record = self
-            .shared
-            .store
-            .instance(req.instance)
-            .await?
-            .ok_or(Error::UnknownInstance(req.instance.to_string()))?;
-        let def = self.shared.defs.get(record.deployment).await?;
-        let snapshot = Snapshot::decode(&record.snapshot)?;
-        let c = Cached {
-            deployment: record.deployment,
-            def,
-            fence: record.fence,
-            snapshot,
-            lease_due: Some(i64::MIN),
-        };
-        Ok((c, Some(record.fence)))
+        Claim::read(&*self.shared.store, &self.shared.defs, req.instance).await
     }
 
     fn applied(&mut self, p: Prepared, fence: u64, now: i64) {
         let stats = &self.shared.stats;
+        let Prepared {
+            request,
+            then: planned,
+        } = p;
         stats.steps.fetch_add(1, Ordering::Relaxed);
-        stats.parks.fetch_add(p.parks, Ordering::Relaxed);
-        if p.expected_fence.is_none() {
+        stats.parks.fetch_add(planned.parks, Ordering::Relaxed);
+        if planned.next.fence.is_none() {
             stats.started.fetch_add(1, Ordering::Relaxed);
         }
-        let instance = p.request.instance;
-        let status = p.next.snapshot.status();
+        let instance = request.instance;
+        let status = planned.next.snapshot.status();
         // Only instances with a handler about to run stay cached: their outcome comes
         // back to this lane within the time limit. A parked or finished instance is read
         // from the store when it next has work, so the cache holds no more entries than
         // there are running handlers.
-        if status.is_terminal() || p.calls.is_empty() {
+        if status.is_terminal() || planned.calls.is_empty() {
             self.cache.remove(&instance);
         } else {
-            self.cache.insert(instance, Cached { fence, ..p.next });
+            let next = Claim {
+                fence: Some(fence),
+                ..planned.next
+            };
+            self.cache.insert(instance, next);
         }
-        if p.finished_now {
+        if planned.finished_now {
             let counter = match status {
                 Status::Completed => &stats.completed,
                 Status::Failed => &stats.failed,
                 _ => &stats.cancelled,
             };
             counter.fetch_add(1, Ordering::Relaxed);
-            self.shared.terminal.notify_waiters();
         }
-        if p.earliest_timer_ms
+        if planned
+            .earliest_timer_ms
             .is_some_and(|t| t <= now.saturating_add(self.shared.config.poll_interval_ms as i64))
         {
             self.shared.timer_armed.notify_one();
         }
-        reply(p.request.reply, Ok(()));
-        let limit = Duration::from_millis(self.shared.config.handler_time_limit_ms);
-        for call in p.calls {
+        reply(request.reply, Ok(()));
+        let limit_ms = self.shared.config.handler_time_limit_ms;
+        for call in planned.calls {
             stats.handler_calls.fetch_add(1, Ordering::Relaxed);
             let started_ms = self.shared.clock.now_ms();
-            let fut = self.shared.handlers.run(call, limit);
+            let fut = self
+                .shared
+                .handlers
+                .run(call, &*self.shared.clock, started_ms, limit_ms);
             self.running.push(
                 fut.map(move |input| Request {
                     instance,
@@ -421,8 +274,9 @@ impl Lane {
     /// A start on a deployment whose retirement committed first (perhaps through
     /// another replica): nothing was written; the caller hears why.
     fn refused_retired(&mut self, p: Prepared) {
-        self.shared.defs.mark_retired(p.next.deployment);
-        let why = format!("deployment {} is retired", p.next.deployment.0);
+        let deployment = p.then.next.deployment;
+        self.shared.defs.mark_retired(deployment);
+        let why = format!("deployment {} is retired", deployment.0);
         reply(
             p.request.reply,
             Err(Error::Refused {
@@ -437,7 +291,7 @@ impl Lane {
     fn conflicted(&mut self, mut p: Prepared) {
         self.shared.stats.conflicts.fetch_add(1, Ordering::Relaxed);
         self.cache.remove(&p.request.instance);
-        if p.expected_fence.is_none() || p.request.retries >= CONFLICT_RETRIES_MAX {
+        if p.then.next.fence.is_none() || p.request.retries >= CONFLICT_RETRIES_MAX {
             let why = format!(
                 "instance {} changed under {} attempts to step it",
                 p.request.instance,
@@ -448,82 +302,6 @@ impl Lane {
         }
         p.request.retries += 1;
         self.ready.push_back(p.request);
-    }
-}
-
-fn is_lease(commit: &Commit) -> bool {
-    commit.resolve_timers.iter().any(|t| t.name == LEASE_TIMER)
-}
-
-/// Is some registered task of this instance running an attempt right now (its token is
-/// there and it is not in a backoff window)?
-fn has_attempt_in_flight(c: &Cached) -> bool {
-    let p = &c.def.process;
-    c.snapshot.tokens().iter().any(|node| {
-        p.find(node).is_some_and(|idx| {
-            matches!(&p.node(idx).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
-                && c.snapshot.marker(node).is_none()
-        })
-    })
-}
-
-fn store_status(s: Status) -> InstanceStatus {
-    match s {
-        Status::New | Status::Running => InstanceStatus::Running,
-        Status::Completed => InstanceStatus::Completed,
-        Status::Failed => InstanceStatus::Failed,
-        Status::Cancelled => InstanceStatus::Cancelled,
-    }
-}
-
-/// Writes one effect into the commit that carries the step.
-fn carry_out(commit: &mut Commit, effect: Effect, started_ms: i64, now: i64) {
-    match effect {
-        Effect::ArmTimer {
-            name,
-            due_at_ms,
-            incarnation,
-        } => commit.arm_timers.push(TimerRecord {
-            instance: commit.instance,
-            name,
-            due_at_ms,
-            incarnation,
-        }),
-        Effect::ResolveTimer { name, incarnation } => {
-            commit.resolve_timers.push(TimerRef { name, incarnation })
-        }
-        Effect::AttemptFinished {
-            node,
-            attempt,
-            outcome,
-            code,
-            message,
-        } => commit.attempts.push(AttemptRecord {
-            instance: commit.instance,
-            node,
-            attempt,
-            started_at_ms: started_ms,
-            finished_at_ms: now,
-            outcome: outcome.as_str().to_owned(),
-            code,
-            message,
-        }),
-        Effect::OpenIncident {
-            node,
-            code,
-            message,
-        } => commit.open_incidents.push(NewIncident {
-            node,
-            code,
-            message,
-        }),
-        Effect::ResolveIncident { node } => commit.resolve_incidents_on.push(node),
-        // Handlers start after the commit; status travels in the snapshot.
-        Effect::RunTask { .. }
-        | Effect::Completed
-        | Effect::Failed { .. }
-        | Effect::Cancelled
-        | Effect::Stale { .. } => {}
     }
 }
 

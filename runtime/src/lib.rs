@@ -17,6 +17,7 @@
 //! Invariant: the lane never reads the clock except to pass `now` into a step, and never
 //! waits on anything but its inbox, its handlers and the store.
 
+pub mod claim;
 pub mod clock;
 pub mod error;
 mod handlers;
@@ -27,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use qflow_core::TimerName;
 use qflow_loader::model::{Definition, Variables};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -36,12 +38,10 @@ use qflow_store::{DeploymentId, DeploymentRecord, InstanceId, RetireOutcome, Sto
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::Error;
-pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall, HANDLER_TIMEOUT};
+pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall};
+pub use qflow_core::handler::HANDLER_TIMEOUT;
 /// The host-facing handler vocabulary, re-exported so a host needs only this crate.
 pub use qflow_core::{Input, TaskContext, TaskHandler, TaskOutcome};
-
-/// The timer name of the in-flight lease. Engine timer names never start with `~`.
-pub const LEASE_TIMER: &str = "~run";
 
 /// Runtime settings. Every field states its default.
 #[derive(Debug, Clone)]
@@ -153,7 +153,7 @@ pub(crate) enum Work {
     Input(Input),
     /// A claimed timer row came due.
     Timer {
-        name: String,
+        name: TimerName,
         incarnation: u32,
     },
 }
@@ -252,8 +252,8 @@ pub(crate) struct Shared {
     pub lanes: Vec<mpsc::Sender<Request>>,
     /// Poked when a lane arms a timer, so the poller can look earlier than planned.
     pub timer_armed: Notify,
-    /// Poked when any instance reaches a terminal state.
-    pub terminal: Notify,
+    /// Poked after every committed round of any lane, so waiters re-check their condition.
+    pub progress: Notify,
     pub stopping: AtomicBool,
     /// Flipped to `true` once, at shutdown; lanes exit when idle after seeing it.
     pub stop: watch::Sender<bool>,
@@ -322,7 +322,7 @@ impl Runtime {
             stats: Arc::new(Stats::default()),
             lanes: senders,
             timer_armed: Notify::new(),
-            terminal: Notify::new(),
+            progress: Notify::new(),
             stopping: AtomicBool::new(false),
             stop: watch::channel(false).0,
         });
@@ -446,6 +446,40 @@ impl Runtime {
         Ok(id)
     }
 
+    /// Steps `instance` with `input` outside the lanes — read, step, commit under the
+    /// fence, re-derive on a lost compare-and-swap — and returns once the step is
+    /// durable. The operation operator repairs are built on. Handler calls the step asks
+    /// for are handed to the instance's lane to re-adopt (the lanes run every handler).
+    pub async fn claim_and_step(
+        &self,
+        instance: InstanceId,
+        input: Input,
+    ) -> Result<claim::Stepped, Error> {
+        if self.shared.stopping.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        let rules = claim::LeaseRules {
+            lease_ms: self.shared.config.inflight_lease_ms,
+            refresh_divisor: 2,
+            handing_over: false,
+        };
+        let now = self.shared.clock.now_ms();
+        let stepped = claim::claim_and_step(
+            &*self.shared.store,
+            &self.shared.defs,
+            instance,
+            input,
+            now,
+            rules,
+        )
+        .await?;
+        if !stepped.calls.is_empty() {
+            self.request(instance, Work::Input(Input::Redrive)).await?;
+        }
+        self.shared.progress.notify_waiters();
+        Ok(stepped)
+    }
+
     /// Feeds an input (a user-task completion, a message, a cancel) to an instance;
     /// returns once the step is durable.
     pub async fn send(&self, instance: InstanceId, input: Input) -> Result<(), Error> {
@@ -471,10 +505,10 @@ impl Runtime {
         rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    /// Waits until `done(stats)` holds. Wakes on every terminal instance.
+    /// Waits until `done(stats)` holds. Re-checks after every committed round.
     pub async fn wait_until(&self, done: impl Fn(&StatsView) -> bool) {
         loop {
-            let notified = self.shared.terminal.notified();
+            let notified = self.shared.progress.notified();
             if done(&self.shared.stats.view()) {
                 return;
             }

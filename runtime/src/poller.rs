@@ -8,12 +8,11 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{Request, Shared, Work};
 
 pub(crate) async fn run(shared: Arc<Shared>) {
-    let interval = Duration::from_millis(shared.config.poll_interval_ms.max(1));
+    let interval_ms = i64::try_from(shared.config.poll_interval_ms.max(1)).unwrap_or(i64::MAX);
     let mut stop = shared.stop.subscribe();
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
@@ -59,7 +58,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {} // the poller, not a lane: it may wait
+            // The poller, not a lane: it may wait, on the runtime's clock.
+            _ = shared.clock.sleep_until(now.saturating_add(interval_ms)) => {}
             _ = shared.timer_armed.notified() => {}
             _ = stop.changed() => {}
         }

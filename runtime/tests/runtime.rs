@@ -1,12 +1,17 @@
-//! The runtime shell over the in-memory store: lanes, group commits, handlers, L7.
+//! The runtime shell over the in-memory store: lanes, group commits, handlers, L7. Every
+//! runtime here runs on a [`ManualClock`]: time moves only when a test moves it, and no
+//! test sleeps.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
+use qflow_runtime::{AsyncHandlers, Clock, ManualClock, Runtime, RuntimeConfig};
 use qflow_runtime::{Error, TaskOutcome};
 use qflow_store::memory::MemoryStore;
-use qflow_store::{InstanceFilter, InstanceStatus, Store};
+use qflow_store::{AttemptOutcome, InstanceFilter, InstanceStatus, Store};
+
+/// The manual clock's start: an ordinary instant.
+const T0: i64 = 1_700_000_000_000;
 
 const LINEAR: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
@@ -46,7 +51,7 @@ fn runtime(store: Arc<dyn Store>, handlers: AsyncHandlers, lanes: usize) -> Runt
         lanes,
         ..RuntimeConfig::default()
     };
-    Runtime::start(store, handlers, Arc::new(SystemClock), config)
+    Runtime::start(store, handlers, Arc::new(ManualClock::new(T0)), config)
 }
 
 #[tokio::test]
@@ -103,7 +108,7 @@ async fn instances_complete_on_every_lane_count() {
         let attempts = store.attempts(first).await.expect("history");
         let nodes: Vec<_> = attempts
             .iter()
-            .map(|a| (a.node.as_str(), a.attempt))
+            .map(|a| (a.node.as_str(), a.attempt.get()))
             .collect();
         assert_eq!(nodes, vec![("a", 1), ("b", 1), ("c", 1)]);
         assert!(store.timers(first).await.expect("timers").is_empty());
@@ -142,24 +147,33 @@ async fn a_missing_handler_is_a_failed_attempt_not_a_crash() {
 }
 
 #[tokio::test]
-async fn an_async_handler_past_its_time_limit_is_a_failed_attempt() {
+async fn an_async_handler_past_its_time_limit_is_a_timed_out_attempt() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // A handler that never answers; only the time limit can end the attempt.
     let handlers = AsyncHandlers::new().with_async("count", |_call| async {
-        // Longer than the limit below; the lane does not wait for it.
-        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-        TaskOutcome::Ok(Default::default())
+        futures::future::pending::<TaskOutcome>().await
     });
     let config = RuntimeConfig {
         lanes: 1,
         handler_time_limit_ms: 50,
         ..RuntimeConfig::default()
     };
-    let rt = Runtime::start(store.clone(), handlers, Arc::new(SystemClock), config);
+    let clock = Arc::new(ManualClock::new(T0));
+    let rt = Runtime::start(store.clone(), handlers, clock.clone(), config);
     let dep = rt.deploy(LINEAR, None).await.expect("deploys");
     let id = rt
         .start_instance(dep.id, Default::default())
         .await
         .expect("starts");
+    rt.wait_until(|s| s.handler_calls >= 1).await;
+    // One millisecond short of the limit the attempt is still running.
+    clock.advance_ms(49);
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let rec = store.instance(id).await.expect("reads").expect("exists");
+    assert_eq!(rec.status, InstanceStatus::Running);
+    clock.advance_ms(1);
     rt.wait_until(|s| s.failed >= 1).await;
     rt.shutdown().await;
     let rec = store.instance(id).await.expect("reads").expect("exists");
@@ -167,6 +181,11 @@ async fn an_async_handler_past_its_time_limit_is_a_failed_attempt() {
     let history = store.attempts(id).await.expect("history");
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].code.as_deref(), Some("HANDLER_TIMEOUT"));
+    assert_eq!(history[0].outcome, AttemptOutcome::TimedOut);
+    assert_eq!(
+        (history[0].started_at_ms, history[0].finished_at_ms),
+        (T0, T0 + 50)
+    );
 }
 
 #[tokio::test]
@@ -202,8 +221,10 @@ async fn a_panicking_async_handler_fails_the_attempt_and_the_lane_lives_on() {
 #[tokio::test]
 async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(T0));
     let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let entered = std::sync::Mutex::new(Some(entered_tx));
+    let handler_clock = clock.clone();
     let handlers =
         AsyncHandlers::new().with_async("count", move |call: qflow_runtime::TaskCall| {
             let signal = if call.node == "a" {
@@ -211,22 +232,33 @@ async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
             } else {
                 None
             };
+            // `a` works for 100 ms of the manual clock: shutdown begins in between.
+            let done = handler_clock.sleep_until(T0 + 100);
             async move {
                 if let Some(tx) = signal {
                     let _ = tx.send(());
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    done.await;
                 }
                 TaskOutcome::Ok(Default::default())
             }
         });
-    let rt = runtime(store.clone(), handlers, 1);
+    let config = RuntimeConfig {
+        lanes: 1,
+        ..RuntimeConfig::default()
+    };
+    let rt = Runtime::start(store.clone(), handlers, clock.clone(), config);
     let dep = rt.deploy(LINEAR, None).await.expect("deploys");
     let id = rt
         .start_instance(dep.id, Default::default())
         .await
         .expect("starts");
     entered_rx.await.expect("handler a started");
-    rt.shutdown().await;
+    let shutdown = rt.shutdown();
+    futures::pin_mut!(shutdown);
+    // The first poll stops new work; it waits for `a`, which waits for the clock.
+    assert!(futures::poll!(&mut shutdown).is_pending());
+    clock.advance_ms(100);
+    shutdown.await;
     // `a`'s outcome was committed during shutdown; `b` was never started.
     let history = store.attempts(id).await.expect("history");
     let nodes: Vec<_> = history
@@ -239,20 +271,20 @@ async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
 
     // `b` was handed over with a lease due at once: the next runtime on the store
     // re-adopts it without waiting out the in-flight lease.
+    // The clock does not move: were the lease not due at once, this would never finish.
     let calls = Arc::new(AtomicU32::new(0));
-    let next = runtime(store.clone(), counting(calls.clone()), 1);
-    tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        next.wait_until(|s| s.completed >= 1),
-    )
-    .await
-    .expect("the handed-over attempt is re-adopted promptly");
+    let config = RuntimeConfig {
+        lanes: 1,
+        ..RuntimeConfig::default()
+    };
+    let next = Runtime::start(store.clone(), counting(calls.clone()), clock, config);
+    hang_guard(next.wait_until(|s| s.completed >= 1)).await;
     next.shutdown().await;
     assert_eq!(calls.load(Ordering::SeqCst), 2, "b and c ran once each");
     let history = store.attempts(id).await.expect("history");
     let nodes: Vec<_> = history
         .iter()
-        .map(|a| (a.node.as_str(), a.attempt))
+        .map(|a| (a.node.as_str(), a.attempt.get()))
         .collect();
     assert_eq!(nodes, vec![("a", 1), ("b", 1), ("c", 1)]);
 }
@@ -308,4 +340,12 @@ async fn a_retirement_made_elsewhere_refuses_the_next_start_here() {
         .expect("lists");
     assert_eq!(all.len(), 1, "the refused start wrote nothing");
     rt.shutdown().await;
+}
+
+/// Fails the test instead of hanging it forever when what it waits for never happens.
+/// Not a timing assertion: the bound is minutes above anything the wait needs.
+async fn hang_guard<F: std::future::Future>(wait: F) -> F::Output {
+    tokio::time::timeout(std::time::Duration::from_secs(120), wait)
+        .await
+        .expect("the runtime stopped making progress")
 }

@@ -9,7 +9,7 @@
 //! case; the caller supplies an async opener, which returns `None` (with a printed
 //! reason) when its backend is not available here.
 //!
-//! ```ignore
+//! ```text
 //! mod sqlite {
 //!     qflow_store::conformance_tests!(super::open_sqlite);
 //! }
@@ -23,8 +23,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, ensure, Result};
 
 use crate::{
-    AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceFilter, InstanceId, InstanceStatus,
-    NewIncident, RetireOutcome, Store, StoreError, TimerRecord, TimerRef,
+    Attempt, AttemptOutcome, AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceFilter,
+    InstanceId, InstanceState, InstanceStatus, NewIncident, RetireOutcome, Store, StoreError,
+    TimerName, TimerRecord, TimerRef,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -116,26 +117,23 @@ pub fn commit(
     expected_fence: Option<u64>,
     deployment: DeploymentId,
 ) -> Commit {
-    Commit {
-        instance,
-        expected_fence,
-        deployment,
+    let state = InstanceState {
         status: InstanceStatus::Running,
         failure_code: None,
         snapshot: vec![1, 2, 3],
-        now_ms: T0,
-        arm_timers: Vec::new(),
-        resolve_timers: Vec::new(),
-        open_incidents: Vec::new(),
-        resolve_incidents_on: Vec::new(),
-        attempts: Vec::new(),
-    }
+    };
+    Commit::new(instance, expected_fence, deployment, state, T0)
+}
+
+/// The timer name `s` (one the engine writes, e.g. `r:pay`).
+pub fn name(s: &str) -> TimerName {
+    s.parse().expect("a timer name the engine writes")
 }
 
 pub fn timer(instance: InstanceId, name: &str, due_at_ms: i64, incarnation: u32) -> TimerRecord {
     TimerRecord {
         instance,
-        name: name.to_string(),
+        name: self::name(name),
         due_at_ms,
         incarnation,
     }
@@ -197,9 +195,9 @@ pub async fn create_and_cas_commit_advance_the_fence(ctx: Ctx) -> Result<()> {
     let created = s.instance(id(1)).await?.ok_or_else(|| anyhow!("created"))?;
     ensure!(created.fence == 1 && created.created_at_ms == T0 && created.updated_at_ms == T0);
     let mut step = commit(id(1), Some(1), dep);
-    step.snapshot = vec![9; 100];
+    step.state.snapshot = vec![9; 100];
     step.now_ms = T0 + 50;
-    step.status = InstanceStatus::Completed;
+    step.state.status = InstanceStatus::Completed;
     ensure!(commit_one(s, step).await? == CommitOutcome::Applied { fence: 2 });
     let stepped = s.instance(id(1)).await?.ok_or_else(|| anyhow!("stepped"))?;
     ensure!(stepped.fence == 2 && stepped.snapshot == vec![9; 100]);
@@ -227,11 +225,11 @@ pub async fn stale_fence_conflicts_and_writes_nothing(ctx: Ctx) -> Result<()> {
     let before = s.instance(id(1)).await?;
 
     let mut stale = commit(id(1), Some(1), dep);
-    stale.snapshot = vec![0xde, 0xad];
-    stale.status = InstanceStatus::Failed;
-    stale.failure_code = Some("LOST".into());
-    stale.arm_timers = vec![timer(id(1), "retry:pay", T0 + 10, 1)];
-    stale.open_incidents = vec![NewIncident {
+    stale.state.snapshot = vec![0xde, 0xad];
+    stale.state.status = InstanceStatus::Failed;
+    stale.state.failure_code = Some("LOST".into());
+    stale.timers.arm = vec![timer(id(1), "r:pay", T0 + 10, 1)];
+    stale.incidents.open = vec![NewIncident {
         node: "pay".into(),
         code: "X".into(),
         message: "m".into(),
@@ -286,12 +284,12 @@ pub async fn conflict_in_a_batch_skips_only_the_loser(ctx: Ctx) -> Result<()> {
     create(s, id(1), dep).await?;
     create(s, id(2), dep).await?;
     let mut a = commit(id(1), Some(1), dep);
-    a.arm_timers = vec![timer(id(1), "t", T0 + 5, 1)];
+    a.timers.arm = vec![timer(id(1), "t:a", T0 + 5, 1)];
     let mut b = commit(id(2), Some(7), dep);
-    b.arm_timers = vec![timer(id(2), "t", T0 + 5, 1)];
+    b.timers.arm = vec![timer(id(2), "t:a", T0 + 5, 1)];
     b.attempts = vec![attempt(id(2), "n", 1)];
     let mut c = commit(id(3), None, dep);
-    c.arm_timers = vec![timer(id(3), "t", T0 + 6, 1)];
+    c.timers.arm = vec![timer(id(3), "t:a", T0 + 6, 1)];
     let outcomes = s.commit(vec![a, b, c]).await?;
     ensure!(
         outcomes
@@ -335,13 +333,13 @@ pub async fn repeated_instance_in_a_batch_applies_in_order(ctx: Ctx) -> Result<(
     let s = &*ctx.store;
     let dep = deploy(s, "h1").await?;
     let mut first = commit(id(1), None, dep);
-    first.arm_timers = vec![timer(id(1), "t", T0 + 5, 1)];
+    first.timers.arm = vec![timer(id(1), "t:a", T0 + 5, 1)];
     let mut second = commit(id(1), Some(1), dep);
-    second.resolve_timers = vec![TimerRef {
-        name: "t".into(),
+    second.timers.resolve = vec![TimerRef {
+        name: name("t:a"),
         incarnation: 1,
     }];
-    second.snapshot = vec![7];
+    second.state.snapshot = vec![7];
     let stale = commit(id(1), Some(1), dep);
     let outcomes = s.commit(vec![first, second, stale]).await?;
     ensure!(
@@ -364,55 +362,55 @@ pub async fn timers_upsert_and_resolve_only_with_matching_incarnation(ctx: Ctx) 
     let s = &*ctx.store;
     let dep = deploy(s, "h1").await?;
     let mut c = commit(id(1), None, dep);
-    c.arm_timers = vec![
-        timer(id(1), "retry:pay", T0 + 100, 1),
-        timer(id(1), "boundary:t1", T0 + 900, 1),
+    c.timers.arm = vec![
+        timer(id(1), "r:pay", T0 + 100, 1),
+        timer(id(1), "b:t1", T0 + 900, 1),
     ];
     commit_one(s, c).await?;
     ensure!(
         s.timers(id(1)).await?
             == vec![
-                timer(id(1), "boundary:t1", T0 + 900, 1),
-                timer(id(1), "retry:pay", T0 + 100, 1)
+                timer(id(1), "b:t1", T0 + 900, 1),
+                timer(id(1), "r:pay", T0 + 100, 1)
             ],
         "timers are listed by name"
     );
 
     // Arming the same name replaces the row and its incarnation.
     let mut c = commit(id(1), Some(1), dep);
-    c.arm_timers = vec![timer(id(1), "retry:pay", T0 + 200, 2)];
+    c.timers.arm = vec![timer(id(1), "r:pay", T0 + 200, 2)];
     commit_one(s, c).await?;
     // A stale resolve (old incarnation) leaves the live timer alone.
     let mut c = commit(id(1), Some(2), dep);
-    c.resolve_timers = vec![TimerRef {
-        name: "retry:pay".into(),
+    c.timers.resolve = vec![TimerRef {
+        name: name("r:pay"),
         incarnation: 1,
     }];
     commit_one(s, c).await?;
     ensure!(s
         .timers(id(1))
         .await?
-        .contains(&timer(id(1), "retry:pay", T0 + 200, 2)));
+        .contains(&timer(id(1), "r:pay", T0 + 200, 2)));
     // Resolve and re-arm in one step: the new incarnation survives.
     let mut c = commit(id(1), Some(3), dep);
-    c.resolve_timers = vec![TimerRef {
-        name: "retry:pay".into(),
+    c.timers.resolve = vec![TimerRef {
+        name: name("r:pay"),
         incarnation: 2,
     }];
-    c.arm_timers = vec![timer(id(1), "retry:pay", T0 + 300, 3)];
+    c.timers.arm = vec![timer(id(1), "r:pay", T0 + 300, 3)];
     commit_one(s, c).await?;
     ensure!(s
         .timers(id(1))
         .await?
-        .contains(&timer(id(1), "retry:pay", T0 + 300, 3)));
+        .contains(&timer(id(1), "r:pay", T0 + 300, 3)));
     let mut c = commit(id(1), Some(4), dep);
-    c.resolve_timers = vec![
+    c.timers.resolve = vec![
         TimerRef {
-            name: "retry:pay".into(),
+            name: name("r:pay"),
             incarnation: 3,
         },
         TimerRef {
-            name: "boundary:t1".into(),
+            name: name("b:t1"),
             incarnation: 1,
         },
     ];
@@ -426,10 +424,10 @@ pub async fn claim_respects_due_time_and_leases(ctx: Ctx) -> Result<()> {
     let s = &*ctx.store;
     let dep = deploy(s, "h1").await?;
     let mut c = commit(id(1), None, dep);
-    c.arm_timers = vec![
-        timer(id(1), "a", T0 + 100, 1),
-        timer(id(1), "b", T0 + 200, 1),
-        timer(id(1), "c", T0 + 300, 1),
+    c.timers.arm = vec![
+        timer(id(1), "c:a", T0 + 100, 1),
+        timer(id(1), "c:b", T0 + 200, 1),
+        timer(id(1), "c:c", T0 + 300, 1),
     ];
     commit_one(s, c).await?;
     ensure!(s.next_timer_due().await? == Some(T0 + 100));
@@ -441,17 +439,20 @@ pub async fn claim_respects_due_time_and_leases(ctx: Ctx) -> Result<()> {
     );
 
     let first = s.claim_due_timers(T0 + 150, 1_000, "r1", 10).await?;
-    ensure!(first == vec![timer(id(1), "a", T0 + 100, 1)], "{first:?}");
+    ensure!(first == vec![timer(id(1), "c:a", T0 + 100, 1)], "{first:?}");
     // Leased until T0 + 1150, inclusive: not handed out again while the lease holds.
     ensure!(s
         .claim_due_timers(T0 + 150, 1_000, "r2", 10)
         .await?
         .is_empty());
     let second = s.claim_due_timers(T0 + 250, 1_000, "r2", 10).await?;
-    ensure!(second == vec![timer(id(1), "b", T0 + 200, 1)], "{second:?}");
+    ensure!(
+        second == vec![timer(id(1), "c:b", T0 + 200, 1)],
+        "{second:?}"
+    );
     ensure!(
         s.claim_due_timers(T0 + 1_150, 1_000, "r2", 10).await?
-            == vec![timer(id(1), "c", T0 + 300, 1)]
+            == vec![timer(id(1), "c:c", T0 + 300, 1)]
     );
     // Leased timers still count for the next due instant.
     ensure!(s.next_timer_due().await? == Some(T0 + 100));
@@ -462,13 +463,13 @@ pub async fn claim_respects_due_time_and_leases(ctx: Ctx) -> Result<()> {
     ensure!(
         limited
             == vec![
-                timer(id(1), "a", T0 + 100, 1),
-                timer(id(1), "b", T0 + 200, 1)
+                timer(id(1), "c:a", T0 + 100, 1),
+                timer(id(1), "c:b", T0 + 200, 1)
             ],
         "{limited:?}"
     );
     let rest = s.claim_due_timers(T0 + 5_000, 1_000, "r3", 2).await?;
-    ensure!(rest == vec![timer(id(1), "c", T0 + 300, 1)], "{rest:?}");
+    ensure!(rest == vec![timer(id(1), "c:c", T0 + 300, 1)], "{rest:?}");
     ensure!(s
         .claim_due_timers(T0 + 5_000, 1_000, "r3", 0)
         .await?
@@ -482,14 +483,14 @@ pub async fn rearming_a_leased_timer_drops_the_lease(ctx: Ctx) -> Result<()> {
     let s = &*ctx.store;
     let dep = deploy(s, "h1").await?;
     let mut c = commit(id(1), None, dep);
-    c.arm_timers = vec![timer(id(1), "t", T0, 1)];
+    c.timers.arm = vec![timer(id(1), "t:a", T0, 1)];
     commit_one(s, c).await?;
     ensure!(s.claim_due_timers(T0, 60_000, "r1", 10).await?.len() == 1);
     let mut c = commit(id(1), Some(1), dep);
-    c.arm_timers = vec![timer(id(1), "t", T0 + 10, 2)];
+    c.timers.arm = vec![timer(id(1), "t:a", T0 + 10, 2)];
     commit_one(s, c).await?;
     let again = s.claim_due_timers(T0 + 10, 60_000, "r2", 10).await?;
-    ensure!(again == vec![timer(id(1), "t", T0 + 10, 2)], "{again:?}");
+    ensure!(again == vec![timer(id(1), "t:a", T0 + 10, 2)], "{again:?}");
     Ok(())
 }
 
@@ -499,7 +500,7 @@ pub async fn concurrent_claimers_never_share_a_timer(ctx: Ctx) -> Result<()> {
     let batch: Vec<Commit> = (0..TIMERS)
         .map(|n| {
             let mut c = commit(id(n), None, dep);
-            c.arm_timers = vec![timer(id(n), "t", T0 + (n as i64 % 17), 1)];
+            c.timers.arm = vec![timer(id(n), "t:a", T0 + (n as i64 % 17), 1)];
             c
         })
         .collect();
@@ -567,7 +568,7 @@ pub async fn concurrent_committers_win_each_fence_exactly_once(ctx: Ctx) -> Resu
                 for n in order {
                     let fence = store.instance(id(n)).await?.map(|i| i.fence);
                     let mut c = commit(id(n), fence, dep);
-                    c.snapshot = vec![tag; 8];
+                    c.state.snapshot = vec![tag; 8];
                     c.attempts = vec![attempt(id(n), &format!("step-{tag}"), 1)];
                     batch.push(c);
                 }
@@ -625,10 +626,10 @@ pub async fn retire_is_refused_while_running_or_failed_instances_remain(ctx: Ctx
     );
 
     let mut done = commit(id(1), Some(1), v1);
-    done.status = InstanceStatus::Completed;
+    done.state.status = InstanceStatus::Completed;
     let mut failed = commit(id(2), Some(1), v1);
-    failed.status = InstanceStatus::Failed;
-    failed.failure_code = Some("RETRIES_EXHAUSTED".into());
+    failed.state.status = InstanceStatus::Failed;
+    failed.state.failure_code = Some("RETRIES_EXHAUSTED".into());
     s.commit(vec![done, failed]).await?;
     // FAILED still holds its deployment: it is kept for inspection and repair.
     ensure!(
@@ -645,7 +646,7 @@ pub async fn retire_is_refused_while_running_or_failed_instances_remain(ctx: Ctx
     );
 
     let mut cancelled = commit(id(2), Some(2), v1);
-    cancelled.status = InstanceStatus::Cancelled;
+    cancelled.state.status = InstanceStatus::Cancelled;
     commit_one(s, cancelled).await?;
     ensure!(s.retire(v1).await? == RetireOutcome::Retired);
     ensure!(
@@ -742,10 +743,10 @@ pub async fn incidents_open_and_resolve(ctx: Ctx) -> Result<()> {
         message: format!("{node} failed with {code}"),
     };
     let mut c = commit(id(1), None, dep);
-    c.open_incidents = vec![incident("pay", "E1"), incident("ship", "E2")];
+    c.incidents.open = vec![incident("pay", "E1"), incident("ship", "E2")];
     commit_one(s, c).await?;
     let mut c = commit(id(2), None, dep);
-    c.open_incidents = vec![incident("pay", "E3")];
+    c.incidents.open = vec![incident("pay", "E3")];
     commit_one(s, c).await?;
 
     let all = s.incidents(None).await?;
@@ -761,8 +762,8 @@ pub async fn incidents_open_and_resolve(ctx: Ctx) -> Result<()> {
     // Resolve on `pay` and open a fresh one there in the same step: the new one stays open.
     let mut c = commit(id(1), Some(1), dep);
     c.now_ms = T0 + 70;
-    c.resolve_incidents_on = vec!["pay".into()];
-    c.open_incidents = vec![incident("pay", "E4")];
+    c.incidents.resolve_on = vec!["pay".into()];
+    c.incidents.open = vec![incident("pay", "E4")];
     commit_one(s, c).await?;
     let mine = s.incidents(Some(id(1))).await?;
     let view: Vec<(&str, &str, Option<i64>)> = mine
@@ -788,10 +789,14 @@ pub fn attempt(instance: InstanceId, node: &str, n: u32) -> AttemptRecord {
     AttemptRecord {
         instance,
         node: node.into(),
-        attempt: n,
+        attempt: Attempt::new(n).expect("attempts are 1-based"),
         started_at_ms: T0 + i64::from(n) * 10,
         finished_at_ms: T0 + i64::from(n) * 10 + 3,
-        outcome: if n < 3 { "failed" } else { "ok" }.into(),
+        outcome: if n < 3 {
+            AttemptOutcome::Failed
+        } else {
+            AttemptOutcome::Ok
+        },
         code: (n < 3).then(|| "HTTP_503".to_string()),
         message: (n < 3).then(|| format!("attempt {n}: upstream unavailable")),
     }
@@ -826,6 +831,20 @@ pub async fn attempts_history_keeps_order(ctx: Ctx) -> Result<()> {
     );
     ensure!(s.attempts(id(2)).await? == vec![attempt(id(2), "pay", 1)]);
     ensure!(s.attempts(id(3)).await?.is_empty());
+    // Every outcome is stored and read back as itself.
+    let mut c = commit(id(3), None, dep);
+    c.attempts = AttemptOutcome::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, outcome)| AttemptRecord {
+            outcome: *outcome,
+            ..attempt(id(3), "all", i as u32 + 1)
+        })
+        .collect();
+    let written = c.attempts.clone();
+    commit_one(s, c).await?;
+    let read = s.attempts(id(3)).await?;
+    ensure!(read == written, "{read:?}");
     Ok(())
 }
 
@@ -846,8 +865,8 @@ pub async fn instances_filter_by_deployment_status_and_code(ctx: Ctx) -> Result<
         .map(|(n, dep, at, status, code)| {
             let mut c = commit(id(*n), None, *dep);
             c.now_ms = *at;
-            c.status = *status;
-            c.failure_code = code.map(str::to_string);
+            c.state.status = *status;
+            c.state.failure_code = code.map(str::to_string);
             c
         })
         .collect();
@@ -921,7 +940,7 @@ pub async fn snapshot_bytes_round_trip_exactly(ctx: Ctx) -> Result<()> {
     ];
     for (n, bytes) in cases.iter().enumerate() {
         let mut c = commit(id(n as u128), None, dep);
-        c.snapshot = bytes.clone();
+        c.state.snapshot = bytes.clone();
         commit_one(s, c).await?;
     }
     for (n, bytes) in cases.iter().enumerate() {

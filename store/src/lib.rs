@@ -9,6 +9,7 @@
 //! Invariant: a store never interprets snapshot bytes; it stores what it is given.
 
 use async_trait::async_trait;
+pub use qflow_core::{Attempt, AttemptOutcome, TimerKind, TimerName};
 use uuid::Uuid;
 
 #[cfg(feature = "conformance")]
@@ -91,15 +92,16 @@ pub struct InstanceRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerRecord {
     pub instance: InstanceId,
-    /// The engine's name for the timer, e.g. `retry:pay` or `boundary:t1`.
-    pub name: String,
+    /// The engine's name for the timer (`r:pay`, `b:t1`, `~run`), typed; stored as its
+    /// rendering.
+    pub name: TimerName,
     pub due_at_ms: i64,
     pub incarnation: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerRef {
-    pub name: String,
+    pub name: TimerName,
     pub incarnation: u32,
 }
 
@@ -126,16 +128,18 @@ pub struct NewIncident {
 pub struct AttemptRecord {
     pub instance: InstanceId,
     pub node: String,
-    pub attempt: u32,
+    pub attempt: Attempt,
     pub started_at_ms: i64,
     pub finished_at_ms: i64,
-    /// `ok`, `failed`, `bpmn_error`, `timeout`, ...
-    pub outcome: String,
+    /// Stored as [`AttemptOutcome::as_str`] (`ok`, `failed`, `bpmn_error`, `timeout`, ...).
+    pub outcome: AttemptOutcome,
     pub code: Option<String>,
     pub message: Option<String>,
 }
 
-/// Everything one step wrote, applied atomically.
+/// Everything one step wrote, applied atomically: the instance row, then the effect
+/// rows by family. A new family (outbox rows, correlations) is one more field here and
+/// one more `apply` per store — each store writes each family in exactly one place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Commit {
     pub instance: InstanceId,
@@ -143,18 +147,61 @@ pub struct Commit {
     /// fence is still `f` (compare-and-swap); the new fence is `f + 1`.
     pub expected_fence: Option<u64>,
     pub deployment: DeploymentId,
+    pub now_ms: i64,
+    /// The instance row after the step.
+    pub state: InstanceState,
+    pub timers: TimerWrites,
+    pub incidents: IncidentWrites,
+    /// Attempt-history rows (O1a), appended.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+impl Commit {
+    /// A commit of `state` with no effect rows yet.
+    pub fn new(
+        instance: InstanceId,
+        expected_fence: Option<u64>,
+        deployment: DeploymentId,
+        state: InstanceState,
+        now_ms: i64,
+    ) -> Commit {
+        Commit {
+            instance,
+            expected_fence,
+            deployment,
+            now_ms,
+            state,
+            timers: TimerWrites::default(),
+            incidents: IncidentWrites::default(),
+            attempts: Vec::new(),
+        }
+    }
+}
+
+/// The instance row a commit writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceState {
     pub status: InstanceStatus,
     pub failure_code: Option<String>,
     pub snapshot: Vec<u8>,
-    pub now_ms: i64,
+}
+
+/// Timer rows a commit writes. Resolves apply before arms, so a name resolved and
+/// re-armed in one commit ends up armed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimerWrites {
     /// Upserted by `(instance, name)`; any lease on the old row is dropped.
-    pub arm_timers: Vec<TimerRecord>,
+    pub arm: Vec<TimerRecord>,
     /// Deleted only where `(instance, name, incarnation)` matches.
-    pub resolve_timers: Vec<TimerRef>,
-    pub open_incidents: Vec<NewIncident>,
+    pub resolve: Vec<TimerRef>,
+}
+
+/// Incident rows a commit writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IncidentWrites {
+    pub open: Vec<NewIncident>,
     /// Resolves every open incident of this instance on these nodes.
-    pub resolve_incidents_on: Vec<String>,
-    pub attempts: Vec<AttemptRecord>,
+    pub resolve_on: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,8 +16,8 @@ use async_trait::async_trait;
 
 use crate::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
-    TimerRecord,
+    IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError,
+    StoreResult, TimerKind, TimerName, TimerRecord, TimerWrites,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -37,7 +37,7 @@ struct TimerRow {
     leased_until_ms: Option<i64>,
 }
 
-type TimerKey = (InstanceId, String);
+type TimerKey = (InstanceId, TimerName);
 
 #[derive(Debug, Default)]
 struct State {
@@ -47,7 +47,7 @@ struct State {
     timers: BTreeMap<TimerKey, TimerRow>,
     /// `(due_at_ms, instance, name)` for every row of `timers`: the due index, so a claim
     /// walks due timers only and never the parked ones.
-    timers_by_due: BTreeSet<(i64, InstanceId, String)>,
+    timers_by_due: BTreeSet<(i64, InstanceId, TimerName)>,
     incidents: Vec<IncidentRecord>,
     attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
 }
@@ -105,23 +105,30 @@ impl State {
                 id: commit.instance,
                 deployment: commit.deployment,
                 fence,
-                status: commit.status,
-                failure_code: commit.failure_code,
-                snapshot: commit.snapshot,
+                status: commit.state.status,
+                failure_code: commit.state.failure_code,
+                snapshot: commit.state.snapshot,
                 created_at_ms,
                 updated_at_ms: commit.now_ms,
             },
         );
+        self.apply_timers(commit.instance, commit.timers);
+        self.apply_incidents(commit.instance, commit.incidents, commit.now_ms);
+        self.apply_attempts(commit.instance, commit.attempts);
+        CommitOutcome::Applied { fence }
+    }
+
+    fn apply_timers(&mut self, instance: InstanceId, timers: TimerWrites) {
         // Resolves before arms: a step that replaces a timer resolves the old incarnation
         // and arms the new one, and the new one must survive.
-        for timer in commit.resolve_timers {
-            let key = (commit.instance, timer.name);
+        for timer in timers.resolve {
+            let key = (instance, timer.name);
             if self.timers.get(&key).map(|row| row.incarnation) == Some(timer.incarnation) {
                 self.remove_timer(&key);
             }
         }
-        for timer in commit.arm_timers {
-            let key = (commit.instance, timer.name);
+        for timer in timers.arm {
+            let key = (instance, timer.name);
             self.remove_timer(&key);
             self.timers_by_due
                 .insert((timer.due_at_ms, key.0, key.1.clone()));
@@ -135,33 +142,37 @@ impl State {
                 },
             );
         }
+    }
+
+    fn apply_incidents(&mut self, instance: InstanceId, incidents: IncidentWrites, now_ms: i64) {
         // Resolves before opens, for the same reason as timers.
-        for node in &commit.resolve_incidents_on {
-            for incident in self.incidents.iter_mut().filter(|i| {
-                i.instance == commit.instance && &i.node == node && i.resolved_at_ms.is_none()
-            }) {
-                incident.resolved_at_ms = Some(commit.now_ms);
+        for node in &incidents.resolve_on {
+            for incident in self
+                .incidents
+                .iter_mut()
+                .filter(|i| i.instance == instance && &i.node == node && i.resolved_at_ms.is_none())
+            {
+                incident.resolved_at_ms = Some(now_ms);
             }
         }
-        for incident in commit.open_incidents {
+        for incident in incidents.open {
             let id = i64::try_from(self.incidents.len()).unwrap_or(i64::MAX - 1) + 1;
             self.incidents.push(IncidentRecord {
                 id,
-                instance: commit.instance,
+                instance,
                 node: incident.node,
                 code: incident.code,
                 message: incident.message,
-                opened_at_ms: commit.now_ms,
+                opened_at_ms: now_ms,
                 resolved_at_ms: None,
             });
         }
-        if !commit.attempts.is_empty() {
-            self.attempts
-                .entry(commit.instance)
-                .or_default()
-                .extend(commit.attempts);
+    }
+
+    fn apply_attempts(&mut self, instance: InstanceId, attempts: Vec<AttemptRecord>) {
+        if !attempts.is_empty() {
+            self.attempts.entry(instance).or_default().extend(attempts);
         }
-        CommitOutcome::Applied { fence }
     }
 
     fn remove_timer(&mut self, key: &TimerKey) {
@@ -314,7 +325,9 @@ impl Store for MemoryStore {
         let state = self.lock();
         Ok(state
             .timers
-            .range((instance, String::new())..)
+            // `b:` sorts before every name the engine writes (`b:…`, `c:…`, `r:…`, `t:…`,
+            // `~run`), so the range starts at this instance's first timer.
+            .range((instance, TimerName::new(TimerKind::Boundary, ""))..)
             .take_while(|((i, _), _)| *i == instance)
             .map(|((i, name), row)| TimerRecord {
                 instance: *i,

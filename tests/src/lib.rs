@@ -50,7 +50,7 @@ pub fn handlers() -> AsyncHandlers {
         })
         .with_sync("flaky", |ctx: &TaskContext<'_>| {
             let fail = ctx.inputs.get("fail").and_then(|v| v.as_u64()).unwrap_or(0);
-            if u64::from(ctx.attempt) <= fail {
+            if u64::from(ctx.attempt.get()) <= fail {
                 TaskOutcome::Fail {
                     code: "HANDLER_FAILED".into(),
                     message: format!("scripted failure {} of {fail}", ctx.attempt),
@@ -104,7 +104,7 @@ pub async fn verdict(store: &dyn Store, id: InstanceId) -> anyhow::Result<Verdic
         .attempts(id)
         .await?
         .into_iter()
-        .map(|a| (a.node, a.attempt, a.outcome))
+        .map(|a| (a.node, a.attempt.get(), a.outcome.as_str().to_owned()))
         .collect();
     Ok(Verdict {
         id,

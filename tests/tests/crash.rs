@@ -59,7 +59,10 @@ async fn parked(db: &str) -> usize {
     let mut n = 0;
     for rec in all {
         let timers = store.timers(rec.id).await.expect("timers");
-        if timers.iter().any(|t| t.name.starts_with("r:")) {
+        if timers
+            .iter()
+            .any(|t| t.name.kind() == qflow_store::TimerKind::Retry)
+        {
             n += 1;
         }
     }

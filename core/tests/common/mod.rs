@@ -61,7 +61,7 @@ pub fn runs_of(trace: &Trace, node: &str) -> Vec<(i64, u32)> {
         .filter_map(|(at, e)| match e {
             Effect::RunTask {
                 node: n, attempt, ..
-            } if n == node => Some((at, attempt)),
+            } if n == node => Some((at, attempt.get())),
             _ => None,
         })
         .collect()
@@ -74,7 +74,7 @@ pub fn arms(trace: &Trace) -> Vec<(i64, i64, String)> {
         .filter_map(|(at, e)| match e {
             Effect::ArmTimer {
                 name, due_at_ms, ..
-            } => Some((at, due_at_ms, name)),
+            } => Some((at, due_at_ms, name.to_string())),
             _ => None,
         })
         .collect()

@@ -1,0 +1,448 @@
+//! Claiming and stepping one instance, in parts: read the claim, step it and plan the
+//! commit (pure), decide the in-flight lease (pure), commit under the fence.
+//!
+//! The lane uses the parts with its cache and its group commit; [`claim_and_step`] puts
+//! the same parts together for one instance outside a lane (an operator's repair of a
+//! FAILED instance, a test), so there is one way an instance is stepped.
+//!
+//! Invariant: [`plan`] and [`lease_decision`] read no clock and do no I/O — `now` is an
+//! argument — so what a step writes is a function of the claim, the input and `now`.
+
+use std::sync::Arc;
+
+use qflow_core::{any_attempt_in_flight, Effect, Input, Snapshot, Status, TimerKind, TimerName};
+use qflow_loader::model::Definition;
+use qflow_store::{
+    AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState, InstanceStatus,
+    NewIncident, Store, TimerRecord, TimerRef,
+};
+
+use crate::handlers::TaskCall;
+use crate::{Definitions, Error};
+
+/// How often [`claim_and_step`] re-reads and re-derives after losing the
+/// compare-and-swap before it gives up (the durable state is untouched either way).
+pub const CONFLICT_RETRIES_MAX: u32 = 16;
+
+/// An instance as read for stepping: its definition, its decoded state and the fence its
+/// next commit must find.
+#[derive(Clone)]
+pub struct Claim {
+    pub instance: InstanceId,
+    pub deployment: DeploymentId,
+    pub def: Arc<Definition>,
+    /// `None` for an instance not created yet; its commit creates it.
+    pub fence: Option<u64>,
+    pub snapshot: Snapshot,
+    /// When the `~run` lease row is due, as far as this claim knows: `None` when there is
+    /// none, `Some(i64::MIN)` when there may be one whose due instant is unknown (the
+    /// state was read from the store).
+    pub lease_due: Option<i64>,
+}
+
+impl Claim {
+    /// A claim on a new instance of `deployment`.
+    pub fn fresh(instance: InstanceId, deployment: DeploymentId, def: Arc<Definition>) -> Claim {
+        Claim {
+            instance,
+            deployment,
+            def,
+            fence: None,
+            snapshot: Snapshot::new(),
+            lease_due: None,
+        }
+    }
+
+    /// Reads the stored instance `id`.
+    pub(crate) async fn read(
+        store: &dyn Store,
+        defs: &Definitions,
+        id: InstanceId,
+    ) -> Result<Claim, Error> {
+        let record = store
+            .instance(id)
+            .await?
+            .ok_or_else(|| Error::UnknownInstance(id.to_string()))?;
+        let def = defs.get(record.deployment).await?;
+        Ok(Claim {
+            instance: id,
+            deployment: record.deployment,
+            def,
+            fence: Some(record.fence),
+            snapshot: Snapshot::decode(&record.snapshot)?,
+            lease_due: Some(i64::MIN),
+        })
+    }
+}
+
+/// The in-flight lease rules (C7a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRules {
+    /// How far ahead of `now` the lease is armed.
+    pub lease_ms: i64,
+    /// The lease is pushed forward once less than `lease_ms / refresh_divisor` remains.
+    pub refresh_divisor: i64,
+    /// The replica is shutting down: attempts a step asks for are handed over (a lease
+    /// due at once) instead of started.
+    pub handing_over: bool,
+}
+
+/// What to do with the `~run` lease row in a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAction {
+    /// Arm (upsert) it due at this instant.
+    Arm(i64),
+    /// Delete it.
+    Resolve,
+    /// Leave it as it is.
+    Keep,
+}
+
+/// Decides the lease from the next state alone: armed (or pushed forward) while a task
+/// attempt is in flight, resolved once none is. `fired` says the step was caused by the
+/// lease row itself coming due (its claim must be replaced or the row deleted); `calls`
+/// that the step asks for handler calls (only those can be handed over).
+pub fn lease_decision(
+    rules: LeaseRules,
+    in_flight: bool,
+    lease_due: Option<i64>,
+    fired: bool,
+    calls: bool,
+    now: i64,
+) -> LeaseAction {
+    let handing_over = rules.handing_over && calls;
+    if in_flight {
+        let refresh_at = now.saturating_add(rules.lease_ms / rules.refresh_divisor.max(1));
+        if handing_over || fired || lease_due.is_none_or(|due| due < refresh_at) {
+            let due = if handing_over {
+                now
+            } else {
+                now.saturating_add(rules.lease_ms)
+            };
+            return LeaseAction::Arm(due);
+        }
+        LeaseAction::Keep
+    } else if lease_due.is_some() && !fired {
+        LeaseAction::Resolve
+    } else {
+        // Fired and not in flight: the step's own resolve of the fired row deletes it.
+        LeaseAction::Keep
+    }
+}
+
+/// A stepped claim: the commit it needs and what follows once that commit is applied.
+pub struct Planned {
+    pub commit: Commit,
+    pub then: Then,
+}
+
+/// What follows a planned commit once it is applied.
+pub struct Then {
+    /// The claim as it stands after the commit (its fence is still the old one).
+    pub next: Claim,
+    /// Handler calls to start once the commit is durable.
+    pub calls: Vec<TaskCall>,
+    /// Backoff parks armed (`r:` timers).
+    pub parks: u64,
+    /// The earliest due instant of a timer armed, so the poller can be woken early.
+    pub earliest_timer_ms: Option<i64>,
+    /// The step moved the instance into a terminal state.
+    pub finished_now: bool,
+}
+
+/// Steps `claim` with `input` at `now` and plans the commit: pure. `fired` is the timer
+/// row that caused the step (deleted by the commit); `started_ms` is when the handler
+/// whose outcome this is started (for the attempt history). A stale input without a
+/// fired row to delete is refused: there is nothing to write.
+pub fn plan(
+    claim: &Claim,
+    input: Input,
+    fired: Option<TimerRef>,
+    started_ms: i64,
+    now: i64,
+    rules: LeaseRules,
+) -> Result<Planned, Error> {
+    let id = claim.instance.to_string();
+    let step = qflow_core::step(&claim.def, &id, claim.snapshot.clone(), input, now)?;
+    if fired.is_none() {
+        if let Some(Effect::Stale { reason }) = step
+            .effects
+            .iter()
+            .find(|e| matches!(e, Effect::Stale { .. }))
+        {
+            return Err(Error::Refused {
+                what: "input".to_owned(),
+                why: reason.clone(),
+            });
+        }
+    }
+    let status = step.snapshot.status();
+    let state = InstanceState {
+        status: store_status(status),
+        failure_code: step.snapshot.failure().map(|f| f.code.clone()),
+        snapshot: step.snapshot.encode(),
+    };
+    let fired_lease = fired
+        .as_ref()
+        .is_some_and(|t| t.name.kind() == TimerKind::Lease);
+    let mut commit = Commit::new(claim.instance, claim.fence, claim.deployment, state, now);
+    commit.timers.resolve.extend(fired);
+    let mut then = Then {
+        next: Claim {
+            snapshot: step.snapshot,
+            ..claim.clone()
+        },
+        calls: Vec::new(),
+        parks: 0,
+        earliest_timer_ms: None,
+        finished_now: status.is_terminal() && !claim.snapshot.status().is_terminal(),
+    };
+    for effect in step.effects {
+        carry_out(&mut commit, &mut then, &id, effect, started_ms, now);
+    }
+    let in_flight =
+        status == Status::Running && any_attempt_in_flight(&claim.def, &then.next.snapshot);
+    let action = lease_decision(
+        rules,
+        in_flight,
+        then.next.lease_due,
+        fired_lease,
+        !then.calls.is_empty(),
+        now,
+    );
+    let lease = TimerName::lease();
+    match action {
+        LeaseAction::Arm(due) => {
+            // The upsert replaces the row (and drops its claim lease); a resolve of the
+            // same name in this commit would delete the fresh row again.
+            commit.timers.resolve.retain(|t| t.name != lease);
+            commit.timers.arm.push(TimerRecord {
+                instance: claim.instance,
+                name: lease,
+                due_at_ms: due,
+                incarnation: 0,
+            });
+            then.next.lease_due = Some(due);
+        }
+        LeaseAction::Resolve => {
+            commit.timers.resolve.push(TimerRef {
+                name: lease,
+                incarnation: 0,
+            });
+            then.next.lease_due = None;
+        }
+        LeaseAction::Keep if !in_flight => then.next.lease_due = None,
+        LeaseAction::Keep => {}
+    }
+    if rules.handing_over {
+        // Handed over by the lease armed above: the next replica re-adopts them.
+        then.calls.clear();
+    }
+    Ok(Planned { commit, then })
+}
+
+/// Writes one effect into the plan that carries the step. Exhaustive on purpose: a new
+/// effect must be given its place here.
+fn carry_out(
+    commit: &mut Commit,
+    then: &mut Then,
+    id: &str,
+    effect: Effect,
+    started_ms: i64,
+    now: i64,
+) {
+    match effect {
+        Effect::RunTask {
+            node,
+            handler,
+            attempt,
+            inputs,
+        } => then.calls.push(TaskCall {
+            instance_id: id.to_owned(),
+            node,
+            handler,
+            attempt,
+            inputs,
+        }),
+        Effect::ArmTimer {
+            name,
+            due_at_ms,
+            incarnation,
+        } => {
+            if name.kind() == TimerKind::Retry {
+                then.parks += 1;
+            }
+            then.earliest_timer_ms = Some(
+                then.earliest_timer_ms
+                    .map_or(due_at_ms, |t| t.min(due_at_ms)),
+            );
+            commit.timers.arm.push(TimerRecord {
+                instance: commit.instance,
+                name,
+                due_at_ms,
+                incarnation,
+            });
+        }
+        Effect::ResolveTimer { name, incarnation } => {
+            commit.timers.resolve.push(TimerRef { name, incarnation })
+        }
+        Effect::AttemptFinished {
+            node,
+            attempt,
+            outcome,
+            code,
+            message,
+        } => commit.attempts.push(AttemptRecord {
+            instance: commit.instance,
+            node,
+            attempt,
+            started_at_ms: started_ms,
+            finished_at_ms: now,
+            outcome,
+            code,
+            message,
+        }),
+        Effect::OpenIncident {
+            node,
+            code,
+            message,
+        } => commit.incidents.open.push(NewIncident {
+            node,
+            code,
+            message,
+        }),
+        Effect::ResolveIncident { node } => commit.incidents.resolve_on.push(node),
+        // The ending travels in the snapshot (and the instance row's status); a stale
+        // input writes nothing but the fired row's delete.
+        Effect::Completed | Effect::Failed { .. } | Effect::Cancelled | Effect::Stale { .. } => {}
+    }
+}
+
+pub(crate) fn store_status(s: Status) -> InstanceStatus {
+    match s {
+        Status::New | Status::Running => InstanceStatus::Running,
+        Status::Completed => InstanceStatus::Completed,
+        Status::Failed => InstanceStatus::Failed,
+        Status::Cancelled => InstanceStatus::Cancelled,
+    }
+}
+
+/// An instance stepped by [`claim_and_step`].
+pub struct Stepped {
+    /// The fence after the commit.
+    pub fence: u64,
+    /// The claim after the commit.
+    pub claim: Claim,
+    /// Handler calls the step asked for; the caller starts them (or hands them to a lane).
+    pub calls: Vec<TaskCall>,
+}
+
+/// Reads instance `id`, steps it with `input` at `now` and commits the step alone under
+/// its fence; on a lost compare-and-swap it re-reads and re-derives, up to
+/// [`CONFLICT_RETRIES_MAX`] times. Nothing is written unless the commit is applied.
+pub(crate) async fn claim_and_step(
+    store: &dyn Store,
+    defs: &Definitions,
+    id: InstanceId,
+    input: Input,
+    now: i64,
+    rules: LeaseRules,
+) -> Result<Stepped, Error> {
+    for _ in 0..=CONFLICT_RETRIES_MAX {
+        let claim = Claim::read(store, defs, id).await?;
+        let planned = plan(&claim, input.clone(), None, now, now, rules)?;
+        let outcome = store.commit(vec![planned.commit]).await?;
+        match outcome.first() {
+            Some(CommitOutcome::Applied { fence }) => {
+                return Ok(Stepped {
+                    fence: *fence,
+                    claim: Claim {
+                        fence: Some(*fence),
+                        ..planned.then.next
+                    },
+                    calls: planned.then.calls,
+                })
+            }
+            Some(CommitOutcome::Conflict { .. }) => continue,
+            Some(CommitOutcome::DeploymentRetired) | None => {
+                return Err(Error::Conflict(format!(
+                    "the store did not apply the step of instance {id}"
+                )))
+            }
+        }
+    }
+    Err(Error::Conflict(format!(
+        "instance {id} changed under {} attempts to step it",
+        CONFLICT_RETRIES_MAX + 1
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULES: LeaseRules = LeaseRules {
+        lease_ms: 40_000,
+        refresh_divisor: 2,
+        handing_over: false,
+    };
+
+    #[test]
+    fn the_lease_follows_the_attempts_in_flight() {
+        let now = 1_000;
+        // An attempt starts: armed a lease ahead.
+        assert_eq!(
+            lease_decision(RULES, true, None, false, true, now),
+            LeaseAction::Arm(41_000)
+        );
+        // More than half left: kept; less than half: pushed forward.
+        assert_eq!(
+            lease_decision(RULES, true, Some(21_001), false, true, now),
+            LeaseAction::Keep
+        );
+        assert_eq!(
+            lease_decision(RULES, true, Some(20_999), false, true, now),
+            LeaseAction::Arm(41_000)
+        );
+        // Unknown due instant (read from the store): re-armed to be sure.
+        assert_eq!(
+            lease_decision(RULES, true, Some(i64::MIN), false, false, now),
+            LeaseAction::Arm(41_000)
+        );
+        // The lease itself fired while still in flight: re-armed (its claim replaced).
+        assert_eq!(
+            lease_decision(RULES, true, Some(41_000), true, true, now),
+            LeaseAction::Arm(41_000)
+        );
+        // Nothing in flight any more: resolved, unless the fired row is deleted anyway.
+        assert_eq!(
+            lease_decision(RULES, false, Some(41_000), false, false, now),
+            LeaseAction::Resolve
+        );
+        assert_eq!(
+            lease_decision(RULES, false, Some(41_000), true, false, now),
+            LeaseAction::Keep
+        );
+        assert_eq!(
+            lease_decision(RULES, false, None, false, false, now),
+            LeaseAction::Keep
+        );
+    }
+
+    #[test]
+    fn a_shutting_down_replica_hands_new_attempts_over_at_once() {
+        let rules = LeaseRules {
+            handing_over: true,
+            ..RULES
+        };
+        assert_eq!(
+            lease_decision(rules, true, Some(41_000), false, true, 5),
+            LeaseAction::Arm(5)
+        );
+        // No new attempt asked for: nothing to hand over, the lease keeps its instant.
+        assert_eq!(
+            lease_decision(rules, true, Some(41_000), false, false, 5),
+            LeaseAction::Keep
+        );
+    }
+}

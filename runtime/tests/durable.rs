@@ -1,0 +1,251 @@
+//! The runtime on a durable store (SQLite in a temp directory) and a manual clock: a
+//! backoff is a timer park the poller re-drives when the clock reaches it, and a replica
+//! that dies mid-attempt leaves a lease another one re-adopts once it lapses. Time moves
+//! only when a test moves it; nothing here sleeps.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use qflow_persistence::SqliteStore;
+use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig, TaskOutcome};
+use qflow_store::{AttemptOutcome, InstanceStatus, Store, TimerKind};
+
+const T0: i64 = 1_700_000_000_000;
+
+/// One task with a retry policy: three attempts, 10 s apart, no jitter.
+const RETRYING: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <process id="retrying" isExecutable="true">
+    <startEvent id="start"/>
+    <serviceTask id="pay" q:task="pay"><extensionElements><q:retry maxAttempts="3" initialInterval="PT10S" jitter="none"/></extensionElements></serviceTask>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="pay"/>
+    <sequenceFlow id="f1" sourceRef="pay" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+async fn sqlite() -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(dir.path().join("qflow.db"))
+        .await
+        .expect("opens sqlite");
+    (dir, Arc::new(store))
+}
+
+/// One lane; the poller looks every millisecond of the manual clock, so a timer fires at
+/// the very instant the clock reaches it.
+fn config() -> RuntimeConfig {
+    RuntimeConfig {
+        lanes: 1,
+        poll_interval_ms: 1,
+        ..RuntimeConfig::default()
+    }
+}
+
+/// Fails the test instead of hanging it forever when what it waits for never happens.
+/// Not a timing assertion: the bound is minutes above anything the wait needs.
+async fn hang_guard<F: std::future::Future>(wait: F) -> F::Output {
+    tokio::time::timeout(std::time::Duration::from_secs(120), wait)
+        .await
+        .expect("the runtime stopped making progress")
+}
+
+#[tokio::test]
+async fn a_failed_attempt_parks_until_the_clock_reaches_its_backoff_then_redrives() {
+    let (_dir, store) = sqlite().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handlers =
+        AsyncHandlers::new().with_sync("pay", move |_: &qflow_runtime::TaskContext<'_>| {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                TaskOutcome::Fail {
+                    code: "CARD_DECLINED".into(),
+                    message: "first try".into(),
+                }
+            } else {
+                TaskOutcome::Ok(Default::default())
+            }
+        });
+    let rt = Runtime::start(store.clone(), handlers, clock.clone(), config());
+    let dep = rt.deploy(RETRYING, None).await.expect("deploys");
+    let id = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    hang_guard(rt.wait_until(|s| s.parks >= 1)).await;
+
+    // Parked: one attempt spent, the park row due exactly one backoff later, no lease
+    // (nothing is in flight during a backoff window).
+    let timers = store.timers(id).await.expect("timers");
+    let kinds: Vec<_> = timers
+        .iter()
+        .map(|t| (t.name.kind(), t.due_at_ms))
+        .collect();
+    assert_eq!(kinds, vec![(TimerKind::Retry, T0 + 10_000)]);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // A millisecond early nothing fires; at the instant the poller re-drives.
+    clock.advance_ms(9_999);
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the park holds until it is due"
+    );
+    clock.advance_ms(1);
+    hang_guard(rt.wait_until(|s| s.completed >= 1)).await;
+    rt.shutdown().await;
+
+    let rec = store.instance(id).await.expect("reads").expect("exists");
+    assert_eq!(rec.status, InstanceStatus::Completed);
+    let history: Vec<_> = store
+        .attempts(id)
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|a| {
+            (
+                a.attempt.get(),
+                a.outcome,
+                a.started_at_ms,
+                a.finished_at_ms,
+            )
+        })
+        .collect();
+    assert_eq!(
+        history,
+        vec![
+            (1, AttemptOutcome::Failed, T0, T0),
+            (2, AttemptOutcome::Ok, T0 + 10_000, T0 + 10_000),
+        ]
+    );
+    assert!(store.timers(id).await.expect("timers").is_empty());
+}
+
+#[tokio::test]
+async fn a_replica_that_dies_mid_attempt_is_re_adopted_once_its_lease_lapses() {
+    let (_dir, store) = sqlite().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    // Replica A's handler never answers: it is running when A dies.
+    let stuck = AsyncHandlers::new().with_async("pay", |_call| async {
+        futures::future::pending::<TaskOutcome>().await
+    });
+    let a = Runtime::start(store.clone(), stuck, clock.clone(), config());
+    let dep = a.deploy(RETRYING, None).await.expect("deploys");
+    let id = a
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    hang_guard(a.wait_until(|s| s.handler_calls >= 1)).await;
+    let lease = store.timers(id).await.expect("timers");
+    let lease_ms = config().inflight_lease_ms;
+    assert_eq!(
+        lease
+            .iter()
+            .map(|t| (t.name.kind(), t.due_at_ms))
+            .collect::<Vec<_>>(),
+        vec![(TimerKind::Lease, T0 + lease_ms)]
+    );
+    a.abort();
+
+    // Replica B starts on the same store. Before the lease lapses it leaves the attempt
+    // alone; once it lapses it re-adopts attempt 1: no budget spent.
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let ok = AsyncHandlers::new().with_sync("pay", move |c: &qflow_runtime::TaskContext<'_>| {
+        assert_eq!(c.attempt.get(), 1, "re-adoption runs the same attempt");
+        counted.fetch_add(1, Ordering::SeqCst);
+        TaskOutcome::Ok(Default::default())
+    });
+    let b = Runtime::start(store.clone(), ok, clock.clone(), config());
+    clock.advance_ms(lease_ms - 1);
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "the live lease is respected"
+    );
+    clock.advance_ms(1);
+    hang_guard(b.wait_until(|s| s.completed >= 1)).await;
+    b.shutdown().await;
+
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let history: Vec<_> = store
+        .attempts(id)
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|a| (a.node, a.attempt.get(), a.outcome))
+        .collect();
+    assert_eq!(history, vec![("pay".to_owned(), 1, AttemptOutcome::Ok)]);
+    assert!(store.timers(id).await.expect("timers").is_empty());
+}
+
+/// A step taken outside the lanes — the path operator repairs use — is durable when the
+/// call returns, and the handler calls it asks for still run on the lane.
+#[tokio::test]
+async fn claim_and_step_moves_an_instance_outside_the_lanes() {
+    const REVIEW: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <process id="review" isExecutable="true">
+    <startEvent id="start"/>
+    <userTask id="approve"/>
+    <serviceTask id="ship" q:task="count"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="approve"/>
+    <sequenceFlow id="f1" sourceRef="approve" targetRef="ship"/>
+    <sequenceFlow id="f2" sourceRef="ship" targetRef="end"/>
+  </process>
+</definitions>"#;
+    let (_dir, store) = sqlite().await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    let handlers =
+        AsyncHandlers::new().with_sync("count", move |_: &qflow_runtime::TaskContext<'_>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            TaskOutcome::Ok(Default::default())
+        });
+    let clock = Arc::new(ManualClock::new(T0));
+    let rt = Runtime::start(
+        store.clone(),
+        handlers,
+        clock,
+        RuntimeConfig {
+            lanes: 2,
+            ..config()
+        },
+    );
+    let dep = rt.deploy(REVIEW, None).await.expect("deploys");
+    let id = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    let before = store.instance(id).await.expect("reads").expect("exists");
+    let complete = qflow_runtime::Input::UserTaskCompleted {
+        node: "approve".into(),
+        variables: Default::default(),
+    };
+    let stepped = rt
+        .claim_and_step(id, complete.clone())
+        .await
+        .expect("steps");
+    assert_eq!(stepped.fence, before.fence + 1);
+    assert_eq!(stepped.calls.len(), 1, "the step asks for `ship`");
+    hang_guard(rt.wait_until(|s| s.completed >= 1)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "`ship` ran once");
+    // The same input again is stale: refused, nothing written.
+    let done = store.instance(id).await.expect("reads").expect("exists");
+    assert_eq!(done.status, InstanceStatus::Completed);
+    match rt.claim_and_step(id, complete).await {
+        Err(qflow_runtime::Error::Refused { what, .. }) => assert_eq!(what, "input"),
+        other => panic!("expected a refusal, got {:?}", other.map(|s| s.fence)),
+    }
+    let after = store.instance(id).await.expect("reads").expect("exists");
+    assert_eq!(after.fence, done.fence);
+    rt.shutdown().await;
+}
