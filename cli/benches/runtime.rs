@@ -44,7 +44,8 @@ use qflow_runtime::{TaskContext, TaskOutcome};
 use qflow_store::memory::MemoryStore;
 use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreResult, TimerRecord,
+    InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome, Store, StoreResult,
+    TimerClaim, TimerRecord,
 };
 
 const MODEL: &str = include_str!("linear.bpmn");
@@ -419,16 +420,8 @@ impl Store for TimedStore {
     fn is_durable(&self) -> bool {
         self.inner.is_durable()
     }
-    async fn deploy(
-        &self,
-        process_id: &str,
-        content_hash: &str,
-        source: &str,
-        now_ms: i64,
-    ) -> StoreResult<DeploymentRecord> {
-        self.inner
-            .deploy(process_id, content_hash, source, now_ms)
-            .await
+    async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
+        self.inner.deploy(new).await
     }
     async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>> {
         let t = Instant::now();
@@ -486,17 +479,8 @@ impl Store for TimedStore {
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
         self.inner.instances(filter).await
     }
-    async fn claim_due_timers(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TimerRecord>> {
-        let mut claimed = self
-            .inner
-            .claim_due_timers(now_ms, lease_ms, owner, limit)
-            .await?;
+    async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>> {
+        let mut claimed = self.inner.claim_due_timers(claim).await?;
         if self.what_if.ordered_ids {
             let ids = self.ids.lock().expect("id map");
             for t in &mut claimed {
@@ -878,7 +862,12 @@ async fn measure_polls(kind: StoreKind, o: &Options) -> Result<Vec<PollCost>> {
         .as_millis() as i64;
     let deployment = opened
         .store
-        .deploy("linear", "bench-parked-timers", MODEL, now_ms)
+        .deploy(NewDeployment {
+            process_id: "linear",
+            content_hash: "bench-parked-timers",
+            source: MODEL,
+            deployed_at_ms: now_ms,
+        })
         .await?
         .id;
     let config = RuntimeConfig::default();
@@ -898,12 +887,12 @@ async fn measure_polls(kind: StoreKind, o: &Options) -> Result<Vec<PollCost>> {
             let t = Instant::now();
             let claimed = opened
                 .store
-                .claim_due_timers(
+                .claim_due_timers(TimerClaim {
                     now_ms,
-                    config.timer_lease_ms,
-                    &config.replica_id,
-                    config.timer_claim_max,
-                )
+                    lease_ms: config.timer_lease_ms,
+                    owner: &config.replica_id,
+                    limit: config.timer_claim_max,
+                })
                 .await?;
             let us = t.elapsed().as_secs_f64() * 1e6;
             ensure!(claimed.is_empty(), "a parked timer was claimed");

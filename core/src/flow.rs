@@ -226,16 +226,28 @@ impl<'a> Run<'a> {
 
     // ----- inputs ------------------------------------------------------------------
 
-    pub(super) fn task_completed(&mut self, node: &str, attempt: Attempt, outputs: Variables) {
-        let idx = self.idx(node);
+    /// Records how the attempt in flight at `idx` ended (the history row, O1a); the step
+    /// then knows the attempt is reported and an interruption does not report it again.
+    fn attempt_ended(
+        &mut self,
+        idx: NodeIdx,
+        attempt: Attempt,
+        outcome: AttemptOutcome,
+        code_and_message: Option<(&str, &str)>,
+    ) {
         self.effects.push(Effect::AttemptFinished {
-            node: node.to_owned(),
+            node: self.id(idx).to_owned(),
             attempt,
-            outcome: AttemptOutcome::Ok,
-            code: None,
-            message: None,
+            outcome,
+            code: code_and_message.map(|(c, _)| c.to_owned()),
+            message: code_and_message.map(|(_, m)| m.to_owned()),
         });
         self.attempt_reported = Some(idx);
+    }
+
+    pub(super) fn task_completed(&mut self, node: &str, attempt: Attempt, outputs: Variables) {
+        let idx = self.idx(node);
+        self.attempt_ended(idx, attempt, AttemptOutcome::Ok, None);
         self.complete_activity(idx, outputs);
     }
 
@@ -248,14 +260,7 @@ impl<'a> Run<'a> {
         message: String,
     ) {
         let idx = self.idx(node);
-        self.effects.push(Effect::AttemptFinished {
-            node: node.to_owned(),
-            attempt,
-            outcome: kind.outcome(),
-            code: Some(code.clone()),
-            message: Some(message.clone()),
-        });
-        self.attempt_reported = Some(idx);
+        self.attempt_ended(idx, attempt, kind.outcome(), Some((&code, &message)));
         self.attempt_failed(idx, kind, code, message);
     }
 
@@ -267,14 +272,12 @@ impl<'a> Run<'a> {
         message: String,
     ) {
         let idx = self.idx(node);
-        self.effects.push(Effect::AttemptFinished {
-            node: node.to_owned(),
+        self.attempt_ended(
+            idx,
             attempt,
-            outcome: AttemptOutcome::BpmnError,
-            code: Some(code.clone()),
-            message: Some(message.clone()),
-        });
-        self.attempt_reported = Some(idx);
+            AttemptOutcome::BpmnError,
+            Some((&code, &message)),
+        );
         // A BPMN error is a modelled outcome: it routes, and never spends budget.
         self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
     }
@@ -336,14 +339,9 @@ impl<'a> Run<'a> {
         let message = "the route-less q:timeout fired".to_owned();
         let registered = registered_task(self.p, idx).is_some();
         if registered {
-            self.effects.push(Effect::AttemptFinished {
-                node: node.to_owned(),
-                attempt: self.snap.attempt_in_progress(node),
-                outcome: FailureKind::TimedOut.outcome(),
-                code: Some(codes::TIMEOUT.to_owned()),
-                message: Some(message.clone()),
-            });
-            self.attempt_reported = Some(idx);
+            let attempt = self.snap.attempt_in_progress(node);
+            let outcome = FailureKind::TimedOut.outcome();
+            self.attempt_ended(idx, attempt, outcome, Some((codes::TIMEOUT, &message)));
         }
         if registered && self.policy(idx).is_some() {
             // With a policy the timeout is a retryable failure first (E5).

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_store::memory::MemoryStore;
 use qflow_store::{
-    Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState, InstanceStatus, Store,
-    TimerKind, TimerName, TimerRecord, TimerRef,
+    Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState, InstanceStatus, NewDeployment,
+    Store, TimerClaim, TimerKind, TimerName, TimerRecord, TimerRef,
 };
 use sqlx::{Connection, PgConnection};
 
@@ -162,7 +162,12 @@ async fn bench_store(
     options: &Options,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let deployment = store
-        .deploy("bench", &format!("bench-{label}"), "<definitions/>", T0)
+        .deploy(NewDeployment {
+            process_id: "bench",
+            content_hash: &format!("bench-{label}"),
+            source: "<definitions/>",
+            deployed_at_ms: T0,
+        })
         .await?
         .id;
     // Create the instances in large batches (not measured).
@@ -288,7 +293,12 @@ async fn bench_claim(
     let start = Instant::now();
     for _ in 0..polls {
         let claimed = store
-            .claim_due_timers(now_ms, 30_000, "bench", DUE_PER_POLL as u32)
+            .claim_due_timers(TimerClaim {
+                now_ms,
+                lease_ms: 30_000,
+                owner: "bench",
+                limit: DUE_PER_POLL as u32,
+            })
             .await?;
         if !claimed.is_empty() {
             return Err("a parked timer was claimed".into());
@@ -313,7 +323,12 @@ async fn bench_claim(
         store.commit(batch).await?;
         let start = Instant::now();
         let claimed = store
-            .claim_due_timers(now_ms, 3_600_000, "bench", DUE_PER_POLL as u32)
+            .claim_due_timers(TimerClaim {
+                now_ms,
+                lease_ms: 3_600_000,
+                owner: "bench",
+                limit: DUE_PER_POLL as u32,
+            })
             .await?;
         claim_time += start.elapsed();
         if claimed.len() != DUE_PER_POLL {

@@ -23,8 +23,8 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError, StoreResult,
-    TimerRecord,
+    InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome, Store, StoreError,
+    StoreResult, TimerClaim, TimerRecord,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -594,23 +594,17 @@ impl Store for PgStore {
         true
     }
 
-    async fn deploy(
-        &self,
-        process_id: &str,
-        content_hash: &str,
-        source: &str,
-        now_ms: i64,
-    ) -> StoreResult<DeploymentRecord> {
+    async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
         let inserted = sqlx::query(&format!(
             "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (content_hash) DO NOTHING \
              RETURNING {DEPLOYMENT_COLUMNS}"
         ))
-        .bind(process_id)
-        .bind(content_hash)
-        .bind(source)
-        .bind(now_ms)
+        .bind(new.process_id)
+        .bind(new.content_hash)
+        .bind(new.source)
+        .bind(new.deployed_at_ms)
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
@@ -619,7 +613,7 @@ impl Store for PgStore {
             None => sqlx::query(&format!(
                 "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE content_hash = $1"
             ))
-            .bind(content_hash)
+            .bind(new.content_hash)
             .fetch_one(&mut *tx)
             .await
             .map_err(backend)?,
@@ -704,14 +698,8 @@ impl Store for PgStore {
         map_all(query.build().fetch_all(&self.pool).await, instance_from_row)
     }
 
-    async fn claim_due_timers(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TimerRecord>> {
-        if limit == 0 {
+    async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>> {
+        if claim.limit == 0 {
             return Ok(Vec::new());
         }
         // A lease is advisory: losing one in a crash only makes its timer claimable again,
@@ -724,10 +712,10 @@ impl Store for PgStore {
             .await
             .map_err(backend)?;
         let rows = sqlx::query(CLAIM_SQL)
-            .bind(owner)
-            .bind(now_ms.saturating_add(lease_ms))
-            .bind(now_ms)
-            .bind(i64::from(limit))
+            .bind(claim.owner)
+            .bind(claim.now_ms.saturating_add(claim.lease_ms))
+            .bind(claim.now_ms)
+            .bind(i64::from(claim.limit))
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;

@@ -24,8 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, NewIncident, RetireOutcome, Store, StoreError,
-    StoreResult, TimerRecord,
+    InstanceFilter, InstanceId, InstanceRecord, NewDeployment, NewIncident, RetireOutcome, Store,
+    StoreError, StoreResult, TimerClaim, TimerRecord,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -492,23 +492,17 @@ impl Store for SqliteStore {
         true
     }
 
-    async fn deploy(
-        &self,
-        process_id: &str,
-        content_hash: &str,
-        source: &str,
-        now_ms: i64,
-    ) -> StoreResult<DeploymentRecord> {
+    async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         let mut tx = self.begin_write().await?;
         let inserted = sqlx::query(&format!(
             "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
              VALUES (?, ?, ?, ?) ON CONFLICT (content_hash) DO NOTHING \
              RETURNING {DEPLOYMENT_COLUMNS}"
         ))
-        .bind(process_id)
-        .bind(content_hash)
-        .bind(source)
-        .bind(now_ms)
+        .bind(new.process_id)
+        .bind(new.content_hash)
+        .bind(new.source)
+        .bind(new.deployed_at_ms)
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
@@ -517,7 +511,7 @@ impl Store for SqliteStore {
             None => sqlx::query(&format!(
                 "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE content_hash = ?"
             ))
-            .bind(content_hash)
+            .bind(new.content_hash)
             .fetch_one(&mut *tx)
             .await
             .map_err(backend)?,
@@ -607,14 +601,8 @@ impl Store for SqliteStore {
         )
     }
 
-    async fn claim_due_timers(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TimerRecord>> {
-        if limit == 0 {
+    async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>> {
+        if claim.limit == 0 {
             return Ok(Vec::new());
         }
         // A lease is advisory: losing one in a crash only makes its timer claimable again,
@@ -627,7 +615,14 @@ impl Store for SqliteStore {
             .execute(&mut *conn)
             .await
             .map_err(backend)?;
-        let claimed = claim_rows(&mut conn, now_ms, lease_ms, owner, limit).await;
+        let claimed = claim_rows(
+            &mut conn,
+            claim.now_ms,
+            claim.lease_ms,
+            claim.owner,
+            claim.limit,
+        )
+        .await;
         if let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
             .execute(&mut *conn)
             .await

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{ensure, Result};
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_store::conformance::{
-    attempt, commit, commit_one, create, deploy, id, timer, Ctx, Opened, T0,
+    attempt, commit, commit_one, create, deploy, id, poll, timer, Ctx, Opened, T0,
 };
 use qflow_store::memory::MemoryStore;
 use qflow_store::{CommitOutcome, InstanceFilter, InstanceStatus, NewIncident, Store};
@@ -134,7 +134,9 @@ async fn sqlite_reopen_keeps_everything() -> Result<()> {
     let mut done = commit(id(2), Some(1), dep);
     done.state.status = InstanceStatus::Completed;
     commit_one(&store, done).await?;
-    let claimed = store.claim_due_timers(T0 + 100, 60_000, "r1", 10).await?;
+    let claimed = store
+        .claim_due_timers(poll(T0 + 100, 60_000, "r1", 10))
+        .await?;
     ensure!(claimed.len() == 1);
 
     let before = (
@@ -159,12 +161,12 @@ async fn sqlite_reopen_keeps_everything() -> Result<()> {
     ensure!(after.1.len() == 2 && after.2.len() == 1);
     // The lease survived too: the timer is not handed out again before it expires.
     ensure!(reopened
-        .claim_due_timers(T0 + 200, 60_000, "r2", 10)
+        .claim_due_timers(poll(T0 + 200, 60_000, "r2", 10))
         .await?
         .is_empty());
     ensure!(
         reopened
-            .claim_due_timers(T0 + 60_101, 60_000, "r2", 10)
+            .claim_due_timers(poll(T0 + 60_101, 60_000, "r2", 10))
             .await?
             .len()
             == 1
@@ -192,10 +194,16 @@ async fn sqlite_writer_is_durable() -> Result<()> {
     let mut c = commit(id(1), None, dep);
     c.timers.arm = vec![timer(id(1), "t:a", T0, 1)];
     commit_one(&store, c).await?;
-    ensure!(store.claim_due_timers(T0, 1_000, "r1", 10).await?.len() == 1);
+    ensure!(
+        store
+            .claim_due_timers(poll(T0, 1_000, "r1", 10))
+            .await?
+            .len()
+            == 1
+    );
     ensure!(store.writer_settings().await? == settings);
     ensure!(store
-        .claim_due_timers(T0, 1_000, "r1", 10)
+        .claim_due_timers(poll(T0, 1_000, "r1", 10))
         .await?
         .is_empty());
     ensure!(store.writer_settings().await? == settings);

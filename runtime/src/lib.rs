@@ -34,7 +34,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
-use qflow_store::{DeploymentId, DeploymentRecord, InstanceId, RetireOutcome, Store};
+use qflow_store::{
+    DeploymentId, DeploymentRecord, InstanceId, NewDeployment, RetireOutcome, Store,
+};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::Error;
@@ -392,7 +394,12 @@ impl Runtime {
         let record = self
             .shared
             .store
-            .deploy(&def.id, &hash, source, now)
+            .deploy(NewDeployment {
+                process_id: &def.id,
+                content_hash: &hash,
+                source,
+                deployed_at_ms: now,
+            })
             .await?;
         self.shared
             .defs

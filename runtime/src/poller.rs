@@ -9,6 +9,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use qflow_store::TimerClaim;
+
 use super::{Request, Shared, Work};
 
 pub(crate) async fn run(shared: Arc<Shared>) {
@@ -21,12 +23,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let now = shared.clock.now_ms();
         let claimed = match shared
             .store
-            .claim_due_timers(
-                now,
-                shared.config.timer_lease_ms,
-                &shared.config.replica_id,
-                shared.config.timer_claim_max,
-            )
+            .claim_due_timers(TimerClaim {
+                now_ms: now,
+                lease_ms: shared.config.timer_lease_ms,
+                owner: &shared.config.replica_id,
+                limit: shared.config.timer_claim_max,
+            })
             .await
         {
             Ok(rows) => rows,

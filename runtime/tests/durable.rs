@@ -3,12 +3,15 @@
 //! that dies mid-attempt leaves a lease another one re-adopts once it lapses. Time moves
 //! only when a test moves it; nothing here sleeps.
 
+mod support;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use qflow_persistence::SqliteStore;
 use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig, TaskOutcome};
 use qflow_store::{AttemptOutcome, InstanceStatus, Store, TimerKind};
+use support::{deploy_and_start, hang_guard};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -23,6 +26,15 @@ const RETRYING: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
     <sequenceFlow id="f1" sourceRef="pay" targetRef="end"/>
   </process>
 </definitions>"#;
+
+/// `(kind, due)` of every timer row of `id`.
+async fn timers_of(store: &dyn Store, id: qflow_store::InstanceId) -> Vec<(TimerKind, i64)> {
+    let timers = store.timers(id).await.expect("timers");
+    timers
+        .iter()
+        .map(|t| (t.name.kind(), t.due_at_ms))
+        .collect()
+}
 
 async fn sqlite() -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -40,14 +52,6 @@ fn config() -> RuntimeConfig {
         poll_interval_ms: 1,
         ..RuntimeConfig::default()
     }
-}
-
-/// Fails the test instead of hanging it forever when what it waits for never happens.
-/// Not a timing assertion: the bound is minutes above anything the wait needs.
-async fn hang_guard<F: std::future::Future>(wait: F) -> F::Output {
-    tokio::time::timeout(std::time::Duration::from_secs(120), wait)
-        .await
-        .expect("the runtime stopped making progress")
 }
 
 #[tokio::test]
@@ -68,21 +72,15 @@ async fn a_failed_attempt_parks_until_the_clock_reaches_its_backoff_then_redrive
             }
         });
     let rt = Runtime::start(store.clone(), handlers, clock.clone(), config());
-    let dep = rt.deploy(RETRYING, None).await.expect("deploys");
-    let id = rt
-        .start_instance(dep.id, Default::default())
-        .await
-        .expect("starts");
+    let id = deploy_and_start(&rt, RETRYING).await;
     hang_guard(rt.wait_until(|s| s.parks >= 1)).await;
 
     // Parked: one attempt spent, the park row due exactly one backoff later, no lease
     // (nothing is in flight during a backoff window).
-    let timers = store.timers(id).await.expect("timers");
-    let kinds: Vec<_> = timers
-        .iter()
-        .map(|t| (t.name.kind(), t.due_at_ms))
-        .collect();
-    assert_eq!(kinds, vec![(TimerKind::Retry, T0 + 10_000)]);
+    assert_eq!(
+        timers_of(&*store, id).await,
+        [(TimerKind::Retry, T0 + 10_000)]
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     // A millisecond early nothing fires; at the instant the poller re-drives.
@@ -134,20 +132,12 @@ async fn a_replica_that_dies_mid_attempt_is_re_adopted_once_its_lease_lapses() {
         futures::future::pending::<TaskOutcome>().await
     });
     let a = Runtime::start(store.clone(), stuck, clock.clone(), config());
-    let dep = a.deploy(RETRYING, None).await.expect("deploys");
-    let id = a
-        .start_instance(dep.id, Default::default())
-        .await
-        .expect("starts");
+    let id = deploy_and_start(&a, RETRYING).await;
     hang_guard(a.wait_until(|s| s.handler_calls >= 1)).await;
-    let lease = store.timers(id).await.expect("timers");
     let lease_ms = config().inflight_lease_ms;
     assert_eq!(
-        lease
-            .iter()
-            .map(|t| (t.name.kind(), t.due_at_ms))
-            .collect::<Vec<_>>(),
-        vec![(TimerKind::Lease, T0 + lease_ms)]
+        timers_of(&*store, id).await,
+        [(TimerKind::Lease, T0 + lease_ms)]
     );
     a.abort();
 
@@ -220,11 +210,7 @@ async fn claim_and_step_moves_an_instance_outside_the_lanes() {
             ..config()
         },
     );
-    let dep = rt.deploy(REVIEW, None).await.expect("deploys");
-    let id = rt
-        .start_instance(dep.id, Default::default())
-        .await
-        .expect("starts");
+    let id = deploy_and_start(&rt, REVIEW).await;
     let before = store.instance(id).await.expect("reads").expect("exists");
     let complete = qflow_runtime::Input::UserTaskCompleted {
         node: "approve".into(),

@@ -2,6 +2,8 @@
 //! runtime here runs on a [`ManualClock`]: time moves only when a test moves it, and no
 //! test sleeps.
 
+mod support;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -9,6 +11,7 @@ use qflow_runtime::{AsyncHandlers, Clock, ManualClock, Runtime, RuntimeConfig};
 use qflow_runtime::{Error, TaskOutcome};
 use qflow_store::memory::MemoryStore;
 use qflow_store::{AttemptOutcome, InstanceFilter, InstanceStatus, Store};
+use support::{deploy_and_start, hang_guard};
 
 /// The manual clock's start: an ordinary instant.
 const T0: i64 = 1_700_000_000_000;
@@ -105,12 +108,7 @@ async fn instances_complete_on_every_lane_count() {
             .expect("lists");
         assert_eq!(done.len(), 200);
         let first = done[0].id;
-        let attempts = store.attempts(first).await.expect("history");
-        let nodes: Vec<_> = attempts
-            .iter()
-            .map(|a| (a.node.as_str(), a.attempt.get()))
-            .collect();
-        assert_eq!(nodes, vec![("a", 1), ("b", 1), ("c", 1)]);
+        assert_attempts(&*store, first, &[("a", 1), ("b", 1), ("c", 1)]).await;
         assert!(store.timers(first).await.expect("timers").is_empty());
     }
 }
@@ -134,11 +132,7 @@ async fn a_stateful_definition_is_refused_on_the_memory_store() {
 async fn a_missing_handler_is_a_failed_attempt_not_a_crash() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let rt = runtime(store.clone(), AsyncHandlers::new(), 2);
-    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
-    let id = rt
-        .start_instance(dep.id, Default::default())
-        .await
-        .expect("starts");
+    let id = deploy_and_start(&rt, LINEAR).await;
     rt.wait_until(|s| s.failed >= 1).await;
     rt.shutdown().await;
     let rec = store.instance(id).await.expect("reads").expect("exists");
@@ -160,11 +154,7 @@ async fn an_async_handler_past_its_time_limit_is_a_timed_out_attempt() {
     };
     let clock = Arc::new(ManualClock::new(T0));
     let rt = Runtime::start(store.clone(), handlers, clock.clone(), config);
-    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
-    let id = rt
-        .start_instance(dep.id, Default::default())
-        .await
-        .expect("starts");
+    let id = deploy_and_start(&rt, LINEAR).await;
     rt.wait_until(|s| s.handler_calls >= 1).await;
     // One millisecond short of the limit the attempt is still running.
     clock.advance_ms(49);
@@ -247,11 +237,7 @@ async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
         ..RuntimeConfig::default()
     };
     let rt = Runtime::start(store.clone(), handlers, clock.clone(), config);
-    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
-    let id = rt
-        .start_instance(dep.id, Default::default())
-        .await
-        .expect("starts");
+    let id = deploy_and_start(&rt, LINEAR).await;
     entered_rx.await.expect("handler a started");
     let shutdown = rt.shutdown();
     futures::pin_mut!(shutdown);
@@ -281,12 +267,17 @@ async fn shutdown_waits_for_running_handlers_and_commits_their_outcomes() {
     hang_guard(next.wait_until(|s| s.completed >= 1)).await;
     next.shutdown().await;
     assert_eq!(calls.load(Ordering::SeqCst), 2, "b and c ran once each");
+    assert_attempts(&*store, id, &[("a", 1), ("b", 1), ("c", 1)]).await;
+}
+
+/// The attempt history of `id` is exactly these `(node, attempt)` rows, in order.
+async fn assert_attempts(store: &dyn Store, id: qflow_store::InstanceId, expected: &[(&str, u32)]) {
     let history = store.attempts(id).await.expect("history");
-    let nodes: Vec<_> = history
+    let rows: Vec<_> = history
         .iter()
         .map(|a| (a.node.as_str(), a.attempt.get()))
         .collect();
-    assert_eq!(nodes, vec![("a", 1), ("b", 1), ("c", 1)]);
+    assert_eq!(rows, expected);
 }
 
 #[tokio::test]
@@ -340,12 +331,4 @@ async fn a_retirement_made_elsewhere_refuses_the_next_start_here() {
         .expect("lists");
     assert_eq!(all.len(), 1, "the refused start wrote nothing");
     rt.shutdown().await;
-}
-
-/// Fails the test instead of hanging it forever when what it waits for never happens.
-/// Not a timing assertion: the bound is minutes above anything the wait needs.
-async fn hang_guard<F: std::future::Future>(wait: F) -> F::Output {
-    tokio::time::timeout(std::time::Duration::from_secs(120), wait)
-        .await
-        .expect("the runtime stopped making progress")
 }

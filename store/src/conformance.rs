@@ -24,8 +24,8 @@ use anyhow::{anyhow, ensure, Result};
 
 use crate::{
     Attempt, AttemptOutcome, AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceFilter,
-    InstanceId, InstanceState, InstanceStatus, NewIncident, RetireOutcome, Store, StoreError,
-    TimerName, TimerRecord, TimerRef,
+    InstanceId, InstanceState, InstanceStatus, NewDeployment, NewIncident, RetireOutcome, Store,
+    StoreError, TimerClaim, TimerName, TimerRecord, TimerRef,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -125,6 +125,16 @@ pub fn commit(
     Commit::new(instance, expected_fence, deployment, state, T0)
 }
 
+/// A timer poll: due at `now_ms`, leased for `lease_ms` to `owner`, at most `limit` rows.
+pub fn poll(now_ms: i64, lease_ms: i64, owner: &str, limit: u32) -> TimerClaim<'_> {
+    TimerClaim {
+        now_ms,
+        lease_ms,
+        owner,
+        limit,
+    }
+}
+
 /// The timer name `s` (one the engine writes, e.g. `r:pay`).
 pub fn name(s: &str) -> TimerName {
     s.parse().expect("a timer name the engine writes")
@@ -139,9 +149,23 @@ pub fn timer(instance: InstanceId, name: &str, due_at_ms: i64, incarnation: u32)
     }
 }
 
+/// A deployment of process `order` with this content hash and source.
+pub fn new_deployment<'a>(hash: &'a str, source: &'a str, at_ms: i64) -> NewDeployment<'a> {
+    NewDeployment {
+        process_id: "order",
+        content_hash: hash,
+        source,
+        deployed_at_ms: at_ms,
+    }
+}
+
 pub async fn deploy(store: &dyn Store, hash: &str) -> Result<DeploymentId> {
     Ok(store
-        .deploy("order", hash, &format!("<definitions id='{hash}'/>"), T0)
+        .deploy(new_deployment(
+            hash,
+            &format!("<definitions id='{hash}'/>"),
+            T0,
+        ))
         .await?
         .id)
 }
@@ -167,9 +191,9 @@ pub async fn create(
 
 pub async fn deploy_is_idempotent_by_content_hash_and_versions_increase(ctx: Ctx) -> Result<()> {
     let s = &*ctx.store;
-    let a = s.deploy("order", "aaaa", "<a/>", T0).await?;
-    let b = s.deploy("order", "bbbb", "<b/>", T0 + 1).await?;
-    let a_again = s.deploy("order", "aaaa", "<a/>", T0 + 2).await?;
+    let a = s.deploy(new_deployment("aaaa", "<a/>", T0)).await?;
+    let b = s.deploy(new_deployment("bbbb", "<b/>", T0 + 1)).await?;
+    let a_again = s.deploy(new_deployment("aaaa", "<a/>", T0 + 2)).await?;
     ensure!(
         a == a_again,
         "same content, same deployment: {a:?} vs {a_again:?}"
@@ -182,9 +206,12 @@ pub async fn deploy_is_idempotent_by_content_hash_and_versions_increase(ctx: Ctx
         s.deployments().await? == vec![a.clone(), b.clone()],
         "oldest first"
     );
-    let c = ctx.second.deploy("order", "cccc", "<c/>", T0 + 3).await?;
+    let c = ctx
+        .second
+        .deploy(new_deployment("cccc", "<c/>", T0 + 3))
+        .await?;
     ensure!(c.id > b.id);
-    ensure!(s.deploy("order", "cccc", "<c/>", T0 + 4).await? == c);
+    ensure!(s.deploy(new_deployment("cccc", "<c/>", T0 + 4)).await? == c);
     Ok(())
 }
 
@@ -432,26 +459,27 @@ pub async fn claim_respects_due_time_and_leases(ctx: Ctx) -> Result<()> {
     commit_one(s, c).await?;
     ensure!(s.next_timer_due().await? == Some(T0 + 100));
     ensure!(
-        s.claim_due_timers(T0 + 99, 1_000, "r1", 10)
+        s.claim_due_timers(poll(T0 + 99, 1_000, "r1", 10))
             .await?
             .is_empty(),
         "nothing due yet"
     );
 
-    let first = s.claim_due_timers(T0 + 150, 1_000, "r1", 10).await?;
+    let first = s.claim_due_timers(poll(T0 + 150, 1_000, "r1", 10)).await?;
     ensure!(first == vec![timer(id(1), "c:a", T0 + 100, 1)], "{first:?}");
     // Leased until T0 + 1150, inclusive: not handed out again while the lease holds.
     ensure!(s
-        .claim_due_timers(T0 + 150, 1_000, "r2", 10)
+        .claim_due_timers(poll(T0 + 150, 1_000, "r2", 10))
         .await?
         .is_empty());
-    let second = s.claim_due_timers(T0 + 250, 1_000, "r2", 10).await?;
+    let second = s.claim_due_timers(poll(T0 + 250, 1_000, "r2", 10)).await?;
     ensure!(
         second == vec![timer(id(1), "c:b", T0 + 200, 1)],
         "{second:?}"
     );
     ensure!(
-        s.claim_due_timers(T0 + 1_150, 1_000, "r2", 10).await?
+        s.claim_due_timers(poll(T0 + 1_150, 1_000, "r2", 10))
+            .await?
             == vec![timer(id(1), "c:c", T0 + 300, 1)]
     );
     // Leased timers still count for the next due instant.
@@ -459,7 +487,7 @@ pub async fn claim_respects_due_time_and_leases(ctx: Ctx) -> Result<()> {
 
     // After the leases expire, everything due is claimable again, earliest first, and the
     // limit is honoured.
-    let limited = s.claim_due_timers(T0 + 5_000, 1_000, "r3", 2).await?;
+    let limited = s.claim_due_timers(poll(T0 + 5_000, 1_000, "r3", 2)).await?;
     ensure!(
         limited
             == vec![
@@ -468,10 +496,10 @@ pub async fn claim_respects_due_time_and_leases(ctx: Ctx) -> Result<()> {
             ],
         "{limited:?}"
     );
-    let rest = s.claim_due_timers(T0 + 5_000, 1_000, "r3", 2).await?;
+    let rest = s.claim_due_timers(poll(T0 + 5_000, 1_000, "r3", 2)).await?;
     ensure!(rest == vec![timer(id(1), "c:c", T0 + 300, 1)], "{rest:?}");
     ensure!(s
-        .claim_due_timers(T0 + 5_000, 1_000, "r3", 0)
+        .claim_due_timers(poll(T0 + 5_000, 1_000, "r3", 0))
         .await?
         .is_empty());
     // Claiming never deletes: the rows stay until a commit resolves them.
@@ -485,11 +513,11 @@ pub async fn rearming_a_leased_timer_drops_the_lease(ctx: Ctx) -> Result<()> {
     let mut c = commit(id(1), None, dep);
     c.timers.arm = vec![timer(id(1), "t:a", T0, 1)];
     commit_one(s, c).await?;
-    ensure!(s.claim_due_timers(T0, 60_000, "r1", 10).await?.len() == 1);
+    ensure!(s.claim_due_timers(poll(T0, 60_000, "r1", 10)).await?.len() == 1);
     let mut c = commit(id(1), Some(1), dep);
     c.timers.arm = vec![timer(id(1), "t:a", T0 + 10, 2)];
     commit_one(s, c).await?;
-    let again = s.claim_due_timers(T0 + 10, 60_000, "r2", 10).await?;
+    let again = s.claim_due_timers(poll(T0 + 10, 60_000, "r2", 10)).await?;
     ensure!(again == vec![timer(id(1), "t:a", T0 + 10, 2)], "{again:?}");
     Ok(())
 }
@@ -515,7 +543,9 @@ pub async fn concurrent_claimers_never_share_a_timer(ctx: Ctx) -> Result<()> {
         tokio::spawn(async move {
             let mut got = Vec::new();
             loop {
-                let claimed = store.claim_due_timers(T0 + 100, 600_000, owner, 7).await?;
+                let claimed = store
+                    .claim_due_timers(poll(T0 + 100, 600_000, owner, 7))
+                    .await?;
                 if claimed.is_empty() {
                     return Ok::<_, StoreError>(got);
                 }

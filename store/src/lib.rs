@@ -25,6 +25,31 @@ pub type InstanceId = Uuid;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DeploymentId(pub i64);
 
+/// A poll for due timers: what [`Store::claim_due_timers`] is given. Named fields, so the
+/// two instants cannot be swapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerClaim<'a> {
+    /// Rows due at or before this instant are claimed.
+    pub now_ms: i64,
+    /// The claim lease lasts until `now_ms + lease_ms`.
+    pub lease_ms: i64,
+    /// Names the claimer (a replica id) in the lease.
+    pub owner: &'a str,
+    /// At most this many rows.
+    pub limit: u32,
+}
+
+/// A deployment to record: what [`Store::deploy`] is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewDeployment<'a> {
+    pub process_id: &'a str,
+    /// SHA-256 of the source, lowercase hex: the identity of the content.
+    pub content_hash: &'a str,
+    /// The BPMN XML as deployed.
+    pub source: &'a str,
+    pub deployed_at_ms: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeploymentRecord {
     pub id: DeploymentId,
@@ -257,13 +282,7 @@ pub trait Store: Send + Sync + 'static {
     fn is_durable(&self) -> bool;
 
     /// Records a deployment, or returns the existing one with the same `content_hash`.
-    async fn deploy(
-        &self,
-        process_id: &str,
-        content_hash: &str,
-        source: &str,
-        now_ms: i64,
-    ) -> StoreResult<DeploymentRecord>;
+    async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord>;
     async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>>;
     /// All deployments, oldest first.
     async fn deployments(&self) -> StoreResult<Vec<DeploymentRecord>>;
@@ -283,13 +302,7 @@ pub trait Store: Send + Sync + 'static {
     /// expired, to `owner` until `now_ms + lease_ms`, earliest due first. Replicas calling
     /// this concurrently never receive the same row while its lease holds. Cost grows with
     /// due timers, not with parked ones (an index on `due_at_ms`).
-    async fn claim_due_timers(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TimerRecord>>;
+    async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>>;
     /// The earliest due instant of any timer, leased or not.
     async fn next_timer_due(&self) -> StoreResult<Option<i64>>;
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>>;

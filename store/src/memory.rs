@@ -16,8 +16,8 @@ use async_trait::async_trait;
 
 use crate::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, RetireOutcome, Store, StoreError,
-    StoreResult, TimerKind, TimerName, TimerRecord, TimerWrites,
+    IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome,
+    Store, StoreError, StoreResult, TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -189,18 +189,12 @@ impl Store for MemoryStore {
         false
     }
 
-    async fn deploy(
-        &self,
-        process_id: &str,
-        content_hash: &str,
-        source: &str,
-        now_ms: i64,
-    ) -> StoreResult<DeploymentRecord> {
+    async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         let mut state = self.lock();
         if let Some(existing) = state
             .deployments
             .iter()
-            .find(|d| d.content_hash == content_hash)
+            .find(|d| d.content_hash == new.content_hash)
         {
             return Ok(existing.clone());
         }
@@ -209,10 +203,10 @@ impl Store for MemoryStore {
             + 1;
         let record = DeploymentRecord {
             id: DeploymentId(version),
-            process_id: process_id.to_string(),
-            content_hash: content_hash.to_string(),
-            source: source.to_string(),
-            deployed_at_ms: now_ms,
+            process_id: new.process_id.to_string(),
+            content_hash: new.content_hash.to_string(),
+            source: new.source.to_string(),
+            deployed_at_ms: new.deployed_at_ms,
             retired: false,
         };
         state.deployments.push(record.clone());
@@ -281,18 +275,12 @@ impl Store for MemoryStore {
         Ok(rows.into_iter().cloned().collect())
     }
 
-    async fn claim_due_timers(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        owner: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<TimerRecord>> {
+    async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>> {
         let mut state = self.lock();
         let state = &mut *state;
         let mut claimed = Vec::new();
         for (due_at_ms, instance, name) in &state.timers_by_due {
-            if claimed.len() >= limit as usize || *due_at_ms > now_ms {
+            if claimed.len() >= claim.limit as usize || *due_at_ms > claim.now_ms {
                 break;
             }
             let key = (*instance, name.clone());
@@ -302,11 +290,14 @@ impl Store for MemoryStore {
                 )));
             };
             // A lease holds up to and including `leased_until_ms`.
-            if row.leased_until_ms.is_some_and(|until| until >= now_ms) {
+            if row
+                .leased_until_ms
+                .is_some_and(|until| until >= claim.now_ms)
+            {
                 continue;
             }
-            row.lease_owner = Some(owner.to_string());
-            row.leased_until_ms = Some(now_ms.saturating_add(lease_ms));
+            row.lease_owner = Some(claim.owner.to_string());
+            row.leased_until_ms = Some(claim.now_ms.saturating_add(claim.lease_ms));
             claimed.push(TimerRecord {
                 instance: *instance,
                 name: name.clone(),
