@@ -155,7 +155,7 @@ pub struct Then {
 /// whose outcome this is started (for the attempt history). A stale input without a
 /// fired row to delete is refused: there is nothing to write.
 pub fn plan(
-    claim: &Claim,
+    claim: Claim,
     input: Input,
     fired: Option<TimerRef>,
     started_ms: i64,
@@ -163,7 +163,16 @@ pub fn plan(
     rules: LeaseRules,
 ) -> Result<Planned, Error> {
     let id = claim.instance.to_string();
-    let step = qflow_core::step(&claim.def, &id, claim.snapshot.clone(), input, now)?;
+    let was_terminal = claim.snapshot.status().is_terminal();
+    let Claim {
+        instance,
+        deployment,
+        def,
+        fence,
+        snapshot,
+        lease_due,
+    } = claim;
+    let step = qflow_core::step(&def, &id, snapshot, input, now)?;
     if fired.is_none() {
         if let Some(Effect::Stale { reason }) = step
             .effects
@@ -185,23 +194,27 @@ pub fn plan(
     let fired_lease = fired
         .as_ref()
         .is_some_and(|t| t.name.kind() == TimerKind::Lease);
-    let mut commit = Commit::new(claim.instance, claim.fence, claim.deployment, state, now);
+    let mut commit = Commit::new(instance, fence, deployment, state, now);
     commit.timers.resolve.extend(fired);
     let mut then = Then {
         next: Claim {
+            instance,
+            deployment,
+            def,
+            fence,
             snapshot: step.snapshot,
-            ..claim.clone()
+            lease_due,
         },
         calls: Vec::new(),
         parks: 0,
         earliest_timer_ms: None,
-        finished_now: status.is_terminal() && !claim.snapshot.status().is_terminal(),
+        finished_now: status.is_terminal() && !was_terminal,
     };
     for effect in step.effects {
         carry_out(&mut commit, &mut then, &id, effect, started_ms, now);
     }
     let in_flight =
-        status == Status::Running && any_attempt_in_flight(&claim.def, &then.next.snapshot);
+        status == Status::Running && any_attempt_in_flight(&then.next.def, &then.next.snapshot);
     let action = lease_decision(
         rules,
         in_flight,
@@ -210,15 +223,17 @@ pub fn plan(
         !then.calls.is_empty(),
         now,
     );
-    let lease = TimerName::lease();
     match action {
         LeaseAction::Arm(due) => {
             // The upsert replaces the row (and drops its claim lease); a resolve of the
             // same name in this commit would delete the fresh row again.
-            commit.timers.resolve.retain(|t| t.name != lease);
+            commit
+                .timers
+                .resolve
+                .retain(|t| t.name.kind() != TimerKind::Lease);
             commit.timers.arm.push(TimerRecord {
-                instance: claim.instance,
-                name: lease,
+                instance,
+                name: TimerName::lease(),
                 due_at_ms: due,
                 incarnation: 0,
             });
@@ -226,7 +241,7 @@ pub fn plan(
         }
         LeaseAction::Resolve => {
             commit.timers.resolve.push(TimerRef {
-                name: lease,
+                name: TimerName::lease(),
                 incarnation: 0,
             });
             then.next.lease_due = None;
@@ -350,7 +365,7 @@ pub(crate) async fn claim_and_step(
 ) -> Result<Stepped, Error> {
     for _ in 0..=CONFLICT_RETRIES_MAX {
         let claim = Claim::read(store, defs, id).await?;
-        let planned = plan(&claim, input.clone(), None, now, now, rules)?;
+        let planned = plan(claim, input.clone(), None, now, now, rules)?;
         let outcome = store.commit(vec![planned.commit]).await?;
         match outcome.first() {
             Some(CommitOutcome::Applied { fence }) => {

@@ -182,7 +182,7 @@ impl Lane {
             handing_over: self.shared.stopping.load(Ordering::SeqCst),
         };
         let started_ms = req.started_ms.unwrap_or(now);
-        match plan(&claim, input, fired, started_ms, now, rules) {
+        match plan(claim, input, fired, started_ms, now, rules) {
             Ok(planned) => Some((
                 Prepared {
                     request: req,
