@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check;
+mod ops;
 mod run;
 mod simulate;
 
@@ -41,6 +42,13 @@ enum Command {
     /// Run a model against a scripted scenario on a virtual clock and print the trace as
     /// JSON lines (SPEC S1; formats in docs/simulate.md).
     Simulate(simulate::Args),
+    /// Inspect and repair instances on a store: list, show, history, resume, retry-now,
+    /// cancel (SPEC O1–O4a; docs/operations.md).
+    Instances(ops::InstancesArgs),
+    /// List the deployments of a store.
+    Deployments(ops::StoreArgs),
+    /// List incidents, of one instance or of all.
+    Incidents(ops::IncidentsArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +76,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Simulate(args) => simulate::run(&args),
+        Command::Instances(args) => ops::instances(&args),
+        Command::Deployments(args) => ops::deployments(&args),
+        Command::Incidents(args) => ops::incidents(&args),
     }
 }
 

@@ -188,7 +188,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     runtime.shutdown().await;
     eprintln!();
 
-    print_table(&*store, &ids, elapsed, &view).await?;
+    print_table(&*store, &ids, elapsed, &view, &args.db).await?;
     if resumed > 0 {
         println!("{resumed} instance(s) resumed from an earlier run on this file finished too");
     }
@@ -214,6 +214,7 @@ async fn print_table(
     ids: &[InstanceId],
     elapsed: Duration,
     view: &qflow_runtime::StatsView,
+    db: &std::path::Path,
 ) -> anyhow::Result<()> {
     // (outcome, charge attempts) -> instances, in a stable order.
     let mut rows: BTreeMap<(String, u32), u64> = BTreeMap::new();
@@ -278,6 +279,13 @@ async fn print_table(
                 a.code.unwrap_or_default()
             )?;
         }
+        writeln!(
+            out,
+            "Inspect it with `qflow instances show {id} --db {}`; \
+             `qflow instances resume {id} --db {}` tries it again (docs/operations.md).",
+            db.display(),
+            db.display()
+        )?;
     }
     Ok(())
 }

@@ -31,6 +31,30 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
     let p = &def.process;
     match input {
         Input::Start { .. } | Input::Cancel | Input::Redrive => None,
+        Input::Resume { .. } => match snap.status() {
+            Status::Failed => {
+                let node = snap.failure().and_then(|f| f.node);
+                (node.is_none() && snap.tokens.is_empty())
+                    .then(|| "the failure left no node and no token to resume".to_owned())
+            }
+            s => Some(format!(
+                "instance is {}, not failed: only a FAILED instance can be resumed",
+                s.as_str()
+            )),
+        },
+        Input::RetryNow { node } => {
+            if let Some(n) = node {
+                if p.find(n).and_then(|i| registered_task(p, i)).is_none() {
+                    return Some(format!("`{n}` is not a registered task of this definition"));
+                }
+            }
+            super::repair::parked(p, snap, node.as_deref())
+                .is_empty()
+                .then(|| match node {
+                    Some(n) => format!("task `{n}` has no backoff pending"),
+                    None => "no task of this instance has a backoff pending".to_owned(),
+                })
+        }
         Input::TaskCompleted { node, attempt, .. }
         | Input::TaskFailed { node, attempt, .. }
         | Input::TaskBpmnError { node, attempt, .. } => {
@@ -205,6 +229,11 @@ impl<'a> Run<'a> {
             Input::Cancel => {
                 self.cancel();
                 return Ok(());
+            }
+            Input::Resume { budget } => self.resume(budget),
+            Input::RetryNow { node } => {
+                let targets = super::repair::parked(self.p, &self.snap, node.as_deref());
+                self.retry_now(targets);
             }
         }
         self.settle();

@@ -37,6 +37,7 @@ pub mod snapshot;
 mod flow;
 mod gateway;
 mod redrive;
+mod repair;
 mod retry;
 mod scope;
 mod support;
@@ -51,6 +52,7 @@ pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
 pub use crate::snapshot::{Snapshot, Status};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight};
+pub use repair::Budget;
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
 
@@ -212,6 +214,19 @@ pub enum Input {
     },
     /// An operator or host cancelled the instance.
     Cancel,
+    /// An operator resumes a FAILED instance, keeping or resetting the retry budget its
+    /// failed task burned (O3). Refused (stale) on an instance that is not FAILED.
+    Resume {
+        #[serde(default)]
+        budget: Budget,
+    },
+    /// An operator runs the next attempt of a task in a backoff window now, without
+    /// touching its attempt counter (O4a): `node`, or every parked task when `None`.
+    /// Stale when no such backoff is pending.
+    RetryNow {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+    },
     /// The shell lost track of in-flight attempts (a crash, a replica's death) and asks
     /// for them again: every registered task whose attempt is in flight gets its
     /// `RunTask` re-emitted with the same attempt — re-adoption, no budget spent (C7a).
@@ -228,9 +243,11 @@ impl Input {
             | Input::TaskBpmnError { node, .. }
             | Input::UserTaskCompleted { node, .. } => Some(node),
             Input::TimerFired { name, .. } => name.node(),
+            Input::RetryNow { node } => node.as_deref(),
             Input::Start { .. }
             | Input::MessageReceived { .. }
             | Input::Cancel
+            | Input::Resume { .. }
             | Input::Redrive => None,
         }
     }
@@ -360,6 +377,9 @@ pub fn step(
         (Input::Start { .. }, Status::New) => {}
         (Input::Start { .. }, _) => return Err(Error::AlreadyStarted),
         (_, Status::New) => return Err(Error::NotStarted),
+        // The one input a terminal instance takes: `staleness` checks its precondition
+        // (FAILED) and says why otherwise.
+        (Input::Resume { .. }, _) => {}
         (_, s) if s.is_terminal() => {
             let reason = format!("instance is {}", s.as_str());
             return Ok(stale(snapshot, reason));

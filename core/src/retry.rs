@@ -55,10 +55,12 @@ impl Run<'_> {
                 message,
             );
         }
-        if attempt.get() >= policy.max_attempts.get() {
+        // Attempts burned before an operator reset the budget do not count (O3).
+        let counted = attempt.get() - self.snap.budget_base(node).min(attempt.get() - 1);
+        if counted >= policy.max_attempts.get() {
             return self.fail(&code, Some(idx), Some(details::EXHAUSTED.into()), message);
         }
-        let due_at_ms = self.backoff_instant(policy, node, attempt.get());
+        let due_at_ms = self.backoff_instant(policy, node, attempt.get(), counted);
         if let Some(max) = policy.max_elapsed {
             let first = *self
                 .snap
@@ -72,10 +74,18 @@ impl Run<'_> {
         self.park(idx, attempt.next(), kind.class(), due_at_ms);
     }
 
-    /// The instant the next attempt may start after `failed_attempt` failed.
-    fn backoff_instant(&self, policy: &RetryPolicy, node: &str, failed_attempt: u32) -> i64 {
+    /// The instant the next attempt may start after `failed_attempt` failed, the
+    /// `counted`-th attempt of the budget (the same number unless the budget was reset).
+    /// The jitter follows the attempt, the curve the budget.
+    fn backoff_instant(
+        &self,
+        policy: &RetryPolicy,
+        node: &str,
+        failed_attempt: u32,
+        counted: u32,
+    ) -> i64 {
         let jitter = jitter_ppb(self.instance, node, failed_attempt);
-        let delay = policy.delay_ms(failed_attempt, jitter);
+        let delay = policy.delay_ms(counted, jitter);
         self.now_ms
             .saturating_add(i64::try_from(delay).unwrap_or(i64::MAX))
     }

@@ -19,8 +19,8 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::handler::{call_input, run_handler, CallEnded, TaskContext, TaskOutcome};
-use crate::snapshot::Snapshot;
-use crate::{step, Attempt, Effect, Input, TimerName};
+use crate::snapshot::{Snapshot, Status};
+use crate::{step, Attempt, Budget, Effect, Input, TimerName};
 
 /// Most steps a scenario may take unless it says otherwise.
 pub const STEPS_DEFAULT_MAX: u32 = 10_000;
@@ -146,6 +146,18 @@ pub enum ScriptedEvent {
         name: TimerName,
         incarnation: u32,
     },
+    /// An operator resumes the instance (O3): the one event a FAILED instance takes.
+    Resume {
+        at_ms: i64,
+        #[serde(default)]
+        budget: Budget,
+    },
+    /// An operator runs a parked task's next attempt now (O4a).
+    RetryNow {
+        at_ms: i64,
+        #[serde(default)]
+        node: Option<String>,
+    },
 }
 
 impl ScriptedEvent {
@@ -154,7 +166,9 @@ impl ScriptedEvent {
             ScriptedEvent::CompleteUserTask { at_ms, .. }
             | ScriptedEvent::Message { at_ms, .. }
             | ScriptedEvent::Cancel { at_ms }
-            | ScriptedEvent::FireTimer { at_ms, .. } => *at_ms,
+            | ScriptedEvent::FireTimer { at_ms, .. }
+            | ScriptedEvent::Resume { at_ms, .. }
+            | ScriptedEvent::RetryNow { at_ms, .. } => *at_ms,
         }
     }
 
@@ -179,6 +193,8 @@ impl ScriptedEvent {
                 name: name.clone(),
                 incarnation: *incarnation,
             },
+            ScriptedEvent::Resume { budget, .. } => Input::Resume { budget: *budget },
+            ScriptedEvent::RetryNow { node, .. } => Input::RetryNow { node: node.clone() },
         }
     }
 }
@@ -352,7 +368,9 @@ pub fn run(def: &Definition, scenario: &Scenario) -> Result<Trace, Error> {
     let mut now = scenario.start_at_ms;
     let stop = loop {
         let snap = Snapshot::decode(&sim.bytes)?;
-        if snap.status().is_terminal() {
+        // A terminal instance is finished, unless a FAILED one has a resume coming.
+        if snap.status().is_terminal() && !(snap.status() == Status::Failed && sim.resume_pending())
+        {
             break Stop::Finished;
         }
         if sim.steps.len() as u32 >= max_steps {
@@ -386,6 +404,13 @@ struct Sim<'a> {
 }
 
 impl Sim<'_> {
+    /// A scripted resume is still to come.
+    fn resume_pending(&self) -> bool {
+        self.results
+            .values()
+            .any(|input| matches!(input, Input::Resume { .. }))
+    }
+
     fn next(&self) -> Option<(Due, Input)> {
         let result = self
             .results

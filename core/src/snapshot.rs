@@ -109,6 +109,9 @@ pub struct Snapshot {
     pub(crate) markers: BTreeMap<String, String>,
     /// `e/<node>`: the instant of the node's first failure (for `maxElapsed`).
     pub(crate) first_failure_ms: BTreeMap<String, i64>,
+    /// `b/<node>`: attempts burned before an operator reset the node's budget (O3);
+    /// present only after such a reset.
+    pub(crate) budget_bases: BTreeMap<String, u32>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -128,6 +131,7 @@ const P_JOIN: &str = "j/";
 const P_ATTEMPT: &str = "a/";
 const P_MARKER: &str = "m/";
 const P_FIRST_FAILURE: &str = "e/";
+const P_BUDGET_BASE: &str = "b/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -184,6 +188,27 @@ impl Snapshot {
     /// stored (a task entered once has attempt 1 in progress without writing a key: E3).
     pub fn attempt_in_progress(&self, node: &str) -> Attempt {
         Attempt::new(self.attempt(node)).unwrap_or(Attempt::FIRST)
+    }
+
+    /// Attempts of `node` burned before an operator reset its budget: the policy counts
+    /// attempts after these. 0 when the budget was never reset.
+    pub fn budget_base(&self, node: &str) -> u32 {
+        self.budget_bases.get(node).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn set_budget_base(&mut self, node: &str, burned: u32) {
+        self.extra.remove(&format!("{P_BUDGET_BASE}{node}"));
+        if burned == 0 {
+            self.budget_bases.remove(node);
+        } else {
+            self.budget_bases.insert(node.to_owned(), burned);
+        }
+    }
+
+    pub(crate) fn clear_failure(&mut self) {
+        self.failure_code = None;
+        self.failure_node = None;
+        self.failure_detail = None;
     }
 
     /// All attempt counters, by node.
@@ -249,6 +274,11 @@ impl Snapshot {
             json!(self.first_failure_ms),
             self.first_failure_ms.is_empty(),
         );
+        put(
+            "budget_bases",
+            json!(self.budget_bases),
+            self.budget_bases.is_empty(),
+        );
         put("cycle_fires", json!(self.cycles), self.cycles.is_empty());
         let preserved: Vec<&str> = self.preserved_keys().collect();
         put("preserved_keys", json!(preserved), preserved.is_empty());
@@ -267,8 +297,9 @@ impl Snapshot {
         self.attempts.remove(node);
         self.markers.remove(node);
         self.first_failure_ms.remove(node);
+        self.budget_bases.remove(node);
         if !self.extra.is_empty() {
-            for prefix in [P_ATTEMPT, P_MARKER, P_FIRST_FAILURE] {
+            for prefix in [P_ATTEMPT, P_MARKER, P_FIRST_FAILURE, P_BUDGET_BASE] {
                 self.extra.remove(&format!("{prefix}{node}"));
             }
         }
@@ -287,6 +318,7 @@ impl Snapshot {
             + self.attempts.len()
             + self.markers.len()
             + self.first_failure_ms.len()
+            + self.budget_bases.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
@@ -328,6 +360,12 @@ impl Snapshot {
         }
         for (node, at) in &self.first_failure_ms {
             entries.push((format!("{P_FIRST_FAILURE}{node}").into(), Entry::Int(*at)));
+        }
+        for (node, burned) in &self.budget_bases {
+            entries.push((
+                format!("{P_BUDGET_BASE}{node}").into(),
+                Entry::Uint(*burned as u64),
+            ));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -457,6 +495,13 @@ impl Snapshot {
         } else if let Some(node) = key.strip_prefix(P_FIRST_FAILURE) {
             rd.int()
                 .map(|at| self.first_failure_ms.insert(node.to_owned(), at))
+                .is_some()
+        } else if let Some(node) = key.strip_prefix(P_BUDGET_BASE) {
+            // Tolerant read, like the attempt counter: a malformed base stays verbatim
+            // and reads as 0 (the budget counts from the first attempt).
+            rd.uint()
+                .and_then(|b| u32::try_from(b).ok())
+                .map(|b| self.budget_bases.insert(node.to_owned(), b))
                 .is_some()
         } else {
             false

@@ -172,7 +172,9 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
         ScriptedEvent::CompleteUserTask { at_ms, .. }
         | ScriptedEvent::Message { at_ms, .. }
         | ScriptedEvent::Cancel { at_ms }
-        | ScriptedEvent::FireTimer { at_ms, .. } => *at_ms,
+        | ScriptedEvent::FireTimer { at_ms, .. }
+        | ScriptedEvent::Resume { at_ms, .. }
+        | ScriptedEvent::RetryNow { at_ms, .. } => *at_ms,
     }
 }
 

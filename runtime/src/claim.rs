@@ -142,6 +142,9 @@ pub struct Then {
     pub next: Claim,
     /// Handler calls to start once the commit is durable.
     pub calls: Vec<TaskCall>,
+    /// Handler calls the step asked for but handed over (the replica is shutting down, or
+    /// the step was taken outside a runtime): the lease armed due at once re-adopts them.
+    pub handed_over: Vec<TaskCall>,
     /// Backoff parks armed (`r:` timers).
     pub parks: u64,
     /// The earliest due instant of a timer armed, so the poller can be woken early.
@@ -206,6 +209,7 @@ pub fn plan(
             lease_due,
         },
         calls: Vec::new(),
+        handed_over: Vec::new(),
         parks: 0,
         earliest_timer_ms: None,
         finished_now: status.is_terminal() && !was_terminal,
@@ -251,7 +255,7 @@ pub fn plan(
     }
     if rules.handing_over {
         // Handed over by the lease armed above: the next replica re-adopts them.
-        then.calls.clear();
+        then.handed_over = std::mem::take(&mut then.calls);
     }
     Ok(Planned { commit, then })
 }
@@ -333,7 +337,8 @@ fn carry_out(
     }
 }
 
-pub(crate) fn store_status(s: Status) -> InstanceStatus {
+/// The instance-row status of a snapshot status.
+pub fn store_status(s: Status) -> InstanceStatus {
     match s {
         Status::New | Status::Running => InstanceStatus::Running,
         Status::Completed => InstanceStatus::Completed,
@@ -344,12 +349,14 @@ pub(crate) fn store_status(s: Status) -> InstanceStatus {
 
 /// An instance stepped by [`claim_and_step`].
 pub struct Stepped {
-    /// The fence after the commit.
+    /// The fence after the commit; the step was taken from `fence - 1`.
     pub fence: u64,
     /// The claim after the commit.
     pub claim: Claim,
     /// Handler calls the step asked for; the caller starts them (or hands them to a lane).
     pub calls: Vec<TaskCall>,
+    /// Handler calls handed over to a runtime by a lease due at once (see [`Then`]).
+    pub handed_over: Vec<TaskCall>,
 }
 
 /// Reads instance `id`, steps it with `input` at `now` and commits the step alone under
@@ -376,6 +383,7 @@ pub(crate) async fn claim_and_step(
                         ..planned.then.next
                     },
                     calls: planned.then.calls,
+                    handed_over: planned.then.handed_over,
                 })
             }
             Some(CommitOutcome::Conflict { .. }) => continue,

@@ -171,6 +171,52 @@ pub(crate) struct Request {
     pub retries: u32,
 }
 
+/// Steps instances of a store from outside any runtime — the operator's side of the
+/// claim (`qflow instances resume`, migration): read, step, commit under the fence. It
+/// runs no handler: attempts a step asks for are handed over by an in-flight lease due at
+/// once, which the runtime serving the store (now, or when one next starts) re-adopts —
+/// the same path a replica's shutdown uses (C7a).
+pub struct Stepper {
+    store: Arc<dyn Store>,
+    defs: Definitions,
+    lease_ms: i64,
+}
+
+impl Stepper {
+    pub fn new(store: Arc<dyn Store>) -> Stepper {
+        Stepper {
+            defs: Definitions::new(store.clone()),
+            store,
+            lease_ms: RuntimeConfig::default().inflight_lease_ms,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Steps `instance` with `input` at `now_ms` and commits it; a stale input is
+    /// refused with the core's reason and writes nothing.
+    pub async fn step(
+        &self,
+        instance: InstanceId,
+        input: Input,
+        now_ms: i64,
+    ) -> Result<claim::Stepped, Error> {
+        let rules = claim::LeaseRules {
+            lease_ms: self.lease_ms,
+            refresh_divisor: 2,
+            handing_over: true,
+        };
+        claim::claim_and_step(&*self.store, &self.defs, instance, input, now_ms, rules).await
+    }
+
+    /// The definition of `deployment`, loaded once.
+    pub async fn definition(&self, deployment: DeploymentId) -> Result<Arc<Definition>, Error> {
+        self.defs.get(deployment).await
+    }
+}
+
 /// Deployment id → loaded definition, shared by all lanes of a replica.
 pub(crate) struct Definitions {
     store: Arc<dyn Store>,
@@ -183,6 +229,14 @@ pub(crate) struct Definitions {
 }
 
 impl Definitions {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Definitions {
+        Definitions {
+            store,
+            loaded: Mutex::new(BTreeMap::new()),
+            live: Mutex::new(BTreeSet::new()),
+        }
+    }
+
     pub(crate) fn known_live(&self, id: DeploymentId) -> bool {
         self.live.lock().expect("definitions lock").contains(&id)
     }
@@ -312,11 +366,7 @@ impl Runtime {
             receivers.push(rx);
         }
         let shared = Arc::new(Shared {
-            defs: Definitions {
-                store: store.clone(),
-                loaded: Mutex::new(BTreeMap::new()),
-                live: Mutex::new(BTreeSet::new()),
-            },
+            defs: Definitions::new(store.clone()),
             store,
             clock,
             handlers,

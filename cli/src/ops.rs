@@ -1,0 +1,347 @@
+//! Operator commands (`qflow instances …`, `qflow deployments`, `qflow incidents`): thin
+//! front ends over `qflow_ops::Ops`, working on the store directly — beside a running
+//! `qflow run` on the same file, or before one starts. Human tables by default,
+//! `--format json` for scripts. Exit status 1 when the operation was refused (nothing
+//! changed), 2 when it could not be attempted.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use qflow_core::Budget;
+use qflow_ops::{parse_instance_id, InstanceQuery, Ops};
+use qflow_persistence::{PgStore, SqliteStore};
+use qflow_store::Store;
+use serde::Serialize;
+
+/// Which store the command works on.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// The SQLite file (the one `qflow run` writes by default). It must exist.
+    #[arg(long, global = true, default_value = "qflow-run.sqlite")]
+    db: PathBuf,
+    /// A PostgreSQL URL to work on instead of a SQLite file.
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    /// `human` tables, or `json` (one document on stdout).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
+    format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum InstancesCommand {
+    /// List instances, oldest first.
+    List {
+        /// Only instances of this deployment version.
+        #[arg(long)]
+        deployment: Option<i64>,
+        /// Only instances in this state: running, completed, failed, cancelled.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only FAILED instances with this failure code.
+        #[arg(long)]
+        code: Option<String>,
+        /// At most this many (the store caps it at 10,000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Show one instance decoded: state, failure, wait frontier, variables, attempt
+    /// counters, backoff markers, timers with their due instants, incidents.
+    Show { id: String },
+    /// Every attempt of every task of an instance, with outcome, code and timing.
+    History { id: String },
+    /// Resume a FAILED instance: its failed task runs a new attempt. Refused for any
+    /// instance that is not FAILED.
+    Resume {
+        id: String,
+        /// Start the failed task's retry budget over (default: the attempts burned count).
+        #[arg(long)]
+        reset_budget: bool,
+    },
+    /// Run the next attempt of a task in a backoff window now, without touching its
+    /// attempt counter. Refused when no backoff is pending.
+    RetryNow {
+        id: String,
+        /// The task to retry (default: every task of the instance in a backoff window).
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Cancel a running instance.
+    Cancel { id: String },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InstancesArgs {
+    #[command(subcommand)]
+    command: InstancesCommand,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IncidentsArgs {
+    /// Only the incidents of this instance.
+    #[arg(long)]
+    instance: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
+    with_ops(&args.store, |ops| async move {
+        let format = args.store.format;
+        match &args.command {
+            InstancesCommand::List {
+                deployment,
+                state,
+                code,
+                limit,
+            } => {
+                let query = InstanceQuery {
+                    deployment: *deployment,
+                    status: state.clone(),
+                    failure_code: code.clone(),
+                    limit: *limit,
+                };
+                let rows = ops.instances(&query).await?;
+                emit(format, &rows, |w| {
+                    writeln!(
+                        w,
+                        "{:<36}  {:>10}  {:<9}  code",
+                        "instance", "deployment", "state"
+                    )?;
+                    for r in &rows {
+                        let code = r.failure_code.as_deref().unwrap_or("");
+                        writeln!(
+                            w,
+                            "{:<36}  {:>10}  {:<9}  {code}",
+                            r.id, r.deployment, r.status
+                        )?;
+                    }
+                    writeln!(w, "{} instances", rows.len())
+                })
+            }
+            InstancesCommand::Show { id } => {
+                let view = ops.inspect(parse_instance_id(id)?).await?;
+                emit(format, &view, |w| {
+                    let i = &view.instance;
+                    writeln!(w, "instance    {}", i.id)?;
+                    let d = &view.deployment;
+                    writeln!(
+                        w,
+                        "deployment  {} ({}, version {})",
+                        d.process_id, d.content_hash, d.id
+                    )?;
+                    let code = i
+                        .failure_code
+                        .as_deref()
+                        .map(|c| format!(" {c}"))
+                        .unwrap_or_default();
+                    writeln!(w, "state       {}{code} (fence {})", i.status, i.fence)?;
+                    writeln!(
+                        w,
+                        "snapshot    {}",
+                        serde_json::to_string_pretty(&view.snapshot)?
+                    )?;
+                    for t in &view.timers {
+                        writeln!(
+                            w,
+                            "timer       {} due {} (incarnation {})",
+                            t.name, t.due_at_ms, t.incarnation
+                        )?;
+                    }
+                    for x in &view.incidents {
+                        let state = if x.resolved_at_ms.is_some() {
+                            "resolved"
+                        } else {
+                            "open"
+                        };
+                        writeln!(
+                            w,
+                            "incident    #{} {state} at `{}`: {} {}",
+                            x.id, x.node, x.code, x.message
+                        )?;
+                    }
+                    Ok(())
+                })
+            }
+            InstancesCommand::History { id } => {
+                let rows = ops.history(parse_instance_id(id)?).await?;
+                emit(format, &rows, |w| {
+                    writeln!(
+                        w,
+                        "{:<16} {:>7}  {:<11} {:>13} {:>13}  code",
+                        "node", "attempt", "outcome", "started", "finished"
+                    )?;
+                    for a in &rows {
+                        let code = a.code.as_deref().unwrap_or("");
+                        writeln!(
+                            w,
+                            "{:<16} {:>7}  {:<11} {:>13} {:>13}  {code}",
+                            a.node, a.attempt, a.outcome, a.started_at_ms, a.finished_at_ms
+                        )?;
+                    }
+                    Ok(())
+                })
+            }
+            InstancesCommand::Resume { id, reset_budget } => {
+                let budget = if *reset_budget {
+                    Budget::Reset
+                } else {
+                    Budget::Keep
+                };
+                let done = ops.resume(parse_instance_id(id)?, budget).await?;
+                emit(format, &done, |w| applied(w, "resumed", &done))
+            }
+            InstancesCommand::RetryNow { id, node } => {
+                let done = ops.retry_now(parse_instance_id(id)?, node.clone()).await?;
+                emit(format, &done, |w| applied(w, "retrying now", &done))
+            }
+            InstancesCommand::Cancel { id } => {
+                let done = ops.cancel(parse_instance_id(id)?).await?;
+                emit(format, &done, |w| applied(w, "cancelled", &done))
+            }
+        }
+    })
+}
+
+pub fn deployments(args: &StoreArgs) -> Result<ExitCode> {
+    with_ops(args, |ops| async move {
+        let rows = ops.deployments().await?;
+        emit(args.format, &rows, |w| {
+            writeln!(
+                w,
+                "{:>7}  {:<24} {:<13} {:<8} hash",
+                "version", "process", "deployed", "state"
+            )?;
+            for d in &rows {
+                let state = if d.retired { "retired" } else { "live" };
+                writeln!(
+                    w,
+                    "{:>7}  {:<24} {:<13} {state:<8} {}",
+                    d.id, d.process_id, d.deployed_at_ms, d.content_hash
+                )?;
+            }
+            Ok(())
+        })
+    })
+}
+
+pub fn incidents(args: &IncidentsArgs) -> Result<ExitCode> {
+    with_ops(&args.store, |ops| async move {
+        let instance = args
+            .instance
+            .as_deref()
+            .map(parse_instance_id)
+            .transpose()?;
+        let rows = ops.incidents(instance).await?;
+        emit(args.store.format, &rows, |w| {
+            for x in &rows {
+                let state = if x.resolved_at_ms.is_some() {
+                    "resolved"
+                } else {
+                    "open"
+                };
+                writeln!(
+                    w,
+                    "#{:<5} {state:<8} {} `{}`: {} {}",
+                    x.id, x.instance, x.node, x.code, x.message
+                )?;
+            }
+            writeln!(w, "{} incidents", rows.len())
+        })
+    })
+}
+
+fn applied(w: &mut dyn Write, what: &str, done: &qflow_ops::Applied) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "{what}: instance {} is {} (fence {} -> {})",
+        done.instance, done.status, done.fence_before, done.fence_after
+    )?;
+    if !done.attempts_started.is_empty() {
+        writeln!(
+            w,
+            "attempts handed to the runtime serving the store: {}",
+            done.attempts_started.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// Renders `value` as JSON, or with `human` as a table.
+fn emit<T: Serialize>(
+    format: Format,
+    value: &T,
+    human: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<Vec<u8>, qflow_ops::Error> {
+    let mut out = Vec::new();
+    let written = match format {
+        Format::Json => serde_json::to_writer_pretty(&mut out, value)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out)),
+        Format::Human => human(&mut out),
+    };
+    written.map_err(|e| qflow_ops::Error::Store(format!("rendering the output: {e}")))?;
+    Ok(out)
+}
+
+/// Opens the store, runs `op` on a current-thread runtime, prints what it rendered and
+/// maps its result to the exit status: a refusal (or an unknown instance) is 1 with the
+/// reason on stderr.
+fn with_ops<F, Fut>(args: &StoreArgs, op: F) -> Result<ExitCode>
+where
+    F: FnOnce(Ops) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<u8>, qflow_ops::Error>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let store = open_store(args).await?;
+        let clock: Arc<dyn Fn() -> i64 + Send + Sync> = Arc::new(|| {
+            use qflow_runtime::Clock;
+            qflow_runtime::SystemClock.now_ms()
+        });
+        let ops = Ops::new(store, clock);
+        match op(ops).await {
+            Ok(rendered) => {
+                std::io::stdout().lock().write_all(&rendered)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e @ qflow_ops::Error::Store(_)) => Err(anyhow::Error::new(e)),
+            Err(e) => {
+                eprintln!("qflow: {}: {e}", e.code());
+                Ok(ExitCode::from(crate::EXIT_REFUSED))
+            }
+        }
+    })
+}
+
+async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
+    if let Some(url) = &args.database_url {
+        let store = PgStore::connect(url)
+            .await
+            .context("connecting to PostgreSQL")?;
+        return Ok(Arc::new(store));
+    }
+    if !args.db.exists() {
+        bail!(
+            "no qflow store at {}: `qflow run` creates one, or name another with --db",
+            args.db.display()
+        );
+    }
+    let store = SqliteStore::open(&args.db)
+        .await
+        .with_context(|| format!("opening {}", args.db.display()))?;
+    Ok(Arc::new(store))
+}

@@ -1,0 +1,161 @@
+//! The operator commands against the file `qflow run` leaves: find the FAILED instances,
+//! inspect one, resume it, and see every refusal exit 1 with nothing changed.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn qflow(args: &[&str], db: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .output()
+        .expect("run qflow")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "qflow failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the JSON output parses")
+}
+
+#[test]
+fn a_failed_instance_from_the_main_job_is_found_inspected_and_resumed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("run.sqlite");
+    // 200 instances: each is FAILED by its script with probability 0.09, so a run
+    // without one is a one-in-a-hundred-million event.
+    let run = qflow(&["run", "--instances", "200"], &db);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("qflow instances show "), "{stdout}");
+
+    let failed = json(&qflow(
+        &["instances", "list", "--state", "failed", "--format", "json"],
+        &db,
+    ));
+    let failed = failed.as_array().expect("a list");
+    assert!(!failed.is_empty(), "the main job leaves FAILED instances");
+    assert!(failed.iter().all(|i| i["status"] == "failed"));
+    let id = failed[0]["id"].as_str().expect("an id").to_owned();
+    let code = failed[0]["failure_code"]
+        .as_str()
+        .expect("a code")
+        .to_owned();
+
+    let shown = json(&qflow(&["instances", "show", &id, "--format", "json"], &db));
+    assert_eq!(shown["instance"]["failure_code"], code.as_str());
+    assert_eq!(shown["snapshot"]["failure"]["node"], "charge");
+    let history = json(&qflow(
+        &["instances", "history", &id, "--format", "json"],
+        &db,
+    ));
+    let burned = history
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|a| a["node"] == "charge")
+        .count();
+    assert!(burned >= 1);
+    let human = qflow(&["instances", "show", &id], &db);
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(
+        human.contains(&format!("state       failed {code}")),
+        "{human}"
+    );
+
+    // A completed instance is not FAILED: resume is refused (exit 1) and changes nothing.
+    let done = json(&qflow(
+        &[
+            "instances",
+            "list",
+            "--state",
+            "completed",
+            "--limit",
+            "1",
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    let done_id = done[0]["id"].as_str().expect("an id").to_owned();
+    let before = json(&qflow(
+        &["instances", "show", &done_id, "--format", "json"],
+        &db,
+    ));
+    let refused = qflow(&["instances", "resume", &done_id], &db);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("refused") && err.contains("not failed"),
+        "{err}"
+    );
+    let after = json(&qflow(
+        &["instances", "show", &done_id, "--format", "json"],
+        &db,
+    ));
+    assert_eq!(before, after);
+
+    // Unknown and malformed ids: exit 1, with the reason.
+    let unknown = qflow(
+        &["instances", "show", "00000000-0000-4000-8000-000000000000"],
+        &db,
+    );
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("does not exist"));
+    let malformed = qflow(&["instances", "history", "nope"], &db);
+    assert_eq!(malformed.status.code(), Some(1));
+
+    // The resume itself: a new attempt, handed to the next runtime on the file.
+    let resumed = json(&qflow(
+        &["instances", "resume", &id, "--format", "json"],
+        &db,
+    ));
+    assert_eq!(resumed["status"], "running");
+    let started = resumed["attempts_started"][0].as_str().expect("an attempt");
+    assert_eq!(started, format!("charge#{}", burned + 1));
+    let again = qflow(&["instances", "resume", &id], &db);
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "running now: a second resume is refused"
+    );
+    // The next `qflow run` on the file re-adopts the handed-over attempt and finishes it
+    // (its script decides how: a declined card fails again, a flaky one completes).
+    let next = qflow(&["run", "--instances", "1"], &db);
+    assert!(
+        next.status.success(),
+        "{}",
+        String::from_utf8_lossy(&next.stderr)
+    );
+    let shown = json(&qflow(&["instances", "show", &id, "--format", "json"], &db));
+    assert_ne!(shown["instance"]["status"], "running");
+    let history = json(&qflow(
+        &["instances", "history", &id, "--format", "json"],
+        &db,
+    ));
+    let charges = history
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|a| a["node"] == "charge")
+        .count();
+    assert_eq!(charges, burned + 1, "exactly one more attempt ran");
+}
+
+#[test]
+fn the_commands_need_an_existing_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("none.sqlite");
+    let out = qflow(&["deployments"], &missing);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no qflow store"));
+    assert!(!missing.exists(), "nothing was created");
+}

@@ -1,0 +1,217 @@
+//! Operator repairs as core inputs (SPEC O3, O4a): resume a FAILED instance, keeping or
+//! resetting its budget; retry a parked task now. Preconditions are the core's: the
+//! wrong state is stale residue and changes no byte.
+
+mod common;
+
+use common::{effects, last, model, run_scenario};
+use qflow_core::{step, Budget, Effect, Input, Snapshot, Status, TimerKind};
+use qflow_loader::model::Definition;
+
+fn retrying(max: u32, interval: &str) -> Definition {
+    model(&format!(
+        r#"<startEvent id="start"/>
+        <serviceTask id="pay" q:task="pay"><extensionElements>
+          <q:retry maxAttempts="{max}" initialInterval="{interval}" maxInterval="PT2H" jitter="none"/>
+        </extensionElements></serviceTask>
+        <endEvent id="end"/>
+        <sequenceFlow id="f0" sourceRef="start" targetRef="pay"/>
+        <sequenceFlow id="f1" sourceRef="pay" targetRef="end"/>"#
+    ))
+}
+
+/// A FAILED instance after `max` failures of `pay`.
+fn failed(def: &Definition) -> Snapshot {
+    let trace = run_scenario(
+        def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "DOWN"}]}}"#,
+    );
+    let snap = last(&trace);
+    assert_eq!(snap.status(), Status::Failed);
+    snap
+}
+
+#[test]
+fn resume_is_refused_unless_the_instance_is_failed() {
+    let def = retrying(2, "PT1S");
+    let running = step(
+        &def,
+        "i",
+        Snapshot::new(),
+        Input::Start {
+            variables: Default::default(),
+        },
+        0,
+    )
+    .unwrap()
+    .snapshot;
+    let bytes = running.encode();
+    let out = step(
+        &def,
+        "i",
+        running,
+        Input::Resume {
+            budget: Budget::Keep,
+        },
+        5,
+    )
+    .unwrap();
+    assert_eq!(out.snapshot.encode(), bytes);
+    match out.effects.as_slice() {
+        [Effect::Stale { reason }] => assert!(reason.contains("not failed"), "{reason}"),
+        other => panic!("expected one stale effect, got {other:?}"),
+    }
+}
+
+#[test]
+fn resume_keeps_or_resets_the_budget_and_always_moves_the_attempt_on() {
+    let def = retrying(2, "PT1S");
+    let snap = failed(&def);
+    assert_eq!(snap.attempt("pay"), 2);
+    for (budget, base) in [(Budget::Keep, 0), (Budget::Reset, 2)] {
+        let out = step(&def, "i", snap.clone(), Input::Resume { budget }, 60_000).unwrap();
+        let s = &out.snapshot;
+        assert_eq!(s.status(), Status::Running, "{budget:?}");
+        assert!(s.failure().is_none());
+        assert_eq!(s.attempt("pay"), 3, "a new attempt, never a reused number");
+        assert_eq!(s.budget_base("pay"), base, "{budget:?}");
+        assert!(out
+            .effects
+            .contains(&Effect::ResolveIncident { node: "pay".into() }));
+        let runs: Vec<u32> = out
+            .effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::RunTask { attempt, .. } => Some(attempt.get()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(runs, vec![3], "{budget:?}");
+        // The next failure: kept budget is spent (FAILED again), a reset one parks with
+        // the curve starting over (1 s after the failure, not 4 s).
+        let fail = Input::TaskFailed {
+            node: "pay".into(),
+            attempt: s.attempt_in_progress("pay"),
+            kind: Default::default(),
+            code: "DOWN".into(),
+            message: String::new(),
+        };
+        let next = step(&def, "i", out.snapshot, fail, 61_000).unwrap();
+        match budget {
+            Budget::Keep => assert_eq!(next.snapshot.status(), Status::Failed),
+            Budget::Reset => {
+                let park = next.effects.iter().find_map(|e| match e {
+                    Effect::ArmTimer {
+                        name, due_at_ms, ..
+                    } if name.kind() == TimerKind::Retry => Some(*due_at_ms),
+                    _ => None,
+                });
+                assert_eq!(park, Some(62_000));
+            }
+        }
+    }
+}
+
+#[test]
+fn resume_re_arms_what_failing_resolved_for_other_tokens() {
+    // A user task with a timer boundary waits beside the task that fails.
+    let def = model(
+        r#"<startEvent id="start"/>
+        <parallelGateway id="split"/>
+        <userTask id="approve"/>
+        <boundaryEvent id="late" attachedToRef="approve">
+          <timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition>
+        </boundaryEvent>
+        <serviceTask id="pay" q:task="pay"/>
+        <parallelGateway id="join"/>
+        <endEvent id="end"/>
+        <endEvent id="lateEnd"/>
+        <sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
+        <sequenceFlow id="f1" sourceRef="split" targetRef="approve"/>
+        <sequenceFlow id="f2" sourceRef="split" targetRef="pay"/>
+        <sequenceFlow id="f3" sourceRef="approve" targetRef="join"/>
+        <sequenceFlow id="f4" sourceRef="pay" targetRef="join"/>
+        <sequenceFlow id="f5" sourceRef="join" targetRef="end"/>
+        <sequenceFlow id="f6" sourceRef="late" targetRef="lateEnd"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "DOWN"}]}}"#,
+    );
+    let snap = last(&trace);
+    assert_eq!(snap.status(), Status::Failed);
+    assert!(snap.timers().is_empty(), "failing resolved the boundary");
+    let out = step(
+        &def,
+        "i",
+        snap,
+        Input::Resume {
+            budget: Budget::Keep,
+        },
+        7_000,
+    )
+    .unwrap();
+    let boundary = out.effects.iter().find_map(|e| match e {
+        Effect::ArmTimer {
+            name, due_at_ms, ..
+        } if name == "b:late" => Some(*due_at_ms),
+        _ => None,
+    });
+    assert_eq!(
+        boundary,
+        Some(7_000 + 3_600_000),
+        "re-armed from the resume instant"
+    );
+    assert!(out.snapshot.timers().contains_key("b:late"));
+}
+
+#[test]
+fn retry_now_runs_the_parked_attempt_and_leaves_the_counter() {
+    let def = retrying(3, "PT1H");
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "DOWN"}, {"outcome": "hang"}]},
+            "horizon_ms": 1000}"#,
+    );
+    let parked = last(&trace);
+    assert_eq!(parked.marker("pay"), Some("failed"));
+    assert_eq!(parked.attempt("pay"), 2);
+    let out = step(
+        &def,
+        "i",
+        parked.clone(),
+        Input::RetryNow { node: None },
+        500,
+    )
+    .unwrap();
+    assert_eq!(out.snapshot.attempt("pay"), 2, "the counter is untouched");
+    assert_eq!(out.snapshot.marker("pay"), None);
+    assert!(!out.snapshot.timers().contains_key("r:pay"));
+    assert!(out
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveTimer { name, .. } if name == "r:pay")));
+    assert!(out
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunTask { attempt, .. } if attempt.get() == 2)));
+    // Nothing parked any more: a second retry-now is stale.
+    let again = step(&def, "i", out.snapshot, Input::RetryNow { node: None }, 600).unwrap();
+    assert!(matches!(again.effects.as_slice(), [Effect::Stale { .. }]));
+    // A node that is not a registered task: stale, with the reason.
+    let wrong = step(
+        &def,
+        "i",
+        parked,
+        Input::RetryNow {
+            node: Some("end".into()),
+        },
+        500,
+    )
+    .unwrap();
+    match wrong.effects.as_slice() {
+        [Effect::Stale { reason }] => assert!(reason.contains("`end`"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let _ = effects(&trace);
+}

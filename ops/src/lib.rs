@@ -1,0 +1,391 @@
+//! The one library API for operator and application operations (SPEC O1–O5): the CLI
+//! calls it today, the HTTP server will; neither front end holds logic of its own.
+//!
+//! Reads come from the store; every change is an [`Input`] stepped under the claim
+//! ([`qflow_runtime::Stepper`]), so the core re-checks each precondition against the
+//! instance's durable state — a resume of an instance that is no longer FAILED, or a
+//! retry-now with no backoff pending, is refused by the core and writes nothing. Attempts
+//! an operation starts are handed to whichever runtime serves the store (a due lease it
+//! re-adopts), so `qflow instances resume` works beside a running `qflow run` or server
+//! and before one starts.
+//!
+//! Not here yet (issue 10): deploy/retire/start through this API, migration, the audit
+//! log, pagination cursors, business keys, user-task completion and message correlation.
+
+use std::sync::Arc;
+
+use qflow_core::{Budget, Input, Snapshot, TimerKind};
+use qflow_runtime::claim::Stepped;
+use qflow_runtime::Stepper;
+use qflow_store::{
+    AttemptRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId,
+    InstanceRecord, InstanceStatus, Store, StoreError, TimerRecord,
+};
+use serde::Serialize;
+
+/// Why an operation did not happen. Nothing was written in any of these cases.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No such instance or deployment.
+    #[error("{what} {id} does not exist")]
+    NotFound { what: &'static str, id: String },
+    /// The request is not one this operation accepts (a malformed id, a bad filter).
+    #[error("{field}: {why}")]
+    Invalid { field: &'static str, why: String },
+    /// The core or the runtime refused the operation on the instance's current state.
+    #[error("{0}")]
+    Refused(String),
+    /// The instance kept changing under the operation.
+    #[error("{0}")]
+    Conflict(String),
+    /// The store failed.
+    #[error("store: {0}")]
+    Store(String),
+}
+
+impl Error {
+    /// A stable code for front ends (CLI exit statuses, HTTP problem types).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "not_found",
+            Error::Invalid { .. } => "invalid",
+            Error::Refused(_) => "refused",
+            Error::Conflict(_) => "conflict",
+            Error::Store(_) => "store",
+        }
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        Error::Store(e.to_string())
+    }
+}
+
+impl From<qflow_runtime::Error> for Error {
+    fn from(e: qflow_runtime::Error) -> Self {
+        use qflow_runtime::Error as R;
+        match e {
+            R::Refused { why, .. } => Error::Refused(why),
+            R::UnknownInstance(id) => Error::NotFound {
+                what: "instance",
+                id,
+            },
+            R::UnknownDeployment(id) => Error::NotFound {
+                what: "deployment",
+                id: id.to_string(),
+            },
+            R::Conflict(why) => Error::Conflict(why),
+            other => Error::Store(other.to_string()),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Parses an instance id as given by a person or a URL.
+pub fn parse_instance_id(s: &str) -> Result<InstanceId> {
+    InstanceId::parse_str(s.trim()).map_err(|e| Error::Invalid {
+        field: "instance",
+        why: format!("`{s}` is not an instance id (a UUID): {e}"),
+    })
+}
+
+/// One deployment, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeploymentSummary {
+    pub id: i64,
+    pub process_id: String,
+    pub content_hash: String,
+    pub deployed_at_ms: i64,
+    pub retired: bool,
+}
+
+impl From<&DeploymentRecord> for DeploymentSummary {
+    fn from(d: &DeploymentRecord) -> Self {
+        DeploymentSummary {
+            id: d.id.0,
+            process_id: d.process_id.clone(),
+            content_hash: d.content_hash.clone(),
+            deployed_at_ms: d.deployed_at_ms,
+            retired: d.retired,
+        }
+    }
+}
+
+/// One instance, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceSummary {
+    pub id: String,
+    pub deployment: i64,
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_code: Option<String>,
+    pub fence: u64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl From<&InstanceRecord> for InstanceSummary {
+    fn from(r: &InstanceRecord) -> Self {
+        InstanceSummary {
+            id: r.id.to_string(),
+            deployment: r.deployment.0,
+            status: r.status.as_str(),
+            failure_code: r.failure_code.clone(),
+            fence: r.fence,
+            created_at_ms: r.created_at_ms,
+            updated_at_ms: r.updated_at_ms,
+        }
+    }
+}
+
+/// Which instances to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstanceQuery {
+    pub deployment: Option<i64>,
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub status: Option<String>,
+    pub failure_code: Option<String>,
+    /// At most this many (the store caps it at 10,000); 0 means the cap.
+    pub limit: u32,
+}
+
+/// A live timer row, decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimerView {
+    pub name: String,
+    /// `retry` (a backoff park), `timeout`, `boundary`, `catch` or `lease`.
+    pub kind: TimerKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub due_at_ms: i64,
+    pub incarnation: u32,
+}
+
+impl From<&TimerRecord> for TimerView {
+    fn from(t: &TimerRecord) -> Self {
+        TimerView {
+            name: t.name.to_string(),
+            kind: t.name.kind(),
+            node: t.name.node().map(str::to_owned),
+            due_at_ms: t.due_at_ms,
+            incarnation: t.incarnation,
+        }
+    }
+}
+
+/// One attempt of one task (O1a).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptView {
+    pub node: String,
+    pub attempt: u32,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl From<&AttemptRecord> for AttemptView {
+    fn from(a: &AttemptRecord) -> Self {
+        AttemptView {
+            node: a.node.clone(),
+            attempt: a.attempt.get(),
+            started_at_ms: a.started_at_ms,
+            finished_at_ms: a.finished_at_ms,
+            outcome: a.outcome.as_str(),
+            code: a.code.clone(),
+            message: a.message.clone(),
+        }
+    }
+}
+
+/// An incident (O4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IncidentView {
+    pub id: i64,
+    pub instance: String,
+    pub node: String,
+    pub code: String,
+    pub message: String,
+    pub opened_at_ms: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_at_ms: Option<i64>,
+}
+
+impl From<&IncidentRecord> for IncidentView {
+    fn from(i: &IncidentRecord) -> Self {
+        IncidentView {
+            id: i.id,
+            instance: i.instance.to_string(),
+            node: i.node.clone(),
+            code: i.code.clone(),
+            message: i.message.clone(),
+            opened_at_ms: i.opened_at_ms,
+            resolved_at_ms: i.resolved_at_ms,
+        }
+    }
+}
+
+/// Everything an operator needs to understand one instance (O1).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstanceView {
+    pub instance: InstanceSummary,
+    pub deployment: DeploymentSummary,
+    /// The decoded snapshot: status, failure, wait frontier, variables, attempt
+    /// counters, backoff markers, budget bases (`Snapshot::inspect`).
+    pub snapshot: serde_json::Value,
+    pub timers: Vec<TimerView>,
+    pub incidents: Vec<IncidentView>,
+}
+
+/// What an operation that steps an instance did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub instance: String,
+    pub fence_before: u64,
+    pub fence_after: u64,
+    pub status: &'static str,
+    /// Attempts the step started, handed to the runtime serving the store.
+    pub attempts_started: Vec<String>,
+}
+
+/// The operator API over one store.
+pub struct Ops {
+    stepper: Stepper,
+    now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+}
+
+impl Ops {
+    /// Operations on `store`, with `now_ms` as the clock for the steps they take.
+    pub fn new(store: Arc<dyn Store>, now_ms: Arc<dyn Fn() -> i64 + Send + Sync>) -> Ops {
+        Ops {
+            stepper: Stepper::new(store),
+            now_ms,
+        }
+    }
+
+    fn store(&self) -> &dyn Store {
+        &**self.stepper.store()
+    }
+
+    /// All deployments, oldest first.
+    pub async fn deployments(&self) -> Result<Vec<DeploymentSummary>> {
+        let all = self.store().deployments().await?;
+        Ok(all.iter().map(DeploymentSummary::from).collect())
+    }
+
+    /// Instances matching `query`, in creation order.
+    pub async fn instances(&self, query: &InstanceQuery) -> Result<Vec<InstanceSummary>> {
+        let status = match &query.status {
+            None => None,
+            Some(s) => Some(InstanceStatus::parse(s).ok_or_else(|| Error::Invalid {
+                field: "status",
+                why: format!("`{s}` is not one of running, completed, failed, cancelled"),
+            })?),
+        };
+        let filter = InstanceFilter {
+            deployment: query.deployment.map(DeploymentId),
+            status,
+            failure_code: query.failure_code.clone(),
+            limit: query.limit,
+        };
+        let rows = self.store().instances(&filter).await?;
+        Ok(rows.iter().map(InstanceSummary::from).collect())
+    }
+
+    async fn record(&self, id: InstanceId) -> Result<InstanceRecord> {
+        self.store()
+            .instance(id)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "instance",
+                id: id.to_string(),
+            })
+    }
+
+    /// One instance, decoded (O1).
+    pub async fn inspect(&self, id: InstanceId) -> Result<InstanceView> {
+        let record = self.record(id).await?;
+        let deployment = self
+            .store()
+            .deployment(record.deployment)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "deployment",
+                id: record.deployment.0.to_string(),
+            })?;
+        let snapshot = match Snapshot::decode(&record.snapshot) {
+            Ok(s) => s.inspect(),
+            // Shown, not hidden: an undecodable snapshot is exactly what an operator must
+            // see.
+            Err(e) => serde_json::json!({ "undecodable": e.to_string() }),
+        };
+        let timers = self.store().timers(id).await?;
+        let incidents = self.store().incidents(Some(id)).await?;
+        Ok(InstanceView {
+            instance: InstanceSummary::from(&record),
+            deployment: DeploymentSummary::from(&deployment),
+            snapshot,
+            timers: timers.iter().map(TimerView::from).collect(),
+            incidents: incidents.iter().map(IncidentView::from).collect(),
+        })
+    }
+
+    /// Every attempt of every task of the instance, in order (O1a).
+    pub async fn history(&self, id: InstanceId) -> Result<Vec<AttemptView>> {
+        self.record(id).await?;
+        let rows = self.store().attempts(id).await?;
+        Ok(rows.iter().map(AttemptView::from).collect())
+    }
+
+    /// Incidents of one instance, or of all.
+    pub async fn incidents(&self, instance: Option<InstanceId>) -> Result<Vec<IncidentView>> {
+        if let Some(id) = instance {
+            self.record(id).await?;
+        }
+        let rows = self.store().incidents(instance).await?;
+        Ok(rows.iter().map(IncidentView::from).collect())
+    }
+
+    /// Resumes a FAILED instance (O3), keeping or resetting the budget its failed task
+    /// burned. Refused for an instance that is not FAILED.
+    pub async fn resume(&self, id: InstanceId, budget: Budget) -> Result<Applied> {
+        self.apply(id, Input::Resume { budget }).await
+    }
+
+    /// Runs the next attempt of a task in a backoff window now (O4a): `node`, or every
+    /// parked task. The attempt counter is untouched. Refused when no backoff is pending.
+    pub async fn retry_now(&self, id: InstanceId, node: Option<String>) -> Result<Applied> {
+        self.apply(id, Input::RetryNow { node }).await
+    }
+
+    /// Cancels a running instance.
+    pub async fn cancel(&self, id: InstanceId) -> Result<Applied> {
+        self.apply(id, Input::Cancel).await
+    }
+
+    async fn apply(&self, id: InstanceId, input: Input) -> Result<Applied> {
+        let Stepped {
+            fence,
+            claim,
+            calls,
+            handed_over,
+        } = self.stepper.step(id, input, (self.now_ms)()).await?;
+        let status = qflow_runtime::claim::store_status(claim.snapshot.status());
+        Ok(Applied {
+            instance: id.to_string(),
+            fence_before: fence - 1,
+            fence_after: fence,
+            status: status.as_str(),
+            attempts_started: calls
+                .iter()
+                .chain(&handed_over)
+                .map(|c| format!("{}#{}", c.node, c.attempt))
+                .collect(),
+        })
+    }
+}
