@@ -24,6 +24,9 @@ pub enum Error {
     /// The process has no none start event at process level.
     #[error("process `{0}` has no none start event")]
     NoStartEvent(String),
+    /// Variables an input brings are over a bound of `crate::limits`; nothing changed.
+    #[error("variables refused: {0}")]
+    VariablesRefused(String),
     /// A scenario given to the simulator does not fit the definition it runs against.
     #[error("scenario: {0}")]
     Scenario(String),

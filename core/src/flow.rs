@@ -276,6 +276,14 @@ impl<'a> Run<'a> {
 
     pub(super) fn task_completed(&mut self, node: &str, attempt: Attempt, outputs: Variables) {
         let idx = self.idx(node);
+        if let Err(why) = crate::limits::check_variables(&outputs) {
+            // Written, the outputs would make a snapshot the engine cannot read: the
+            // attempt failed (a handler bug a retry may or may not outlive).
+            let code = codes::OUTPUTS_REFUSED;
+            let message = format!("the handler's outputs are refused: {why}");
+            self.attempt_ended(idx, attempt, AttemptOutcome::Failed, Some((code, &message)));
+            return self.attempt_failed(idx, FailureKind::Failed, code.to_owned(), message);
+        }
         self.attempt_ended(idx, attempt, AttemptOutcome::Ok, None);
         self.complete_activity(idx, outputs);
     }
@@ -669,7 +677,10 @@ impl<'a> Run<'a> {
         );
         for m in &task.outputs {
             let v = m.source.eval(&scope).map_err(|e| e.to_string())?;
-            self.snap.vars.insert(m.target.clone(), v);
+            let one = Variables::from([(m.target.clone(), v)]);
+            crate::limits::check_variables(&one)
+                .map_err(|why| format!("output mapping `{}`: {why}", m.target))?;
+            self.snap.vars.extend(one);
         }
         Ok(())
     }

@@ -31,6 +31,7 @@
 
 pub mod error;
 pub mod handler;
+pub mod limits;
 pub mod sim;
 pub mod snapshot;
 
@@ -75,6 +76,9 @@ pub mod codes {
     /// One step made more node arrivals than `flow::ARRIVALS_PER_STEP_MAX`: the model
     /// loops without ever waiting.
     pub const STEP_LIMIT: &str = "STEP_LIMIT";
+    /// A handler's outputs are over a bound of `crate::limits` (too deep, too large):
+    /// a failed attempt, so it spends budget and ends FAILED rather than be written.
+    pub const OUTPUTS_REFUSED: &str = "OUTPUTS_REFUSED";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
@@ -385,6 +389,14 @@ pub fn step(
             return Ok(stale(snapshot, reason));
         }
         _ => {}
+    }
+    // Values from outside are bounded where they enter (limits): over a bound, the
+    // input is refused and nothing changes.
+    if let Input::Start { variables }
+    | Input::UserTaskCompleted { variables, .. }
+    | Input::MessageReceived { variables, .. } = &input
+    {
+        limits::check_variables(variables).map_err(Error::VariablesRefused)?;
     }
     if input == Input::Redrive {
         let effects = redrive::redrive(def, &snapshot);

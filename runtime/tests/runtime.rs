@@ -332,3 +332,29 @@ async fn a_retirement_made_elsewhere_refuses_the_next_start_here() {
     assert_eq!(all.len(), 1, "the refused start wrote nothing");
     rt.shutdown().await;
 }
+
+/// A start whose variables would make a snapshot the engine cannot read is refused with
+/// the path of the value, and nothing is stored (issue 8, defect 1).
+#[tokio::test]
+async fn a_start_with_variables_nested_too_deep_is_refused_and_writes_nothing() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = runtime(store.clone(), AsyncHandlers::new(), 1);
+    let dep = rt.deploy(LINEAR, None).await.expect("deploys");
+    let mut deep = serde_json::Value::from(1);
+    for _ in 0..64 {
+        deep = serde_json::Value::Array(vec![deep]);
+    }
+    let variables = [("order".to_owned(), deep)].into_iter().collect();
+    match rt.start_instance(dep.id, variables).await {
+        Err(Error::Core(qflow_core::Error::VariablesRefused(why))) => {
+            assert!(why.contains("`order[0]"), "{why}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let all = store
+        .instances(&InstanceFilter::default())
+        .await
+        .expect("lists");
+    assert!(all.is_empty(), "nothing was stored");
+    rt.shutdown().await;
+}
