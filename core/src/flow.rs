@@ -224,8 +224,11 @@ impl<'a> Run<'a> {
                     self.complete_activity(idx, variables);
                 }
             }
-            // Answered by `super::redrive` before a run is built.
-            Input::Redrive => {}
+            Input::Redrive => {
+                // Re-adoption moves no token: nothing to settle.
+                self.readopt();
+                return Ok(());
+            }
             Input::Cancel => {
                 self.cancel();
                 return Ok(());
@@ -257,7 +260,7 @@ impl<'a> Run<'a> {
 
     /// Records how the attempt in flight at `idx` ended (the history row, O1a); the step
     /// then knows the attempt is reported and an interruption does not report it again.
-    fn attempt_ended(
+    pub(super) fn attempt_ended(
         &mut self,
         idx: NodeIdx,
         attempt: Attempt,
@@ -553,6 +556,8 @@ impl<'a> Run<'a> {
 
     /// Emits the `RunTask` of `attempt` and opens its timeout window.
     pub(super) fn run_attempt(&mut self, idx: NodeIdx, attempt: Attempt) {
+        // A new attempt has not been re-adopted yet.
+        self.snap.set_readoptions(self.id(idx), 0);
         let NodeKind::Task(task) = &self.p.node(idx).kind else {
             return;
         };

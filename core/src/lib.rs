@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
 pub use crate::snapshot::{Snapshot, Status};
-pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight};
+pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
@@ -79,6 +79,10 @@ pub mod codes {
     /// A handler's outputs are over a bound of `crate::limits` (too deep, too large):
     /// a failed attempt, so it spends budget and ends FAILED rather than be written.
     pub const OUTPUTS_REFUSED: &str = "OUTPUTS_REFUSED";
+    /// The attempt in flight was re-adopted more than `READOPTIONS_MAX` times without an
+    /// outcome ever being committed (a poison attempt that takes its replica down): a
+    /// failed attempt, so it spends budget and ends FAILED instead of crash-looping.
+    pub const READOPTION_LIMIT: &str = "READOPTION_LIMIT";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
@@ -231,10 +235,11 @@ pub enum Input {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<String>,
     },
-    /// The shell lost track of in-flight attempts (a crash, a replica's death) and asks
-    /// for them again: every registered task whose attempt is in flight gets its
-    /// `RunTask` re-emitted with the same attempt — re-adoption, no budget spent (C7a).
-    /// Changes no state.
+    /// The shell lost track of in-flight attempts (a crash, a replica's death, a
+    /// hand-over) and asks for them again: every registered task whose attempt is in
+    /// flight gets its `RunTask` re-emitted with the same attempt — re-adoption, no
+    /// budget spent (C7a). Each re-adoption is counted (`o/<node>`); past
+    /// [`READOPTIONS_MAX`] the attempt is failed with `READOPTION_LIMIT` instead.
     Redrive,
 }
 
@@ -397,10 +402,6 @@ pub fn step(
     | Input::MessageReceived { variables, .. } = &input
     {
         limits::check_variables(variables).map_err(Error::VariablesRefused)?;
-    }
-    if input == Input::Redrive {
-        let effects = redrive::redrive(def, &snapshot);
-        return Ok(Step { snapshot, effects });
     }
     if let Some(reason) = flow::staleness(def, &snapshot, &input) {
         return Ok(stale(snapshot, reason));

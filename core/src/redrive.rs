@@ -15,8 +15,9 @@
 
 use qflow_loader::model::{Definition, NodeIdx, NodeKind, Process, Task, TaskKind};
 
+use super::flow::Run;
 use crate::snapshot::Snapshot;
-use crate::{Attempt, Effect};
+use crate::{codes, Attempt, AttemptOutcome, Effect, FailureKind};
 
 /// An attempt in flight: the task, the handler it runs and which attempt it is.
 #[derive(Debug, Clone, Copy)]
@@ -80,22 +81,58 @@ pub fn any_attempt_in_flight(def: &Definition, snap: &Snapshot) -> bool {
     })
 }
 
-/// The `RunTask` effects of every attempt in flight, in token order.
-pub(super) fn redrive(def: &Definition, snap: &Snapshot) -> Vec<Effect> {
-    let mut effects = Vec::new();
-    for f in attempts_in_flight(def, snap) {
-        // Inputs are derived exactly as the first emission derived them; an input
-        // mapping that cannot evaluate now could not have evaluated then either, so such
-        // a task is left to its timeout rather than guessed at.
-        let Ok(inputs) = super::flow::task_inputs(f.task, snap.variables()) else {
-            continue;
-        };
-        effects.push(Effect::RunTask {
-            node: f.node.to_owned(),
-            handler: f.handler.to_owned(),
-            attempt: f.attempt,
-            inputs,
-        });
+/// How often one attempt may be re-adopted without an outcome being committed. A
+/// replica's crash, a graceful shutdown's hand-over and an operator's repair each cost
+/// one; a handful is what honest restarts need, and below the limit re-adoption stays
+/// free (C7a: a crash is not the task's failure). An attempt re-adopted more often is
+/// taking its replicas down with it — a handler that aborts the process, an evaluator
+/// bug — and is failed with `READOPTION_LIMIT`, which spends budget like any failure
+/// (a dead worker is not a free retry).
+pub const READOPTIONS_MAX: u32 = 5;
+
+impl Run<'_> {
+    /// Re-adopts every attempt in flight (`Input::Redrive`): its `RunTask` again, same
+    /// attempt, counted; past [`READOPTIONS_MAX`] a failed attempt instead.
+    pub(super) fn readopt(&mut self) {
+        let in_flight: Vec<(NodeIdx, Attempt)> = attempts_in_flight(self.def, &self.snap)
+            .into_iter()
+            .map(|f| (f.idx, f.attempt))
+            .collect();
+        for (idx, attempt) in in_flight {
+            if !self.running() {
+                return;
+            }
+            let node = self.id(idx);
+            let count = self.snap.readoptions(node).saturating_add(1);
+            if count > READOPTIONS_MAX {
+                let code = codes::READOPTION_LIMIT;
+                let message = format!(
+                    "attempt {attempt} of `{node}` was re-adopted {READOPTIONS_MAX} times \
+                     without an outcome: its replicas keep dying while it runs"
+                );
+                self.attempt_ended(idx, attempt, AttemptOutcome::Failed, Some((code, &message)));
+                self.attempt_failed(idx, FailureKind::Failed, code.to_owned(), message);
+                continue;
+            }
+            // Inputs are derived exactly as the first emission derived them; an input
+            // mapping that cannot evaluate now could not have evaluated then either, so
+            // such a task is left to its timeout rather than guessed at.
+            let NodeKind::Task(task) = &self.p.node(idx).kind else {
+                continue;
+            };
+            let TaskKind::Registered { name } = &task.kind else {
+                continue;
+            };
+            let Ok(inputs) = super::flow::task_inputs(task, self.snap.variables()) else {
+                continue;
+            };
+            self.snap.set_readoptions(node, count);
+            self.effects.push(Effect::RunTask {
+                node: node.to_owned(),
+                handler: name.clone(),
+                attempt,
+                inputs,
+            });
+        }
     }
-    effects
 }

@@ -112,6 +112,9 @@ pub struct Snapshot {
     /// `b/<node>`: attempts burned before an operator reset the node's budget (O3);
     /// present only after such a reset.
     pub(crate) budget_bases: BTreeMap<String, u32>,
+    /// `o/<node>`: how often the attempt in progress was re-adopted without an outcome
+    /// (C7a); present only after a re-adoption, gone when the next attempt starts.
+    pub(crate) readoptions: BTreeMap<String, u32>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -132,6 +135,7 @@ const P_ATTEMPT: &str = "a/";
 const P_MARKER: &str = "m/";
 const P_FIRST_FAILURE: &str = "e/";
 const P_BUDGET_BASE: &str = "b/";
+const P_READOPTIONS: &str = "o/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -205,6 +209,22 @@ impl Snapshot {
         }
     }
 
+    /// How often the attempt in progress at `node` was re-adopted without an outcome.
+    pub fn readoptions(&self, node: &str) -> u32 {
+        self.readoptions.get(node).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn set_readoptions(&mut self, node: &str, count: u32) {
+        if count == 0 {
+            if self.readoptions.remove(node).is_some() || !self.extra.is_empty() {
+                self.extra.remove(&format!("{P_READOPTIONS}{node}"));
+            }
+        } else {
+            self.extra.remove(&format!("{P_READOPTIONS}{node}"));
+            self.readoptions.insert(node.to_owned(), count);
+        }
+    }
+
     pub(crate) fn clear_failure(&mut self) {
         self.failure_code = None;
         self.failure_node = None;
@@ -275,6 +295,11 @@ impl Snapshot {
             self.first_failure_ms.is_empty(),
         );
         put(
+            "readoptions",
+            json!(self.readoptions),
+            self.readoptions.is_empty(),
+        );
+        put(
             "budget_bases",
             json!(self.budget_bases),
             self.budget_bases.is_empty(),
@@ -298,8 +323,15 @@ impl Snapshot {
         self.markers.remove(node);
         self.first_failure_ms.remove(node);
         self.budget_bases.remove(node);
+        self.readoptions.remove(node);
         if !self.extra.is_empty() {
-            for prefix in [P_ATTEMPT, P_MARKER, P_FIRST_FAILURE, P_BUDGET_BASE] {
+            for prefix in [
+                P_ATTEMPT,
+                P_MARKER,
+                P_FIRST_FAILURE,
+                P_BUDGET_BASE,
+                P_READOPTIONS,
+            ] {
                 self.extra.remove(&format!("{prefix}{node}"));
             }
         }
@@ -319,6 +351,7 @@ impl Snapshot {
             + self.markers.len()
             + self.first_failure_ms.len()
             + self.budget_bases.len()
+            + self.readoptions.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
@@ -360,6 +393,12 @@ impl Snapshot {
         }
         for (node, at) in &self.first_failure_ms {
             entries.push((format!("{P_FIRST_FAILURE}{node}").into(), Entry::Int(*at)));
+        }
+        for (node, count) in &self.readoptions {
+            entries.push((
+                format!("{P_READOPTIONS}{node}").into(),
+                Entry::Uint(*count as u64),
+            ));
         }
         for (node, burned) in &self.budget_bases {
             entries.push((
@@ -495,6 +534,11 @@ impl Snapshot {
         } else if let Some(node) = key.strip_prefix(P_FIRST_FAILURE) {
             rd.int()
                 .map(|at| self.first_failure_ms.insert(node.to_owned(), at))
+                .is_some()
+        } else if let Some(node) = key.strip_prefix(P_READOPTIONS) {
+            rd.uint()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| self.readoptions.insert(node.to_owned(), n))
                 .is_some()
         } else if let Some(node) = key.strip_prefix(P_BUDGET_BASE) {
             // Tolerant read, like the attempt counter: a malformed base stays verbatim

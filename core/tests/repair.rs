@@ -215,3 +215,71 @@ fn retry_now_runs_the_parked_attempt_and_leaves_the_counter() {
     }
     let _ = effects(&trace);
 }
+
+/// Re-adoption is free up to `READOPTIONS_MAX` times per attempt; past it the attempt is
+/// a failed one with its own code (issue 8, defect 3). With a policy it parks and the
+/// next attempt starts with a clean count.
+#[test]
+fn an_attempt_re_adopted_past_the_limit_fails_with_evidence() {
+    use qflow_core::{codes, READOPTIONS_MAX};
+    for (def, parks) in [
+        (
+            model(
+                r#"<startEvent id="start"/>
+            <serviceTask id="pay" q:task="pay"/>
+            <endEvent id="end"/>
+            <sequenceFlow id="f0" sourceRef="start" targetRef="pay"/>
+            <sequenceFlow id="f1" sourceRef="pay" targetRef="end"/>"#,
+            ),
+            false,
+        ),
+        (retrying(3, "PT1S"), true),
+    ] {
+        let start = Input::Start {
+            variables: Default::default(),
+        };
+        let mut snap = step(&def, "i", Snapshot::new(), start, 0).unwrap().snapshot;
+        for n in 1..=READOPTIONS_MAX {
+            let out = step(&def, "i", snap, Input::Redrive, i64::from(n)).unwrap();
+            assert!(out.effects.iter().any(|e| matches!(
+                e,
+                Effect::RunTask { attempt, .. } if attempt.get() == 1
+            )));
+            assert_eq!(out.snapshot.readoptions("pay"), n);
+            snap = out.snapshot;
+        }
+        let out = step(&def, "i", snap, Input::Redrive, 99).unwrap();
+        assert!(out.effects.iter().any(|e| matches!(
+            e,
+            Effect::AttemptFinished { code: Some(c), .. } if c == codes::READOPTION_LIMIT
+        )));
+        assert!(!out
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::RunTask { .. })));
+        if parks {
+            assert_eq!(out.snapshot.status(), Status::Running);
+            assert_eq!(out.snapshot.marker("pay"), Some("failed"));
+            // The park fires: attempt 2 runs with no re-adoption counted yet.
+            let inc = out.snapshot.timers()["r:pay"];
+            let fired = Input::TimerFired {
+                name: "r:pay".parse().unwrap(),
+                incarnation: inc,
+            };
+            let next = step(&def, "i", out.snapshot, fired, 5_000).unwrap();
+            assert_eq!(next.snapshot.readoptions("pay"), 0);
+            assert_eq!(next.snapshot.attempt("pay"), 2);
+        } else {
+            assert_eq!(out.snapshot.status(), Status::Failed);
+            assert_eq!(
+                out.snapshot.failure().unwrap().code,
+                codes::READOPTION_LIMIT
+            );
+            assert_eq!(
+                out.snapshot.readoptions("pay"),
+                READOPTIONS_MAX,
+                "the evidence stays"
+            );
+        }
+    }
+}

@@ -235,3 +235,58 @@ async fn claim_and_step_moves_an_instance_outside_the_lanes() {
     assert_eq!(after.fence, done.fence);
     rt.shutdown().await;
 }
+
+/// A poison attempt — every replica that runs it dies before an outcome is committed —
+/// does not crash-loop forever: each restart re-adopts it, and past the limit it is a
+/// failed attempt with `READOPTION_LIMIT`, FAILED with the evidence (issue 8, defect 3).
+#[tokio::test]
+async fn an_attempt_whose_replicas_keep_dying_ends_failed_instead_of_crash_looping() {
+    const PLAIN: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <process id="poison" isExecutable="true">
+    <startEvent id="start"/>
+    <serviceTask id="pay" q:task="pay"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="pay"/>
+    <sequenceFlow id="f1" sourceRef="pay" targetRef="end"/>
+  </process>
+</definitions>"#;
+    let (_dir, store) = sqlite().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let lease_ms = config().inflight_lease_ms;
+    // Each replica's handler never answers: the replica "dies" (is aborted) mid-attempt.
+    let stuck = || {
+        AsyncHandlers::new().with_async("pay", |_call| async {
+            futures::future::pending::<TaskOutcome>().await
+        })
+    };
+    let first = Runtime::start(store.clone(), stuck(), clock.clone(), config());
+    let id = deploy_and_start(&first, PLAIN).await;
+    hang_guard(first.wait_until(|s| s.handler_calls >= 1)).await;
+    first.abort();
+    for restart in 1..=qflow_core::READOPTIONS_MAX {
+        let replica = Runtime::start(store.clone(), stuck(), clock.clone(), config());
+        clock.advance_ms(lease_ms);
+        hang_guard(replica.wait_until(|s| s.handler_calls >= 1)).await;
+        replica.abort();
+        let rec = store.instance(id).await.expect("reads").expect("exists");
+        assert_eq!(
+            rec.status,
+            InstanceStatus::Running,
+            "restart {restart}: re-adopted"
+        );
+    }
+    let last = Runtime::start(store.clone(), stuck(), clock.clone(), config());
+    clock.advance_ms(lease_ms);
+    hang_guard(last.wait_until(|s| s.failed >= 1)).await;
+    last.shutdown().await;
+    let rec = store.instance(id).await.expect("reads").expect("exists");
+    assert_eq!(
+        rec.failure_code.as_deref(),
+        Some(qflow_core::codes::READOPTION_LIMIT)
+    );
+    let history = store.attempts(id).await.expect("history");
+    assert_eq!(history.len(), 1, "one attempt, ended by the limit");
+    assert_eq!(history[0].outcome, AttemptOutcome::Failed);
+    assert!(store.timers(id).await.expect("timers").is_empty());
+}
