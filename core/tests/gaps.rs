@@ -1,0 +1,211 @@
+//! Tests for the lines a mutation run found unguarded in the retry, timer and
+//! re-adoption code (issue 8, "tests that would notice a bug"): each one fails when the
+//! line it names is deleted.
+
+mod common;
+
+use common::{effects, last, model, run_scenario, runs_of};
+use qflow_core::{step, Effect, Input, Snapshot, Status};
+use qflow_loader::model::Definition;
+
+fn one_task(ext: &str) -> Definition {
+    model(&format!(
+        r#"<startEvent id="start"/>
+        <serviceTask id="pay" q:task="pay"><extensionElements>{ext}</extensionElements></serviceTask>
+        <endEvent id="end"/>
+        <sequenceFlow id="f0" sourceRef="start" targetRef="pay"/>
+        <sequenceFlow id="f1" sourceRef="pay" targetRef="end"/>"#
+    ))
+}
+
+/// `fail` resolves every live timer of the instance, not only the failed task's: a
+/// FAILED instance must leave no timer row to fire into it.
+#[test]
+fn a_failed_instance_resolves_its_timers_elsewhere() {
+    let def = model(
+        r#"<startEvent id="start"/>
+        <parallelGateway id="split"/>
+        <userTask id="approve"/>
+        <boundaryEvent id="late" attachedToRef="approve">
+          <timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition>
+        </boundaryEvent>
+        <serviceTask id="pay" q:task="pay"/>
+        <endEvent id="end"/>
+        <endEvent id="lateEnd"/>
+        <sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
+        <sequenceFlow id="f1" sourceRef="split" targetRef="approve"/>
+        <sequenceFlow id="f2" sourceRef="split" targetRef="pay"/>
+        <sequenceFlow id="f3" sourceRef="approve" targetRef="end"/>
+        <sequenceFlow id="f4" sourceRef="pay" targetRef="end"/>
+        <sequenceFlow id="f6" sourceRef="late" targetRef="lateEnd"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "X"}]}}"#,
+    );
+    let failing = trace.steps.last().expect("a step");
+    assert!(failing.effects.iter().any(|e| matches!(
+        e,
+        Effect::ResolveTimer { name, .. } if name == "b:late"
+    )));
+    let snap = last(&trace);
+    assert_eq!(snap.status(), Status::Failed);
+    assert!(snap.timers().is_empty());
+}
+
+/// The next attempt may start exactly `maxElapsed` after the first failure; one later
+/// it may not. Counted from the first failure, also when the instance starts late.
+#[test]
+fn max_elapsed_allows_the_boundary_itself_from_the_first_failure() {
+    let def = one_task(
+        r#"<q:retry maxAttempts="9" initialInterval="PT1S" backoffMultiplier="1"
+                    jitter="none" maxElapsed="PT2S"/>"#,
+    );
+    for start in [0i64, 1_000_000] {
+        let trace = run_scenario(
+            &def,
+            &format!(
+                r#"{{"start_at_ms": {start}, "tasks": {{"pay": [
+                    {{"outcome": "fail", "code": "X"}}]}}}}"#
+            ),
+        );
+        // Failures at +0, +1000, +2000: the second park ends at +2000, exactly
+        // maxElapsed after the first failure (allowed); the third would end at +3000.
+        let runs: Vec<i64> = runs_of(&trace, "pay")
+            .iter()
+            .map(|(at, _)| at - start)
+            .collect();
+        assert_eq!(runs, vec![0, 1000, 2000], "start {start}");
+        let snap = last(&trace);
+        assert_eq!(snap.status(), Status::Failed);
+        assert_eq!(
+            snap.failure().unwrap().detail.as_deref(),
+            Some("max_elapsed")
+        );
+    }
+}
+
+/// A failure that parks the task closes its `q:timeout` window: a backoff longer than
+/// the timeout must not see the old window fire and count a phantom attempt.
+#[test]
+fn parking_closes_the_timeout_window() {
+    let def = one_task(
+        r#"<q:timeout duration="PT2S"/>
+           <q:retry maxAttempts="3" initialInterval="PT10S" jitter="none"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "X", "after_ms": 500}, {"outcome": "ok"}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "pay").len(), 2);
+    let all = effects(&trace);
+    let parked_at = all
+        .iter()
+        .position(|(_, e)| matches!(e, Effect::ArmTimer { name, .. } if name == "r:pay"))
+        .expect("a park");
+    assert!(all[..parked_at]
+        .iter()
+        .rev()
+        .take_while(|(at, _)| *at == 500)
+        .any(|(_, e)| matches!(e, Effect::ResolveTimer { name, .. } if name == "t:pay")));
+    assert!(!all.iter().any(|(_, e)| matches!(
+        e,
+        Effect::AttemptFinished {
+            outcome: qflow_core::AttemptOutcome::TimedOut,
+            ..
+        }
+    )));
+}
+
+/// Re-adoption re-emits only attempts in flight — not a task in its backoff window —
+/// and, after a retry, the attempt number the counter names.
+#[test]
+fn readoption_skips_a_parked_task_and_names_the_retried_attempt() {
+    let def = model(
+        r#"<startEvent id="start"/>
+        <parallelGateway id="split"/>
+        <serviceTask id="a" q:task="a"><extensionElements>
+          <q:retry maxAttempts="3" initialInterval="PT10S" jitter="none"/>
+        </extensionElements></serviceTask>
+        <serviceTask id="b" q:task="b"/>
+        <parallelGateway id="join"/>
+        <endEvent id="end"/>
+        <sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
+        <sequenceFlow id="f1" sourceRef="split" targetRef="a"/>
+        <sequenceFlow id="f2" sourceRef="split" targetRef="b"/>
+        <sequenceFlow id="f3" sourceRef="a" targetRef="join"/>
+        <sequenceFlow id="f4" sourceRef="b" targetRef="join"/>
+        <sequenceFlow id="f5" sourceRef="join" targetRef="end"/>"#,
+    );
+    let start = Input::Start {
+        variables: Default::default(),
+    };
+    let s = step(&def, "i", Snapshot::new(), start, 0).unwrap().snapshot;
+    let fail = Input::TaskFailed {
+        node: "a".into(),
+        attempt: qflow_core::Attempt::FIRST,
+        kind: Default::default(),
+        code: "X".into(),
+        message: String::new(),
+    };
+    let parked = step(&def, "i", s, fail, 10).unwrap().snapshot;
+    let runs = |out: &qflow_core::Step| -> Vec<(String, u32)> {
+        out.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::RunTask { node, attempt, .. } => Some((node.clone(), attempt.get())),
+                _ => None,
+            })
+            .collect()
+    };
+    let re = step(&def, "i", parked.clone(), Input::Redrive, 20).unwrap();
+    assert_eq!(
+        runs(&re),
+        vec![("b".to_owned(), 1)],
+        "a is parked, not in flight"
+    );
+    let inc = parked.timers()["r:a"];
+    let fired = Input::TimerFired {
+        name: "r:a".parse().unwrap(),
+        incarnation: inc,
+    };
+    let retried = step(&def, "i", re.snapshot, fired, 10_010).unwrap();
+    assert_eq!(runs(&retried), vec![("a".to_owned(), 2)]);
+    let re = step(&def, "i", retried.snapshot, Input::Redrive, 10_020).unwrap();
+    assert_eq!(runs(&re), vec![("a".to_owned(), 2), ("b".to_owned(), 1)]);
+}
+
+/// A cycle timer's fire count goes with the timer: resolved early (its task completed),
+/// nothing of it stays in the snapshot, so a later entry starts counting afresh.
+#[test]
+fn a_cycle_resolved_early_leaves_no_count_behind() {
+    let def = model(
+        r#"<startEvent id="start"/>
+        <userTask id="sign"/>
+        <boundaryEvent id="chase" attachedToRef="sign" cancelActivity="false">
+          <timerEventDefinition><timeCycle>R3/PT1S</timeCycle></timerEventDefinition>
+        </boundaryEvent>
+        <endEvent id="signed"/>
+        <endEvent id="chased"/>
+        <sequenceFlow id="f0" sourceRef="start" targetRef="sign"/>
+        <sequenceFlow id="f1" sourceRef="sign" targetRef="signed"/>
+        <sequenceFlow id="f2" sourceRef="chase" targetRef="chased"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 2500, "node": "sign"}]}"#,
+    );
+    // Two fires (1 s, 2 s), then completion at 2.5 s resolves the third.
+    let fires = trace
+        .steps
+        .iter()
+        .filter(|s| matches!(&s.input, Input::TimerFired { name, .. } if name == "b:chase"))
+        .count();
+    assert_eq!(fires, 2);
+    let before_end = Snapshot::decode(&trace.steps[trace.steps.len() - 2].snapshot).unwrap();
+    assert_eq!(before_end.inspect()["cycle_fires"]["b:chase"], 2);
+    let snap = last(&trace);
+    assert_eq!(snap.status(), Status::Completed);
+    assert!(snap.inspect().get("cycle_fires").is_none());
+}
