@@ -498,6 +498,13 @@ impl Store for TimedStore {
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
         self.inner.incidents(instance).await
     }
+    async fn audit(
+        &self,
+        instance: Option<InstanceId>,
+        limit: u32,
+    ) -> StoreResult<Vec<qflow_store::AuditRecord>> {
+        self.inner.audit(instance, limit).await
+    }
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
         self.inner.attempts(instance).await
     }

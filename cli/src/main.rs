@@ -49,6 +49,8 @@ enum Command {
     Deployments(ops::StoreArgs),
     /// List incidents, of one instance or of all.
     Incidents(ops::IncidentsArgs),
+    /// The audit log of operator actions: who changed which instance, when, how.
+    Audit(ops::AuditArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +81,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Instances(args) => ops::instances(&args),
         Command::Deployments(args) => ops::deployments(&args),
         Command::Incidents(args) => ops::incidents(&args),
+        Command::Audit(args) => ops::audit(&args),
     }
 }
 

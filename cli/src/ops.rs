@@ -28,6 +28,18 @@ pub struct StoreArgs {
     /// `human` tables, or `json` (one document on stdout).
     #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
     format: Format,
+    /// Who the audit log names for a change (default: `$USER@cli`).
+    #[arg(long, global = true)]
+    actor: Option<String>,
+}
+
+impl StoreArgs {
+    fn actor(&self) -> String {
+        self.actor.clone().unwrap_or_else(|| {
+            let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
+            format!("{user}@cli")
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -84,6 +96,40 @@ pub struct InstancesArgs {
     command: InstancesCommand,
     #[command(flatten)]
     store: StoreArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// Only the actions on this instance.
+    #[arg(long)]
+    instance: Option<String>,
+    /// At most this many, the newest.
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+pub fn audit(args: &AuditArgs) -> Result<ExitCode> {
+    with_ops(&args.store, |ops| async move {
+        let instance = args
+            .instance
+            .as_deref()
+            .map(parse_instance_id)
+            .transpose()?;
+        let rows = ops.audit(instance, args.limit).await?;
+        emit(args.store.format, &rows, |w| {
+            for a in &rows {
+                let before = a.fence_before.map_or("-".to_owned(), |f| f.to_string());
+                writeln!(
+                    w,
+                    "{:>13}  {:<16} {:<10} {} fence {before} -> {}  {}",
+                    a.at_ms, a.actor, a.action, a.instance, a.fence_after, a.detail
+                )?;
+            }
+            writeln!(w, "{} actions", rows.len())
+        })
+    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -312,7 +358,7 @@ where
             use qflow_runtime::Clock;
             qflow_runtime::SystemClock.now_ms()
         });
-        let ops = Ops::new(store, clock);
+        let ops = Ops::new(store, clock, args.actor());
         match op(ops).await {
             Ok(rendered) => {
                 std::io::stdout().lock().write_all(&rendered)?;

@@ -115,7 +115,15 @@ fn a_failed_instance_from_the_main_job_is_found_inspected_and_resumed() {
 
     // The resume itself: a new attempt, handed to the next runtime on the file.
     let resumed = json(&qflow(
-        &["instances", "resume", &id, "--format", "json"],
+        &[
+            "instances",
+            "resume",
+            &id,
+            "--format",
+            "json",
+            "--actor",
+            "ops-test",
+        ],
         &db,
     ));
     assert_eq!(resumed["status"], "running");
@@ -127,6 +135,13 @@ fn a_failed_instance_from_the_main_job_is_found_inspected_and_resumed() {
         Some(1),
         "running now: a second resume is refused"
     );
+    // The audit log has the resume that took effect, and nothing of the refusals.
+    let audit = json(&qflow(&["audit", "--format", "json"], &db));
+    let audit = audit.as_array().expect("rows");
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["actor"], "ops-test");
+    assert_eq!(audit[0]["action"], "resume");
+    assert_eq!(audit[0]["instance"], id.as_str());
     // The next `qflow run` on the file re-adopts the handed-over attempt and finishes it
     // (its script decides how: a declined card fails again, a flaky one completes).
     let next = qflow(&["run", "--instances", "1"], &db);

@@ -9,8 +9,12 @@
 //! re-adopts), so `qflow instances resume` works beside a running `qflow run` or server
 //! and before one starts.
 //!
-//! Not here yet (issue 10): deploy/retire/start through this API, migration, the audit
-//! log, pagination cursors, business keys, user-task completion and message correlation.
+//! Every change is audited: the actor, the action, its arguments and the fences it moved
+//! between are written in the same transaction as the step (a refused operation changes
+//! nothing, so it leaves no row either).
+//!
+//! Not here yet (issue 10): deploy/retire/start through this API, migration, pagination
+//! cursors, business keys, user-task completion and message correlation.
 
 use std::sync::Arc;
 
@@ -18,8 +22,8 @@ use qflow_core::{Budget, Input, Snapshot, TimerKind};
 use qflow_runtime::claim::Stepped;
 use qflow_runtime::Stepper;
 use qflow_store::{
-    AttemptRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId,
-    InstanceRecord, InstanceStatus, Store, StoreError, TimerRecord,
+    AttemptRecord, AuditEntry, AuditRecord, DeploymentId, DeploymentRecord, IncidentRecord,
+    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, Store, StoreError, TimerRecord,
 };
 use serde::Serialize;
 
@@ -242,6 +246,34 @@ pub struct InstanceView {
     pub incidents: Vec<IncidentView>,
 }
 
+/// A row of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditView {
+    pub id: i64,
+    pub instance: String,
+    pub at_ms: i64,
+    pub actor: String,
+    pub action: String,
+    pub detail: String,
+    pub fence_before: Option<u64>,
+    pub fence_after: u64,
+}
+
+impl From<&AuditRecord> for AuditView {
+    fn from(a: &AuditRecord) -> Self {
+        AuditView {
+            id: a.id,
+            instance: a.instance.to_string(),
+            at_ms: a.at_ms,
+            actor: a.actor.clone(),
+            action: a.action.clone(),
+            detail: a.detail.clone(),
+            fence_before: a.fence_before,
+            fence_after: a.fence_after,
+        }
+    }
+}
+
 /// What an operation that steps an instance did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Applied {
@@ -253,19 +285,36 @@ pub struct Applied {
     pub attempts_started: Vec<String>,
 }
 
-/// The operator API over one store.
+/// The operator API over one store, acting as one actor.
 pub struct Ops {
     stepper: Stepper,
     now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+    actor: String,
 }
 
 impl Ops {
-    /// Operations on `store`, with `now_ms` as the clock for the steps they take.
-    pub fn new(store: Arc<dyn Store>, now_ms: Arc<dyn Fn() -> i64 + Send + Sync>) -> Ops {
+    /// Operations on `store` by `actor` (who the audit log names), with `now_ms` as the
+    /// clock for the steps they take.
+    pub fn new(
+        store: Arc<dyn Store>,
+        now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+        actor: impl Into<String>,
+    ) -> Ops {
         Ops {
             stepper: Stepper::new(store),
             now_ms,
+            actor: actor.into(),
         }
+    }
+
+    /// The audit log, of one instance or of all, oldest first (the newest `limit` rows;
+    /// 0 for the cap).
+    pub async fn audit(&self, instance: Option<InstanceId>, limit: u32) -> Result<Vec<AuditView>> {
+        if let Some(id) = instance {
+            self.record(id).await?;
+        }
+        let rows = self.store().audit(instance, limit).await?;
+        Ok(rows.iter().map(AuditView::from).collect())
     }
 
     fn store(&self) -> &dyn Store {
@@ -354,27 +403,51 @@ impl Ops {
     /// Resumes a FAILED instance (O3), keeping or resetting the budget its failed task
     /// burned. Refused for an instance that is not FAILED.
     pub async fn resume(&self, id: InstanceId, budget: Budget) -> Result<Applied> {
-        self.apply(id, Input::Resume { budget }).await
+        let detail = match budget {
+            Budget::Keep => "budget=keep",
+            Budget::Reset => "budget=reset",
+        };
+        self.apply(id, Input::Resume { budget }, "resume", detail.to_owned())
+            .await
     }
 
     /// Runs the next attempt of a task in a backoff window now (O4a): `node`, or every
     /// parked task. The attempt counter is untouched. Refused when no backoff is pending.
     pub async fn retry_now(&self, id: InstanceId, node: Option<String>) -> Result<Applied> {
-        self.apply(id, Input::RetryNow { node }).await
+        let detail = match &node {
+            Some(n) => format!("node={n}"),
+            None => "node=*".to_owned(),
+        };
+        self.apply(id, Input::RetryNow { node }, "retry_now", detail)
+            .await
     }
 
     /// Cancels a running instance.
     pub async fn cancel(&self, id: InstanceId) -> Result<Applied> {
-        self.apply(id, Input::Cancel).await
+        self.apply(id, Input::Cancel, "cancel", String::new()).await
     }
 
-    async fn apply(&self, id: InstanceId, input: Input) -> Result<Applied> {
+    async fn apply(
+        &self,
+        id: InstanceId,
+        input: Input,
+        action: &str,
+        detail: String,
+    ) -> Result<Applied> {
+        let audit = AuditEntry {
+            actor: self.actor.clone(),
+            action: action.to_owned(),
+            detail,
+        };
         let Stepped {
             fence,
             claim,
             calls,
             handed_over,
-        } = self.stepper.step(id, input, (self.now_ms)()).await?;
+        } = self
+            .stepper
+            .step(id, input, (self.now_ms)(), Some(&audit))
+            .await?;
         let status = qflow_runtime::claim::store_status(claim.snapshot.status());
         Ok(Applied {
             instance: id.to_string(),

@@ -71,7 +71,7 @@ async fn world() -> World {
     };
     let rt = Runtime::start(store.clone(), handlers, clock.clone(), config);
     let now = clock.clone();
-    let ops = Ops::new(store.clone(), Arc::new(move || now.now_ms()));
+    let ops = Ops::new(store.clone(), Arc::new(move || now.now_ms()), "alice");
     World {
         _dir: dir,
         store,
@@ -157,6 +157,24 @@ async fn a_failed_instance_is_inspected_resumed_and_completes() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(w.fence(id).await, fence);
+    // One audit row: the resume that took effect, with its fences; the refusals left none.
+    let audit = w.ops.audit(Some(id), 0).await.expect("audit");
+    let rows: Vec<_> = audit
+        .iter()
+        .map(|a| {
+            (
+                a.actor.as_str(),
+                a.action.as_str(),
+                a.detail.as_str(),
+                a.fence_after,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![("alice", "resume", "budget=keep", done.fence_after)]
+    );
+    assert_eq!(audit[0].fence_before, Some(done.fence_before));
     w.rt.shutdown().await;
 }
 

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 
 use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
-    Attempt, AttemptOutcome, AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, StoreError,
-    StoreResult, TimerName, TimerRecord,
+    Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
+    DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
+    StoreError, StoreResult, TimerName, TimerRecord,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -121,6 +121,31 @@ pub(crate) fn incident_from_row(row: &impl StoreRow) -> StoreResult<IncidentReco
         message: row.field("message")?,
         opened_at_ms: row.field("opened_at_ms")?,
         resolved_at_ms: row.field("resolved_at_ms")?,
+    })
+}
+
+pub(crate) const AUDIT_COLUMNS: &str =
+    "id, instance, at_ms, actor, action, detail, fence_before, fence_after";
+
+/// The fences an applied commit moved between, as the audit log records them.
+pub(crate) fn audit_fences(commit: &Commit) -> Result<(Option<i64>, i64), StoreError> {
+    let before = commit.expected_fence.map(fence_to_db).transpose()?;
+    let after = fence_to_db(commit.expected_fence.map_or(1, |f| f.saturating_add(1)))?;
+    Ok((before, after))
+}
+
+/// Reads `AUDIT_COLUMNS`.
+pub(crate) fn audit_from_row(row: &impl StoreRow) -> StoreResult<AuditRecord> {
+    let before: Option<i64> = row.field("fence_before")?;
+    Ok(AuditRecord {
+        id: row.field("id")?,
+        instance: row.instance_id("instance")?,
+        at_ms: row.field("at_ms")?,
+        actor: row.field("actor")?,
+        action: row.field("action")?,
+        detail: row.field("detail")?,
+        fence_before: before.map(fence_from_db).transpose()?,
+        fence_after: fence_from_db(row.field("fence_after")?)?,
     })
 }
 

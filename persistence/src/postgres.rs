@@ -21,20 +21,21 @@ use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 
 use async_trait::async_trait;
+use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
-    AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome, Store, StoreError,
-    StoreResult, TimerClaim, TimerRecord,
+    AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome,
+    Store, StoreError, StoreResult, TimerClaim, TimerRecord,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
-    applied, attempt_from_row, backend, claimed_timers, creation_deployments, deployment_from_row,
-    fence_from_db, fence_to_db, incident_from_row, instance_from_row, instances_query,
-    last_arm_per_name, map_all, map_optional, plan, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
-    TIMER_COLUMNS,
+    applied, attempt_from_row, audit_fences, audit_from_row, backend, claimed_timers,
+    creation_deployments, deployment_from_row, fence_from_db, fence_to_db, incident_from_row,
+    instance_from_row, instances_query, last_arm_per_name, map_all, map_optional, plan,
+    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -313,7 +314,48 @@ async fn apply_round(
     let winners = apply_state(tx, batch, round, outcomes).await?;
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
-    apply_attempts(tx, &winners).await
+    apply_attempts(tx, &winners).await?;
+    apply_audit(tx, &winners).await
+}
+
+async fn apply_audit(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut instance, mut at_ms, mut actor, mut action, mut detail) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for commit in winners {
+        let (b, a) = audit_fences(commit)?;
+        for entry in &commit.audit {
+            instance.push(commit.instance);
+            at_ms.push(commit.now_ms);
+            actor.push(entry.actor.as_str());
+            action.push(entry.action.as_str());
+            detail.push(entry.detail.as_str());
+            before.push(b);
+            after.push(a);
+        }
+    }
+    if instance.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO audit (instance, at_ms, actor, action, detail, fence_before, fence_after) \
+         SELECT instance, at_ms, actor, action, detail, fence_before, fence_after \
+         FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+                     $6::bigint[], $7::bigint[]) \
+         WITH ORDINALITY AS v(instance, at_ms, actor, action, detail, fence_before, \
+                              fence_after, ord) ORDER BY ord",
+    )
+    .bind(&instance)
+    .bind(&at_ms)
+    .bind(&actor)
+    .bind(&action)
+    .bind(&detail)
+    .bind(&before)
+    .bind(&after)
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
+    Ok(())
 }
 
 /// Writes the round's `state` rows: lock, fence check, then creations and updates.
@@ -745,6 +787,25 @@ impl Store for PgStore {
         );
         let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
         map_all(rows.await, incident_from_row)
+    }
+
+    async fn audit(
+        &self,
+        instance: Option<InstanceId>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>> {
+        let limit = i64::from(effective_instances_limit(limit));
+        // The newest `limit` rows, returned oldest first.
+        let sql = format!(
+            "SELECT * FROM (SELECT {AUDIT_COLUMNS} FROM audit \
+             WHERE $1::uuid IS NULL OR instance = $1 ORDER BY id DESC LIMIT $2) AS newest \
+             ORDER BY id"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(instance)
+            .bind(limit)
+            .fetch_all(&self.pool);
+        map_all(rows.await, audit_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

@@ -22,10 +22,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
-    AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, NewDeployment, NewIncident, RetireOutcome, Store,
-    StoreError, StoreResult, TimerClaim, TimerRecord,
+    AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, NewIncident,
+    RetireOutcome, Store, StoreError, StoreResult, TimerClaim, TimerRecord,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -35,11 +36,11 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
-    applied, attempt_from_row, backend, claimed_timers, creation_deployments, deployment_from_row,
-    fence_from_db, fence_to_db, incident_from_row, instance_from_row, instances_query,
-    last_arm_per_name, map_all, map_optional, plan, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
-    TIMER_COLUMNS,
+    applied, attempt_from_row, audit_fences, audit_from_row, backend, claimed_timers,
+    creation_deployments, deployment_from_row, fence_from_db, fence_to_db, incident_from_row,
+    instance_from_row, instances_query, last_arm_per_name, map_all, map_optional, plan,
+    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -242,7 +243,35 @@ async fn apply_round(
     let winners = apply_state(tx, batch, ids, round, outcomes).await?;
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
-    apply_attempts(tx, &winners).await
+    apply_attempts(tx, &winners).await?;
+    apply_audit(tx, &winners).await
+}
+
+async fn apply_audit(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    let mut rows = Vec::new();
+    for &(id, commit) in winners {
+        let (before, after) = audit_fences(commit)?;
+        for entry in &commit.audit {
+            rows.push((id, commit.now_ms, entry, before, after));
+        }
+    }
+    insert_rows(
+        tx,
+        "INSERT INTO audit (instance, at_ms, actor, action, detail, fence_before, \
+         fence_after) ",
+        &rows,
+        |mut row, (id, at_ms, entry, before, after)| {
+            row.push_bind(*id)
+                .push_bind(*at_ms)
+                .push_bind(entry.actor.as_str())
+                .push_bind(entry.action.as_str())
+                .push_bind(entry.detail.as_str())
+                .push_bind(*before)
+                .push_bind(*after);
+        },
+        "",
+    )
+    .await
 }
 
 /// Writes the round's `state` rows: creations insert where the id is free, updates
@@ -666,6 +695,36 @@ impl Store for SqliteStore {
             }
         };
         map_all(rows, incident_from_row)
+    }
+
+    async fn audit(
+        &self,
+        instance: Option<InstanceId>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>> {
+        let limit = i64::from(effective_instances_limit(limit));
+        // The newest `limit` rows, returned oldest first.
+        let rows = match instance {
+            Some(i) => {
+                let sql = format!(
+                    "SELECT * FROM (SELECT {AUDIT_COLUMNS} FROM audit WHERE instance = ? \
+                     ORDER BY id DESC LIMIT ?) ORDER BY id"
+                );
+                sqlx::query(&sql)
+                    .bind(id_text(i))
+                    .bind(limit)
+                    .fetch_all(&self.readers)
+                    .await
+            }
+            None => {
+                let sql = format!(
+                    "SELECT * FROM (SELECT {AUDIT_COLUMNS} FROM audit ORDER BY id DESC \
+                     LIMIT ?) ORDER BY id"
+                );
+                sqlx::query(&sql).bind(limit).fetch_all(&self.readers).await
+            }
+        };
+        map_all(rows, audit_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

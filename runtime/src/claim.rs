@@ -13,8 +13,8 @@ use std::sync::Arc;
 use qflow_core::{any_attempt_in_flight, Effect, Input, Snapshot, Status, TimerKind, TimerName};
 use qflow_loader::model::Definition;
 use qflow_store::{
-    AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState, InstanceStatus,
-    NewIncident, Store, TimerRecord, TimerRef,
+    AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState,
+    InstanceStatus, NewIncident, Store, TimerRecord, TimerRef,
 };
 
 use crate::handlers::TaskCall;
@@ -361,7 +361,9 @@ pub struct Stepped {
 
 /// Reads instance `id`, steps it with `input` at `now` and commits the step alone under
 /// its fence; on a lost compare-and-swap it re-reads and re-derives, up to
-/// [`CONFLICT_RETRIES_MAX`] times. Nothing is written unless the commit is applied.
+/// [`CONFLICT_RETRIES_MAX`] times. `audit` goes into the same commit (an operator
+/// action is logged exactly when it took effect). Nothing is written unless the commit
+/// is applied.
 pub(crate) async fn claim_and_step(
     store: &dyn Store,
     defs: &Definitions,
@@ -369,10 +371,12 @@ pub(crate) async fn claim_and_step(
     input: Input,
     now: i64,
     rules: LeaseRules,
+    audit: Option<&AuditEntry>,
 ) -> Result<Stepped, Error> {
     for _ in 0..=CONFLICT_RETRIES_MAX {
         let claim = Claim::read(store, defs, id).await?;
-        let planned = plan(claim, input.clone(), None, now, now, rules)?;
+        let mut planned = plan(claim, input.clone(), None, now, now, rules)?;
+        planned.commit.audit.extend(audit.cloned());
         let outcome = store.commit(vec![planned.commit]).await?;
         match outcome.first() {
             Some(CommitOutcome::Applied { fence }) => {

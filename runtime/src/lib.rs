@@ -195,20 +195,30 @@ impl Stepper {
         &self.store
     }
 
-    /// Steps `instance` with `input` at `now_ms` and commits it; a stale input is
-    /// refused with the core's reason and writes nothing.
+    /// Steps `instance` with `input` at `now_ms` and commits it, with `audit` in the same
+    /// transaction; a stale input is refused with the core's reason and writes nothing.
     pub async fn step(
         &self,
         instance: InstanceId,
         input: Input,
         now_ms: i64,
+        audit: Option<&qflow_store::AuditEntry>,
     ) -> Result<claim::Stepped, Error> {
         let rules = claim::LeaseRules {
             lease_ms: self.lease_ms,
             refresh_divisor: 2,
             handing_over: true,
         };
-        claim::claim_and_step(&*self.store, &self.defs, instance, input, now_ms, rules).await
+        claim::claim_and_step(
+            &*self.store,
+            &self.defs,
+            instance,
+            input,
+            now_ms,
+            rules,
+            audit,
+        )
+        .await
     }
 
     /// The definition of `deployment`, loaded once.
@@ -528,6 +538,7 @@ impl Runtime {
             input,
             now,
             rules,
+            None,
         )
         .await?;
         if !stepped.calls.is_empty() {

@@ -23,9 +23,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, ensure, Result};
 
 use crate::{
-    Attempt, AttemptOutcome, AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceFilter,
-    InstanceId, InstanceState, InstanceStatus, NewDeployment, NewIncident, RetireOutcome, Store,
-    StoreError, TimerClaim, TimerName, TimerRecord, TimerRef,
+    Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId,
+    InstanceFilter, InstanceId, InstanceState, InstanceStatus, NewDeployment, NewIncident,
+    RetireOutcome, Store, StoreError, TimerClaim, TimerName, TimerRecord, TimerRef,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -93,6 +93,7 @@ macro_rules! conformance_tests {
             retirement_and_creation_racing_never_leave_an_instance_on_a_retired_deployment,
             incidents_open_and_resolve,
             attempts_history_keeps_order,
+            audit_rows_are_written_with_their_commit_only,
             instances_filter_by_deployment_status_and_code,
             snapshot_bytes_round_trip_exactly,
         );
@@ -830,6 +831,56 @@ pub fn attempt(instance: InstanceId, node: &str, n: u32) -> AttemptRecord {
         code: (n < 3).then(|| "HTTP_503".to_string()),
         message: (n < 3).then(|| format!("attempt {n}: upstream unavailable")),
     }
+}
+
+/// Audit rows land with the commit that carries them, with the fences it moved between;
+/// a commit that loses its compare-and-swap writes none. Oldest first; `limit` keeps the
+/// newest.
+pub async fn audit_rows_are_written_with_their_commit_only(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    create(s, id(1), dep).await?;
+    create(s, id(2), dep).await?;
+    let entry = |action: &str| AuditEntry {
+        actor: "ops@test".into(),
+        action: action.into(),
+        detail: format!("{action} detail"),
+    };
+    let mut c = commit(id(1), Some(1), dep);
+    c.audit = vec![entry("resume")];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 2 });
+    let mut stale = commit(id(1), Some(1), dep);
+    stale.audit = vec![entry("lost")];
+    ensure!(matches!(
+        commit_one(s, stale).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    let mut other = commit(id(2), Some(1), dep);
+    other.now_ms = T0 + 5;
+    other.audit = vec![entry("cancel")];
+    commit_one(&*ctx.second, other).await?;
+
+    let all = s.audit(None, 0).await?;
+    let seen: Vec<_> = all
+        .iter()
+        .map(|a| (a.instance, a.action.as_str(), a.fence_before, a.fence_after))
+        .collect();
+    ensure!(
+        seen == vec![(id(1), "resume", Some(1), 2), (id(2), "cancel", Some(1), 2)],
+        "{seen:?}"
+    );
+    ensure!(all[0].actor == "ops@test" && all[0].detail == "resume detail");
+    ensure!(all[0].at_ms == T0 && all[1].at_ms == T0 + 5);
+    ensure!(all[0].id < all[1].id);
+    let one = s.audit(Some(id(2)), 0).await?;
+    ensure!(one.len() == 1 && one[0].action == "cancel", "{one:?}");
+    let newest = s.audit(None, 1).await?;
+    ensure!(
+        newest.len() == 1 && newest[0].action == "cancel",
+        "{newest:?}"
+    );
+    ensure!(s.audit(Some(id(3)), 0).await?.is_empty());
+    Ok(())
 }
 
 pub async fn attempts_history_keeps_order(ctx: Ctx) -> Result<()> {

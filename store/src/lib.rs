@@ -179,6 +179,35 @@ pub struct Commit {
     pub incidents: IncidentWrites,
     /// Attempt-history rows (O1a), appended.
     pub attempts: Vec<AttemptRecord>,
+    /// Audit rows of the operator action this step carries out, appended with the
+    /// fences the commit moved between.
+    pub audit: Vec<AuditEntry>,
+}
+
+/// An operator action, as a commit carries it into the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Who: the token's or the user's name.
+    pub actor: String,
+    /// What: `resume`, `retry_now`, `cancel`, ...
+    pub action: String,
+    /// The action's arguments, as text (`budget=reset`).
+    pub detail: String,
+}
+
+/// A row of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub id: i64,
+    pub instance: InstanceId,
+    /// When: the commit's instant.
+    pub at_ms: i64,
+    pub actor: String,
+    pub action: String,
+    pub detail: String,
+    /// The fence the commit expected (`None` for a creation) and the one it wrote.
+    pub fence_before: Option<u64>,
+    pub fence_after: u64,
 }
 
 impl Commit {
@@ -199,6 +228,7 @@ impl Commit {
             timers: TimerWrites::default(),
             incidents: IncidentWrites::default(),
             attempts: Vec::new(),
+            audit: Vec::new(),
         }
     }
 }
@@ -309,4 +339,11 @@ pub trait Store: Send + Sync + 'static {
 
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>>;
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>>;
+    /// The audit log, of one instance or of all, oldest first, at most `limit` rows (0:
+    /// the 10,000 cap), the newest ones when there are more.
+    async fn audit(
+        &self,
+        instance: Option<InstanceId>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>>;
 }

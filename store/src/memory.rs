@@ -15,9 +15,10 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::{
-    AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome,
-    Store, StoreError, StoreResult, TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites,
+    AttemptRecord, AuditEntry, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
+    IncidentRecord, IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, NewDeployment,
+    RetireOutcome, Store, StoreError, StoreResult, TimerClaim, TimerKind, TimerName, TimerRecord,
+    TimerWrites,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -50,6 +51,7 @@ struct State {
     timers_by_due: BTreeSet<(i64, InstanceId, TimerName)>,
     incidents: Vec<IncidentRecord>,
     attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
+    audit: Vec<AuditRecord>,
 }
 
 impl MemoryStore {
@@ -115,6 +117,13 @@ impl State {
         self.apply_timers(commit.instance, commit.timers);
         self.apply_incidents(commit.instance, commit.incidents, commit.now_ms);
         self.apply_attempts(commit.instance, commit.attempts);
+        self.apply_audit(
+            commit.instance,
+            commit.audit,
+            commit.expected_fence,
+            fence,
+            commit.now_ms,
+        );
         CommitOutcome::Applied { fence }
     }
 
@@ -165,6 +174,29 @@ impl State {
                 message: incident.message,
                 opened_at_ms: now_ms,
                 resolved_at_ms: None,
+            });
+        }
+    }
+
+    fn apply_audit(
+        &mut self,
+        instance: InstanceId,
+        audit: Vec<AuditEntry>,
+        fence_before: Option<u64>,
+        fence_after: u64,
+        at_ms: i64,
+    ) {
+        for entry in audit {
+            let id = i64::try_from(self.audit.len()).unwrap_or(i64::MAX - 1) + 1;
+            self.audit.push(AuditRecord {
+                id,
+                instance,
+                at_ms,
+                actor: entry.actor,
+                action: entry.action,
+                detail: entry.detail,
+                fence_before,
+                fence_after,
             });
         }
     }
@@ -337,6 +369,22 @@ impl Store for MemoryStore {
             .filter(|i| instance.is_none_or(|id| i.instance == id))
             .cloned()
             .collect())
+    }
+
+    async fn audit(
+        &self,
+        instance: Option<InstanceId>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>> {
+        let state = self.lock();
+        let rows: Vec<AuditRecord> = state
+            .audit
+            .iter()
+            .filter(|a| instance.is_none_or(|i| a.instance == i))
+            .cloned()
+            .collect();
+        let keep = effective_instances_limit(limit) as usize;
+        Ok(rows[rows.len().saturating_sub(keep)..].to_vec())
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
