@@ -15,6 +15,7 @@ mod check;
 mod ops;
 mod run;
 mod simulate;
+mod text;
 
 /// Exit status for "a checked input was refused" (the command itself worked).
 pub const EXIT_REFUSED: u8 = 1;
@@ -45,8 +46,16 @@ enum Command {
     /// Inspect and repair instances on a store: list, show, history, resume, retry-now,
     /// cancel (SPEC O1–O4a; docs/operations.md).
     Instances(ops::InstancesArgs),
+    /// Deploy a BPMN model on a store (same content, same version).
+    Deploy(ops::DeployArgs),
     /// List the deployments of a store.
     Deployments(ops::StoreArgs),
+    /// Retire a deployment: no new instance starts on it (refused while instances
+    /// reference it).
+    Retire(ops::RetireArgs),
+    /// Move FAILED or parked instances onto another deployment with a node mapping;
+    /// `--dry-run` shows the per-instance diff and writes nothing (SPEC O2).
+    Migrate(ops::MigrateArgs),
     /// List incidents, of one instance or of all.
     Incidents(ops::IncidentsArgs),
     /// The audit log of operator actions: who changed which instance, when, how.
@@ -67,7 +76,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("qflow: error: {err:#}");
+            eprintln!("qflow: error: {}", text::escape_lines(&error_text(&err)));
             ExitCode::from(EXIT_USAGE)
         }
     }
@@ -79,10 +88,32 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(&args),
         Command::Simulate(args) => simulate::run(&args),
         Command::Instances(args) => ops::instances(&args),
+        Command::Deploy(args) => ops::deploy(&args),
         Command::Deployments(args) => ops::deployments(&args),
+        Command::Retire(args) => ops::retire(&args),
+        Command::Migrate(args) => ops::migrate(&args),
         Command::Incidents(args) => ops::incidents(&args),
         Command::Audit(args) => ops::audit(&args),
     }
+}
+
+/// The error and its causes, each said once, joined by `: `. A cause whose text is already
+/// part of what was said is left out: thiserror messages that embed their `{source}`
+/// (the persistence and store errors) and sqlx's own ("error returned from database:
+/// {inner}") would otherwise print the same cause two or three times.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
 }
 
 /// A reader that went away (`| head`) ends the output early; that is what the user asked

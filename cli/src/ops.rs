@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use qflow_core::Budget;
 use qflow_ops::{parse_instance_id, InstanceQuery, Ops};
-use qflow_persistence::{PgStore, SqliteStore};
+use qflow_persistence::{PgStore, SqliteStore, StoreFile};
 use qflow_store::Store;
 use serde::Serialize;
 
@@ -259,6 +259,91 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
     })
 }
 
+#[derive(Debug, clap::Args)]
+pub struct DeployArgs {
+    /// The BPMN file.
+    file: PathBuf,
+    /// The executable process to deploy, when the file has several.
+    #[arg(long)]
+    process: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RetireArgs {
+    /// The deployment version.
+    version: i64,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// The plan, a JSON file: `{"source": 1, "target": 2, "mapping": {"pay": "charge"},
+    /// "instances": ["…"]}` (`instances` optional: every FAILED or running instance of
+    /// the source).
+    plan: PathBuf,
+    /// Show per instance what would change, and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+pub fn migrate(args: &MigrateArgs) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.plan)
+        .with_context(|| format!("reading {}", args.plan.display()))?;
+    let plan: qflow_ops::MigrationPlan = match serde_json::from_str(&text) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("qflow: invalid: {}: {e}", args.plan.display());
+            return Ok(ExitCode::from(crate::EXIT_REFUSED));
+        }
+    };
+    with_ops(&args.store, |ops| async move {
+        let results = ops.migrate(&plan, args.dry_run).await?;
+        emit(args.store.format, &results, |w| {
+            for r in &results {
+                writeln!(w, "{} {}", r.instance, r.outcome.replace('_', " "))?;
+                if let Some(why) = &r.reason {
+                    for line in why.lines() {
+                        writeln!(w, "    {line}")?;
+                    }
+                }
+                for c in &r.changes {
+                    writeln!(w, "    {c}")?;
+                }
+            }
+            writeln!(w, "{} instances", results.len())
+        })
+    })
+}
+
+pub fn deploy(args: &DeployArgs) -> Result<ExitCode> {
+    let source = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    with_ops(&args.store, |ops| async move {
+        let d = ops.deploy(&source, args.process.as_deref()).await?;
+        emit(args.store.format, &d, |w| {
+            writeln!(
+                w,
+                "deployed {} as version {} ({})",
+                d.process_id, d.id, d.content_hash
+            )
+        })
+    })
+}
+
+pub fn retire(args: &RetireArgs) -> Result<ExitCode> {
+    with_ops(&args.store, |ops| async move {
+        let d = ops.retire(args.version).await?;
+        emit(args.store.format, &d, |w| {
+            writeln!(w, "retired version {} of {}", d.id, d.process_id)
+        })
+    })
+}
+
 pub fn deployments(args: &StoreArgs) -> Result<ExitCode> {
     with_ops(args, |ops| async move {
         let rows = ops.deployments().await?;
@@ -361,12 +446,20 @@ where
         let ops = Ops::new(store, clock, args.actor());
         match op(ops).await {
             Ok(rendered) => {
-                std::io::stdout().lock().write_all(&rendered)?;
+                // Node ids, codes and messages come from models and handlers: their
+                // control characters are escaped, in JSON as JSON escapes.
+                let rendered = String::from_utf8_lossy(&rendered);
+                let shown = match args.format {
+                    Format::Human => crate::text::escape_lines(&rendered),
+                    Format::Json => crate::text::escape_json(&rendered),
+                };
+                std::io::stdout().lock().write_all(shown.as_bytes())?;
                 Ok(ExitCode::SUCCESS)
             }
             Err(e @ qflow_ops::Error::Store(_)) => Err(anyhow::Error::new(e)),
             Err(e) => {
-                eprintln!("qflow: {}: {e}", e.code());
+                let message = e.to_string();
+                eprintln!("qflow: {}: {}", e.code(), crate::text::escape(&message));
                 Ok(ExitCode::from(crate::EXIT_REFUSED))
             }
         }
@@ -380,14 +473,20 @@ async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
             .context("connecting to PostgreSQL")?;
         return Ok(Arc::new(store));
     }
-    if !args.db.exists() {
-        bail!(
+    // The same judgement `qflow run` and `SqliteStore::open` make, stricter: an operator
+    // command never creates a store, in a missing file or an empty one.
+    match SqliteStore::inspect(&args.db).await? {
+        StoreFile::Qflow => {}
+        StoreFile::Missing | StoreFile::Empty => bail!(
             "no qflow store at {}: `qflow run` creates one, or name another with --db",
             args.db.display()
-        );
+        ),
+        StoreFile::Foreign(found) => bail!(
+            "{} is not a qflow store: it is {found}; name a qflow store with --db",
+            args.db.display()
+        ),
     }
-    let store = SqliteStore::open(&args.db)
-        .await
-        .with_context(|| format!("opening {}", args.db.display()))?;
+    // The error names the file.
+    let store = SqliteStore::open(&args.db).await?;
     Ok(Arc::new(store))
 }

@@ -10,14 +10,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use futures::{StreamExt, TryStreamExt};
-use qflow_persistence::SqliteStore;
+use qflow_persistence::{SqliteStore, StoreFile};
 use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
 use qflow_runtime::{TaskContext, TaskOutcome};
 use qflow_store::{InstanceFilter, InstanceId, InstanceStatus, Store};
@@ -29,13 +29,16 @@ const RUN_LEASE_MS: i64 = 3_000;
 
 /// Start requests in flight at once.
 const START_CONCURRENCY: usize = 64;
+/// Exit status after Ctrl-C: 128 + SIGINT, as shells report it.
+const EXIT_INTERRUPTED: u8 = 130;
 
 /// The model `qflow run` deploys.
 pub const ORDERS_MODEL: &str = include_str!("../examples/orders.bpmn");
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The SQLite file to run on; created when missing.
+    /// The SQLite file to run on; created when missing. A file that holds anything but a
+    /// qflow store (or nothing) is refused.
     #[arg(long, default_value = "qflow-run.sqlite")]
     db: PathBuf,
     /// Instances to start.
@@ -44,7 +47,8 @@ pub struct Args {
     /// Lane executors.
     #[arg(long, default_value_t = 2)]
     lanes: usize,
-    /// Delete the file first instead of continuing what it holds.
+    /// Delete the store first instead of continuing what it holds (refused when the file
+    /// is not a qflow store).
     #[arg(long)]
     fresh: bool,
 }
@@ -117,22 +121,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
+    // Ctrl-C is handled from the start, so that an interrupted run always says what it
+    // interrupted. Polling the future once installs the handler.
+    let mut interrupt = Box::pin(tokio::signal::ctrl_c());
+    let _ = futures::poll!(&mut interrupt);
     if args.fresh {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = args.db.clone().into_os_string();
-            p.push(suffix);
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("removing {p:?}")),
-            }
-        }
+        remove_store(&args.db).await?;
     }
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&args.db)
-            .await
-            .with_context(|| format!("opening {}", args.db.display()))?,
-    );
+    let store: Arc<dyn Store> = Arc::new(open_store(&args.db).await?);
     // The bundled handlers answer at once, so short limits are safe here and make a run
     // after a crash re-adopt the attempts that were in flight within seconds rather
     // than after the default 40 s lease.
@@ -171,28 +167,98 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     let began = Instant::now();
     let stats = runtime.stats();
     let progress = tokio::spawn(progress_line(stats.clone()));
-    // Starts go out concurrently: each returns once its instance is durable, and many
-    // share one commit.
-    let ids: Vec<InstanceId> = futures::stream::iter(0..args.instances)
-        .map(|_| runtime.start_instance(deployment.id, Default::default()))
-        .buffer_unordered(START_CONCURRENCY)
-        .try_collect()
-        .await?;
     let target = args.instances as u64 + resumed;
-    runtime
-        .wait_until(|s| s.completed + s.failed + s.cancelled >= target)
-        .await;
+    let work = async {
+        // Starts go out concurrently: each returns once its instance is durable, and many
+        // share one commit.
+        let ids: Vec<InstanceId> = futures::stream::iter(0..args.instances)
+            .map(|_| runtime.start_instance(deployment.id, Default::default()))
+            .buffer_unordered(START_CONCURRENCY)
+            .try_collect()
+            .await?;
+        runtime
+            .wait_until(|s| s.completed + s.failed + s.cancelled >= target)
+            .await;
+        anyhow::Ok(ids)
+    };
+    let finished = tokio::select! {
+        ids = work => Some(ids?),
+        _ = &mut interrupt => None,
+    };
     let elapsed = began.elapsed();
     progress.abort();
     let view = stats.view();
-    runtime.shutdown().await;
     eprintln!();
+    let Some(ids) = finished else {
+        eprintln!("{}", interrupted_message(args, resumed, &view));
+        // Lanes finish the handlers they are running and commit their outcomes, so the
+        // rerun has as little as possible to re-adopt.
+        runtime.shutdown().await;
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    };
+    runtime.shutdown().await;
 
     print_table(&*store, &ids, elapsed, &view, &args.db).await?;
     if resumed > 0 {
         println!("{resumed} instance(s) resumed from an earlier run on this file finished too");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What Ctrl-C interrupted, and how to finish it: every instance started is durable, and
+/// a rerun on the same file resumes the unfinished ones.
+fn interrupted_message(args: &Args, resumed: u64, view: &qflow_runtime::StatsView) -> String {
+    let finished = view.completed + view.failed + view.cancelled;
+    let unfinished = (view.started + resumed).saturating_sub(finished);
+    let db = args.db.display();
+    let also = if resumed > 0 {
+        format!(" (and resuming {resumed})")
+    } else {
+        String::new()
+    };
+    format!(
+        "qflow run: interrupted (Ctrl-C) after starting {} of {} instance(s){also}, {finished} \
+         finished; the {unfinished} unfinished instance(s) are saved in {db}.\n  \
+         A rerun on the same file resumes them: `qflow run --db {db} --instances 0` finishes \
+         them without starting new ones (attempts that were in flight are re-adopted within \
+         {} s).",
+        view.started,
+        args.instances,
+        RUN_LEASE_MS / 1000,
+    )
+}
+
+/// `--fresh`: deletes the store at `db` with its WAL and shared-memory files — only when
+/// it is a qflow store or an empty file, never another program's data.
+async fn remove_store(db: &Path) -> anyhow::Result<()> {
+    if let StoreFile::Foreign(found) = SqliteStore::inspect(db).await? {
+        bail!(
+            "--fresh refused: {} is not a qflow store: it is {found}; --fresh deletes only a \
+             qflow store or an empty file (name another file with --db)",
+            db.display()
+        );
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {p:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// Opens the store, saying what to do about a file that is not one.
+async fn open_store(db: &Path) -> anyhow::Result<SqliteStore> {
+    SqliteStore::open(db).await.map_err(|e| match e {
+        qflow_persistence::Error::NotAStore { .. } => anyhow::anyhow!(
+            "{e}; qflow creates its store only in a new or empty file (name another file with \
+             --db)"
+        ),
+        e => e.into(),
+    })
 }
 
 async fn progress_line(stats: Arc<qflow_runtime::Stats>) {

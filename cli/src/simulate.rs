@@ -3,9 +3,11 @@
 //! final summary line. Formats: `docs/simulate.md`.
 //!
 //! This module only reads the two files, reports what is wrong with them, and prints. The
-//! scenario format and the driver live in `qflow-golden` (`scenario`, `sim`), shared with
-//! the golden corpus so that every golden case is a scenario an author can run here. It
-//! never reads the wall clock into the run and never touches a store.
+//! scenario format lives in `qflow-golden` (`scenario`) and the driver in `qflow-core`
+//! (`sim`, streamed through `qflow_golden::stream`), shared with the golden corpus so that
+//! every golden case is a scenario an author can run here. Steps are printed as they are
+//! taken and never kept. It never reads the wall clock into the run and never touches a
+//! store.
 
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,6 +22,7 @@ use qflow_loader::model::Definition;
 use serde::Serialize;
 
 use crate::check::render::{write_diagnostic, LineIndex};
+use crate::text::{escape, escape_json};
 use crate::{EXIT_REFUSED, EXIT_USAGE};
 
 /// Largest scenario file read, in bytes: scenarios are hand-written scripts.
@@ -65,7 +68,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Err(problems) => {
             let shown = args.scenario.display();
             for problem in &problems {
-                eprintln!("{shown}: error: {problem}");
+                // Keys and node ids quoted here are the scenario's and the model's text.
+                eprintln!("{shown}: error: {}", escape(&problem.to_string()));
             }
             eprintln!(
                 "{shown}: refused: {} (format: docs/simulate.md)",
@@ -74,26 +78,31 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_REFUSED));
         }
     };
-    let trace = qflow_golden::simulate(&definition, &scenario)
-        .with_context(|| format!("simulating `{}`", args.model.display()))?;
+    let simulating = || format!("simulating `{}`", args.model.display());
+    // Each step is printed as it is taken and then dropped: memory stays flat however
+    // many steps the scenario runs.
+    let mut steps = qflow_golden::stream(&definition, &scenario).with_context(simulating)?;
     let mut out = BufWriter::new(io::stdout().lock());
-    if !args.summary_only {
-        for step in &trace.steps {
-            serde_json::to_writer(&mut out, &trace_line(step, args.snapshots))?;
-            out.write_all(b"\n")?;
+    for step in &mut steps {
+        let step = step.with_context(simulating)?;
+        if !args.summary_only {
+            write_line(&mut out, &trace_line(&step, args.snapshots))?;
         }
     }
+    let summary = steps.finish().with_context(simulating)?;
     if !args.trace_only {
-        serde_json::to_writer(
-            &mut out,
-            &SummaryLine {
-                summary: &trace.summary,
-            },
-        )?;
-        out.write_all(b"\n")?;
+        write_line(&mut out, &SummaryLine { summary: &summary })?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One JSON line. Node ids and messages in it are the model's and the scenario's text:
+/// characters serde_json leaves raw but a terminal acts on are escaped.
+fn write_line(out: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    let line = serde_json::to_string(value)?;
+    out.write_all(escape_json(&line).as_bytes())?;
+    out.write_all(b"\n")
 }
 
 /// One trace line: the step as the engine's trace records it, with the snapshot shown as

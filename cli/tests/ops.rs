@@ -174,3 +174,187 @@ fn the_commands_need_an_existing_store() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no qflow store"));
     assert!(!missing.exists(), "nothing was created");
 }
+
+#[test]
+fn deploy_and_retire_work_on_the_store_and_refuse_what_they_must() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("run.sqlite");
+    let run = qflow(&["run", "--instances", "200"], &db);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.bpmn");
+
+    // The bundled model again: the same content is the same version.
+    let same = json(&qflow(&["deploy", model, "--format", "json"], &db));
+    assert_eq!(same["id"], 1);
+    // Version 1 holds FAILED instances: retiring it is refused, and it stays live.
+    let refused = qflow(&["retire", "1"], &db);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("FAILED"));
+    let listed = json(&qflow(&["deployments", "--format", "json"], &db));
+    assert_eq!(listed[0]["retired"], false);
+    let before = listed.as_array().map(Vec::len).expect("a list");
+
+    // A changed model is a new version, retired at once since nothing references it.
+    let source = std::fs::read_to_string(model).expect("reads the model");
+    let changed = dir.path().join("changed.bpmn");
+    std::fs::write(
+        &changed,
+        source.replace("</definitions>", "<!-- v2 --></definitions>"),
+    )
+    .expect("writes");
+    let v2 = json(&qflow(
+        &["deploy", changed.to_str().unwrap(), "--format", "json"],
+        &db,
+    ));
+    let v2_id = v2["id"].as_i64().expect("a version");
+    assert_eq!(v2_id, before as i64 + 1, "a new, next version");
+    let retired = json(&qflow(
+        &["retire", &v2_id.to_string(), "--format", "json"],
+        &db,
+    ));
+    assert_eq!(retired["retired"], true);
+    assert_eq!(qflow(&["retire", "99"], &db).status.code(), Some(1));
+
+    // A model the loader refuses: exit 1, the diagnostics, nothing stored.
+    let broken = dir.path().join("broken.bpmn");
+    std::fs::write(&broken, "<definitions").expect("writes");
+    let out = qflow(&["deploy", broken.to_str().unwrap()], &db);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1:1: Q001"));
+    let listed = json(&qflow(&["deployments", "--format", "json"], &db));
+    assert_eq!(listed.as_array().map(Vec::len), Some(before + 1));
+}
+
+#[test]
+fn migrate_dry_runs_then_moves_the_failed_instances() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("run.sqlite");
+    let run = qflow(&["run", "--instances", "200"], &db);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.bpmn");
+    let source = std::fs::read_to_string(model).expect("reads the model");
+    let changed = dir.path().join("v2.bpmn");
+    std::fs::write(
+        &changed,
+        source.replace("</definitions>", "<!-- v2 --></definitions>"),
+    )
+    .expect("writes");
+    let v2 = json(&qflow(
+        &["deploy", changed.to_str().unwrap(), "--format", "json"],
+        &db,
+    ));
+    let v2 = v2["id"].as_i64().expect("a version");
+    let failed = json(&qflow(
+        &[
+            "instances",
+            "list",
+            "--state",
+            "failed",
+            "--deployment",
+            "1",
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    let failed = failed.as_array().expect("a list").len();
+    assert!(failed > 0);
+
+    let write_plan = |name: &str, body: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).expect("writes the plan");
+        path
+    };
+    let plan = write_plan("plan.json", format!(r#"{{"source": 1, "target": {v2}}}"#));
+    let plan = plan.to_str().unwrap();
+    let dry = json(&qflow(
+        &["migrate", plan, "--dry-run", "--format", "json"],
+        &db,
+    ));
+    let dry = dry.as_array().expect("results");
+    assert_eq!(
+        dry.len(),
+        failed,
+        "every FAILED instance (none is parked after the run)"
+    );
+    assert!(
+        dry.iter().all(|r| r["outcome"] == "would_migrate"),
+        "{dry:?}"
+    );
+    let still = json(&qflow(
+        &[
+            "instances",
+            "list",
+            "--deployment",
+            "1",
+            "--state",
+            "failed",
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(
+        still.as_array().map(Vec::len),
+        Some(failed),
+        "the dry run wrote nothing"
+    );
+
+    let done = json(&qflow(&["migrate", plan, "--format", "json"], &db));
+    assert!(done
+        .as_array()
+        .expect("results")
+        .iter()
+        .all(|r| r["outcome"] == "migrated"));
+    let moved = json(&qflow(
+        &[
+            "instances",
+            "list",
+            "--deployment",
+            &v2.to_string(),
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(moved.as_array().map(Vec::len), Some(failed));
+
+    // Refusals: exit 1, nothing changes.
+    let unknown = write_plan(
+        "bad.json",
+        r#"{"source": 1, "target": 2, "frob": 1}"#.into(),
+    );
+    assert_eq!(
+        qflow(&["migrate", unknown.to_str().unwrap()], &db)
+            .status
+            .code(),
+        Some(1)
+    );
+    let missing = write_plan(
+        "missing.json",
+        format!(r#"{{"source": {v2}, "target": 1, "mapping": {{"charge": "nowhere"}}}}"#),
+    );
+    let out = qflow(&["migrate", missing.to_str().unwrap()], &db);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere"));
+    let moved = json(&qflow(
+        &[
+            "instances",
+            "list",
+            "--deployment",
+            &v2.to_string(),
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(moved.as_array().map(Vec::len), Some(failed));
+}

@@ -237,7 +237,7 @@ fn an_unknown_field_is_refused_with_its_path() {
     );
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("scenario.json: error: at tasks.pay[0]"),
+        stderr.contains("scenario.json: error: at tasks.pay[0].outptus"),
         "{stderr}"
     );
     assert!(stderr.contains("unknown field `outptus`"), "{stderr}");
@@ -249,6 +249,174 @@ fn an_unknown_field_is_refused_with_its_path() {
         stderr.contains("horizon_ms"),
         "the expected names are listed: {stderr}"
     );
+}
+
+/// Issue 8, defect 6: serde reads an array positionally into a struct or a tagged enum;
+/// the format has objects there, and an array is refused where an object belongs.
+#[test]
+fn an_array_is_never_read_as_a_scenario_or_an_outcome() {
+    let (code, stderr) = run_refused("array-top", PAYMENT, r#"["x", 0, {}, {"pay": []}]"#);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("scenario.json: error: invalid type: sequence, expected a scenario object"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = run_refused(
+        "array-outcome",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [["fail", "X"]] } }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at tasks.pay[0]: invalid type: sequence, expected an outcome object"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = run_refused("array-event", PAYMENT, r#"{ "events": [["cancel", 5]] }"#);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at events[0]: invalid type: sequence, expected an event object"),
+        "{stderr}"
+    );
+}
+
+/// Issue 8, defect 6: a key given twice used to keep the last value silently.
+#[test]
+fn a_key_given_twice_is_refused_with_its_path() {
+    for (test, scenario, want) in [
+        (
+            "dup-variables",
+            r#"{ "variables": { "amount": 1, "amount": 2 } }"#,
+            "at variables.amount: duplicate key `amount`",
+        ),
+        (
+            "dup-nested",
+            r#"{ "variables": { "order": { "lines": [{ "sku": 1, "sku": 2 }] } } }"#,
+            "at variables.order.lines[0].sku: duplicate key `sku`",
+        ),
+        (
+            "dup-tasks",
+            r#"{ "tasks": { "pay": [{ "outcome": "ok" }], "pay": [{ "outcome": "hang" }] } }"#,
+            "at tasks.pay: duplicate key `pay`",
+        ),
+        (
+            "dup-outputs",
+            r#"{ "tasks": { "pay": [{ "outcome": "ok", "outputs": { "r": 1, "r": 2 } }] } }"#,
+            "at tasks.pay[0].outputs.r: duplicate key `r`",
+        ),
+        (
+            "dup-event-variables",
+            r#"{ "events": [{ "event": "complete_user_task", "at_ms": 1, "node": "confirm",
+                 "variables": { "ok": true, "ok": false } }] }"#,
+            "at events[0].variables.ok: duplicate key `ok`",
+        ),
+        (
+            "dup-field",
+            r#"{ "tasks": { "pay": [{ "outcome": "fail", "code": "A", "code": "B" }] } }"#,
+            "at tasks.pay[0].code: duplicate field `code`",
+        ),
+    ] {
+        let (code, stderr) = run_refused(test, PAYMENT, scenario);
+        assert_eq!(code, Some(1), "{test}: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "{test}: missing `{want}` in:\n{stderr}"
+        );
+    }
+}
+
+/// Issue 8, defect 6: a `hang` outcome takes no fields, and a field another outcome kind
+/// takes is refused on this one, whichever comes first in the object.
+#[test]
+fn an_outcome_refuses_fields_its_kind_does_not_take() {
+    let (code, stderr) = run_refused(
+        "hang-extra",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [{ "outcome": "hang", "after_ms": 5 }] } }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "at tasks.pay[0].after_ms: unknown field `after_ms`: outcome `hang` takes no other \
+             fields"
+        ),
+        "{stderr}"
+    );
+
+    let (code, stderr) = run_refused(
+        "hang-extra-first",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [{ "after_ms": 5, "outcome": "hang" }] } }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr
+            .contains("at tasks.pay[0].outcome: outcome `hang` does not take the field `after_ms`"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = run_refused(
+        "ok-code",
+        PAYMENT,
+        r#"{ "tasks": { "pay": [{ "outcome": "ok", "code": "X" }] } }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at tasks.pay[0].code: unknown field `code`: outcome `ok` takes `outputs` or `after_ms`"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = run_refused(
+        "cancel-node",
+        PAYMENT,
+        r#"{ "events": [{ "event": "cancel", "at_ms": 5, "node": "pay" }] }"#,
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("at events[0].node: unknown field `node`: event `cancel` takes `at_ms`"),
+        "{stderr}"
+    );
+}
+
+/// Issue 8, defect 6: an error inside an outcome or event names the field, not only the
+/// list entry (a derived tagged enum buffers the entry and loses the path).
+#[test]
+fn an_error_inside_an_outcome_or_event_names_the_innermost_field() {
+    for (test, scenario, want) in [
+        (
+            "inner-type",
+            r#"{ "tasks": { "pay": [{ "outcome": "ok", "after_ms": "soon" }] } }"#,
+            "at tasks.pay[0].after_ms: invalid type: string \"soon\", expected u64",
+        ),
+        (
+            "inner-outputs",
+            r#"{ "tasks": { "pay": [{ "outcome": "ok", "outputs": [1] }] } }"#,
+            "at tasks.pay[0].outputs: invalid type: sequence, expected an object",
+        ),
+        (
+            "inner-variant",
+            r#"{ "tasks": { "pay": [{ "outcome": "maybe" }] } }"#,
+            "at tasks.pay[0].outcome: unknown variant `maybe`",
+        ),
+        (
+            "inner-event",
+            r#"{ "events": [{ "event": "fire_timer", "at_ms": 1, "name": "zz", "incarnation": 1 }] }"#,
+            "at events[0].name: `zz` is not a timer name",
+        ),
+        (
+            "inner-at",
+            r#"{ "events": [{ "event": "cancel", "at_ms": 1.5 }] }"#,
+            "at events[0].at_ms: invalid type: floating point `1.5`, expected i64",
+        ),
+    ] {
+        let (code, stderr) = run_refused(test, PAYMENT, scenario);
+        assert_eq!(code, Some(1), "{test}: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "{test}: missing `{want}` in:\n{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -391,4 +559,71 @@ fn every_golden_case_runs_here_with_its_committed_bytes() {
         let files = std::fs::read_dir(case.join("steps")).unwrap().count();
         assert_eq!(files, lines.len(), "{name}: one committed file per step");
     }
+}
+
+/// A task in a loop with no way out: every step completes the task and starts it again, so
+/// a scenario runs exactly `max_steps` steps.
+const LOOP: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:test">
+  <process id="loop" isExecutable="true">
+    <startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="t"/>
+    <serviceTask id="t" q:task="t"/>
+    <sequenceFlow id="f2" sourceRef="t" targetRef="x"/>
+    <exclusiveGateway id="x" default="back"/>
+    <sequenceFlow id="back" sourceRef="x" targetRef="t"/>
+    <sequenceFlow id="out" sourceRef="x" targetRef="e"><conditionExpression>false</conditionExpression></sequenceFlow>
+    <endEvent id="e"/>
+  </process>
+</definitions>
+"#;
+
+/// Issue 8, defect 4: the trace is streamed. 5,000 steps of a 50 kB snapshot kept in
+/// memory are 250 MB; printed and dropped one by one, the process stays at a few MB. The
+/// peak resident size is read from `/proc` while the child runs (VmHWM only grows, so the
+/// last reading is a lower bound of the peak; a trace kept in memory grows steadily and is
+/// far past the bound long before the end).
+#[cfg(target_os = "linux")]
+#[test]
+fn summary_only_memory_does_not_grow_with_the_number_of_steps() {
+    let scratch = Scratch::new("memory");
+    let model = scratch.file("model.bpmn", LOOP);
+    let scenario = scratch.file(
+        "scenario.json",
+        &serde_json::json!({ "variables": { "blob": "x".repeat(50_000) }, "max_steps": 5_000 })
+            .to_string(),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .arg("simulate")
+        .arg(&model)
+        .arg("--scenario")
+        .arg(&scenario)
+        .arg("--summary-only")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run qflow");
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        assert!(std::time::Instant::now() < deadline, "qflow simulate hangs");
+        let hwm = std::fs::read_to_string(&status).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        });
+        peak_kb = peak_kb.max(hwm.unwrap_or(0));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(out.status.success());
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("one summary line");
+    assert_eq!(summary["summary"]["steps"], 5_000);
+    assert!(summary["summary"]["snapshot_bytes"].as_u64().unwrap() > 50_000);
+    assert!(peak_kb > 0, "no reading of the child's memory");
+    assert!(
+        peak_kb < 64 * 1024,
+        "peak resident size {peak_kb} kB: the trace is kept in memory"
+    );
 }

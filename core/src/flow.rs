@@ -31,6 +31,7 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
     let p = &def.process;
     match input {
         Input::Start { .. } | Input::Cancel | Input::Redrive => None,
+        Input::Migrate { mapping, timers } => super::migrate::problems(def, snap, mapping, timers),
         Input::Resume { .. } => match snap.status() {
             Status::Failed => {
                 let node = snap.failure().and_then(|f| f.node);
@@ -234,6 +235,11 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
             Input::Resume { budget } => self.resume(budget),
+            Input::Migrate { mapping, timers } => {
+                // Moves no token: nothing to settle (a FAILED instance stays FAILED).
+                self.migrate(&mapping, &timers);
+                return Ok(());
+            }
             Input::RetryNow { node } => {
                 let targets = super::repair::parked(self.p, &self.snap, node.as_deref());
                 self.retry_now(targets);

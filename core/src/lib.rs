@@ -37,6 +37,7 @@ pub mod snapshot;
 
 mod flow;
 mod gateway;
+mod migrate;
 mod redrive;
 mod repair;
 mod retry;
@@ -46,7 +47,9 @@ mod timers;
 
 use std::num::NonZeroU32;
 
-use qflow_loader::model::{Definition, Variables};
+/// The definition the step runs on, re-exported for the shell.
+pub use qflow_loader::model::Definition;
+use qflow_loader::model::Variables;
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::Error;
@@ -235,6 +238,16 @@ pub enum Input {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<String>,
     },
+    /// An operator moves the instance onto another deployment (O2); the step runs with the
+    /// target definition. `mapping` renames nodes (old id → new id; unnamed ids keep
+    /// theirs); `timers` gives the due instant of every live timer row by name. Stale,
+    /// with every reason, when the plan does not fit the instance and the target.
+    Migrate {
+        #[serde(default)]
+        mapping: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        timers: std::collections::BTreeMap<String, i64>,
+    },
     /// The shell lost track of in-flight attempts (a crash, a replica's death, a
     /// hand-over) and asks for them again: every registered task whose attempt is in
     /// flight gets its `RunTask` re-emitted with the same attempt — re-adoption, no
@@ -257,6 +270,7 @@ impl Input {
             | Input::MessageReceived { .. }
             | Input::Cancel
             | Input::Resume { .. }
+            | Input::Migrate { .. }
             | Input::Redrive => None,
         }
     }
@@ -388,7 +402,7 @@ pub fn step(
         (_, Status::New) => return Err(Error::NotStarted),
         // The one input a terminal instance takes: `staleness` checks its precondition
         // (FAILED) and says why otherwise.
-        (Input::Resume { .. }, _) => {}
+        (Input::Resume { .. }, _) | (Input::Migrate { .. }, _) => {}
         (_, s) if s.is_terminal() => {
             let reason = format!("instance is {}", s.as_str());
             return Ok(stale(snapshot, reason));

@@ -8,19 +8,22 @@
 //! never sleeps, and orders simultaneous events by a fixed rule (see [`run`]), so a
 //! scenario always produces the same trace.
 //!
-//! The scenario types are the file format of `qflow simulate` (deserialized with
-//! serde_json, unknown fields refused); keep them backward compatible.
+//! The scenario types are the file format of `qflow simulate`, read by the strict
+//! deserializers in `sim/de.rs` (objects only, no duplicate keys, no field a kind does not
+//! take, errors naming the innermost field); keep them backward compatible.
 
 use std::collections::BTreeMap;
 
 use qflow_loader::model::{Definition, NodeKind, TaskKind, Variables};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::handler::{call_input, run_handler, CallEnded, TaskContext, TaskOutcome};
 use crate::snapshot::{Snapshot, Status};
 use crate::{step, Attempt, Budget, Effect, Input, TimerName};
+
+mod de;
 
 /// Most steps a scenario may take unless it says otherwise.
 pub const STEPS_DEFAULT_MAX: u32 = 10_000;
@@ -45,32 +48,24 @@ pub const HORIZON_DEFAULT_MS: i64 = 86_400_000;
 ///   "horizon_ms": 3600000
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Scenario {
     /// The instance id; it feeds the jitter of retry backoffs. Default `sim-1`.
-    #[serde(default = "default_instance")]
     pub instance: String,
     /// The virtual instant of `Start`, in ms. Default 0.
-    #[serde(default)]
     pub start_at_ms: i64,
     /// Start variables. Default none.
-    #[serde(default)]
     pub variables: Variables,
     /// Outcomes of registered tasks, by task node id, one entry per attempt (the first
     /// entry is attempt 1). The last entry repeats for later attempts; a task without
     /// an entry completes at once with no outputs.
-    #[serde(default)]
     pub tasks: BTreeMap<String, Vec<Scripted>>,
     /// External events at fixed virtual instants, in any order.
-    #[serde(default)]
     pub events: Vec<ScriptedEvent>,
     /// No event after this instant is processed. Default `start_at_ms` + one day.
-    #[serde(default)]
     pub horizon_ms: Option<i64>,
     /// The run stops after this many steps. Default [`STEPS_DEFAULT_MAX`], at most
     /// [`STEPS_LIMIT`].
-    #[serde(default)]
     pub max_steps: Option<u32>,
 }
 
@@ -80,40 +75,31 @@ fn default_instance() -> String {
 
 /// What a handler does on one attempt. `after_ms` is how long it takes (virtual time);
 /// default 0.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Scripted {
     Ok {
-        #[serde(default)]
         outputs: Variables,
-        #[serde(default)]
         after_ms: u64,
     },
     Fail {
         code: String,
-        #[serde(default)]
         message: String,
-        #[serde(default)]
         after_ms: u64,
     },
     /// The handler panics; the shell reports `HANDLER_PANICKED`.
     Panic {
-        #[serde(default)]
         message: String,
-        #[serde(default)]
         after_ms: u64,
     },
     BpmnError {
         code: String,
-        #[serde(default)]
         message: String,
-        #[serde(default)]
         after_ms: u64,
     },
     /// The shell's handler time limit runs out after `after_ms`: the attempt fails with
     /// kind `timed_out` and code `HANDLER_TIMEOUT`, as the runtime reports an overrun.
     TimeLimit {
-        #[serde(default)]
         after_ms: u64,
     },
     /// The handler never answers (so that a timeout can fire).
@@ -121,19 +107,17 @@ pub enum Scripted {
 }
 
 /// Something from outside the engine at a fixed virtual instant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum ScriptedEvent {
     CompleteUserTask {
         at_ms: i64,
         node: String,
-        #[serde(default)]
         variables: Variables,
     },
     Message {
         at_ms: i64,
         name: String,
-        #[serde(default)]
         variables: Variables,
     },
     Cancel {
@@ -149,13 +133,11 @@ pub enum ScriptedEvent {
     /// An operator resumes the instance (O3): the one event a FAILED instance takes.
     Resume {
         at_ms: i64,
-        #[serde(default)]
         budget: Budget,
     },
     /// An operator runs a parked task's next attempt now (O4a).
     RetryNow {
         at_ms: i64,
-        #[serde(default)]
         node: Option<String>,
     },
 }
@@ -328,7 +310,8 @@ struct Due {
     name: String,
 }
 
-/// Runs `scenario` against `def` and returns the trace.
+/// Runs `scenario` against `def` and returns the trace: every step, kept in memory. A run
+/// of many steps with a large snapshot is better read one step at a time with [`steps`].
 ///
 /// The loop: deliver `Start` at `start_at_ms`; then repeatedly take the earliest due
 /// delivery — a scripted task result, a scripted event, or an armed timer — and step
@@ -337,11 +320,21 @@ struct Due {
 /// run stops when the instance is terminal, nothing is scheduled, the next delivery is
 /// beyond the horizon, or the step budget is spent.
 pub fn run(def: &Definition, scenario: &Scenario) -> Result<Trace, Error> {
+    let mut run = steps(def, scenario)?;
+    let steps = run.by_ref().collect::<Result<Vec<_>, _>>()?;
+    let summary = run.finish()?;
+    Ok(Trace { steps, summary })
+}
+
+/// The same run as [`run`], one step at a time: each [`TraceStep`] is handed out as it is
+/// taken and kept nowhere, so memory does not grow with the number of steps (`qflow
+/// simulate` prints each line and drops it). After the last step, [`Steps::finish`] gives
+/// the summary; called earlier, it takes the remaining steps first, without keeping them.
+pub fn steps<'a>(def: &'a Definition, scenario: &'a Scenario) -> Result<Steps<'a>, Error> {
     validate(def, scenario)?;
-    let horizon = scenario
+    let horizon_ms = scenario
         .horizon_ms
         .unwrap_or(scenario.start_at_ms.saturating_add(HORIZON_DEFAULT_MS));
-    let max_steps = scenario.max_steps.unwrap_or(STEPS_DEFAULT_MAX);
     let mut sim = Sim {
         def,
         scenario,
@@ -350,7 +343,8 @@ pub fn run(def: &Definition, scenario: &Scenario) -> Result<Trace, Error> {
         timers: BTreeMap::new(),
         seq: 0,
         attempts: BTreeMap::new(),
-        steps: Vec::new(),
+        taken: 0,
+        last_at_ms: 0,
     };
     for (i, e) in scenario.events.iter().enumerate() {
         let due = Due {
@@ -361,33 +355,91 @@ pub fn run(def: &Definition, scenario: &Scenario) -> Result<Trace, Error> {
         };
         sim.results.insert(due, e.input());
     }
-    let start = Input::Start {
-        variables: scenario.variables.clone(),
-    };
-    sim.step(start, scenario.start_at_ms)?;
-    let mut now = scenario.start_at_ms;
-    let stop = loop {
-        let snap = Snapshot::decode(&sim.bytes)?;
-        // A terminal instance is finished, unless a FAILED one has a resume coming.
-        if snap.status().is_terminal() && !(snap.status() == Status::Failed && sim.resume_pending())
-        {
-            break Stop::Finished;
+    Ok(Steps {
+        sim,
+        horizon_ms,
+        max_steps: scenario.max_steps.unwrap_or(STEPS_DEFAULT_MAX),
+        now_ms: scenario.start_at_ms,
+        started: false,
+        stop: None,
+        failed: false,
+    })
+}
+
+/// A run in progress, yielding its steps in order (see [`steps`]). After an error it
+/// yields nothing more.
+pub struct Steps<'a> {
+    sim: Sim<'a>,
+    horizon_ms: i64,
+    max_steps: u32,
+    /// The virtual clock: the instant of the last step (it never runs backwards).
+    now_ms: i64,
+    started: bool,
+    /// Why the run stopped, once it has.
+    stop: Option<Stop>,
+    failed: bool,
+}
+
+impl Iterator for Steps<'_> {
+    type Item = Result<TraceStep, Error>;
+
+    fn next(&mut self) -> Option<Result<TraceStep, Error>> {
+        if self.stop.is_some() || self.failed {
+            return None;
         }
-        if sim.steps.len() as u32 >= max_steps {
-            break Stop::MaxSteps;
-        }
-        let Some((due, input)) = sim.next() else {
-            break Stop::Idle;
+        let step = if self.started {
+            match self.next_delivery() {
+                Ok(Some((input, now_ms))) => self.sim.step(input, now_ms),
+                Ok(None) => return None,
+                Err(e) => Err(e),
+            }
+        } else {
+            self.started = true;
+            let start = Input::Start {
+                variables: self.sim.scenario.variables.clone(),
+            };
+            self.sim.step(start, self.sim.scenario.start_at_ms)
         };
-        if due.at_ms > horizon {
-            break Stop::Horizon;
+        self.failed = step.is_err();
+        Some(step)
+    }
+}
+
+impl Steps<'_> {
+    /// The input of the next step and its instant, or `None` when the run stops here
+    /// (recording why).
+    fn next_delivery(&mut self) -> Result<Option<(Input, i64)>, Error> {
+        let snap = Snapshot::decode(&self.sim.bytes)?;
+        // A terminal instance is finished, unless a FAILED one has a resume coming.
+        let stop = if snap.status().is_terminal()
+            && !(snap.status() == Status::Failed && self.sim.resume_pending())
+        {
+            Stop::Finished
+        } else if self.sim.taken >= self.max_steps {
+            Stop::MaxSteps
+        } else {
+            match self.sim.next() {
+                None => Stop::Idle,
+                Some((due, _)) if due.at_ms > self.horizon_ms => Stop::Horizon,
+                Some((due, input)) => {
+                    // A date timer in the past fires now: the clock never runs backwards.
+                    self.now_ms = self.now_ms.max(due.at_ms);
+                    self.sim.take(&due);
+                    return Ok(Some((input, self.now_ms)));
+                }
+            }
+        };
+        self.stop = Some(stop);
+        Ok(None)
+    }
+
+    /// Takes whatever steps remain, keeping none, and returns the summary of the run.
+    pub fn finish(mut self) -> Result<Summary, Error> {
+        for step in self.by_ref() {
+            step?;
         }
-        // A date timer in the past fires now: the clock never runs backwards.
-        now = now.max(due.at_ms);
-        sim.take(&due);
-        sim.step(input, now)?;
-    };
-    Ok(sim.finish(stop))
+        Ok(self.sim.summary(self.stop.unwrap_or(Stop::Idle)))
+    }
 }
 
 struct Sim<'a> {
@@ -400,7 +452,9 @@ struct Sim<'a> {
     timers: BTreeMap<TimerName, (i64, u32)>,
     seq: u64,
     attempts: BTreeMap<String, u32>,
-    steps: Vec<TraceStep>,
+    /// Steps taken so far, and the instant of the last one.
+    taken: u32,
+    last_at_ms: i64,
 }
 
 impl Sim<'_> {
@@ -451,7 +505,7 @@ impl Sim<'_> {
         }
     }
 
-    fn step(&mut self, input: Input, now_ms: i64) -> Result<(), Error> {
+    fn step(&mut self, input: Input, now_ms: i64) -> Result<TraceStep, Error> {
         let snap = Snapshot::decode(&self.bytes)?;
         let node = input.node().map(str::to_owned);
         let attempt = input.attempt();
@@ -466,16 +520,17 @@ impl Sim<'_> {
         for effect in &out.effects {
             self.carry_out(effect, now_ms);
         }
-        self.steps.push(TraceStep {
-            seq: self.steps.len() as u32 + 1,
+        self.taken += 1;
+        self.last_at_ms = now_ms;
+        Ok(TraceStep {
+            seq: self.taken,
             at_ms: now_ms,
             input,
             node,
             attempt,
             effects: out.effects,
             snapshot: self.bytes.clone(),
-        });
-        Ok(())
+        })
     }
 
     fn carry_out(&mut self, effect: &Effect, now_ms: i64) {
@@ -545,23 +600,19 @@ impl Sim<'_> {
         })
     }
 
-    fn finish(self, stop: Stop) -> Trace {
+    fn summary(&self, stop: Stop) -> Summary {
         let snap = Snapshot::decode(&self.bytes).unwrap_or_default();
         let failure = snap.failure();
-        let summary = Summary {
+        Summary {
             status: snap.status().as_str().to_owned(),
             failure_code: failure.as_ref().map(|f| f.code.clone()),
             failure_node: failure.and_then(|f| f.node),
-            attempts: self.attempts,
+            attempts: self.attempts.clone(),
             snapshot_bytes: self.bytes.len(),
             snapshot_sha256: hex::encode(Sha256::digest(&self.bytes)),
-            steps: self.steps.len() as u32,
-            ended_at_ms: self.steps.last().map_or(0, |s| s.at_ms),
+            steps: self.taken,
+            ended_at_ms: self.last_at_ms,
             stop,
-        };
-        Trace {
-            steps: self.steps,
-            summary,
         }
     }
 }

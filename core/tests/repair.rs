@@ -283,3 +283,78 @@ fn an_attempt_re_adopted_past_the_limit_fails_with_evidence() {
         }
     }
 }
+
+/// Migration (O2) in the core: validated against the target, stale with every reason
+/// when it does not fit; applied, keys travel with the renamed node and a park timer is
+/// re-armed under its new name at its old instant.
+#[test]
+fn migrate_renames_what_travels_and_refuses_what_does_not_fit() {
+    use std::collections::BTreeMap;
+    let v1 = retrying(3, "PT1H");
+    let rename = |ext: &str| {
+        model(&format!(
+            r#"<startEvent id="start"/>
+            <serviceTask id="charge" q:task="pay"><extensionElements>{ext}</extensionElements></serviceTask>
+            <endEvent id="end"/>
+            <sequenceFlow id="f0" sourceRef="start" targetRef="charge"/>
+            <sequenceFlow id="f1" sourceRef="charge" targetRef="end"/>"#
+        ))
+    };
+    let with_retry = rename(
+        r#"<q:retry maxAttempts="3" initialInterval="PT1H" maxInterval="PT2H" jitter="none"/>"#,
+    );
+    let without_retry = rename("");
+    let mapping = BTreeMap::from([("pay".to_owned(), "charge".to_owned())]);
+    let start = Input::Start {
+        variables: Default::default(),
+    };
+    let running = step(&v1, "i", Snapshot::new(), start, 0).unwrap().snapshot;
+
+    // In flight: refused.
+    let input = Input::Migrate {
+        mapping: mapping.clone(),
+        timers: BTreeMap::new(),
+    };
+    let out = step(&with_retry, "i", running.clone(), input, 5).unwrap();
+    match out.effects.as_slice() {
+        [Effect::Stale { reason }] => assert!(reason.contains("in flight"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+
+    // Parked: the park row's due instant comes with the plan.
+    let fail = Input::TaskFailed {
+        node: "pay".into(),
+        attempt: qflow_core::Attempt::FIRST,
+        kind: Default::default(),
+        code: "DOWN".into(),
+        message: String::new(),
+    };
+    let parked = step(&v1, "i", running, fail, 10).unwrap().snapshot;
+    let timers = BTreeMap::from([("r:pay".to_owned(), 3_600_010)]);
+    let input = Input::Migrate {
+        mapping: mapping.clone(),
+        timers: timers.clone(),
+    };
+    // A target whose task has no q:retry cannot hold the park: refused, bytes unchanged.
+    let bytes = parked.encode();
+    let out = step(&without_retry, "i", parked.clone(), input.clone(), 20).unwrap();
+    assert_eq!(out.snapshot.encode(), bytes);
+    match out.effects.as_slice() {
+        [Effect::Stale { reason }] => assert!(reason.contains("`r:pay`"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let out = step(&with_retry, "i", parked, input, 20).unwrap();
+    let s = &out.snapshot;
+    assert_eq!(s.tokens(), ["charge"]);
+    assert_eq!(s.attempt("charge"), 2);
+    assert_eq!(s.marker("charge"), Some("failed"));
+    assert!(s.timers().contains_key("r:charge") && !s.timers().contains_key("r:pay"));
+    assert!(out
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveTimer { name, .. } if name == "r:pay")));
+    assert!(out.effects.iter().any(|e| matches!(
+        e,
+        Effect::ArmTimer { name, due_at_ms: 3_600_010, .. } if name == "r:charge"
+    )));
+}

@@ -272,3 +272,12 @@ pub fn load_model(xml: &str) -> Result<Definition, String> {
 pub fn simulate(definition: &Definition, scenario: &scenario::Scenario) -> Result<Trace, Error> {
     Ok(sim::run(definition, scenario)?)
 }
+
+/// The same run one step at a time, keeping none ([`sim::steps`]): what `qflow simulate`
+/// prints from, so that its memory does not grow with the number of steps.
+pub fn stream<'a>(
+    definition: &'a Definition,
+    scenario: &'a scenario::Scenario,
+) -> Result<sim::Steps<'a>, Error> {
+    Ok(sim::steps(definition, scenario)?)
+}

@@ -3,9 +3,15 @@
 //! author can run by hand (format: `docs/simulate.md`).
 //!
 //! The scenario types themselves are the engine's ([`qflow_core::sim::Scenario`]); this
-//! module adds what a file format needs on top of them: errors that name the JSON path and
-//! what was expected (`at tasks.pay[1]: missing field `code``), and checks against the model
-//! that report every problem at once instead of the first. It never runs the engine.
+//! module adds what a file format needs on top of them: errors that name the innermost JSON
+//! path and what was expected (`at tasks.pay[1]: missing field `code``, `at
+//! tasks.pay[0].after_ms: invalid type: …`), and checks against the model that report every
+//! problem at once instead of the first. It never runs the engine.
+//!
+//! What the JSON half refuses is decided by the types' own (strict) `Deserialize` impls in
+//! `qflow_core::sim`: only objects where the format has objects (an array is never read
+//! positionally), no key twice in one object (`variables`, `tasks`, `outputs` and every
+//! value inside included), no field that the outcome or event kind does not take.
 
 use std::fmt;
 
@@ -66,7 +72,9 @@ pub fn parse_json(text: &str) -> Result<Scenario, ScenarioError> {
 }
 
 /// serde_json ends its messages with "at line L column C"; keep the position, in words
-/// that read as part of the sentence.
+/// that read as part of the sentence. A value refused before its first character was
+/// consumed (an array where an object belongs, at the start of the file) is reported at
+/// column 0; columns here are 1-based, so it is shown as column 1.
 fn describe(err: &serde_json::Error) -> String {
     let text = err.to_string();
     match text.rfind(" at line ") {
@@ -74,7 +82,7 @@ fn describe(err: &serde_json::Error) -> String {
             "{} (line {}, column {})",
             &text[..i],
             err.line(),
-            err.column()
+            err.column().max(1)
         ),
         _ => text,
     }

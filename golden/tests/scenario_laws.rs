@@ -91,11 +91,60 @@ proptest! {
                 prop_assert!(!problems.is_empty());
                 prop_assert!(problems.iter().all(|p| !p.to_string().is_empty()));
             }
-            // Whatever the parser accepts, the simulator runs without refusing it.
+            // Whatever the parser accepts, the simulator runs without refusing it, and
+            // it reads back from its own serialization.
             Ok(parsed) => {
                 let trace = qflow_golden::simulate(&def, &parsed);
                 prop_assert!(trace.is_ok(), "{text}: {:?}", trace.err());
+                let again = serde_json::to_string(&parsed).unwrap();
+                prop_assert_eq!(scenario::parse_json(&again), Ok(parsed));
             }
         }
     }
+
+    /// An array is never read positionally as a scenario (issue 8, defect 6).
+    #[test]
+    fn an_array_is_never_a_scenario(items in prop::collection::vec(vocabulary_json(), 0..8)) {
+        let text = Value::Array(items).to_string();
+        let err = scenario::parse_json(&text).unwrap_err();
+        prop_assert!(err.message.contains("expected a scenario object"), "{}", err);
+    }
+}
+
+/// Every outcome and event kind, with every field it takes, reads back from its own
+/// serialization: the hand-written readers and the derived writer agree on the names.
+#[test]
+fn every_kind_reads_back_from_its_serialization() {
+    let text = json!({
+        "instance": "i-1",
+        "start_at_ms": 10,
+        "variables": { "a": { "b": [1, 2.5, null, "x"] } },
+        "tasks": {
+            "pay": [
+                { "outcome": "ok", "outputs": { "r": 1 }, "after_ms": 5 },
+                { "outcome": "fail", "code": "X", "message": "m", "after_ms": 1 },
+                { "outcome": "panic", "message": "boom", "after_ms": 2 },
+                { "outcome": "bpmn_error", "code": "E", "message": "m", "after_ms": 3 },
+                { "outcome": "time_limit", "after_ms": 4 },
+                { "outcome": "hang" }
+            ]
+        },
+        "events": [
+            { "event": "complete_user_task", "at_ms": 20, "node": "approve", "variables": { "ok": true } },
+            { "event": "message", "at_ms": 21, "name": "m", "variables": {} },
+            { "event": "cancel", "at_ms": 22 },
+            { "event": "fire_timer", "at_ms": 23, "name": "r:pay", "incarnation": 2 },
+            { "event": "resume", "at_ms": 24, "budget": "reset" },
+            { "event": "retry_now", "at_ms": 25, "node": "pay" },
+            { "event": "retry_now", "at_ms": 26 }
+        ],
+        "horizon_ms": 1000,
+        "max_steps": 50
+    })
+    .to_string();
+    let parsed = scenario::parse_json(&text).expect("the scenario parses");
+    assert_eq!(parsed.tasks["pay"].len(), 6);
+    assert_eq!(parsed.events.len(), 7);
+    let again = serde_json::to_string(&parsed).unwrap();
+    assert_eq!(scenario::parse_json(&again), Ok(parsed));
 }

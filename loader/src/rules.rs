@@ -17,6 +17,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q005", "the input is not valid UTF-8"),
     ("Q006", "the document is not a BPMN 2.0 `definitions` document"),
     ("Q007", "the file contains no process with flow nodes"),
+    ("Q008", "the input contains a character XML does not allow (a control character other than tab, line feed and carriage return), raw or as a character reference"),
     ("Q101", "two elements share one id"),
     ("Q102", "a required attribute or child element is missing or empty"),
     ("Q103", "an executable BPMN element outside the supported subset"),
@@ -69,6 +70,9 @@ pub(crate) fn default_help(code: &str) -> Option<&'static str> {
         "Q003" => "split the file, or raise LoadOptions::max_bytes for a genuine model",
         "Q004" => "check what produced this file; real models are far below these limits",
         "Q005" => "save the file as UTF-8",
+        "Q008" => {
+            "remove the control character; XML allows none but tab, line feed and carriage return"
+        }
         _ => return None,
     })
 }

@@ -228,7 +228,59 @@ pub fn parse(src: &[u8], opts: &LoadOptions) -> Result<Document, Diagnostic> {
             .with_help("save the file as UTF-8"));
         }
     };
+    if let Some((off, c)) = text.char_indices().find(|(_, c)| !is_xml_char(*c)) {
+        let pos = Cursor::new(src).at(off);
+        return Err(Diagnostic::error(
+            "Q008",
+            pos,
+            format!("{} is a character XML does not allow", char_name(c)),
+        )
+        .with_help(FORBIDDEN_HELP));
+    }
     Parser::new(text, opts).run()
+}
+
+const FORBIDDEN_HELP: &str = "remove it: XML 1.0 allows no control character but tab, line \
+     feed and carriage return, raw or as a character reference (`&#1;`)";
+
+/// XML 1.0's `Char` production: what a document may contain, raw or referenced.
+fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
+}
+
+/// `U+001B` — never the character itself, which may be a terminal escape.
+fn char_name(c: char) -> String {
+    format!("U+{:04X}", c as u32)
+}
+
+/// A character XML forbids that an unescaped text or attribute value holds: it can only
+/// have come from a character reference (raw ones are refused before parsing).
+fn forbidden_in(value: &str) -> Option<char> {
+    value.chars().find(|c| !is_xml_char(*c))
+}
+
+/// `&#0;`, which quick-xml refuses itself; reported as the other forbidden references are.
+fn is_nul_reference(err: &quick_xml::Error) -> bool {
+    use quick_xml::escape::{EscapeError, ParseCharRefError};
+    matches!(
+        err,
+        quick_xml::Error::Escape(EscapeError::InvalidCharRef(
+            ParseCharRefError::IllegalCharacter(0)
+        ))
+    )
+}
+
+/// Q008 for a character reference to `c` in `place` (`attribute `id``, `this text`).
+fn forbidden_reference(pos: Pos, place: &str, c: char) -> Diagnostic {
+    Diagnostic::error(
+        "Q008",
+        pos,
+        format!(
+            "a character reference in {place} stands for {}, a character XML does not allow",
+            char_name(c)
+        ),
+    )
+    .with_help(FORBIDDEN_HELP)
 }
 
 struct Parser<'a> {
@@ -317,6 +369,10 @@ impl<'a> Parser<'a> {
                     let at = self.offset_of(raw, off) + lead;
                     let s = match t.unescape() {
                         Ok(s) => s.into_owned(),
+                        Err(e) if is_nul_reference(&e) => {
+                            let pos = self.cursor.at(at);
+                            return Err(forbidden_reference(pos, "this text", '\0'));
+                        }
                         Err(e) => {
                             return Err(self
                                 .err("Q001", at, format!("malformed XML text: {e}"))
@@ -325,6 +381,10 @@ impl<'a> Parser<'a> {
                                 ))
                         }
                     };
+                    if let Some(c) = forbidden_in(&s) {
+                        let pos = self.cursor.at(at);
+                        return Err(forbidden_reference(pos, "this text", c));
+                    }
                     let raw = String::from_utf8_lossy(raw).into_owned();
                     self.push_text(&s, &raw, at, lead < raw.len());
                 }
@@ -515,8 +575,16 @@ impl<'a> Parser<'a> {
             }
             let (rr, local) = self.reader.resolve_attribute(key);
             let ns = resolved(&rr).map_err(|m| Diagnostic::error("Q001", pos, m))?;
+            let local = String::from_utf8_lossy(local.as_ref()).into_owned();
             let value = match a.unescape_value() {
                 Ok(v) => v.into_owned(),
+                Err(err) if is_nul_reference(&err) => {
+                    return Err(forbidden_reference(
+                        pos,
+                        &format!("attribute `{local}`"),
+                        '\0',
+                    ))
+                }
                 Err(err) => {
                     return Err(Diagnostic::error(
                         "Q001",
@@ -525,9 +593,12 @@ impl<'a> Parser<'a> {
                     ))
                 }
             };
+            if let Some(c) = forbidden_in(&value) {
+                return Err(forbidden_reference(pos, &format!("attribute `{local}`"), c));
+            }
             out.push(Attr {
                 ns,
-                local: String::from_utf8_lossy(local.as_ref()).into_owned(),
+                local,
                 value,
                 pos,
             });

@@ -173,6 +173,41 @@ fn deeply_nested_condition_is_refused_not_overflowing() {
     assert_eq!(d.code, "Q201");
 }
 
+/// Issue 8, defect 8: characters XML 1.0 forbids (C0 controls but tab, LF and CR) used to
+/// load into ids, raw or as character references; an ESC in an id reached terminals.
+#[test]
+fn characters_xml_forbids_are_refused_raw_or_referenced() {
+    // (what replaces `id="t"`, the position of the diagnostic, the code point named)
+    let cases = [
+        ("id=\"t\u{1}\"", Pos { line: 10, col: 23 }, "U+0001"),
+        ("id=\"t\u{1b}[2J\"", Pos { line: 10, col: 23 }, "U+001B"),
+        ("id=\"t\u{0}\"", Pos { line: 10, col: 23 }, "U+0000"),
+        ("id=\"t&#1;\"", Pos { line: 10, col: 18 }, "U+0001"),
+        ("id=\"t&#x1B;[2J\"", Pos { line: 10, col: 18 }, "U+001B"),
+        ("id=\"t&#0;\"", Pos { line: 10, col: 18 }, "U+0000"),
+        ("id=\"t&#xFFFF;\"", Pos { line: 10, col: 18 }, "U+FFFF"),
+    ];
+    for (attr, pos, named) in cases {
+        let xml = VALID.replacen("id=\"t\"", attr, 1);
+        let d = sole_error(load_str(&xml));
+        assert_eq!((d.code, d.pos), ("Q008", pos), "{attr:?}: {d:?}");
+        assert!(d.message.contains(named), "{attr:?}: {}", d.message);
+        assert!(
+            !d.message.chars().any(|c| c.is_control()),
+            "the message never holds the character itself: {:?}",
+            d.message
+        );
+    }
+    // In element text, as a reference: the position of the text.
+    let xml = VALID.replacen("n &gt; 1", "n &gt; &#1;1", 1);
+    let d = sole_error(load_str(&xml));
+    assert_eq!((d.code, d.pos), ("Q008", Pos { line: 8, col: 76 }), "{d:?}");
+    assert!(d.message.contains("U+0001"), "{}", d.message);
+    // Tab, line feed and carriage return are XML characters: the baseline with a tab in
+    // an attribute value still loads.
+    load_str(&VALID.replacen("errorCode=\"BOOM\"", "errorCode=\"BOOM\" name=\"a\tb\"", 1)).unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
 

@@ -23,7 +23,8 @@ use qflow_runtime::claim::Stepped;
 use qflow_runtime::Stepper;
 use qflow_store::{
     AttemptRecord, AuditEntry, AuditRecord, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, Store, StoreError, TimerRecord,
+    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, RetireOutcome, Store, StoreError,
+    TimerRecord,
 };
 use serde::Serialize;
 
@@ -274,6 +275,35 @@ impl From<&AuditRecord> for AuditView {
     }
 }
 
+/// A migration plan (O2): which instances of `source` move onto `target`, and how their
+/// nodes are renamed (an id the mapping does not name keeps its id).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationPlan {
+    pub source: i64,
+    pub target: i64,
+    #[serde(default)]
+    pub mapping: std::collections::BTreeMap<String, String>,
+    /// Only these instances (default: every FAILED or running instance of `source`).
+    #[serde(default)]
+    pub instances: Option<Vec<String>>,
+}
+
+/// What a migration did, or would do, to one instance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MigrationResult {
+    pub instance: String,
+    /// `migrated`, `would_migrate` (dry run) or `refused`.
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What changes in the decoded snapshot, one line per changed part (`frontier:
+    /// ["pay"] -> ["charge"]`); the instance row's deployment changes too.
+    pub changes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence_after: Option<u64>,
+}
+
 /// What an operation that steps an instance did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Applied {
@@ -319,6 +349,197 @@ impl Ops {
 
     fn store(&self) -> &dyn Store {
         &**self.stepper.store()
+    }
+
+    /// Deploys the executable process `process_id` of `source` (its only one when `None`):
+    /// the same content gets the same version; a model the loader refuses is refused
+    /// with every diagnostic, and nothing is stored.
+    pub async fn deploy(
+        &self,
+        source: &str,
+        process_id: Option<&str>,
+    ) -> Result<DeploymentSummary> {
+        let record = self
+            .stepper
+            .deploy(source, process_id, (self.now_ms)())
+            .await?;
+        Ok(DeploymentSummary::from(&record))
+    }
+
+    /// Retires a deployment: no new instance starts on it. Refused while running or
+    /// FAILED instances reference it, saying how many.
+    pub async fn retire(&self, id: i64) -> Result<DeploymentSummary> {
+        match self.store().retire(DeploymentId(id)).await? {
+            RetireOutcome::Retired => {}
+            RetireOutcome::Refused { blocking_instances } => {
+                return Err(Error::Refused(format!(
+                    "deployment {id} is referenced by {blocking_instances} running or FAILED \
+                     instance(s); finish, cancel or migrate them first \
+                     (`qflow instances list --deployment {id}`)"
+                )))
+            }
+            RetireOutcome::NotFound => {
+                return Err(Error::NotFound {
+                    what: "deployment",
+                    id: id.to_string(),
+                })
+            }
+        }
+        let record = self.store().deployment(DeploymentId(id)).await?;
+        let record = record.ok_or_else(|| Error::NotFound {
+            what: "deployment",
+            id: id.to_string(),
+        })?;
+        Ok(DeploymentSummary::from(&record))
+    }
+
+    /// Migrates the plan's instances (O2), or with `dry_run` shows what it would do and
+    /// writes nothing. The plan is checked against both definitions before any instance
+    /// is touched; each instance then moves atomically under its fence (a race with a
+    /// running lane is settled by the fence), audited, and its result is reported.
+    pub async fn migrate(
+        &self,
+        plan: &MigrationPlan,
+        dry_run: bool,
+    ) -> Result<Vec<MigrationResult>> {
+        let source = self.deployment_record(plan.source).await?;
+        let target = self.deployment_record(plan.target).await?;
+        if target.retired {
+            return Err(Error::Refused(format!(
+                "target deployment {} is retired",
+                plan.target
+            )));
+        }
+        if plan.source == plan.target {
+            return Err(Error::Invalid {
+                field: "target",
+                why: "the target is the source deployment".to_owned(),
+            });
+        }
+        let from = self.stepper.definition(source.id).await?;
+        let to = self.stepper.definition(target.id).await?;
+        let mut wrong = Vec::new();
+        for (old, new) in &plan.mapping {
+            if from.process.find(old).is_none() {
+                wrong.push(format!(
+                    "mapping.{old}: deployment {} has no node `{old}`",
+                    plan.source
+                ));
+            }
+            if to.process.find(new).is_none() {
+                wrong.push(format!(
+                    "mapping.{old}: deployment {} has no node `{new}`",
+                    plan.target
+                ));
+            }
+        }
+        if !wrong.is_empty() {
+            return Err(Error::Invalid {
+                field: "mapping",
+                why: wrong.join("; "),
+            });
+        }
+        let ids: Vec<InstanceId> = match &plan.instances {
+            Some(list) => list
+                .iter()
+                .map(|s| parse_instance_id(s))
+                .collect::<Result<_>>()?,
+            None => {
+                let mut ids = Vec::new();
+                for status in [InstanceStatus::Failed, InstanceStatus::Running] {
+                    let filter = InstanceFilter {
+                        deployment: Some(source.id),
+                        status: Some(status),
+                        ..InstanceFilter::default()
+                    };
+                    ids.extend(self.store().instances(&filter).await?.iter().map(|r| r.id));
+                }
+                ids
+            }
+        };
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            results.push(self.migrate_one(id, plan, &from, dry_run).await?);
+        }
+        Ok(results)
+    }
+
+    async fn migrate_one(
+        &self,
+        id: InstanceId,
+        plan: &MigrationPlan,
+        from: &qflow_core::Definition,
+        dry_run: bool,
+    ) -> Result<MigrationResult> {
+        let refused = |reason: String| MigrationResult {
+            instance: id.to_string(),
+            outcome: "refused",
+            reason: Some(reason),
+            changes: Vec::new(),
+            fence_after: None,
+        };
+        let before = self.stepper.claim(id).await?;
+        if before.deployment.0 != plan.source {
+            return Ok(refused(format!(
+                "instance is on deployment {}, not {}",
+                before.deployment.0, plan.source
+            )));
+        }
+        if before.snapshot.status() == qflow_core::Status::Running
+            && qflow_core::any_attempt_in_flight(from, &before.snapshot)
+        {
+            return Ok(refused(
+                "an attempt is in flight; migrate once it has an outcome or is in a backoff \
+                 window"
+                    .to_owned(),
+            ));
+        }
+        let timers = self.store().timers(id).await?;
+        let input = Input::Migrate {
+            mapping: plan.mapping.clone(),
+            timers: timers
+                .iter()
+                .map(|t| (t.name.to_string(), t.due_at_ms))
+                .collect(),
+        };
+        let audit = AuditEntry {
+            actor: self.actor.clone(),
+            action: "migrate".to_owned(),
+            detail: format!(
+                "from={} to={} mapping={:?}",
+                plan.source, plan.target, plan.mapping
+            ),
+        };
+        let target = DeploymentId(plan.target);
+        let now = (self.now_ms)();
+        match self
+            .stepper
+            .migrate(id, target, input, now, Some(&audit), dry_run)
+            .await
+        {
+            Ok(stepped) => Ok(MigrationResult {
+                instance: id.to_string(),
+                outcome: if dry_run { "would_migrate" } else { "migrated" },
+                reason: None,
+                changes: changes(
+                    &before.snapshot.inspect(),
+                    &stepped.claim.snapshot.inspect(),
+                ),
+                fence_after: (!dry_run).then_some(stepped.fence),
+            }),
+            Err(qflow_runtime::Error::Refused { why, .. }) => Ok(refused(why)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn deployment_record(&self, id: i64) -> Result<DeploymentRecord> {
+        self.store()
+            .deployment(DeploymentId(id))
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "deployment",
+                id: id.to_string(),
+            })
     }
 
     /// All deployments, oldest first.
@@ -461,4 +682,19 @@ impl Ops {
                 .collect(),
         })
     }
+}
+
+/// The parts of a decoded snapshot that differ, one line each: `key: before -> after`.
+fn changes(before: &serde_json::Value, after: &serde_json::Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let b = before.as_object().unwrap_or(&empty);
+    let a = after.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = b.keys().chain(a.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let show = |v: Option<&serde_json::Value>| v.map_or("(none)".to_owned(), |v| v.to_string());
+    keys.into_iter()
+        .filter(|k| b.get(*k) != a.get(*k))
+        .map(|k| format!("{k}: {} -> {}", show(b.get(k)), show(a.get(k))))
+        .collect()
 }

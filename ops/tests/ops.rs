@@ -254,3 +254,98 @@ async fn unknown_and_malformed_ids_are_refused() {
     ));
     w.rt.shutdown().await;
 }
+
+/// The migration scenario of O2: instances FAILED on v1 because of a model bug, v2
+/// deployed, the dry-run diff reviewed, the migration run, the instances resumed; they
+/// complete with the attempts they burned on v1 preserved.
+#[tokio::test]
+async fn failed_instances_migrate_onto_a_fixed_deployment_and_complete() {
+    let w = world().await;
+    w.broken.store(false, Ordering::SeqCst);
+    // v1's bug: the task names a handler that does not exist.
+    let v1 = model(r#"<q:retry maxAttempts="2" initialInterval="PT1S" jitter="none"/>"#)
+        .replace(r#"q:task="pay""#, r#"q:task="payment-v1""#);
+    let v2 = model(r#"<q:retry maxAttempts="4" initialInterval="PT1S" jitter="none"/>"#)
+        .replace(r#"id="pay""#, r#"id="charge""#)
+        .replace(r#"targetRef="pay""#, r#"targetRef="charge""#)
+        .replace(r#"sourceRef="pay""#, r#"sourceRef="charge""#);
+    let d1 = w.rt.deploy(&v1, None).await.expect("v1 deploys");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(
+            w.rt.start_instance(d1.id, Default::default())
+                .await
+                .expect("starts"),
+        );
+    }
+    w.rt.wait_until(|s| s.parks >= 2).await;
+    w.clock.advance_ms(1_000);
+    w.rt.wait_until(|s| s.failed >= 2).await;
+    let d2 = w.ops.deploy(&v2, None).await.expect("v2 deploys");
+
+    // A mapping to a node v2 lacks is refused before anything is touched.
+    let bad = qflow_ops::MigrationPlan {
+        source: d1.id.0,
+        target: d2.id,
+        mapping: [("pay".to_owned(), "nowhere".to_owned())].into(),
+        instances: None,
+    };
+    assert!(matches!(
+        w.ops.migrate(&bad, true).await,
+        Err(Error::Invalid {
+            field: "mapping",
+            ..
+        })
+    ));
+    let plan = qflow_ops::MigrationPlan {
+        mapping: [("pay".to_owned(), "charge".to_owned())].into(),
+        ..bad
+    };
+    let fences: Vec<u64> = {
+        let mut f = Vec::new();
+        for id in &ids {
+            f.push(w.fence(*id).await);
+        }
+        f
+    };
+    let dry = w.ops.migrate(&plan, true).await.expect("dry run");
+    assert_eq!(dry.len(), 2);
+    assert!(dry.iter().all(|r| r.outcome == "would_migrate"));
+    insta::assert_snapshot!("migration_dry_run_diff", dry[0].changes.join("\n"));
+    for (id, fence) in ids.iter().zip(&fences) {
+        assert_eq!(w.fence(*id).await, *fence, "a dry run writes nothing");
+    }
+
+    let done = w.ops.migrate(&plan, false).await.expect("migrates");
+    assert!(done.iter().all(|r| r.outcome == "migrated"), "{done:?}");
+    for id in &ids {
+        let view = w.ops.inspect(*id).await.expect("inspects");
+        assert_eq!(view.instance.deployment, d2.id);
+        assert_eq!(view.instance.status, "failed");
+        assert_eq!(view.snapshot["attempts"]["charge"], 2);
+        w.ops.resume(*id, Budget::Keep).await.expect("resumes");
+    }
+    w.poll_until(|s| s.completed >= 2).await;
+    for id in &ids {
+        let rows = w.ops.history(*id).await.expect("history");
+        let seen: Vec<_> = rows
+            .iter()
+            .map(|a| (a.node.as_str(), a.attempt, a.outcome))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("pay", 1, "failed"),
+                ("pay", 2, "failed"),
+                ("charge", 3, "ok")
+            ],
+            "the burned attempts stay in the history and count on"
+        );
+    }
+    let audit = w.ops.audit(None, 0).await.expect("audit");
+    let actions: Vec<_> = audit.iter().map(|a| a.action.as_str()).collect();
+    assert_eq!(actions, vec!["migrate", "migrate", "resume", "resume"]);
+    // Nothing left on v1: it retires.
+    w.ops.retire(d1.id.0).await.expect("v1 retires");
+    w.rt.shutdown().await;
+}

@@ -37,7 +37,7 @@ pub mod postgres;
 pub mod sqlite;
 
 pub use postgres::{PgConfig, PgStore};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, StoreFile};
 
 /// Errors from opening or connecting a store. Errors of the store operations themselves
 /// are `qflow_store::StoreError`.
@@ -55,6 +55,10 @@ pub enum Error {
         #[source]
         source: sqlx::migrate::MigrateError,
     },
+    /// The file holds something other than a qflow store (another program's database,
+    /// a text file, a directory): it is neither opened nor changed.
+    #[error("{target} is not a qflow store: it is {found}")]
+    NotAStore { target: String, found: String },
     #[error("invalid store configuration: {0}")]
     Config(String),
 }

@@ -638,6 +638,21 @@ impl Store for PgStore {
 
     async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        // Looked up first, so that deploying the same content again uses no new version
+        // number (an insert that conflicts would still consume one); the insert's
+        // conflict clause covers two replicas deploying the same content at once.
+        let existing = sqlx::query(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE content_hash = $1"
+        ))
+        .bind(new.content_hash)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if let Some(row) = existing {
+            let record = deployment_from_row(&row)?;
+            tx.commit().await.map_err(backend)?;
+            return Ok(record);
+        }
         let inserted = sqlx::query(&format!(
             "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (content_hash) DO NOTHING \

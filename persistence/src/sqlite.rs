@@ -62,12 +62,74 @@ pub struct SqliteStore {
 
 type Tx = sqlx::Transaction<'static, Sqlite>;
 
+/// What a file named as a SQLite store holds ([`SqliteStore::inspect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreFile {
+    /// Nothing at the path: opening creates the store.
+    Missing,
+    /// An empty file or a SQLite database without tables: opening makes it a store.
+    Empty,
+    /// A qflow store.
+    Qflow,
+    /// Something else, described ("a directory", "a SQLite database with tables qflow
+    /// did not create: …"): opening it would add qflow's tables to another program's
+    /// data, and deleting it would lose that data.
+    Foreign(String),
+}
+
+/// The first 16 bytes of every SQLite 3 database file.
+const SQLITE_HEADER: &[u8] = b"SQLite format 3\0";
+/// sqlx's record of applied migrations.
+const MIGRATIONS_TABLE: &str = "_sqlx_migrations";
+/// Table names shown when describing another program's database.
+const FOREIGN_TABLES_SHOWN: usize = 5;
+
+/// The tables of the database at `path`, read on a read-only connection that never
+/// creates the file.
+async fn table_names(path: &Path) -> Result<Vec<String>, sqlx::Error> {
+    use sqlx::Connection;
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS));
+    let mut conn = SqliteConnection::connect_with(&options).await?;
+    let names = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         ORDER BY name",
+    )
+    .fetch_all(&mut conn)
+    .await;
+    conn.close().await?;
+    names
+}
+
+fn foreign_tables(tables: &[String]) -> String {
+    let theirs: Vec<&str> = tables
+        .iter()
+        .map(String::as_str)
+        .filter(|t| *t != MIGRATIONS_TABLE)
+        .collect();
+    let mut shown = theirs[..theirs.len().min(FOREIGN_TABLES_SHOWN)].join(", ");
+    if theirs.len() > FOREIGN_TABLES_SHOWN {
+        shown.push_str(&format!(
+            " and {} more",
+            theirs.len() - FOREIGN_TABLES_SHOWN
+        ));
+    }
+    format!("a SQLite database with tables qflow did not create: {shown}")
+}
+
 impl SqliteStore {
     /// Opens (creating if missing) the database file at `path` and brings its schema up
-    /// to date.
+    /// to date. Refused with [`Error::NotAStore`] when the file holds anything but a
+    /// qflow store, an empty file or an empty database ([`SqliteStore::inspect`]): qflow
+    /// never adds its tables to another program's database.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
         let path = path.as_ref().to_path_buf();
         let target = path.display().to_string();
+        if let StoreFile::Foreign(found) = SqliteStore::inspect(&path).await? {
+            return Err(Error::NotAStore { target, found });
+        }
         let connect = |source| Error::Connect {
             target: target.clone(),
             source,
@@ -107,6 +169,71 @@ impl SqliteStore {
             path,
             known_deployments: KnownDeployments::default(),
         })
+    }
+
+    /// What the file at `path` holds, judged without changing it: the one place that
+    /// decides whether a file may be opened as a store ([`SqliteStore::open`]) or deleted
+    /// as one (`qflow run --fresh`).
+    ///
+    /// A qflow store is a SQLite database with sqlx's migrations table and qflow's
+    /// `instances` and `deployments` tables. An empty file, and a SQLite database with no
+    /// table but (at most) an empty start of the migrations table, count as
+    /// [`StoreFile::Empty`]: nothing in them can be lost.
+    pub async fn inspect(path: impl AsRef<Path>) -> Result<StoreFile, Error> {
+        let path = path.as_ref();
+        let target = path.display().to_string();
+        let io = |source: std::io::Error| Error::Connect {
+            target: target.clone(),
+            source: sqlx::Error::Io(source),
+        };
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StoreFile::Missing),
+            Err(e) => return Err(io(e)),
+        };
+        if meta.is_dir() {
+            return Ok(StoreFile::Foreign("a directory".to_owned()));
+        }
+        // A store killed before its first checkpoint can have an empty main file and all
+        // of its pages in the WAL: only an empty file without a WAL is empty.
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        if meta.len() == 0 && wal_len == 0 {
+            return Ok(StoreFile::Empty);
+        }
+        if meta.len() > 0 {
+            use std::io::Read;
+            let mut header = Vec::with_capacity(SQLITE_HEADER.len());
+            std::fs::File::open(path)
+                .and_then(|f| f.take(SQLITE_HEADER.len() as u64).read_to_end(&mut header))
+                .map_err(io)?;
+            if header != SQLITE_HEADER {
+                return Ok(StoreFile::Foreign(
+                    "not a SQLite database (the file does not start with the SQLite header)"
+                        .to_owned(),
+                ));
+            }
+        }
+        let tables = table_names(path).await.map_err(|source| Error::Connect {
+            target: target.clone(),
+            source,
+        })?;
+        let has = |name: &str| tables.iter().any(|t| t == name);
+        Ok(
+            if has(MIGRATIONS_TABLE) && has("instances") && has("deployments") {
+                StoreFile::Qflow
+            } else if tables.iter().all(|t| t == MIGRATIONS_TABLE) {
+                StoreFile::Empty
+            } else {
+                StoreFile::Foreign(foreign_tables(&tables))
+            },
+        )
+    }
+
+    /// Whether the file at `path` is a qflow store (see [`SqliteStore::inspect`]).
+    pub async fn is_qflow_store(path: impl AsRef<Path>) -> Result<bool, Error> {
+        Ok(SqliteStore::inspect(path).await? == StoreFile::Qflow)
     }
 
     pub fn path(&self) -> &Path {
@@ -523,6 +650,21 @@ impl Store for SqliteStore {
 
     async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         let mut tx = self.begin_write().await?;
+        // Looked up first, so that deploying the same content again uses no new version
+        // number (an insert that conflicts would still consume one); the insert's
+        // conflict clause covers two replicas deploying the same content at once.
+        let existing = sqlx::query(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE content_hash = ?"
+        ))
+        .bind(new.content_hash)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if let Some(row) = existing {
+            let record = deployment_from_row(&row)?;
+            tx.commit().await.map_err(backend)?;
+            return Ok(record);
+        }
         let inserted = sqlx::query(&format!(
             "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
              VALUES (?, ?, ?, ?) ON CONFLICT (content_hash) DO NOTHING \

@@ -221,6 +221,81 @@ impl Stepper {
         .await
     }
 
+    /// Reads `instance` as it stands: its deployment's definition, decoded snapshot and
+    /// fence.
+    pub async fn claim(&self, instance: InstanceId) -> Result<claim::Claim, Error> {
+        claim::Claim::read(&*self.store, &self.defs, instance).await
+    }
+
+    /// Moves `instance` onto `target` (O2): `Input::Migrate` stepped with the target's
+    /// definition and committed under the fence with the instance row's new deployment,
+    /// `audit` in the same transaction. `dry_run` plans the step and writes nothing: the
+    /// returned claim is the instance as it would be.
+    pub async fn migrate(
+        &self,
+        instance: InstanceId,
+        target: DeploymentId,
+        input: Input,
+        now_ms: i64,
+        audit: Option<&qflow_store::AuditEntry>,
+        dry_run: bool,
+    ) -> Result<claim::Stepped, Error> {
+        let to = self.defs.get(target).await?;
+        let rules = claim::LeaseRules {
+            lease_ms: self.lease_ms,
+            refresh_divisor: 2,
+            handing_over: true,
+        };
+        for _ in 0..=claim::CONFLICT_RETRIES_MAX {
+            let mut claim = self.claim(instance).await?;
+            claim.def = to.clone();
+            claim.deployment = target;
+            let mut planned = claim::plan(claim, input.clone(), None, now_ms, now_ms, rules)?;
+            if dry_run {
+                let fence = planned.then.next.fence.unwrap_or(0) + 1;
+                return Ok(claim::Stepped {
+                    fence,
+                    claim: planned.then.next,
+                    calls: Vec::new(),
+                    handed_over: planned.then.handed_over,
+                });
+            }
+            planned.commit.audit.extend(audit.cloned());
+            match self.store.commit(vec![planned.commit]).await?.first() {
+                Some(qflow_store::CommitOutcome::Applied { fence }) => {
+                    return Ok(claim::Stepped {
+                        fence: *fence,
+                        claim: claim::Claim {
+                            fence: Some(*fence),
+                            ..planned.then.next
+                        },
+                        calls: planned.then.calls,
+                        handed_over: planned.then.handed_over,
+                    })
+                }
+                Some(qflow_store::CommitOutcome::Conflict { .. }) => continue,
+                _ => {
+                    return Err(Error::Conflict(format!(
+                        "the store did not apply the migration of instance {instance}"
+                    )))
+                }
+            }
+        }
+        Err(Error::Conflict(format!(
+            "instance {instance} kept changing under the migration"
+        )))
+    }
+
+    /// Deploys a model on the store (see [`Runtime::deploy`]; the same path).
+    pub async fn deploy(
+        &self,
+        source: &str,
+        process_id: Option<&str>,
+        now_ms: i64,
+    ) -> Result<DeploymentRecord, Error> {
+        deploy(&self.store, &self.defs, source, process_id, now_ms).await
+    }
+
     /// The definition of `deployment`, loaded once.
     pub async fn definition(&self, deployment: DeploymentId) -> Result<Arc<Definition>, Error> {
         self.defs.get(deployment).await
@@ -275,6 +350,68 @@ impl Definitions {
             .insert(id, def.clone());
         Ok(def)
     }
+}
+
+/// Deploys the executable process `process_id` of `source` (or its only process when
+/// `None`) on `store` at `now_ms`: loaded and validated, refused when it holds elements
+/// this engine cannot run or when it is stateful and the store is not durable (L7), and
+/// stored by content hash (same content, same version; R5). The one deploy path of the
+/// runtime and of the operator API.
+async fn deploy(
+    store: &Arc<dyn Store>,
+    defs: &Definitions,
+    source: &str,
+    process_id: Option<&str>,
+    now_ms: i64,
+) -> Result<DeploymentRecord, Error> {
+    let def = load_process(source, process_id)?;
+    let unsupported = qflow_core::unsupported_elements(&def);
+    if !unsupported.is_empty() {
+        let list: Vec<String> = unsupported
+            .iter()
+            .map(|(node, what)| format!("`{node}` ({what})"))
+            .collect();
+        return Err(Error::Refused {
+            what: "deployment".to_owned(),
+            why: format!(
+                "process `{}` uses elements this engine version cannot run yet: {}",
+                def.id,
+                list.join(", ")
+            ),
+        });
+    }
+    if let qflow_loader::model::Classification::Stateful { reasons } = &def.class {
+        if !store.is_durable() {
+            return Err(Error::Refused {
+                what: "deployment".to_owned(),
+                why: format!(
+                    "process `{}` is stateful ({}) and needs a durable store; this engine \
+                     runs on the in-memory store",
+                    def.id,
+                    reasons.join(", ")
+                ),
+            });
+        }
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(def.id.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(source.as_bytes());
+    let hash = hex::encode(hasher.finalize());
+    let record = store
+        .deploy(NewDeployment {
+            process_id: &def.id,
+            content_hash: &hash,
+            source,
+            deployed_at_ms: now_ms,
+        })
+        .await?;
+    defs.loaded
+        .lock()
+        .expect("definitions lock")
+        .entry(record.id)
+        .or_insert_with(|| Arc::new(def));
+    Ok(record)
 }
 
 /// Loads `source` and picks the executable process `process_id`, or the only one when
@@ -416,59 +553,15 @@ impl Runtime {
         source: &str,
         process_id: Option<&str>,
     ) -> Result<DeploymentRecord, Error> {
-        let def = load_process(source, process_id)?;
-        let unsupported = qflow_core::unsupported_elements(&def);
-        if !unsupported.is_empty() {
-            let list: Vec<String> = unsupported
-                .iter()
-                .map(|(node, what)| format!("`{node}` ({what})"))
-                .collect();
-            return Err(Error::Refused {
-                what: "deployment".to_owned(),
-                why: format!(
-                    "process `{}` uses elements this engine version cannot run yet: {}",
-                    def.id,
-                    list.join(", ")
-                ),
-            });
-        }
-        if let qflow_loader::model::Classification::Stateful { reasons } = &def.class {
-            if !self.shared.store.is_durable() {
-                return Err(Error::Refused {
-                    what: "deployment".to_owned(),
-                    why: format!(
-                        "process `{}` is stateful ({}) and needs a durable store; this engine \
-                         runs on the in-memory store",
-                        def.id,
-                        reasons.join(", ")
-                    ),
-                });
-            }
-        }
-        let mut hasher = Sha256::new();
-        hasher.update(def.id.as_bytes());
-        hasher.update([0u8]);
-        hasher.update(source.as_bytes());
-        let hash = hex::encode(hasher.finalize());
         let now = self.shared.clock.now_ms();
-        let record = self
-            .shared
-            .store
-            .deploy(NewDeployment {
-                process_id: &def.id,
-                content_hash: &hash,
-                source,
-                deployed_at_ms: now,
-            })
-            .await?;
-        self.shared
-            .defs
-            .loaded
-            .lock()
-            .expect("definitions lock")
-            .entry(record.id)
-            .or_insert_with(|| Arc::new(def));
-        Ok(record)
+        deploy(
+            &self.shared.store,
+            &self.shared.defs,
+            source,
+            process_id,
+            now,
+        )
+        .await
     }
 
     /// Retires a deployment; refused while running or FAILED instances reference it.

@@ -21,6 +21,8 @@ use qflow_loader::model::{
 };
 use serde::Serialize;
 
+use crate::text::escape;
+
 /// The largest full-jitter factor `jitter_ppb` can return (it is `< 1e9`).
 const MAX_JITTER_PPB: u32 = 999_999_999;
 /// Attempts listed one by one when a policy has few of them; longer lists show the first
@@ -336,14 +338,18 @@ pub(crate) fn write_definition(out: &mut impl Write, definition: &Definition) ->
 }
 
 pub(crate) fn write_timeline(out: &mut impl Write, process: &str, t: &Timeline) -> io::Result<()> {
+    // Ids, codes and the texts quoting them are the model's: escaped for the terminal.
     writeln!(
         out,
-        "retry timeline of task `{}` in process `{process}` ({}:{}):",
-        t.node, t.line, t.col
+        "retry timeline of task `{}` in process `{}` ({}:{}):",
+        escape(&t.node),
+        escape(process),
+        t.line,
+        t.col
     )?;
-    writeln!(out, "  policy: {}", policy_text(t))?;
+    writeln!(out, "  policy: {}", escape(&policy_text(t)))?;
     if let Some(why) = &t.unexplained {
-        writeln!(out, "  not listed: {why}")?;
+        writeln!(out, "  not listed: {}", escape(why))?;
         return write_codes_and_notes(out, t);
     }
     if t.max_attempts < 2 {
@@ -484,7 +490,7 @@ fn write_codes_and_notes(out: &mut impl Write, t: &Timeline) -> io::Result<()> {
         writeln!(
             out,
             "  non-retryable codes (FAILED at once, no retry): {}",
-            t.non_retryable_codes.join(", ")
+            escape(&t.non_retryable_codes.join(", "))
         )?;
     }
     writeln!(
@@ -499,14 +505,16 @@ fn write_codes_and_notes(out: &mut impl Write, t: &Timeline) -> io::Result<()> {
                 out,
                 "  routed timer boundary `{}` (interrupting, {}) spans all attempts; if it \
                  fires first, even during a backoff, the retries stop and the flow routes",
-                timer.id, timer.timer
+                escape(&timer.id),
+                escape(&timer.timer)
             )?;
         } else {
             writeln!(
                 out,
                 "  routed timer boundary `{}` (non-interrupting, {}) opens its path \
                  alongside; the retries go on",
-                timer.id, timer.timer
+                escape(&timer.id),
+                escape(&timer.timer)
             )?;
         }
     }

@@ -153,6 +153,7 @@ pub(crate) fn write_document(
         summary,
         files,
     };
-    serde_json::to_writer_pretty(&mut *out, &document).map_err(io::Error::from)?;
-    writeln!(out)
+    let text = serde_json::to_string_pretty(&document).map_err(io::Error::from)?;
+    // The model's text may hold characters serde_json leaves raw (C1 controls).
+    writeln!(out, "{}", crate::text::escape_json(&text))
 }

@@ -4,6 +4,8 @@
 //! caret under the column, then `= help: …` when the loader has advice. Columns count
 //! characters (as the loader's positions do); tabs are shown as four spaces and the caret
 //! moves with them. Very long lines (minified XML) are cut to a window around the column.
+//! A model's own text (ids, names, values quoted in messages) is printed with its control
+//! characters escaped (`crate::text`), so that a model cannot drive the terminal.
 //! This module only formats; it never decides whether a model is acceptable.
 
 use std::cell::Cell;
@@ -13,6 +15,7 @@ use qflow_loader::diag::Diagnostic;
 use qflow_loader::model::{Classification, Definition};
 
 use super::{explain, severity_label, FileReport, Verdict};
+use crate::text::escape;
 
 /// Tabs are expanded to this many spaces so the caret lines up in any terminal.
 const TAB_WIDTH: usize = 4;
@@ -93,7 +96,8 @@ pub(crate) fn summary_line(definition: &Definition) -> String {
             format!("stateful ({})", reasons.join("; "))
         }
     };
-    format!("process `{}`: {nodes}, {class}", definition.id)
+    // The id and the reasons (which quote node ids) are the model's text.
+    escape(&format!("process `{}`: {nodes}, {class}", definition.id)).into_owned()
 }
 
 pub(crate) fn write_diagnostic(
@@ -104,15 +108,14 @@ pub(crate) fn write_diagnostic(
 ) -> io::Result<()> {
     let label = severity_label(d.severity);
     let (line, col) = (d.pos.line, d.pos.col);
+    // Messages and help quote the model's ids and values; the source line shown below
+    // has its control characters blanked by `push_display`.
+    let message = escape(&d.message);
     if line == 0 {
         // A file-level diagnostic (no position): no snippet to show.
-        writeln!(out, "{path}: {label}[{}]: {}", d.code, d.message)?;
+        writeln!(out, "{path}: {label}[{}]: {message}", d.code)?;
     } else {
-        writeln!(
-            out,
-            "{path}:{line}:{col}: {label}[{}]: {}",
-            d.code, d.message
-        )?;
+        writeln!(out, "{path}:{line}:{col}: {label}[{}]: {message}", d.code)?;
         if let Some((shown, caret_at)) = index.snippet(line, col) {
             let gutter = line.to_string();
             let pad = " ".repeat(gutter.len());
@@ -123,7 +126,7 @@ pub(crate) fn write_diagnostic(
     }
     if let Some(help) = &d.help {
         let pad = " ".repeat(if line == 0 { 0 } else { line.to_string().len() });
-        writeln!(out, " {pad} = help: {help}")?;
+        writeln!(out, " {pad} = help: {}", escape(help))?;
     }
     Ok(())
 }

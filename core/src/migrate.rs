@@ -1,0 +1,184 @@
+//! Migration of an instance onto another deployment (SPEC O2), as a core input.
+//!
+//! The step runs with the **target** definition: `Input::Migrate` carries the node
+//! mapping (old id → new id; an id the mapping does not name keeps its id) and the due
+//! instants of the instance's live timer rows (the snapshot knows timer names and
+//! incarnations, the store knows when they are due). Everything the snapshot keeps per
+//! node travels with the renamed node: tokens, attempt counters, backoff markers, first
+//! failures, budget bases, re-adoption counts, join arrivals, cycle counts, the failure's
+//! node; variables are untouched. A timer whose name changes is resolved and armed again
+//! under its new name at the same instant.
+//!
+//! The plan is validated against the target before anything changes, and any problem
+//! makes the input stale (nothing written), with every reason: a mapped node the target
+//! lacks, a task in flight (wait for its outcome or its backoff), a token at a registered
+//! task mapped to something that is not one, a timer the target node cannot have (a
+//! retry park on a task without `q:retry`, a timeout window without `q:timeout`), join
+//! arrivals over flows the target lacks. Only a FAILED instance, or a running one with no
+//! attempt in flight, migrates.
+
+use std::collections::BTreeMap;
+
+use qflow_loader::model::{BoundaryTrigger, CatchTrigger, Definition, NodeKind, Process, TaskKind};
+
+use super::flow::Run;
+use super::timers::{TimerKind, TimerName};
+use super::Effect;
+use crate::snapshot::{Snapshot, Status};
+
+/// The node mapping's image of `node`.
+fn mapped<'m>(mapping: &'m BTreeMap<String, String>, node: &'m str) -> &'m str {
+    mapping.get(node).map_or(node, String::as_str)
+}
+
+fn is_registered(p: &Process, id: &str) -> bool {
+    p.find(id).is_some_and(|i| {
+        matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
+    })
+}
+
+/// Why the migration cannot apply to `snap` on `def` (the target), or `None`. Every
+/// problem is listed, one per line.
+pub(super) fn problems(
+    def: &Definition,
+    snap: &Snapshot,
+    mapping: &BTreeMap<String, String>,
+    due: &BTreeMap<String, i64>,
+) -> Option<String> {
+    let p = &def.process;
+    let mut out: Vec<String> = Vec::new();
+    match snap.status() {
+        Status::Failed => {}
+        Status::Running => {
+            for node in snap.tokens() {
+                if snap.marker(node).is_none() && is_registered(p, mapped(mapping, node)) {
+                    // A task's token outside a backoff window: the attempt is in flight.
+                    out.push(format!(
+                        "task `{node}` has an attempt in flight; migrate once it has an outcome \
+                         or is in a backoff window"
+                    ));
+                }
+            }
+        }
+        s => out.push(format!(
+            "instance is {}: only a FAILED or a running instance migrates",
+            s.as_str()
+        )),
+    }
+    for node in snap.tokens() {
+        let to = mapped(mapping, node);
+        if p.find(to).is_none() {
+            out.push(format!(
+                "token at `{node}` maps to `{to}`, which the target does not have"
+            ));
+        } else if snap.attempt(node) > 0 && !is_registered(p, to) {
+            out.push(format!(
+                "task `{node}` has attempts and maps to `{to}`, which is not a registered task"
+            ));
+        }
+    }
+    if let Some(node) = snap.failure().and_then(|f| f.node) {
+        let to = mapped(mapping, &node);
+        if p.find(to).is_none() {
+            out.push(format!(
+                "the failed node `{node}` maps to `{to}`, which the target does not have"
+            ));
+        }
+    }
+    for (gw, flows) in &snap.joins {
+        let to = mapped(mapping, gw);
+        if p.find(to).is_none() {
+            out.push(format!(
+                "join `{gw}` maps to `{to}`, which the target does not have"
+            ));
+        }
+        for f in flows {
+            if !p.flows.iter().any(|fl| fl.id == *f) {
+                out.push(format!(
+                    "join `{gw}` holds an arrival over flow `{f}`, which the target does not have"
+                ));
+            }
+        }
+    }
+    for name in snap.timers().keys() {
+        let Some(t) = TimerName::parse(name) else {
+            out.push(format!("timer `{name}` is not a name the engine writes"));
+            continue;
+        };
+        let Some(node) = t.node() else { continue };
+        let to = mapped(mapping, node);
+        if !due.contains_key(name) {
+            out.push(format!("timer `{name}` has no due instant in the plan"));
+        }
+        let kind = p.find(to).map(|i| &p.node(i).kind);
+        let fits = match (t.kind(), kind) {
+            (_, None) => false,
+            (TimerKind::Retry, Some(NodeKind::Task(task))) => task.retry.is_some(),
+            (TimerKind::Timeout, Some(NodeKind::Task(task))) => task.timeout.is_some(),
+            (TimerKind::Boundary, Some(NodeKind::Boundary(b))) => {
+                matches!(b.trigger, BoundaryTrigger::Timer(_))
+            }
+            (TimerKind::Catch, Some(NodeKind::IntermediateCatch(CatchTrigger::Timer(_)))) => true,
+            _ => false,
+        };
+        if !fits {
+            out.push(format!(
+                "timer `{name}` maps to `{to}`, where the target has no such timer"
+            ));
+        }
+    }
+    (!out.is_empty()).then(|| out.join("\n"))
+}
+
+fn rename<V>(map: &mut BTreeMap<String, V>, mapping: &BTreeMap<String, String>) {
+    let old = std::mem::take(map);
+    for (k, v) in old {
+        map.insert(mapped(mapping, &k).to_owned(), v);
+    }
+}
+
+impl Run<'_> {
+    /// Applies a validated migration (see `problems`) to the snapshot.
+    pub(super) fn migrate(
+        &mut self,
+        mapping: &BTreeMap<String, String>,
+        due: &BTreeMap<String, i64>,
+    ) {
+        let s = &mut self.snap;
+        for t in &mut s.tokens {
+            *t = mapped(mapping, t).to_owned();
+        }
+        s.tokens.sort();
+        rename(&mut s.attempts, mapping);
+        rename(&mut s.markers, mapping);
+        rename(&mut s.first_failure_ms, mapping);
+        rename(&mut s.budget_bases, mapping);
+        rename(&mut s.readoptions, mapping);
+        rename(&mut s.joins, mapping);
+        if let Some(n) = &s.failure_node {
+            s.failure_node = Some(mapped(mapping, n).to_owned());
+        }
+        let live: Vec<(String, u32)> = s.timers.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (name, incarnation) in live {
+            let Some(old) = TimerName::parse(&name) else {
+                continue;
+            };
+            let Some(node) = old.node() else { continue };
+            let new = TimerName::new(old.kind(), mapped(mapping, node));
+            if new == old {
+                continue;
+            }
+            let cycles = self.snap.cycles.remove(old.as_str());
+            self.snap.timers.remove(old.as_str());
+            self.effects.push(Effect::ResolveTimer {
+                name: old,
+                incarnation,
+            });
+            let at = due.get(&name).copied().unwrap_or(self.now_ms);
+            if let Some(c) = cycles {
+                self.snap.cycles.insert(new.as_str().to_owned(), c);
+            }
+            self.arm(new, at);
+        }
+    }
+}

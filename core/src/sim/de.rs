@@ -1,0 +1,678 @@
+//! Reading the scenario file format: the `Deserialize` impls of [`Scenario`], [`Scripted`]
+//! and [`ScriptedEvent`], written by hand because the derived ones accept what the format
+//! refuses (`docs/simulate.md`).
+//!
+//! What a derive would let through, and these refuse:
+//! - a JSON array read positionally as a scenario or an outcome (derived structs accept
+//!   sequences); every object of the format is read from a map and nothing else;
+//! - duplicate keys, at every level and inside variable values (a derived map keeps the
+//!   last one): refused while the key is read, so a path-tracking deserializer
+//!   (`serde_path_to_error`) names the key itself;
+//! - fields on an outcome or event kind that does not take them (`{"outcome": "hang",
+//!   "after_ms": 5}`: a derived internally tagged unit variant ignores the rest).
+//!
+//! And where a derived internally tagged enum buffers the whole object first (so that an
+//! error can only name the object), these read every field straight from the input: a
+//! wrong type names the innermost field (`tasks.pay[0].after_ms`) and its position.
+//!
+//! Field names follow the serialized form exactly, so a serialized scenario reads back.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use qflow_loader::model::Variables;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Number, Value};
+
+use super::{default_instance, Scenario, Scripted, ScriptedEvent};
+use crate::{Budget, TimerName};
+
+const SCENARIO_FIELDS: &[&str] = &[
+    "instance",
+    "start_at_ms",
+    "variables",
+    "tasks",
+    "events",
+    "horizon_ms",
+    "max_steps",
+];
+
+impl<'de> Deserialize<'de> for Scenario {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Scenario, D::Error> {
+        d.deserialize_map(ScenarioVisitor)
+    }
+}
+
+struct ScenarioVisitor;
+
+impl<'de> Visitor<'de> for ScenarioVisitor {
+    type Value = Scenario;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a scenario object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scenario, A::Error> {
+        let mut s = Scenario {
+            instance: default_instance(),
+            start_at_ms: 0,
+            variables: Variables::new(),
+            tasks: BTreeMap::new(),
+            events: Vec::new(),
+            horizon_ms: None,
+            max_steps: None,
+        };
+        let mut seen = Vec::new();
+        while let Some(field) = map.next_key_seed(Field::of(SCENARIO_FIELDS, &mut seen))? {
+            match field {
+                "instance" => s.instance = map.next_value()?,
+                "start_at_ms" => s.start_at_ms = map.next_value()?,
+                "variables" => s.variables = map.next_value_seed(Object)?,
+                "tasks" => s.tasks = map.next_value_seed(Tasks)?,
+                "events" => s.events = map.next_value()?,
+                "horizon_ms" => s.horizon_ms = map.next_value()?,
+                "max_steps" => s.max_steps = map.next_value()?,
+                _ => unreachable!("Field only yields names from SCENARIO_FIELDS"),
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// `tasks`: node id → outcomes, one node at most once.
+struct Tasks;
+
+impl<'de> DeserializeSeed<'de> for Tasks {
+    type Value = BTreeMap<String, Vec<Scripted>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Tasks {
+    type Value = BTreeMap<String, Vec<Scripted>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of task node id → list of outcomes")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut tasks = BTreeMap::new();
+        loop {
+            let node = map.next_key_seed(FreshKey(&|k| tasks.contains_key(k)))?;
+            let Some(node) = node else { break };
+            let outcomes = map.next_value()?;
+            tasks.insert(node, outcomes);
+        }
+        Ok(tasks)
+    }
+}
+
+/// A map key, refused if the object already has it. The check runs while the key is
+/// read, so the error names the key's path.
+struct FreshKey<'a>(&'a dyn Fn(&str) -> bool);
+
+impl<'de> DeserializeSeed<'de> for FreshKey<'_> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FreshKey<'_> {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<String, E> {
+        if (self.0)(key) {
+            Err(E::custom(format_args!(
+                "duplicate key `{key}`; each key may appear once"
+            )))
+        } else {
+            Ok(key.to_owned())
+        }
+    }
+}
+
+/// A field name of a struct-like object: one of `allowed`, each at most once (`seen`
+/// holds the ones read so far). Unknown and duplicate fields are refused while the key is
+/// read, so the error names the key's path.
+struct Field<'a> {
+    /// Every name this object can hold, whatever its kind turns out to be.
+    known: &'static [&'static str],
+    /// The names allowed now besides the tag: the kind's fields once the tag is read,
+    /// `known` before.
+    allowed: &'static [&'static str],
+    /// The kind tag (`outcome`, `event`), allowed once whatever the kind.
+    tag: Option<&'static str>,
+    /// The kind, once its tag is read: named in the refusal of a field it does not take.
+    kind: Option<&'static str>,
+    seen: &'a mut Vec<&'static str>,
+}
+
+impl<'a> Field<'a> {
+    /// A field of a plain struct: one of `fields`.
+    fn of(fields: &'static [&'static str], seen: &'a mut Vec<&'static str>) -> Field<'a> {
+        Field {
+            known: fields,
+            allowed: fields,
+            tag: None,
+            kind: None,
+            seen,
+        }
+    }
+
+    /// A field of a tagged object whose kind is `kind` (`None`: its tag is not read yet).
+    fn tagged(
+        tag: &'static str,
+        known: &'static [&'static str],
+        kinds: &'static [Kind],
+        kind: Option<usize>,
+        seen: &'a mut Vec<&'static str>,
+    ) -> Field<'a> {
+        Field {
+            known,
+            allowed: kind.map_or(known, |k| kinds[k].fields),
+            tag: Some(tag),
+            kind: kind.map(|k| kinds[k].name),
+            seen,
+        }
+    }
+}
+
+/// One kind of a tagged object: its tag value and the fields it takes.
+struct Kind {
+    name: &'static str,
+    fields: &'static [&'static str],
+}
+
+impl<'de> DeserializeSeed<'de> for Field<'_> {
+    type Value = &'static str;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<&'static str, D::Error> {
+        d.deserialize_identifier(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Field<'_> {
+    type Value = &'static str;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<&'static str, E> {
+        let found = self.known.iter().copied().find(|f| *f == key);
+        match found {
+            Some(name) if self.tag == Some(name) || self.allowed.contains(&name) => {
+                if self.seen.contains(&name) {
+                    return Err(E::duplicate_field(name));
+                }
+                self.seen.push(name);
+                Ok(name)
+            }
+            _ => match (self.tag, self.kind) {
+                // A field of another kind, or of none: say what this kind takes.
+                (Some(tag), Some(kind)) => Err(E::custom(format_args!(
+                    "unknown field `{key}`: {tag} `{kind}` takes {}",
+                    Takes(self.allowed)
+                ))),
+                _ => Err(E::unknown_field(key, self.allowed)),
+            },
+        }
+    }
+}
+
+/// A kind tag's value (`"outcome": "fail"`): one of `kinds`, as a string. Fields read
+/// before the tag must belong to the kind it names.
+struct Tag<'a> {
+    tag: &'static str,
+    kinds: &'static [Kind],
+    seen: &'a [&'static str],
+}
+
+impl<'de> DeserializeSeed<'de> for Tag<'_> {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Tag<'_> {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the name of the {}", self.tag)
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<usize, E> {
+        let Some(i) = self.kinds.iter().position(|k| k.name == value) else {
+            let names: Vec<&str> = self.kinds.iter().map(|k| k.name).collect();
+            return Err(E::custom(format_args!(
+                "unknown variant `{value}`, expected {}",
+                OneOf(&names)
+            )));
+        };
+        let fields = self.kinds[i].fields;
+        let stray = self
+            .seen
+            .iter()
+            .find(|f| **f != self.tag && !fields.contains(f));
+        match stray {
+            Some(field) => Err(E::custom(format_args!(
+                "{} `{value}` does not take the field `{field}` given before it: it takes {}",
+                self.tag,
+                Takes(fields)
+            ))),
+            None => Ok(i),
+        }
+    }
+}
+
+/// What a kind takes besides its tag: "`a`, `b` or `c`", or "no other fields".
+struct Takes(&'static [&'static str]);
+
+impl fmt::Display for Takes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("no other fields")
+        } else {
+            OneOf(self.0).fmt(f)
+        }
+    }
+}
+
+/// "`a`, `b` or `c`", as serde lists expected names.
+struct OneOf<'a>(&'a [&'a str]);
+
+impl fmt::Display for OneOf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, name) in self.0.iter().enumerate() {
+            match i {
+                0 => {}
+                _ if i + 1 == self.0.len() => f.write_str(" or ")?,
+                _ => f.write_str(", ")?,
+            }
+            write!(f, "`{name}`")?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Scripted: `{"outcome": ..., fields}`.
+
+const OUTCOME: &str = "outcome";
+const OUTCOME_FIELDS: &[&str] = &["outcome", "outputs", "after_ms", "code", "message"];
+const OUTCOMES: &[Kind] = &[
+    Kind {
+        name: "ok",
+        fields: &["outputs", "after_ms"],
+    },
+    Kind {
+        name: "fail",
+        fields: &["code", "message", "after_ms"],
+    },
+    Kind {
+        name: "panic",
+        fields: &["message", "after_ms"],
+    },
+    Kind {
+        name: "bpmn_error",
+        fields: &["code", "message", "after_ms"],
+    },
+    Kind {
+        name: "time_limit",
+        fields: &["after_ms"],
+    },
+    Kind {
+        name: "hang",
+        fields: &[],
+    },
+];
+
+impl<'de> Deserialize<'de> for Scripted {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Scripted, D::Error> {
+        d.deserialize_map(ScriptedVisitor)
+    }
+}
+
+struct ScriptedVisitor;
+
+impl<'de> Visitor<'de> for ScriptedVisitor {
+    type Value = Scripted;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an outcome object (`{\"outcome\": \"ok\", ...}`)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scripted, A::Error> {
+        let mut kind = None;
+        let mut outputs = None;
+        let mut after_ms = None;
+        let mut code = None;
+        let mut message = None;
+        let mut seen = Vec::new();
+        loop {
+            let field = Field::tagged(OUTCOME, OUTCOME_FIELDS, OUTCOMES, kind, &mut seen);
+            let Some(name) = map.next_key_seed(field)? else {
+                break;
+            };
+            match name {
+                OUTCOME => {
+                    kind = Some(map.next_value_seed(Tag {
+                        tag: OUTCOME,
+                        kinds: OUTCOMES,
+                        seen: &seen,
+                    })?)
+                }
+                "outputs" => outputs = Some(map.next_value_seed(Object)?),
+                "after_ms" => after_ms = Some(map.next_value::<u64>()?),
+                "code" => code = Some(map.next_value::<String>()?),
+                "message" => message = Some(map.next_value::<String>()?),
+                _ => unreachable!("Field only yields names from OUTCOME_FIELDS"),
+            }
+        }
+        let kind = kind.ok_or_else(|| de::Error::missing_field(OUTCOME))?;
+        let after_ms = after_ms.unwrap_or(0);
+        let message = message.unwrap_or_default();
+        let required_code = || code.clone().ok_or_else(|| de::Error::missing_field("code"));
+        Ok(match OUTCOMES[kind].name {
+            "ok" => Scripted::Ok {
+                outputs: outputs.unwrap_or_default(),
+                after_ms,
+            },
+            "fail" => Scripted::Fail {
+                code: required_code()?,
+                message,
+                after_ms,
+            },
+            "panic" => Scripted::Panic { message, after_ms },
+            "bpmn_error" => Scripted::BpmnError {
+                code: required_code()?,
+                message,
+                after_ms,
+            },
+            "time_limit" => Scripted::TimeLimit { after_ms },
+            _ => Scripted::Hang,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// ScriptedEvent: `{"event": ..., "at_ms": ..., fields}`.
+
+const EVENT: &str = "event";
+const EVENT_FIELDS: &[&str] = &[
+    "event",
+    "at_ms",
+    "node",
+    "variables",
+    "name",
+    "incarnation",
+    "budget",
+];
+const EVENTS: &[Kind] = &[
+    Kind {
+        name: "complete_user_task",
+        fields: &["at_ms", "node", "variables"],
+    },
+    Kind {
+        name: "message",
+        fields: &["at_ms", "name", "variables"],
+    },
+    Kind {
+        name: "cancel",
+        fields: &["at_ms"],
+    },
+    Kind {
+        name: "fire_timer",
+        fields: &["at_ms", "name", "incarnation"],
+    },
+    Kind {
+        name: "resume",
+        fields: &["at_ms", "budget"],
+    },
+    Kind {
+        name: "retry_now",
+        fields: &["at_ms", "node"],
+    },
+];
+const FIRE_TIMER: usize = 3;
+const RETRY_NOW: usize = 5;
+
+impl<'de> Deserialize<'de> for ScriptedEvent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ScriptedEvent, D::Error> {
+        d.deserialize_map(EventVisitor)
+    }
+}
+
+struct EventVisitor;
+
+/// `name` as read: typed as a timer name when the event was known to be `fire_timer`
+/// when the field came, else kept as text and typed once the kind is known.
+enum NameField {
+    Text(String),
+    Timer(TimerName),
+}
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = ScriptedEvent;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an event object (`{\"event\": \"cancel\", \"at_ms\": 0}`)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ScriptedEvent, A::Error> {
+        let mut kind = None;
+        let mut at_ms = None;
+        let mut node: Option<Option<String>> = None;
+        let mut variables = None;
+        let mut name = None;
+        let mut incarnation = None;
+        let mut budget = None;
+        let mut seen = Vec::new();
+        loop {
+            let field = Field::tagged(EVENT, EVENT_FIELDS, EVENTS, kind, &mut seen);
+            let Some(field) = map.next_key_seed(field)? else {
+                break;
+            };
+            match field {
+                EVENT => {
+                    kind = Some(map.next_value_seed(Tag {
+                        tag: EVENT,
+                        kinds: EVENTS,
+                        seen: &seen,
+                    })?)
+                }
+                "at_ms" => at_ms = Some(map.next_value::<i64>()?),
+                // Only `retry_now` takes `null` ("every task in a backoff window").
+                "node" => {
+                    node = Some(match kind {
+                        Some(RETRY_NOW) | None => map.next_value::<Option<String>>()?,
+                        Some(_) => Some(map.next_value::<String>()?),
+                    })
+                }
+                "variables" => variables = Some(map.next_value_seed(Object)?),
+                "name" => {
+                    name = Some(match kind {
+                        Some(FIRE_TIMER) => NameField::Timer(map.next_value()?),
+                        _ => NameField::Text(map.next_value()?),
+                    })
+                }
+                "incarnation" => incarnation = Some(map.next_value::<u32>()?),
+                "budget" => budget = Some(map.next_value::<Budget>()?),
+                _ => unreachable!("Field only yields names from EVENT_FIELDS"),
+            }
+        }
+        let kind = kind.ok_or_else(|| de::Error::missing_field(EVENT))?;
+        let at_ms = at_ms.ok_or_else(|| de::Error::missing_field("at_ms"))?;
+        let variables = variables.unwrap_or_default();
+        Ok(match EVENTS[kind].name {
+            "complete_user_task" => ScriptedEvent::CompleteUserTask {
+                at_ms,
+                node: match node {
+                    Some(Some(node)) => node,
+                    Some(None) => {
+                        return Err(de::Error::invalid_type(
+                            de::Unexpected::Option,
+                            &"a user task's node id",
+                        ))
+                    }
+                    None => return Err(de::Error::missing_field("node")),
+                },
+                variables,
+            },
+            "message" => ScriptedEvent::Message {
+                at_ms,
+                name: match name {
+                    Some(NameField::Text(name)) => name,
+                    Some(NameField::Timer(timer)) => timer.as_str().to_owned(),
+                    None => return Err(de::Error::missing_field("name")),
+                },
+                variables,
+            },
+            "cancel" => ScriptedEvent::Cancel { at_ms },
+            "fire_timer" => ScriptedEvent::FireTimer {
+                at_ms,
+                name: match name {
+                    Some(NameField::Timer(timer)) => timer,
+                    Some(NameField::Text(text)) => text.parse().map_err(de::Error::custom)?,
+                    None => return Err(de::Error::missing_field("name")),
+                },
+                incarnation: incarnation.ok_or_else(|| de::Error::missing_field("incarnation"))?,
+            },
+            "resume" => ScriptedEvent::Resume {
+                at_ms,
+                budget: budget.unwrap_or_default(),
+            },
+            _ => ScriptedEvent::RetryNow {
+                at_ms,
+                node: node.flatten(),
+            },
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Variables: JSON objects whose keys are unique at every depth.
+
+/// A JSON object read into [`Variables`]; no key twice, here or in any value inside.
+struct Object;
+
+impl<'de> DeserializeSeed<'de> for Object {
+    type Value = Variables;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Variables, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Object {
+    type Value = Variables;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of variable name → value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Variables, A::Error> {
+        let mut vars = Variables::new();
+        loop {
+            let key = map.next_key_seed(FreshKey(&|k| vars.contains_key(k)))?;
+            let Some(key) = key else { break };
+            let value = map.next_value_seed(StrictValue)?;
+            vars.insert(key, value);
+        }
+        Ok(vars)
+    }
+}
+
+/// Any JSON value, built exactly as `serde_json::Value` builds it except that an object
+/// with a key twice is refused.
+struct StrictValue;
+
+impl<'de> DeserializeSeed<'de> for StrictValue {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StrictValue {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        Number::deserialize(de::value::I128Deserializer::<E>::new(v)).map(Value::Number)
+    }
+
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        Number::deserialize(de::value::U128Deserializer::<E>::new(v)).map(Value::Number)
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(StrictValue)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        loop {
+            let key = map.next_key_seed(FreshKey(&|k| object.contains_key(k)))?;
+            let Some(key) = key else { break };
+            let value = map.next_value_seed(StrictValue)?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
