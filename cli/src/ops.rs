@@ -110,13 +110,14 @@ pub struct AuditArgs {
     store: StoreArgs,
 }
 
+/// The optional `--instance` of a command, parsed.
+fn instance_arg(arg: &Option<String>) -> Result<Option<qflow_store::InstanceId>, qflow_ops::Error> {
+    arg.as_deref().map(parse_instance_id).transpose()
+}
+
 pub fn audit(args: &AuditArgs) -> Result<ExitCode> {
     with_ops(&args.store, |ops| async move {
-        let instance = args
-            .instance
-            .as_deref()
-            .map(parse_instance_id)
-            .transpose()?;
+        let instance = instance_arg(&args.instance)?;
         let rows = ops.audit(instance, args.limit).await?;
         emit(args.store.format, &rows, |w| {
             for a in &rows {
@@ -368,11 +369,7 @@ pub fn deployments(args: &StoreArgs) -> Result<ExitCode> {
 
 pub fn incidents(args: &IncidentsArgs) -> Result<ExitCode> {
     with_ops(&args.store, |ops| async move {
-        let instance = args
-            .instance
-            .as_deref()
-            .map(parse_instance_id)
-            .transpose()?;
+        let instance = instance_arg(&args.instance)?;
         let rows = ops.incidents(instance).await?;
         emit(args.store.format, &rows, |w| {
             for x in &rows {

@@ -175,6 +175,21 @@ fn the_commands_need_an_existing_store() {
     assert!(!missing.exists(), "nothing was created");
 }
 
+/// Deploys the bundled model with a comment added (new content, a new version) from a
+/// file in `dir`; returns the version.
+fn deploy_changed(dir: &Path, db: &Path) -> i64 {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.bpmn");
+    let source = std::fs::read_to_string(model).expect("reads the model");
+    let changed = dir.join("v2.bpmn");
+    let v2 = source.replace("</definitions>", "<!-- v2 --></definitions>");
+    std::fs::write(&changed, v2).expect("writes");
+    let deployed = json(&qflow(
+        &["deploy", changed.to_str().unwrap(), "--format", "json"],
+        db,
+    ));
+    deployed["id"].as_i64().expect("a version")
+}
+
 #[test]
 fn deploy_and_retire_work_on_the_store_and_refuse_what_they_must() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -199,18 +214,7 @@ fn deploy_and_retire_work_on_the_store_and_refuse_what_they_must() {
     let before = listed.as_array().map(Vec::len).expect("a list");
 
     // A changed model is a new version, retired at once since nothing references it.
-    let source = std::fs::read_to_string(model).expect("reads the model");
-    let changed = dir.path().join("changed.bpmn");
-    std::fs::write(
-        &changed,
-        source.replace("</definitions>", "<!-- v2 --></definitions>"),
-    )
-    .expect("writes");
-    let v2 = json(&qflow(
-        &["deploy", changed.to_str().unwrap(), "--format", "json"],
-        &db,
-    ));
-    let v2_id = v2["id"].as_i64().expect("a version");
+    let v2_id = deploy_changed(dir.path(), &db);
     assert_eq!(v2_id, before as i64 + 1, "a new, next version");
     let retired = json(&qflow(
         &["retire", &v2_id.to_string(), "--format", "json"],
@@ -239,19 +243,7 @@ fn migrate_dry_runs_then_moves_the_failed_instances() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.bpmn");
-    let source = std::fs::read_to_string(model).expect("reads the model");
-    let changed = dir.path().join("v2.bpmn");
-    std::fs::write(
-        &changed,
-        source.replace("</definitions>", "<!-- v2 --></definitions>"),
-    )
-    .expect("writes");
-    let v2 = json(&qflow(
-        &["deploy", changed.to_str().unwrap(), "--format", "json"],
-        &db,
-    ));
-    let v2 = v2["id"].as_i64().expect("a version");
+    let v2 = deploy_changed(dir.path(), &db);
     let failed = json(&qflow(
         &[
             "instances",

@@ -22,23 +22,7 @@ fn one_task(ext: &str) -> Definition {
 /// FAILED instance must leave no timer row to fire into it.
 #[test]
 fn a_failed_instance_resolves_its_timers_elsewhere() {
-    let def = model(
-        r#"<startEvent id="start"/>
-        <parallelGateway id="split"/>
-        <userTask id="approve"/>
-        <boundaryEvent id="late" attachedToRef="approve">
-          <timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition>
-        </boundaryEvent>
-        <serviceTask id="pay" q:task="pay"/>
-        <endEvent id="end"/>
-        <endEvent id="lateEnd"/>
-        <sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
-        <sequenceFlow id="f1" sourceRef="split" targetRef="approve"/>
-        <sequenceFlow id="f2" sourceRef="split" targetRef="pay"/>
-        <sequenceFlow id="f3" sourceRef="approve" targetRef="end"/>
-        <sequenceFlow id="f4" sourceRef="pay" targetRef="end"/>
-        <sequenceFlow id="f6" sourceRef="late" targetRef="lateEnd"/>"#,
-    );
+    let def = common::approve_beside_pay();
     let trace = run_scenario(
         &def,
         r#"{"tasks": {"pay": [{"outcome": "fail", "code": "X"}]}}"#,

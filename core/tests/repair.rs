@@ -115,25 +115,7 @@ fn resume_keeps_or_resets_the_budget_and_always_moves_the_attempt_on() {
 #[test]
 fn resume_re_arms_what_failing_resolved_for_other_tokens() {
     // A user task with a timer boundary waits beside the task that fails.
-    let def = model(
-        r#"<startEvent id="start"/>
-        <parallelGateway id="split"/>
-        <userTask id="approve"/>
-        <boundaryEvent id="late" attachedToRef="approve">
-          <timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition>
-        </boundaryEvent>
-        <serviceTask id="pay" q:task="pay"/>
-        <parallelGateway id="join"/>
-        <endEvent id="end"/>
-        <endEvent id="lateEnd"/>
-        <sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
-        <sequenceFlow id="f1" sourceRef="split" targetRef="approve"/>
-        <sequenceFlow id="f2" sourceRef="split" targetRef="pay"/>
-        <sequenceFlow id="f3" sourceRef="approve" targetRef="join"/>
-        <sequenceFlow id="f4" sourceRef="pay" targetRef="join"/>
-        <sequenceFlow id="f5" sourceRef="join" targetRef="end"/>
-        <sequenceFlow id="f6" sourceRef="late" targetRef="lateEnd"/>"#,
-    );
+    let def = common::approve_beside_pay();
     let trace = run_scenario(
         &def,
         r#"{"tasks": {"pay": [{"outcome": "fail", "code": "DOWN"}]}}"#,

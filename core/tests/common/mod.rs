@@ -102,3 +102,27 @@ pub fn linear(tasks: &[(&str, &str)]) -> Definition {
     ));
     model(&body)
 }
+
+/// A user task `approve` with an interrupting timer boundary `late` (PT1H) waits in
+/// parallel beside the registered task `pay`; both join before the end.
+pub fn approve_beside_pay() -> Definition {
+    model(
+        r#"<startEvent id="start"/>
+        <parallelGateway id="split"/>
+        <userTask id="approve"/>
+        <boundaryEvent id="late" attachedToRef="approve">
+          <timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition>
+        </boundaryEvent>
+        <serviceTask id="pay" q:task="pay"/>
+        <parallelGateway id="join"/>
+        <endEvent id="end"/>
+        <endEvent id="lateEnd"/>
+        <sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
+        <sequenceFlow id="f1" sourceRef="split" targetRef="approve"/>
+        <sequenceFlow id="f2" sourceRef="split" targetRef="pay"/>
+        <sequenceFlow id="f3" sourceRef="approve" targetRef="join"/>
+        <sequenceFlow id="f4" sourceRef="pay" targetRef="join"/>
+        <sequenceFlow id="f5" sourceRef="join" targetRef="end"/>
+        <sequenceFlow id="f6" sourceRef="late" targetRef="lateEnd"/>"#,
+    )
+}
