@@ -141,14 +141,17 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let runtime = Runtime::start(store.clone(), handlers(), Arc::new(SystemClock), config);
     let deployment = runtime.deploy(ORDERS_MODEL, None).await?;
-    let resumed = store
+    let resumed_ids: Vec<InstanceId> = store
         .instances(&InstanceFilter {
             status: Some(InstanceStatus::Running),
             limit: 10_000,
             ..InstanceFilter::default()
         })
         .await?
-        .len() as u64;
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    let resumed = resumed_ids.len() as u64;
     eprintln!(
         "qflow run: orders on {} (deployment {}, {} lanes); resuming {} unfinished instance(s)",
         args.db.display(),
@@ -176,9 +179,33 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
             .buffer_unordered(START_CONCURRENCY)
             .try_collect()
             .await?;
-        runtime
-            .wait_until(|s| s.completed + s.failed + s.cancelled >= target)
-            .await;
+        // This process's own counters are the fast path. Another engine process on the
+        // same file (a second `qflow run`, later a server) may step some of these
+        // instances instead — the fence lets exactly one of them commit each step — so
+        // the store has the last word: done when none of them is running any more.
+        let ours: std::collections::HashSet<InstanceId> =
+            ids.iter().chain(&resumed_ids).copied().collect();
+        // The counters also count instances of the other process this one finished, so
+        // reaching the target only says when to look; the store's answer ends the wait.
+        let counted = runtime.wait_until(|s| s.completed + s.failed + s.cancelled >= target);
+        tokio::pin!(counted);
+        let mut reached = false;
+        loop {
+            tokio::select! {
+                _ = &mut counted, if !reached => reached = true,
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+            let running = store
+                .instances(&InstanceFilter {
+                    status: Some(InstanceStatus::Running),
+                    limit: 10_000,
+                    ..InstanceFilter::default()
+                })
+                .await?;
+            if !running.iter().any(|r| ours.contains(&r.id)) {
+                break;
+            }
+        }
         anyhow::Ok(ids)
     };
     let finished = tokio::select! {
