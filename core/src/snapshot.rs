@@ -412,7 +412,14 @@ impl Snapshot {
             if entries.iter().any(|(k, _)| k == key) {
                 continue;
             }
-            entries.push((key.as_str().into(), Entry::Raw(value)));
+            // Unknown keys are written as they came; a known key kept raw is written
+            // canonically, since a later decode may read it typed.
+            let entry = if is_known_key(key) {
+                Entry::RawCanonical(value)
+            } else {
+                Entry::Raw(value)
+            };
+            entries.push((key.as_str().into(), entry));
         }
         entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         mp::map_len(out, entries.len());
@@ -452,6 +459,13 @@ impl Snapshot {
                 .raw_value(DECODE_DEPTH_MAX)
                 .map_err(|e| Error::SnapshotUndecodable(format!("value of `{key}`: {e}")))?;
             if !duplicate && key != K_VERSION {
+                // A known key kept raw is kept in canonical order (a later decode may
+                // read it typed); an unknown one exactly as it came.
+                let raw = if is_known_key(key) {
+                    canonical(raw)
+                } else {
+                    raw
+                };
                 snap.extra.insert(key.to_owned(), raw);
             }
         }
@@ -551,6 +565,61 @@ impl Snapshot {
             false
         }
     }
+}
+
+/// `v` with every map's entries in canonical order: string keys in byte order (as the
+/// typed families write them), other keys by their encoding.
+fn canonical(v: rmpv::Value) -> rmpv::Value {
+    use rmpv::Value;
+    match v {
+        Value::Map(entries) => {
+            let all_str = entries.iter().all(|(k, _)| k.as_str().is_some());
+            let mut sorted: Vec<(Vec<u8>, Value, Value)> = entries
+                .into_iter()
+                .map(|(k, v)| {
+                    let (k, v) = (canonical(k), canonical(v));
+                    let mut order = Vec::new();
+                    if all_str {
+                        order.extend_from_slice(k.as_str().unwrap_or_default().as_bytes());
+                    } else {
+                        mp::raw(&mut order, &k);
+                    }
+                    (order, k, v)
+                })
+                .collect();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Map(sorted.into_iter().map(|(_, k, v)| (k, v)).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(canonical).collect()),
+        other => other,
+    }
+}
+
+/// A key this engine reads typed (a top-level key or a per-node family).
+fn is_known_key(key: &str) -> bool {
+    [
+        K_VERSION,
+        K_STATUS,
+        K_FAIL_CODE,
+        K_FAIL_NODE,
+        K_FAIL_DETAIL,
+        K_TOKENS,
+        K_VARS,
+        K_TIMERS,
+        K_INCARNATION,
+        K_CYCLES,
+    ]
+    .contains(&key)
+        || [
+            P_JOIN,
+            P_ATTEMPT,
+            P_MARKER,
+            P_FIRST_FAILURE,
+            P_BUDGET_BASE,
+            P_READOPTIONS,
+        ]
+        .iter()
+        .any(|p| key.starts_with(p))
 }
 
 /// The top-level keys a decode has met: the first 16 on the stack, the rest in a Vec.
@@ -832,6 +901,7 @@ enum Entry<'a> {
     UintMap(&'a BTreeMap<String, u32>),
     Vars(&'a Variables),
     Raw(&'a rmpv::Value),
+    RawCanonical(&'a rmpv::Value),
 }
 
 impl Entry<'_> {
@@ -861,6 +931,7 @@ impl Entry<'_> {
                 }
             }
             Entry::Raw(v) => mp::raw(out, v),
+            Entry::RawCanonical(v) => mp::raw_canonical(out, v),
         }
     }
 }
@@ -980,9 +1051,17 @@ pub(crate) mod mp {
         }
     }
 
+    /// A value kept verbatim (an unknown key): written as it was read.
     pub fn raw(out: &mut Vec<u8>, v: &rmpv::Value) {
         // Writing into a Vec cannot fail; the only error rmpv reports is the writer's.
         let _ = rmpv::encode::write_value(out, v);
+    }
+
+    /// A known key's value that did not read typed, written canonically (see
+    /// `canonical`): what one decode keeps raw and a later decode reads typed must be the
+    /// same bytes (found by the `snapshot` fuzz target).
+    pub fn raw_canonical(out: &mut Vec<u8>, v: &rmpv::Value) {
+        raw(out, &super::canonical(v.clone()));
     }
 }
 
