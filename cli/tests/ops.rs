@@ -233,6 +233,23 @@ fn deploy_and_retire_work_on_the_store_and_refuse_what_they_must() {
     assert_eq!(listed.as_array().map(Vec::len), Some(before + 1));
 }
 
+/// How many instances deployment `version` holds.
+fn instances_on(db: &Path, version: i64) -> usize {
+    let version = version.to_string();
+    let listed = json(&qflow(
+        &[
+            "instances",
+            "list",
+            "--deployment",
+            &version,
+            "--format",
+            "json",
+        ],
+        db,
+    ));
+    listed.as_array().map_or(0, Vec::len)
+}
+
 #[test]
 fn migrate_dry_runs_then_moves_the_failed_instances() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -306,18 +323,7 @@ fn migrate_dry_runs_then_moves_the_failed_instances() {
         .expect("results")
         .iter()
         .all(|r| r["outcome"] == "migrated"));
-    let moved = json(&qflow(
-        &[
-            "instances",
-            "list",
-            "--deployment",
-            &v2.to_string(),
-            "--format",
-            "json",
-        ],
-        &db,
-    ));
-    assert_eq!(moved.as_array().map(Vec::len), Some(failed));
+    assert_eq!(instances_on(&db, v2), failed);
 
     // Refusals: exit 1, nothing changes.
     let unknown = write_plan(
@@ -337,16 +343,5 @@ fn migrate_dry_runs_then_moves_the_failed_instances() {
     let out = qflow(&["migrate", missing.to_str().unwrap()], &db);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere"));
-    let moved = json(&qflow(
-        &[
-            "instances",
-            "list",
-            "--deployment",
-            &v2.to_string(),
-            "--format",
-            "json",
-        ],
-        &db,
-    ));
-    assert_eq!(moved.as_array().map(Vec::len), Some(failed));
+    assert_eq!(instances_on(&db, v2), failed);
 }

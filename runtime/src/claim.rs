@@ -359,24 +359,45 @@ pub struct Stepped {
     pub handed_over: Vec<TaskCall>,
 }
 
-/// Reads instance `id`, steps it with `input` at `now` and commits the step alone under
-/// its fence; on a lost compare-and-swap it re-reads and re-derives, up to
-/// [`CONFLICT_RETRIES_MAX`] times. `audit` goes into the same commit (an operator
-/// action is logged exactly when it took effect). Nothing is written unless the commit
-/// is applied.
+/// One step taken outside a lane, as [`claim_and_step`] takes it.
+pub(crate) struct Op<'a> {
+    pub input: Input,
+    pub now: i64,
+    pub rules: LeaseRules,
+    /// Written in the same commit: an operator action is logged exactly when it took
+    /// effect.
+    pub audit: Option<&'a AuditEntry>,
+    /// Step with this deployment's definition and move the instance onto it (migration).
+    pub onto: Option<(DeploymentId, Arc<Definition>)>,
+    /// Plan the step and write nothing; the result is the instance as it would be.
+    pub dry_run: bool,
+}
+
+/// Reads instance `id`, steps it and commits the step alone under its fence; on a lost
+/// compare-and-swap it re-reads and re-derives, up to [`CONFLICT_RETRIES_MAX`] times.
+/// Nothing is written unless the commit is applied (and nothing at all on a dry run).
 pub(crate) async fn claim_and_step(
     store: &dyn Store,
     defs: &Definitions,
     id: InstanceId,
-    input: Input,
-    now: i64,
-    rules: LeaseRules,
-    audit: Option<&AuditEntry>,
+    op: Op<'_>,
 ) -> Result<Stepped, Error> {
     for _ in 0..=CONFLICT_RETRIES_MAX {
-        let claim = Claim::read(store, defs, id).await?;
-        let mut planned = plan(claim, input.clone(), None, now, now, rules)?;
-        planned.commit.audit.extend(audit.cloned());
+        let mut claim = Claim::read(store, defs, id).await?;
+        if let Some((deployment, def)) = &op.onto {
+            claim.deployment = *deployment;
+            claim.def = def.clone();
+        }
+        let mut planned = plan(claim, op.input.clone(), None, op.now, op.now, op.rules)?;
+        if op.dry_run {
+            return Ok(Stepped {
+                fence: planned.then.next.fence.map_or(1, |f| f + 1),
+                claim: planned.then.next,
+                calls: Vec::new(),
+                handed_over: planned.then.handed_over,
+            });
+        }
+        planned.commit.audit.extend(op.audit.cloned());
         let outcome = store.commit(vec![planned.commit]).await?;
         match outcome.first() {
             Some(CommitOutcome::Applied { fence }) => {

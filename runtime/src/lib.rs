@@ -204,21 +204,8 @@ impl Stepper {
         now_ms: i64,
         audit: Option<&qflow_store::AuditEntry>,
     ) -> Result<claim::Stepped, Error> {
-        let rules = claim::LeaseRules {
-            lease_ms: self.lease_ms,
-            refresh_divisor: 2,
-            handing_over: true,
-        };
-        claim::claim_and_step(
-            &*self.store,
-            &self.defs,
-            instance,
-            input,
-            now_ms,
-            rules,
-            audit,
-        )
-        .await
+        let op = self.op(input, now_ms, audit);
+        claim::claim_and_step(&*self.store, &self.defs, instance, op).await
     }
 
     /// Reads `instance` as it stands: its deployment's definition, decoded snapshot and
@@ -240,50 +227,33 @@ impl Stepper {
         audit: Option<&qflow_store::AuditEntry>,
         dry_run: bool,
     ) -> Result<claim::Stepped, Error> {
-        let to = self.defs.get(target).await?;
-        let rules = claim::LeaseRules {
-            lease_ms: self.lease_ms,
-            refresh_divisor: 2,
-            handing_over: true,
+        let def = self.defs.get(target).await?;
+        let op = claim::Op {
+            onto: Some((target, def)),
+            dry_run,
+            ..self.op(input, now_ms, audit)
         };
-        for _ in 0..=claim::CONFLICT_RETRIES_MAX {
-            let mut claim = self.claim(instance).await?;
-            claim.def = to.clone();
-            claim.deployment = target;
-            let mut planned = claim::plan(claim, input.clone(), None, now_ms, now_ms, rules)?;
-            if dry_run {
-                let fence = planned.then.next.fence.unwrap_or(0) + 1;
-                return Ok(claim::Stepped {
-                    fence,
-                    claim: planned.then.next,
-                    calls: Vec::new(),
-                    handed_over: planned.then.handed_over,
-                });
-            }
-            planned.commit.audit.extend(audit.cloned());
-            match self.store.commit(vec![planned.commit]).await?.first() {
-                Some(qflow_store::CommitOutcome::Applied { fence }) => {
-                    return Ok(claim::Stepped {
-                        fence: *fence,
-                        claim: claim::Claim {
-                            fence: Some(*fence),
-                            ..planned.then.next
-                        },
-                        calls: planned.then.calls,
-                        handed_over: planned.then.handed_over,
-                    })
-                }
-                Some(qflow_store::CommitOutcome::Conflict { .. }) => continue,
-                _ => {
-                    return Err(Error::Conflict(format!(
-                        "the store did not apply the migration of instance {instance}"
-                    )))
-                }
-            }
+        claim::claim_and_step(&*self.store, &self.defs, instance, op).await
+    }
+
+    fn op<'a>(
+        &self,
+        input: Input,
+        now: i64,
+        audit: Option<&'a qflow_store::AuditEntry>,
+    ) -> claim::Op<'a> {
+        claim::Op {
+            input,
+            now,
+            rules: claim::LeaseRules {
+                lease_ms: self.lease_ms,
+                refresh_divisor: 2,
+                handing_over: true,
+            },
+            audit,
+            onto: None,
+            dry_run: false,
         }
-        Err(Error::Conflict(format!(
-            "instance {instance} kept changing under the migration"
-        )))
     }
 
     /// Deploys a model on the store (see [`Runtime::deploy`]; the same path).
@@ -624,16 +594,16 @@ impl Runtime {
             handing_over: false,
         };
         let now = self.shared.clock.now_ms();
-        let stepped = claim::claim_and_step(
-            &*self.shared.store,
-            &self.shared.defs,
-            instance,
+        let op = claim::Op {
             input,
             now,
             rules,
-            None,
-        )
-        .await?;
+            audit: None,
+            onto: None,
+            dry_run: false,
+        };
+        let stepped =
+            claim::claim_and_step(&*self.shared.store, &self.shared.defs, instance, op).await?;
         if !stepped.calls.is_empty() {
             self.request(instance, Work::Input(Input::Redrive)).await?;
         }
