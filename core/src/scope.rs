@@ -129,8 +129,15 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Interrupts every token and drops every join arrival inside the sub-process `sp`.
+    /// Ends everything inside the sub-process `sp` (§13.5.3, §13.5.6): interrupts every
+    /// token, drops every join arrival, and drops every arrival this step queued for a
+    /// node inside it. The queued arrivals matter when the scope ends in the middle of a
+    /// step: a parallel split inside it whose first flow reached a terminate or error end
+    /// has already queued its siblings, and entering them would start work in a scope
+    /// that no longer exists.
     pub(super) fn clear_scope(&mut self, sp: NodeIdx) {
+        let p = self.p;
+        self.queue.retain(|(node, _)| !inside_scope(p, *node, sp));
         loop {
             let inner = self.snap.tokens.iter().find_map(|t| {
                 let idx = self.p.find(t)?;
@@ -141,7 +148,6 @@ impl<'a> Run<'a> {
                 None => break,
             }
         }
-        let p = self.p;
         self.snap
             .joins
             .retain(|gw, _| p.find(gw).is_none_or(|idx| !inside_scope(p, idx, sp)));

@@ -331,6 +331,83 @@ fn terminate_end_event_ends_every_branch() {
     assert!(last(&trace).tokens().is_empty());
 }
 
+/// A sub-process whose parallel split leads to `ending` (an end event's inner XML) and
+/// to the registered task `work`; `ending_first` puts the ending's flow first in
+/// document order, so the split queues it before `work`. The sub-process leaves to
+/// `after`; an error boundary `caught` on it to `recover`.
+fn split_in_subprocess(ending: &str, ending_first: bool) -> qflow_loader::model::Definition {
+    let to_end = r#"<sequenceFlow id="g1" sourceRef="fork" targetRef="stop"/>"#;
+    let to_work = r#"<sequenceFlow id="g2" sourceRef="fork" targetRef="work"/>"#;
+    let (first, second) = if ending_first {
+        (to_end, to_work)
+    } else {
+        (to_work, to_end)
+    };
+    model_with(
+        ERRORS,
+        &format!(
+            r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sub"/>
+      <subProcess id="sub">
+        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="fork"/>
+        <parallelGateway id="fork"/>{first}{second}
+        <endEvent id="stop">{ending}</endEvent>
+        <serviceTask id="work" q:task="work"/>
+        <sequenceFlow id="g3" sourceRef="work" targetRef="se"/><endEvent id="se"/>
+      </subProcess>
+      <boundaryEvent id="caught" attachedToRef="sub"><errorEventDefinition errorRef="e_rej"/></boundaryEvent>
+      <sequenceFlow id="f1" sourceRef="sub" targetRef="after"/><serviceTask id="after" q:task="after"/>
+      <sequenceFlow id="f2" sourceRef="after" targetRef="e"/><endEvent id="e"/>
+      <sequenceFlow id="f3" sourceRef="caught" targetRef="recover"/><serviceTask id="recover" q:task="recover"/>
+      <sequenceFlow id="f4" sourceRef="recover" targetRef="e2"/><endEvent id="e2"/>"#
+        ),
+    )
+}
+
+/// Whatever order the split queued its branches in, the ended sub-process's sibling
+/// task never completes: queued first, it is never started; started first, its attempt
+/// is reported interrupted. `route` is the task the flow continues with.
+fn assert_sibling_ended_with_scope(ending: &str, route: &str) {
+    for ending_first in [true, false] {
+        let def = split_in_subprocess(ending, ending_first);
+        let trace = run_scenario(
+            &def,
+            r#"{"tasks": {"work": [{"outcome": "ok", "after_ms": 5}]}}"#,
+        );
+        let order = if ending_first {
+            "ending first"
+        } else {
+            "work first"
+        };
+        assert_eq!(trace.summary.status, "completed", "{order}");
+        assert_eq!(runs_of(&trace, route), vec![(0, 1)], "{order}");
+        assert_eq!(
+            trace.summary.ended_at_ms, 0,
+            "{order}: nothing waits for `work`"
+        );
+        let work = runs_of(&trace, "work");
+        let interrupted = effects(&trace).iter().any(|(_, e)| matches!(
+            e,
+            Effect::AttemptFinished { node, outcome: qflow_core::AttemptOutcome::Interrupted, .. }
+                if node == "work"
+        ));
+        if ending_first {
+            assert!(work.is_empty(), "{order}: `work` started in an ended scope");
+            assert!(!interrupted, "{order}");
+        } else {
+            assert_eq!(work, vec![(0, 1)], "{order}");
+            assert!(
+                interrupted,
+                "{order}: the attempt in flight is reported interrupted"
+            );
+        }
+    }
+}
+
+#[test]
+fn terminate_end_in_a_subprocess_ends_the_siblings_the_split_queued() {
+    assert_sibling_ended_with_scope("<terminateEventDefinition/>", "after");
+}
+
 #[test]
 fn timeout_without_policy_is_a_catchable_timeout_error() {
     let task = r#"<extensionElements><q:timeout duration="PT30S"/></extensionElements>"#;
