@@ -409,6 +409,11 @@ fn terminate_end_in_a_subprocess_ends_the_siblings_the_split_queued() {
 }
 
 #[test]
+fn error_end_caught_on_a_subprocess_cancels_the_siblings_the_split_queued() {
+    assert_sibling_ended_with_scope(r#"<errorEventDefinition errorRef="e_rej"/>"#, "recover");
+}
+
+#[test]
 fn timeout_without_policy_is_a_catchable_timeout_error() {
     let task = r#"<extensionElements><q:timeout duration="PT30S"/></extensionElements>"#;
     let caught = model_with(
