@@ -2,8 +2,11 @@
 //!
 //! An exclusive gateway takes the first true flow in document order, then the default,
 //! else the instance FAILs with `NO_FLOW_TAKEN`. Joins keep their arrivals in the
-//! snapshot (`j/<gateway>`); an inclusive join fires once no other token can still reach
-//! it. Nothing here reads the clock or iterates a hash map.
+//! snapshot (`j/<gateway>`, one flow id per waiting token), and both kinds consume one
+//! token per incoming flow when they fire. A parallel join fires once every incoming
+//! flow holds a token; an inclusive join once at least one does and no token elsewhere
+//! can still reach an empty one (§13.4.3). Nothing here reads the clock or iterates a
+//! hash map.
 
 use qflow_loader::model::{FlowIdx, NodeIdx, NodeKind};
 
@@ -91,26 +94,70 @@ impl Run<'_> {
         self.take_all(idx);
     }
 
-    /// Fires the first inclusive join (by id) that holds arrivals and that no other
-    /// token can still reach.
+    /// Fires the first inclusive join (by id) that is enabled, consuming one arrival per
+    /// flow that holds one; arrivals left over stay and may enable it again.
     pub(super) fn fire_ready_inclusive_join(&mut self) -> bool {
         let ready = self.snap.joins.keys().find_map(|gw| {
             let idx = self.p.find(gw)?;
             let NodeKind::InclusiveGateway { default } = self.p.node(idx).kind else {
                 return None;
             };
-            (!self.reachable_by_others(idx)).then_some((idx, default))
+            self.inclusive_join_enabled(idx).then_some((idx, default))
         });
         let Some((idx, default)) = ready else {
             return false;
         };
-        self.snap.joins.remove(self.id(idx));
+        self.take_one_arrival_per_flow(idx);
         self.route_inclusive(idx, default);
         true
     }
 
-    /// Can any token, or any other join's arrivals, still reach `target`?
-    pub(super) fn reachable_by_others(&self, target: NodeIdx) -> bool {
+    /// An inclusive join is enabled (BPMN 2.0.2 §13.4.3) when a token waits on at least
+    /// one of its incoming flows and no token elsewhere in the instance can still reach
+    /// an incoming flow that holds none. A path through the join itself does not count:
+    /// a token downstream of the join, or one of its own leftover arrivals, would reach
+    /// it only by firing it first.
+    fn inclusive_join_enabled(&self, idx: NodeIdx) -> bool {
+        let node = self.p.node(idx);
+        let Some(arrivals) = self.snap.joins.get(&node.id) else {
+            return false;
+        };
+        if arrivals.is_empty() {
+            return false;
+        }
+        let reached = self.reached_by_others(idx);
+        node.incoming.iter().all(|f| {
+            let flow = self.p.flow(*f);
+            let waiting = arrivals.contains(&flow.id);
+            let reachable = flow.source != idx && reached[flow.source.0 as usize];
+            waiting || !reachable
+        })
+    }
+
+    /// Consumes one arrival of each flow the join `idx` holds arrivals on (one token per
+    /// incoming flow; an arrival over no incoming flow, as a resumed join re-enters, is
+    /// a flow of its own), and forgets the join once nothing is left.
+    fn take_one_arrival_per_flow(&mut self, idx: NodeIdx) {
+        let gw = self.id(idx);
+        let Some(arrivals) = self.snap.joins.get_mut(gw) else {
+            return;
+        };
+        let mut taken: Vec<String> = Vec::new();
+        arrivals.retain(|a| {
+            if taken.contains(a) {
+                return true;
+            }
+            taken.push(a.clone());
+            false
+        });
+        if arrivals.is_empty() {
+            self.snap.joins.remove(gw);
+        }
+    }
+
+    /// Which nodes every token, and every other join's arrivals, can still reach, without
+    /// passing through `target` (which is marked reached but not followed).
+    fn reached_by_others(&self, target: NodeIdx) -> Vec<bool> {
         let mut seen = vec![false; self.p.nodes.len()];
         let mut todo: Vec<NodeIdx> = Vec::new();
         let sources = self
@@ -129,16 +176,13 @@ impl Run<'_> {
             }
         }
         while let Some(idx) = todo.pop() {
-            if idx == target {
-                return true;
-            }
-            if std::mem::replace(&mut seen[idx.0 as usize], true) {
+            if std::mem::replace(&mut seen[idx.0 as usize], true) || idx == target {
                 continue;
             }
             let node = self.p.node(idx);
             todo.extend(node.outgoing.iter().map(|f| self.p.flow(*f).target));
             todo.extend(self.p.boundaries_of(idx));
         }
-        false
+        seen
     }
 }

@@ -95,7 +95,8 @@ pub struct Snapshot {
     /// The wait frontier: one entry per token, the node id it sits at, kept sorted.
     pub(crate) tokens: Vec<String>,
     pub(crate) vars: Variables,
-    /// Parallel/inclusive join arrivals: gateway id → incoming flow ids arrived, sorted.
+    /// Parallel/inclusive join arrivals: gateway id → incoming flow ids arrived, sorted,
+    /// one entry per waiting token (a flow id repeats when several wait on it).
     pub(crate) joins: BTreeMap<String, Vec<String>>,
     /// Live timers: name → the incarnation that may fire.
     pub(crate) timers: BTreeMap<String, u32>,
@@ -172,7 +173,8 @@ impl Snapshot {
         &self.vars
     }
 
-    /// Join arrivals: gateway id → the incoming flows a token has arrived on.
+    /// Join arrivals: gateway id → the incoming flows a token has arrived on, once per
+    /// token waiting there.
     pub fn join_arrivals(&self) -> &BTreeMap<String, Vec<String>> {
         &self.joins
     }

@@ -479,6 +479,53 @@ fn inclusive_gateway_forks_true_branches_and_joins_them() {
     assert_eq!(runs_of(&trace, "after"), vec![(100, 1)]);
 }
 
+/// Two tokens reach the inclusive join `join` on one flow (`fx`: a parallel split's `a`
+/// and `b` merged by the exclusive gateway `x`), a third on `fd` (task `d`).
+const TWO_TOKENS_ON_ONE_FLOW: &str = r#"
+  <startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+  <parallelGateway id="fork"/>
+  <sequenceFlow id="fa" sourceRef="fork" targetRef="a"/><sequenceFlow id="fb" sourceRef="fork" targetRef="b"/>
+  <sequenceFlow id="fc" sourceRef="fork" targetRef="d"/>
+  <serviceTask id="a" q:task="a"/><serviceTask id="b" q:task="b"/><serviceTask id="d" q:task="d"/>
+  <sequenceFlow id="fa2" sourceRef="a" targetRef="x"/><sequenceFlow id="fb2" sourceRef="b" targetRef="x"/>
+  <exclusiveGateway id="x"/><sequenceFlow id="fx" sourceRef="x" targetRef="join"/>
+  <sequenceFlow id="fd" sourceRef="d" targetRef="join"/>
+  <inclusiveGateway id="join"/>
+  <sequenceFlow id="fj" sourceRef="join" targetRef="after"/><serviceTask id="after" q:task="after"/>
+  <sequenceFlow id="fe" sourceRef="after" targetRef="e"/><endEvent id="e"/>"#;
+
+#[test]
+fn inclusive_join_consumes_one_token_per_flow_and_fires_again_for_leftovers() {
+    let def = model(TWO_TOKENS_ON_ONE_FLOW);
+    // `d` last: the join waits while `d` can still reach its empty flow `fd`, then fires
+    // once for (fx, fd) and once more for the leftover fx, in the same step.
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"a": [{"outcome": "ok", "after_ms": 10}],
+                      "b": [{"outcome": "ok", "after_ms": 20}],
+                      "d": [{"outcome": "ok", "after_ms": 30}],
+                      "after": [{"outcome": "ok", "after_ms": 5}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "after"), vec![(30, 1), (30, 1)]);
+    let at = |step: usize| qflow_core::Snapshot::decode(&trace.steps[step].snapshot).unwrap();
+    assert_eq!(at(1).join_arrivals()["join"], ["fx"]);
+    assert_eq!(at(2).join_arrivals()["join"], ["fx", "fx"]);
+    assert_eq!(at(3).tokens(), ["after", "after"]);
+    assert!(at(3).join_arrivals().is_empty());
+
+    // `d` first: its token waits until `a` arrives on fx, which `b` can still reach but
+    // which then holds a token; `b`'s token alone fires the join again later.
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"a": [{"outcome": "ok", "after_ms": 10}],
+                      "b": [{"outcome": "ok", "after_ms": 20}],
+                      "d": [{"outcome": "ok", "after_ms": 5}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(runs_of(&trace, "after"), vec![(10, 1), (20, 1)]);
+}
+
 #[test]
 fn message_catch_waits_for_its_message() {
     let def = model_with(
