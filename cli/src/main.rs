@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod check;
 mod ops;
 mod run;
+mod serve;
 mod simulate;
 mod text;
 
@@ -40,6 +41,11 @@ enum Command {
     /// The main job: deploy the bundled order model with a flaky payment task on the
     /// embedded SQLite store, run instances, and show attempts, parks and completions.
     Run(run::Args),
+    /// Serve the HTTP API (SPEC O1–O5; docs/api.md) on the embedded SQLite store or
+    /// PostgreSQL; `--demo` adds the bundled order model and its scripted handlers.
+    Serve(serve::Args),
+    /// Make a token for `qflow.toml`, or hash one.
+    Token(serve::TokenArgs),
     /// Run a model against a scripted scenario on a virtual clock and print the trace as
     /// JSON lines (SPEC S1; formats in docs/simulate.md).
     Simulate(simulate::Args),
@@ -87,6 +93,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Simulate(args) => simulate::run(&args),
+        Command::Serve(args) => serve::run(&args),
+        Command::Token(args) => serve::token(&args),
         Command::Instances(args) => ops::instances(&args),
         Command::Deploy(args) => ops::deploy(&args),
         Command::Deployments(args) => ops::deployments(&args),

@@ -64,6 +64,9 @@ pub enum InstancesCommand {
         /// At most this many (the store caps it at 10,000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Continue a listing after the page that printed this cursor.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Show one instance decoded: state, failure, wait frontier, variables, attempt
     /// counters, backoff markers, timers with their due instants, incidents.
@@ -151,14 +154,22 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                 state,
                 code,
                 limit,
+                cursor,
             } => {
                 let query = InstanceQuery {
                     deployment: *deployment,
                     status: state.clone(),
                     failure_code: code.clone(),
+                    cursor: cursor.clone(),
                     limit: *limit,
+                    ..InstanceQuery::default()
                 };
-                let rows = ops.instances(&query).await?;
+                let page = ops.instances(&query).await?;
+                if let Some(next) = &page.next {
+                    // On stderr, so `--format json` stays one array on stdout.
+                    eprintln!("qflow: more instances follow: add `--cursor {next}`");
+                }
+                let rows = page.items;
                 emit(format, &rows, |w| {
                     writeln!(
                         w,

@@ -80,7 +80,7 @@ pub fn script_for(instance: &str) -> Script {
     }
 }
 
-fn handlers() -> AsyncHandlers {
+pub(crate) fn handlers() -> AsyncHandlers {
     let ok = |_: &TaskContext<'_>| TaskOutcome::Ok(Default::default());
     AsyncHandlers::new()
         .with_sync("reserve", ok)
@@ -278,7 +278,7 @@ async fn remove_store(db: &Path) -> anyhow::Result<()> {
 }
 
 /// Opens the store, saying what to do about a file that is not one.
-async fn open_store(db: &Path) -> anyhow::Result<SqliteStore> {
+pub(crate) async fn open_store(db: &Path) -> anyhow::Result<SqliteStore> {
     SqliteStore::open(db).await.map_err(|e| match e {
         qflow_persistence::Error::NotAStore { .. } => anyhow::anyhow!(
             "{e}; qflow creates its store only in a new or empty file (name another file with \

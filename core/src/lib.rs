@@ -49,7 +49,7 @@ use std::num::NonZeroU32;
 
 /// The definition the step runs on, re-exported for the shell.
 pub use qflow_loader::model::Definition;
-use qflow_loader::model::Variables;
+pub use qflow_loader::model::Variables;
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::Error;

@@ -13,14 +13,18 @@
 //! between are written in the same transaction as the step (a refused operation changes
 //! nothing, so it leaves no row either).
 //!
-//! Not here yet (issue 10): deploy/retire/start through this API, migration, pagination
-//! cursors, business keys, user-task completion and message correlation.
+//! Starting instances needs a runtime to run their handlers: an `Ops` built with
+//! [`Ops::with_runtime`] (the server's) starts them; one on a bare store (the CLI's)
+//! refuses, saying so.
+//!
+//! Not here yet (issue 10): business keys, user-task completion, message correlation,
+//! incident resolution and respond-and-continue (R6).
 
 use std::sync::Arc;
 
 use qflow_core::{Budget, Input, Snapshot, TimerKind};
 use qflow_runtime::claim::Stepped;
-use qflow_runtime::Stepper;
+use qflow_runtime::{Runtime, Stepper};
 use qflow_store::{
     AttemptRecord, AuditEntry, AuditRecord, DeploymentId, DeploymentRecord, IncidentRecord,
     InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, RetireOutcome, Store, StoreError,
@@ -97,7 +101,7 @@ pub fn parse_instance_id(s: &str) -> Result<InstanceId> {
 }
 
 /// One deployment, as listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct DeploymentSummary {
     pub id: i64,
     pub process_id: String,
@@ -119,7 +123,7 @@ impl From<&DeploymentRecord> for DeploymentSummary {
 }
 
 /// One instance, as listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct InstanceSummary {
     pub id: String,
     pub deployment: i64,
@@ -152,15 +156,67 @@ pub struct InstanceQuery {
     /// `running`, `completed`, `failed` or `cancelled`.
     pub status: Option<String>,
     pub failure_code: Option<String>,
+    /// Only instances created at or after this instant (ms since the epoch).
+    pub created_from_ms: Option<i64>,
+    /// Only instances created before this instant.
+    pub created_to_ms: Option<i64>,
+    /// The `next` cursor of the previous page: the listing continues after it.
+    pub cursor: Option<String>,
     /// At most this many (the store caps it at 10,000); 0 means the cap.
     pub limit: u32,
 }
 
+/// One page of a listing, in a stable order (creation instant, then id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A listing cursor: the position of a page's last row, `<created_at_ms>.<id>`. Opaque to
+/// callers; it stays valid while rows are added (keyset pagination never skips or repeats
+/// a row that was there before the first page).
+fn encode_cursor(created_at_ms: i64, id: InstanceId) -> String {
+    format!("{created_at_ms}.{id}")
+}
+
+fn decode_cursor(cursor: &str) -> Result<(i64, InstanceId)> {
+    let bad = || Error::Invalid {
+        field: "cursor",
+        why: format!("`{cursor}` is not a cursor this listing returned"),
+    };
+    let (at, id) = cursor.split_once('.').ok_or_else(bad)?;
+    let at = at.parse::<i64>().map_err(|_| bad())?;
+    let id = InstanceId::parse_str(id).map_err(|_| bad())?;
+    Ok((at, id))
+}
+
+/// A request to start an instance.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StartRequest {
+    /// The deployment version to start on.
+    pub deployment: Option<i64>,
+    /// Or the process id: its newest live deployment.
+    pub process_id: Option<String>,
+    /// The instance's variables (a JSON object).
+    pub variables: qflow_core::Variables,
+}
+
+/// A started instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Started {
+    pub instance: String,
+    pub deployment: i64,
+}
+
 /// A live timer row, decoded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct TimerView {
     pub name: String,
     /// `retry` (a backoff park), `timeout`, `boundary`, `catch` or `lease`.
+    #[schema(value_type = String)]
     pub kind: TimerKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
@@ -181,7 +237,7 @@ impl From<&TimerRecord> for TimerView {
 }
 
 /// One attempt of one task (O1a).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     pub node: String,
     pub attempt: u32,
@@ -209,7 +265,7 @@ impl From<&AttemptRecord> for AttemptView {
 }
 
 /// An incident (O4).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct IncidentView {
     pub id: i64,
     pub instance: String,
@@ -236,19 +292,20 @@ impl From<&IncidentRecord> for IncidentView {
 }
 
 /// Everything an operator needs to understand one instance (O1).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct InstanceView {
     pub instance: InstanceSummary,
     pub deployment: DeploymentSummary,
     /// The decoded snapshot: status, failure, wait frontier, variables, attempt
     /// counters, backoff markers, budget bases (`Snapshot::inspect`).
+    #[schema(value_type = Object)]
     pub snapshot: serde_json::Value,
     pub timers: Vec<TimerView>,
     pub incidents: Vec<IncidentView>,
 }
 
 /// A row of the audit log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct AuditView {
     pub id: i64,
     pub instance: String,
@@ -277,7 +334,7 @@ impl From<&AuditRecord> for AuditView {
 
 /// A migration plan (O2): which instances of `source` move onto `target`, and how their
 /// nodes are renamed (an id the mapping does not name keeps its id).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MigrationPlan {
     pub source: i64,
@@ -290,7 +347,7 @@ pub struct MigrationPlan {
 }
 
 /// What a migration did, or would do, to one instance.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct MigrationResult {
     pub instance: String,
     /// `migrated`, `would_migrate` (dry run) or `refused`.
@@ -305,7 +362,7 @@ pub struct MigrationResult {
 }
 
 /// What an operation that steps an instance did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Applied {
     pub instance: String,
     pub fence_before: u64,
@@ -315,11 +372,18 @@ pub struct Applied {
     pub attempts_started: Vec<String>,
 }
 
-/// The operator API over one store, acting as one actor.
+/// The operator API over one store, acting as one actor. Cheap to clone; clones share
+/// the definition cache and the runtime.
+#[derive(Clone)]
 pub struct Ops {
+    shared: Arc<Shared>,
+    actor: Arc<str>,
+}
+
+struct Shared {
     stepper: Stepper,
     now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
-    actor: String,
+    runtime: Option<Arc<Runtime>>,
 }
 
 impl Ops {
@@ -331,10 +395,91 @@ impl Ops {
         actor: impl Into<String>,
     ) -> Ops {
         Ops {
-            stepper: Stepper::new(store),
-            now_ms,
-            actor: actor.into(),
+            shared: Arc::new(Shared {
+                stepper: Stepper::new(store),
+                now_ms,
+                runtime: None,
+            }),
+            actor: Arc::from(actor.into()),
         }
+    }
+
+    /// Operations served by `runtime` (its store and clock), which runs the handlers of
+    /// the instances they start.
+    pub fn with_runtime(runtime: Arc<Runtime>, actor: impl Into<String>) -> Ops {
+        let clock = runtime.clock();
+        Ops {
+            shared: Arc::new(Shared {
+                stepper: Stepper::new(runtime.store().clone()),
+                now_ms: Arc::new(move || clock.now_ms()),
+                runtime: Some(runtime),
+            }),
+            actor: Arc::from(actor.into()),
+        }
+    }
+
+    /// The same operations, acting as `actor` (a server's per-request caller).
+    pub fn as_actor(&self, actor: &str) -> Ops {
+        Ops {
+            shared: self.shared.clone(),
+            actor: Arc::from(actor),
+        }
+    }
+
+    /// Who the audit log names for this handle's changes.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Whether the store answers (a readiness probe).
+    pub async fn ready(&self) -> Result<()> {
+        self.store().next_timer_due().await?;
+        Ok(())
+    }
+
+    /// Starts an instance and returns once its first step is durable. Needs the runtime
+    /// of [`Ops::with_runtime`].
+    pub async fn start(&self, request: StartRequest) -> Result<Started> {
+        let Some(runtime) = &self.shared.runtime else {
+            return Err(Error::Refused(
+                "no runtime serves this store here, so nothing would run the instance's \
+                 tasks; start instances through `qflow serve` (POST /v1/instances)"
+                    .to_owned(),
+            ));
+        };
+        let deployment = match (&request.deployment, &request.process_id) {
+            (Some(d), None) => *d,
+            (None, Some(p)) => self.latest_live(p).await?,
+            _ => {
+                return Err(Error::Invalid {
+                    field: "deployment",
+                    why: "give exactly one of `deployment` and `process_id`".to_owned(),
+                })
+            }
+        };
+        qflow_core::limits::check_variables(&request.variables).map_err(|why| Error::Invalid {
+            field: "variables",
+            why,
+        })?;
+        let id = runtime
+            .start_instance(DeploymentId(deployment), request.variables)
+            .await?;
+        Ok(Started {
+            instance: id.to_string(),
+            deployment,
+        })
+    }
+
+    async fn latest_live(&self, process_id: &str) -> Result<i64> {
+        let all = self.store().deployments().await?;
+        all.iter()
+            .filter(|d| d.process_id == process_id && !d.retired)
+            .map(|d| d.id.0)
+            .max()
+            .ok_or_else(|| Error::NotFound {
+                what: "live deployment of process",
+                id: process_id.to_owned(),
+            })
     }
 
     /// The audit log, of one instance or of all, oldest first (the newest `limit` rows;
@@ -348,7 +493,7 @@ impl Ops {
     }
 
     fn store(&self) -> &dyn Store {
-        &**self.stepper.store()
+        &**self.shared.stepper.store()
     }
 
     /// Deploys the executable process `process_id` of `source` (its only one when `None`):
@@ -359,17 +504,29 @@ impl Ops {
         source: &str,
         process_id: Option<&str>,
     ) -> Result<DeploymentSummary> {
-        let record = self
-            .stepper
-            .deploy(source, process_id, (self.now_ms)())
-            .await?;
+        let record = match &self.shared.runtime {
+            // A server: refused when a task has no handler here.
+            Some(runtime) => runtime.deploy_checked(source, process_id).await?,
+            None => {
+                self.shared
+                    .stepper
+                    .deploy(source, process_id, (self.shared.now_ms)())
+                    .await?
+            }
+        };
         Ok(DeploymentSummary::from(&record))
     }
 
     /// Retires a deployment: no new instance starts on it. Refused while running or
     /// FAILED instances reference it, saying how many.
     pub async fn retire(&self, id: i64) -> Result<DeploymentSummary> {
-        match self.store().retire(DeploymentId(id)).await? {
+        // Through the runtime when one serves here, so its start path forgets the
+        // deployment at once.
+        let outcome = match &self.shared.runtime {
+            Some(runtime) => runtime.retire(DeploymentId(id)).await?,
+            None => self.store().retire(DeploymentId(id)).await?,
+        };
+        match outcome {
             RetireOutcome::Retired => {}
             RetireOutcome::Refused { blocking_instances } => {
                 return Err(Error::Refused(format!(
@@ -416,8 +573,8 @@ impl Ops {
                 why: "the target is the source deployment".to_owned(),
             });
         }
-        let from = self.stepper.definition(source.id).await?;
-        let to = self.stepper.definition(target.id).await?;
+        let from = self.shared.stepper.definition(source.id).await?;
+        let to = self.shared.stepper.definition(target.id).await?;
         let mut wrong = Vec::new();
         for (old, new) in &plan.mapping {
             if from.process.find(old).is_none() {
@@ -478,7 +635,7 @@ impl Ops {
             changes: Vec::new(),
             fence_after: None,
         };
-        let before = self.stepper.claim(id).await?;
+        let before = self.shared.stepper.claim(id).await?;
         if before.deployment.0 != plan.source {
             return Ok(refused(format!(
                 "instance is on deployment {}, not {}",
@@ -503,7 +660,7 @@ impl Ops {
                 .collect(),
         };
         let audit = AuditEntry {
-            actor: self.actor.clone(),
+            actor: self.actor.to_string(),
             action: "migrate".to_owned(),
             detail: format!(
                 "from={} to={} mapping={:?}",
@@ -511,8 +668,9 @@ impl Ops {
             ),
         };
         let target = DeploymentId(plan.target);
-        let now = (self.now_ms)();
+        let now = (self.shared.now_ms)();
         match self
+            .shared
             .stepper
             .migrate(id, target, input, now, Some(&audit), dry_run)
             .await
@@ -548,8 +706,8 @@ impl Ops {
         Ok(all.iter().map(DeploymentSummary::from).collect())
     }
 
-    /// Instances matching `query`, in creation order.
-    pub async fn instances(&self, query: &InstanceQuery) -> Result<Vec<InstanceSummary>> {
+    /// Instances matching `query`, in creation order, one page.
+    pub async fn instances(&self, query: &InstanceQuery) -> Result<Page<InstanceSummary>> {
         let status = match &query.status {
             None => None,
             Some(s) => Some(InstanceStatus::parse(s).ok_or_else(|| Error::Invalid {
@@ -557,14 +715,27 @@ impl Ops {
                 why: format!("`{s}` is not one of running, completed, failed, cancelled"),
             })?),
         };
+        let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
         let filter = InstanceFilter {
             deployment: query.deployment.map(DeploymentId),
             status,
             failure_code: query.failure_code.clone(),
+            created_from_ms: query.created_from_ms,
+            created_to_ms: query.created_to_ms,
+            after,
             limit: query.limit,
         };
         let rows = self.store().instances(&filter).await?;
-        Ok(rows.iter().map(InstanceSummary::from).collect())
+        let full =
+            rows.len() == qflow_store::memory::effective_instances_limit(query.limit) as usize;
+        let next = rows
+            .last()
+            .filter(|_| full)
+            .map(|r| encode_cursor(r.created_at_ms, r.id));
+        Ok(Page {
+            items: rows.iter().map(InstanceSummary::from).collect(),
+            next,
+        })
     }
 
     async fn record(&self, id: InstanceId) -> Result<InstanceRecord> {
@@ -656,7 +827,7 @@ impl Ops {
         detail: String,
     ) -> Result<Applied> {
         let audit = AuditEntry {
-            actor: self.actor.clone(),
+            actor: self.actor.to_string(),
             action: action.to_owned(),
             detail,
         };
@@ -666,8 +837,9 @@ impl Ops {
             calls,
             handed_over,
         } = self
+            .shared
             .stepper
-            .step(id, input, (self.now_ms)(), Some(&audit))
+            .step(id, input, (self.shared.now_ms)(), Some(&audit))
             .await?;
         let status = qflow_runtime::claim::store_status(claim.snapshot.status());
         Ok(Applied {

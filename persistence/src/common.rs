@@ -178,12 +178,18 @@ pub(crate) fn claimed_timers(rows: &[impl StoreRow]) -> StoreResult<Vec<TimerRec
 }
 
 /// `SELECT INSTANCE_COLUMNS` of the instances matching `filter`, oldest first, at most
-/// the contract's limit.
-pub(crate) fn instances_query<DB>(filter: &InstanceFilter) -> QueryBuilder<'_, DB>
+/// the contract's limit. `id_type` is the SQL type an id given as text is cast to for
+/// the keyset comparison (`TEXT` on SQLite, `UUID` on PostgreSQL): both order ids as the
+/// store contract does, by their bytes (lowercase hyphenated text sorts the same way).
+pub(crate) fn instances_query<'f, DB>(
+    filter: &'f InstanceFilter,
+    id_type: &str,
+) -> QueryBuilder<'f, DB>
 where
     DB: Database,
     for<'a> i64: Encode<'a, DB> + Type<DB>,
     for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> String: Encode<'a, DB> + Type<DB>,
 {
     let mut query = QueryBuilder::new(format!(
         "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
@@ -196,6 +202,22 @@ where
     }
     if let Some(code) = &filter.failure_code {
         query.push(" AND failure_code = ").push_bind(code.as_str());
+    }
+    if let Some(from) = filter.created_from_ms {
+        query.push(" AND created_at_ms >= ").push_bind(from);
+    }
+    if let Some(to) = filter.created_to_ms {
+        query.push(" AND created_at_ms < ").push_bind(to);
+    }
+    if let Some((at, id)) = filter.after {
+        query
+            .push(" AND (created_at_ms > ")
+            .push_bind(at)
+            .push(" OR (created_at_ms = ")
+            .push_bind(at)
+            .push(" AND id > CAST(")
+            .push_bind(id.to_string())
+            .push(format!(" AS {id_type})))"));
     }
     query
         .push(" ORDER BY created_at_ms, id LIMIT ")

@@ -751,7 +751,7 @@ impl Store for PgStore {
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
-        let mut query = instances_query::<Postgres>(filter);
+        let mut query = instances_query::<Postgres>(filter, "UUID");
         map_all(query.build().fetch_all(&self.pool).await, instance_from_row)
     }
 

@@ -765,7 +765,7 @@ impl Store for SqliteStore {
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
-        let mut query = instances_query::<Sqlite>(filter);
+        let mut query = instances_query::<Sqlite>(filter, "TEXT");
         map_all(
             query.build().fetch_all(&self.readers).await,
             instance_from_row,

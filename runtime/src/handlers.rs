@@ -103,6 +103,11 @@ impl AsyncHandlers {
         self
     }
 
+    /// Whether a handler is registered under `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
     /// Runs the handler for `call`; an asynchronous one gets until `started_ms +
     /// limit_ms` on `clock`. Every way the call can end becomes, through the core's one
     /// mapping ([`call_input`]), the input the core expects back for that attempt.

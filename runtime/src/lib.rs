@@ -263,7 +263,7 @@ impl Stepper {
         process_id: Option<&str>,
         now_ms: i64,
     ) -> Result<DeploymentRecord, Error> {
-        deploy(&self.store, &self.defs, source, process_id, now_ms).await
+        deploy(&self.store, &self.defs, source, process_id, now_ms, None).await
     }
 
     /// The definition of `deployment`, loaded once.
@@ -327,14 +327,49 @@ impl Definitions {
 /// this engine cannot run or when it is stateful and the store is not durable (L7), and
 /// stored by content hash (same content, same version; R5). The one deploy path of the
 /// runtime and of the operator API.
+///
+/// With `handlers`, a registered task (`q:task`) none of them serves is refused too,
+/// naming the task and the alternatives: the instance would only ever fail there.
 async fn deploy(
     store: &Arc<dyn Store>,
     defs: &Definitions,
     source: &str,
     process_id: Option<&str>,
     now_ms: i64,
+    handlers: Option<&AsyncHandlers>,
 ) -> Result<DeploymentRecord, Error> {
     let def = load_process(source, process_id)?;
+    if let Some(handlers) = handlers {
+        let missing: Vec<String> = def
+            .process
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                qflow_loader::model::NodeKind::Task(t) => match &t.kind {
+                    qflow_loader::model::TaskKind::Registered { name }
+                        if !handlers.contains(name) =>
+                    {
+                        Some(format!("`{}` (q:task=\"{name}\")", n.id))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::Refused {
+                what: "deployment".to_owned(),
+                why: format!(
+                    "process `{}` has tasks no handler of this server runs: {}; a host that \
+                     embeds qflow registers handlers by name, and a standalone server runs \
+                     work through `q:topic` pull tasks (external workers) or `q:channel` \
+                     calls instead",
+                    def.id,
+                    missing.join(", ")
+                ),
+            });
+        }
+    }
     let unsupported = qflow_core::unsupported_elements(&def);
     if !unsupported.is_empty() {
         let list: Vec<String> = unsupported
@@ -515,6 +550,16 @@ impl Runtime {
         &self.shared.store
     }
 
+    /// The clock the runtime steps by.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.shared.clock.clone()
+    }
+
+    /// Whether a handler is registered under `name` (a `q:task` it can run).
+    pub fn has_handler(&self, name: &str) -> bool {
+        self.shared.handlers.contains(name)
+    }
+
     /// Deploys the executable process `process_id` of `source` (or its only process when
     /// `None`). The same content returns the same version (R5). A stateful definition is
     /// refused on a store that is not durable (L7).
@@ -530,6 +575,26 @@ impl Runtime {
             source,
             process_id,
             now,
+            None,
+        )
+        .await
+    }
+
+    /// [`Runtime::deploy`], and refused when a registered task (`q:task`) of the process
+    /// has no handler in this runtime (a server's deploy endpoint).
+    pub async fn deploy_checked(
+        &self,
+        source: &str,
+        process_id: Option<&str>,
+    ) -> Result<DeploymentRecord, Error> {
+        let now = self.shared.clock.now_ms();
+        deploy(
+            &self.shared.store,
+            &self.shared.defs,
+            source,
+            process_id,
+            now,
+            Some(&self.shared.handlers),
         )
         .await
     }

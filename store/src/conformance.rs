@@ -978,7 +978,7 @@ pub async fn instances_filter_by_deployment_status_and_code(ctx: Ctx) -> Result<
             failure_code: Some("E_PAY".into()),
             deployment: Some(v1),
             status: Some(InstanceStatus::Failed),
-            limit: 0,
+            ..Default::default()
         })
         .await?);
     ensure!(pay == vec![id(1), id(4)], "{pay:?}");
@@ -989,6 +989,32 @@ pub async fn instances_filter_by_deployment_status_and_code(ctx: Ctx) -> Result<
         })
         .await?);
     ensure!(first_two == vec![id(2), id(1)], "{first_two:?}");
+    // Keyset pages: each starts strictly after the previous page's last row, including
+    // across rows that share a creation instant, and together they are the listing.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s
+            .instances(&InstanceFilter {
+                after,
+                limit: 2,
+                ..Default::default()
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = Some((last.created_at_ms, last.id));
+        paged.extend(page.into_iter().map(|r| r.id));
+        ensure!(paged.len() <= all.len(), "pages never end: {paged:?}");
+    }
+    ensure!(paged == all, "{paged:?}");
+    let window = ids(s
+        .instances(&InstanceFilter {
+            created_from_ms: Some(T0 + 1),
+            created_to_ms: Some(T0 + 2),
+            ..Default::default()
+        })
+        .await?);
+    ensure!(window == vec![id(1), id(3), id(4)], "{window:?}");
     let none = s
         .instances(&InstanceFilter {
             failure_code: Some("NOPE".into()),

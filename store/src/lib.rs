@@ -290,6 +290,13 @@ pub struct InstanceFilter {
     pub deployment: Option<DeploymentId>,
     pub status: Option<InstanceStatus>,
     pub failure_code: Option<String>,
+    /// Only instances created at or after this instant (ms since the epoch).
+    pub created_from_ms: Option<i64>,
+    /// Only instances created before this instant.
+    pub created_to_ms: Option<i64>,
+    /// Keyset pagination: only rows strictly after this `(created_at_ms, id)` position in
+    /// the listing order — the last row of the previous page.
+    pub after: Option<(i64, InstanceId)>,
     /// At most this many rows, ordered by creation then id. Stores cap it at 10,000.
     pub limit: u32,
 }

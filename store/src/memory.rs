@@ -301,6 +301,13 @@ impl Store for MemoryStore {
                     .as_ref()
                     .is_none_or(|code| i.failure_code.as_ref() == Some(code))
             })
+            .filter(|i| filter.created_from_ms.is_none_or(|t| i.created_at_ms >= t))
+            .filter(|i| filter.created_to_ms.is_none_or(|t| i.created_at_ms < t))
+            .filter(|i| {
+                filter
+                    .after
+                    .is_none_or(|after| (i.created_at_ms, i.id) > after)
+            })
             .collect();
         rows.sort_by_key(|i| (i.created_at_ms, i.id));
         rows.truncate(effective_instances_limit(filter.limit) as usize);

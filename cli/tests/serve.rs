@@ -1,0 +1,197 @@
+//! `qflow serve` as a user meets it: a real process on a loopback port, a real socket.
+//! First contact makes an admin token, prints it once and keeps only its hash; a
+//! restart on the same file accepts the same token; SIGTERM shuts down cleanly; an
+//! instance started over HTTP runs the demo's handlers to its end.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    addr: String,
+    lines: mpsc::Receiver<String>,
+    said: Vec<String>,
+}
+
+/// Starts `qflow serve --demo` on a free loopback port and reads its banner.
+fn serve(db: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .env_remove("QFLOW_DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawns qflow serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut said = Vec::new();
+    // A bound on a hang, not a timing assertion.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let addr = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no banner from qflow serve; it said: {said:#?}"));
+        said.push(line.clone());
+        if let Some(rest) = line.strip_prefix("qflow: serving http://") {
+            break rest.split_whitespace().next().expect("address").to_owned();
+        }
+    };
+    // The token lines follow the banner at once.
+    while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
+        said.push(line);
+    }
+    Server {
+        child,
+        addr,
+        lines,
+        said,
+    }
+}
+
+/// One HTTP/1.1 exchange on its own connection: (status, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("sets a read bound");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() {
+        req.push_str("Content-Type: application/json\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(req.as_bytes()).expect("writes");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("reads");
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {raw}"));
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+fn token_from(said: &[String]) -> String {
+    said.iter()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with("qf_"))
+        .unwrap_or_else(|| panic!("no token printed: {said:#?}"))
+        .to_owned()
+}
+
+fn stop(mut server: Server) -> Vec<String> {
+    let pid = server.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = server.child.wait().expect("waits");
+    while let Ok(line) = server.lines.recv_timeout(Duration::from_secs(5)) {
+        server.said.push(line);
+    }
+    assert!(
+        status.success(),
+        "qflow serve exited {status}: {:#?}",
+        server.said
+    );
+    server.said
+}
+
+#[test]
+fn first_contact_prints_one_token_that_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("serve.sqlite");
+    let server = serve(&db);
+    let token = token_from(&server.said);
+    let addr = server.addr.clone();
+    let hash_file = dir.path().join("serve.sqlite.admin-token");
+    let kept = std::fs::read_to_string(&hash_file).expect("the hash file");
+    assert!(!kept.contains(&token), "the token itself was written down");
+    assert_eq!(kept.trim().len(), 64, "{kept}");
+
+    assert_eq!(
+        http(&addr, "GET", "/healthz", None, None),
+        (200, "ok\n".to_owned())
+    );
+    let (status, body) = http(&addr, "GET", "/v1/deployments", None, None);
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = http(&addr, "GET", "/v1/deployments", Some(&token), None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"process_id\":\"orders\""), "{body}");
+
+    // An instance started over HTTP runs the demo's handlers to its end.
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/v1/instances",
+        Some(&token),
+        Some(r#"{"process_id": "orders", "variables": {"amount": 12}}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    let started: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let id = started["instance"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, body) = http(
+            &addr,
+            "GET",
+            &format!("/v1/instances/{id}"),
+            Some(&token),
+            None,
+        );
+        let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+        if view["instance"]["status"] != "running" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the instance never ended: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let banner = server.said.len();
+    let said = stop(server);
+    assert!(
+        !said[banner..].iter().any(|l| l.contains(&token)),
+        "the token was printed again after the banner: {said:#?}"
+    );
+
+    let again = serve(&db);
+    assert!(
+        !again.said.iter().any(|l| l.contains("qf_")),
+        "a second token was made: {:#?}",
+        again.said
+    );
+    let (status, body) = http(
+        &again.addr,
+        "GET",
+        &format!("/v1/instances/{id}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    stop(again);
+}

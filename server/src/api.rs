@@ -1,0 +1,525 @@
+//! The `/v1` handlers: each parses its request, checks its scope, calls one operation of
+//! `qflow_ops` and renders the result. Nothing here decides anything about instances.
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use qflow_core::Budget;
+use qflow_ops::{
+    parse_instance_id, Applied, AttemptView, AuditView, DeploymentSummary, IncidentView,
+    InstanceQuery, InstanceSummary, InstanceView, MigrationPlan, MigrationResult, Page,
+    StartRequest, Started,
+};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::{Caller, DeployScope, OperateScope, ReadScope};
+use crate::body::{JsonBody, QueryParams};
+use crate::problem::{Place, Problem};
+use crate::AppState;
+
+type Result<T> = std::result::Result<T, Problem>;
+
+fn instance_id(raw: &str) -> Result<qflow_store::InstanceId> {
+    parse_instance_id(raw).map_err(|e| Problem::from_ops(e, Place::Path))
+}
+
+fn deployment_id(raw: &str) -> Result<i64> {
+    raw.parse::<i64>().map_err(|_| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("`{raw}` is not a deployment version (an integer)"),
+        )
+        .at(Place::Path, "id", "not an integer")
+    })
+}
+
+/// A model to deploy.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeployBody {
+    /// The BPMN 2.0 XML document.
+    pub source: String,
+    /// The executable process to deploy; needed only when the document has several.
+    #[serde(default)]
+    pub process_id: Option<String>,
+}
+
+/// Deploys a model: the same content gets the same version back.
+#[utoipa::path(post, path = "/v1/deployments", tag = "deployments",
+    request_body = DeployBody,
+    responses(
+        (status = 200, description = "Deployed (or already deployed with this content)", body = DeploymentSummary),
+        (status = 422, description = "The loader or the server refused the model", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["deploy"])))]
+pub async fn deploy(
+    State(state): State<AppState>,
+    caller: Caller<DeployScope>,
+    JsonBody(body): JsonBody<DeployBody>,
+) -> Result<Json<DeploymentSummary>> {
+    let ops = state.ops.as_actor(&caller.name);
+    ops.deploy(&body.source, body.process_id.as_deref())
+        .await
+        .map(Json)
+        .map_err(|e| match e {
+            qflow_ops::Error::Refused(why) => {
+                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "model_refused", why)
+            }
+            other => Problem::from_ops(other, Place::Body),
+        })
+}
+
+/// Every deployment, oldest first.
+#[utoipa::path(get, path = "/v1/deployments", tag = "deployments",
+    responses((status = 200, description = "The deployments", body = Vec<DeploymentSummary>)),
+    security(("bearer" = ["read"])))]
+pub async fn deployments(
+    State(state): State<AppState>,
+    _caller: Caller<ReadScope>,
+) -> Result<Json<Vec<DeploymentSummary>>> {
+    state
+        .ops
+        .deployments()
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Query))
+}
+
+/// Retires a deployment: no new instance starts on it. Refused while running or FAILED
+/// instances reference it.
+#[utoipa::path(post, path = "/v1/deployments/{id}/retire", tag = "deployments",
+    params(("id" = i64, Path, description = "The deployment version")),
+    responses(
+        (status = 200, description = "Retired", body = DeploymentSummary),
+        (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Instances still reference it", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["deploy"])))]
+pub async fn retire(
+    State(state): State<AppState>,
+    caller: Caller<DeployScope>,
+    Path(id): Path<String>,
+) -> Result<Json<DeploymentSummary>> {
+    let id = deployment_id(&id)?;
+    state
+        .ops
+        .as_actor(&caller.name)
+        .retire(id)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Path))
+}
+
+/// An instance to start.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartBody {
+    /// The deployment version to start on.
+    #[serde(default)]
+    pub deployment: Option<i64>,
+    /// Or a process id: its newest live deployment.
+    #[serde(default)]
+    pub process_id: Option<String>,
+    /// The instance's variables.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub variables: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Starts an instance; answers once its first step is durable.
+#[utoipa::path(post, path = "/v1/instances", tag = "instances",
+    request_body = StartBody,
+    responses(
+        (status = 201, description = "Started", body = Started,
+            headers(("location" = String, description = "The new instance"))),
+        (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is retired, or no runtime serves this store", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn start(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    JsonBody(body): JsonBody<StartBody>,
+) -> Result<Response> {
+    let request = StartRequest {
+        deployment: body.deployment,
+        process_id: body.process_id,
+        variables: body.variables.into_iter().collect(),
+    };
+    let started = state
+        .ops
+        .as_actor(&caller.name)
+        .start(request)
+        .await
+        .map_err(|e| Problem::from_ops(e, Place::Body))?;
+    let location = format!("/v1/instances/{}", started.instance);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(started),
+    )
+        .into_response())
+}
+
+/// Which instances to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Only instances of this deployment version.
+    pub deployment: Option<i64>,
+    /// Only instances in this state: `running`, `completed`, `failed`, `cancelled`.
+    pub state: Option<String>,
+    /// Only FAILED instances with this failure code.
+    pub failure_code: Option<String>,
+    /// Only instances created at or after this instant (ms since the epoch).
+    pub created_from_ms: Option<i64>,
+    /// Only instances created before this instant.
+    pub created_to_ms: Option<i64>,
+    /// The `next` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size, at most 10,000 (default 100).
+    #[param(minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
+}
+
+/// Lists instances, oldest first, a page at a time.
+#[utoipa::path(get, path = "/v1/instances", tag = "instances",
+    params(ListParams),
+    responses((status = 200, description = "One page", body = Page<InstanceSummary>)),
+    security(("bearer" = ["read"])))]
+pub async fn instances(
+    State(state): State<AppState>,
+    _caller: Caller<ReadScope>,
+    QueryParams(p): QueryParams<ListParams>,
+) -> Result<Json<Page<InstanceSummary>>> {
+    let limit = match p.limit {
+        None => 100,
+        Some(n @ 1..=10_000) => n,
+        Some(n) => {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("limit {n} is outside 1..=10000"),
+            )
+            .at(Place::Query, "limit", "outside 1..=10000"))
+        }
+    };
+    let query = InstanceQuery {
+        deployment: p.deployment,
+        status: p.state.clone(),
+        failure_code: p.failure_code,
+        created_from_ms: p.created_from_ms,
+        created_to_ms: p.created_to_ms,
+        cursor: p.cursor,
+        limit,
+    };
+    state.ops.instances(&query).await.map(Json).map_err(|e| {
+        // The ops field `status` is the `state` parameter here.
+        let e = match e {
+            qflow_ops::Error::Invalid {
+                field: "status",
+                why,
+            } => qflow_ops::Error::Invalid {
+                field: "state",
+                why,
+            },
+            other => other,
+        };
+        Problem::from_ops(e, Place::Query)
+    })
+}
+
+/// One instance decoded: state, failure, wait frontier, variables, attempt counters,
+/// backoff markers, timers with their due instants, incidents, deployment.
+#[utoipa::path(get, path = "/v1/instances/{id}", tag = "instances",
+    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    responses(
+        (status = 200, description = "The instance", body = InstanceView),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["read"])))]
+pub async fn inspect(
+    State(state): State<AppState>,
+    _caller: Caller<ReadScope>,
+    Path(id): Path<String>,
+) -> Result<Json<InstanceView>> {
+    let id = instance_id(&id)?;
+    state
+        .ops
+        .inspect(id)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Path))
+}
+
+/// Every attempt of every task of the instance, in order (O1a).
+#[utoipa::path(get, path = "/v1/instances/{id}/history", tag = "instances",
+    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    responses(
+        (status = 200, description = "The attempts", body = Vec<AttemptView>),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["read"])))]
+pub async fn history(
+    State(state): State<AppState>,
+    _caller: Caller<ReadScope>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<AttemptView>>> {
+    let id = instance_id(&id)?;
+    state
+        .ops
+        .history(id)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Path))
+}
+
+/// How a resume treats the budget the failed task burned.
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetChoice {
+    /// The attempts burned count: one more failure may exhaust the policy again.
+    #[default]
+    Keep,
+    /// The failed task's policy starts over.
+    Reset,
+}
+
+/// A resume of a FAILED instance.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeBody {
+    #[serde(default)]
+    pub budget: BudgetChoice,
+}
+
+/// Resumes a FAILED instance (O3): its failed task runs a new attempt.
+#[utoipa::path(post, path = "/v1/instances/{id}/resume", tag = "instances",
+    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    request_body = ResumeBody,
+    responses(
+        (status = 200, description = "Resumed", body = Applied),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The instance is not FAILED", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn resume(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<ResumeBody>,
+) -> Result<Json<Applied>> {
+    let id = instance_id(&id)?;
+    let budget = match body.budget {
+        BudgetChoice::Keep => Budget::Keep,
+        BudgetChoice::Reset => Budget::Reset,
+    };
+    state
+        .ops
+        .as_actor(&caller.name)
+        .resume(id, budget)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
+/// A retry-now of a task in a backoff window.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryNowBody {
+    /// The task to retry; default every task of the instance in a backoff window.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+/// Runs the next attempt of a task in a backoff window now, without touching its attempt
+/// counter (O4a).
+#[utoipa::path(post, path = "/v1/instances/{id}/retry-now", tag = "instances",
+    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    request_body = RetryNowBody,
+    responses(
+        (status = 200, description = "The attempt was started", body = Applied),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "No backoff is pending", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn retry_now(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<RetryNowBody>,
+) -> Result<Json<Applied>> {
+    let id = instance_id(&id)?;
+    state
+        .ops
+        .as_actor(&caller.name)
+        .retry_now(id, body.node)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
+/// Cancels a running or FAILED instance.
+#[utoipa::path(post, path = "/v1/instances/{id}/cancel", tag = "instances",
+    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    responses(
+        (status = 200, description = "Cancelled", body = Applied),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The instance has already ended", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    Path(id): Path<String>,
+) -> Result<Json<Applied>> {
+    let id = instance_id(&id)?;
+    state
+        .ops
+        .as_actor(&caller.name)
+        .cancel(id)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Path))
+}
+
+/// A migration request: the plan, and whether only to show what it would do.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MigrateBody {
+    pub plan: MigrationPlan,
+    /// Apply the plan to the stored snapshots and show the diff; write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// Migrates instances onto another deployment with a node mapping (O2), or with
+/// `dry_run` shows the per-instance diff and writes nothing.
+#[utoipa::path(post, path = "/v1/migrations", tag = "instances",
+    request_body = MigrateBody,
+    responses(
+        (status = 200, description = "What happened (or would) to each instance", body = Vec<MigrationResult>),
+        (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The target is retired", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn migrate(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    JsonBody(body): JsonBody<MigrateBody>,
+) -> Result<Json<Vec<MigrationResult>>> {
+    state
+        .ops
+        .as_actor(&caller.name)
+        .migrate(&body.plan, body.dry_run)
+        .await
+        .map(Json)
+        .map_err(|e| match e {
+            // Plan fields live under `/plan` in this body.
+            qflow_ops::Error::Invalid { field, why } => {
+                let mut p = Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    format!("plan.{field}: {why}"),
+                );
+                p.errors.push(crate::problem::FieldError {
+                    pointer: Some(crate::problem::pointer_of(["plan", field])),
+                    parameter: None,
+                    detail: why,
+                });
+                p
+            }
+            other => Problem::from_ops(other, Place::Body),
+        })
+}
+
+/// Which incidents to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct IncidentParams {
+    /// Only the incidents of this instance.
+    pub instance: Option<String>,
+}
+
+/// Incidents, of one instance or of all.
+#[utoipa::path(get, path = "/v1/incidents", tag = "incidents",
+    params(IncidentParams),
+    responses(
+        (status = 200, description = "The incidents", body = Vec<IncidentView>),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["read"])))]
+pub async fn incidents(
+    State(state): State<AppState>,
+    _caller: Caller<ReadScope>,
+    QueryParams(p): QueryParams<IncidentParams>,
+) -> Result<Json<Vec<IncidentView>>> {
+    let instance = p
+        .instance
+        .as_deref()
+        .map(parse_instance_id)
+        .transpose()
+        .map_err(|e| Problem::from_ops(e, Place::Query))?;
+    state
+        .ops
+        .incidents(instance)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Query))
+}
+
+/// Which audit rows to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AuditParams {
+    /// Only the actions on this instance.
+    pub instance: Option<String>,
+    /// At most this many, the newest (default 100).
+    #[param(minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
+}
+
+/// The audit log of operator actions, oldest first.
+#[utoipa::path(get, path = "/v1/audit", tag = "audit",
+    params(AuditParams),
+    responses(
+        (status = 200, description = "The audit rows", body = Vec<AuditView>),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["read"])))]
+pub async fn audit(
+    State(state): State<AppState>,
+    _caller: Caller<ReadScope>,
+    QueryParams(p): QueryParams<AuditParams>,
+) -> Result<Json<Vec<AuditView>>> {
+    let instance = p
+        .instance
+        .as_deref()
+        .map(parse_instance_id)
+        .transpose()
+        .map_err(|e| Problem::from_ops(e, Place::Query))?;
+    let limit = match p.limit {
+        None => 100,
+        Some(n @ 1..=10_000) => n,
+        Some(n) => {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("limit {n} is outside 1..=10000"),
+            )
+            .at(Place::Query, "limit", "outside 1..=10000"))
+        }
+    };
+    state
+        .ops
+        .audit(instance, limit)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Query))
+}

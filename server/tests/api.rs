@@ -1,0 +1,585 @@
+//! The HTTP API against a durable SQLite store with a runtime serving it, on a manual
+//! clock: requests go through the whole router (limits, auth, problem details) without a
+//! socket. Every refusal is checked twice: its problem document, and that the instance
+//! and the audit log are exactly as before.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use qflow_ops::Ops;
+use qflow_persistence::SqliteStore;
+use qflow_runtime::{
+    AsyncHandlers, ManualClock, Runtime, RuntimeConfig, StatsView, TaskContext, TaskOutcome,
+};
+use qflow_server::{hash_token, Limits, Scope, Token, Tokens};
+use qflow_store::Store;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const T0: i64 = 1_700_000_000_000;
+const ADMIN: &str = "admin-secret";
+const READER: &str = "reader-secret";
+
+fn model(process: &str, task: &str, policy: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <process id="{process}" isExecutable="true">
+    <startEvent id="start"/>
+    <serviceTask id="{task}" q:task="pay"><extensionElements>{policy}</extensionElements></serviceTask>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="{task}"/>
+    <sequenceFlow id="f1" sourceRef="{task}" targetRef="end"/>
+  </process>
+</definitions>"#
+    )
+}
+
+const PARKING: &str =
+    r#"<q:retry maxAttempts="5" initialInterval="PT1H" maxInterval="PT1H" jitter="none"/>"#;
+
+struct World {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    clock: Arc<ManualClock>,
+    rt: Arc<Runtime>,
+    app: Router,
+    broken: Arc<AtomicBool>,
+}
+
+fn token(name: &str, secret: &str, scopes: &[Scope]) -> Token {
+    let mut sha256 = [0u8; 32];
+    hex_decode(&hash_token(secret), &mut sha256);
+    Token {
+        name: name.to_owned(),
+        sha256,
+        scopes: scopes.iter().copied().collect(),
+    }
+}
+
+fn hex_decode(hex: &str, out: &mut [u8; 32]) {
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex");
+    }
+}
+
+async fn world_with(limits: Limits) -> World {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(dir.path().join("qflow.db"))
+            .await
+            .expect("opens sqlite"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let broken = Arc::new(AtomicBool::new(true));
+    let b = broken.clone();
+    let handlers = AsyncHandlers::new().with_sync("pay", move |_: &TaskContext<'_>| {
+        if b.load(Ordering::SeqCst) {
+            TaskOutcome::Fail {
+                code: "GATEWAY_DOWN".into(),
+                message: "503 from the gateway".into(),
+            }
+        } else {
+            TaskOutcome::Ok(Default::default())
+        }
+    });
+    let config = RuntimeConfig {
+        lanes: 1,
+        poll_interval_ms: 1,
+        ..RuntimeConfig::default()
+    };
+    let rt = Arc::new(Runtime::start(
+        store.clone(),
+        handlers,
+        clock.clone(),
+        config,
+    ));
+    let ops = Ops::with_runtime(rt.clone(), "server");
+    let tokens = Tokens::new(vec![
+        token("admin", ADMIN, &Scope::ALL),
+        token("reader", READER, &[Scope::Read]),
+    ]);
+    let app = qflow_server::router(ops, tokens, Some(rt.stats()), &limits);
+    World {
+        _dir: dir,
+        store,
+        clock,
+        rt,
+        app,
+        broken,
+    }
+}
+
+async fn world() -> World {
+    world_with(Limits::default()).await
+}
+
+struct Reply {
+    status: StatusCode,
+    content_type: String,
+    body: Value,
+    text: String,
+}
+
+impl World {
+    async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(b) => req
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&b).expect("json"))),
+            None => req.body(Body::empty()),
+        }
+        .expect("request");
+        self.raw(req).await
+    }
+
+    async fn raw(&self, req: Request<Body>) -> Reply {
+        let res = self.app.clone().oneshot(req).await.expect("infallible");
+        let status = res.status();
+        let content_type = res
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().expect("ascii").to_owned())
+            .unwrap_or_default();
+        let bytes = res.into_body().collect().await.expect("body").to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            content_type,
+            body,
+            text,
+        }
+    }
+
+    async fn deploy(&self, source: &str) -> i64 {
+        let r = self
+            .send(
+                Method::POST,
+                "/v1/deployments",
+                Some(ADMIN),
+                Some(json!({ "source": source })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        r.body["id"].as_i64().expect("id")
+    }
+
+    async fn start(&self, deployment: i64) -> String {
+        let r = self
+            .send(
+                Method::POST,
+                "/v1/instances",
+                Some(ADMIN),
+                Some(json!({ "deployment": deployment, "variables": { "order": 7 } })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        r.body["instance"].as_str().expect("instance").to_owned()
+    }
+
+    async fn wait(&self, done: impl Fn(&StatsView) -> bool) {
+        self.clock.advance_ms(1);
+        let wait = self.rt.wait_until(done);
+        tokio::time::timeout(std::time::Duration::from_secs(120), wait)
+            .await
+            .expect("the runtime stopped making progress (hang guard, not a timing check)");
+    }
+
+    /// The instance row and the whole audit log: what a refusal must leave as it was.
+    async fn state_of(&self, id: &str) -> (u64, Vec<u8>, usize) {
+        let id = qflow_ops::parse_instance_id(id).expect("id");
+        let rec = self
+            .store
+            .instance(id)
+            .await
+            .expect("reads")
+            .expect("exists");
+        let audit = self.store.audit(None, 0).await.expect("audit").len();
+        (rec.fence, rec.snapshot, audit)
+    }
+}
+
+fn assert_problem(r: &Reply, status: StatusCode, code: &str) {
+    assert_eq!(r.status, status, "{}", r.text);
+    assert_eq!(r.content_type, "application/problem+json", "{}", r.text);
+    assert_eq!(r.body["code"], code, "{}", r.text);
+    assert_eq!(r.body["status"], status.as_u16(), "{}", r.text);
+    assert_eq!(
+        r.body["type"],
+        format!("urn:qflow:problem:{code}"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{}",
+        r.text
+    );
+}
+
+#[tokio::test]
+async fn a_failed_instance_is_found_inspected_resumed_and_completes_over_http() {
+    let w = world().await;
+    let dep = w.deploy(&model("billing", "pay", "")).await;
+    // Same content, same version.
+    assert_eq!(w.deploy(&model("billing", "pay", "")).await, dep);
+    let id = w.start(dep).await;
+    w.wait(|s| s.failed >= 1).await;
+
+    let r = w
+        .send(
+            Method::GET,
+            "/v1/instances?state=failed&failure_code=GATEWAY_DOWN",
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["items"][0]["id"], id.as_str());
+    assert!(r.body.get("next").is_none(), "{}", r.text);
+
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["instance"]["status"], "failed");
+    assert_eq!(r.body["snapshot"]["variables"]["order"], 7, "{}", r.text);
+
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}/history"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body[0]["code"], "GATEWAY_DOWN", "{}", r.text);
+
+    w.broken.store(false, Ordering::SeqCst);
+    let r = w
+        .send(
+            Method::POST,
+            &format!("/v1/instances/{id}/resume"),
+            Some(ADMIN),
+            Some(json!({ "budget": "keep" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "running");
+    w.wait(|s| s.completed >= 1).await;
+
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["instance"]["status"], "completed", "{}", r.text);
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/audit?instance={id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body[0]["actor"], "admin", "{}", r.text);
+    assert_eq!(r.body[0]["action"], "resume", "{}", r.text);
+}
+
+#[tokio::test]
+async fn every_refusal_is_a_problem_document_and_changes_nothing() {
+    let w = world_with(Limits {
+        body_bytes: 4096,
+        ..Limits::default()
+    })
+    .await;
+    let dep = w.deploy(&model("billing", "pay", PARKING)).await;
+    let id = w.start(dep).await;
+    // Parked in a one-hour backoff: running, with a retry pending.
+    w.wait(|s| s.parks >= 1).await;
+    let before = w.state_of(&id).await;
+    let resume = format!("/v1/instances/{id}/resume");
+    let keep = json!({ "budget": "keep" });
+
+    let r = w
+        .send(Method::POST, &resume, None, Some(keep.clone()))
+        .await;
+    assert_problem(&r, StatusCode::UNAUTHORIZED, "unauthorized");
+    let r = w
+        .send(Method::POST, &resume, Some("guess"), Some(keep.clone()))
+        .await;
+    assert_problem(&r, StatusCode::UNAUTHORIZED, "unauthorized");
+    let r = w
+        .send(Method::POST, &resume, Some(READER), Some(keep.clone()))
+        .await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "forbidden");
+    assert!(
+        r.body["detail"].as_str().unwrap().contains("`operate`"),
+        "{}",
+        r.text
+    );
+    // Resume of a RUNNING instance: the core refuses it.
+    let r = w
+        .send(Method::POST, &resume, Some(ADMIN), Some(keep.clone()))
+        .await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    // A bad field is pointed at.
+    let r = w
+        .send(
+            Method::POST,
+            &resume,
+            Some(ADMIN),
+            Some(json!({ "budget": "half" })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/budget", "{}", r.text);
+    // Malformed JSON.
+    let req = Request::post(&resume)
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{\"budget\": "))
+        .unwrap();
+    let r = w.raw(req).await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "malformed_json");
+    // Not JSON at all.
+    let req = Request::post(&resume)
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .body(Body::from("budget=keep"))
+        .unwrap();
+    assert_problem(
+        &w.raw(req).await,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
+    // Over the body limit.
+    let big = json!({ "budget": "keep", "pad": "x".repeat(8192) });
+    let r = w.send(Method::POST, &resume, Some(ADMIN), Some(big)).await;
+    assert_problem(&r, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+    // Cancel with the wrong scope.
+    let cancel = format!("/v1/instances/{id}/cancel");
+    assert_problem(
+        &w.send(Method::POST, &cancel, Some(READER), None).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    // Retire while referenced.
+    let retire = format!("/v1/deployments/{dep}/retire");
+    let r = w.send(Method::POST, &retire, Some(ADMIN), None).await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    // A migration mapping to a node the target lacks.
+    let v2 = w.deploy(&model("billing", "charge", PARKING)).await;
+    let plan = json!({ "plan": { "source": dep, "target": v2, "mapping": { "pay": "nowhere" } } });
+    let r = w
+        .send(Method::POST, "/v1/migrations", Some(ADMIN), Some(plan))
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(
+        r.body["errors"][0]["pointer"], "/plan/mapping",
+        "{}",
+        r.text
+    );
+
+    assert_eq!(
+        w.state_of(&id).await,
+        before,
+        "a refusal changed the instance or the audit log"
+    );
+
+    // Unknown instance, malformed id, unknown path, a bad query parameter.
+    let missing = "018f0000-0000-7000-8000-000000000000";
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{missing}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
+    let r = w
+        .send(Method::GET, "/v1/instances/not-a-uuid", Some(READER), None)
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["parameter"], "instance", "{}", r.text);
+    assert_problem(
+        &w.send(Method::GET, "/v1/nothing", Some(READER), None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let r = w
+        .send(
+            Method::GET,
+            "/v1/instances?state=sleeping",
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["parameter"], "state", "{}", r.text);
+    let r = w
+        .send(Method::GET, "/v1/instances?limit=lots", Some(READER), None)
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    let r = w
+        .send(Method::GET, "/v1/instances?cursor=zzz", Some(READER), None)
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    let r = w
+        .send(Method::DELETE, "/v1/deployments", Some(READER), None)
+        .await;
+    assert_problem(&r, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+
+    // Retry-now with no backoff pending (a FAILED instance) is refused and changes
+    // nothing; on the parked one it starts the next attempt at once.
+    let plain = w.deploy(&model("billing", "pay", "")).await;
+    let failed = w.start(plain).await;
+    w.wait(|s| s.failed >= 1).await;
+    let failed_before = w.state_of(&failed).await;
+    let r = w
+        .send(
+            Method::POST,
+            &format!("/v1/instances/{failed}/retry-now"),
+            Some(ADMIN),
+            Some(json!({})),
+        )
+        .await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    assert_eq!(w.state_of(&failed).await, failed_before);
+    let r = w
+        .send(
+            Method::POST,
+            &format!("/v1/instances/{id}/retry-now"),
+            Some(ADMIN),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["fence_after"], before.0 + 1, "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_standalone_server_refuses_a_task_it_has_no_handler_for() {
+    let w = world().await;
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/deployments",
+            Some(ADMIN),
+            Some(json!({ "source": model("billing", "ship", "").replace("q:task=\"pay\"", "q:task=\"ship\"") })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::UNPROCESSABLE_ENTITY, "model_refused");
+    let detail = r.body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("`ship` (q:task=\"ship\")") && detail.contains("q:topic"),
+        "{detail}"
+    );
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/deployments",
+            Some(ADMIN),
+            Some(json!({ "source": "<definitions" })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::UNPROCESSABLE_ENTITY, "model_refused");
+    let r = w
+        .send(Method::GET, "/v1/deployments", Some(READER), None)
+        .await;
+    assert_eq!(r.body, json!([]), "a refused model was stored: {}", r.text);
+}
+
+#[tokio::test]
+async fn pages_walk_every_instance_once_in_order() {
+    let w = world().await;
+    w.broken.store(false, Ordering::SeqCst);
+    let dep = w.deploy(&model("billing", "pay", "")).await;
+    let mut started = Vec::new();
+    for _ in 0..7 {
+        started.push(w.start(dep).await);
+    }
+    let mut seen = Vec::new();
+    let mut uri = "/v1/instances?limit=3".to_owned();
+    loop {
+        let r = w.send(Method::GET, &uri, Some(READER), None).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        for item in r.body["items"].as_array().unwrap() {
+            seen.push(item["id"].as_str().unwrap().to_owned());
+        }
+        match r.body["next"].as_str() {
+            Some(next) => uri = format!("/v1/instances?limit=3&cursor={next}"),
+            None => break,
+        }
+        assert!(seen.len() <= started.len(), "pages never end");
+    }
+    let mut sorted = started.clone();
+    sorted.sort();
+    assert_eq!(seen, sorted);
+}
+
+#[tokio::test]
+async fn service_endpoints_answer_and_metrics_need_a_token() {
+    let w = world().await;
+    let r = w.send(Method::GET, "/healthz", None, None).await;
+    assert_eq!((r.status, r.text.as_str()), (StatusCode::OK, "ok\n"));
+    let r = w.send(Method::GET, "/readyz", None, None).await;
+    assert_eq!((r.status, r.text.as_str()), (StatusCode::OK, "ready\n"));
+    assert_problem(
+        &w.send(Method::GET, "/metrics", None, None).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    let r = w.send(Method::GET, "/metrics", Some(READER), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text.contains("qflow_steps_total "), "{}", r.text);
+    // The 401 just answered is counted.
+    assert!(
+        r.text
+            .contains("qflow_http_requests_total{class=\"4xx\"} 1"),
+        "{}",
+        r.text
+    );
+    let r = w.send(Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(r.body["openapi"], "3.1.0", "{}", r.text);
+}
+
+/// The committed `docs/openapi.json` is the document the server serves. After an API
+/// change, `QFLOW_BLESS=1 cargo test -p qflow-server` rewrites it.
+#[test]
+fn the_committed_openapi_document_is_the_served_one() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    let generated = qflow_server::openapi();
+    if std::env::var_os("QFLOW_BLESS").is_some() {
+        std::fs::write(&path, &generated).expect("writes docs/openapi.json");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/openapi.json differs from the API the server serves; rerun with QFLOW_BLESS=1 \
+         and commit the file"
+    );
+}
