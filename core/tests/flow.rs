@@ -73,6 +73,32 @@ fn condition_on_a_missing_variable_fails_with_expression_failed() {
     );
 }
 
+/// Issue 8, defect 2: a condition copying a 1 MB string per item of a 4,096-item list
+/// loads (it is harmless on small values) and, at run time, goes over the evaluation
+/// budget: the instance fails with `EXPRESSION_FAILED` instead of the process aborting.
+#[test]
+fn a_condition_over_the_evaluation_budget_fails_with_expression_failed() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="gw"/>
+      <exclusiveGateway id="gw" default="fd"/>
+      <sequenceFlow id="fa" sourceRef="gw" targetRef="e"><conditionExpression>size(xs.map(a, s)) &gt; 0</conditionExpression></sequenceFlow>
+      <sequenceFlow id="fd" sourceRef="gw" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let xs: Vec<u32> = (0..4096).collect();
+    let vars = serde_json::json!({ "variables": { "xs": xs, "s": "x".repeat(1 << 20) } });
+    let trace = run_scenario(&def, &vars.to_string());
+    assert_eq!(trace.summary.status, "failed");
+    assert_eq!(
+        trace.summary.failure_code.as_deref(),
+        Some("EXPRESSION_FAILED")
+    );
+    let small = serde_json::json!({ "variables": { "xs": [1, 2], "s": "x" } });
+    assert_eq!(
+        run_scenario(&def, &small.to_string()).summary.status,
+        "completed"
+    );
+}
+
 const PARALLEL: &str = r#"
   <startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
   <parallelGateway id="fork"/>

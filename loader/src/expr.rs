@@ -15,7 +15,18 @@
 //!   stack on a dozen nested brackets; brackets are additionally capped at
 //!   [`MAX_BRACKET_NESTING`] before the parser ever sees the text;
 //! - JSON integers become CEL `int` (so `x > 1` works on a JSON `2`), lists and maps handed
-//!   in are capped at [`MAX_INPUT_ITEMS`] entries and [`MAX_INPUT_DEPTH`] levels.
+//!   in are capped at [`MAX_INPUT_ITEMS`] entries and [`MAX_INPUT_DEPTH`] levels;
+//! - every evaluation runs under a budget of [`EVAL_STEPS_MAX`] steps and
+//!   [`EVAL_BYTES_MAX`] bytes, enforced while it runs by a meter woven into the compiled
+//!   tree ([`budget`]); over it, the evaluation fails with an [`EvalError`] (the engine's
+//!   `EXPRESSION_FAILED`), never aborts. At load, an expression whose estimated cost at
+//!   the documented caps is far over that budget is refused with `Q209` ([`estimate`]).
+
+mod budget;
+mod estimate;
+
+pub use budget::{EVAL_BYTES_MAX, EVAL_STEPS_MAX};
+pub use estimate::REFUSAL_FACTOR;
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -31,8 +42,9 @@ use crate::model::{Pos, Variables};
 pub const MAX_AST_DEPTH: usize = 24;
 /// Deepest nesting of `(`, `[` and `{` accepted before parsing.
 pub const MAX_BRACKET_NESTING: usize = 16;
-/// Deepest nesting of macros (`all`, `exists`, `map`, `filter`…): two levels bound the
-/// work of one evaluation to `MAX_INPUT_ITEMS²` steps.
+/// Deepest nesting of macros (`all`, `exists`, `map`, `filter`…). The evaluation budget
+/// bounds the work whatever the nesting; this cap keeps expressions readable and the
+/// static estimate's worst cases few.
 pub const MAX_COMPREHENSION_NESTING: usize = 2;
 /// Most entries in one list or map handed to an expression as input.
 pub const MAX_INPUT_ITEMS: usize = 4_096;
@@ -42,10 +54,13 @@ pub const MAX_INPUT_DEPTH: usize = 32;
 const PARSER_STACK_BYTES: usize = 64 << 20;
 
 /// Why an expression did not compile. `pos` is the position in the model file of the
-/// offending character when known, else of the expression's start.
+/// offending character when known, else of the expression's start. `code` is the
+/// diagnostic it becomes: `Q201` (does not compile, or over a structural cap) or `Q209`
+/// (its estimated cost is far over the evaluation budget).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{pos}: {message}")]
 pub struct ExprError {
+    pub code: &'static str,
     pub pos: Pos,
     pub message: String,
 }
@@ -66,7 +81,8 @@ pub struct EvalError {
 pub struct Expression {
     source: String,
     pos: Pos,
-    program: Arc<cel::Program>,
+    /// The parsed tree with the budget's meter woven in ([`budget::instrument`]).
+    tree: Arc<IdedExpr>,
     /// The identifiers the program reads, sorted. Only these are converted and bound at
     /// evaluation, so the cost of an evaluation does not grow with unrelated variables.
     reads: Arc<[String]>,
@@ -100,12 +116,14 @@ impl Expression {
             Err(msg) => {
                 let (rel, message) = decode_rel(&msg);
                 return Err(ExprError {
+                    code: "Q201",
                     pos: rel.map_or(pos, |r| offset_pos(pos, source, r)),
                     message,
                 });
             }
         };
         check_tree(program.expression(), pos)?;
+        check_estimate(&program, source, pos)?;
         let mut reads: Vec<String> = program
             .references()
             .variables()
@@ -117,7 +135,7 @@ impl Expression {
         Ok(Expression {
             source: owned,
             pos,
-            program: Arc::new(program),
+            tree: Arc::new(budget::instrument(program.expression())),
             reads: reads.into(),
         })
     }
@@ -133,21 +151,34 @@ impl Expression {
     }
 
     /// Evaluates the expression over `vars`, each bound as a top-level CEL variable (only
-    /// those the expression reads are converted).
+    /// those the expression reads are converted), under the evaluation budget: over it,
+    /// the result is an [`EvalError`] saying which limit.
     pub fn eval(&self, vars: &Variables) -> Result<serde_json::Value, EvalError> {
+        let meter = Arc::new(budget::Meter::default());
         let mut ctx = cel::Context::default();
+        budget::register(&mut ctx, &meter);
         for name in self.reads.iter() {
             let Some(value) = vars.get(name) else {
                 continue;
             };
-            let v =
-                json_to_cel(value, 0).map_err(|m| self.err(format!("variable `{name}`: {m}")))?;
+            let mut counted = (0u64, 0u64);
+            let v = json_to_cel(value, 0, &mut counted)
+                .map_err(|m| self.err(format!("variable `{name}`: {m}")))?;
+            meter
+                .charge_input(counted.0, counted.1)
+                .map_err(|over| self.over_budget(over))?;
             ctx.add_variable_from_value(name.clone(), v);
         }
-        let out =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.program.execute(&ctx)))
-                .map_err(|_| self.err("the CEL evaluator failed".into()))?
-                .map_err(|e| self.err(e.to_string()))?;
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cel::Value::resolve(&self.tree, &ctx)
+        }))
+        .map_err(|_| self.err("the CEL evaluator failed".into()));
+        // Over budget wins over whatever came out: an error the evaluator absorbed (`||`,
+        // `all`) must not let an exhausted evaluation pass.
+        if let Some(over) = meter.exceeded() {
+            return Err(self.over_budget(over));
+        }
+        let out = out?.map_err(|e| self.err(e.to_string()))?;
         cel_to_json(&out, 0).map_err(|m| self.err(m))
     }
 
@@ -162,6 +193,19 @@ impl Expression {
         }
     }
 
+    fn over_budget(&self, over: budget::Over) -> EvalError {
+        self.err(match over {
+            budget::Over::Steps => format!(
+                "the evaluation went over its budget of {EVAL_STEPS_MAX} steps; \
+                 it does too much work for its inputs"
+            ),
+            budget::Over::Bytes => format!(
+                "the evaluation went over its budget of {EVAL_BYTES_MAX} bytes; \
+                 it builds or copies too much for its inputs"
+            ),
+        })
+    }
+
     fn err(&self, message: String) -> EvalError {
         EvalError {
             source_text: self.source.clone(),
@@ -171,8 +215,47 @@ impl Expression {
     }
 }
 
+/// Refuses an expression whose static estimate ([`estimate`]) is far over the budget,
+/// at the position of the smallest subexpression that is.
+fn check_estimate(program: &cel::Program, source: &str, pos: Pos) -> Result<(), ExprError> {
+    let Err(over) = estimate::check(program.expression()) else {
+        return Ok(());
+    };
+    let at = program
+        .source_info()
+        .offset_for(over.node)
+        .map_or(pos, |(start, _)| {
+            offset_pos(pos, source, line_col(source, start as usize))
+        });
+    Err(ExprError {
+        code: "Q209",
+        pos: at,
+        message: format!(
+            "on inputs at the documented caps (lists of {MAX_INPUT_ITEMS} items) this \
+             expression takes at least {:.0e} steps, over {}x the evaluation budget of \
+             {EVAL_STEPS_MAX} steps: it builds or copies a list once per item of a list; \
+             compute the value once instead",
+            over.steps, REFUSAL_FACTOR as u64,
+        ),
+    })
+}
+
+/// The 1-based (line, column in characters) of byte `offset` in `source`.
+fn line_col(source: &str, offset: usize) -> (isize, isize) {
+    let before = source.get(..offset).unwrap_or(source);
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line as isize, col as isize)
+}
+
 fn precheck(source: &str, pos: Pos, max_len: usize) -> Result<(), ExprError> {
-    let fail = |message: String| Err(ExprError { pos, message });
+    let fail = |message: String| {
+        Err(ExprError {
+            code: "Q201",
+            pos,
+            message,
+        })
+    };
     if source.trim().is_empty() {
         return fail("the expression is empty".into());
     }
@@ -325,6 +408,7 @@ fn check_tree(root: &IdedExpr, pos: Pos) -> Result<(), ExprError> {
     while let Some((e, depth, compr)) = stack.pop() {
         if depth > MAX_AST_DEPTH {
             return Err(ExprError {
+                code: "Q201",
                 pos,
                 message: format!(
                     "the expression is nested deeper than {MAX_AST_DEPTH} levels; split it into simpler parts"
@@ -333,6 +417,7 @@ fn check_tree(root: &IdedExpr, pos: Pos) -> Result<(), ExprError> {
         }
         if compr > MAX_COMPREHENSION_NESTING {
             return Err(ExprError {
+                code: "Q201",
                 pos,
                 message: format!(
                     "macros (all/exists/map/filter) nest deeper than {MAX_COMPREHENSION_NESTING} levels"
@@ -373,6 +458,7 @@ fn check_tree(root: &IdedExpr, pos: Pos) -> Result<(), ExprError> {
             }
             Expr::Struct(_) => {
                 return Err(ExprError {
+                    code: "Q201",
                     pos,
                     message: "message (struct) literals are not supported; use a map literal"
                         .into(),
@@ -385,11 +471,18 @@ fn check_tree(root: &IdedExpr, pos: Pos) -> Result<(), ExprError> {
     Ok(())
 }
 
-fn json_to_cel(v: &serde_json::Value, depth: usize) -> Result<cel::Value, String> {
+/// Converts a variable's value; `counted` adds up its nodes and text bytes, which the
+/// budget charges.
+fn json_to_cel(
+    v: &serde_json::Value,
+    depth: usize,
+    counted: &mut (u64, u64),
+) -> Result<cel::Value, String> {
     use serde_json::Value as J;
     if depth > MAX_INPUT_DEPTH {
         return Err(format!("nested deeper than {MAX_INPUT_DEPTH} levels"));
     }
+    counted.0 += 1;
     Ok(match v {
         J::Null => cel::Value::Null,
         J::Bool(b) => cel::Value::Bool(*b),
@@ -402,7 +495,10 @@ fn json_to_cel(v: &serde_json::Value, depth: usize) -> Result<cel::Value, String
                 cel::Value::Float(n.as_f64().unwrap_or(f64::NAN))
             }
         }
-        J::String(s) => cel::Value::String(Arc::new(s.clone())),
+        J::String(s) => {
+            counted.1 += s.len() as u64;
+            cel::Value::String(Arc::new(s.clone()))
+        }
         J::Array(items) => {
             if items.len() > MAX_INPUT_ITEMS {
                 return Err(format!(
@@ -412,7 +508,7 @@ fn json_to_cel(v: &serde_json::Value, depth: usize) -> Result<cel::Value, String
             }
             let list = items
                 .iter()
-                .map(|x| json_to_cel(x, depth + 1))
+                .map(|x| json_to_cel(x, depth + 1, counted))
                 .collect::<Result<Vec<_>, _>>()?;
             cel::Value::List(Arc::new(list))
         }
@@ -425,9 +521,10 @@ fn json_to_cel(v: &serde_json::Value, depth: usize) -> Result<cel::Value, String
             }
             let mut out: HashMap<cel::objects::Key, cel::Value> = HashMap::with_capacity(map.len());
             for (k, x) in map {
+                counted.1 += k.len() as u64;
                 out.insert(
                     cel::objects::Key::String(Arc::new(k.clone())),
-                    json_to_cel(x, depth + 1)?,
+                    json_to_cel(x, depth + 1, counted)?,
                 );
             }
             cel::Value::Map(cel::objects::Map { map: Arc::new(out) })
@@ -582,6 +679,113 @@ mod tests {
         let e = compile("nope == 1").unwrap();
         let err = e.eval(&Variables::new()).unwrap_err();
         assert!(err.message.contains("nope"), "{}", err.message);
+    }
+
+    fn list(n: usize) -> serde_json::Value {
+        json!((0..n as i64).collect::<Vec<_>>())
+    }
+
+    fn over_budget(e: &Expression, v: serde_json::Value) -> String {
+        let err = e.eval(&vars(v)).unwrap_err();
+        assert!(err.message.contains("budget"), "{}", err.message);
+        err.message
+    }
+
+    #[test]
+    fn a_cubic_expression_is_refused_at_load_where_it_blows_up() {
+        let err = compile("size(xs.map(a, xs.map(b, xs)))").unwrap_err();
+        assert_eq!(err.code, "Q209", "{}", err.message);
+        // The smallest subexpression over the line is the outer `map` (the inner one
+        // alone is only linear in the list): `cel` places a macro call at its `(`,
+        // offset 11 from the expression's start at column 10.
+        assert_eq!(err.pos, Pos { line: 3, col: 21 }, "{}", err.message);
+        assert!(err.message.contains("evaluation budget"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_large_value_copied_per_item_fails_at_run_time() {
+        // Harmless on a short string, so it loads; a 1 MB string copied per item of a
+        // 4,096-item list fails on bytes, long before its 4 GB.
+        let e = compile("xs.map(a, s)").unwrap();
+        let big = json!({"xs": list(MAX_INPUT_ITEMS), "s": "x".repeat(1 << 20)});
+        assert!(over_budget(&e, big).contains("bytes"));
+        let small = json!({"xs": list(2), "s": "x"});
+        assert_eq!(e.eval(&vars(small)).unwrap(), json!(["x", "x"]));
+    }
+
+    #[test]
+    fn what_loads_is_still_bounded_at_run_time() {
+        // Quadratic: loads (it is fine on small lists), fails on long ones.
+        let e = compile("xs.filter(a, xs.exists(b, b == a + 1)).size()").unwrap();
+        assert_eq!(e.eval(&vars(json!({"xs": list(50)}))).unwrap(), json!(49));
+        over_budget(&e, json!({"xs": list(MAX_INPUT_ITEMS)}));
+        // The same copy one level down, inside a list literal.
+        let e = compile("xs.map(a, [s]).size()").unwrap();
+        let msg = over_budget(
+            &e,
+            json!({"xs": list(MAX_INPUT_ITEMS), "s": "x".repeat(1 << 20)}),
+        );
+        assert!(msg.contains("bytes"), "{msg}");
+        assert_eq!(
+            e.eval(&vars(json!({"xs": list(3), "s": "x"}))).unwrap(),
+            json!(3)
+        );
+    }
+
+    #[test]
+    fn an_absorbed_budget_error_still_fails_the_evaluation() {
+        // `||` absorbs an error beside `true`, `exists` defers one: neither may let an
+        // exhausted evaluation through.
+        for src in [
+            "xs.exists(a, xs.exists(b, a + b < 0)) || true",
+            "xs.exists(a, xs.all(b, b * a >= 0) && false) || true",
+        ] {
+            let e = compile(src).unwrap();
+            over_budget(&e, json!({"xs": list(MAX_INPUT_ITEMS)}));
+        }
+    }
+
+    #[test]
+    fn metering_changes_no_result() {
+        let v = vars(json!({
+            "xs": [1, 2, 3], "m": {"a": {"b": 2}}, "s": "abc", "o": {"k": [1, 2]}
+        }));
+        let cases = [
+            ("xs.map(x, x * 2)", json!([2, 4, 6])),
+            ("xs.filter(x, x > 1)", json!([2, 3])),
+            ("xs.map(x, x > 1, x * 10)", json!([20, 30])),
+            ("xs.all(x, x > 0) && !xs.exists(x, x > 5)", json!(true)),
+            ("xs.exists_one(x, x == 2)", json!(true)),
+            ("m.a.b + size(xs) + xs[1] + size(s) + o.k.size()", json!(12)),
+            ("has(m.a.b) && !has(m.z)", json!(true)),
+            ("{'k': [s, s + 'd']}", json!({"k": ["abc", "abcd"]})),
+            ("2 in xs ? 'yes' : 'no'", json!("yes")),
+            ("optional.of(xs).hasValue()", json!(true)),
+            (
+                "s.startsWith('a') && s.contains('b') && string(1) == '1'",
+                json!(true),
+            ),
+        ];
+        for (src, want) in cases {
+            let e = compile(src).unwrap();
+            assert_eq!(e.eval(&v).unwrap(), want, "{src}");
+        }
+    }
+
+    #[test]
+    fn the_deepest_tree_evaluates_on_a_small_stack() {
+        // The meter doubles the evaluator's recursion; the deepest accepted tree must
+        // still evaluate on a 2 MiB thread in a debug build.
+        let src = "1+".repeat(MAX_AST_DEPTH - 2) + "1";
+        let e = compile(&src).unwrap();
+        let out = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || e.eval(&Variables::new()))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, json!(MAX_AST_DEPTH as i64 - 1));
     }
 
     #[test]

@@ -46,6 +46,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q206", "an ISO-8601 repeating interval (cycle) does not parse"),
     ("Q207", "a timer does not define exactly one of timeDuration, timeDate, timeCycle"),
     ("Q208", "an input/output mapping is invalid (missing or malformed target or source)"),
+    ("Q209", "an expression's estimated cost at the documented input caps is far over the evaluation budget"),
     ("Q301", "a q:retry attribute is missing a value or out of range"),
     ("Q302", "q:retry initialInterval is larger than maxInterval"),
     ("Q303", "nonRetryableCodes names a code that can never occur"),

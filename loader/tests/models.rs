@@ -512,6 +512,29 @@ fn q201_bad_mapping_source() {
 }
 
 #[test]
+fn q209_an_expression_far_over_the_evaluation_budget() {
+    let d = refused(
+        &gateway_with_condition(
+            "<conditionExpression>size(xs.map¶(a, xs.map(b, xs))) &gt; 0</conditionExpression>",
+        ),
+        "Q209",
+    );
+    assert!(d.message.contains("evaluation budget"), "{}", d.message);
+    refused(
+        &around(
+            r#"<serviceTask id="t" q:task="pay"><extensionElements><q:output target="x" source="xs.map¶(a, xs.map(b, [xs]))"/></extensionElements></serviceTask>"#,
+        ),
+        "Q209",
+    );
+    // A cost linear in a list's length times a value's size loads: fine on small
+    // inputs, and the meter bounds it at run time.
+    let linear = gateway_with_condition(
+        "<conditionExpression>size(xs.map(a, s)) &gt; 0</conditionExpression>",
+    );
+    load_str(&linear).expect("a linear cost loads");
+}
+
+#[test]
 fn q202_juel_condition() {
     let d = refused(
         &gateway_with_condition("<conditionExpression>¶${amount > 1}</conditionExpression>"),

@@ -178,7 +178,7 @@ fn parse_mapping(pb: &mut ProcessBuilder<'_, '_>, c: &Element) -> Option<Mapping
     ) {
         Ok(source) => Some(Mapping { target, source }),
         Err(e) => {
-            pb.help("Q201", e.pos, e.message, "fix the CEL expression");
+            pb.help(e.code, e.pos, e.message, "fix the CEL expression");
             None
         }
     }

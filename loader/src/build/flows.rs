@@ -160,7 +160,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Err(e) => {
                 // A translated FEEL text has other columns than the file; point at its start.
                 let at = if is_feel { pos } else { c.text_file_pos(e.pos) };
-                self.help("Q201", at, e.message, "fix the CEL condition");
+                self.help(e.code, at, e.message, "fix the CEL condition");
                 None
             }
         }
