@@ -146,9 +146,9 @@ fn first_contact_prints_one_token_that_survives_a_restart() {
     let (status, body) = http(
         &addr,
         "POST",
-        "/v1/instances",
+        "/v1/processes/orders/instances",
         Some(&token),
-        Some(r#"{"process_id": "orders", "variables": {"amount": 12}}"#),
+        Some(r#"{"variables": {"amount": 12}}"#),
     );
     assert_eq!(status, 201, "{body}");
     let started: serde_json::Value = serde_json::from_str(&body).expect("json");

@@ -32,6 +32,69 @@ use qflow_store::{
 };
 use serde::Serialize;
 
+pub mod json {
+    //! JSON input helpers shared by the front ends.
+
+    use serde::de::{Deserializer, Error, Visitor};
+
+    /// An `i64` given as a JSON number with no fractional part: `7` and also `7.0`,
+    /// which JSON Schema (2020-12) counts as an integer and some clients send.
+    pub fn integer<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = i64;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_i64<E: Error>(self, v: i64) -> Result<i64, E> {
+                Ok(v)
+            }
+            fn visit_u64<E: Error>(self, v: u64) -> Result<i64, E> {
+                i64::try_from(v).map_err(|_| E::custom(format!("{v} is out of range")))
+            }
+            fn visit_f64<E: Error>(self, v: f64) -> Result<i64, E> {
+                // 2^63 is exactly representable; everything below it in magnitude and
+                // integral converts exactly.
+                if v.fract() == 0.0
+                    && v >= -9_223_372_036_854_775_808.0
+                    && v < 9_223_372_036_854_775_808.0
+                {
+                    Ok(v as i64)
+                } else {
+                    Err(E::custom(format!("{v} is not an integer in range")))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[derive(serde::Deserialize)]
+        struct N {
+            #[serde(deserialize_with = "super::integer")]
+            n: i64,
+        }
+
+        fn n(text: &str) -> Result<i64, String> {
+            serde_json::from_str::<N>(text)
+                .map(|v| v.n)
+                .map_err(|e| e.to_string())
+        }
+
+        #[test]
+        fn integral_numbers_in_any_spelling_are_integers() {
+            assert_eq!(n(r#"{"n": 7}"#), Ok(7));
+            assert_eq!(n(r#"{"n": -288.0}"#), Ok(-288));
+            assert_eq!(n(r#"{"n": -9223372036854775808}"#), Ok(i64::MIN));
+            assert!(n(r#"{"n": 1.5}"#).is_err());
+            assert!(n(r#"{"n": 9223372036854775808}"#).is_err());
+            assert!(n(r#"{"n": 1e300}"#).is_err());
+            assert!(n(r#"{"n": "7"}"#).is_err());
+        }
+    }
+}
+
 /// Why an operation did not happen. Nothing was written in any of these cases.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -337,7 +400,9 @@ impl From<&AuditRecord> for AuditView {
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MigrationPlan {
+    #[serde(deserialize_with = "json::integer")]
     pub source: i64,
+    #[serde(deserialize_with = "json::integer")]
     pub target: i64,
     #[serde(default)]
     pub mapping: std::collections::BTreeMap<String, String>,

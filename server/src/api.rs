@@ -113,30 +113,37 @@ pub async fn retire(
         .map_err(|e| Problem::from_ops(e, Place::Path))
 }
 
-/// An instance to start.
+/// An instance to start on a deployment version.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
     /// The deployment version to start on.
-    #[serde(default)]
-    pub deployment: Option<i64>,
-    /// Or a process id: its newest live deployment.
-    #[serde(default)]
-    pub process_id: Option<String>,
+    #[serde(deserialize_with = "qflow_ops::json::integer")]
+    pub deployment: i64,
     /// The instance's variables.
     #[serde(default)]
     #[schema(value_type = Object)]
     pub variables: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Starts an instance; answers once its first step is durable.
+/// An instance to start on the newest live deployment of a process.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartProcessBody {
+    /// The instance's variables.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub variables: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Starts an instance on a deployment version; answers once its first step is durable.
 #[utoipa::path(post, path = "/v1/instances", tag = "instances",
     request_body = StartBody,
     responses(
         (status = 201, description = "Started", body = Started,
             headers(("location" = String, description = "The new instance"))),
         (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment is retired, or no runtime serves this store", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is retired", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["operate"])))]
 pub async fn start(
@@ -145,13 +152,41 @@ pub async fn start(
     JsonBody(body): JsonBody<StartBody>,
 ) -> Result<Response> {
     let request = StartRequest {
-        deployment: body.deployment,
-        process_id: body.process_id,
+        deployment: Some(body.deployment),
+        process_id: None,
         variables: body.variables.into_iter().collect(),
     };
+    started(&state, &caller.name, request).await
+}
+
+/// Starts an instance on the newest live deployment of a process.
+#[utoipa::path(post, path = "/v1/processes/{process_id}/instances", tag = "instances",
+    params(("process_id" = String, Path, description = "The process id in the model")),
+    request_body = StartProcessBody,
+    responses(
+        (status = 201, description = "Started", body = Started,
+            headers(("location" = String, description = "The new instance"))),
+        (status = 404, description = "No live deployment of this process", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn start_process(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    Path(process_id): Path<String>,
+    JsonBody(body): JsonBody<StartProcessBody>,
+) -> Result<Response> {
+    let request = StartRequest {
+        deployment: None,
+        process_id: Some(process_id),
+        variables: body.variables.into_iter().collect(),
+    };
+    started(&state, &caller.name, request).await
+}
+
+async fn started(state: &AppState, caller: &str, request: StartRequest) -> Result<Response> {
     let started = state
         .ops
-        .as_actor(&caller.name)
+        .as_actor(caller)
         .start(request)
         .await
         .map_err(|e| Problem::from_ops(e, Place::Body))?;
@@ -164,6 +199,27 @@ pub async fn start(
         .into_response())
 }
 
+/// An instance's state, as listings filter by it.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceState {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl InstanceState {
+    fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Running => "running",
+            InstanceState::Completed => "completed",
+            InstanceState::Failed => "failed",
+            InstanceState::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// Which instances to list.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -171,8 +227,8 @@ pub async fn start(
 pub struct ListParams {
     /// Only instances of this deployment version.
     pub deployment: Option<i64>,
-    /// Only instances in this state: `running`, `completed`, `failed`, `cancelled`.
-    pub state: Option<String>,
+    /// Only instances in this state.
+    pub state: Option<InstanceState>,
     /// Only FAILED instances with this failure code.
     pub failure_code: Option<String>,
     /// Only instances created at or after this instant (ms since the epoch).
@@ -180,6 +236,9 @@ pub struct ListParams {
     /// Only instances created before this instant.
     pub created_to_ms: Option<i64>,
     /// The `next` of the previous page.
+    #[param(
+        pattern = "^-?[0-9]{1,18}\\.[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     pub cursor: Option<String>,
     /// Page size, at most 10,000 (default 100).
     #[param(minimum = 1, maximum = 10000)]
@@ -210,7 +269,7 @@ pub async fn instances(
     };
     let query = InstanceQuery {
         deployment: p.deployment,
-        status: p.state.clone(),
+        status: p.state.map(|s| s.as_str().to_owned()),
         failure_code: p.failure_code,
         created_from_ms: p.created_from_ms,
         created_to_ms: p.created_to_ms,
@@ -236,7 +295,7 @@ pub async fn instances(
 /// One instance decoded: state, failure, wait frontier, variables, attempt counters,
 /// backoff markers, timers with their due instants, incidents, deployment.
 #[utoipa::path(get, path = "/v1/instances/{id}", tag = "instances",
-    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)")),
     responses(
         (status = 200, description = "The instance", body = InstanceView),
         (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
@@ -258,7 +317,7 @@ pub async fn inspect(
 
 /// Every attempt of every task of the instance, in order (O1a).
 #[utoipa::path(get, path = "/v1/instances/{id}/history", tag = "instances",
-    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)")),
     responses(
         (status = 200, description = "The attempts", body = Vec<AttemptView>),
         (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
@@ -299,7 +358,7 @@ pub struct ResumeBody {
 
 /// Resumes a FAILED instance (O3): its failed task runs a new attempt.
 #[utoipa::path(post, path = "/v1/instances/{id}/resume", tag = "instances",
-    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)")),
     request_body = ResumeBody,
     responses(
         (status = 200, description = "Resumed", body = Applied),
@@ -339,7 +398,7 @@ pub struct RetryNowBody {
 /// Runs the next attempt of a task in a backoff window now, without touching its attempt
 /// counter (O4a).
 #[utoipa::path(post, path = "/v1/instances/{id}/retry-now", tag = "instances",
-    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)")),
     request_body = RetryNowBody,
     responses(
         (status = 200, description = "The attempt was started", body = Applied),
@@ -365,7 +424,7 @@ pub async fn retry_now(
 
 /// Cancels a running or FAILED instance.
 #[utoipa::path(post, path = "/v1/instances/{id}/cancel", tag = "instances",
-    params(("id" = String, Path, description = "The instance id (a UUID)")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)")),
     responses(
         (status = 200, description = "Cancelled", body = Applied),
         (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
@@ -443,6 +502,7 @@ pub async fn migrate(
 #[into_params(parameter_in = Query)]
 pub struct IncidentParams {
     /// Only the incidents of this instance.
+    #[param(format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
     pub instance: Option<String>,
 }
 
@@ -479,6 +539,7 @@ pub async fn incidents(
 #[into_params(parameter_in = Query)]
 pub struct AuditParams {
     /// Only the actions on this instance.
+    #[param(format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
     pub instance: Option<String>,
     /// At most this many, the newest (default 100).
     #[param(minimum = 1, maximum = 10000)]

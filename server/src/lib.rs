@@ -86,6 +86,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::deploy, api::deployments))
         .routes(routes!(api::retire))
         .routes(routes!(api::start, api::instances))
+        .routes(routes!(api::start_process))
         .routes(routes!(api::inspect))
         .routes(routes!(api::history))
         .routes(routes!(api::resume))
