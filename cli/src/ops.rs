@@ -91,6 +91,32 @@ pub enum InstancesCommand {
     },
     /// Cancel a running instance.
     Cancel { id: String },
+    /// Complete a waiting user task, with variables merged into the instance's.
+    Complete {
+        id: String,
+        /// The user task's id in the model.
+        node: String,
+        /// A JSON object of variables.
+        #[arg(long, default_value = "{}")]
+        variables: String,
+    },
+    /// Deliver a message to an instance: what waits for it there completes.
+    Message {
+        id: String,
+        /// The message name.
+        name: String,
+        /// A JSON object of variables.
+        #[arg(long, default_value = "{}")]
+        variables: String,
+    },
+}
+
+/// `--variables`, parsed: a JSON object, or a refusal naming the flag.
+fn variables_arg(text: &str) -> Result<qflow_core::Variables, qflow_ops::Error> {
+    serde_json::from_str::<qflow_core::Variables>(text).map_err(|e| qflow_ops::Error::Invalid {
+        field: "--variables",
+        why: format!("not a JSON object: {e}"),
+    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -266,6 +292,28 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
             InstancesCommand::Cancel { id } => {
                 let done = ops.cancel(parse_instance_id(id)?).await?;
                 emit(format, &done, |w| applied(w, "cancelled", &done))
+            }
+            InstancesCommand::Complete {
+                id,
+                node,
+                variables,
+            } => {
+                let id = parse_instance_id(id)?;
+                let vars = variables_arg(variables)?;
+                let done = ops.complete_user_task(id, node, vars).await?;
+                emit(format, &done, |w| {
+                    applied(w, "completed the user task", &done)
+                })
+            }
+            InstancesCommand::Message {
+                id,
+                name,
+                variables,
+            } => {
+                let id = parse_instance_id(id)?;
+                let vars = variables_arg(variables)?;
+                let done = ops.deliver_message(id, name, vars).await?;
+                emit(format, &done, |w| applied(w, "delivered", &done))
             }
         }
     })

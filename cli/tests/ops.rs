@@ -345,3 +345,104 @@ fn migrate_dry_runs_then_moves_the_failed_instances() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere"));
     assert_eq!(instances_on(&db, v2), failed);
 }
+
+const WAITS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <message id="m" name="contract-signed"/>
+  <process id="contract" isExecutable="true">
+    <startEvent id="start"/>
+    <userTask id="approve"/>
+    <receiveTask id="signed" messageRef="m"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="approve"/>
+    <sequenceFlow id="f1" sourceRef="approve" targetRef="signed"/>
+    <sequenceFlow id="f2" sourceRef="signed" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+#[test]
+fn a_user_task_is_completed_and_a_message_delivered_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("waits.sqlite");
+    // An instance waiting at `approve`, written by a runtime that then stops.
+    let id = tokio::runtime::Runtime::new()
+        .expect("tokio")
+        .block_on(async {
+            use std::sync::Arc;
+            let store = qflow_persistence::SqliteStore::open(&db)
+                .await
+                .expect("store");
+            let rt = qflow_runtime::Runtime::start(
+                Arc::new(store),
+                qflow_runtime::AsyncHandlers::new(),
+                Arc::new(qflow_runtime::SystemClock),
+                qflow_runtime::RuntimeConfig::default(),
+            );
+            let dep = rt.deploy(WAITS, None).await.expect("deploys");
+            let id = rt
+                .start_instance(dep.id, Default::default())
+                .await
+                .expect("starts");
+            rt.shutdown().await;
+            id.to_string()
+        });
+    let show = |db: &Path| json(&qflow(&["instances", "show", &id, "--format", "json"], db));
+    let before = show(&db);
+
+    let refused = [
+        &["instances", "message", &id, "contract-signed"][..],
+        &["instances", "complete", &id, "signed"][..],
+        &[
+            "instances",
+            "complete",
+            &id,
+            "approve",
+            "--variables",
+            "[1]",
+        ][..],
+    ];
+    for args in refused {
+        let out = qflow(args, &db);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = qflow(refused[2], &db);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--variables"));
+    assert_eq!(show(&db), before, "a refusal changed the instance");
+
+    let done = json(&qflow(
+        &[
+            "instances",
+            "complete",
+            &id,
+            "approve",
+            "--variables",
+            r#"{"approved": true}"#,
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(done["status"], "running");
+    let done = json(&qflow(
+        &[
+            "instances",
+            "message",
+            &id,
+            "contract-signed",
+            "--variables",
+            r#"{"signer": "ada"}"#,
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(done["status"], "completed");
+    let after = show(&db);
+    assert_eq!(after["snapshot"]["variables"]["approved"], true, "{after}");
+    assert_eq!(after["snapshot"]["variables"]["signer"], "ada", "{after}");
+}

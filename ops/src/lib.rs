@@ -56,8 +56,7 @@ pub mod json {
                 // 2^63 is exactly representable; everything below it in magnitude and
                 // integral converts exactly.
                 if v.fract() == 0.0
-                    && v >= -9_223_372_036_854_775_808.0
-                    && v < 9_223_372_036_854_775_808.0
+                    && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v)
                 {
                     Ok(v as i64)
                 } else {
@@ -879,6 +878,41 @@ impl Ops {
             .await
     }
 
+    /// Completes the user task `node` of an instance with `variables` (merged into the
+    /// instance's). Refused when that task is not waiting.
+    pub async fn complete_user_task(
+        &self,
+        id: InstanceId,
+        node: &str,
+        variables: qflow_core::Variables,
+    ) -> Result<Applied> {
+        check_variables(&variables)?;
+        let detail = format!("node={node} variables={}", variables.len());
+        let input = Input::UserTaskCompleted {
+            node: node.to_owned(),
+            variables,
+        };
+        self.apply(id, input, "complete_user_task", detail).await
+    }
+
+    /// Delivers the message `name` to an instance: the first receive task or message
+    /// catch event waiting for it there completes with `variables`. Refused when nothing
+    /// of the instance waits for it.
+    pub async fn deliver_message(
+        &self,
+        id: InstanceId,
+        name: &str,
+        variables: qflow_core::Variables,
+    ) -> Result<Applied> {
+        check_variables(&variables)?;
+        let detail = format!("name={name} variables={}", variables.len());
+        let input = Input::MessageReceived {
+            name: name.to_owned(),
+            variables,
+        };
+        self.apply(id, input, "message", detail).await
+    }
+
     /// Cancels a running instance.
     pub async fn cancel(&self, id: InstanceId) -> Result<Applied> {
         self.apply(id, Input::Cancel, "cancel", String::new()).await
@@ -919,6 +953,15 @@ impl Ops {
                 .collect(),
         })
     }
+}
+
+/// Values entering an instance stay within the engine's bounds (nesting, size), or the
+/// request is refused naming the variable.
+fn check_variables(variables: &qflow_core::Variables) -> Result<()> {
+    qflow_core::limits::check_variables(variables).map_err(|why| Error::Invalid {
+        field: "variables",
+        why,
+    })
 }
 
 /// The parts of a decoded snapshot that differ, one line each: `key: before -> after`.

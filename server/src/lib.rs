@@ -92,6 +92,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::resume))
         .routes(routes!(api::retry_now))
         .routes(routes!(api::cancel))
+        .routes(routes!(api::complete_user_task))
+        .routes(routes!(api::deliver_message))
         .routes(routes!(api::migrate))
         .routes(routes!(api::incidents))
         .routes(routes!(api::audit))

@@ -583,3 +583,117 @@ fn the_committed_openapi_document_is_the_served_one() {
          and commit the file"
     );
 }
+
+const WAITS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <message id="m" name="contract-signed"/>
+  <process id="contract" isExecutable="true">
+    <startEvent id="start"/>
+    <userTask id="approve"/>
+    <receiveTask id="signed" messageRef="m"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="approve"/>
+    <sequenceFlow id="f1" sourceRef="approve" targetRef="signed"/>
+    <sequenceFlow id="f2" sourceRef="signed" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+#[tokio::test]
+async fn a_user_task_and_a_message_move_an_instance_to_its_end() {
+    let w = world().await;
+    let dep = w.deploy(WAITS).await;
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/processes/contract/instances",
+            Some(ADMIN),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(r.body["deployment"], dep);
+    let id = r.body["instance"].as_str().unwrap().to_owned();
+    let before = w.state_of(&id).await;
+
+    // Out of order: nothing waits for the message yet, and only `approve` is a user task
+    // that waits. Both are refused and change nothing.
+    let message = format!("/v1/instances/{id}/messages/contract-signed");
+    let r = w
+        .send(Method::POST, &message, Some(ADMIN), Some(json!({})))
+        .await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    let wrong = format!("/v1/instances/{id}/user-tasks/signed/complete");
+    let r = w
+        .send(Method::POST, &wrong, Some(ADMIN), Some(json!({})))
+        .await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    let deep = (0..40).fold(json!(1), |v, _| json!([v]));
+    let approve = format!("/v1/instances/{id}/user-tasks/approve/complete");
+    let r = w
+        .send(
+            Method::POST,
+            &approve,
+            Some(ADMIN),
+            Some(json!({ "variables": { "x": deep } })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/variables", "{}", r.text);
+    assert_eq!(w.state_of(&id).await, before);
+
+    let r = w
+        .send(
+            Method::POST,
+            &approve,
+            Some(ADMIN),
+            Some(json!({ "variables": { "approved": true } })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "running");
+    let r = w
+        .send(
+            Method::POST,
+            &message,
+            Some(ADMIN),
+            Some(json!({ "variables": { "signer": "ada" } })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "completed", "{}", r.text);
+
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(
+        r.body["snapshot"]["variables"]["approved"], true,
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.body["snapshot"]["variables"]["signer"], "ada",
+        "{}",
+        r.text
+    );
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/audit?instance={id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    let actions: Vec<&str> = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["complete_user_task", "message"], "{}", r.text);
+}
