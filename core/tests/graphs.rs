@@ -87,6 +87,7 @@ fn build(shape: &Shape) -> Definition {
                 timeout: None,
                 inputs: Vec::new(),
                 outputs: Vec::new(),
+                respond: false,
             }),
             Kind::Pass => NodeKind::Task(Task {
                 kind: TaskKind::PassThrough,
@@ -94,6 +95,7 @@ fn build(shape: &Shape) -> Definition {
                 timeout: None,
                 inputs: Vec::new(),
                 outputs: Vec::new(),
+                respond: false,
             }),
             Kind::Exclusive => NodeKind::ExclusiveGateway { default: None },
             Kind::Parallel => NodeKind::ParallelGateway,

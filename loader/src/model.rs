@@ -221,6 +221,9 @@ pub struct Task {
     /// each result is written into an instance variable. No outputs means the whole
     /// result object is merged into the instance variables.
     pub outputs: Vec<Mapping>,
+    /// `q:respond="true"`: a caller that started the instance and asked to wait is
+    /// answered once a token stands here (R6).
+    pub respond: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -857,6 +857,16 @@ fn q309_unknown_q_attribute() {
 }
 
 #[test]
+fn q_respond_marks_a_task_where_a_token_waits() {
+    let l = loads(&around(r#"<userTask id="t" q:respond="true"/>"#));
+    let p = &l.definitions[0].process;
+    let idx = p.find("t").expect("t");
+    assert!(matches!(&p.node(idx).kind, NodeKind::Task(t) if t.respond));
+    refused(&service(r#"q:task="pay" ¶q:respond="yes""#, ""), "Q310");
+    refused(&around(r#"<manualTask id="t" ¶q:respond="true"/>"#), "Q311");
+}
+
+#[test]
 fn q309_unknown_q_element() {
     refused(&service(r#"q:task="pay""#, r#"¶<q:retyr/>"#), "Q309");
 }

@@ -90,6 +90,9 @@ pub mod json {
             assert!(n(r#"{"n": 9223372036854775808}"#).is_err());
             assert!(n(r#"{"n": 1e300}"#).is_err());
             assert!(n(r#"{"n": "7"}"#).is_err());
+            // Parsed exactly (serde_json's `float_roundtrip`), so a long integral decimal
+            // stays integral.
+            assert_eq!(n(r#"{"n": 2220513835735369.0}"#), Ok(2_220_513_835_735_369));
         }
     }
 }
@@ -271,6 +274,30 @@ pub struct StartRequest {
 pub struct Started {
     pub instance: String,
     pub deployment: i64,
+}
+
+/// Longest a start may wait for its instance (R6).
+pub const START_WAIT_MS_MAX: u64 = 25_000;
+
+/// A started instance, and where it stood when the caller was answered (R6).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct StartedAndWaited {
+    pub instance: String,
+    pub deployment: i64,
+    /// `respond` (a token stood at a `q:respond` task), `ended`, or `time_limit` (the
+    /// wait ran out first; the instance goes on).
+    pub reached: &'static str,
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub status: &'static str,
+    /// The `q:respond` task, when `reached` is `respond`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The failure code of a FAILED instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_code: Option<String>,
+    /// The instance's variables at that point.
+    #[schema(value_type = Object)]
+    pub variables: qflow_core::Variables,
 }
 
 /// A live timer row, decoded.
@@ -505,22 +532,9 @@ impl Ops {
     /// of [`Ops::with_runtime`].
     pub async fn start(&self, request: StartRequest) -> Result<Started> {
         let Some(runtime) = &self.shared.runtime else {
-            return Err(Error::Refused(
-                "no runtime serves this store here, so nothing would run the instance's \
-                 tasks; start instances through `qflow serve` (POST /v1/instances)"
-                    .to_owned(),
-            ));
+            return Err(no_runtime());
         };
-        let deployment = match (&request.deployment, &request.process_id) {
-            (Some(d), None) => *d,
-            (None, Some(p)) => self.latest_live(p).await?,
-            _ => {
-                return Err(Error::Invalid {
-                    field: "deployment",
-                    why: "give exactly one of `deployment` and `process_id`".to_owned(),
-                })
-            }
-        };
+        let deployment = self.deployment_of(&request).await?;
         qflow_core::limits::check_variables(&request.variables).map_err(|why| Error::Invalid {
             field: "variables",
             why,
@@ -532,6 +546,82 @@ impl Ops {
             instance: id.to_string(),
             deployment,
         })
+    }
+
+    /// Starts an instance and waits up to `wait_ms` (at most [`START_WAIT_MS_MAX`]) until
+    /// a token of it stands at a task marked `q:respond="true"` or it ends, then answers
+    /// with its variables so far (R6). The instance never waits for the caller: when the
+    /// time runs out it goes on, and the answer says `time_limit` with the state read
+    /// back from the store.
+    pub async fn start_and_wait(
+        &self,
+        request: StartRequest,
+        wait_ms: u64,
+    ) -> Result<StartedAndWaited> {
+        let Some(runtime) = &self.shared.runtime else {
+            return Err(no_runtime());
+        };
+        if wait_ms == 0 || wait_ms > START_WAIT_MS_MAX {
+            return Err(Error::Invalid {
+                field: "wait_ms",
+                why: format!("{wait_ms} is outside 1..={START_WAIT_MS_MAX}"),
+            });
+        }
+        let deployment = self.deployment_of(&request).await?;
+        check_variables(&request.variables)?;
+        let (id, watch) = runtime
+            .start_and_watch(DeploymentId(deployment), request.variables)
+            .await?;
+        let clock = runtime.clock();
+        let deadline = clock.now_ms().saturating_add(wait_ms as i64);
+        let answered = tokio::select! {
+            observed = watch.answered() => observed,
+            () = clock.sleep_until(deadline) => None,
+        };
+        let (reached, status, node, variables) = match answered {
+            Some(o) => (
+                if o.status.is_terminal() {
+                    "ended"
+                } else {
+                    "respond"
+                },
+                o.status,
+                o.responded_at,
+                o.variables,
+            ),
+            None => {
+                let record = self.record(id).await?;
+                let snap = Snapshot::decode(&record.snapshot).map_err(|e| {
+                    Error::Store(format!("instance {id} has an undecodable snapshot: {e}"))
+                })?;
+                ("time_limit", snap.status(), None, snap.variables().clone())
+            }
+        };
+        let failure_code = if status == qflow_core::Status::Failed {
+            self.record(id).await?.failure_code
+        } else {
+            None
+        };
+        Ok(StartedAndWaited {
+            instance: id.to_string(),
+            deployment,
+            reached,
+            status: qflow_runtime::claim::store_status(status).as_str(),
+            node,
+            failure_code,
+            variables,
+        })
+    }
+
+    async fn deployment_of(&self, request: &StartRequest) -> Result<i64> {
+        match (&request.deployment, &request.process_id) {
+            (Some(d), None) => Ok(*d),
+            (None, Some(p)) => self.latest_live(p).await,
+            _ => Err(Error::Invalid {
+                field: "deployment",
+                why: "give exactly one of `deployment` and `process_id`".to_owned(),
+            }),
+        }
     }
 
     async fn latest_live(&self, process_id: &str) -> Result<i64> {
@@ -953,6 +1043,14 @@ impl Ops {
                 .collect(),
         })
     }
+}
+
+fn no_runtime() -> Error {
+    Error::Refused(
+        "no runtime serves this store here, so nothing would run the instance's tasks; \
+         start instances through `qflow serve` (POST /v1/instances)"
+            .to_owned(),
+    )
 }
 
 /// Values entering an instance stay within the engine's bounds (nesting, size), or the

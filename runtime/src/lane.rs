@@ -222,6 +222,9 @@ impl Lane {
         }
         let instance = request.instance;
         let status = planned.next.snapshot.status();
+        self.shared
+            .watchers
+            .stepped(instance, &planned.next.def, &planned.next.snapshot, fence);
         // Only instances with a handler about to run stay cached: their outcome comes
         // back to this lane within the time limit. A parked or finished instance is read
         // from the store when it next has work, so the cache holds no more entries than

@@ -23,6 +23,7 @@ pub mod error;
 mod handlers;
 mod lane;
 mod poller;
+mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use qflow_core::TimerName;
 use qflow_loader::model::{Definition, Variables};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use qflow_store::{
@@ -44,6 +45,7 @@ pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall};
 pub use qflow_core::handler::HANDLER_TIMEOUT;
 /// The host-facing handler vocabulary, re-exported so a host needs only this crate.
 pub use qflow_core::{Input, TaskContext, TaskHandler, TaskOutcome};
+pub use watch::{Observed, Watch};
 
 /// Runtime settings. Every field states its default.
 #[derive(Debug, Clone)]
@@ -463,8 +465,10 @@ pub(crate) struct Shared {
     /// Poked after every committed round of any lane, so waiters re-check their condition.
     pub progress: Notify,
     pub stopping: AtomicBool,
+    /// Callers waiting for instances to reach a `q:respond` task or their end (R6).
+    pub watchers: watch::Watchers,
     /// Flipped to `true` once, at shutdown; lanes exit when idle after seeing it.
-    pub stop: watch::Sender<bool>,
+    pub stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -528,7 +532,8 @@ impl Runtime {
             timer_armed: Notify::new(),
             progress: Notify::new(),
             stopping: AtomicBool::new(false),
-            stop: watch::channel(false).0,
+            watchers: watch::Watchers::default(),
+            stop: tokio::sync::watch::channel(false).0,
         });
         let lane_tasks = receivers
             .into_iter()
@@ -614,6 +619,29 @@ impl Runtime {
         deployment: DeploymentId,
         variables: Variables,
     ) -> Result<InstanceId, Error> {
+        self.start_watched(deployment, variables, false)
+            .await
+            .map(|(id, _)| id)
+    }
+
+    /// [`Runtime::start_instance`], and a [`Watch`] answered once a token of the instance
+    /// stands at a task marked `q:respond="true"` or the instance ends (R6) — possibly by
+    /// its first step. The caller may drop the watch at any time; the instance goes on.
+    pub async fn start_and_watch(
+        &self,
+        deployment: DeploymentId,
+        variables: Variables,
+    ) -> Result<(InstanceId, Watch), Error> {
+        let (id, watch) = self.start_watched(deployment, variables, true).await?;
+        Ok((id, watch.expect("asked for a watch")))
+    }
+
+    async fn start_watched(
+        &self,
+        deployment: DeploymentId,
+        variables: Variables,
+        watched: bool,
+    ) -> Result<(InstanceId, Option<Watch>), Error> {
         if !self.shared.defs.known_live(deployment) {
             let record = self
                 .shared
@@ -630,6 +658,8 @@ impl Runtime {
             self.shared.defs.mark_live(deployment);
         }
         let id = new_instance_id(self.shared.clock.now_ms());
+        // Registered before the first step, which may already reach the point.
+        let watch = watched.then(|| self.shared.watchers.watch(id));
         self.request(
             id,
             Work::Start {
@@ -638,7 +668,7 @@ impl Runtime {
             },
         )
         .await?;
-        Ok(id)
+        Ok((id, watch))
     }
 
     /// Steps `instance` with `input` outside the lanes — read, step, commit under the

@@ -9,7 +9,7 @@ use qflow_core::Budget;
 use qflow_ops::{
     parse_instance_id, Applied, AttemptView, AuditView, DeploymentSummary, IncidentView,
     InstanceQuery, InstanceSummary, InstanceView, MigrationPlan, MigrationResult, Page,
-    StartRequest, Started,
+    StartRequest, Started, StartedAndWaited,
 };
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
@@ -117,6 +117,12 @@ pub async fn retire(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
+    /// Wait until a token stands at a task marked `q:respond="true"` or the instance
+    /// ends, at most this long (1..=25000 ms, and below the server's request time
+    /// limit), and answer 200 with the variables so far. Without it: 201 at once.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 25000)]
+    pub wait_ms: Option<u64>,
     /// The deployment version to start on.
     #[serde(deserialize_with = "qflow_ops::json::integer")]
     pub deployment: i64,
@@ -130,6 +136,12 @@ pub struct StartBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartProcessBody {
+    /// Wait until a token stands at a task marked `q:respond="true"` or the instance
+    /// ends, at most this long (1..=25000 ms, and below the server's request time
+    /// limit), and answer 200 with the variables so far. Without it: 201 at once.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 25000)]
+    pub wait_ms: Option<u64>,
     /// The instance's variables.
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -140,6 +152,8 @@ pub struct StartProcessBody {
 #[utoipa::path(post, path = "/v1/instances", tag = "instances",
     request_body = StartBody,
     responses(
+        (status = 200, description = "Started, and waited for (`wait_ms`)", body = StartedAndWaited,
+            headers(("location" = String, description = "The new instance"))),
         (status = 201, description = "Started", body = Started,
             headers(("location" = String, description = "The new instance"))),
         (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
@@ -156,7 +170,7 @@ pub async fn start(
         process_id: None,
         variables: body.variables.into_iter().collect(),
     };
-    started(&state, &caller.name, request).await
+    started(&state, &caller.name, request, body.wait_ms).await
 }
 
 /// Starts an instance on the newest live deployment of a process.
@@ -164,6 +178,8 @@ pub async fn start(
     params(("process_id" = String, Path, description = "The process id in the model")),
     request_body = StartProcessBody,
     responses(
+        (status = 200, description = "Started, and waited for (`wait_ms`)", body = StartedAndWaited,
+            headers(("location" = String, description = "The new instance"))),
         (status = 201, description = "Started", body = Started,
             headers(("location" = String, description = "The new instance"))),
         (status = 404, description = "No live deployment of this process", body = Problem, content_type = "application/problem+json"),
@@ -180,10 +196,37 @@ pub async fn start_process(
         process_id: Some(process_id),
         variables: body.variables.into_iter().collect(),
     };
-    started(&state, &caller.name, request).await
+    started(&state, &caller.name, request, body.wait_ms).await
 }
 
-async fn started(state: &AppState, caller: &str, request: StartRequest) -> Result<Response> {
+async fn started(
+    state: &AppState,
+    caller: &str,
+    request: StartRequest,
+    wait_ms: Option<u64>,
+) -> Result<Response> {
+    if let Some(wait_ms) = wait_ms {
+        if wait_ms >= state.request_timeout_ms {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!(
+                    "wait_ms {wait_ms} is not below the server's request time limit ({} ms, \
+                     `limits.request_timeout_ms`)",
+                    state.request_timeout_ms
+                ),
+            )
+            .at(Place::Body, "wait_ms", "not below the request time limit"));
+        }
+        let done = state
+            .ops
+            .as_actor(caller)
+            .start_and_wait(request, wait_ms)
+            .await
+            .map_err(|e| Problem::from_ops(e, Place::Body))?;
+        let location = format!("/v1/instances/{}", done.instance);
+        return Ok((StatusCode::OK, [(header::LOCATION, location)], Json(done)).into_response());
+    }
     let started = state
         .ops
         .as_actor(caller)
@@ -228,6 +271,7 @@ pub struct ListParams {
     /// Only instances of this deployment version.
     pub deployment: Option<i64>,
     /// Only instances in this state.
+    #[param(inline)]
     pub state: Option<InstanceState>,
     /// Only FAILED instances with this failure code.
     pub failure_code: Option<String>,

@@ -52,6 +52,8 @@ pub struct AppState {
     pub ops: Ops,
     pub tokens: Arc<Tokens>,
     pub stats: Option<Arc<Stats>>,
+    /// `limits.request_timeout_ms`: a start may not wait for its instance that long.
+    pub request_timeout_ms: u64,
     http: Arc<HttpMetrics>,
     openapi: Arc<String>,
 }
@@ -176,6 +178,7 @@ pub fn router(ops: Ops, tokens: Tokens, stats: Option<Arc<Stats>>, limits: &Limi
         ops,
         tokens: Arc::new(tokens),
         stats,
+        request_timeout_ms: limits.request_timeout_ms,
         http: Arc::new(HttpMetrics::default()),
         openapi: Arc::new(openapi()),
     };

@@ -697,3 +697,140 @@ async fn a_user_task_and_a_message_move_an_instance_to_its_end() {
         .collect();
     assert_eq!(actions, ["complete_user_task", "message"], "{}", r.text);
 }
+
+fn respond_model(policy: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <process id="order" isExecutable="true">
+    <startEvent id="start"/>
+    <serviceTask id="pay" q:task="pay"><extensionElements>{policy}</extensionElements></serviceTask>
+    <userTask id="confirm" q:respond="true"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="pay"/>
+    <sequenceFlow id="f1" sourceRef="pay" targetRef="confirm"/>
+    <sequenceFlow id="f2" sourceRef="confirm" targetRef="end"/>
+  </process>
+</definitions>"#
+    )
+}
+
+#[tokio::test]
+async fn a_start_that_waits_is_answered_at_the_respond_point_or_the_end() {
+    let w = world().await;
+    w.broken.store(false, Ordering::SeqCst);
+    let dep = w.deploy(&respond_model("")).await;
+    let body = json!({ "deployment": dep, "variables": { "order": 7 }, "wait_ms": 10_000 });
+    let r = w
+        .send(Method::POST, "/v1/instances", Some(ADMIN), Some(body))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["reached"], "respond", "{}", r.text);
+    assert_eq!(r.body["node"], "confirm", "{}", r.text);
+    assert_eq!(r.body["status"], "running", "{}", r.text);
+    assert_eq!(r.body["variables"]["order"], 7, "{}", r.text);
+    let id = r.body["instance"].as_str().unwrap().to_owned();
+    // The instance went on as it would have: it waits at `confirm`.
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(
+        r.body["snapshot"]["frontier"],
+        json!(["confirm"]),
+        "{}",
+        r.text
+    );
+
+    // Without a respond point on the way, the answer comes at the end.
+    let plain = w.deploy(&model("billing", "pay", "")).await;
+    let body = json!({ "wait_ms": 10_000 });
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/processes/billing/instances",
+            Some(ADMIN),
+            Some(body),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        (r.body["reached"].as_str(), r.body["status"].as_str()),
+        (Some("ended"), Some("completed")),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.body["deployment"], plain);
+
+    // A wait at or over the request time limit is refused before anything starts.
+    let before = w
+        .send(Method::GET, "/v1/instances", Some(READER), None)
+        .await
+        .body["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    let body = json!({ "deployment": dep, "wait_ms": 30_000 });
+    let r = w
+        .send(Method::POST, "/v1/instances", Some(ADMIN), Some(body))
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/wait_ms", "{}", r.text);
+    let after = w
+        .send(Method::GET, "/v1/instances", Some(READER), None)
+        .await
+        .body["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(before, after, "a refused start started an instance");
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_answers_time_limit_and_the_instance_goes_on() {
+    let w = Arc::new(world().await);
+    let dep = w.deploy(&respond_model(PARKING)).await;
+    let call = {
+        let w = w.clone();
+        tokio::spawn(async move {
+            let body = json!({ "deployment": dep, "wait_ms": 2_000 });
+            w.send(Method::POST, "/v1/instances", Some(ADMIN), Some(body))
+                .await
+        })
+    };
+    // The manual clock moves until the wait has run out (bounded, not timed).
+    for _ in 0..1_000 {
+        if call.is_finished() {
+            break;
+        }
+        w.clock.advance_ms(100);
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let r = call.await.expect("the request task");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["reached"], "time_limit", "{}", r.text);
+    assert_eq!(r.body["status"], "running", "{}", r.text);
+    // Still parked in its backoff, a durable timer row: it goes on without the caller.
+    let id = r.body["instance"].as_str().unwrap();
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    let timers = r.body["timers"].as_array().unwrap();
+    assert!(
+        timers
+            .iter()
+            .any(|t| t["kind"] == "retry" && t["node"] == "pay"),
+        "{}",
+        r.text
+    );
+}

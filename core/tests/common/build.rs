@@ -74,6 +74,7 @@ pub fn registered(name: &str, retry: Option<RetryPolicy>) -> NodeKind {
         timeout: None,
         inputs: Vec::new(),
         outputs: Vec::new(),
+        respond: false,
     })
 }
 

@@ -21,18 +21,31 @@ pub(super) struct Extensions {
     pub(super) zeebe_job: Option<(TaskKind, Pos)>,
     /// A `zeebe:taskDefinition` was present, valid or not.
     pub(super) zeebe_attempted: bool,
+    /// `q:respond="true"`, with its position.
+    pub(super) respond: Option<Pos>,
 }
 
 impl Extensions {
     pub(super) fn read(pb: &mut ProcessBuilder<'_, '_>, el: &Element) -> Extensions {
         let mut ext = Extensions::default();
         for a in &el.attrs {
-            if a.ns == Ns::Q && !matches!(a.local.as_str(), "task" | "channel" | "topic") {
+            if a.ns == Ns::Q && a.local == "respond" {
+                match a.value.trim() {
+                    "true" => ext.respond = Some(a.pos),
+                    "false" => {}
+                    other => pb.help(
+                        "Q310",
+                        a.pos,
+                        format!("q:respond is `{other}`"),
+                        "write q:respond=\"true\" (or leave it out)",
+                    ),
+                }
+            } else if a.ns == Ns::Q && !matches!(a.local.as_str(), "task" | "channel" | "topic") {
                 pb.help(
                     "Q309",
                     a.pos,
                     format!("unknown attribute q:{}", a.local),
-                    "the q: attributes on a task are q:task, q:channel and q:topic",
+                    "the q: attributes on a task are q:task, q:channel, q:topic and q:respond",
                 );
             }
         }

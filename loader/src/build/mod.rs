@@ -489,6 +489,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             timeout: None,
             inputs: Vec::new(),
             outputs: Vec::new(),
+            respond: false,
         })
     }
 

@@ -80,12 +80,29 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 None
             }
         });
+        let respond = ext.respond.is_some_and(|pos| match &kind {
+            TaskKind::PassThrough | TaskKind::Send { .. } => {
+                self.help(
+                    "Q311",
+                    pos,
+                    format!(
+                        "q:respond on a {} task: no token waits there, so a caller would \
+                         never be answered at it",
+                        kind_name(&kind)
+                    ),
+                    "mark the next task a token waits at (a service, user or receive task)",
+                );
+                false
+            }
+            _ => true,
+        });
         Some(NodeKind::Task(Task {
             kind,
             retry,
             timeout,
             inputs: ext.inputs,
             outputs: ext.outputs,
+            respond,
         }))
     }
 
