@@ -38,6 +38,23 @@ pub fn flaky_model(process_id: &str, flaky_id: &str, initial_ms: u64) -> String 
     )
 }
 
+/// One registered task (`prep`) between a start and an end: the smallest durable process
+/// with a handler, process id `one`.
+pub fn one_task_model() -> String {
+    r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1"
+             id="defs" targetNamespace="urn:qflow:tests">
+  <process id="one" isExecutable="true">
+    <startEvent id="start"/>
+    <serviceTask id="work" q:task="prep"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="work"/>
+    <sequenceFlow id="f2" sourceRef="work" targetRef="end"/>
+  </process>
+</definitions>"#
+        .to_owned()
+}
+
 fn format_secs(ms: u64) -> String {
     format!("{}.{:03}", ms / 1000, ms % 1000)
 }
