@@ -150,6 +150,7 @@ impl From<qflow_runtime::Error> for Error {
                 id: id.to_string(),
             },
             R::Conflict(why) => Error::Conflict(why),
+            R::DuplicateBusinessKey { .. } => Error::Refused(e.to_string()),
             other => Error::Store(other.to_string()),
         }
     }
@@ -874,6 +875,7 @@ impl Ops {
             deployment: query.deployment.map(DeploymentId),
             status,
             failure_code: query.failure_code.clone(),
+            business_key: None,
             created_from_ms: query.created_from_ms,
             created_to_ms: query.created_to_ms,
             after,

@@ -145,6 +145,7 @@ fn step_commit(
         status: InstanceStatus::Running,
         failure_code: None,
         snapshot,
+        business_key: None,
     };
     let mut commit = Commit::new(instance, expected_fence, deployment, state, now_ms);
     commit.timers.arm = vec![TimerRecord {

@@ -15,8 +15,8 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
 pub(crate) const DEPLOYMENT_COLUMNS: &str =
     "id, process_id, content_hash, source, deployed_at_ms, retired";
-pub(crate) const INSTANCE_COLUMNS: &str =
-    "id, deployment, fence, status, failure_code, snapshot, created_at_ms, updated_at_ms";
+pub(crate) const INSTANCE_COLUMNS: &str = "id, deployment, fence, status, failure_code, \
+     snapshot, business_key, created_at_ms, updated_at_ms";
 pub(crate) const TIMER_COLUMNS: &str = "instance, name, due_at_ms, incarnation";
 pub(crate) const INCIDENT_COLUMNS: &str =
     "id, instance, node, code, message, opened_at_ms, resolved_at_ms";
@@ -95,6 +95,7 @@ pub(crate) fn instance_from_row(row: &impl StoreRow) -> StoreResult<InstanceReco
         status: status_from_db(&status)?,
         failure_code: row.field("failure_code")?,
         snapshot: row.field("snapshot")?,
+        business_key: row.field("business_key")?,
         created_at_ms: row.field("created_at_ms")?,
         updated_at_ms: row.field("updated_at_ms")?,
     })
@@ -203,6 +204,9 @@ where
     if let Some(code) = &filter.failure_code {
         query.push(" AND failure_code = ").push_bind(code.as_str());
     }
+    if let Some(key) = &filter.business_key {
+        query.push(" AND business_key = ").push_bind(key.as_str());
+    }
     if let Some(from) = filter.created_from_ms {
         query.push(" AND created_at_ms >= ").push_bind(from);
     }
@@ -260,7 +264,10 @@ pub(crate) fn creation_deployments(batch: &[Commit]) -> Vec<i64> {
 /// rounds, in each of which every instance appears at most once, in batch order. The
 /// contract asks for distinct instances per batch; a caller that repeats one still gets
 /// the sequential meaning (the second commit sees the first one's fence), because each
-/// round is applied completely before the next starts. Creations on a `retired`
+/// round is applied completely before the next starts. Creations with the same business
+/// key on the same deployment are put in successive rounds the same way, so the first
+/// one's row exists when the next is inserted, and the store's key check refuses it
+/// (one statement never inserts two rows with one key). Creations on a `retired`
 /// deployment are in no round; their outcome is already `DeploymentRetired`.
 pub(crate) fn plan(batch: &[Commit], retired: &[i64]) -> (Vec<CommitOutcome>, Vec<Vec<usize>>) {
     let mut outcomes = vec![
@@ -269,21 +276,72 @@ pub(crate) fn plan(batch: &[Commit], retired: &[i64]) -> (Vec<CommitOutcome>, Ve
         };
         batch.len()
     ];
-    let mut seen: HashMap<InstanceId, usize> = HashMap::with_capacity(batch.len());
+    // The first round each instance, and each (deployment, key) created, may still go in.
+    let mut next_by_instance: HashMap<InstanceId, usize> = HashMap::with_capacity(batch.len());
+    let mut next_by_key: HashMap<(i64, &str), usize> = HashMap::new();
     let mut rounds: Vec<Vec<usize>> = Vec::new();
     for (index, commit) in batch.iter().enumerate() {
-        let round = seen.entry(commit.instance).or_insert(0);
-        if rounds.len() <= *round {
+        let creation = commit.expected_fence.is_none();
+        let key = commit
+            .state
+            .business_key
+            .as_deref()
+            .filter(|_| creation)
+            .map(|k| (commit.deployment.0, k));
+        let by_instance = next_by_instance.get(&commit.instance).copied().unwrap_or(0);
+        let by_key = key.and_then(|k| next_by_key.get(&k).copied()).unwrap_or(0);
+        let round = by_instance.max(by_key);
+        while rounds.len() <= round {
             rounds.push(Vec::new());
         }
-        if commit.expected_fence.is_none() && retired.contains(&commit.deployment.0) {
+        next_by_instance.insert(commit.instance, round + 1);
+        if creation && retired.contains(&commit.deployment.0) {
             outcomes[index] = CommitOutcome::DeploymentRetired;
-        } else {
-            rounds[*round].push(index);
+            continue;
         }
-        *round += 1;
+        if let Some(k) = key {
+            next_by_key.insert(k, round + 1);
+        }
+        rounds[round].push(index);
     }
+    rounds.retain(|r| !r.is_empty());
     (outcomes, rounds)
+}
+
+/// The business key a refused commit may have been stopped by: a creation's own key, or
+/// for an update the key stored on the instance (`stored`: the row's key, if the row
+/// exists), which an update never changes.
+pub(crate) fn contested_key<'a>(
+    commit: &'a Commit,
+    stored: Option<&'a Option<String>>,
+) -> Option<&'a str> {
+    match commit.expected_fence {
+        None => commit.state.business_key.as_deref(),
+        Some(_) => stored.and_then(|key| key.as_deref()),
+    }
+}
+
+/// Why a commit of a round was not applied, from what the store holds now (read in the
+/// same transaction, after the round's statements): `stored_fence` is the instance's
+/// fence, `holder` the other instance holding the commit's key on the commit's
+/// deployment (for a creation the commit's key, for an update the stored one). With the
+/// compare-and-swap still holding, only the key can have stopped the commit; otherwise
+/// it lost the CAS.
+pub(crate) fn refusal(
+    commit: &Commit,
+    stored_fence: Option<u64>,
+    holder: Option<InstanceId>,
+) -> CommitOutcome {
+    let cas_held = match commit.expected_fence {
+        None => stored_fence.is_none(),
+        Some(expected) => stored_fence == Some(expected),
+    };
+    match holder {
+        Some(existing) if cas_held => CommitOutcome::DuplicateBusinessKey { existing },
+        _ => CommitOutcome::Conflict {
+            current_fence: stored_fence,
+        },
+    }
 }
 
 /// Records a won CAS: the new fence is one past the expected one, 1 for a creation.

@@ -6,20 +6,22 @@
 //! is durable (SQLite runs `synchronous=FULL`, PostgreSQL synchronous commits), or let a
 //! commit whose fence check lost write any of its rows.
 //!
-//! Schema (migration `0001_core` in both directories):
+//! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key` in both
+//! directories; an applied migration is never edited, a change is a new one):
 //!
 //! | table | rows | written by |
 //! |---|---|---|
 //! | `deployments` | one per distinct content hash; `id` is the version | `deploy`, `retire` |
-//! | `instances` | snapshot bytes, fence, status, failure code | `commit` (CAS on fence) |
+//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index) | `commit` (CAS on fence) |
 //! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
 //! | `incidents` | opened/resolved per instance and node | `commit` |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
+//! | `audit` | operator actions, with the fences their commit moved between | `commit` |
 //!
 //! Room for later issues: the outbox (C1–C6: request rows with idempotency key, delivery
 //! attempts, poisoned flag), correlation (C5, C7: live response waits by key) and
 //! pull-task (P1: fetch-and-lock rows with lock expiry) tables arrive as further numbered
-//! migrations (`0002_…`) in both directories, and their rows as additive fields on
+//! migrations (`0004_…`) in both directories, and their rows as additive fields on
 //! `Commit`, written by the same batch transaction and only when that commit's CAS won.
 //! No table is created before the code that uses it.
 //!

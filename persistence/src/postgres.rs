@@ -32,10 +32,11 @@ use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, claimed_timers,
-    creation_deployments, deployment_from_row, fence_from_db, fence_to_db, incident_from_row,
-    instance_from_row, instances_query, last_arm_per_name, map_all, map_optional, plan,
-    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
-    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, TIMER_COLUMNS,
+    contested_key, creation_deployments, deployment_from_row, fence_from_db, fence_to_db,
+    incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
+    map_optional, plan, refusal, timer_from_row, Field, KnownDeployments, StoreRow,
+    ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
+    TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -287,6 +288,8 @@ struct InstanceColumns {
     status: Vec<&'static str>,
     failure_code: Vec<Option<String>>,
     snapshot: Vec<Vec<u8>>,
+    /// Written by creations only; an update keeps the stored key.
+    business_key: Vec<Option<String>>,
     now_ms: Vec<i64>,
 }
 
@@ -298,6 +301,7 @@ impl InstanceColumns {
         self.status.push(commit.state.status.as_str());
         self.failure_code.push(commit.state.failure_code.clone());
         self.snapshot.push(commit.state.snapshot.clone());
+        self.business_key.push(commit.state.business_key.clone());
         self.now_ms.push(commit.now_ms);
     }
 }
@@ -381,12 +385,19 @@ async fn apply_state<'a>(
 
     let mut creates = InstanceColumns::default();
     let mut updates = InstanceColumns::default();
+    // The commits that went into a statement: one of those that did not win was stopped
+    // by a concurrent creation of its id or by a business key.
+    let mut sent: HashSet<usize> = HashSet::with_capacity(round.len());
     for &index in round {
         let commit = &batch[index];
         let stored = current.get(&commit.instance).copied();
         match (commit.expected_fence, stored) {
-            (None, None) => creates.push(commit, 1),
+            (None, None) => {
+                sent.insert(index);
+                creates.push(commit, 1)
+            }
             (Some(expected), Some(fence)) if fence_to_db(expected)? == fence => {
+                sent.insert(index);
                 updates.push(commit, fence)
             }
             _ => {
@@ -401,17 +412,20 @@ async fn apply_state<'a>(
     if !creates.id.is_empty() {
         let created: Vec<InstanceId> = sqlx::query_scalar(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             created_at_ms, updated_at_ms) \
-             SELECT v.id, v.deployment, 1, v.status, v.failure_code, v.snapshot, v.now_ms, v.now_ms \
-             FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bigint[]) \
-             AS v(id, deployment, status, failure_code, snapshot, now_ms) \
-             ON CONFLICT (id) DO NOTHING RETURNING id",
+             business_key, created_at_ms, updated_at_ms) \
+             SELECT v.id, v.deployment, 1, v.status, v.failure_code, v.snapshot, v.business_key, \
+                    v.now_ms, v.now_ms \
+             FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
+                         $6::text[], $7::bigint[]) \
+             AS v(id, deployment, status, failure_code, snapshot, business_key, now_ms) \
+             ON CONFLICT DO NOTHING RETURNING id",
         )
         .bind(&creates.id)
         .bind(&creates.deployment)
         .bind(&creates.status)
         .bind(&creates.failure_code)
         .bind(&creates.snapshot)
+        .bind(&creates.business_key)
         .bind(&creates.now_ms)
         .fetch_all(&mut *tx)
         .await
@@ -426,7 +440,11 @@ async fn apply_state<'a>(
              FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
                          $6::bytea[], $7::bigint[]) \
              AS v(id, fence, deployment, status, failure_code, snapshot, now_ms) \
-             WHERE i.id = v.id AND i.fence = v.fence RETURNING i.id",
+             WHERE i.id = v.id AND i.fence = v.fence \
+             AND (i.deployment = v.deployment OR i.business_key IS NULL OR NOT EXISTS ( \
+                 SELECT 1 FROM instances AS o \
+                 WHERE o.deployment = v.deployment AND o.business_key = i.business_key)) \
+             RETURNING i.id",
         )
         .bind(&updates.id)
         .bind(&updates.fence)
@@ -447,20 +465,55 @@ async fn apply_state<'a>(
         if won.contains(&commit.instance) {
             outcomes[index] = applied(commit);
             winners.push(commit);
-        } else if commit.expected_fence.is_none() && !current.contains_key(&commit.instance) {
-            // Another replica created the same id between our lock and our insert.
-            let fence: Option<i64> =
-                sqlx::query_scalar("SELECT fence FROM instances WHERE id = $1")
-                    .bind(commit.instance)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(backend)?;
-            outcomes[index] = CommitOutcome::Conflict {
-                current_fence: fence.map(fence_from_db).transpose()?,
-            };
+        } else if sent.contains(&index) {
+            outcomes[index] = refused(tx, commit).await?;
         }
     }
     Ok(winners)
+}
+
+/// Why a commit that went into the round's statements did not apply: another replica
+/// created the same id between our lock and our insert, or the commit's business key is
+/// taken on its deployment (a creation's key, or the stored key of an instance an update
+/// moves to another deployment).
+///
+/// Why this is race-free for creations: the unique index `instances_business_key` is
+/// the guard, not a check we make. Two transactions inserting one key on one deployment
+/// meet in that index; `ON CONFLICT DO NOTHING` makes the second wait until the first
+/// ends, then skip its row if the first committed (or insert it if the first rolled
+/// back). This function runs as new statements, which under READ COMMITTED see the
+/// winner's committed row, so the refusal names it. No lock we hold (the instance rows
+/// `FOR UPDATE`, the deployment `FOR KEY SHARE`) would serialise two creations of new
+/// ids, so a check-then-insert alone would let both win.
+///
+/// A move (migration) is guarded by `NOT EXISTS` in the update; one racing a concurrent
+/// creation of its key on the target deployment passes that check and then meets the
+/// index, which fails the whole batch as a backend error: nothing is written and no key
+/// is ever held twice, but the caller sees an error instead of the refusal.
+async fn refused(tx: &mut PgConnection, commit: &Commit) -> StoreResult<CommitOutcome> {
+    let stored: Option<(i64, Option<String>)> =
+        sqlx::query_as("SELECT fence, business_key FROM instances WHERE id = $1")
+            .bind(commit.instance)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+    let stored_fence = stored
+        .as_ref()
+        .map(|(fence, _)| fence_from_db(*fence))
+        .transpose()?;
+    let mut holder = None;
+    if let Some(key) = contested_key(commit, stored.as_ref().map(|(_, key)| key)) {
+        holder = sqlx::query_scalar(
+            "SELECT id FROM instances WHERE deployment = $1 AND business_key = $2 AND id <> $3",
+        )
+        .bind(commit.deployment.0)
+        .bind(key)
+        .bind(commit.instance)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    Ok(refusal(commit, stored_fence, holder))
 }
 
 /// Writes the winners' `timers`: the resolves, then the arms (upserts), so a step that

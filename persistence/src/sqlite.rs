@@ -37,10 +37,11 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, claimed_timers,
-    creation_deployments, deployment_from_row, fence_from_db, fence_to_db, incident_from_row,
-    instance_from_row, instances_query, last_arm_per_name, map_all, map_optional, plan,
-    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
-    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, TIMER_COLUMNS,
+    contested_key, creation_deployments, deployment_from_row, fence_from_db, fence_to_db,
+    incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
+    map_optional, plan, refusal, timer_from_row, Field, KnownDeployments, StoreRow,
+    ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
+    TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -417,7 +418,7 @@ async fn apply_state<'a>(
     for chunk in creates.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             created_at_ms, updated_at_ms) ",
+             business_key, created_at_ms, updated_at_ms) ",
         );
         query.push_values(chunk, |mut row, &index| {
             let commit = &batch[index];
@@ -427,10 +428,15 @@ async fn apply_state<'a>(
                 .push_bind(commit.state.status.as_str())
                 .push_bind(commit.state.failure_code.as_deref())
                 .push_bind(commit.state.snapshot.as_slice())
+                .push_bind(commit.state.business_key.as_deref())
                 .push_bind(commit.now_ms)
                 .push_bind(commit.now_ms);
         });
-        query.push(" ON CONFLICT (id) DO NOTHING RETURNING id");
+        // No conflict target: a taken id and a taken `(deployment, business_key)` (the
+        // unique index `instances_business_key`) both skip the row, and the loser pass
+        // below tells them apart. The single writer means every row we can collide with
+        // is committed or our own, so skipping is the whole answer.
+        query.push(" ON CONFLICT DO NOTHING RETURNING id");
         let created: Vec<String> = query
             .build_query_scalar()
             .fetch_all(&mut *tx)
@@ -462,6 +468,9 @@ async fn apply_state<'a>(
             ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
              status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
              updated_at_ms = v_now_ms FROM v WHERE id = v_id AND fence = v_fence \
+             AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
+                 SELECT 1 FROM instances AS o \
+                 WHERE o.deployment = v_deployment AND o.business_key = instances.business_key)) \
              RETURNING id",
         );
         let updated: Vec<String> = query
@@ -479,18 +488,50 @@ async fn apply_state<'a>(
             outcomes[index] = applied(commit);
             winners.push((id, commit));
         } else {
-            let current: Option<i64> =
-                sqlx::query_scalar("SELECT fence FROM instances WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(backend)?;
-            outcomes[index] = CommitOutcome::Conflict {
-                current_fence: current.map(fence_from_db).transpose()?,
-            };
+            outcomes[index] = refused(tx, id, commit).await?;
         }
     }
     Ok(winners)
+}
+
+/// Why a commit of the round did not apply: a lost compare-and-swap, or a business key
+/// its deployment already has (a creation's key, or the stored key of an instance an
+/// update moves to another deployment).
+async fn refused(
+    tx: &mut SqliteConnection,
+    id: &str,
+    commit: &Commit,
+) -> StoreResult<CommitOutcome> {
+    let stored: Option<(i64, Option<String>)> =
+        sqlx::query_as("SELECT fence, business_key FROM instances WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+    let stored_fence = stored
+        .as_ref()
+        .map(|(fence, _)| fence_from_db(*fence))
+        .transpose()?;
+    let mut holder = None;
+    if let Some(key) = contested_key(commit, stored.as_ref().map(|(_, key)| key)) {
+        let found: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM instances WHERE deployment = ? AND business_key = ? AND id <> ?",
+        )
+        .bind(commit.deployment.0)
+        .bind(key)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        holder = found
+            .map(|text| {
+                InstanceId::parse_str(&text).map_err(|_| {
+                    StoreError::Corrupt(format!("stored instance id {text:?} is not a UUID"))
+                })
+            })
+            .transpose()?;
+    }
+    Ok(refusal(commit, stored_fence, holder))
 }
 
 /// Writes the winners' `timers`: the resolves, one indexed delete per row, then the arms

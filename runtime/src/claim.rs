@@ -193,6 +193,9 @@ pub fn plan(
         status: store_status(status),
         failure_code: step.snapshot.failure().map(|f| f.code.clone()),
         snapshot: step.snapshot.encode(),
+        // Starts carry no business key yet (issue 10 wires it through `start_instance`);
+        // for every other step the store keeps the stored key whatever this says.
+        business_key: None,
     };
     let fired_lease = fired
         .as_ref()
@@ -412,6 +415,11 @@ pub(crate) async fn claim_and_step(
                 })
             }
             Some(CommitOutcome::Conflict { .. }) => continue,
+            Some(CommitOutcome::DuplicateBusinessKey { existing }) => {
+                return Err(Error::DuplicateBusinessKey {
+                    existing: *existing,
+                })
+            }
             Some(CommitOutcome::DeploymentRetired) | None => {
                 return Err(Error::Conflict(format!(
                     "the store did not apply the step of instance {id}"

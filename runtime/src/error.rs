@@ -22,6 +22,10 @@ pub enum Error {
     /// A request the runtime will not carry out, and why. Nothing was changed.
     #[error("{what} refused: {why}")]
     Refused { what: String, why: String },
+    /// The store refused a start (or a migration) because the deployment already has an
+    /// instance with the same business key: `existing`. Nothing was changed.
+    #[error("business key already used on this deployment by instance {existing}")]
+    DuplicateBusinessKey { existing: qflow_store::InstanceId },
     #[error("no instance {0}")]
     UnknownInstance(String),
     #[error("no deployment {0}")]

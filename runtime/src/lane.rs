@@ -125,6 +125,10 @@ impl Lane {
                         CommitOutcome::Applied { fence } => self.applied(p, fence, now),
                         CommitOutcome::Conflict { .. } => self.conflicted(p),
                         CommitOutcome::DeploymentRetired => self.refused_retired(p),
+                        CommitOutcome::DuplicateBusinessKey { existing } => reply(
+                            p.request.reply,
+                            Err(Error::DuplicateBusinessKey { existing }),
+                        ),
                     }
                 }
                 self.shared.progress.notify_waiters();

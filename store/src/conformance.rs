@@ -95,6 +95,12 @@ macro_rules! conformance_tests {
             attempts_history_keeps_order,
             audit_rows_are_written_with_their_commit_only,
             instances_filter_by_deployment_status_and_code,
+            duplicate_business_key_is_refused_and_writes_nothing,
+            business_key_is_kept_by_updates_and_read_back,
+            repeated_business_key_in_a_batch_applies_the_first,
+            instances_filter_by_business_key,
+            moving_an_instance_onto_a_deployment_holding_its_key_is_refused,
+            concurrent_creations_of_one_business_key_never_both_win,
             snapshot_bytes_round_trip_exactly,
         );
     };
@@ -122,8 +128,16 @@ pub fn commit(
         status: InstanceStatus::Running,
         failure_code: None,
         snapshot: vec![1, 2, 3],
+        business_key: None,
     };
     Commit::new(instance, expected_fence, deployment, state, T0)
+}
+
+/// A creation of `instance` on `deployment` with the business key `key`.
+pub fn keyed(instance: InstanceId, deployment: DeploymentId, key: &str) -> Commit {
+    let mut c = commit(instance, None, deployment);
+    c.state.business_key = Some(key.to_owned());
+    c
 }
 
 /// A timer poll: due at `now_ms`, leased for `lease_ms` to `owner`, at most `limit` rows.
@@ -1068,5 +1082,311 @@ pub async fn snapshot_bytes_round_trip_exactly(ctx: Ctx) -> Result<()> {
         .map(|r| r.snapshot.len())
         .collect();
     ensure!(listed == cases.iter().map(Vec::len).collect(), "{listed:?}");
+    Ok(())
+}
+
+/// A creation whose key its deployment already has is refused, names the holder and
+/// writes nothing; the same key on another deployment, and any number of instances
+/// without a key, are fine. The key stays taken whatever the holder's status.
+pub async fn duplicate_business_key_is_refused_and_writes_nothing(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    ensure!(
+        commit_one(s, keyed(id(1), v1, "order-1")).await? == CommitOutcome::Applied { fence: 1 }
+    );
+    let mut dup = keyed(id(2), v1, "order-1");
+    dup.timers.arm = vec![timer(id(2), "r:pay", T0 + 10, 1)];
+    dup.incidents.open = vec![NewIncident {
+        node: "pay".into(),
+        code: "X".into(),
+        message: "m".into(),
+    }];
+    dup.attempts = vec![attempt(id(2), "pay", 1)];
+    dup.audit = vec![AuditEntry {
+        actor: "ops@test".into(),
+        action: "start".into(),
+        detail: String::new(),
+    }];
+    let outcome = commit_one(&*ctx.second, dup).await?;
+    ensure!(
+        outcome == CommitOutcome::DuplicateBusinessKey { existing: id(1) },
+        "{outcome:?}"
+    );
+    ensure!(
+        s.instance(id(2)).await?.is_none(),
+        "the refused creation wrote its row"
+    );
+    ensure!(s.timers(id(2)).await?.is_empty());
+    ensure!(s.incidents(Some(id(2))).await?.is_empty());
+    ensure!(s.attempts(id(2)).await?.is_empty());
+    ensure!(s.audit(Some(id(2)), 0).await?.is_empty());
+
+    ensure!(
+        commit_one(s, keyed(id(3), v2, "order-1")).await? == CommitOutcome::Applied { fence: 1 }
+    );
+    create(s, id(4), v1).await?;
+    create(s, id(5), v1).await?;
+
+    let mut done = commit(id(1), Some(1), v1);
+    done.state.status = InstanceStatus::Completed;
+    ensure!(commit_one(s, done).await? == CommitOutcome::Applied { fence: 2 });
+    let again = commit_one(s, keyed(id(6), v1, "order-1")).await?;
+    ensure!(
+        again == CommitOutcome::DuplicateBusinessKey { existing: id(1) },
+        "a completed holder keeps its key: {again:?}"
+    );
+    // Creating an existing id is a lost CAS, whatever its key says.
+    let same_id = commit_one(s, keyed(id(1), v1, "order-1")).await?;
+    ensure!(
+        same_id
+            == CommitOutcome::Conflict {
+                current_fence: Some(2)
+            },
+        "{same_id:?}"
+    );
+    Ok(())
+}
+
+/// The key is written by the creation only: updates that say another key, or none, leave
+/// it, and every read (one instance, a listing, the second handle) carries it.
+pub async fn business_key_is_kept_by_updates_and_read_back(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    commit_one(s, keyed(id(1), dep, "invoice-7 ü")).await?;
+    create(s, id(2), dep).await?;
+    let mut other = commit(id(1), Some(1), dep);
+    other.state.business_key = Some("something-else".into());
+    ensure!(commit_one(s, other).await? == CommitOutcome::Applied { fence: 2 });
+    let none = commit(id(1), Some(2), dep);
+    ensure!(commit_one(s, none).await? == CommitOutcome::Applied { fence: 3 });
+    let mut late = commit(id(2), Some(1), dep);
+    late.state.business_key = Some("late".into());
+    ensure!(commit_one(s, late).await? == CommitOutcome::Applied { fence: 2 });
+
+    let one = s
+        .instance(id(1))
+        .await?
+        .ok_or_else(|| anyhow!("instance 1"))?;
+    ensure!(
+        one.business_key.as_deref() == Some("invoice-7 ü"),
+        "{one:?}"
+    );
+    ensure!(ctx.second.instance(id(1)).await?.as_ref() == Some(&one));
+    let two = s
+        .instance(id(2))
+        .await?
+        .ok_or_else(|| anyhow!("instance 2"))?;
+    ensure!(two.business_key.is_none(), "an update gave a key: {two:?}");
+    let listed: Vec<Option<String>> = s
+        .instances(&InstanceFilter::default())
+        .await?
+        .into_iter()
+        .map(|r| r.business_key)
+        .collect();
+    ensure!(
+        listed == vec![Some("invoice-7 ü".to_owned()), None],
+        "{listed:?}"
+    );
+    // The key an update named is not taken.
+    ensure!(
+        commit_one(s, keyed(id(3), dep, "something-else")).await?
+            == CommitOutcome::Applied { fence: 1 }
+    );
+    ensure!(commit_one(s, keyed(id(4), dep, "late")).await? == CommitOutcome::Applied { fence: 1 });
+    Ok(())
+}
+
+/// Within one batch the first creation to claim a key wins and later ones are refused;
+/// the rest of the batch applies. A creation refused for another reason claims nothing.
+pub async fn repeated_business_key_in_a_batch_applies_the_first(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    let old = deploy(s, "old").await?;
+    ensure!(s.retire(old).await? == RetireOutcome::Retired);
+    create(s, id(9), v1).await?;
+    let outcomes = s
+        .commit(vec![
+            keyed(id(1), v1, "k"),
+            keyed(id(2), v1, "k"),
+            keyed(id(3), v1, "l"),
+            keyed(id(4), v2, "k"),
+            keyed(id(5), v1, "k"),
+            // Loses its CAS (the id exists): "m" stays free for the next one.
+            keyed(id(9), v1, "m"),
+            keyed(id(6), v1, "m"),
+            // Refused as retired: "n" stays free.
+            keyed(id(7), old, "n"),
+            keyed(id(8), v1, "n"),
+        ])
+        .await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::Applied { fence: 1 },
+                CommitOutcome::DuplicateBusinessKey { existing: id(1) },
+                CommitOutcome::Applied { fence: 1 },
+                CommitOutcome::Applied { fence: 1 },
+                CommitOutcome::DuplicateBusinessKey { existing: id(1) },
+                CommitOutcome::Conflict {
+                    current_fence: Some(1)
+                },
+                CommitOutcome::Applied { fence: 1 },
+                CommitOutcome::DeploymentRetired,
+                CommitOutcome::Applied { fence: 1 },
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(s.instance(id(2)).await?.is_none() && s.instance(id(5)).await?.is_none());
+    let nine = s
+        .instance(id(9))
+        .await?
+        .ok_or_else(|| anyhow!("instance 9"))?;
+    ensure!(
+        nine.business_key.is_none(),
+        "a lost CAS wrote a key: {nine:?}"
+    );
+    Ok(())
+}
+
+pub async fn instances_filter_by_business_key(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    let mut later = keyed(id(1), v2, "order-1");
+    later.now_ms = T0 + 5;
+    s.commit(vec![
+        later,
+        keyed(id(2), v1, "order-1"),
+        keyed(id(3), v1, "order-2"),
+        commit(id(4), None, v1),
+    ])
+    .await?;
+    let ids = |records: Vec<crate::InstanceRecord>| -> Vec<InstanceId> {
+        records.into_iter().map(|r| r.id).collect()
+    };
+    let by_key = |key: &str, deployment: Option<DeploymentId>| InstanceFilter {
+        business_key: Some(key.into()),
+        deployment,
+        ..Default::default()
+    };
+    let all = ids(s.instances(&by_key("order-1", None)).await?);
+    ensure!(
+        all == vec![id(2), id(1)],
+        "oldest first across deployments: {all:?}"
+    );
+    let on_v2 = ids(s.instances(&by_key("order-1", Some(v2))).await?);
+    ensure!(on_v2 == vec![id(1)], "{on_v2:?}");
+    let two = ids(s.instances(&by_key("order-2", None)).await?);
+    ensure!(two == vec![id(3)], "{two:?}");
+    ensure!(s.instances(&by_key("order-2", Some(v2))).await?.is_empty());
+    ensure!(
+        s.instances(&by_key("order", None)).await?.is_empty(),
+        "exact match only"
+    );
+    ensure!(
+        s.instances(&by_key("ORDER-1", None)).await?.is_empty(),
+        "case matters"
+    );
+    Ok(())
+}
+
+/// An update that moves an instance to another deployment (migration) keeps its key, so
+/// it is refused where that deployment has the key already, and writes nothing; a move
+/// to where the key is free takes the key along and frees it on the old deployment.
+pub async fn moving_an_instance_onto_a_deployment_holding_its_key_is_refused(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    s.commit(vec![
+        keyed(id(1), v1, "k"),
+        keyed(id(2), v2, "k"),
+        keyed(id(3), v1, "l"),
+        commit(id(4), None, v1),
+    ])
+    .await?;
+    let before = s.instance(id(1)).await?;
+    let mut blocked = commit(id(1), Some(1), v2);
+    blocked.state.snapshot = vec![0xee];
+    blocked.timers.arm = vec![timer(id(1), "r:pay", T0 + 10, 1)];
+    let outcome = commit_one(s, blocked).await?;
+    ensure!(
+        outcome == CommitOutcome::DuplicateBusinessKey { existing: id(2) },
+        "{outcome:?}"
+    );
+    ensure!(
+        s.instance(id(1)).await? == before,
+        "the refused move changed the row"
+    );
+    ensure!(s.timers(id(1)).await?.is_empty());
+    // A stale move is a lost CAS first.
+    let stale = commit_one(s, commit(id(1), Some(7), v2)).await?;
+    ensure!(
+        stale
+            == CommitOutcome::Conflict {
+                current_fence: Some(1)
+            },
+        "{stale:?}"
+    );
+
+    ensure!(
+        commit_one(s, commit(id(3), Some(1), v2)).await? == CommitOutcome::Applied { fence: 2 }
+    );
+    ensure!(
+        commit_one(s, commit(id(4), Some(1), v2)).await? == CommitOutcome::Applied { fence: 2 }
+    );
+    let moved = s
+        .instance(id(3))
+        .await?
+        .ok_or_else(|| anyhow!("instance 3"))?;
+    ensure!(moved.deployment == v2 && moved.business_key.as_deref() == Some("l"));
+    ensure!(commit_one(s, keyed(id(5), v1, "l")).await? == CommitOutcome::Applied { fence: 1 });
+    let taken = commit_one(s, keyed(id(6), v2, "l")).await?;
+    ensure!(
+        taken == CommitOutcome::DuplicateBusinessKey { existing: id(3) },
+        "{taken:?}"
+    );
+    Ok(())
+}
+
+/// Two handles (two pools on a database) create different instances with one key on one
+/// deployment at once: exactly one wins, and the other is refused naming it.
+pub async fn concurrent_creations_of_one_business_key_never_both_win(ctx: Ctx) -> Result<()> {
+    let dep = deploy(&*ctx.store, "h1").await?;
+    for round in 0..24u128 {
+        let key = format!("race-{round}");
+        let (a, b) = (id(100 + 2 * round), id(101 + 2 * round));
+        let (first, second) = tokio::join!(
+            commit_one(&*ctx.store, keyed(a, dep, &key)),
+            commit_one(&*ctx.second, keyed(b, dep, &key))
+        );
+        let (first, second) = (first?, second?);
+        let holders = ctx
+            .store
+            .instances(&InstanceFilter {
+                business_key: Some(key.clone()),
+                ..Default::default()
+            })
+            .await?;
+        match (&first, &second) {
+            (
+                CommitOutcome::Applied { fence: 1 },
+                CommitOutcome::DuplicateBusinessKey { existing },
+            ) if *existing == a => {}
+            (
+                CommitOutcome::DuplicateBusinessKey { existing },
+                CommitOutcome::Applied { fence: 1 },
+            ) if *existing == b => {}
+            other => anyhow::bail!("round {round}: impossible outcomes {other:?}"),
+        }
+        ensure!(
+            holders.len() == 1,
+            "round {round}: {} holders",
+            holders.len()
+        );
+    }
     Ok(())
 }

@@ -7,6 +7,13 @@
 //! PostgreSQL) and in [`crate::memory`] (in-memory, non-durable).
 //!
 //! Invariant: a store never interprets snapshot bytes; it stores what it is given.
+//!
+//! Business keys: an instance may carry one, given at creation and never changed. The
+//! pair `(deployment, business key)` is unique over every instance of the store, whatever
+//! its status; a commit that would break that is refused as a whole with
+//! [`CommitOutcome::DuplicateBusinessKey`], checked in the commit's own transaction. A key
+//! is 1..=[`BUSINESS_KEY_BYTES_MAX`] bytes of UTF-8 without control characters: the
+//! caller (`qflow-ops`) validates it, and stores assume it.
 
 use async_trait::async_trait;
 pub use qflow_core::{Attempt, AttemptOutcome, TimerKind, TimerName};
@@ -19,6 +26,10 @@ pub mod memory;
 pub use memory::MemoryStore;
 
 pub type InstanceId = Uuid;
+
+/// The longest business key, in bytes of UTF-8. Callers refuse longer keys, empty ones
+/// and keys with control characters before they reach a store; stores do not re-check.
+pub const BUSINESS_KEY_BYTES_MAX: usize = 256;
 
 /// A deployment version. Assigned by the store, increasing; the same content deployed
 /// twice returns the same version.
@@ -108,6 +119,8 @@ pub struct InstanceRecord {
     pub status: InstanceStatus,
     pub failure_code: Option<String>,
     pub snapshot: Vec<u8>,
+    /// The key the instance was created with, if any; unique per deployment.
+    pub business_key: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -239,6 +252,11 @@ pub struct InstanceState {
     pub status: InstanceStatus,
     pub failure_code: Option<String>,
     pub snapshot: Vec<u8>,
+    /// Read only by a creation (`expected_fence: None`): the instance's business key,
+    /// unique per deployment (see the crate docs for its bounds). An update never changes
+    /// the stored key, whatever this field says; callers stepping an existing instance
+    /// pass `None`.
+    pub business_key: Option<String>,
 }
 
 /// Timer rows a commit writes. Resolves apply before arms, so a name resolved and
@@ -273,6 +291,14 @@ pub enum CommitOutcome {
     /// transaction, atomically with `retire`, so no instance can start on a deployment
     /// once its retirement has committed (R5). Nothing of this commit was written.
     DeploymentRetired,
+    /// The commit would give two instances of one deployment the same business key: a
+    /// creation with a key `existing` already holds there, or an update moving an
+    /// instance (migration) onto a deployment where `existing` holds its key. Checked in
+    /// the same transaction; nothing of this commit was written. In a batch, the first
+    /// commit to claim a key wins and later ones are refused.
+    DuplicateBusinessKey {
+        existing: InstanceId,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,6 +316,8 @@ pub struct InstanceFilter {
     pub deployment: Option<DeploymentId>,
     pub status: Option<InstanceStatus>,
     pub failure_code: Option<String>,
+    /// Only the instance(s) with exactly this business key (one per deployment at most).
+    pub business_key: Option<String>,
     /// Only instances created at or after this instant (ms since the epoch).
     pub created_from_ms: Option<i64>,
     /// Only instances created before this instant.
@@ -329,7 +357,9 @@ pub trait Store: Send + Sync + 'static {
     /// Applies a batch of commits for distinct instances in one transaction (one fsync:
     /// group commit). Each commit is CAS-checked on its own; a loser is skipped and
     /// reported, the others still apply. A creation on a retired deployment is refused
-    /// ([`CommitOutcome::DeploymentRetired`]). Outcomes are in batch order.
+    /// ([`CommitOutcome::DeploymentRetired`]), and so is a commit that would repeat a
+    /// business key on a deployment ([`CommitOutcome::DuplicateBusinessKey`]); the rest
+    /// of the batch still applies. Outcomes are in batch order.
     async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>>;
 
     async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>>;

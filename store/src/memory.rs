@@ -2,7 +2,7 @@
 //!
 //! It keeps the exact semantics of the durable stores — compare-and-swap on the fence,
 //! timer upserts and incarnation-matched resolves, leases on claimed timers, retirement
-//! rules — so the runtime and the store conformance suite can run against it. It must
+//! rules, business keys unique per deployment — so the runtime and the store conformance suite can run against it. It must
 //! never claim durability: [`Store::is_durable`] is `false`, and everything is gone when
 //! the value is dropped.
 //!
@@ -45,6 +45,9 @@ struct State {
     /// Index = version - 1: versions are dense from 1 here.
     deployments: Vec<DeploymentRecord>,
     instances: BTreeMap<InstanceId, InstanceRecord>,
+    /// `(deployment, business key)` of every instance that has a key: the uniqueness
+    /// index, as the durable stores' unique index.
+    business_keys: BTreeMap<(DeploymentId, String), InstanceId>,
     timers: BTreeMap<TimerKey, TimerRow>,
     /// `(due_at_ms, instance, name)` for every row of `timers`: the due index, so a claim
     /// walks due timers only and never the parked ones.
@@ -91,16 +94,37 @@ impl State {
         {
             return CommitOutcome::DeploymentRetired;
         }
-        let current_fence = self.instances.get(&commit.instance).map(|i| i.fence);
+        let stored = self.instances.get(&commit.instance);
+        let current_fence = stored.map(|i| i.fence);
         let fence = match (commit.expected_fence, current_fence) {
             (None, None) => 1,
             (Some(expected), Some(current)) if expected == current => current + 1,
             _ => return CommitOutcome::Conflict { current_fence },
         };
-        let created_at_ms = self
-            .instances
-            .get(&commit.instance)
-            .map_or(commit.now_ms, |i| i.created_at_ms);
+        let created_at_ms = stored.map_or(commit.now_ms, |i| i.created_at_ms);
+        // A creation brings its key; an update keeps the stored one, even when it moves the
+        // instance to another deployment (migration).
+        let business_key = match stored {
+            None => commit.state.business_key,
+            Some(i) => i.business_key.clone(),
+        };
+        let moved_from = stored
+            .map(|i| i.deployment)
+            .filter(|d| *d != commit.deployment);
+        if let Some(key) = &business_key {
+            if stored.is_none() || moved_from.is_some() {
+                let slot = (commit.deployment, key.clone());
+                if let Some(existing) = self.business_keys.get(&slot) {
+                    return CommitOutcome::DuplicateBusinessKey {
+                        existing: *existing,
+                    };
+                }
+                if let Some(old) = moved_from {
+                    self.business_keys.remove(&(old, key.clone()));
+                }
+                self.business_keys.insert(slot, commit.instance);
+            }
+        }
         self.instances.insert(
             commit.instance,
             InstanceRecord {
@@ -110,6 +134,7 @@ impl State {
                 status: commit.state.status,
                 failure_code: commit.state.failure_code,
                 snapshot: commit.state.snapshot,
+                business_key,
                 created_at_ms,
                 updated_at_ms: commit.now_ms,
             },
@@ -300,6 +325,12 @@ impl Store for MemoryStore {
                     .failure_code
                     .as_ref()
                     .is_none_or(|code| i.failure_code.as_ref() == Some(code))
+            })
+            .filter(|i| {
+                filter
+                    .business_key
+                    .as_ref()
+                    .is_none_or(|key| i.business_key.as_ref() == Some(key))
             })
             .filter(|i| filter.created_from_ms.is_none_or(|t| i.created_at_ms >= t))
             .filter(|i| filter.created_to_ms.is_none_or(|t| i.created_at_ms < t))
