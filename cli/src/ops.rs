@@ -64,6 +64,9 @@ pub enum InstancesCommand {
         /// At most this many (the store caps it at 10,000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Only the instance with this business key.
+        #[arg(long)]
+        business_key: Option<String>,
         /// Continue a listing after the page that printed this cursor.
         #[arg(long)]
         cursor: Option<String>,
@@ -181,12 +184,14 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                 code,
                 limit,
                 cursor,
+                business_key,
             } => {
                 let query = InstanceQuery {
                     deployment: *deployment,
                     status: state.clone(),
                     failure_code: code.clone(),
                     cursor: cursor.clone(),
+                    business_key: business_key.clone(),
                     limit: *limit,
                     ..InstanceQuery::default()
                 };

@@ -17,8 +17,7 @@
 //! [`Ops::with_runtime`] (the server's) starts them; one on a bare store (the CLI's)
 //! refuses, saying so.
 //!
-//! Not here yet (issue 10): business keys, user-task completion, message correlation,
-//! incident resolution and respond-and-continue (R6).
+//! Not here yet (issue 10): message correlation by key, incident resolution by hand.
 
 use std::sync::Arc;
 
@@ -196,6 +195,8 @@ pub struct InstanceSummary {
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub business_key: Option<String>,
     pub fence: u64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -208,6 +209,7 @@ impl From<&InstanceRecord> for InstanceSummary {
             deployment: r.deployment.0,
             status: r.status.as_str(),
             failure_code: r.failure_code.clone(),
+            business_key: r.business_key.clone(),
             fence: r.fence,
             created_at_ms: r.created_at_ms,
             updated_at_ms: r.updated_at_ms,
@@ -222,6 +224,8 @@ pub struct InstanceQuery {
     /// `running`, `completed`, `failed` or `cancelled`.
     pub status: Option<String>,
     pub failure_code: Option<String>,
+    /// Only the instance with this business key.
+    pub business_key: Option<String>,
     /// Only instances created at or after this instant (ms since the epoch).
     pub created_from_ms: Option<i64>,
     /// Only instances created before this instant.
@@ -268,6 +272,9 @@ pub struct StartRequest {
     pub process_id: Option<String>,
     /// The instance's variables (a JSON object).
     pub variables: qflow_core::Variables,
+    /// Unique per deployment when given: 1 to [`BUSINESS_KEY_CHARS_MAX`] characters, no
+    /// control characters.
+    pub business_key: Option<String>,
 }
 
 /// A started instance.
@@ -536,12 +543,15 @@ impl Ops {
             return Err(no_runtime());
         };
         let deployment = self.deployment_of(&request).await?;
-        qflow_core::limits::check_variables(&request.variables).map_err(|why| Error::Invalid {
-            field: "variables",
-            why,
-        })?;
-        let id = runtime
-            .start_instance(DeploymentId(deployment), request.variables)
+        check_variables(&request.variables)?;
+        check_business_key(request.business_key.as_deref())?;
+        let (id, _) = runtime
+            .start_keyed(
+                DeploymentId(deployment),
+                request.variables,
+                request.business_key,
+                false,
+            )
             .await?;
         Ok(Started {
             instance: id.to_string(),
@@ -570,9 +580,16 @@ impl Ops {
         }
         let deployment = self.deployment_of(&request).await?;
         check_variables(&request.variables)?;
+        check_business_key(request.business_key.as_deref())?;
         let (id, watch) = runtime
-            .start_and_watch(DeploymentId(deployment), request.variables)
+            .start_keyed(
+                DeploymentId(deployment),
+                request.variables,
+                request.business_key,
+                true,
+            )
             .await?;
+        let watch = watch.expect("asked for a watch");
         let clock = runtime.clock();
         let deadline = clock.now_ms().saturating_add(wait_ms as i64);
         let answered = tokio::select! {
@@ -875,7 +892,7 @@ impl Ops {
             deployment: query.deployment.map(DeploymentId),
             status,
             failure_code: query.failure_code.clone(),
-            business_key: None,
+            business_key: query.business_key.clone(),
             created_from_ms: query.created_from_ms,
             created_to_ms: query.created_to_ms,
             after,
@@ -1045,6 +1062,28 @@ impl Ops {
                 .collect(),
         })
     }
+}
+
+/// Longest business key, in characters: 64 characters of UTF-8 are at most 256 bytes,
+/// the store contract's bound.
+pub const BUSINESS_KEY_CHARS_MAX: usize = 64;
+const _: () = assert!(BUSINESS_KEY_CHARS_MAX * 4 <= qflow_store::BUSINESS_KEY_BYTES_MAX);
+
+/// A business key as the API bounds it.
+fn check_business_key(key: Option<&str>) -> Result<()> {
+    let Some(key) = key else { return Ok(()) };
+    let chars = key.chars().count();
+    let why = if chars == 0 || chars > BUSINESS_KEY_CHARS_MAX {
+        format!("a business key is 1 to {BUSINESS_KEY_CHARS_MAX} characters, this one is {chars}")
+    } else if key.chars().any(char::is_control) {
+        "a business key may not hold control characters".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(Error::Invalid {
+        field: "business_key",
+        why,
+    })
 }
 
 fn no_runtime() -> Error {

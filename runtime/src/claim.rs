@@ -193,8 +193,8 @@ pub fn plan(
         status: store_status(status),
         failure_code: step.snapshot.failure().map(|f| f.code.clone()),
         snapshot: step.snapshot.encode(),
-        // Starts carry no business key yet (issue 10 wires it through `start_instance`);
-        // for every other step the store keeps the stored key whatever this says.
+        // A start's key is set by the caller (the lane, from the start request); for
+        // every other step the store keeps the stored key whatever this says.
         business_key: None,
     };
     let fired_lease = fired

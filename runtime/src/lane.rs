@@ -187,13 +187,19 @@ impl Lane {
         };
         let started_ms = req.started_ms.unwrap_or(now);
         match plan(claim, input, fired, started_ms, now, rules) {
-            Ok(planned) => Some((
-                Prepared {
-                    request: req,
-                    then: planned.then,
-                },
-                planned.commit,
-            )),
+            Ok(mut planned) => {
+                if let Work::Start { business_key, .. } = &req.work {
+                    // Written with the creation only; the store keeps it from then on.
+                    planned.commit.state.business_key = business_key.clone();
+                }
+                Some((
+                    Prepared {
+                        request: req,
+                        then: planned.then,
+                    },
+                    planned.commit,
+                ))
+            }
             Err(e) => {
                 reply(req.reply.take(), Err(e));
                 None

@@ -153,6 +153,8 @@ pub(crate) enum Work {
     Start {
         deployment: DeploymentId,
         variables: Variables,
+        /// Unique per deployment when given (the store refuses a duplicate).
+        business_key: Option<String>,
     },
     Input(Input),
     /// A claimed timer row came due.
@@ -619,9 +621,23 @@ impl Runtime {
         deployment: DeploymentId,
         variables: Variables,
     ) -> Result<InstanceId, Error> {
-        self.start_watched(deployment, variables, false)
+        self.start_watched(deployment, variables, None, false)
             .await
             .map(|(id, _)| id)
+    }
+
+    /// [`Runtime::start_instance`] with a business key, unique per deployment: a start
+    /// with a key another instance of the deployment holds is refused
+    /// ([`Error::DuplicateBusinessKey`], naming it) and writes nothing.
+    pub async fn start_keyed(
+        &self,
+        deployment: DeploymentId,
+        variables: Variables,
+        business_key: Option<String>,
+        watched: bool,
+    ) -> Result<(InstanceId, Option<Watch>), Error> {
+        self.start_watched(deployment, variables, business_key, watched)
+            .await
     }
 
     /// [`Runtime::start_instance`], and a [`Watch`] answered once a token of the instance
@@ -632,7 +648,9 @@ impl Runtime {
         deployment: DeploymentId,
         variables: Variables,
     ) -> Result<(InstanceId, Watch), Error> {
-        let (id, watch) = self.start_watched(deployment, variables, true).await?;
+        let (id, watch) = self
+            .start_watched(deployment, variables, None, true)
+            .await?;
         Ok((id, watch.expect("asked for a watch")))
     }
 
@@ -640,6 +658,7 @@ impl Runtime {
         &self,
         deployment: DeploymentId,
         variables: Variables,
+        business_key: Option<String>,
         watched: bool,
     ) -> Result<(InstanceId, Option<Watch>), Error> {
         if !self.shared.defs.known_live(deployment) {
@@ -665,6 +684,7 @@ impl Runtime {
             Work::Start {
                 deployment,
                 variables,
+                business_key,
             },
         )
         .await?;

@@ -117,6 +117,16 @@ pub async fn retire(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
+    /// A business key, unique per deployment (1 to 64 characters, no control
+    /// characters): a second start with it is refused with 409 naming the instance that
+    /// holds it.
+    #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub business_key: Option<String>,
     /// Wait until a token stands at a task marked `q:respond="true"` or the instance
     /// ends, at most this long (1..=25000 ms, and below the server's request time
     /// limit), and answer 200 with the variables so far. Without it: 201 at once.
@@ -136,6 +146,16 @@ pub struct StartBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartProcessBody {
+    /// A business key, unique per deployment (1 to 64 characters, no control
+    /// characters): a second start with it is refused with 409 naming the instance that
+    /// holds it.
+    #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub business_key: Option<String>,
     /// Wait until a token stands at a task marked `q:respond="true"` or the instance
     /// ends, at most this long (1..=25000 ms, and below the server's request time
     /// limit), and answer 200 with the variables so far. Without it: 201 at once.
@@ -157,7 +177,7 @@ pub struct StartProcessBody {
         (status = 201, description = "Started", body = Started,
             headers(("location" = String, description = "The new instance"))),
         (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The deployment is retired", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The deployment is retired, or the business key is taken", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["operate"])))]
 pub async fn start(
@@ -169,6 +189,7 @@ pub async fn start(
         deployment: Some(body.deployment),
         process_id: None,
         variables: body.variables.into_iter().collect(),
+        business_key: body.business_key,
     };
     started(&state, &caller.name, request, body.wait_ms).await
 }
@@ -183,6 +204,7 @@ pub async fn start(
         (status = 201, description = "Started", body = Started,
             headers(("location" = String, description = "The new instance"))),
         (status = 404, description = "No live deployment of this process", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The business key is taken", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["operate"])))]
 pub async fn start_process(
@@ -195,6 +217,7 @@ pub async fn start_process(
         deployment: None,
         process_id: Some(process_id),
         variables: body.variables.into_iter().collect(),
+        business_key: body.business_key,
     };
     started(&state, &caller.name, request, body.wait_ms).await
 }
@@ -275,6 +298,8 @@ pub struct ListParams {
     pub state: Option<InstanceState>,
     /// Only FAILED instances with this failure code.
     pub failure_code: Option<String>,
+    /// Only the instance with this business key.
+    pub business_key: Option<String>,
     /// Only instances created at or after this instant (ms since the epoch).
     pub created_from_ms: Option<i64>,
     /// Only instances created before this instant.
@@ -315,6 +340,7 @@ pub async fn instances(
         deployment: p.deployment,
         status: p.state.map(|s| s.as_str().to_owned()),
         failure_code: p.failure_code,
+        business_key: p.business_key,
         created_from_ms: p.created_from_ms,
         created_to_ms: p.created_to_ms,
         cursor: p.cursor,

@@ -834,3 +834,79 @@ async fn a_wait_that_runs_out_answers_time_limit_and_the_instance_goes_on() {
         r.text
     );
 }
+
+#[tokio::test]
+async fn a_business_key_is_unique_per_deployment_and_finds_its_instance() {
+    let w = world().await;
+    w.broken.store(false, Ordering::SeqCst);
+    let dep = w.deploy(&model("billing", "pay", "")).await;
+    let body = json!({ "deployment": dep, "business_key": "order-4711" });
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/instances",
+            Some(ADMIN),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let first = r.body["instance"].as_str().unwrap().to_owned();
+
+    let r = w
+        .send(Method::POST, "/v1/instances", Some(ADMIN), Some(body))
+        .await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    assert!(
+        r.body["detail"].as_str().unwrap().contains(&first),
+        "{}",
+        r.text
+    );
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/instances",
+            Some(ADMIN),
+            Some(json!({ "deployment": dep, "business_key": "bad\u{7}key" })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(
+        r.body["errors"][0]["pointer"], "/business_key",
+        "{}",
+        r.text
+    );
+
+    // The same key on another deployment is another instance.
+    let v2 = w.deploy(&model("billing", "charge", "")).await;
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/instances",
+            Some(ADMIN),
+            Some(json!({ "deployment": v2, "business_key": "order-4711" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances?deployment={dep}&business_key=order-4711"),
+            Some(READER),
+            None,
+        )
+        .await;
+    let items = r.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{}", r.text);
+    assert_eq!(items[0]["id"], first.as_str());
+    assert_eq!(items[0]["business_key"], "order-4711");
+    let r = w
+        .send(Method::GET, "/v1/instances", Some(READER), None)
+        .await;
+    assert_eq!(
+        r.body["items"].as_array().unwrap().len(),
+        2,
+        "a refused start left an instance: {}",
+        r.text
+    );
+}
