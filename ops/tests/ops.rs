@@ -349,3 +349,74 @@ async fn failed_instances_migrate_onto_a_fixed_deployment_and_complete() {
     w.ops.retire(d1.id.0).await.expect("v1 retires");
     w.rt.shutdown().await;
 }
+
+/// The second run of O2's scenario: after the migration one instance is resumed keeping
+/// its burned budget, one resetting it, and the fixed task still fails once. Kept, the
+/// one failure exhausts the policy again; reset, the whole policy is there: a backoff,
+/// then success. The attempt history counts on across v1 and v2 in both.
+#[tokio::test]
+async fn after_a_migration_a_reset_budget_gets_the_whole_policy_again() {
+    let w = world().await;
+    let policy = r#"<q:retry maxAttempts="2" initialInterval="PT1S" jitter="none"/>"#;
+    let v1 = model(policy).replace(r#"q:task="pay""#, r#"q:task="payment-v1""#);
+    let v2 = model(policy)
+        .replace(r#"id="pay""#, r#"id="charge""#)
+        .replace(r#"targetRef="pay""#, r#"targetRef="charge""#)
+        .replace(r#"sourceRef="pay""#, r#"sourceRef="charge""#);
+    let d1 = w.rt.deploy(&v1, None).await.expect("v1 deploys");
+    let kept =
+        w.rt.start_instance(d1.id, Default::default())
+            .await
+            .expect("starts");
+    let reset =
+        w.rt.start_instance(d1.id, Default::default())
+            .await
+            .expect("starts");
+    w.rt.wait_until(|s| s.parks >= 2).await;
+    w.clock.advance_ms(1_000);
+    w.rt.wait_until(|s| s.failed >= 2).await;
+    let d2 = w.ops.deploy(&v2, None).await.expect("v2 deploys");
+    let plan = qflow_ops::MigrationPlan {
+        source: d1.id.0,
+        target: d2.id,
+        mapping: [("pay".to_owned(), "charge".to_owned())].into(),
+        instances: None,
+    };
+    let done = w.ops.migrate(&plan, false).await.expect("migrates");
+    assert!(done.iter().all(|r| r.outcome == "migrated"), "{done:?}");
+
+    // `pay` still fails (broken): the fix is the handler name, the gateway is flaky.
+    w.ops.resume(kept, Budget::Keep).await.expect("resumes");
+    w.ops.resume(reset, Budget::Reset).await.expect("resumes");
+    w.poll_until(|s| s.failed >= 3 && s.parks >= 3).await;
+    assert_eq!(w.ops.inspect(kept).await.unwrap().instance.status, "failed");
+    assert_eq!(
+        w.ops.inspect(reset).await.unwrap().instance.status,
+        "running"
+    );
+
+    w.broken.store(false, Ordering::SeqCst);
+    w.clock.advance_ms(1_000);
+    w.poll_until(|s| s.completed >= 1).await;
+    let outcomes = |rows: Vec<qflow_ops::AttemptView>| -> Vec<(String, u32, &'static str)> {
+        rows.into_iter()
+            .map(|a| (a.node, a.attempt, a.outcome))
+            .collect()
+    };
+    let v1_burned = [
+        ("pay".to_owned(), 1, "failed"),
+        ("pay".to_owned(), 2, "failed"),
+    ];
+    let mut expect_kept = v1_burned.to_vec();
+    expect_kept.push(("charge".to_owned(), 3, "failed"));
+    assert_eq!(outcomes(w.ops.history(kept).await.unwrap()), expect_kept);
+    let mut expect_reset = v1_burned.to_vec();
+    expect_reset.push(("charge".to_owned(), 3, "failed"));
+    expect_reset.push(("charge".to_owned(), 4, "ok"));
+    assert_eq!(outcomes(w.ops.history(reset).await.unwrap()), expect_reset);
+    assert_eq!(
+        w.ops.inspect(reset).await.unwrap().instance.status,
+        "completed"
+    );
+    w.rt.shutdown().await;
+}

@@ -250,10 +250,10 @@ impl KnownDeployments {
 }
 
 /// The distinct deployments the batch creates instances on.
-pub(crate) fn creation_deployments(batch: &[Commit]) -> Vec<i64> {
+pub(crate) fn batch_deployments(batch: &[Commit]) -> Vec<i64> {
     batch
         .iter()
-        .filter(|c| c.expected_fence.is_none())
+        .filter(|c| c.expected_fence.is_none() || c.moves)
         .map(|c| c.deployment.0)
         .collect::<HashSet<_>>()
         .into_iter()
@@ -295,7 +295,7 @@ pub(crate) fn plan(batch: &[Commit], retired: &[i64]) -> (Vec<CommitOutcome>, Ve
             rounds.push(Vec::new());
         }
         next_by_instance.insert(commit.instance, round + 1);
-        if creation && retired.contains(&commit.deployment.0) {
+        if (creation || commit.moves) && retired.contains(&commit.deployment.0) {
             outcomes[index] = CommitOutcome::DeploymentRetired;
             continue;
         }

@@ -31,8 +31,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
-    applied, attempt_from_row, audit_fences, audit_from_row, backend, claimed_timers,
-    contested_key, creation_deployments, deployment_from_row, fence_from_db, fence_to_db,
+    applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
+    claimed_timers, contested_key, deployment_from_row, fence_from_db, fence_to_db,
     incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
     map_optional, plan, refusal, timer_from_row, Field, KnownDeployments, StoreRow,
     ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
@@ -210,12 +210,13 @@ impl PgStore {
     }
 }
 
-/// The retired ones among the deployments the batch creates instances on. The deployment
+/// The retired ones among the deployments the batch creates instances on or moves them
+/// onto (`Commit::moves`). The deployment
 /// rows are locked `FOR KEY SHARE`, which `retire`'s `FOR UPDATE` waits for (and which
 /// waits for it): a retirement and a creation on one deployment are serialised, so either
 /// the retirement counts the new instance and is refused, or the creation sees `retired`.
 async fn retired_deployments(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<Vec<i64>> {
-    let deployments = creation_deployments(batch);
+    let deployments = batch_deployments(batch);
     if deployments.is_empty() {
         return Ok(Vec::new());
     }

@@ -36,8 +36,8 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
-    applied, attempt_from_row, audit_fences, audit_from_row, backend, claimed_timers,
-    contested_key, creation_deployments, deployment_from_row, fence_from_db, fence_to_db,
+    applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
+    claimed_timers, contested_key, deployment_from_row, fence_from_db, fence_to_db,
     incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
     map_optional, plan, refusal, timer_from_row, Field, KnownDeployments, StoreRow,
     ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
@@ -334,10 +334,11 @@ impl StoreRow for SqliteRow {
     }
 }
 
-/// The retired ones among the deployments the batch creates instances on.
+/// The retired ones among the deployments the batch creates instances on or moves them
+/// onto (`Commit::moves`).
 async fn retired_deployments(tx: &mut SqliteConnection, batch: &[Commit]) -> StoreResult<Vec<i64>> {
     let mut retired = Vec::new();
-    for id in creation_deployments(batch) {
+    for id in batch_deployments(batch) {
         let is_retired: Option<bool> =
             sqlx::query_scalar("SELECT retired FROM deployments WHERE id = ?")
                 .bind(id)

@@ -401,6 +401,8 @@ pub(crate) async fn claim_and_step(
             });
         }
         planned.commit.audit.extend(op.audit.cloned());
+        planned.commit.moves = op.onto.is_some();
+        let planned_deployment = planned.commit.deployment;
         let outcome = store.commit(vec![planned.commit]).await?;
         match outcome.first() {
             Some(CommitOutcome::Applied { fence }) => {
@@ -420,7 +422,16 @@ pub(crate) async fn claim_and_step(
                     existing: *existing,
                 })
             }
-            Some(CommitOutcome::DeploymentRetired) | None => {
+            Some(CommitOutcome::DeploymentRetired) => {
+                return Err(Error::Refused {
+                    what: "step".to_owned(),
+                    why: format!(
+                        "deployment {} was retired, so instance {id} cannot move onto it",
+                        planned_deployment.0
+                    ),
+                })
+            }
+            None => {
                 return Err(Error::Conflict(format!(
                     "the store did not apply the step of instance {id}"
                 )))

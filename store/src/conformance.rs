@@ -90,6 +90,7 @@ macro_rules! conformance_tests {
             concurrent_committers_win_each_fence_exactly_once,
             retire_is_refused_while_running_or_failed_instances_remain,
             creation_on_a_retired_deployment_is_refused_and_writes_nothing,
+            a_migration_onto_a_retired_deployment_is_refused_and_writes_nothing,
             retirement_and_creation_racing_never_leave_an_instance_on_a_retired_deployment,
             incidents_open_and_resolve,
             attempts_history_keeps_order,
@@ -743,6 +744,41 @@ pub async fn creation_on_a_retired_deployment_is_refused_and_writes_nothing(
         s.instance(id(2)).await?.is_some(),
         "the rest of the batch applies"
     );
+    Ok(())
+}
+
+/// A migration (an update that moves the instance to another deployment) onto a retired
+/// deployment is refused in the commit itself, whatever the caller checked before.
+pub async fn a_migration_onto_a_retired_deployment_is_refused_and_writes_nothing(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    let v3 = deploy(s, "v3").await?;
+    commit_one(s, commit(id(1), None, v1)).await?;
+    commit_one(s, commit(id(2), None, v1)).await?;
+    ensure!(s.retire(v2).await? == RetireOutcome::Retired);
+    let before = s.instance(id(1)).await?;
+    let mut onto_retired = commit(id(1), Some(1), v2);
+    onto_retired.state.snapshot = b"moved".to_vec();
+    onto_retired.moves = true;
+    let mut onto_live = commit(id(2), Some(1), v3);
+    onto_live.moves = true;
+    let outcomes = s.commit(vec![onto_retired, onto_live]).await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::DeploymentRetired,
+                CommitOutcome::Applied { fence: 2 }
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(
+        s.instance(id(1)).await? == before,
+        "the refused move wrote something"
+    );
+    ensure!(s.instance(id(2)).await?.map(|r| r.deployment) == Some(v3));
     Ok(())
 }
 

@@ -195,6 +195,10 @@ pub struct Commit {
     /// Audit rows of the operator action this step carries out, appended with the
     /// fences the commit moved between.
     pub audit: Vec<AuditEntry>,
+    /// The update may move the instance onto another deployment (a migration): the
+    /// store checks, atomically with `retire`, that `deployment` is not retired, as it
+    /// does for a creation. Ordinary steps leave it `false` and take no such lock.
+    pub moves: bool,
 }
 
 /// An operator action, as a commit carries it into the audit log.
@@ -242,6 +246,7 @@ impl Commit {
             incidents: IncidentWrites::default(),
             attempts: Vec::new(),
             audit: Vec::new(),
+            moves: false,
         }
     }
 }
@@ -287,8 +292,9 @@ pub enum CommitOutcome {
     Conflict {
         current_fence: Option<u64>,
     },
-    /// A creation (`expected_fence: None`) on a retired deployment. Checked in the same
-    /// transaction, atomically with `retire`, so no instance can start on a deployment
+    /// A creation (`expected_fence: None`) on a retired deployment, or an update that
+    /// moves an instance onto one (a migration). Checked in the same transaction,
+    /// atomically with `retire`, so no instance can start on or move onto a deployment
     /// once its retirement has committed (R5). Nothing of this commit was written.
     DeploymentRetired,
     /// The commit would give two instances of one deployment the same business key: a

@@ -87,7 +87,7 @@ impl State {
     }
 
     fn apply(&mut self, commit: Commit) -> CommitOutcome {
-        if commit.expected_fence.is_none()
+        if (commit.expected_fence.is_none() || commit.moves)
             && self
                 .deployment(commit.deployment)
                 .is_some_and(|d| d.retired)
