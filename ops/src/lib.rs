@@ -66,6 +66,15 @@ pub mod json {
         d.deserialize_any(V)
     }
 
+    /// [`integer`] for an optional field (`null` or absent is `None`).
+    pub fn optional_integer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Wrapped(#[serde(deserialize_with = "integer")] i64);
+        Option::<Wrapped>::deserialize(d).map(|w| w.map(|Wrapped(n)| n))
+    }
+
+    use serde::Deserialize;
+
     #[cfg(test)]
     mod tests {
         #[derive(serde::Deserialize)]

@@ -130,9 +130,9 @@ pub struct StartBody {
     /// Wait until a token stands at a task marked `q:respond="true"` or the instance
     /// ends, at most this long (1..=25000 ms, and below the server's request time
     /// limit), and answer 200 with the variables so far. Without it: 201 at once.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 25000)]
-    pub wait_ms: Option<u64>,
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 25000)]
+    pub wait_ms: Option<i64>,
     /// The deployment version to start on.
     #[serde(deserialize_with = "qflow_ops::json::integer")]
     pub deployment: i64,
@@ -159,9 +159,9 @@ pub struct StartProcessBody {
     /// Wait until a token stands at a task marked `q:respond="true"` or the instance
     /// ends, at most this long (1..=25000 ms, and below the server's request time
     /// limit), and answer 200 with the variables so far. Without it: 201 at once.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 25000)]
-    pub wait_ms: Option<u64>,
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 25000)]
+    pub wait_ms: Option<i64>,
     /// The instance's variables.
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -226,9 +226,11 @@ async fn started(
     state: &AppState,
     caller: &str,
     request: StartRequest,
-    wait_ms: Option<u64>,
+    wait_ms: Option<i64>,
 ) -> Result<Response> {
     if let Some(wait_ms) = wait_ms {
+        // Below 1 (and over the cap) the operation refuses it, naming the field.
+        let wait_ms = u64::try_from(wait_ms).unwrap_or(0);
         if wait_ms >= state.request_timeout_ms {
             return Err(Problem::new(
                 StatusCode::BAD_REQUEST,
