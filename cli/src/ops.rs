@@ -167,11 +167,25 @@ pub fn audit(args: &AuditArgs) -> Result<ExitCode> {
 
 #[derive(Debug, clap::Args)]
 pub struct IncidentsArgs {
+    #[command(subcommand)]
+    command: Option<IncidentsCommand>,
     /// Only the incidents of this instance.
     #[arg(long)]
     instance: Option<String>,
     #[command(flatten)]
     store: StoreArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum IncidentsCommand {
+    /// List incidents (the default): `qflow incidents [--instance ID]`.
+    List,
+    /// Resolve the open incidents of an instance on a node by hand (audited).
+    Resolve {
+        id: String,
+        /// The node the incident is on.
+        node: String,
+    },
 }
 
 pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
@@ -433,6 +447,12 @@ pub fn deployments(args: &StoreArgs) -> Result<ExitCode> {
 
 pub fn incidents(args: &IncidentsArgs) -> Result<ExitCode> {
     with_ops(&args.store, |ops| async move {
+        if let Some(IncidentsCommand::Resolve { id, node }) = &args.command {
+            let done = ops.resolve_incident(parse_instance_id(id)?, node).await?;
+            return emit(args.store.format, &done, |w| {
+                applied(w, "resolved the incident", &done)
+            });
+        }
         let instance = instance_arg(&args.instance)?;
         let rows = ops.incidents(instance).await?;
         emit(args.store.format, &rows, |w| {

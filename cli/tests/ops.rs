@@ -446,3 +446,60 @@ fn a_user_task_is_completed_and_a_message_delivered_from_the_command_line() {
     assert_eq!(after["snapshot"]["variables"]["approved"], true, "{after}");
     assert_eq!(after["snapshot"]["variables"]["signer"], "ada", "{after}");
 }
+
+#[test]
+fn an_incident_is_resolved_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("incident.sqlite");
+    let model = WAITS.replace(
+        r#"<userTask id="approve"/>"#,
+        r#"<serviceTask id="approve" q:task="nobody" xmlns:q="urn:qflow:bpmn:1"/>"#,
+    );
+    // An instance FAILED at `approve` (no handler runs it), with its incident open.
+    let id = tokio::runtime::Runtime::new()
+        .expect("tokio")
+        .block_on(async {
+            use std::sync::Arc;
+            let store = Arc::new(
+                qflow_persistence::SqliteStore::open(&db)
+                    .await
+                    .expect("store"),
+            );
+            let rt = qflow_runtime::Runtime::start(
+                store.clone(),
+                qflow_runtime::AsyncHandlers::new(),
+                Arc::new(qflow_runtime::SystemClock),
+                qflow_runtime::RuntimeConfig::default(),
+            );
+            let dep = rt.deploy(&model, None).await.expect("deploys");
+            let id = rt
+                .start_instance(dep.id, Default::default())
+                .await
+                .expect("starts");
+            rt.wait_until(|s| s.failed >= 1).await;
+            rt.shutdown().await;
+            id.to_string()
+        });
+    let incidents = |db: &Path| {
+        json(&qflow(
+            &["incidents", "--instance", &id, "--format", "json"],
+            db,
+        ))
+    };
+    assert!(incidents(&db)[0].get("resolved_at_ms").is_none());
+    let out = qflow(&["incidents", "resolve", &id, "elsewhere"], &db);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = json(&qflow(
+        &["incidents", "resolve", &id, "approve", "--format", "json"],
+        &db,
+    ));
+    assert_eq!(done["status"], "failed");
+    assert!(incidents(&db)[0]["resolved_at_ms"].is_i64());
+    let out = qflow(&["incidents", "resolve", &id, "approve"], &db);
+    assert_eq!(out.status.code(), Some(1), "resolved twice");
+}

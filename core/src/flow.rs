@@ -30,7 +30,9 @@ pub const ARRIVALS_PER_STEP_MAX: u32 = 10_000;
 pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Option<String> {
     let p = &def.process;
     match input {
-        Input::Start { .. } | Input::Cancel | Input::Redrive => None,
+        Input::Start { .. } | Input::Cancel | Input::Redrive | Input::ResolveIncident { .. } => {
+            None
+        }
         Input::Migrate { mapping, timers } => super::migrate::problems(def, snap, mapping, timers),
         Input::Resume { .. } => match snap.status() {
             Status::Failed => {
@@ -232,6 +234,11 @@ impl<'a> Run<'a> {
             }
             Input::Cancel => {
                 self.cancel();
+                return Ok(());
+            }
+            Input::ResolveIncident { node } => {
+                // Bookkeeping only: no token moves, nothing to settle.
+                self.effects.push(Effect::ResolveIncident { node });
                 return Ok(());
             }
             Input::Resume { budget } => self.resume(budget),

@@ -248,6 +248,11 @@ pub enum Input {
         #[serde(default)]
         timers: std::collections::BTreeMap<String, i64>,
     },
+    /// An operator resolves the open incidents on `node` by hand (O4): the incident is
+    /// understood and dealt with. Changes nothing of the instance but its fence; taken by
+    /// a terminal instance too (a FAILED instance's incident is what an operator
+    /// resolves). The shell checks an incident is open there before stepping.
+    ResolveIncident { node: String },
     /// The shell lost track of in-flight attempts (a crash, a replica's death, a
     /// hand-over) and asks for them again: every registered task whose attempt is in
     /// flight gets its `RunTask` re-emitted with the same attempt — re-adoption, no
@@ -266,6 +271,7 @@ impl Input {
             | Input::UserTaskCompleted { node, .. } => Some(node),
             Input::TimerFired { name, .. } => name.node(),
             Input::RetryNow { node } => node.as_deref(),
+            Input::ResolveIncident { node } => Some(node),
             Input::Start { .. }
             | Input::MessageReceived { .. }
             | Input::Cancel
@@ -400,9 +406,11 @@ pub fn step(
         (Input::Start { .. }, Status::New) => {}
         (Input::Start { .. }, _) => return Err(Error::AlreadyStarted),
         (_, Status::New) => return Err(Error::NotStarted),
-        // The one input a terminal instance takes: `staleness` checks its precondition
+        // The inputs a terminal instance takes: `staleness` checks their preconditions
         // (FAILED) and says why otherwise.
-        (Input::Resume { .. }, _) | (Input::Migrate { .. }, _) => {}
+        (Input::Resume { .. }, _)
+        | (Input::Migrate { .. }, _)
+        | (Input::ResolveIncident { .. }, _) => {}
         (_, s) if s.is_terminal() => {
             let reason = format!("instance is {}", s.as_str());
             return Ok(stale(snapshot, reason));

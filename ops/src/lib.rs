@@ -1031,6 +1031,27 @@ impl Ops {
         self.apply(id, input, "message", detail).await
     }
 
+    /// Resolves the open incidents of an instance on `node` by hand (O4), audited.
+    /// Refused when none is open there. The instance itself is unchanged (its fence
+    /// moves): a FAILED instance stays FAILED until resumed, migrated or cancelled.
+    pub async fn resolve_incident(&self, id: InstanceId, node: &str) -> Result<Applied> {
+        self.record(id).await?;
+        let open = self.store().incidents(Some(id)).await?;
+        if !open
+            .iter()
+            .any(|i| i.node == node && i.resolved_at_ms.is_none())
+        {
+            return Err(Error::Refused(format!(
+                "instance {id} has no open incident on `{node}`"
+            )));
+        }
+        let input = Input::ResolveIncident {
+            node: node.to_owned(),
+        };
+        self.apply(id, input, "resolve_incident", format!("node={node}"))
+            .await
+    }
+
     /// Cancels a running instance.
     pub async fn cancel(&self, id: InstanceId) -> Result<Applied> {
         self.apply(id, Input::Cancel, "cancel", String::new()).await

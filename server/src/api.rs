@@ -563,6 +563,33 @@ pub async fn deliver_message(
         .map_err(|e| Problem::from_ops(e, Place::Body))
 }
 
+/// Resolves the open incidents of an instance on a node by hand (O4).
+#[utoipa::path(post, path = "/v1/instances/{id}/incidents/{node}/resolve", tag = "incidents",
+    params(
+        ("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)"),
+        ("node" = String, Path, description = "The node the incident is on"),
+    ),
+    responses(
+        (status = 200, description = "Resolved", body = Applied),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "No incident is open on that node", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn resolve_incident(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    Path((id, node)): Path<(String, String)>,
+) -> Result<Json<Applied>> {
+    let id = instance_id(&id)?;
+    state
+        .ops
+        .as_actor(&caller.name)
+        .resolve_incident(id, &node)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Path))
+}
+
 /// Cancels a running or FAILED instance.
 #[utoipa::path(post, path = "/v1/instances/{id}/cancel", tag = "instances",
     params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)")),

@@ -98,6 +98,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::deliver_message))
         .routes(routes!(api::migrate))
         .routes(routes!(api::incidents))
+        .routes(routes!(api::resolve_incident))
         .routes(routes!(api::audit))
         .routes(routes!(healthz))
         .routes(routes!(readyz))

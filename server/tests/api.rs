@@ -910,3 +910,49 @@ async fn a_business_key_is_unique_per_deployment_and_finds_its_instance() {
         r.text
     );
 }
+
+#[tokio::test]
+async fn an_incident_is_resolved_by_hand_once() {
+    let w = world().await;
+    let dep = w.deploy(&model("billing", "pay", "")).await;
+    let id = w.start(dep).await;
+    w.wait(|s| s.failed >= 1).await;
+    let list = format!("/v1/incidents?instance={id}");
+    let r = w.send(Method::GET, &list, Some(READER), None).await;
+    assert_eq!(r.body[0]["node"], "pay", "{}", r.text);
+    assert!(r.body[0].get("resolved_at_ms").is_none(), "{}", r.text);
+
+    let before = w.state_of(&id).await;
+    let r = w
+        .send(
+            Method::POST,
+            &format!("/v1/instances/{id}/incidents/ship/resolve"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    assert_eq!(w.state_of(&id).await, before);
+
+    let resolve = format!("/v1/instances/{id}/incidents/pay/resolve");
+    let r = w.send(Method::POST, &resolve, Some(ADMIN), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.body["status"], "failed",
+        "the instance stays FAILED: {}",
+        r.text
+    );
+    let r = w.send(Method::GET, &list, Some(READER), None).await;
+    assert!(r.body[0]["resolved_at_ms"].is_i64(), "{}", r.text);
+    let r = w.send(Method::POST, &resolve, Some(ADMIN), None).await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/audit?instance={id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body[0]["action"], "resolve_incident", "{}", r.text);
+}
