@@ -614,6 +614,25 @@ impl Runtime {
         deployment: DeploymentId,
         variables: Variables,
     ) -> Result<InstanceId, Error> {
+        let id = new_instance_id(self.shared.clock.now_ms());
+        self.start_instance_with_id(id, deployment, variables)
+            .await?;
+        Ok(id)
+    }
+
+    /// Starts an instance on `deployment` under an id the caller chose; returns once its
+    /// first step is durable. For a host that owns its ids, and for callers that must
+    /// retry a start whose answer they lost (a commit reported failed may still have
+    /// been applied): a second start of an existing id is refused with
+    /// [`Error::Conflict`] and writes nothing, so "read it, start it if absent" is safe.
+    /// Deterministic tests use it so that ids — and with them lanes and store order —
+    /// follow a seed.
+    pub async fn start_instance_with_id(
+        &self,
+        id: InstanceId,
+        deployment: DeploymentId,
+        variables: Variables,
+    ) -> Result<(), Error> {
         if !self.shared.defs.known_live(deployment) {
             let record = self
                 .shared
@@ -629,7 +648,6 @@ impl Runtime {
             }
             self.shared.defs.mark_live(deployment);
         }
-        let id = new_instance_id(self.shared.clock.now_ms());
         self.request(
             id,
             Work::Start {
@@ -637,8 +655,7 @@ impl Runtime {
                 variables,
             },
         )
-        .await?;
-        Ok(id)
+        .await
     }
 
     /// Steps `instance` with `input` outside the lanes — read, step, commit under the
