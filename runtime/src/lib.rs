@@ -654,8 +654,39 @@ impl Runtime {
         Ok((id, watch.expect("asked for a watch")))
     }
 
+    /// Starts an instance on `deployment` under an id the caller chose; returns once its
+    /// first step is durable. For a host that owns its ids, and for callers that must
+    /// retry a start whose answer they lost (a commit reported failed may still have
+    /// been applied): a second start of an existing id is refused with
+    /// [`Error::Conflict`] and writes nothing, so "read it, start it if absent" is safe.
+    /// Deterministic tests use it so that ids — and with them lanes and store order —
+    /// follow a seed.
+    pub async fn start_instance_with_id(
+        &self,
+        id: InstanceId,
+        deployment: DeploymentId,
+        variables: Variables,
+    ) -> Result<(), Error> {
+        self.start_with(id, deployment, variables, None, false)
+            .await
+            .map(|_| ())
+    }
+
     async fn start_watched(
         &self,
+        deployment: DeploymentId,
+        variables: Variables,
+        business_key: Option<String>,
+        watched: bool,
+    ) -> Result<(InstanceId, Option<Watch>), Error> {
+        let id = new_instance_id(self.shared.clock.now_ms());
+        self.start_with(id, deployment, variables, business_key, watched)
+            .await
+    }
+
+    async fn start_with(
+        &self,
+        id: InstanceId,
         deployment: DeploymentId,
         variables: Variables,
         business_key: Option<String>,
@@ -676,7 +707,6 @@ impl Runtime {
             }
             self.shared.defs.mark_live(deployment);
         }
-        let id = new_instance_id(self.shared.clock.now_ms());
         // Registered before the first step, which may already reach the point.
         let watch = watched.then(|| self.shared.watchers.watch(id));
         self.request(

@@ -59,11 +59,17 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         if full {
             continue;
         }
+        // The poller, not a lane: it may wait, on the runtime's clock. `biased`, so that
+        // which ready branch wins (and so whether a pending wake-up is consumed now or
+        // causes one more poll later) is not drawn from tokio's random source: on a
+        // manual clock and a current-thread scheduler a run then replays exactly (the
+        // fault simulation relies on it). Every branch only ends the wait, so the order
+        // changes no outcome.
         tokio::select! {
-            // The poller, not a lane: it may wait, on the runtime's clock.
-            _ = shared.clock.sleep_until(now.saturating_add(interval_ms)) => {}
-            _ = shared.timer_armed.notified() => {}
+            biased;
             _ = stop.changed() => {}
+            _ = shared.timer_armed.notified() => {}
+            _ = shared.clock.sleep_until(now.saturating_add(interval_ms)) => {}
         }
     }
 }

@@ -5,6 +5,8 @@
 //! fail before one succeeds), so a test can read back what each instance was told to do
 //! from the store alone, and a restarted process needs no memory of the first.
 
+pub mod fault_sim;
+
 use std::sync::Arc;
 
 use qflow_core::Snapshot;
