@@ -732,6 +732,41 @@ mod tests {
     }
 
     #[test]
+    fn a_blow_up_that_evaluation_may_skip_is_not_refused() {
+        // Found by the `expr` fuzz target's Q209 check: each of these evaluates to a value
+        // within the budget on inputs at the caps, because `cel` skips the cubic operand
+        // (`&&`, `||`, `?:`, an `all`/`exists` that stops after its first item), so the
+        // estimate must not count it.
+        let caps = json!({"xs": list(MAX_INPUT_ITEMS)});
+        for (src, want) in [
+            ("false && size(xs.map(a, xs.map(b, xs))) > 0", json!(false)),
+            ("true ? 1 : size(xs.map(a, xs.map(b, xs)))", json!(1)),
+            (
+                "xs.exists(a, true) || size(xs.map(a, xs.map(b, xs))) > 0",
+                json!(true),
+            ),
+            ("xs.all(a, a > 0 && size(xs.map(b, xs)) == 0)", json!(false)),
+            // An error on the left is absorbed when the right decides.
+            (
+                "size(xs.map(a, xs.map(b, [1 / (b - b), xs]))) > 0 || true",
+                json!(true),
+            ),
+        ] {
+            let e = compile(src).unwrap_or_else(|e| panic!("{src}: {}", e.message));
+            assert_eq!(e.eval(&vars(caps.clone())).unwrap(), want, "{src}");
+        }
+        // What every evaluation does is still counted, wherever it sits.
+        for src in [
+            "b ? size(xs.map(a, xs.map(c, xs))) : size(xs.map(a, xs.map(c, xs)))",
+            "size(xs.map(a, xs.map(b, xs))) + (false && true ? 1 : 0)",
+            "xs.map(a, size(xs.map(b, xs))).size()",
+        ] {
+            let err = compile(src).unwrap_err();
+            assert_eq!(err.code, "Q209", "{src}: {}", err.message);
+        }
+    }
+
+    #[test]
     fn a_large_value_copied_per_item_fails_at_run_time() {
         // Harmless on a short string, so it loads; a 1 MB string copied per item of a
         // 4,096-item list fails on bytes, long before its 4 GB.
