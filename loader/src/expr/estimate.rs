@@ -9,7 +9,11 @@
 //! [`MAX_INPUT_ITEMS`] scalars wherever it appears; every other name, and every item, is
 //! taken to be a scalar. Nothing is assumed about types the expression does not reveal,
 //! so an expression refused is one that no input at the caps can run: the bound is what
-//! any such input costs at least.
+//! any such input costs at least. It counts only what every evaluation that produces a
+//! value does: of `a && b`, `a || b` the cheaper side (either may decide, and an error
+//! on one side is absorbed when the other decides), of `c ? a : b` the cheaper branch, of
+//! `all` and `exists` one iteration (they may stop there); `map`, `filter` and
+//! `exists_one` run every iteration or fail.
 //!
 //! The meter, not this estimate, is the guarantee. An expression is refused only when
 //! the bound is over the step budget by more than [`REFUSAL_FACTOR`]: work quadratic in a
@@ -30,39 +34,46 @@ use super::MAX_INPUT_ITEMS;
 pub const REFUSAL_FACTOR: f64 = 16_384.0;
 
 /// The lower bounds of one node: the nodes of its value, the items the meter would see
-/// iterated over it, and the steps evaluating it charges.
+/// iterated over it, and the steps evaluating it charges; and the smallest subexpression
+/// over the refusal line among those every evaluation of the node that produces a value
+/// evaluates (an operand `cel` may skip does not count, see [`lazy`]).
 #[derive(Clone, Copy, Debug)]
 struct Est {
     nodes: f64,
     items: f64,
     steps: f64,
+    over: Option<OverBudget>,
 }
 
 const SCALAR: Est = Est {
     nodes: 1.0,
     items: 0.0,
     steps: 1.0,
+    over: None,
 };
 
 /// Where the estimate first goes over the line, and its bound there.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct OverBudget {
     pub node: u64,
     pub steps: f64,
 }
 
 /// Estimates `root`; `Err` names the smallest subexpression whose bound is over the
-/// refusal line.
+/// refusal line and that every evaluation of `root` producing a value evaluates.
 pub(crate) fn check(root: &IdedExpr) -> Result<(), OverBudget> {
     let mut ranges = BTreeSet::new();
     collect_ranges(root, &mut ranges);
     let mut walk = Walk {
         ranges,
         bound: Vec::new(),
-        over: None,
     };
-    let _ = walk.est(root);
-    walk.over.map_or(Ok(()), Err)
+    walk.est(root).over.map_or(Ok(()), Err)
+}
+
+/// The first of `parts` with a subexpression over the line.
+fn first_over(parts: &[Est]) -> Option<OverBudget> {
+    parts.iter().find_map(|p| p.over)
 }
 
 /// The names (`xs`, `order.items`) that some comprehension iterates over directly.
@@ -107,14 +118,13 @@ struct Walk {
     ranges: BTreeSet<String>,
     /// The comprehension variables in scope (items: scalars).
     bound: Vec<String>,
-    over: Option<OverBudget>,
 }
 
 impl Walk {
     fn est(&mut self, e: &IdedExpr) -> Est {
-        let est = self.node(e);
-        if self.over.is_none() && est.steps > REFUSAL_FACTOR * EVAL_STEPS_MAX as f64 {
-            self.over = Some(OverBudget {
+        let mut est = self.node(e);
+        if est.over.is_none() && est.steps > REFUSAL_FACTOR * EVAL_STEPS_MAX as f64 {
+            est.over = Some(OverBudget {
                 node: e.id,
                 steps: est.steps,
             });
@@ -132,6 +142,7 @@ impl Walk {
                     nodes: n + 1.0,
                     items: n,
                     steps: 1.0,
+                    over: None,
                 }
             } else {
                 SCALAR
@@ -142,6 +153,7 @@ impl Walk {
                 let o = self.est(&s.operand);
                 Est {
                     steps: o.steps + 1.0,
+                    over: o.over,
                     ..SCALAR
                 }
             }
@@ -165,6 +177,9 @@ impl Walk {
                     parts.push(self.est(t));
                 }
                 parts.extend(c.args.iter().map(|a| self.est(a)));
+                if let Some(est) = lazy(&c.func_name, c.target.is_some(), &parts) {
+                    return est;
+                }
                 let walks = !matches!(
                     c.func_name.as_str(),
                     "size" | operators::INDEX | operators::OPT_INDEX | operators::OPT_SELECT
@@ -185,6 +200,7 @@ impl Walk {
                     nodes,
                     items: 0.0,
                     steps,
+                    over: first_over(&parts),
                 }
             }
             Expr::Comprehension(c) => {
@@ -197,11 +213,20 @@ impl Walk {
                 self.bound.extend(vars);
                 let step = self.loop_step(&c.loop_step, &c.accu_var);
                 self.bound.truncate(depth);
-                let nodes = 1.0 + n * step.nodes;
+                // `map`, `filter` and `exists_one` (a literal loop condition) run every
+                // iteration or fail; `all` and `exists` may stop after the first one, and
+                // an error in any iteration but one can be absorbed by a later one.
+                let runs = if matches!(c.loop_cond.expr, Expr::Literal(_)) {
+                    n
+                } else {
+                    n.min(1.0)
+                };
+                let nodes = 1.0 + runs * step.nodes;
                 Est {
                     nodes,
                     items: n,
-                    steps: range.steps + range.nodes + n * step.steps + 1.0 + nodes,
+                    steps: range.steps + range.nodes + runs * step.steps + 1.0 + nodes,
+                    over: range.over.or(if runs > 0.0 { step.over } else { None }),
                 }
             }
             _ => SCALAR,
@@ -221,6 +246,7 @@ impl Walk {
                         nodes: copied,
                         items: 0.0,
                         steps: parts.iter().map(|p| p.steps).sum::<f64>() + copied,
+                        over: first_over(&parts),
                     };
                 }
             }
@@ -230,8 +256,45 @@ impl Walk {
             nodes: 0.0,
             items: 0.0,
             steps: s.steps,
+            over: s.over,
         }
     }
+}
+
+/// The bound of a call that `cel` may finish without evaluating all its operands, or
+/// `None` for a strict call. A bound must hold for every evaluation that produces a
+/// value, so only the operands such an evaluation certainly evaluates count:
+/// - `a && b`, `a || b`: the left one may decide, and an error on either side is absorbed
+///   when the other side decides, so only the cheaper side counts;
+/// - `c ? a : b`: the condition, and the cheaper branch;
+/// - `x[i]`, `x[?i]`: an empty optional `x` returns before `i` is evaluated.
+///
+/// Each operand evaluated is metered as a walk of its value (see [`super::budget`]).
+fn lazy(func: &str, has_target: bool, parts: &[Est]) -> Option<Est> {
+    let cost = |p: &Est| p.steps + p.nodes;
+    let cheaper = |a: Est, b: Est| if cost(&a) <= cost(&b) { a } else { b };
+    let (steps, nodes, over) = match (func, parts) {
+        (operators::LOGICAL_AND | operators::LOGICAL_OR, [a, b]) => {
+            let side = cheaper(*a, *b);
+            (cost(&side), 1.0, side.over)
+        }
+        (operators::CONDITIONAL, [c, a, b]) => {
+            let branch = cheaper(*a, *b);
+            (
+                cost(c) + cost(&branch),
+                a.nodes.min(b.nodes),
+                c.over.or(branch.over),
+            )
+        }
+        (operators::INDEX | operators::OPT_INDEX, [x, _]) if !has_target => (x.steps, 1.0, x.over),
+        _ => return None,
+    };
+    Some(Est {
+        nodes,
+        items: 0.0,
+        steps: steps + 1.0,
+        over,
+    })
 }
 
 /// A list or map literal: it copies (and the meter walks) every part.
@@ -241,5 +304,6 @@ fn built(parts: &[Est]) -> Est {
         nodes,
         items: parts.len() as f64,
         steps: parts.iter().map(|p| p.steps).sum::<f64>() + nodes,
+        over: first_over(parts),
     }
 }
