@@ -9,15 +9,8 @@ if token and token ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. token
 end
 
-local statuses = {}
-response = function(status, headers, body)
-  statuses[status] = (statuses[status] or 0) + 1
-end
-
+-- wrk reports any answer that is not 2xx or 3xx as "Non-2xx or 3xx responses: N".
 done = function(summary, latency, requests)
-  for status, n in pairs(statuses) do
-    io.write(string.format("status %d: %d\n", status, n))
-  end
   io.write(string.format("p50_ms %.2f\np99_ms %.2f\nrps %.0f\n",
     latency:percentile(50) / 1000, latency:percentile(99) / 1000,
     summary.requests / (summary.duration / 1e6)))

@@ -22,8 +22,10 @@ for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2
 
 run() { # name url path body token connections
   echo "== $1 (-c$6, ${secs}s)"
+  local threads=2; [ "$6" -lt 2 ] && threads=1
   BENCH_PATH="$3" BENCH_BODY="$4" BENCH_TOKEN="$5" \
-    wrk -t2 -c"$6" -d"${secs}s" --timeout 10s -s "$lua" "$2" | grep -E "status|p50|p99|rps|Non-2xx|Socket"
+    wrk -t"$threads" -c"$6" -d"${secs}s" --timeout 10s -s "$lua" "$2" \
+    | grep -E "p50|p99|rps|requests in|Non-2xx|Socket"
 }
 
 run "qflow durable start (201 once the first step is durable)" "http://127.0.0.1:$port" \
