@@ -56,6 +56,8 @@ const RULES: &[(&str, &str)] = &[
     ("Q307", "a q: extension on an element that does not support it (e.g. q:retry on a user task)"),
     ("Q308", "q:retry or q:timeout appears more than once on one task"),
     ("Q309", "an unknown element or attribute in the q: namespace"),
+    ("Q310", "q:respond is neither true nor false"),
+    ("Q311", "q:respond on a task where no token waits (pass-through or send)"),
     ("Q401", "a vendor (Camunda/Zeebe) construct whose meaning qflow cannot keep"),
     ("Q901", "warning: a process marked isExecutable=\"false\" was loaded because the file has no executable process"),
     ("Q902", "warning: a vendor extension was ignored"),
