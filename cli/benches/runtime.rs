@@ -505,6 +505,12 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<qflow_store::AuditRecord>> {
         self.inner.audit(instance, limit).await
     }
+    async fn purge_finished(
+        &self,
+        request: qflow_store::PurgeRequest,
+    ) -> StoreResult<qflow_store::PurgeOutcome> {
+        self.inner.purge_finished(request).await
+    }
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
         self.inner.attempts(instance).await
     }
