@@ -669,6 +669,7 @@ fn delta(after: StatsView, before: StatsView) -> StatsView {
         conflicts: after.conflicts - before.conflicts,
         steps: after.steps - before.steps,
         batches: after.batches - before.batches,
+        purged: after.purged - before.purged,
     }
 }
 
