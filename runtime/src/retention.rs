@@ -123,7 +123,9 @@ pub(crate) async fn run(shared: Arc<Shared>, config: RetentionConfig) {
         }
         tokio::select! {
             _ = shared.clock.sleep_until(started.saturating_add(interval_ms)) => {}
-            _ = stop.changed() => {}
+            // `wait_for`, not `changed`: a stop already seen inside `round` must end the
+            // wait at once, not after a whole interval.
+            _ = stop.wait_for(|stopped| *stopped) => {}
         }
     }
 }
@@ -170,7 +172,7 @@ async fn round(
                 let until = shared.clock.now_ms().saturating_add(pause_ms);
                 tokio::select! {
                     _ = shared.clock.sleep_until(until) => {}
-                    _ = stop.changed() => return Ok(total),
+                    _ = stop.wait_for(|stopped| *stopped) => return Ok(total),
                 }
             } else {
                 tokio::task::yield_now().await;
