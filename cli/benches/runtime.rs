@@ -505,6 +505,12 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<qflow_store::AuditRecord>> {
         self.inner.audit(instance, limit).await
     }
+    async fn purge_finished(
+        &self,
+        request: qflow_store::PurgeRequest,
+    ) -> StoreResult<qflow_store::PurgeOutcome> {
+        self.inner.purge_finished(request).await
+    }
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
         self.inner.attempts(instance).await
     }
@@ -663,6 +669,7 @@ fn delta(after: StatsView, before: StatsView) -> StatsView {
         conflicts: after.conflicts - before.conflicts,
         steps: after.steps - before.steps,
         batches: after.batches - before.batches,
+        purged: after.purged - before.purged,
     }
 }
 

@@ -9,14 +9,14 @@ use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
     Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
     DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    StoreError, StoreResult, TimerName, TimerRecord,
+    PurgeRequest, StoreError, StoreResult, TimerName, TimerRecord, PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
 pub(crate) const DEPLOYMENT_COLUMNS: &str =
     "id, process_id, content_hash, source, deployed_at_ms, retired";
 pub(crate) const INSTANCE_COLUMNS: &str = "id, deployment, fence, status, failure_code, \
-     snapshot, business_key, created_at_ms, updated_at_ms";
+     snapshot, business_key, created_at_ms, updated_at_ms, ended_at_ms";
 pub(crate) const TIMER_COLUMNS: &str = "instance, name, due_at_ms, incarnation";
 pub(crate) const INCIDENT_COLUMNS: &str =
     "id, instance, node, code, message, opened_at_ms, resolved_at_ms";
@@ -98,6 +98,7 @@ pub(crate) fn instance_from_row(row: &impl StoreRow) -> StoreResult<InstanceReco
         business_key: row.field("business_key")?,
         created_at_ms: row.field("created_at_ms")?,
         updated_at_ms: row.field("updated_at_ms")?,
+        ended_at_ms: row.field("ended_at_ms")?,
     })
 }
 
@@ -360,6 +361,49 @@ pub(crate) fn fence_from_db(fence: i64) -> Result<u64, StoreError> {
         .ok()
         .filter(|f| *f >= 1)
         .ok_or_else(|| StoreError::Corrupt(format!("stored fence {fence} is not positive")))
+}
+
+/// `ended_at_ms` of a creation: the commit's instant if the instance ends in its first
+/// step, else none.
+pub(crate) fn ended_at_creation(commit: &Commit) -> Option<i64> {
+    commit.state.status.has_ended().then_some(commit.now_ms)
+}
+
+/// The SQL expression (the same text on both backends) an update writes to
+/// `ended_at_ms`: the stored end if there is one, else the commit's instant if the commit
+/// ends the instance; nothing while it runs or is FAILED. `status` and `now_ms` name the
+/// commit's values, `stored` the row's current end.
+pub(crate) fn ended_at_update(status: &str, now_ms: &str, stored: &str) -> String {
+    format!(
+        "CASE WHEN {status} IN ('completed', 'cancelled') THEN COALESCE({stored}, {now_ms}) END"
+    )
+}
+
+/// Caps a purge's limit (see `qflow_store::PURGE_LIMIT_MAX`), as a bound parameter.
+pub(crate) fn purge_limit(request: &PurgeRequest) -> i64 {
+    i64::from(request.limit.min(PURGE_LIMIT_MAX))
+}
+
+/// The purge's choice of instances, for one backend's statement: ended (completed or
+/// cancelled, with an end instant) before `$cutoff`, of one deployment when `$deployment`
+/// is given, oldest end first. The status test repeats what `ended_at_ms` already says,
+/// so that a running or FAILED row is never chosen whatever its other columns hold;
+/// `status` is how the backend spells the column there — SQLite gets `+status`, which
+/// keeps its planner off `instances_status` (without statistics it prefers that index,
+/// then sorts every completed instance per batch). Two texts rather than `(? IS NULL OR
+/// deployment = ?)`, so each plan can use its index.
+pub(crate) fn purge_choice(
+    status: &str,
+    cutoff: &str,
+    deployment: Option<&str>,
+    limit: &str,
+) -> String {
+    let by_deployment = deployment.map_or(String::new(), |d| format!(" AND deployment = {d}"));
+    format!(
+        "SELECT id FROM instances WHERE ended_at_ms < {cutoff} \
+         AND {status} IN ('completed', 'cancelled'){by_deployment} \
+         ORDER BY ended_at_ms LIMIT {limit}"
+    )
 }
 
 fn u32_from_db(what: &str, value: i64) -> Result<u32, StoreError> {

@@ -6,13 +6,13 @@
 //! is durable (SQLite runs `synchronous=FULL`, PostgreSQL synchronous commits), or let a
 //! commit whose fence check lost write any of its rows.
 //!
-//! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key` in both
+//! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention` in both
 //! directories; an applied migration is never edited, a change is a new one):
 //!
 //! | table | rows | written by |
 //! |---|---|---|
 //! | `deployments` | one per distinct content hash; `id` is the version | `deploy`, `retire` |
-//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index) | `commit` (CAS on fence) |
+//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention) | `commit` (CAS on fence), `purge_finished` |
 //! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
 //! | `incidents` | opened/resolved per instance and node | `commit` |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
@@ -21,7 +21,7 @@
 //! Room for later issues: the outbox (C1–C6: request rows with idempotency key, delivery
 //! attempts, poisoned flag), correlation (C5, C7: live response waits by key) and
 //! pull-task (P1: fetch-and-lock rows with lock expiry) tables arrive as further numbered
-//! migrations (`0004_…`) in both directories, and their rows as additive fields on
+//! migrations (`0005_…`) in both directories, and their rows as additive fields on
 //! `Commit`, written by the same batch transaction and only when that commit's CAS won.
 //! No table is created before the code that uses it.
 //!
@@ -31,7 +31,8 @@
 //! (`apply_timers`, `apply_incidents`, `apply_attempts`, called once per round from
 //! `apply_round`), its deletes and updates before its inserts (so a step that resolves
 //! and re-arms a timer keeps the new one). A new family is one more such function per
-//! store. Rows are batched across the round: PostgreSQL binds arrays (`UNNEST`), one
+//! store. Retention (`purge_finished`) is the one path that deletes instances: one short
+//! transaction per batch, children first. Rows are batched across the round: PostgreSQL binds arrays (`UNNEST`), one
 //! statement per kind of row; SQLite inserts multi-row `VALUES` in chunks.
 
 mod common;

@@ -24,19 +24,19 @@ use async_trait::async_trait;
 use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome,
-    Store, StoreError, StoreResult, TimerClaim, TimerRecord,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, PurgeOutcome,
+    PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, TimerClaim, TimerRecord,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
-    claimed_timers, contested_key, deployment_from_row, fence_from_db, fence_to_db,
-    incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
-    map_optional, plan, refusal, timer_from_row, Field, KnownDeployments, StoreRow,
-    ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
-    TIMER_COLUMNS,
+    claimed_timers, contested_key, deployment_from_row, ended_at_update, fence_from_db,
+    fence_to_db, incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
+    map_optional, plan, purge_choice, purge_limit, refusal, timer_from_row, Field,
+    KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS,
+    INCIDENT_COLUMNS, INSTANCE_COLUMNS, TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -273,6 +273,44 @@ const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = $1, leased_until_ms = $
          ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED)) \
      RETURNING instance, name, due_at_ms, incarnation";
 
+/// One purge batch as one statement (one round trip, one short transaction). `doomed`
+/// chooses the instances (`common::purge_choice`: the `instances_ended` or
+/// `instances_deployment_ended` index, oldest end first) and locks them `FOR UPDATE SKIP
+/// LOCKED`: a row a lane is committing right now (it holds the row lock from its own
+/// `FOR UPDATE`), or another replica's purge is deleting, is passed over rather than
+/// waited for, so replicas purge at once and nobody blocks a lane. A lane that comes to
+/// a row after we locked it waits for this statement only, then finds no row and treats
+/// its commit as a lost compare-and-swap. `MATERIALIZED` makes the choice once for all
+/// the deletes. The children go in sibling CTEs of the same statement; the foreign keys
+/// (`NO ACTION`) are checked at the statement's end, when they are gone too.
+fn purge_sql(by_deployment: bool) -> String {
+    let choice = purge_choice("status", "$1", by_deployment.then_some("$3"), "$2");
+    format!(
+        "WITH doomed AS MATERIALIZED ({choice} FOR UPDATE SKIP LOCKED), \
+         attempts_gone AS (DELETE FROM attempts WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
+         incidents_gone AS (DELETE FROM incidents WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
+         audit_gone AS (DELETE FROM audit WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
+         timers_gone AS (DELETE FROM timers WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
+         instances_gone AS (DELETE FROM instances WHERE id IN (SELECT id FROM doomed) \
+             RETURNING 1) \
+         SELECT (SELECT count(*) FROM instances_gone) AS instances, \
+                (SELECT count(*) FROM attempts_gone) AS attempts, \
+                (SELECT count(*) FROM incidents_gone) AS incidents, \
+                (SELECT count(*) FROM audit_gone) AS audit, \
+                (SELECT count(*) FROM timers_gone) AS timers"
+    )
+}
+
+/// A count a purge returned, as the outcome's unsigned figure.
+fn purged(row: &PgRow, name: &str) -> StoreResult<u64> {
+    let n: i64 = row.field(name)?;
+    u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("purge counted {n} {name}")))
+}
+
 /// Instance ids are `uuid` columns.
 impl StoreRow for PgRow {
     fn instance_id(&self, name: &str) -> StoreResult<InstanceId> {
@@ -413,9 +451,10 @@ async fn apply_state<'a>(
     if !creates.id.is_empty() {
         let created: Vec<InstanceId> = sqlx::query_scalar(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             business_key, created_at_ms, updated_at_ms) \
+             business_key, created_at_ms, updated_at_ms, ended_at_ms) \
              SELECT v.id, v.deployment, 1, v.status, v.failure_code, v.snapshot, v.business_key, \
-                    v.now_ms, v.now_ms \
+                    v.now_ms, v.now_ms, \
+                    CASE WHEN v.status IN ('completed', 'cancelled') THEN v.now_ms END \
              FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
                          $6::text[], $7::bigint[]) \
              AS v(id, deployment, status, failure_code, snapshot, business_key, now_ms) \
@@ -434,10 +473,10 @@ async fn apply_state<'a>(
         won.extend(created);
     }
     if !updates.id.is_empty() {
-        let updated: Vec<InstanceId> = sqlx::query_scalar(
+        let sql = format!(
             "UPDATE instances AS i SET fence = i.fence + 1, deployment = v.deployment, \
              status = v.status, failure_code = v.failure_code, snapshot = v.snapshot, \
-             updated_at_ms = v.now_ms \
+             updated_at_ms = v.now_ms, ended_at_ms = {} \
              FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
                          $6::bytea[], $7::bigint[]) \
              AS v(id, fence, deployment, status, failure_code, snapshot, now_ms) \
@@ -446,17 +485,19 @@ async fn apply_state<'a>(
                  SELECT 1 FROM instances AS o \
                  WHERE o.deployment = v.deployment AND o.business_key = i.business_key)) \
              RETURNING i.id",
-        )
-        .bind(&updates.id)
-        .bind(&updates.fence)
-        .bind(&updates.deployment)
-        .bind(&updates.status)
-        .bind(&updates.failure_code)
-        .bind(&updates.snapshot)
-        .bind(&updates.now_ms)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?;
+            ended_at_update("v.status", "v.now_ms", "i.ended_at_ms")
+        );
+        let updated: Vec<InstanceId> = sqlx::query_scalar(&sql)
+            .bind(&updates.id)
+            .bind(&updates.fence)
+            .bind(&updates.deployment)
+            .bind(&updates.status)
+            .bind(&updates.failure_code)
+            .bind(&updates.snapshot)
+            .bind(&updates.now_ms)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
         won.extend(updated);
     }
 
@@ -875,6 +916,27 @@ impl Store for PgStore {
             .bind(limit)
             .fetch_all(&self.pool);
         map_all(rows.await, audit_from_row)
+    }
+
+    async fn purge_finished(&self, request: PurgeRequest) -> StoreResult<PurgeOutcome> {
+        if request.limit == 0 {
+            return Ok(PurgeOutcome::default());
+        }
+        let sql = purge_sql(request.deployment.is_some());
+        let mut query = sqlx::query(&sql)
+            .bind(request.ended_before_ms)
+            .bind(purge_limit(&request));
+        if let Some(deployment) = request.deployment {
+            query = query.bind(deployment.0);
+        }
+        let row = query.fetch_one(&self.pool).await.map_err(backend)?;
+        Ok(PurgeOutcome {
+            instances: purged(&row, "instances")?,
+            attempts: purged(&row, "attempts")?,
+            incidents: purged(&row, "incidents")?,
+            audit: purged(&row, "audit")?,
+            timers: purged(&row, "timers")?,
+        })
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

@@ -26,7 +26,8 @@ use qflow_store::memory::effective_instances_limit;
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
     IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, NewIncident,
-    RetireOutcome, Store, StoreError, StoreResult, TimerClaim, TimerRecord,
+    PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, TimerClaim,
+    TimerRecord,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -37,11 +38,11 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
-    claimed_timers, contested_key, deployment_from_row, fence_from_db, fence_to_db,
-    incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
-    map_optional, plan, refusal, timer_from_row, Field, KnownDeployments, StoreRow,
-    ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS,
-    TIMER_COLUMNS,
+    claimed_timers, contested_key, deployment_from_row, ended_at_creation, ended_at_update,
+    fence_from_db, fence_to_db, incident_from_row, instance_from_row, instances_query,
+    last_arm_per_name, map_all, map_optional, plan, purge_choice, purge_limit, refusal,
+    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -262,6 +263,28 @@ impl SqliteStore {
         rows.iter().map(|row| row.field("detail")).collect()
     }
 
+    /// The query plans SQLite picks for a purge's choice of instances, of every
+    /// deployment and of one, one line per plan step: the evidence that retention walks
+    /// the ended-instance indexes rather than the table.
+    pub async fn explain_purge(&self) -> StoreResult<Vec<String>> {
+        let mut lines = Vec::new();
+        for deployment in [None, Some("?3")] {
+            let sql = format!(
+                "EXPLAIN QUERY PLAN {}",
+                purge_choice("+status", "?1", deployment, "?2")
+            );
+            let mut query = sqlx::query(&sql).bind(0_i64).bind(1_i64);
+            if deployment.is_some() {
+                query = query.bind(1_i64);
+            }
+            let rows = query.fetch_all(&self.writer).await.map_err(backend)?;
+            for row in &rows {
+                lines.push(row.field("detail")?);
+            }
+        }
+        Ok(lines)
+    }
+
     /// The durability settings the writer connection actually runs with, as SQLite
     /// reports them: `(journal_mode, synchronous, foreign_keys)`, e.g. `("wal", 2, 1)`
     /// (2 = FULL).
@@ -419,7 +442,7 @@ async fn apply_state<'a>(
     for chunk in creates.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             business_key, created_at_ms, updated_at_ms) ",
+             business_key, created_at_ms, updated_at_ms, ended_at_ms) ",
         );
         query.push_values(chunk, |mut row, &index| {
             let commit = &batch[index];
@@ -431,7 +454,8 @@ async fn apply_state<'a>(
                 .push_bind(commit.state.snapshot.as_slice())
                 .push_bind(commit.state.business_key.as_deref())
                 .push_bind(commit.now_ms)
-                .push_bind(commit.now_ms);
+                .push_bind(commit.now_ms)
+                .push_bind(ended_at_creation(commit));
         });
         // No conflict target: a taken id and a taken `(deployment, business_key)` (the
         // unique index `instances_business_key`) both skip the row, and the loser pass
@@ -465,15 +489,17 @@ async fn apply_state<'a>(
                 .push_bind(commit.state.snapshot.as_slice())
                 .push_bind(commit.now_ms);
         });
-        query.push(
+        query.push(format!(
             ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
              status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
-             updated_at_ms = v_now_ms FROM v WHERE id = v_id AND fence = v_fence \
+             updated_at_ms = v_now_ms, ended_at_ms = {} \
+             FROM v WHERE id = v_id AND fence = v_fence \
              AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
                  SELECT 1 FROM instances AS o \
                  WHERE o.deployment = v_deployment AND o.business_key = instances.business_key)) \
              RETURNING id",
-        );
+            ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
+        ));
         let updated: Vec<String> = query
             .build_query_scalar()
             .fetch_all(&mut *tx)
@@ -658,6 +684,37 @@ async fn insert_rows<'a, T>(
         query.build().execute(&mut *tx).await.map_err(backend)?;
     }
     Ok(())
+}
+
+/// The instances one purge takes, as stored ids (see `common::purge_choice`).
+async fn purge_ids(tx: &mut SqliteConnection, request: &PurgeRequest) -> StoreResult<Vec<String>> {
+    let sql = purge_choice("+status", "?1", request.deployment.map(|_| "?3"), "?2");
+    let mut query = sqlx::query_scalar(&sql)
+        .bind(request.ended_before_ms)
+        .bind(purge_limit(request));
+    if let Some(deployment) = request.deployment {
+        query = query.bind(deployment.0);
+    }
+    query.fetch_all(&mut *tx).await.map_err(backend)
+}
+
+/// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
+/// `PURGE_LIMIT_MAX`, far below SQLite's parameter limit); returns the rows deleted.
+async fn delete_where_in(
+    tx: &mut SqliteConnection,
+    table: &str,
+    column: &str,
+    ids: &[String],
+) -> StoreResult<u64> {
+    let mut query: QueryBuilder<Sqlite> =
+        QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN ("));
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(id.as_str());
+    }
+    query.push(")");
+    let done = query.build().execute(&mut *tx).await.map_err(backend)?;
+    Ok(done.rows_affected())
 }
 
 /// The lease update of [`Store::claim_due_timers`] in its own `BEGIN IMMEDIATE`
@@ -909,6 +966,32 @@ impl Store for SqliteStore {
             }
         };
         map_all(rows, audit_from_row)
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction: choose the instances (`instances_ended` or
+    /// `instances_deployment_ended`, oldest end first), then delete their rows table by
+    /// table, children first (the foreign keys hold at every statement), by the
+    /// `instance` index of each. The single writer makes the choice and the deletes one
+    /// atomic step: no lane can commit one of the chosen instances in between.
+    async fn purge_finished(&self, request: PurgeRequest) -> StoreResult<PurgeOutcome> {
+        if request.limit == 0 {
+            return Ok(PurgeOutcome::default());
+        }
+        let mut tx = self.begin_write().await?;
+        let ids = purge_ids(&mut tx, &request).await?;
+        if ids.is_empty() {
+            tx.commit().await.map_err(backend)?;
+            return Ok(PurgeOutcome::default());
+        }
+        let outcome = PurgeOutcome {
+            attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await?,
+            incidents: delete_where_in(&mut tx, "incidents", "instance", &ids).await?,
+            audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
+            timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?,
+            instances: delete_where_in(&mut tx, "instances", "id", &ids).await?,
+        };
+        tx.commit().await.map_err(backend)?;
+        Ok(outcome)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

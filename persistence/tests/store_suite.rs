@@ -229,6 +229,37 @@ async fn sqlite_claim_plan_uses_the_due_index() -> Result<()> {
     Ok(())
 }
 
+/// Retention's choice of instances walks the partial ended-instance indexes (never the
+/// table, whose live rows it must not read through), with and without a deployment.
+#[tokio::test]
+async fn sqlite_purge_plan_uses_the_ended_indexes() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open(dir.path().join("plan.db")).await?;
+    let plan = store.explain_purge().await?;
+    println!("{plan:#?}");
+    ensure!(
+        plan.iter()
+            .any(|line| line.contains("USING INDEX instances_ended ")),
+        "no instances_ended: {plan:?}"
+    );
+    ensure!(
+        plan.iter()
+            .any(|line| line.contains("USING INDEX instances_deployment_ended ")),
+        "no instances_deployment_ended: {plan:?}"
+    );
+    ensure!(
+        !plan
+            .iter()
+            .any(|line| line.starts_with("SCAN instances") && !line.contains("INDEX")),
+        "plan scans instances: {plan:?}"
+    );
+    ensure!(
+        !plan.iter().any(|line| line.contains("TEMP B-TREE")),
+        "plan sorts: {plan:?}"
+    );
+    Ok(())
+}
+
 /// The same evidence on PostgreSQL, with enough parked rows (and fresh statistics) that
 /// the planner's choice is the one production sees.
 #[tokio::test]

@@ -14,6 +14,10 @@
 //! little beyond the handler time limit; if the replica dies, the row comes due and
 //! whichever replica claims it re-adopts the attempt (same attempt, no budget spent, C7a).
 //!
+//! Retention ([`retention`]) is a task beside the poller: it purges ended instances past
+//! their retention in bounded batches, paced so that it never crowds the lanes out of the
+//! store.
+//!
 //! Invariant: the lane never reads the clock except to pass `now` into a step, and never
 //! waits on anything but its inbox, its handlers and the store.
 
@@ -23,6 +27,7 @@ pub mod error;
 mod handlers;
 mod lane;
 mod poller;
+pub mod retention;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,6 +50,7 @@ pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall};
 pub use qflow_core::handler::HANDLER_TIMEOUT;
 /// The host-facing handler vocabulary, re-exported so a host needs only this crate.
 pub use qflow_core::{Input, TaskContext, TaskHandler, TaskOutcome};
+pub use retention::RetentionConfig;
 pub use watch::{Observed, Watch};
 
 /// Runtime settings. Every field states its default.
@@ -74,6 +80,11 @@ pub struct RuntimeConfig {
     pub timer_lease_ms: i64,
     /// Names this replica in timer leases. Default: a random UUID.
     pub replica_id: String,
+    /// When ended instances are purged (O7); `None` keeps them for ever. Default:
+    /// `Some(RetentionConfig::default())`, 7 days after their end, so a store left
+    /// running stays the size of its live and recent work. FAILED and running instances
+    /// are never purged, whatever this says.
+    pub retention: Option<RetentionConfig>,
 }
 
 impl Default for RuntimeConfig {
@@ -89,6 +100,7 @@ impl Default for RuntimeConfig {
             timer_claim_max: 1_024,
             timer_lease_ms: 30_000,
             replica_id: uuid::Uuid::new_v4().to_string(),
+            retention: Some(RetentionConfig::default()),
         }
     }
 }
@@ -112,6 +124,8 @@ pub struct Stats {
     pub steps: AtomicU64,
     /// Store batches committed.
     pub batches: AtomicU64,
+    /// Ended instances this replica's retention task purged.
+    pub purged: AtomicU64,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -127,6 +141,7 @@ pub struct StatsView {
     pub conflicts: u64,
     pub steps: u64,
     pub batches: u64,
+    pub purged: u64,
 }
 
 impl Stats {
@@ -143,6 +158,7 @@ impl Stats {
             conflicts: l(&self.conflicts),
             steps: l(&self.steps),
             batches: l(&self.batches),
+            purged: l(&self.purged),
         }
     }
 }
@@ -500,11 +516,13 @@ fn new_instance_id(now_ms: i64) -> InstanceId {
     uuid::Builder::from_unix_timestamp_millis(now_ms.max(0) as u64, &tail).into_uuid()
 }
 
-/// A running replica: K lanes and a timer poller over one store.
+/// A running replica: K lanes, a timer poller and (unless turned off) the retention task
+/// over one store.
 pub struct Runtime {
     shared: Arc<Shared>,
     lane_tasks: Vec<JoinHandle<()>>,
     poller: Option<JoinHandle<()>>,
+    retention: Option<JoinHandle<()>>,
 }
 
 impl Runtime {
@@ -542,10 +560,16 @@ impl Runtime {
             .map(|rx| tokio::spawn(lane::run(shared.clone(), rx)))
             .collect();
         let poller = Some(tokio::spawn(poller::run(shared.clone())));
+        let retention = shared
+            .config
+            .retention
+            .clone()
+            .map(|config| tokio::spawn(retention::run(shared.clone(), config)));
         Runtime {
             shared,
             lane_tasks,
             poller,
+            retention,
         }
     }
 
@@ -801,6 +825,9 @@ impl Runtime {
             let _ = p.await;
         }
         self.shared.stop.send_replace(true);
+        if let Some(r) = self.retention.take() {
+            let _ = r.await;
+        }
         for t in self.lane_tasks.drain(..) {
             let _ = t.await;
         }
@@ -813,6 +840,9 @@ impl Runtime {
         self.shared.stop.send_replace(true);
         if let Some(p) = self.poller.take() {
             p.abort();
+        }
+        if let Some(r) = self.retention.take() {
+            r.abort();
         }
         for t in self.lane_tasks.drain(..) {
             t.abort();

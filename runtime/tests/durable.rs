@@ -290,3 +290,153 @@ async fn an_attempt_whose_replicas_keep_dying_ends_failed_instead_of_crash_loopi
     assert_eq!(history[0].outcome, AttemptOutcome::Failed);
     assert!(store.timers(id).await.expect("timers").is_empty());
 }
+
+/// One service task `q:task="<task>"` in process `<process>`.
+fn one_task(process: &str, task: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <process id="{process}" isExecutable="true">
+    <startEvent id="start"/>
+    <serviceTask id="work" q:task="{task}"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="work"/>
+    <sequenceFlow id="f1" sourceRef="work" targetRef="end"/>
+  </process>
+</definitions>"#
+    )
+}
+
+/// Retention (O7) on a manual clock: once their retention has passed, finished instances
+/// and their attempt history go, in batches; one within retention stays until it too is
+/// past; a FAILED and a running instance stay at any age.
+#[tokio::test]
+async fn retention_purges_finished_instances_past_their_retention_only() {
+    const WAITING: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <process id="waiting" isExecutable="true">
+    <startEvent id="start"/>
+    <userTask id="approve"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="approve"/>
+    <sequenceFlow id="f1" sourceRef="approve" targetRef="end"/>
+  </process>
+</definitions>"#;
+    const DAY_MS: i64 = qflow_runtime::retention::DAY_MS;
+    let (_dir, store) = sqlite().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let handlers = AsyncHandlers::new()
+        .with_sync("ok", |_: &qflow_runtime::TaskContext<'_>| {
+            TaskOutcome::Ok(Default::default())
+        })
+        .with_sync("boom", |_: &qflow_runtime::TaskContext<'_>| {
+            TaskOutcome::Fail {
+                code: "BOOM".into(),
+                message: "no retry policy: FAILED at once".into(),
+            }
+        });
+    let retention = qflow_runtime::RetentionConfig {
+        default_ms: DAY_MS,
+        batch_max: 2,
+        interval_ms: 1_000,
+        ..Default::default()
+    };
+    let rt = Runtime::start(
+        store.clone(),
+        handlers,
+        clock.clone(),
+        RuntimeConfig {
+            retention: Some(retention),
+            ..config()
+        },
+    );
+    let ok = rt
+        .deploy(&one_task("fine", "ok"), None)
+        .await
+        .expect("deploys")
+        .id;
+    let boom = rt
+        .deploy(&one_task("broken", "boom"), None)
+        .await
+        .expect("deploys")
+        .id;
+    let waiting = rt.deploy(WAITING, None).await.expect("deploys").id;
+    let mut old = Vec::new();
+    for _ in 0..5 {
+        old.push(
+            rt.start_instance(ok, Default::default())
+                .await
+                .expect("starts"),
+        );
+    }
+    let failed = rt
+        .start_instance(boom, Default::default())
+        .await
+        .expect("starts");
+    let running = rt
+        .start_instance(waiting, Default::default())
+        .await
+        .expect("starts");
+    hang_guard(rt.wait_until(|s| s.completed >= 5 && s.failed >= 1)).await;
+
+    // Most of a day later: nothing is past its retention yet.
+    clock.set_ms(T0 + DAY_MS * 9 / 10);
+    let recent = rt
+        .start_instance(ok, Default::default())
+        .await
+        .expect("starts");
+    hang_guard(rt.wait_until(|s| s.completed >= 6)).await;
+    assert_eq!(rt.stats().view().purged, 0);
+
+    // A day and a half after the start: the five old ones go (three batches of at most
+    // two), the recent one (ended 0.6 days ago) stays.
+    clock.set_ms(T0 + DAY_MS * 3 / 2);
+    hang_guard(rt.wait_until(|s| s.purged >= 5)).await;
+    for id in &old {
+        assert!(
+            store.instance(*id).await.expect("reads").is_none(),
+            "{id} kept"
+        );
+        assert!(
+            store.attempts(*id).await.expect("reads").is_empty(),
+            "{id}'s attempts kept"
+        );
+    }
+    let kept = store
+        .instance(recent)
+        .await
+        .expect("reads")
+        .expect("recent kept");
+    assert_eq!(kept.ended_at_ms, Some(T0 + DAY_MS * 9 / 10));
+    assert_eq!(store.attempts(recent).await.expect("reads").len(), 1);
+
+    // A hundred days on: the recent one has gone too; FAILED and running never go.
+    clock.set_ms(T0 + 100 * DAY_MS);
+    hang_guard(rt.wait_until(|s| s.purged >= 6)).await;
+    assert!(store.instance(recent).await.expect("reads").is_none());
+    let f = store
+        .instance(failed)
+        .await
+        .expect("reads")
+        .expect("FAILED kept");
+    assert_eq!(f.status, InstanceStatus::Failed);
+    assert_eq!(f.ended_at_ms, None);
+    assert_eq!(
+        store.attempts(failed).await.expect("reads").len(),
+        1,
+        "its history too"
+    );
+    assert!(!store
+        .incidents(Some(failed))
+        .await
+        .expect("reads")
+        .is_empty());
+    let r = store
+        .instance(running)
+        .await
+        .expect("reads")
+        .expect("running kept");
+    assert_eq!(r.status, InstanceStatus::Running);
+    assert_eq!(rt.stats().view().purged, 6);
+    rt.shutdown().await;
+}

@@ -25,7 +25,8 @@ use anyhow::{anyhow, ensure, Result};
 use crate::{
     Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId,
     InstanceFilter, InstanceId, InstanceState, InstanceStatus, NewDeployment, NewIncident,
-    RetireOutcome, Store, StoreError, TimerClaim, TimerName, TimerRecord, TimerRef,
+    PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, TimerClaim, TimerName,
+    TimerRecord, TimerRef,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -103,6 +104,12 @@ macro_rules! conformance_tests {
             moving_an_instance_onto_a_deployment_holding_its_key_is_refused,
             concurrent_creations_of_one_business_key_never_both_win,
             snapshot_bytes_round_trip_exactly,
+            ended_at_is_set_by_the_ending_commit_and_kept,
+            purge_takes_only_instances_ended_before_the_cutoff_with_their_rows,
+            purge_never_touches_running_or_failed_instances_at_any_age,
+            purge_honours_its_limit_oldest_end_first,
+            purge_filters_by_deployment,
+            concurrent_purges_take_each_instance_once,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -1424,5 +1431,302 @@ pub async fn concurrent_creations_of_one_business_key_never_both_win(ctx: Ctx) -
             holders.len()
         );
     }
+    Ok(())
+}
+
+/// A commit of `instance` (created if `expected_fence` is `None`) leaving it in `status`
+/// at `now_ms`.
+pub fn with_status(
+    instance: InstanceId,
+    expected_fence: Option<u64>,
+    deployment: DeploymentId,
+    status: InstanceStatus,
+    now_ms: i64,
+) -> Commit {
+    let mut c = commit(instance, expected_fence, deployment);
+    c.state.status = status;
+    c.state.failure_code = (status == InstanceStatus::Failed).then(|| "BOOM".to_owned());
+    c.now_ms = now_ms;
+    c
+}
+
+/// A purge of every deployment: ended before `ended_before_ms`, at most `limit`.
+pub fn purge(ended_before_ms: i64, limit: u32) -> PurgeRequest {
+    PurgeRequest {
+        ended_before_ms,
+        deployment: None,
+        limit,
+    }
+}
+
+/// Creates `instance` running at `T0` with two attempt rows, an incident, an audit row
+/// and a timer, then (unless `status` is running) commits it into `status` at `at_ms`.
+async fn lived(
+    s: &dyn Store,
+    instance: InstanceId,
+    deployment: DeploymentId,
+    status: InstanceStatus,
+    at_ms: i64,
+) -> Result<()> {
+    let mut first = commit(instance, None, deployment);
+    first.attempts = vec![attempt(instance, "pay", 1), attempt(instance, "pay", 2)];
+    first.incidents.open = vec![NewIncident {
+        node: "pay".into(),
+        code: "HTTP_503".into(),
+        message: "upstream unavailable".into(),
+    }];
+    first.audit = vec![AuditEntry {
+        actor: "ops@test".into(),
+        action: "resume".into(),
+        detail: String::new(),
+    }];
+    first.timers.arm = vec![timer(instance, "r:pay", T0 + 1_000_000, 1)];
+    ensure!(commit_one(s, first).await? == CommitOutcome::Applied { fence: 1 });
+    if status != InstanceStatus::Running {
+        let end = with_status(instance, Some(1), deployment, status, at_ms);
+        ensure!(commit_one(s, end).await? == CommitOutcome::Applied { fence: 2 });
+    }
+    Ok(())
+}
+
+/// Whether `instance` is still there with all of what `lived` gave it.
+async fn intact(s: &dyn Store, instance: InstanceId) -> Result<()> {
+    ensure!(
+        s.instance(instance).await?.is_some(),
+        "{instance} was purged"
+    );
+    ensure!(
+        s.attempts(instance).await?.len() == 2,
+        "{instance} lost attempts"
+    );
+    ensure!(s.incidents(Some(instance)).await?.len() == 1);
+    ensure!(s.audit(Some(instance), 0).await?.len() == 1);
+    ensure!(s.timers(instance).await?.len() == 1);
+    Ok(())
+}
+
+/// Whether nothing of `instance` is left.
+async fn gone(s: &dyn Store, instance: InstanceId) -> Result<()> {
+    ensure!(s.instance(instance).await?.is_none(), "{instance} was kept");
+    ensure!(
+        s.attempts(instance).await?.is_empty(),
+        "attempts of {instance}"
+    );
+    ensure!(s.incidents(Some(instance)).await?.is_empty());
+    ensure!(s.audit(Some(instance), 0).await?.is_empty());
+    ensure!(s.timers(instance).await?.is_empty(), "timers of {instance}");
+    Ok(())
+}
+
+/// `ended_at_ms` is the instant of the commit that made the instance completed or
+/// cancelled; a later commit (a stale timer's residue deleted after the end) moves
+/// `updated_at_ms` but not the end. Running and FAILED instances have none.
+pub async fn ended_at_is_set_by_the_ending_commit_and_kept(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let ended = |r: Option<crate::InstanceRecord>| r.map(|r| (r.ended_at_ms, r.updated_at_ms));
+    create(s, id(1), dep).await?;
+    ensure!(ended(s.instance(id(1)).await?) == Some((None, T0)));
+    commit_one(
+        s,
+        with_status(id(1), Some(1), dep, InstanceStatus::Failed, T0 + 10),
+    )
+    .await?;
+    ensure!(
+        ended(s.instance(id(1)).await?) == Some((None, T0 + 10)),
+        "FAILED has not ended"
+    );
+    commit_one(
+        s,
+        with_status(id(1), Some(2), dep, InstanceStatus::Running, T0 + 20),
+    )
+    .await?;
+    commit_one(
+        s,
+        with_status(id(1), Some(3), dep, InstanceStatus::Completed, T0 + 30),
+    )
+    .await?;
+    ensure!(ended(s.instance(id(1)).await?) == Some((Some(T0 + 30), T0 + 30)));
+    commit_one(
+        s,
+        with_status(id(1), Some(4), dep, InstanceStatus::Completed, T0 + 90),
+    )
+    .await?;
+    let after = ended(s.instance(id(1)).await?);
+    ensure!(
+        after == Some((Some(T0 + 30), T0 + 90)),
+        "the end moved: {after:?}"
+    );
+    // Ended in its creation; cancelled from FAILED ends at the cancel.
+    commit_one(
+        s,
+        with_status(id(2), None, dep, InstanceStatus::Completed, T0 + 5),
+    )
+    .await?;
+    ensure!(ended(s.instance(id(2)).await?) == Some((Some(T0 + 5), T0 + 5)));
+    commit_one(s, with_status(id(3), None, dep, InstanceStatus::Failed, T0)).await?;
+    commit_one(
+        s,
+        with_status(id(3), Some(1), dep, InstanceStatus::Cancelled, T0 + 7),
+    )
+    .await?;
+    ensure!(ended(s.instance(id(3)).await?) == Some((Some(T0 + 7), T0 + 7)));
+    Ok(())
+}
+
+/// Only completed and cancelled instances that ended strictly before the cutoff go, and
+/// everything of theirs with them (attempts, incidents, audit rows, timer residue); the
+/// rest keeps every row. A purged instance's business key is free again.
+pub async fn purge_takes_only_instances_ended_before_the_cutoff_with_their_rows(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let cutoff = T0 + 500;
+    lived(s, id(1), dep, InstanceStatus::Completed, T0 + 10).await?;
+    lived(s, id(2), dep, InstanceStatus::Cancelled, T0 + 20).await?;
+    lived(s, id(3), dep, InstanceStatus::Completed, cutoff).await?;
+    lived(s, id(4), dep, InstanceStatus::Completed, cutoff + 1_000).await?;
+    lived(s, id(5), dep, InstanceStatus::Failed, T0 + 1).await?;
+    lived(s, id(6), dep, InstanceStatus::Running, T0).await?;
+    commit_one(s, keyed(id(7), dep, "order-7")).await?;
+    commit_one(
+        s,
+        with_status(id(7), Some(1), dep, InstanceStatus::Completed, T0 + 30),
+    )
+    .await?;
+
+    let out = s.purge_finished(purge(cutoff, 100)).await?;
+    let expected = PurgeOutcome {
+        instances: 3,
+        attempts: 4,
+        incidents: 2,
+        audit: 2,
+        timers: 2,
+    };
+    ensure!(out == expected, "{out:?}");
+    gone(s, id(1)).await?;
+    gone(s, id(2)).await?;
+    ensure!(s.instance(id(7)).await?.is_none());
+    for kept in [3, 4, 5, 6] {
+        intact(s, id(kept)).await?;
+    }
+    // The second handle sees the same; a second purge finds nothing more.
+    ensure!(ctx.second.instance(id(1)).await?.is_none());
+    ensure!(s.purge_finished(purge(cutoff, 100)).await? == PurgeOutcome::default());
+    ensure!(
+        commit_one(s, keyed(id(8), dep, "order-7")).await? == CommitOutcome::Applied { fence: 1 }
+    );
+    Ok(())
+}
+
+/// Running and FAILED instances stay whatever the cutoff, even one past every instant.
+pub async fn purge_never_touches_running_or_failed_instances_at_any_age(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    lived(s, id(1), dep, InstanceStatus::Failed, T0 - 1_000_000_000).await?;
+    lived(s, id(2), dep, InstanceStatus::Running, T0).await?;
+    lived(s, id(3), dep, InstanceStatus::Completed, T0 + 5).await?;
+    // FAILED, then resumed: running again, still not ended.
+    lived(s, id(4), dep, InstanceStatus::Failed, T0 + 1).await?;
+    commit_one(
+        s,
+        with_status(id(4), Some(2), dep, InstanceStatus::Running, T0 + 2),
+    )
+    .await?;
+    let out = s.purge_finished(purge(i64::MAX, 100)).await?;
+    ensure!(out.instances == 1, "{out:?}");
+    gone(s, id(3)).await?;
+    for kept in [1, 2, 4] {
+        intact(s, id(kept)).await?;
+    }
+    let failed = s
+        .instance(id(1))
+        .await?
+        .ok_or_else(|| anyhow!("instance 1"))?;
+    ensure!(
+        failed.status == InstanceStatus::Failed && failed.failure_code.as_deref() == Some("BOOM")
+    );
+    Ok(())
+}
+
+/// At most `limit` instances per call, oldest end first; a short batch means done; a
+/// limit of 0 purges nothing.
+pub async fn purge_honours_its_limit_oldest_end_first(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    // Ended in the reverse order of their ids, so "oldest first" is not "lowest id".
+    for n in 1..=5u128 {
+        let end = T0 + 100 - n as i64;
+        s.commit(vec![with_status(
+            id(n),
+            None,
+            dep,
+            InstanceStatus::Completed,
+            end,
+        )])
+        .await?;
+    }
+    ensure!(s.purge_finished(purge(T0 + 1_000, 0)).await? == PurgeOutcome::default());
+    let first = s.purge_finished(purge(T0 + 1_000, 2)).await?;
+    ensure!(first.instances == 2, "{first:?}");
+    ensure!(s.instance(id(5)).await?.is_none() && s.instance(id(4)).await?.is_none());
+    ensure!(s.instance(id(3)).await?.is_some());
+    ensure!(s.purge_finished(purge(T0 + 1_000, 2)).await?.instances == 2);
+    ensure!(
+        s.purge_finished(purge(T0 + 1_000, 2)).await?.instances == 1,
+        "the short batch"
+    );
+    ensure!(s.purge_finished(purge(T0 + 1_000, 2)).await?.instances == 0);
+    Ok(())
+}
+
+/// A deployment filter purges that deployment's instances only.
+pub async fn purge_filters_by_deployment(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy(s, "v1").await?;
+    let v2 = deploy(s, "v2").await?;
+    lived(s, id(1), v1, InstanceStatus::Completed, T0 + 1).await?;
+    lived(s, id(2), v2, InstanceStatus::Completed, T0 + 1).await?;
+    lived(s, id(3), v1, InstanceStatus::Cancelled, T0 + 2).await?;
+    let only_v1 = PurgeRequest {
+        deployment: Some(v1),
+        ..purge(T0 + 100, 100)
+    };
+    ensure!(s.purge_finished(only_v1).await?.instances == 2);
+    gone(s, id(1)).await?;
+    gone(s, id(3)).await?;
+    intact(s, id(2)).await?;
+    let unknown = PurgeRequest {
+        deployment: Some(DeploymentId(v2.0 + 1_000)),
+        ..purge(T0 + 100, 100)
+    };
+    ensure!(s.purge_finished(unknown).await? == PurgeOutcome::default());
+    Ok(())
+}
+
+/// Two handles (two replicas' pools) purging one backlog at once: every instance goes
+/// exactly once, and nobody fails.
+pub async fn concurrent_purges_take_each_instance_once(ctx: Ctx) -> Result<()> {
+    let dep = deploy(&*ctx.store, "h1").await?;
+    let batch: Vec<Commit> = (1..=60u128)
+        .map(|n| with_status(id(n), None, dep, InstanceStatus::Completed, T0 + n as i64))
+        .collect();
+    ctx.store.commit(batch).await?;
+    lived(&*ctx.store, id(100), dep, InstanceStatus::Running, T0).await?;
+    let drain = |store: Arc<dyn Store>| async move {
+        let mut total = 0;
+        loop {
+            let out = store.purge_finished(purge(T0 + 1_000, 7)).await?;
+            total += out.instances;
+            if out.instances == 0 {
+                return Ok::<u64, StoreError>(total);
+            }
+        }
+    };
+    let (a, b) = tokio::join!(drain(ctx.store.clone()), drain(ctx.second.clone()));
+    let (a, b) = (a?, b?);
+    ensure!(a + b == 60, "purged {a} + {b}");
+    intact(&*ctx.store, id(100)).await?;
     Ok(())
 }

@@ -106,6 +106,13 @@ impl InstanceStatus {
     /// Completed and cancelled instances no longer hold their deployment. FAILED does:
     /// it is retained for inspection and repair (E6).
     pub fn releases_deployment(self) -> bool {
+        self.has_ended()
+    }
+
+    /// Completed and cancelled: nothing will ever step the instance again, so retention
+    /// may purge it. FAILED has not ended — it is kept until an operator resolves it
+    /// (resume, then completion, or cancel), whatever the retention setting.
+    pub fn has_ended(self) -> bool {
         matches!(self, InstanceStatus::Completed | InstanceStatus::Cancelled)
     }
 }
@@ -122,7 +129,14 @@ pub struct InstanceRecord {
     /// The key the instance was created with, if any; unique per deployment.
     pub business_key: Option<String>,
     pub created_at_ms: i64,
+    /// The instant of the last commit applied to the instance.
     pub updated_at_ms: i64,
+    /// When the instance ended: the instant of the commit that made it completed or
+    /// cancelled, kept by every later commit (a stale timer row fired and deleted after
+    /// the end moves `updated_at_ms`, never this). `None` while running or FAILED: a
+    /// FAILED instance has not ended, it waits for an operator. Retention
+    /// ([`Store::purge_finished`]) counts from here.
+    pub ended_at_ms: Option<i64>,
 }
 
 /// A durable timer row. `(instance, name)` is unique: arming a timer with the same name
@@ -335,6 +349,46 @@ pub struct InstanceFilter {
     pub limit: u32,
 }
 
+/// The most instances one [`Store::purge_finished`] call deletes, whatever it asks for:
+/// it keeps each purge transaction short (and SQLite's bound parameters far below its
+/// limit).
+pub const PURGE_LIMIT_MAX: u32 = 10_000;
+
+/// What [`Store::purge_finished`] is given: one bounded batch of retention (O7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgeRequest {
+    /// Only instances that ended (`ended_at_ms`) strictly before this instant.
+    pub ended_before_ms: i64,
+    /// Only instances of this deployment; `None`: of every deployment.
+    pub deployment: Option<DeploymentId>,
+    /// At most this many instances, oldest end first; 0 purges nothing, and stores cap
+    /// it at [`PURGE_LIMIT_MAX`].
+    pub limit: u32,
+}
+
+/// What one [`Store::purge_finished`] call deleted, row counts by table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeOutcome {
+    pub instances: u64,
+    pub attempts: u64,
+    pub incidents: u64,
+    pub audit: u64,
+    /// Timer rows of ended instances: there should be none (an ended instance arms
+    /// nothing and its last commit resolves what it held), so anything here is residue.
+    pub timers: u64,
+}
+
+impl PurgeOutcome {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: PurgeOutcome) {
+        self.instances += other.instances;
+        self.attempts += other.attempts;
+        self.incidents += other.incidents;
+        self.audit += other.audit;
+        self.timers += other.timers;
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store backend error: {0}")]
@@ -389,4 +443,22 @@ pub trait Store: Send + Sync + 'static {
         instance: Option<InstanceId>,
         limit: u32,
     ) -> StoreResult<Vec<AuditRecord>>;
+
+    /// Retention (O7): deletes at most `limit` instances that have ended (completed or
+    /// cancelled) before `ended_before_ms`, oldest end first, with every row that hangs
+    /// off them — attempt history, incidents, audit rows, and any timer residue — in one
+    /// short transaction. Running and FAILED instances are never touched, at any age.
+    /// Returns what went; fewer instances than `limit` means nothing more is due.
+    ///
+    /// Audit rows go with their instance. They are the operator's record of what was
+    /// done to an instance, and an instance that is kept keeps all of them; but an audit
+    /// row names an instance, and a log that outlived the instances would grow without
+    /// bound, which retention exists to prevent (the store's size follows live plus
+    /// retained work). An installation that must keep operator actions longer than the
+    /// instances gives those processes a longer retention, or ships the log elsewhere
+    /// (`qflow audit --format json`) before it lapses.
+    ///
+    /// Replicas may purge at once: on PostgreSQL each skips the rows another is deleting
+    /// or a lane is committing (`FOR UPDATE SKIP LOCKED`), so nobody waits on anybody.
+    async fn purge_finished(&self, request: PurgeRequest) -> StoreResult<PurgeOutcome>;
 }

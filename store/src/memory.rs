@@ -2,7 +2,7 @@
 //!
 //! It keeps the exact semantics of the durable stores — compare-and-swap on the fence,
 //! timer upserts and incarnation-matched resolves, leases on claimed timers, retirement
-//! rules, business keys unique per deployment — so the runtime and the store conformance suite can run against it. It must
+//! rules, business keys unique per deployment, retention's purge — so the runtime and the store conformance suite can run against it. It must
 //! never claim durability: [`Store::is_durable`] is `false`, and everything is gone when
 //! the value is dropped.
 //!
@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use crate::{
     AttemptRecord, AuditEntry, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
     IncidentRecord, IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, NewDeployment,
-    RetireOutcome, Store, StoreError, StoreResult, TimerClaim, TimerKind, TimerName, TimerRecord,
-    TimerWrites,
+    PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, TimerClaim,
+    TimerKind, TimerName, TimerRecord, TimerWrites,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -52,9 +52,15 @@ struct State {
     /// `(due_at_ms, instance, name)` for every row of `timers`: the due index, so a claim
     /// walks due timers only and never the parked ones.
     timers_by_due: BTreeSet<(i64, InstanceId, TimerName)>,
+    /// `(ended_at_ms, instance)` of every ended instance: the retention index, so a purge
+    /// walks ended instances oldest first and never the live ones.
+    ended: BTreeSet<(i64, InstanceId)>,
     incidents: Vec<IncidentRecord>,
     attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
     audit: Vec<AuditRecord>,
+    /// Row ids handed out so far; ids are never reused, even after a purge.
+    incident_ids: i64,
+    audit_ids: i64,
 }
 
 impl MemoryStore {
@@ -102,6 +108,18 @@ impl State {
             _ => return CommitOutcome::Conflict { current_fence },
         };
         let created_at_ms = stored.map_or(commit.now_ms, |i| i.created_at_ms);
+        // The first commit that ends the instance sets the end; later ones keep it.
+        let ended_at_ms = commit
+            .state
+            .status
+            .has_ended()
+            .then(|| stored.and_then(|i| i.ended_at_ms).unwrap_or(commit.now_ms));
+        if let Some(old) = stored.and_then(|i| i.ended_at_ms) {
+            self.ended.remove(&(old, commit.instance));
+        }
+        if let Some(end) = ended_at_ms {
+            self.ended.insert((end, commit.instance));
+        }
         // A creation brings its key; an update keeps the stored one, even when it moves the
         // instance to another deployment (migration).
         let business_key = match stored {
@@ -137,6 +155,7 @@ impl State {
                 business_key,
                 created_at_ms,
                 updated_at_ms: commit.now_ms,
+                ended_at_ms,
             },
         );
         self.apply_timers(commit.instance, commit.timers);
@@ -190,7 +209,8 @@ impl State {
             }
         }
         for incident in incidents.open {
-            let id = i64::try_from(self.incidents.len()).unwrap_or(i64::MAX - 1) + 1;
+            self.incident_ids += 1;
+            let id = self.incident_ids;
             self.incidents.push(IncidentRecord {
                 id,
                 instance,
@@ -212,7 +232,8 @@ impl State {
         at_ms: i64,
     ) {
         for entry in audit {
-            let id = i64::try_from(self.audit.len()).unwrap_or(i64::MAX - 1) + 1;
+            self.audit_ids += 1;
+            let id = self.audit_ids;
             self.audit.push(AuditRecord {
                 id,
                 instance,
@@ -230,6 +251,58 @@ impl State {
         if !attempts.is_empty() {
             self.attempts.entry(instance).or_default().extend(attempts);
         }
+    }
+
+    /// Deletes one batch of retention: see [`Store::purge_finished`].
+    fn purge(&mut self, request: PurgeRequest) -> PurgeOutcome {
+        let limit = request.limit.min(crate::PURGE_LIMIT_MAX) as usize;
+        let doomed: Vec<(i64, InstanceId)> = self
+            .ended
+            .iter()
+            .take_while(|(end, _)| *end < request.ended_before_ms)
+            .filter(|(_, id)| {
+                self.instances.get(id).is_some_and(|i| {
+                    i.status.has_ended() && request.deployment.is_none_or(|d| i.deployment == d)
+                })
+            })
+            .take(limit)
+            .copied()
+            .collect();
+        let mut out = PurgeOutcome::default();
+        if doomed.is_empty() {
+            return out;
+        }
+        let ids: BTreeSet<InstanceId> = doomed.iter().map(|(_, id)| *id).collect();
+        for key in &doomed {
+            self.ended.remove(key);
+            if let Some(gone) = self.instances.remove(&key.1) {
+                if let Some(k) = gone.business_key {
+                    self.business_keys.remove(&(gone.deployment, k));
+                }
+            }
+            out.instances += 1;
+            out.attempts += self.attempts.remove(&key.1).map_or(0, |a| a.len() as u64);
+        }
+        let before = self.incidents.len();
+        self.incidents.retain(|i| !ids.contains(&i.instance));
+        out.incidents = (before - self.incidents.len()) as u64;
+        let before = self.audit.len();
+        self.audit.retain(|a| !ids.contains(&a.instance));
+        out.audit = (before - self.audit.len()) as u64;
+        let residue: Vec<TimerKey> = ids
+            .iter()
+            .flat_map(|id| {
+                self.timers
+                    .range((*id, TimerName::new(TimerKind::Boundary, ""))..)
+                    .take_while(move |((i, _), _)| i == id)
+                    .map(|(key, _)| key.clone())
+            })
+            .collect();
+        out.timers = residue.len() as u64;
+        for key in &residue {
+            self.remove_timer(key);
+        }
+        out
     }
 
     fn remove_timer(&mut self, key: &TimerKey) {
@@ -423,6 +496,10 @@ impl Store for MemoryStore {
             .collect();
         let keep = effective_instances_limit(limit) as usize;
         Ok(rows[rows.len().saturating_sub(keep)..].to_vec())
+    }
+
+    async fn purge_finished(&self, request: PurgeRequest) -> StoreResult<PurgeOutcome> {
+        Ok(self.lock().purge(request))
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

@@ -29,8 +29,8 @@ use qflow_runtime::claim::store_status;
 use qflow_store::memory::MemoryStore;
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome,
-    Store, StoreError, StoreResult, TimerClaim, TimerRecord,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, PurgeOutcome,
+    PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, TimerClaim, TimerRecord,
 };
 
 use super::rng::Rng;
@@ -465,5 +465,10 @@ impl Store for FaultyStore {
     ) -> StoreResult<Vec<AuditRecord>> {
         self.tick();
         self.inner.audit(instance, limit).await
+    }
+
+    async fn purge_finished(&self, request: PurgeRequest) -> StoreResult<PurgeOutcome> {
+        self.tick();
+        self.inner.purge_finished(request).await
     }
 }
