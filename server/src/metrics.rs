@@ -39,7 +39,7 @@ impl HttpMetrics {
 pub fn render(runtime: Option<StatsView>, http: &HttpMetrics) -> String {
     let mut out = String::new();
     if let Some(s) = runtime {
-        let counters: [(&str, &str, u64); 10] = [
+        let counters: [(&str, &str, u64); 11] = [
             ("instances_started", "Instances started.", s.started),
             ("instances_completed", "Instances completed.", s.completed),
             ("instances_failed", "Instances that ended FAILED.", s.failed),
@@ -69,6 +69,11 @@ pub fn render(runtime: Option<StatsView>, http: &HttpMetrics) -> String {
                 "commits",
                 "Store batches committed (group commits).",
                 s.batches,
+            ),
+            (
+                "instances_purged",
+                "Ended instances deleted after their retention.",
+                s.purged,
             ),
         ];
         for (name, help, value) in counters {
