@@ -733,15 +733,22 @@ impl Runtime {
         }
         // Registered before the first step, which may already reach the point.
         let watch = watched.then(|| self.shared.watchers.watch(id));
-        self.request(
-            id,
-            Work::Start {
-                deployment,
-                variables,
-                business_key,
-            },
-        )
-        .await?;
+        let started = self
+            .request(
+                id,
+                Work::Start {
+                    deployment,
+                    variables,
+                    business_key,
+                },
+            )
+            .await;
+        if let Err(e) = started {
+            if watched {
+                self.shared.watchers.forget(id);
+            }
+            return Err(e);
+        }
         Ok((id, watch))
     }
 

@@ -54,6 +54,14 @@ impl Watchers {
         Watch { rx }
     }
 
+    /// Drops the watchers of an instance whose start was refused: it will never step.
+    pub(crate) fn forget(&self, instance: InstanceId) {
+        let mut map = self.by_instance.lock().expect("watchers lock");
+        if let Some(waiting) = map.remove(&instance) {
+            self.count.fetch_sub(waiting.len(), Ordering::SeqCst);
+        }
+    }
+
     /// After a committed step of `instance`: answers its watchers if the instance ended
     /// or a token stands at a `q:respond` task. Watchers whose caller gave up are dropped.
     pub(crate) fn stepped(
@@ -111,4 +119,21 @@ fn respond_point(def: &Definition, snap: &Snapshot) -> Option<String> {
             _ => None,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_start_leaves_no_watcher_behind() {
+        let w = Watchers::default();
+        let id = InstanceId::from_u128(7);
+        let _a = w.watch(id);
+        let _b = w.watch(id);
+        assert_eq!(w.count.load(Ordering::SeqCst), 2);
+        w.forget(id);
+        assert_eq!(w.count.load(Ordering::SeqCst), 0);
+        assert!(w.by_instance.lock().unwrap().is_empty());
+    }
 }
