@@ -25,6 +25,27 @@ fn instance_id(raw: &str) -> Result<qflow_store::InstanceId> {
     parse_instance_id(raw).map_err(|e| Problem::from_ops(e, Place::Path))
 }
 
+/// The optional `instance` query parameter, parsed.
+fn instance_param(raw: Option<&str>) -> Result<Option<qflow_store::InstanceId>> {
+    raw.map(parse_instance_id)
+        .transpose()
+        .map_err(|e| Problem::from_ops(e, Place::Query))
+}
+
+/// The `limit` query parameter of a listing: 1..=10,000, default 100.
+fn page_limit(limit: Option<u32>) -> Result<u32> {
+    match limit {
+        None => Ok(100),
+        Some(n @ 1..=10_000) => Ok(n),
+        Some(n) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("limit {n} is outside 1..=10000"),
+        )
+        .at(Place::Query, "limit", "outside 1..=10000")),
+    }
+}
+
 fn deployment_id(raw: &str) -> Result<i64> {
     raw.parse::<i64>().map_err(|_| {
         Problem::new(
@@ -326,18 +347,7 @@ pub async fn instances(
     _caller: Caller<ReadScope>,
     QueryParams(p): QueryParams<ListParams>,
 ) -> Result<Json<Page<InstanceSummary>>> {
-    let limit = match p.limit {
-        None => 100,
-        Some(n @ 1..=10_000) => n,
-        Some(n) => {
-            return Err(Problem::new(
-                StatusCode::BAD_REQUEST,
-                "invalid",
-                format!("limit {n} is outside 1..=10000"),
-            )
-            .at(Place::Query, "limit", "outside 1..=10000"))
-        }
-    };
+    let limit = page_limit(p.limit)?;
     let query = InstanceQuery {
         deployment: p.deployment,
         status: p.state.map(|s| s.as_str().to_owned()),
@@ -687,12 +697,7 @@ pub async fn incidents(
     _caller: Caller<ReadScope>,
     QueryParams(p): QueryParams<IncidentParams>,
 ) -> Result<Json<Vec<IncidentView>>> {
-    let instance = p
-        .instance
-        .as_deref()
-        .map(parse_instance_id)
-        .transpose()
-        .map_err(|e| Problem::from_ops(e, Place::Query))?;
+    let instance = instance_param(p.instance.as_deref())?;
     state
         .ops
         .incidents(instance)
@@ -727,24 +732,8 @@ pub async fn audit(
     _caller: Caller<ReadScope>,
     QueryParams(p): QueryParams<AuditParams>,
 ) -> Result<Json<Vec<AuditView>>> {
-    let instance = p
-        .instance
-        .as_deref()
-        .map(parse_instance_id)
-        .transpose()
-        .map_err(|e| Problem::from_ops(e, Place::Query))?;
-    let limit = match p.limit {
-        None => 100,
-        Some(n @ 1..=10_000) => n,
-        Some(n) => {
-            return Err(Problem::new(
-                StatusCode::BAD_REQUEST,
-                "invalid",
-                format!("limit {n} is outside 1..=10000"),
-            )
-            .at(Place::Query, "limit", "outside 1..=10000"))
-        }
-    };
+    let instance = instance_param(p.instance.as_deref())?;
+    let limit = page_limit(p.limit)?;
     state
         .ops
         .audit(instance, limit)
