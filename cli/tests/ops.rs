@@ -360,16 +360,18 @@ const WAITS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
   </process>
 </definitions>"#;
 
-#[test]
-fn a_user_task_is_completed_and_a_message_delivered_from_the_command_line() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("waits.sqlite");
-    // An instance waiting at `approve`, written by a runtime that then stops.
-    let id = tokio::runtime::Runtime::new()
+/// Deploys `model` on a new store at `db`, starts one instance with a runtime that has no
+/// handlers, waits until `settled` holds, stops the runtime and returns the instance id.
+fn one_instance(
+    db: &Path,
+    model: &str,
+    settled: impl Fn(&qflow_runtime::StatsView) -> bool,
+) -> String {
+    tokio::runtime::Runtime::new()
         .expect("tokio")
         .block_on(async {
             use std::sync::Arc;
-            let store = qflow_persistence::SqliteStore::open(&db)
+            let store = qflow_persistence::SqliteStore::open(db)
                 .await
                 .expect("store");
             let rt = qflow_runtime::Runtime::start(
@@ -378,14 +380,23 @@ fn a_user_task_is_completed_and_a_message_delivered_from_the_command_line() {
                 Arc::new(qflow_runtime::SystemClock),
                 qflow_runtime::RuntimeConfig::default(),
             );
-            let dep = rt.deploy(WAITS, None).await.expect("deploys");
+            let dep = rt.deploy(model, None).await.expect("deploys");
             let id = rt
                 .start_instance(dep.id, Default::default())
                 .await
                 .expect("starts");
+            rt.wait_until(settled).await;
             rt.shutdown().await;
             id.to_string()
-        });
+        })
+}
+
+#[test]
+fn a_user_task_is_completed_and_a_message_delivered_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("waits.sqlite");
+    // An instance waiting at `approve`, written by a runtime that then stops.
+    let id = one_instance(&db, WAITS, |_| true);
     let show = |db: &Path| json(&qflow(&["instances", "show", &id, "--format", "json"], db));
     let before = show(&db);
 
@@ -456,30 +467,7 @@ fn an_incident_is_resolved_from_the_command_line() {
         r#"<serviceTask id="approve" q:task="nobody" xmlns:q="urn:qflow:bpmn:1"/>"#,
     );
     // An instance FAILED at `approve` (no handler runs it), with its incident open.
-    let id = tokio::runtime::Runtime::new()
-        .expect("tokio")
-        .block_on(async {
-            use std::sync::Arc;
-            let store = Arc::new(
-                qflow_persistence::SqliteStore::open(&db)
-                    .await
-                    .expect("store"),
-            );
-            let rt = qflow_runtime::Runtime::start(
-                store.clone(),
-                qflow_runtime::AsyncHandlers::new(),
-                Arc::new(qflow_runtime::SystemClock),
-                qflow_runtime::RuntimeConfig::default(),
-            );
-            let dep = rt.deploy(&model, None).await.expect("deploys");
-            let id = rt
-                .start_instance(dep.id, Default::default())
-                .await
-                .expect("starts");
-            rt.wait_until(|s| s.failed >= 1).await;
-            rt.shutdown().await;
-            id.to_string()
-        });
+    let id = one_instance(&db, &model, |s| s.failed >= 1);
     let incidents = |db: &Path| {
         json(&qflow(
             &["incidents", "--instance", &id, "--format", "json"],
