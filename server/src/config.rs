@@ -16,6 +16,7 @@
 //! [retention]                   # how long ended instances are kept (O7)
 //! default = "P7D"               # an ISO-8601 duration, or "forever"
 //! processes = { audit-trail = "forever", quote = "PT6H" }
+//! deployments = { "12" = "P30D" }  # by version; wins over `processes`
 //! batch = 1000                  # instances per purge transaction
 //! interval_ms = 60000           # between purge rounds
 //! ```
@@ -95,6 +96,8 @@ struct RetentionEntry {
     default: Option<String>,
     #[serde(default)]
     processes: BTreeMap<String, String>,
+    #[serde(default)]
+    deployments: BTreeMap<String, String>,
     batch: Option<u32>,
     interval_ms: Option<u64>,
 }
@@ -164,6 +167,17 @@ impl ServerConfig {
                 let ms = parse_retention(text)
                     .map_err(|e| ConfigError(format!("{field}.processes.{process}: {e}")))?;
                 config.retention.per_process.insert(process.clone(), ms);
+            }
+            for (version, text) in &r.deployments {
+                let at = format!("{field}.deployments.{version}");
+                let id: i64 = version.parse().ok().filter(|v| *v >= 1).ok_or_else(|| {
+                    ConfigError(format!("{at}: `{version}` is not a deployment version"))
+                })?;
+                let ms = parse_retention(text).map_err(|e| ConfigError(format!("{at}: {e}")))?;
+                config
+                    .retention
+                    .per_deployment
+                    .insert(qflow_store::DeploymentId(id), ms);
             }
             match r.batch {
                 Some(0) => {
@@ -239,11 +253,15 @@ mod tests {
 
     #[test]
     fn retention_is_configured_by_duration_or_forever() {
-        let text = "[retention]\ndefault = \"PT12H\"\nprocesses = { audit = \"forever\", quote = \"P2D\" }\nbatch = 50\n";
+        let text = "[retention]\ndefault = \"PT12H\"\nprocesses = { audit = \"forever\", quote = \"P2D\" }\ndeployments = { \"3\" = \"PT1M\" }\nbatch = 50\n";
         let c = ServerConfig::from_toml(text, "q.toml").unwrap();
         assert_eq!(c.retention.default_ms, 12 * 3_600_000);
         assert_eq!(c.retention.per_process["audit"], i64::MAX);
         assert_eq!(c.retention.per_process["quote"], 2 * 86_400_000);
+        assert_eq!(
+            c.retention.per_deployment[&qflow_store::DeploymentId(3)],
+            60_000
+        );
         assert_eq!(c.retention.batch_max, 50);
         assert_eq!(c.retention.interval_ms, 60_000, "the default stays");
         assert_eq!(
@@ -258,6 +276,10 @@ mod tests {
                 "retention.processes.a",
             ),
             ("[retention]\nbatch = 0\n", "retention.batch"),
+            (
+                "[retention]\ndeployments = { v3 = \"P1D\" }\n",
+                "retention.deployments.v3",
+            ),
             ("[retention]\ninterval_ms = 0\n", "retention.interval_ms"),
         ] {
             let e = ServerConfig::from_toml(bad, "q.toml").unwrap_err();
