@@ -535,12 +535,37 @@ fn q209_an_expression_far_over_the_evaluation_budget() {
 }
 
 #[test]
-fn q202_juel_condition() {
+fn q202_juel_condition_outside_the_subset() {
     let d = refused(
-        &gateway_with_condition("<conditionExpression>¶${amount > 1}</conditionExpression>"),
+        &gateway_with_condition(
+            "<conditionExpression>¶${execution.getVariable('amount') > 1}</conditionExpression>",
+        ),
         "Q202",
     );
-    assert!(d.message.contains("JUEL"));
+    assert!(d.message.contains("JUEL"), "{}", d.message);
+    assert!(d.message.contains("function call"), "{}", d.message);
+    refused(
+        &gateway_with_condition("<conditionExpression>¶${amount + 1 > 2}</conditionExpression>"),
+        "Q202",
+    );
+}
+
+#[test]
+fn a_juel_condition_in_the_comparison_subset_is_translated_to_cel() {
+    let l = loads(&gateway_with_condition(
+        "<conditionExpression>${amount &gt; 1000 &amp;&amp; !blocked}</conditionExpression>",
+    ));
+    let flows = &l.definitions[0].process.flows;
+    let cel: Vec<&str> = flows
+        .iter()
+        .filter_map(|f| f.condition.as_ref().map(|c| c.source()))
+        .collect();
+    assert_eq!(cel, vec!["amount > 1000 && !blocked"]);
+    // A JUEL condition compiles to CEL; a CEL error points at the condition's start.
+    refused(
+        &gateway_with_condition("<conditionExpression>¶${a == }</conditionExpression>"),
+        "Q202",
+    );
 }
 
 #[test]
@@ -1435,4 +1460,41 @@ fn a_correlation_key_is_checked_like_any_expression() {
         &receiving(r#"<message id="m1" name="paid" ¶q:corelationKey="k"/>"#),
         "Q309",
     );
+}
+
+#[test]
+fn activiti_and_flowable_extensions_are_read_as_camunda_and_code_stays_refused() {
+    for ns in ["http://activiti.org/bpmn", "http://flowable.org/bpmn"] {
+        let with =
+            |xml: String| xml.replace(r#"id="defs">"#, &format!(r#"xmlns:act="{ns}" id="defs">"#));
+        let d = refused(
+            &with(around(r#"<serviceTask id="t" ¶act:class="com.acme.Pay"/>"#)),
+            "Q114",
+        );
+        assert!(d.message.contains("Java"), "{ns}: {}", d.message);
+        refused(
+            &with(around(
+                r#"<serviceTask id="t" ¶act:delegateExpression="${pay}"/>"#,
+            )),
+            "Q114",
+        );
+        refused(
+            &with(around(
+                r#"<userTask id="t"><extensionElements>¶<act:taskListener event="create" class="X"/></extensionElements></userTask>"#,
+            )),
+            "Q401",
+        );
+        // What Camunda ignores (an assignee), Activiti's spelling of it loads too.
+        loads(&with(around(r#"<userTask id="t" act:assignee="kermit"/>"#)));
+        // An external task in the Activiti spelling is a pull task, as Camunda's is.
+        let l = loads(&with(around(
+            r#"<serviceTask id="t" act:type="external" act:topic="charge"/>"#,
+        )));
+        let p = &l.definitions[0].process;
+        let t = p.node(p.find("t").unwrap());
+        assert!(
+            matches!(&t.kind, NodeKind::Task(Task { kind: TaskKind::Pull { topic, .. }, .. }) if topic == "charge"),
+            "{ns}"
+        );
+    }
 }

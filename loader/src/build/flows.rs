@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::expr::Expression;
-use crate::feel::feel_to_cel;
+use crate::feel::{feel_to_cel, juel_to_cel};
 use crate::model::*;
 use crate::xml::{Element, Ns};
 
@@ -113,7 +113,28 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             .or_else(|| self.ctx.default_language.clone())
             .unwrap_or_default();
         let is_feel = text.starts_with('=') || lang.contains("feel");
-        if text.starts_with("${") || text.starts_with("#{") || lang.contains("juel") {
+        let is_juel = text.starts_with("${") || text.starts_with("#{");
+        // A `${…}` text is JUEL unless the condition itself names another language: an
+        // inherited `expressionLanguage` is exporter boilerplate (Signavio writes XPath
+        // there), and Camunda 7 reads such conditions as JUEL too.
+        if is_juel && (inherited || lang.is_empty() || lang.contains("juel")) {
+            // The comparison/boolean subset maps one to one (L8); anything else is
+            // refused, never approximated.
+            return match juel_to_cel(text) {
+                Ok(cel) => self.compiled(&cel, pos),
+                Err(why) => {
+                    self.help(
+                        "Q202",
+                        pos,
+                        format!("JUEL condition `{text}`: {why}"),
+                        "keep to comparisons, &&/||/!, literals and variable paths, or write \
+                         the condition in CEL (e.g. ${amount > 100} becomes amount > 100)",
+                    );
+                    None
+                }
+            };
+        }
+        if is_juel || lang.contains("juel") {
             self.help(
                 "Q202",
                 pos,
@@ -155,12 +176,30 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         } else {
             text.to_string()
         };
+        if is_feel {
+            return self.compiled(&source, pos);
+        }
         match Expression::compile(&source, pos, self.ctx.opts.max_expr_len) {
             Ok(e) => Some(e),
             Err(e) => {
-                // A translated FEEL text has other columns than the file; point at its start.
-                let at = if is_feel { pos } else { c.text_file_pos(e.pos) };
-                self.help(e.code, at, e.message, "fix the CEL condition");
+                self.help(
+                    e.code,
+                    c.text_file_pos(e.pos),
+                    e.message,
+                    "fix the CEL condition",
+                );
+                None
+            }
+        }
+    }
+
+    /// Compiles CEL translated from FEEL or JUEL: its columns are not the file's, so an
+    /// error points at the start of the condition text.
+    fn compiled(&mut self, cel: &str, pos: Pos) -> Option<Expression> {
+        match Expression::compile(cel, pos, self.ctx.opts.max_expr_len) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                self.help(e.code, pos, e.message, "fix the condition");
                 None
             }
         }
