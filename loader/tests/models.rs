@@ -726,6 +726,41 @@ fn non_retryable_code_that_cannot_occur_is_refused() {
 }
 
 #[test]
+fn an_engine_code_the_task_cannot_produce_is_refused_per_task() {
+    for (code, why) in [
+        ("TIMEOUT", "no q:timeout"),
+        ("POISONED", "channel call"),
+        ("LOCK_EXPIRED", "pull task"),
+    ] {
+        let d = refused(
+            &service(
+                r#"q:task="pay""#,
+                &format!(r#"<q:retry ¶nonRetryableCodes="{code}"/>"#),
+            ),
+            "Q303",
+        );
+        assert!(d.message.contains(why), "{code}: {}", d.message);
+    }
+    // With a q:timeout, TIMEOUT can occur; a handler's codes on a registered task too.
+    loads(&service(
+        r#"q:task="pay""#,
+        r#"<q:retry nonRetryableCodes="TIMEOUT HANDLER_PANICKED"/><q:timeout duration="PT5S"/>"#,
+    ));
+    let d = refused(
+        &service(
+            r#"q:channel="pay""#,
+            r#"<q:retry ¶nonRetryableCodes="HANDLER_FAILED"/><q:timeout duration="PT5S"/>"#,
+        ),
+        "Q303",
+    );
+    assert!(d.message.contains("runs no handler"), "{}", d.message);
+    loads(&service(
+        r#"q:channel="pay""#,
+        r#"<q:retry nonRetryableCodes="POISONED TIMEOUT"/><q:timeout duration="PT5S"/>"#,
+    ));
+}
+
+#[test]
 fn non_retryable_codes_may_name_engine_and_declared_codes() {
     let l = loads(&file(
         r#"<error id="e1" errorCode="CARD_DECLINED"/>"#,
