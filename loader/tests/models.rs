@@ -1533,3 +1533,44 @@ fn activiti_and_flowable_extensions_are_read_as_camunda_and_code_stays_refused()
         );
     }
 }
+
+#[test]
+fn a_sequence_flow_without_an_id_gets_a_stable_derived_one() {
+    let xml = process(
+        r#"<startEvent id="start"/>
+<sequenceFlow sourceRef="start" targetRef="fork"/>
+<parallelGateway id="fork"/>
+<sequenceFlow sourceRef="fork" targetRef="join"/>
+<sequenceFlow sourceRef="fork" targetRef="join"/>
+<parallelGateway id="join"/>
+<sequenceFlow id="out" sourceRef="join" targetRef="end"/>
+<endEvent id="end"/>"#,
+    );
+    let l = loads(&xml);
+    let ids: Vec<&str> = l.definitions[0]
+        .process
+        .flows
+        .iter()
+        .map(|f| f.id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            "flow:start->fork",
+            "flow:fork->join",
+            "flow:fork->join#2",
+            "out"
+        ]
+    );
+    let warned: Vec<&str> = l.warnings.iter().map(|w| w.code).collect();
+    assert_eq!(warned, vec!["Q904", "Q904", "Q904"]);
+    // Loading again gives the same ids.
+    let again = loads(&xml);
+    let ids_again: Vec<&str> = again.definitions[0]
+        .process
+        .flows
+        .iter()
+        .map(|f| f.id.as_str())
+        .collect();
+    assert_eq!(ids, ids_again);
+}

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::diag::Diagnostic;
 use crate::expr::Expression;
 use crate::feel::{feel_to_cel, juel_to_cel};
 use crate::model::*;
@@ -28,16 +29,32 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     }
 
     pub(super) fn resolve_flows(&mut self) {
+        let mut derived: BTreeMap<String, u32> = BTreeMap::new();
         for (el, scope) in std::mem::take(&mut self.flow_els) {
             check_other_extensions(self, el);
-            let Some(id) = el.value("id").map(str::trim).filter(|s| !s.is_empty()) else {
-                self.help(
-                    "Q102",
-                    el.pos,
-                    "the sequenceFlow has no id",
-                    "add a unique id",
-                );
-                continue;
+            let id = match el.value("id").map(str::trim).filter(|s| !s.is_empty()) {
+                Some(id) => id.to_string(),
+                None => {
+                    // The id is optional in the BPMN schema. A derived one names the ends,
+                    // in document order among flows between the same two nodes, and has a
+                    // `:` no XML id can hold, so it never collides with a declared one.
+                    let ends = |attr: &str| el.value(attr).map(str::trim).unwrap_or("?");
+                    let base = format!("flow:{}->{}", ends("sourceRef"), ends("targetRef"));
+                    let n = derived.entry(base.clone()).or_insert(0);
+                    *n += 1;
+                    let id = if *n == 1 { base } else { format!("{base}#{n}") };
+                    self.diags.push(
+                        Diagnostic::warning(
+                            "Q904",
+                            el.pos,
+                            format!("the sequenceFlow has no id; it is known as `{id}`"),
+                        )
+                        .with_help(
+                            "add an id, so that the flow keeps its name if the model changes",
+                        ),
+                    );
+                    id
+                }
             };
             let source = self.flow_end(el, "sourceRef");
             let target = self.flow_end(el, "targetRef");
@@ -65,7 +82,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             self.nodes[source.0 as usize].outgoing.push(fi);
             self.nodes[target.0 as usize].incoming.push(fi);
             self.flows.push(Flow {
-                id: id.to_string(),
+                id,
                 source,
                 target,
                 condition,
