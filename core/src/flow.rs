@@ -89,11 +89,16 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
             None => Some(format!("timer `{name}` is not armed")),
         },
         Input::UserTaskCompleted { node, .. } => {
-            let is_user = p.find(node).is_some_and(
-                |i| matches!(&p.node(i).kind, NodeKind::Task(t) if t.kind == TaskKind::User),
-            );
+            // A receive task without a message is a plain wait state, completed the same way.
+            let is_user = p.find(node).is_some_and(|i| {
+                matches!(&p.node(i).kind, NodeKind::Task(t)
+                    if matches!(t.kind, TaskKind::User | TaskKind::Receive { message: None }))
+            });
             if !is_user {
-                Some(format!("`{node}` is not a user task of this definition"))
+                Some(format!(
+                    "`{node}` is not a user task (or a receive task without a message) of this \
+                     definition"
+                ))
             } else if !snap.tokens.iter().any(|t| t == node) {
                 Some(format!("user task `{node}` is not pending"))
             } else {
@@ -126,7 +131,7 @@ pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
         NodeKind::Task(Task {
             kind: TaskKind::Receive { message },
             ..
-        }) => Some(message),
+        }) => message.as_deref(),
         NodeKind::IntermediateCatch(CatchTrigger::Message { name }) => Some(name),
         _ => None,
     }

@@ -322,9 +322,10 @@ pub fn validate_with(
             }
         }
         if let ScriptedEvent::CompleteUserTask { node, .. } = e {
-            let user = p.find(node).is_some_and(
-                |i| matches!(&p.node(i).kind, NodeKind::Task(t) if t.kind == TaskKind::User),
-            );
+            let user = p.find(node).is_some_and(|i| {
+                matches!(&p.node(i).kind, NodeKind::Task(t)
+                    if matches!(t.kind, TaskKind::User | TaskKind::Receive { message: None }))
+            });
             if !user {
                 return Err(Error::Scenario(format!(
                     "events[{i}].node: process `{}` has no user task `{node}`",

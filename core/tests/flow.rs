@@ -755,3 +755,25 @@ fn simultaneous_deliveries_go_results_then_events_then_timers() {
     assert!(runs_of(&trace, "escalate").is_empty());
     assert_eq!(trace.steps.len(), 2);
 }
+
+#[test]
+fn a_receive_task_without_a_message_waits_until_completed_like_a_user_task() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="wait"/>
+      <receiveTask id="wait"/>
+      <sequenceFlow id="f1" sourceRef="wait" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "message", "at_ms": 3, "name": "anything"},
+                       {"event": "complete_user_task", "at_ms": 5, "node": "wait",
+                        "variables": {"ok": true}}]}"#,
+    );
+    // No message reaches it; completing it through the API does.
+    assert!(matches!(
+        trace.steps[1].effects.as_slice(),
+        [Effect::Stale { .. }]
+    ));
+    assert_eq!(trace.summary.status, "completed");
+    assert_eq!(last(&trace).variables()["ok"], json!(true));
+}

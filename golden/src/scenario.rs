@@ -194,11 +194,11 @@ pub fn validate_with(
             let path = format!("events[{i}].node");
             match task_kind(definition, node) {
                 None => problem(path, no_node(definition, node)),
-                Some(Some(TaskKind::User)) => {}
+                Some(Some(TaskKind::User | TaskKind::Receive { message: None })) => {}
                 Some(_) => problem(
                     path,
                     format!(
-                        "node `{node}` is not a user task; only user tasks are completed from \
+                        "node `{node}` is not a user task; only user tasks (and receive tasks without a message) are completed from \
                          outside"
                     ),
                 ),

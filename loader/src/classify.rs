@@ -28,7 +28,10 @@ fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
             match t.kind {
                 TaskKind::Channel { .. } => out.push("channel call"),
                 TaskKind::Pull { .. } => out.push("pull task"),
-                TaskKind::Receive { .. } => out.push("receive task (message wait)"),
+                TaskKind::Receive { message: Some(_) } => out.push("receive task (message wait)"),
+                TaskKind::Receive { message: None } => {
+                    out.push("receive task without a message (waits for the API)")
+                }
                 TaskKind::User => out.push("user task (waits for the API)"),
                 TaskKind::Send { .. } => out.push("send task (outbox)"),
                 TaskKind::Registered { .. } | TaskKind::PassThrough => {}

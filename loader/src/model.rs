@@ -245,8 +245,10 @@ pub enum TaskKind {
     PassThrough,
     /// `sendTask`: emits a message and continues.
     Send { message: Option<String> },
-    /// `receiveTask`: waits for a message with this name.
-    Receive { message: String },
+    /// `receiveTask`: waits for a message with this name. Without a `messageRef` it is a
+    /// plain wait state, completed through the API like a user task (as Camunda 7,
+    /// Flowable and Activiti treat it).
+    Receive { message: Option<String> },
 }
 
 /// `target = source`, with `source` a CEL expression.

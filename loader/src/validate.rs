@@ -205,7 +205,7 @@ fn event_gateways(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
                 t.kind,
                 NodeKind::IntermediateCatch(_)
                     | NodeKind::Task(Task {
-                        kind: TaskKind::Receive { .. },
+                        kind: TaskKind::Receive { message: Some(_) },
                         ..
                     })
             );

@@ -1076,8 +1076,14 @@ fn send_and_receive_tasks_load() {
     assert_eq!(
         task(only(&l), "t").kind,
         TaskKind::Receive {
-            message: "order-paid".into()
+            message: Some("order-paid".into())
         }
+    );
+    // Without a messageRef, a receive task is a plain wait state (Camunda 7, Flowable).
+    let l = loads(&file(decl, &body(r#"<receiveTask id="t"/>"#)));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Receive { message: None }
     );
     let l = loads(&file(decl, &body(r#"<sendTask id="t" messageRef="m1"/>"#)));
     assert_eq!(

@@ -34,7 +34,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                         },
                     },
                     "receiveTask" => TaskKind::Receive {
-                        message: self.message_ref(el)?,
+                        message: match el.attr("messageRef") {
+                            Some(_) => Some(self.message_ref(el)?),
+                            None => None,
+                        },
                     },
                     _ => TaskKind::PassThrough,
                 }
