@@ -301,4 +301,31 @@ mod tests {
         assert_eq!(TimerName::parse("~run:x"), None);
         assert!("q:x".parse::<TimerName>().unwrap_err().contains("`q:x`"));
     }
+
+    /// The trait impls agree with the rendering: maps keyed by `TimerName` are looked up
+    /// by `&str` (`Borrow`), which is only sound when equality, order and hash are the
+    /// rendering's too.
+    #[test]
+    fn equality_order_hash_and_borrow_are_the_renderings() {
+        use std::collections::{BTreeMap, HashSet};
+        use std::hash::{BuildHasher, RandomState};
+
+        let retry = TimerName::new(TimerKind::Retry, "pay");
+        let boundary = TimerName::new(TimerKind::Boundary, "late");
+        assert!(retry == "r:pay" && retry != "r:other");
+        assert!(retry == *"r:pay" && retry != *"t:pay");
+        assert_eq!(retry.partial_cmp(&boundary), Some("r:pay".cmp("b:late")));
+        assert!(boundary < retry, "ordered by rendering: b: before r:");
+        let hasher = RandomState::new();
+        assert_eq!(hasher.hash_one(&retry), hasher.hash_one("r:pay"));
+        assert_ne!(hasher.hash_one(&retry), hasher.hash_one(&boundary));
+        let by_name = BTreeMap::from([(retry.clone(), 1), (boundary.clone(), 2)]);
+        assert_eq!(by_name.get("r:pay"), Some(&1));
+        assert_eq!(by_name.get("b:late"), Some(&2));
+        assert_eq!(by_name.get("xyzzy"), None);
+        let set: HashSet<TimerName> = HashSet::from([retry.clone()]);
+        assert!(set.contains("r:pay") && !set.contains(""));
+        let borrowed: &str = std::borrow::Borrow::borrow(&retry);
+        assert_eq!(borrowed, "r:pay");
+    }
 }

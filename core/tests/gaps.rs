@@ -193,3 +193,92 @@ fn a_cycle_resolved_early_leaves_no_count_behind() {
     assert_eq!(snap.status(), Status::Completed);
     assert!(snap.inspect().get("cycle_fires").is_none());
 }
+
+/// `any_attempt_in_flight` says what `attempts_in_flight` lists, without the list: true
+/// while a registered task's attempt runs, false once it is parked in a backoff window,
+/// and false once the instance has moved on.
+#[test]
+fn any_attempt_in_flight_agrees_with_the_list() {
+    let def = one_task(r#"<q:retry maxAttempts="3" initialInterval="PT1S" jitter="none"/>"#);
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "X"}, {"outcome": "ok"}]}}"#,
+    );
+    let mut seen = Vec::new();
+    for step in &trace.steps {
+        let snap = Snapshot::decode(&step.snapshot).unwrap();
+        let any = qflow_core::any_attempt_in_flight(&def, &snap);
+        assert_eq!(any, !qflow_core::attempts_in_flight(&def, &snap).is_empty());
+        seen.push(any);
+    }
+    // Start (attempt 1 runs), failure (parked), the backoff fires (attempt 2 runs),
+    // completion (ended).
+    assert_eq!(seen, vec![true, false, true, false]);
+}
+
+/// A budget base larger than the attempt in progress (a hand-edited or damaged
+/// snapshot) counts the attempt as the first, neither zero nor an underflow: with one
+/// attempt allowed, the failure exhausts the policy.
+#[test]
+fn a_budget_base_beyond_the_attempt_counts_one_attempt() {
+    let def = one_task(r#"<q:retry maxAttempts="1" initialInterval="PT1S" jitter="none"/>"#);
+    let started = step(
+        &def,
+        "i-1",
+        Snapshot::new(),
+        Input::Start {
+            variables: Default::default(),
+        },
+        0,
+    )
+    .unwrap()
+    .snapshot;
+    // `b/pay` = 5 beside attempt 1: what the tolerant decoder reads from such bytes.
+    let mut view = top_level_map(&started);
+    view.push(("b/pay".to_owned(), rmpv::Value::from(5u64)));
+    let tampered = Snapshot::decode(&encode_map(&view)).unwrap();
+    assert_eq!(tampered.budget_base("pay"), 5);
+    let out = step(
+        &def,
+        "i-1",
+        tampered,
+        Input::TaskFailed {
+            node: "pay".into(),
+            attempt: qflow_core::Attempt::FIRST,
+            kind: Default::default(),
+            code: "X".into(),
+            message: String::new(),
+        },
+        10,
+    )
+    .unwrap();
+    assert_eq!(out.snapshot.status(), Status::Failed);
+    assert_eq!(
+        out.snapshot.failure().unwrap().detail.as_deref(),
+        Some("exhausted")
+    );
+}
+
+/// The snapshot's top-level map as `(key, value)` pairs.
+fn top_level_map(snap: &Snapshot) -> Vec<(String, rmpv::Value)> {
+    let bytes = snap.encode();
+    let value = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
+    value
+        .as_map()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
+        .collect()
+}
+
+fn encode_map(entries: &[(String, rmpv::Value)]) -> Vec<u8> {
+    let map = rmpv::Value::Map(
+        entries
+            .iter()
+            .map(|(k, v)| (rmpv::Value::from(k.as_str()), v.clone()))
+            .collect(),
+    );
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &map).unwrap();
+    out
+}
