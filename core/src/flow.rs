@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 
 use qflow_loader::model::{
-    BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind, Process, Task,
-    TaskKind, TimerDef, Variables,
+    Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind,
+    Process, Task, TaskKind, TimerDef, Variables,
 };
 use serde_json::Value as Json;
 
@@ -125,7 +125,8 @@ pub(super) fn registered_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
     }
 }
 
-/// The message a receive task or message catch event at `idx` waits for.
+/// The message a receive task, message catch event or message boundary event at `idx`
+/// waits for.
 pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
     match &p.node(idx).kind {
         NodeKind::Task(Task {
@@ -133,8 +134,27 @@ pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
             ..
         }) => message.as_deref(),
         NodeKind::IntermediateCatch(CatchTrigger::Message { name }) => Some(name),
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Message { name },
+            ..
+        }) => Some(name),
         _ => None,
     }
+}
+
+/// The waits a token at `idx` holds open, in order: the node itself (a receive task or
+/// message catch), the message catches racing after it (an event-based gateway), then its
+/// message boundary events (an activity).
+pub(super) fn message_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
+    let node = p.node(idx);
+    let mut waits: Vec<NodeIdx> = if matches!(node.kind, NodeKind::EventBasedGateway) {
+        node.outgoing.iter().map(|f| p.flow(*f).target).collect()
+    } else {
+        vec![idx]
+    };
+    waits.extend(p.boundaries_of(idx));
+    waits.retain(|w| awaited_message(p, *w).is_some());
+    waits
 }
 
 /// The first token (in frontier order) waiting for the message `name` — with `key`,
@@ -154,16 +174,11 @@ fn message_waiter(
     };
     snap.tokens.iter().find_map(|t| {
         let idx = p.find(t)?;
-        if matches!(p.node(idx).kind, NodeKind::EventBasedGateway) {
-            let node = p.node(idx);
-            return node
-                .outgoing
-                .iter()
-                .map(|f| p.flow(*f).target)
-                .find(|t| receives(*t))
-                .map(|t| (t, Some(idx)));
-        }
-        receives(idx).then_some((idx, None))
+        let gateway = matches!(p.node(idx).kind, NodeKind::EventBasedGateway);
+        message_waits(p, idx)
+            .into_iter()
+            .find(|w| receives(*w))
+            .map(|w| (w, (gateway && w != idx).then_some(idx)))
     })
 }
 
@@ -264,10 +279,14 @@ impl<'a> Run<'a> {
                     // The wait is over: should the token come back here in this step, its
                     // subscription opens again with the key evaluated afresh.
                     self.close_subscription(self.id(idx));
-                    if let Some(gw) = gateway {
-                        self.end_race(gw);
+                    if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
+                        self.message_boundary(idx, b.attached_to, b.interrupting, variables);
+                    } else {
+                        if let Some(gw) = gateway {
+                            self.end_race(gw);
+                        }
+                        self.complete_activity(idx, variables);
                     }
-                    self.complete_activity(idx, variables);
                 }
             }
             Input::Redrive => {
@@ -376,6 +395,25 @@ impl<'a> Run<'a> {
         );
         // A BPMN error is a modelled outcome: it routes, and never spends budget.
         self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
+    }
+
+    /// A message reached the boundary event `boundary` of the running activity `host`:
+    /// an interrupting one ends the activity first (its attempt in flight is reported
+    /// interrupted, its timers resolved, its retry state dropped); either way the
+    /// message's variables join the instance's and a token leaves the boundary. A
+    /// non-interrupting one stays open for the next message while the activity runs.
+    pub(super) fn message_boundary(
+        &mut self,
+        boundary: NodeIdx,
+        host: NodeIdx,
+        interrupting: bool,
+        variables: Variables,
+    ) {
+        if interrupting {
+            self.interrupt(host);
+        }
+        self.snap.vars.extend(variables);
+        self.leave(boundary);
     }
 
     pub(super) fn timer_fired(&mut self, name: TimerName, incarnation: u32) {

@@ -3,8 +3,9 @@
 //!
 //! A message whose declaration carries a correlation key (`q:correlationKey`, or Zeebe's
 //! `zeebe:subscription`) is correlated by name *and* key: a token waiting for it — at a
-//! receive task, a message catch event, or a message catch racing after an event-based
-//! gateway — opens a subscription under the key's value, evaluated over the instance
+//! receive task, a message catch event, a message catch racing after an event-based
+//! gateway, or an activity with a message boundary event — opens a subscription under
+//! the key's value, evaluated over the instance
 //! variables when the wait begins. The snapshot keeps it (`c/<node>`), and the step
 //! reports it to the shell ([`Effect::Subscribe`] / [`Effect::Unsubscribe`]), which keeps
 //! a subscription row per waiting node so that a message published with a name and a key
@@ -21,10 +22,10 @@
 //! A definition without correlation keys never reaches past the first check: its
 //! snapshots and effects are exactly what they were before subscriptions existed.
 
-use qflow_loader::model::{NodeIdx, NodeKind};
+use qflow_loader::model::NodeIdx;
 use serde_json::Value as Json;
 
-use super::flow::{awaited_message, Run};
+use super::flow::{awaited_message, message_waits, Run};
 use super::{codes, Effect};
 
 /// The longest correlation key, in characters (so at most 256 bytes of UTF-8: keys are
@@ -105,16 +106,7 @@ impl<'a> Run<'a> {
             let Some(idx) = self.p.find(token) else {
                 continue;
             };
-            let node = self.p.node(idx);
-            let found: Vec<(NodeIdx, &'a str)> = if matches!(node.kind, NodeKind::EventBasedGateway)
-            {
-                node.outgoing
-                    .iter()
-                    .filter_map(|f| keyed(self.p.flow(*f).target))
-                    .collect()
-            } else {
-                keyed(idx).into_iter().collect()
-            };
+            let found = message_waits(self.p, idx).into_iter().filter_map(keyed);
             for w in found {
                 if !waits.iter().any(|(i, _)| *i == w.0) {
                     waits.push(w);

@@ -245,3 +245,65 @@ fn a_definition_without_correlation_keys_emits_no_subscription_effects() {
     );
     assert_eq!(keyed.summary.status, "running");
 }
+
+const BOUNDARY: &str = r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="pay"/>
+      <serviceTask id="pay" q:task="pay"><extensionElements>
+        <q:retry maxAttempts="5" initialInterval="PT1H" maxInterval="PT1H" jitter="none"/>
+      </extensionElements></serviceTask>
+      <boundaryEvent id="cancelled" attachedToRef="pay" cancelActivity="CANCEL">
+        <messageEventDefinition messageRef="m1"/></boundaryEvent>
+      <sequenceFlow id="f1" sourceRef="pay" targetRef="done"/><endEvent id="done"/>
+      <sequenceFlow id="f2" sourceRef="cancelled" targetRef="refund"/>
+      <userTask id="refund"/>
+      <sequenceFlow id="f3" sourceRef="refund" targetRef="refunded"/><endEvent id="refunded"/>"#;
+
+#[test]
+fn an_interrupting_message_boundary_ends_a_task_in_its_backoff_window() {
+    let def = model_with(PAID, &BOUNDARY.replace("CANCEL", "true"));
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"order": {"id": "A"}},
+            "tasks": {"pay": [{"outcome": "fail", "code": "DOWN"}]},
+            "events": [
+              {"event": "message", "at_ms": 600000, "name": "paid", "correlation_key": "B"},
+              {"event": "message", "at_ms": 600000, "name": "paid", "correlation_key": "A",
+               "variables": {"reason": "customer"}}]}"#,
+    );
+    // The subscription opened with the task and closed when the message took the path.
+    assert_eq!(
+        subscribes(&trace),
+        vec![(0, "cancelled".into(), "paid".into(), "A".into())]
+    );
+    assert_eq!(unsubscribes(&trace), vec![(600_000, "cancelled".into())]);
+    let end = last(&trace);
+    assert_eq!(end.status(), qflow_core::Status::Running);
+    assert_eq!(end.tokens(), ["refund"]);
+    assert_eq!(end.variables()["reason"], json!("customer"));
+    // The backoff park was resolved with the task: no retry comes after the message.
+    assert!(end.timers().is_empty(), "{:?}", end.timers());
+    assert_eq!(common::runs_of(&trace, "pay").len(), 1);
+}
+
+#[test]
+fn a_non_interrupting_message_boundary_fires_per_message_while_the_task_runs() {
+    let def = model_with(
+        r#"<message id="m1" name="paid"/>"#,
+        &BOUNDARY.replace("CANCEL", "false"),
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "DOWN"}, {"outcome": "ok", "after_ms": 10}]},
+            "events": [
+              {"event": "message", "at_ms": 1000, "name": "paid"},
+              {"event": "message", "at_ms": 2000, "name": "paid"},
+              {"event": "complete_user_task", "at_ms": 5000, "node": "refund"},
+              {"event": "complete_user_task", "at_ms": 6000, "node": "refund"}]}"#,
+    );
+    // Two messages, two tokens at `refund`; the task retried and completed beside them.
+    assert_eq!(common::runs_of(&trace, "pay").len(), 2);
+    assert_eq!(trace.summary.status, "completed");
+    assert!(
+        subscribes(&trace).is_empty(),
+        "no key, no subscription rows"
+    );
+}

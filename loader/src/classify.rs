@@ -49,6 +49,10 @@ fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
             trigger: BoundaryTrigger::Timer(_),
             ..
         }) => out.push("timer boundary"),
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Message { .. },
+            ..
+        }) => out.push("message boundary (waits)"),
         NodeKind::EventBasedGateway => out.push("event-based gateway (waits)"),
         NodeKind::CallActivity { .. } => out.push("call activity (child instance)"),
         _ => {}

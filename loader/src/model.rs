@@ -209,6 +209,11 @@ pub enum BoundaryTrigger {
     Error {
         code: Option<String>,
     },
+    /// Waits, while its activity runs, for a message with this name (correlated by key
+    /// when the message declares one); interrupting or not.
+    Message {
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone)]

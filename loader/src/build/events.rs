@@ -179,6 +179,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 };
                 BoundaryTrigger::Error { code }
             }
+            Some(d) if d.local == "messageEventDefinition" => BoundaryTrigger::Message {
+                name: self.message_ref(d)?,
+            },
             Some(d) => {
                 self.unsupported_event(el, d, "boundary event");
                 return None;
@@ -187,8 +190,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.help(
                     "Q102",
                     el.pos,
-                    "a boundary event needs a timer or error event definition",
-                    "add <timerEventDefinition> or <errorEventDefinition>",
+                    "a boundary event needs a timer, error or message event definition",
+                    "add <timerEventDefinition>, <errorEventDefinition> or <messageEventDefinition>",
                 );
                 return None;
             }
