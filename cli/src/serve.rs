@@ -118,17 +118,19 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let app = qflow_server::router(
+    let app = qflow_server::router_with_console(
         ops,
         Tokens::new(config.tokens.clone()),
         Some(runtime.stats()),
         &config.limits,
+        &config.console,
     );
     {
         let mut err = std::io::stderr().lock();
         writeln!(
             err,
-            "qflow: serving http://{addr}  (API docs: http://{addr}/openapi.json)"
+            "qflow: serving http://{addr}  (console: http://{addr}/console/, API docs: \
+             http://{addr}/openapi.json)"
         )?;
         match &first_token {
             Some(token) => writeln!(

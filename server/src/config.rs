@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 
 use crate::auth::{Scope, Token};
+pub use crate::console::ConsoleConfig;
 
 /// The server's settings. Every field states its default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
     pub tokens: Vec<Token>,
+    /// `[console]`: the session cookie and session bounds.
+    pub console: ConsoleConfig,
 }
 
 /// Request limits, applied to every endpoint.
@@ -62,6 +65,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             limits: Limits::default(),
             tokens: Vec::new(),
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -74,6 +78,8 @@ struct File {
     limits: Limits,
     #[serde(default)]
     tokens: Vec<TokenEntry>,
+    #[serde(default)]
+    console: ConsoleConfig,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +126,7 @@ impl ServerConfig {
             )));
         }
         config.limits = file.limits;
+        config.console = file.console;
         let mut names = BTreeSet::new();
         for (i, t) in file.tokens.into_iter().enumerate() {
             let field = format!("{origin}: tokens[{i}]");
