@@ -116,6 +116,10 @@ pub struct Snapshot {
     /// `o/<node>`: how often the attempt in progress was re-adopted without an outcome
     /// (C7a); present only after a re-adoption, gone when the next attempt starts.
     pub(crate) readoptions: BTreeMap<String, u32>,
+    /// `c/<node>`: the correlation key of the message subscription open at a waiting
+    /// node (a receive task or message catch whose message has a correlation key);
+    /// present while the subscription is open.
+    pub(crate) subscriptions: BTreeMap<String, String>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -137,6 +141,7 @@ const P_MARKER: &str = "m/";
 const P_FIRST_FAILURE: &str = "e/";
 const P_BUDGET_BASE: &str = "b/";
 const P_READOPTIONS: &str = "o/";
+const P_SUBSCRIPTION: &str = "c/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -239,6 +244,11 @@ impl Snapshot {
     }
 
     /// The backoff-window marker of `node` (the failure class), if it is in one.
+    /// The open message subscriptions: waiting node → correlation key.
+    pub fn subscriptions(&self) -> &BTreeMap<String, String> {
+        &self.subscriptions
+    }
+
     pub fn marker(&self, node: &str) -> Option<&str> {
         self.markers.get(node).map(String::as_str)
     }
@@ -307,6 +317,11 @@ impl Snapshot {
             self.budget_bases.is_empty(),
         );
         put("cycle_fires", json!(self.cycles), self.cycles.is_empty());
+        put(
+            "subscriptions",
+            json!(self.subscriptions),
+            self.subscriptions.is_empty(),
+        );
         let preserved: Vec<&str> = self.preserved_keys().collect();
         put("preserved_keys", json!(preserved), preserved.is_empty());
         Value::Object(view)
@@ -354,6 +369,7 @@ impl Snapshot {
             + self.first_failure_ms.len()
             + self.budget_bases.len()
             + self.readoptions.len()
+            + self.subscriptions.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
@@ -407,6 +423,9 @@ impl Snapshot {
                 format!("{P_BUDGET_BASE}{node}").into(),
                 Entry::Uint(*burned as u64),
             ));
+        }
+        for (node, key) in &self.subscriptions {
+            entries.push((format!("{P_SUBSCRIPTION}{node}").into(), Entry::Str(key)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -556,6 +575,10 @@ impl Snapshot {
                 .and_then(|n| u32::try_from(n).ok())
                 .map(|n| self.readoptions.insert(node.to_owned(), n))
                 .is_some()
+        } else if let Some(node) = key.strip_prefix(P_SUBSCRIPTION) {
+            rd.str()
+                .map(|k| self.subscriptions.insert(node.to_owned(), k.to_owned()))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_BUDGET_BASE) {
             // Tolerant read, like the attempt counter: a malformed base stays verbatim
             // and reads as 0 (the budget counts from the first attempt).
@@ -619,6 +642,7 @@ fn is_known_key(key: &str) -> bool {
             P_FIRST_FAILURE,
             P_BUDGET_BASE,
             P_READOPTIONS,
+            P_SUBSCRIPTION,
         ]
         .iter()
         .any(|p| key.starts_with(p))
