@@ -164,9 +164,13 @@ test('the operator console in a real browser', { timeout: RUN_MS_MAX - 5_000 }, 
 
     await t.test('find a FAILED instance by its failure code', async () => {
       await page.getByLabel('State').selectOption('failed');
+      const failedCount = Number(await page.locator('#counts strong[data-state="failed"]').textContent());
+      assert.ok(failedCount >= 1, 'the counts by state show FAILED instances');
       await page.getByLabel('Failure code').fill('GATEWAY_UNAVAILABLE');
+      await page.getByLabel('Node', { exact: true }).fill('charge');
       await page.getByRole('button', { name: 'Filter' }).click();
       await page.waitForURL(/failure_code=GATEWAY_UNAVAILABLE/);
+      assert.match(page.url(), /node=charge/);
       const rows = page.locator('#instances tbody tr');
       assert.ok(await rows.count() >= 1);
       for (const code of await page.locator('#instances tbody td:nth-child(3)').allTextContents()) {

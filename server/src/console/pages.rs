@@ -90,21 +90,23 @@ pub async fn instances(
     };
     let state_filter = text_param(&p, "state");
     let code = text_param(&p, "failure_code");
+    let node = text_param(&p, "node");
     let cursor = text_param(&p, "cursor");
     let query = InstanceQuery {
         deployment,
         status: state_filter.map(str::to_owned),
         failure_code: code.map(str::to_owned),
+        node: node.map(str::to_owned),
         cursor: cursor.map(str::to_owned),
         limit: PAGE_ROWS,
         ..InstanceQuery::default()
     };
-    let listing = match state.ops.instances(&query).await {
-        Ok(page) => page,
-        Err(e) => return view::ops_error(&viewer, e, "/console/instances"),
-    };
-    let deployments = match state.ops.deployments().await {
-        Ok(d) => d,
+    let (listing, deployments, counts) = match tokio::try_join!(
+        state.ops.instances(&query),
+        state.ops.deployments(),
+        state.ops.instance_counts(),
+    ) {
+        Ok(x) => x,
         Err(e) => return view::ops_error(&viewer, e, "/console/instances"),
     };
     let dep_text = deployment.map(|d| d.to_string());
@@ -112,6 +114,7 @@ pub async fn instances(
         ("deployment", dep_text.as_deref()),
         ("state", state_filter),
         ("failure_code", code),
+        ("node", node),
     ];
     let next = listing.next.as_deref().map(|n| {
         let mut pairs = filters.to_vec();
@@ -120,6 +123,11 @@ pub async fn instances(
     });
     let body = html! {
         h1 { "Instances" }
+        ul.counts #counts aria-label="Instances by state, in the whole store" {
+            @for (s, n) in [("running", counts.running), ("failed", counts.failed), ("completed", counts.completed), ("cancelled", counts.cancelled)] {
+                li { a href={ "/console/instances?state=" (s) } aria-current=[(state_filter == Some(s)).then_some("true")] { (status(s)) " " strong data-state=(s) { (n) } } }
+            }
+        }
         form.filters method="get" action="/console/instances" role="search" aria-label="Filter instances" {
             label { "Deployment"
                 select name="deployment" {
@@ -138,6 +146,7 @@ pub async fn instances(
                 }
             }
             label { "Failure code" input type="text" name="failure_code" value=[code] placeholder="e.g. GATEWAY_UNAVAILABLE"; }
+            label { "Node" input type="text" name="node" value=[node] placeholder="where it stands or failed"; }
             button type="submit" { "Filter" }
             a.button.secondary href="/console/instances" { "Clear" }
         }
@@ -303,6 +312,10 @@ pub async fn instance(
                 }
                 @if i.status == "failed" || i.status == "running" {
                     a.button.secondary href={ "/console/migrate?" (view::query(&[("source", Some(&v.deployment.id.to_string())), ("instance", Some(&i.id))])) } { "Migrate…" }
+                }
+                // The core cancels running instances only; a FAILED one is resumed,
+                // migrated or left for the record.
+                @if i.status == "running" {
                     a.button.danger href=(confirm("cancel")) { "Cancel instance" }
                 }
             }
