@@ -333,7 +333,7 @@ pub async fn instance(
             "Failed: " (list_or_none(&m.failed)) ". Tokens: " (list_or_none(&m.tokens)) ". Parks: " (list_or_none(&m.parks)) "."
         }
         h2 { "Attempts" }
-        (chart::attempts(&history, &dues))
+        div.scroll { (chart::attempts(&history, &dues)) }
         div.scroll {
             table.stack #attempts {
                 thead { tr { th { "Task" } th.num { "Attempt" } th { "Outcome" } th { "Code" } th { "Message" } th { "Started" } th.num { "Ran" } th.num { "Backoff after" } } }
@@ -752,7 +752,7 @@ pub async fn retries(
                     @if let Some(to) = t.attempt_timeout_ms { " (q:timeout " (human_ms(to)) ")" }
                 }
                 @if let Some(why) = &t.unexplained { p.notice.bad { (why) } }
-                (chart::retry_timeline(t))
+                div.scroll { (chart::retry_timeline(t)) }
                 div.scroll {
                     table.stack {
                         thead { tr { th.num { "Attempt" } th { "Backoff before it" } th { "Earliest start" } th { "Latest start" } th { "Note" } } }
