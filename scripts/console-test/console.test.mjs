@@ -163,7 +163,7 @@ test('the operator console in a real browser', { timeout: RUN_MS_MAX - 5_000 }, 
     assert.equal(cookie.sameSite, 'Strict');
 
     await t.test('find a FAILED instance by its failure code', async () => {
-      await page.getByLabel('State').selectOption('failed');
+      await page.locator('select[name="state"]').selectOption('failed');
       const failedCount = Number(await page.locator('#counts strong[data-state="failed"]').textContent());
       assert.ok(failedCount >= 1, 'the counts by state show FAILED instances');
       await page.getByLabel('Failure code').fill('GATEWAY_UNAVAILABLE');
@@ -207,7 +207,7 @@ test('the operator console in a real browser', { timeout: RUN_MS_MAX - 5_000 }, 
 
     await t.test('migrate: dry run, read the diff, confirm', async () => {
       await page.getByRole('link', { name: 'Migrate…' }).click();
-      await page.getByLabel('To deployment').selectOption('2');
+      await page.locator('select[name="target"]').selectOption('2');
       await page.getByRole('button', { name: 'Map nodes' }).click();
       const mapping = page.locator('select[name="map.charge"]');
       assert.equal(await mapping.inputValue(), 'charge_v2', 'charge is suggested onto charge_v2');

@@ -24,6 +24,10 @@
       var canvas = viewer.get('canvas');
       var registry = viewer.get('elementRegistry');
       canvas.zoom('fit-viewport');
+      // fit-viewport never zooms in; a small model is enlarged to fill the box (at most 2×).
+      var vb = canvas.viewbox();
+      var scale = Math.min(vb.outer.width / vb.inner.width, vb.outer.height / vb.inner.height) * 0.9;
+      if (isFinite(scale) && scale > 1) { canvas.zoom(Math.min(scale, 2), 'auto'); }
       var marks = [['data-tokens', 'qf-token'], ['data-parks', 'qf-park'], ['data-failed', 'qf-failed']];
       var marked = [];
       var failed = list('data-failed');

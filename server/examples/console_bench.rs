@@ -222,6 +222,18 @@ async fn main() -> anyhow::Result<()> {
             None,
         ),
         (
+            "instances ?deployment=1",
+            Method::GET,
+            "/console/instances?deployment=1".into(),
+            None,
+        ),
+        (
+            "instances ?state=completed",
+            Method::GET,
+            "/console/instances?state=completed".into(),
+            None,
+        ),
+        (
             "instances ?deployment=1&state=completed",
             Method::GET,
             "/console/instances?deployment=1&state=completed".into(),

@@ -123,7 +123,7 @@ pub async fn instances(
     });
     let body = html! {
         h1 { "Instances" }
-        ul.counts #counts aria-label="Instances by state, in the whole store" {
+        ul.counts #counts aria-label="Counts by state, whole store" {
             @for (s, n) in [("running", counts.running), ("failed", counts.failed), ("completed", counts.completed), ("cancelled", counts.cancelled)] {
                 li { a href={ "/console/instances?state=" (s) } aria-current=[(state_filter == Some(s)).then_some("true")] { (status(s)) " " strong data-state=(s) { (n) } } }
             }
