@@ -44,8 +44,8 @@ use qflow_runtime::{TaskContext, TaskOutcome};
 use qflow_store::memory::MemoryStore;
 use qflow_store::{
     AttemptRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord, IncidentRecord,
-    InstanceFilter, InstanceId, InstanceRecord, NewDeployment, RetireOutcome, Store, StoreResult,
-    TimerClaim, TimerRecord,
+    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment, RetireOutcome,
+    Store, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
 };
 
 const MODEL: &str = include_str!("linear.bpmn");
@@ -497,6 +497,23 @@ impl Store for TimedStore {
     }
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
         self.inner.incidents(instance).await
+    }
+    async fn subscriptions(
+        &self,
+        message: &str,
+        key: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.inner.subscriptions(message, key, limit).await
+    }
+    async fn instance_subscriptions(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.inner.instance_subscriptions(instance).await
+    }
+    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        self.inner.instance_counts().await
     }
     async fn audit(
         &self,

@@ -48,6 +48,19 @@ pub struct Args {
     /// Add each step's persisted snapshot bytes (hex) to its trace line.
     #[arg(long)]
     snapshots: bool,
+    /// A model the scenario's `migrate` events may move the instance onto, as
+    /// `NAME=FILE` (the event's `target` is `NAME`). Repeat for several.
+    #[arg(long = "target", value_name = "NAME=FILE", value_parser = target_arg)]
+    targets: Vec<(String, PathBuf)>,
+}
+
+fn target_arg(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_owned(), PathBuf::from(file)))
+        }
+        _ => Err(format!("`{text}` is not NAME=FILE (e.g. v2=order-v2.bpmn)")),
+    }
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -59,11 +72,27 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Ok(def) => def,
         Err(code) => return Ok(code),
     };
+    let mut targets = qflow_core::sim::Targets::new();
+    for (name, path) in &args.targets {
+        let text = match read_text(path, MODEL_MAX_BYTES) {
+            Ok(text) => text,
+            Err(err) => return Ok(usage_error(path, err)),
+        };
+        match load_model(path, &text) {
+            Ok(def) => {
+                if targets.insert(name.clone(), def).is_some() {
+                    eprintln!("qflow: --target {name}: given twice");
+                    return Ok(ExitCode::from(EXIT_REFUSED));
+                }
+            }
+            Err(code) => return Ok(code),
+        }
+    }
     let scenario_text = match read_text(&args.scenario, SCENARIO_MAX_BYTES) {
         Ok(text) => text,
         Err(err) => return Ok(usage_error(&args.scenario, err)),
     };
-    let scenario = match scenario::parse(&scenario_text, &definition) {
+    let scenario = match scenario::parse_with(&scenario_text, &definition, &targets) {
         Ok(s) => s,
         Err(problems) => {
             let shown = args.scenario.display();
@@ -81,7 +110,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let simulating = || format!("simulating `{}`", args.model.display());
     // Each step is printed as it is taken and then dropped: memory stays flat however
     // many steps the scenario runs.
-    let mut steps = qflow_golden::stream(&definition, &scenario).with_context(simulating)?;
+    let mut steps =
+        qflow_core::sim::steps_with(&definition, &scenario, &targets).with_context(simulating)?;
     let mut out = BufWriter::new(io::stdout().lock());
     for step in &mut steps {
         let step = step.with_context(simulating)?;

@@ -18,9 +18,15 @@ struct Server {
 
 /// Starts `qflow serve --demo` on a free loopback port and reads its banner.
 fn serve(db: &std::path::Path) -> Server {
+    serve_with(db, &[])
+}
+
+/// [`serve`] with more arguments.
+fn serve_with(db: &std::path::Path, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_qflow"))
         .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--db"])
         .arg(db)
+        .args(extra)
         .env_remove("QFLOW_DATABASE_URL")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -194,4 +200,110 @@ fn first_contact_prints_one_token_that_survives_a_restart() {
     );
     assert_eq!(status, 200, "{body}");
     stop(again);
+}
+
+#[test]
+fn a_retention_that_is_not_a_duration_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for command in ["serve", "run"] {
+        let db = dir.path().join(format!("{command}.sqlite"));
+        let out = Command::new(env!("CARGO_BIN_EXE_qflow"))
+            .args([command, "--retention", "P1M", "--db"])
+            .arg(&db)
+            .output()
+            .expect("runs qflow");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {said}");
+        assert!(
+            said.contains("--retention") && said.contains("calendar years or months"),
+            "{command}: {said}"
+        );
+        assert!(
+            !db.exists(),
+            "{command}: a refused start created {}",
+            db.display()
+        );
+    }
+}
+
+#[test]
+fn the_configured_retention_purges_ended_instances_and_keeps_failed_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("retention.sqlite");
+    let config = dir.path().join("qflow.toml");
+    std::fs::write(
+        &config,
+        "[retention]\ndefault = \"PT0S\"\ninterval_ms = 100\n",
+    )
+    .expect("writes the config");
+    let server = serve_with(&db, &["--config", config.to_str().expect("utf-8")]);
+    let token = token_from(&server.said);
+    let addr = server.addr.clone();
+    // Start orders, 20 at a time, until one was purged and one has FAILED (the demo's
+    // scripted gateway declines about one card in twenty-five, by instance id). Purged
+    // instances are gone (404); FAILED ones stay, whatever the retention. Bounded in
+    // instances and in time (a hang guard, not a timing assertion).
+    let mut ids = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (purged, failed) = loop {
+        assert!(
+            ids.len() < 1_000,
+            "1,000 orders and no purge and failure seen"
+        );
+        for n in 0..20 {
+            let body = format!(r#"{{"variables": {{"amount": {n}}}}}"#);
+            let (status, body) = http(
+                &addr,
+                "POST",
+                "/v1/processes/orders/instances",
+                Some(&token),
+                Some(&body),
+            );
+            assert_eq!(status, 201, "{body}");
+            let started: serde_json::Value = serde_json::from_str(&body).expect("json");
+            ids.push(started["instance"].as_str().expect("id").to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let mut purged = 0;
+        let mut failed = Vec::new();
+        for id in &ids {
+            let (status, body) = http(
+                &addr,
+                "GET",
+                &format!("/v1/instances/{id}"),
+                Some(&token),
+                None,
+            );
+            match status {
+                404 => purged += 1,
+                200 if body.contains("\"status\":\"failed\"") => failed.push(id.clone()),
+                _ => {}
+            }
+        }
+        if purged > 0 && !failed.is_empty() {
+            break (purged, failed);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing purged or failed: {purged} {failed:?}"
+        );
+    };
+    let (_, metrics) = http(&addr, "GET", "/metrics", Some(&token), None);
+    let counted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("qflow_instances_purged_total "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("the purge counter");
+    assert!(counted >= purged, "{counted} < {purged}");
+    // A FAILED instance outlives many rounds of a zero retention.
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, body) = http(
+        &addr,
+        "GET",
+        &format!("/v1/instances/{}", failed[0]),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    stop(server);
 }

@@ -3,7 +3,7 @@
 //! must be refused with field-level errors and the documented exit status
 //! (`docs/simulate.md`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use qflow_loader::model::{jitter_ppb, NodeKind};
@@ -533,11 +533,21 @@ fn every_golden_case_runs_here_with_its_committed_bytes() {
     cases.sort();
     assert!(cases.len() >= 30, "{} golden cases", cases.len());
     for case in &cases {
-        let out = simulate(
-            &case.join("model.bpmn"),
-            &case.join("scenario.json"),
-            &["--snapshots"],
-        );
+        // A case's `target-<name>.bpmn` models are what its `migrate` events move onto.
+        let mut args = vec!["--snapshots".to_owned()];
+        for entry in std::fs::read_dir(case).unwrap() {
+            let path = entry.unwrap().path();
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            if let Some(name) = file
+                .strip_prefix("target-")
+                .and_then(|f| f.strip_suffix(".bpmn"))
+            {
+                args.push("--target".to_owned());
+                args.push(format!("{name}={}", path.display()));
+            }
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = simulate(&case.join("model.bpmn"), &case.join("scenario.json"), &args);
         let name = case.file_name().unwrap().to_string_lossy();
         assert_eq!(out.status.code(), Some(0), "{name}");
         let text = String::from_utf8(out.stdout).unwrap();
@@ -626,4 +636,52 @@ fn summary_only_memory_does_not_grow_with_the_number_of_steps() {
         peak_kb < 64 * 1024,
         "peak resident size {peak_kb} kB: the trace is kept in memory"
     );
+}
+
+#[test]
+fn a_migrate_event_moves_the_run_onto_the_target_given_on_the_command_line() {
+    let case = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../golden/cases/migrate_failed_onto_fixed_model");
+    let model = case.join("model.bpmn");
+    let scenario = case.join("scenario.json");
+    let target = format!("v2={}", case.join("target-v2.bpmn").display());
+    let out = simulate(&model, &scenario, &["--target", &target]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let summary = &lines.last().expect("a summary")["summary"];
+    assert_eq!(summary["status"], "completed", "{summary}");
+    // The trace ends on exactly the bytes the golden case pins.
+    let golden = qflow_golden::Case {
+        name: "migrate_failed_onto_fixed_model".into(),
+        dir: case.clone(),
+    };
+    let pinned = golden.committed_steps().expect("committed steps");
+    let last = pinned.last().expect("steps");
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(last);
+    assert_eq!(summary["snapshot_sha256"], hex::encode(digest), "{summary}");
+    let migrations: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["input"]["type"] == "migrate")
+        .collect();
+    assert_eq!(migrations.len(), 2);
+    assert_eq!(
+        migrations[0]["effects"][0]["type"], "stale",
+        "{}",
+        migrations[0]
+    );
+
+    // Without the target, or with a malformed flag, nothing runs.
+    let out = simulate(&model, &scenario, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("events[0].target"));
+    let out = simulate(&model, &scenario, &["--target", "v2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NAME=FILE"));
 }

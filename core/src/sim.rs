@@ -144,6 +144,17 @@ pub enum ScriptedEvent {
         at_ms: i64,
         node: Option<String>,
     },
+    /// An operator migrates the instance onto the definition the run was given as
+    /// `target` ([`steps_with`]), renaming nodes by `mapping` (O2). The simulator fills
+    /// in the due instants of the live timers from its timer table, as a store would;
+    /// from then on the run goes on with the target definition. A migration the core
+    /// refuses (stale) leaves the run on the definition it had.
+    Migrate {
+        at_ms: i64,
+        target: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        mapping: BTreeMap<String, String>,
+    },
 }
 
 impl ScriptedEvent {
@@ -154,7 +165,8 @@ impl ScriptedEvent {
             | ScriptedEvent::Cancel { at_ms }
             | ScriptedEvent::FireTimer { at_ms, .. }
             | ScriptedEvent::Resume { at_ms, .. }
-            | ScriptedEvent::RetryNow { at_ms, .. } => *at_ms,
+            | ScriptedEvent::RetryNow { at_ms, .. }
+            | ScriptedEvent::Migrate { at_ms, .. } => *at_ms,
         }
     }
 
@@ -185,6 +197,11 @@ impl ScriptedEvent {
             },
             ScriptedEvent::Resume { budget, .. } => Input::Resume { budget: *budget },
             ScriptedEvent::RetryNow { node, .. } => Input::RetryNow { node: node.clone() },
+            // The timers' due instants are filled in when the event is delivered.
+            ScriptedEvent::Migrate { mapping, .. } => Input::Migrate {
+                mapping: mapping.clone(),
+                timers: BTreeMap::new(),
+            },
         }
     }
 }
@@ -262,13 +279,32 @@ impl Trace {
     }
 }
 
+/// The definitions a scenario may migrate onto, by the name its `migrate` events give.
+pub type Targets = BTreeMap<String, Definition>;
+
 /// Checks that the scenario fits the definition; the message names the field.
 pub fn validate(def: &Definition, scenario: &Scenario) -> Result<(), Error> {
+    validate_with(def, scenario, &Targets::new())
+}
+
+/// [`validate`], for a run that may migrate onto `targets`: a scripted task may be a
+/// registered task of the definition or of a target, and every `migrate` event names a
+/// target that was given.
+pub fn validate_with(
+    def: &Definition,
+    scenario: &Scenario,
+    targets: &Targets,
+) -> Result<(), Error> {
     let p = &def.process;
-    for node in scenario.tasks.keys() {
-        let registered = p.find(node).is_some_and(|i| {
+    let registered_in = |d: &Definition, node: &str| {
+        let p = &d.process;
+        p.find(node).is_some_and(|i| {
             matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
-        });
+        })
+    };
+    for node in scenario.tasks.keys() {
+        let registered =
+            registered_in(def, node) || targets.values().any(|t| registered_in(t, node));
         if !registered {
             return Err(Error::Scenario(format!(
                 "tasks.{node}: process `{}` has no registered task (q:task) with this id",
@@ -277,6 +313,14 @@ pub fn validate(def: &Definition, scenario: &Scenario) -> Result<(), Error> {
         }
     }
     for (i, e) in scenario.events.iter().enumerate() {
+        if let ScriptedEvent::Migrate { target, .. } = e {
+            if !targets.contains_key(target) {
+                return Err(Error::Scenario(format!(
+                    "events[{i}].target: no target definition `{target}` was given to migrate \
+                     onto (qflow simulate --target {target}=FILE)"
+                )));
+            }
+        }
         if let ScriptedEvent::CompleteUserTask { node, .. } = e {
             let user = p.find(node).is_some_and(
                 |i| matches!(&p.node(i).kind, NodeKind::Task(t) if t.kind == TaskKind::User),
@@ -339,7 +383,25 @@ pub fn run(def: &Definition, scenario: &Scenario) -> Result<Trace, Error> {
 /// simulate` prints each line and drops it). After the last step, [`Steps::finish`] gives
 /// the summary; called earlier, it takes the remaining steps first, without keeping them.
 pub fn steps<'a>(def: &'a Definition, scenario: &'a Scenario) -> Result<Steps<'a>, Error> {
-    validate(def, scenario)?;
+    static NO_TARGETS: Targets = Targets::new();
+    steps_with(def, scenario, &NO_TARGETS)
+}
+
+/// [`run`], for a scenario that may migrate onto `targets` (its `migrate` events).
+pub fn run_with(def: &Definition, scenario: &Scenario, targets: &Targets) -> Result<Trace, Error> {
+    let mut run = steps_with(def, scenario, targets)?;
+    let steps = run.by_ref().collect::<Result<Vec<_>, _>>()?;
+    let summary = run.finish()?;
+    Ok(Trace { steps, summary })
+}
+
+/// [`steps`], for a scenario that may migrate onto `targets` (its `migrate` events).
+pub fn steps_with<'a>(
+    def: &'a Definition,
+    scenario: &'a Scenario,
+    targets: &'a Targets,
+) -> Result<Steps<'a>, Error> {
+    validate_with(def, scenario, targets)?;
     let horizon_ms = scenario
         .horizon_ms
         .unwrap_or(scenario.start_at_ms.saturating_add(HORIZON_DEFAULT_MS));
@@ -353,6 +415,8 @@ pub fn steps<'a>(def: &'a Definition, scenario: &'a Scenario) -> Result<Steps<'a
         attempts: BTreeMap::new(),
         taken: 0,
         last_at_ms: 0,
+        migrations: BTreeMap::new(),
+        target: None,
     };
     for (i, e) in scenario.events.iter().enumerate() {
         let due = Due {
@@ -361,6 +425,11 @@ pub fn steps<'a>(def: &'a Definition, scenario: &'a Scenario) -> Result<Steps<'a
             seq: i as u64,
             name: String::new(),
         };
+        if let ScriptedEvent::Migrate { target, .. } = e {
+            if let Some(t) = targets.get(target) {
+                sim.migrations.insert(i as u64, t);
+            }
+        }
         sim.results.insert(due, e.input());
     }
     Ok(Steps {
@@ -397,7 +466,7 @@ impl Iterator for Steps<'_> {
         }
         let step = if self.started {
             match self.next_delivery() {
-                Ok(Some((input, now_ms))) => self.sim.step(input, now_ms),
+                Ok(Some((input, now_ms))) => self.sim.deliver(input, now_ms),
                 Ok(None) => return None,
                 Err(e) => Err(e),
             }
@@ -433,6 +502,16 @@ impl Steps<'_> {
                     // A date timer in the past fires now: the clock never runs backwards.
                     self.now_ms = self.now_ms.max(due.at_ms);
                     self.sim.take(&due);
+                    let input = match (due.class, input) {
+                        (1, Input::Migrate { mapping, .. }) => {
+                            self.sim.target = self.sim.migrations.get(&due.seq).copied();
+                            Input::Migrate {
+                                mapping,
+                                timers: self.sim.due_instants(),
+                            }
+                        }
+                        (_, input) => input,
+                    };
                     return Ok(Some((input, self.now_ms)));
                 }
             }
@@ -463,9 +542,39 @@ struct Sim<'a> {
     /// Steps taken so far, and the instant of the last one.
     taken: u32,
     last_at_ms: i64,
+    /// The target definition of each `migrate` event, by its position in the file.
+    migrations: BTreeMap<u64, &'a Definition>,
+    /// The target of the migration being delivered now.
+    target: Option<&'a Definition>,
 }
 
-impl Sim<'_> {
+impl<'a> Sim<'a> {
+    /// Steps with `input`; a migration steps with its target definition and, unless the
+    /// core refused it, the run goes on with that definition.
+    fn deliver(&mut self, input: Input, now_ms: i64) -> Result<TraceStep, Error> {
+        let Some(target) = self.target.take() else {
+            return self.step(input, now_ms);
+        };
+        let source = std::mem::replace(&mut self.def, target);
+        let step = self.step(input, now_ms)?;
+        if step
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Stale { .. }))
+        {
+            self.def = source;
+        }
+        Ok(step)
+    }
+
+    /// The due instant of every live timer, by name: what a store tells a migration.
+    fn due_instants(&self) -> BTreeMap<String, i64> {
+        self.timers
+            .iter()
+            .map(|(name, (due, _))| (name.as_str().to_owned(), *due))
+            .collect()
+    }
+
     /// A scripted resume is still to come.
     fn resume_pending(&self) -> bool {
         self.results

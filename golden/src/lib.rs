@@ -108,17 +108,45 @@ impl Case {
             path: model_path.clone(),
             diagnostics,
         })?;
+        let targets = self.targets()?;
         let scenario_path = self.dir.join("scenario.json");
         let text = read_text(&scenario_path)?;
-        let scenario = scenario::parse(&text, &definition).map_err(|problems| Error::Scenario {
-            path: scenario_path,
-            problems: problems
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n"),
+        let scenario = scenario::parse_with(&text, &definition, &targets).map_err(|problems| {
+            Error::Scenario {
+                path: scenario_path,
+                problems: problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            }
         })?;
-        simulate(&definition, &scenario)
+        Ok(sim::run_with(&definition, &scenario, &targets)?)
+    }
+
+    /// The definitions the case's `migrate` events move onto: each `target-<name>.bpmn`
+    /// beside the model is the target `<name>`.
+    pub fn targets(&self) -> Result<sim::Targets, Error> {
+        let mut targets = sim::Targets::new();
+        let entries = fs::read_dir(&self.dir).map_err(|source| io(&self.dir, source))?;
+        for entry in entries {
+            let path = entry.map_err(|source| io(&self.dir, source))?.path();
+            let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+            let Some(name) = file
+                .as_deref()
+                .and_then(|f| f.strip_prefix("target-"))
+                .and_then(|f| f.strip_suffix(".bpmn"))
+            else {
+                continue;
+            };
+            let xml = read_text(&path)?;
+            let def = load_model(&xml).map_err(|diagnostics| Error::Model {
+                path: path.clone(),
+                diagnostics,
+            })?;
+            targets.insert(name.to_owned(), def);
+        }
+        Ok(targets)
     }
 
     /// The author's intended end state.

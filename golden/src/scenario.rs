@@ -15,7 +15,7 @@
 
 use std::fmt;
 
-use qflow_core::sim::{ScriptedEvent, STEPS_LIMIT};
+use qflow_core::sim::{ScriptedEvent, Targets, STEPS_LIMIT};
 use qflow_loader::model::{Definition, NodeKind, TaskKind};
 
 pub use qflow_core::sim::{Scenario, Scripted};
@@ -47,8 +47,18 @@ impl std::error::Error for ScenarioError {}
 /// Parses scenario JSON and checks it against the model. Syntax and type errors stop at
 /// the first (the JSON cannot be read past them); model-level problems are all reported.
 pub fn parse(text: &str, definition: &Definition) -> Result<Scenario, Vec<ScenarioError>> {
+    parse_with(text, definition, &Targets::new())
+}
+
+/// [`parse`], for a scenario that may migrate onto `targets`: a scripted task may be one
+/// of a target, and every `migrate` event must name a target given.
+pub fn parse_with(
+    text: &str,
+    definition: &Definition,
+    targets: &Targets,
+) -> Result<Scenario, Vec<ScenarioError>> {
     let scenario = parse_json(text).map_err(|e| vec![e])?;
-    let problems = validate(&scenario, definition);
+    let problems = validate_with(&scenario, definition, targets);
     if problems.is_empty() {
         Ok(scenario)
     } else {
@@ -92,6 +102,15 @@ fn describe(err: &serde_json::Error) -> String {
 /// not negative, not before the start, and the horizon is not before the start; lists are
 /// bounded.
 pub fn validate(s: &Scenario, definition: &Definition) -> Vec<ScenarioError> {
+    validate_with(s, definition, &Targets::new())
+}
+
+/// [`validate`], for a scenario that may migrate onto `targets`.
+pub fn validate_with(
+    s: &Scenario,
+    definition: &Definition,
+    targets: &Targets,
+) -> Vec<ScenarioError> {
     let mut problems = Vec::new();
     let mut problem = |path: String, message: String| {
         problems.push(ScenarioError { path, message });
@@ -123,7 +142,9 @@ pub fn validate(s: &Scenario, definition: &Definition) -> Vec<ScenarioError> {
     }
     for (node, list) in &s.tasks {
         let path = format!("tasks.{node}");
-        match task_kind(definition, node) {
+        // A task of a target the run migrates onto is scripted like one of the model.
+        let in_target = targets.values().find(|t| task_kind(t, node).is_some());
+        match task_kind(in_target.unwrap_or(definition), node) {
             None => problem(path.clone(), no_node(definition, node)),
             Some(Some(TaskKind::Registered { .. })) => {}
             Some(_) => problem(
@@ -157,6 +178,18 @@ pub fn validate(s: &Scenario, definition: &Definition) -> Vec<ScenarioError> {
                 format!("{at_ms} is before start_at_ms ({})", s.start_at_ms),
             );
         }
+        if let ScriptedEvent::Migrate { target, .. } = event {
+            if !targets.contains_key(target) {
+                problem(
+                    format!("events[{i}].target"),
+                    format!(
+                        "no target definition `{target}` was given (a golden case keeps it \
+                         in `target-{target}.bpmn`; `qflow simulate` takes `--target \
+                         {target}=FILE`)"
+                    ),
+                );
+            }
+        }
         if let ScriptedEvent::CompleteUserTask { node, .. } = event {
             let path = format!("events[{i}].node");
             match task_kind(definition, node) {
@@ -182,7 +215,8 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
         | ScriptedEvent::Cancel { at_ms }
         | ScriptedEvent::FireTimer { at_ms, .. }
         | ScriptedEvent::Resume { at_ms, .. }
-        | ScriptedEvent::RetryNow { at_ms, .. } => *at_ms,
+        | ScriptedEvent::RetryNow { at_ms, .. }
+        | ScriptedEvent::Migrate { at_ms, .. } => *at_ms,
     }
 }
 

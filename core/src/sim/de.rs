@@ -419,6 +419,8 @@ const EVENT_FIELDS: &[&str] = &[
     "incarnation",
     "budget",
     "correlation_key",
+    "target",
+    "mapping",
 ];
 const EVENTS: &[Kind] = &[
     Kind {
@@ -444,6 +446,10 @@ const EVENTS: &[Kind] = &[
     Kind {
         name: "retry_now",
         fields: &["at_ms", "node"],
+    },
+    Kind {
+        name: "migrate",
+        fields: &["at_ms", "target", "mapping"],
     },
 ];
 const FIRE_TIMER: usize = 3;
@@ -480,6 +486,8 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut incarnation = None;
         let mut budget = None;
         let mut correlation_key = None;
+        let mut target = None;
+        let mut mapping = None;
         let mut seen = Vec::new();
         loop {
             let field = Field::tagged(EVENT, EVENT_FIELDS, EVENTS, kind, &mut seen);
@@ -512,6 +520,8 @@ impl<'de> Visitor<'de> for EventVisitor {
                 "incarnation" => incarnation = Some(map.next_value::<u32>()?),
                 "budget" => budget = Some(map.next_value::<Budget>()?),
                 "correlation_key" => correlation_key = map.next_value::<Option<String>>()?,
+                "target" => target = Some(map.next_value::<String>()?),
+                "mapping" => mapping = Some(map.next_value_seed(Renames)?),
                 _ => unreachable!("Field only yields names from EVENT_FIELDS"),
             }
         }
@@ -557,11 +567,46 @@ impl<'de> Visitor<'de> for EventVisitor {
                 at_ms,
                 budget: budget.unwrap_or_default(),
             },
-            _ => ScriptedEvent::RetryNow {
+            "retry_now" => ScriptedEvent::RetryNow {
                 at_ms,
                 node: node.flatten(),
             },
+            _ => ScriptedEvent::Migrate {
+                at_ms,
+                target: target.ok_or_else(|| de::Error::missing_field("target"))?,
+                mapping: mapping.unwrap_or_default(),
+            },
         })
+    }
+}
+
+/// A migration's node mapping: an object of old node id → new node id, no id twice.
+struct Renames;
+
+impl<'de> DeserializeSeed<'de> for Renames {
+    type Value = BTreeMap<String, String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Renames {
+    type Value = BTreeMap<String, String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of old node id → new node id")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut renames = BTreeMap::new();
+        loop {
+            let key = map.next_key_seed(FreshKey(&|k| renames.contains_key(k)))?;
+            let Some(key) = key else { break };
+            let value = map.next_value::<String>()?;
+            renames.insert(key, value);
+        }
+        Ok(renames)
     }
 }
 
