@@ -51,7 +51,26 @@ function cleanup() {
   rmSync(dir, { recursive: true, force: true });
 }
 
+/// The server, checked to be the one answering on its port: once, on this machine, a
+/// request to a fresh loopback port was answered by something else, so a start whose
+/// `/healthz` is not qflow's is retried on a new port.
 async function startServer() {
+  for (let attempt = 1; ; attempt++) {
+    const base = await spawnServer();
+    const health = await fetch(base + '/healthz', { signal: AbortSignal.timeout(STEP_MS_MAX) })
+      .then((r) => r.text()).catch((e) => String(e));
+    if (health === 'ok\n') { return base; }
+    console.error(`console test: ${base}/healthz answered ${JSON.stringify(health)}; restarting`);
+    server.kill('SIGTERM');
+    await new Promise((r) => server.once('exit', r));
+    rmSync(join(dir, 'qflow.sqlite'), { force: true });
+    rmSync(join(dir, 'qflow.sqlite-wal'), { force: true });
+    rmSync(join(dir, 'qflow.sqlite-shm'), { force: true });
+    if (attempt === 3) { throw new Error('no qflow server answering after 3 starts'); }
+  }
+}
+
+async function spawnServer() {
   writeFileSync(join(dir, 'qflow.toml'), [
     'listen = "127.0.0.1:0"',
     '',
@@ -70,7 +89,7 @@ async function startServer() {
       const m = said.match(/qflow: serving http:\/\/(\S+)/);
       if (m) { clearTimeout(limit); resolve('http://' + m[1]); }
     });
-    server.on('exit', (code) => reject(new Error(`qflow serve exited ${code}: ${said}`)));
+    server.once('exit', (code) => reject(new Error(`qflow serve exited ${code}: ${said}`)));
   });
 }
 
