@@ -33,6 +33,9 @@ const START_ROUNDS_MAX = 6;
 
 const ADMIN = 'qf_console_admin_' + randomBytes(16).toString('hex');
 const READER = 'qf_console_reader_' + randomBytes(16).toString('hex');
+/// Ids of 200 characters, for the layout check.
+const LONG_PROCESS = 'orders_' + 'p'.repeat(193);
+const LONG_TASK = 'reserve_' + 'r'.repeat(192);
 const sha = (s) => createHash('sha256').update(s).digest('hex');
 
 const dir = mkdtempSync(join(tmpdir(), 'qflow-console-'));
@@ -51,23 +54,12 @@ function cleanup() {
   rmSync(dir, { recursive: true, force: true });
 }
 
-/// The server, checked to be the one answering on its port: once, on this machine, a
-/// request to a fresh loopback port was answered by something else, so a start whose
-/// `/healthz` is not qflow's is retried on a new port.
+/// The server, and a check that it is the one answering on its address.
 async function startServer() {
-  for (let attempt = 1; ; attempt++) {
-    const base = await spawnServer();
-    const health = await fetch(base + '/healthz', { signal: AbortSignal.timeout(STEP_MS_MAX) })
-      .then((r) => r.text()).catch((e) => String(e));
-    if (health === 'ok\n') { return base; }
-    console.error(`console test: ${base}/healthz answered ${JSON.stringify(health)}; restarting`);
-    server.kill('SIGTERM');
-    await new Promise((r) => server.once('exit', r));
-    rmSync(join(dir, 'qflow.sqlite'), { force: true });
-    rmSync(join(dir, 'qflow.sqlite-wal'), { force: true });
-    rmSync(join(dir, 'qflow.sqlite-shm'), { force: true });
-    if (attempt === 3) { throw new Error('no qflow server answering after 3 starts'); }
-  }
+  const base = await spawnServer();
+  const health = await fetch(base + '/healthz', { signal: AbortSignal.timeout(STEP_MS_MAX) });
+  assert.equal(await health.text(), 'ok\n', `${base}/healthz`);
+  return base;
 }
 
 async function spawnServer() {
@@ -86,7 +78,8 @@ async function spawnServer() {
     let said = '';
     server.stderr.on('data', (chunk) => {
       said += chunk.toString();
-      const m = said.match(/qflow: serving http:\/\/(\S+)/);
+      // The whole address: stderr may arrive cut in the middle of the banner.
+      const m = said.match(/qflow: serving http:\/\/(\S+)\s/);
       if (m) { clearTimeout(limit); resolve('http://' + m[1]); }
     });
     server.once('exit', (code) => reject(new Error(`qflow serve exited ${code}: ${said}`)));
@@ -295,6 +288,26 @@ test('the operator console in a real browser', { timeout: RUN_MS_MAX - 5_000 }, 
       assert.equal(await p.evaluate(() => document.activeElement.textContent), 'Skip to content');
       await narrow.close();
       assert.ok(await noHorizontalScroll(page), 'no horizontal scrolling at 1280 px');
+    });
+
+    await t.test('200-character ids do not break the layout', async () => {
+      const source = readFileSync(join(repo, 'cli', 'examples', 'orders.bpmn'), 'utf8')
+        .replaceAll('"orders"', `"${LONG_PROCESS}"`)
+        .replace(/(id|sourceRef|targetRef|bpmnElement)="reserve"/g, `$1="${LONG_TASK}"`);
+      const dep = await api(base, 'POST', '/v1/deployments', { source });
+      const started = await api(base, 'POST', '/v1/instances', { deployment: dep.id, variables: { note: 'x'.repeat(200) } });
+      for (const [width, height] of [[1280, 800], [390, 800]]) {
+        const ctx = await browser.newContext({ viewport: { width, height } });
+        const p = await signIn(ctx, base, ADMIN);
+        for (const path of [`/console/instances/${started.instance}`, `/console/instances?deployment=${dep.id}`, '/console/deployments', `/console/migrate?source=${dep.id}&target=${dep.id}`]) {
+          await p.goto(base + path);
+          assert.ok(await noHorizontalScroll(p), `no horizontal scrolling at ${width} px on ${path}`);
+        }
+        await p.goto(`${base}/console/instances/${started.instance}`);
+        await p.locator('#diagram[data-state="rendered"]').waitFor();
+        if (width === 1280) { await shot(p, 'long-ids'); }
+        await ctx.close();
+      }
     });
 
     await t.test('a read-only token sees no action buttons; its posts are refused', async () => {

@@ -26,12 +26,20 @@ const READER: &str = "reader-secret";
 const HOSTILE_CODE: &str = "<script>alert(1)</script>";
 
 fn model(process: &str, task: &str) -> String {
+    model_with(process, task, "")
+}
+
+/// A backoff park of an hour after each failure: the instance waits in a park.
+const PARKING: &str =
+    r#"<q:retry maxAttempts="3" initialInterval="PT1H" maxInterval="PT1H" jitter="none"/>"#;
+
+fn model_with(process: &str, task: &str, policy: &str) -> String {
     format!(
         r#"<?xml version="1.0" encoding="UTF-8"?>
 <definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
   <process id="{process}" isExecutable="true">
     <startEvent id="start"/>
-    <serviceTask id="{task}" q:task="pay"/>
+    <serviceTask id="{task}" q:task="pay"><extensionElements>{policy}</extensionElements></serviceTask>
     <endEvent id="end"/>
     <sequenceFlow id="f0" sourceRef="start" targetRef="{task}"/>
     <sequenceFlow id="f1" sourceRef="{task}" targetRef="end"/>
@@ -189,11 +197,14 @@ impl World {
     }
 
     async fn failed_instance(&self, process: &str, task: &str) -> String {
+        let id = self.started(&model(process, task)).await;
+        self.wait(|s| s.failed >= 1).await;
+        id
+    }
+
+    async fn started(&self, source: &str) -> String {
         let ops = Ops::with_runtime(self.rt.clone(), "test");
-        let dep = ops
-            .deploy(&model(process, task), None)
-            .await
-            .expect("deploys");
+        let dep = ops.deploy(source, None).await.expect("deploys");
         let started = ops
             .start(qflow_ops::StartRequest {
                 deployment: Some(dep.id),
@@ -201,7 +212,6 @@ impl World {
             })
             .await
             .expect("starts");
-        self.wait(|s| s.failed >= 1).await;
         started.instance
     }
 
@@ -565,4 +575,87 @@ async fn a_console_form_over_its_body_limit_is_refused() {
     );
     let r = w.post("/console/migrate", &s, &big).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_parked_instance_shows_its_next_due_instant_and_retries_now() {
+    let w = world().await;
+    let id = w.started(&model_with("billing", "pay", PARKING)).await;
+    w.wait(|s| s.parks >= 1).await;
+    let s = w.sign_in(ADMIN).await;
+    let page = w.get(&format!("/console/instances/{id}"), &s).await;
+    assert!(page.text.contains("RUNNING"), "{}", page.text);
+    // The timeline draws the park up to its due instant, an hour after the failure.
+    assert!(page.text.contains(r#"id="next-due""#), "{}", page.text);
+    assert!(page.text.contains("backoff park"));
+    assert!(
+        page.text.contains(r#"data-parks="[&quot;pay&quot;]""#),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("Retry now"));
+    assert!(page.text.contains("Cancel instance"));
+    let confirm = w
+        .get(
+            &format!("/console/instances/{id}/confirm?action=retry-now"),
+            &s,
+        )
+        .await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    assert!(confirm.text.contains("Confirm: retry now"));
+    let r = w
+        .post(
+            &format!("/console/instances/{id}/retry-now"),
+            &s,
+            &format!("csrf={}", s.csrf),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let audit = w.store.audit(None, 0).await.unwrap();
+    assert_eq!(audit.last().unwrap().action, "retry_now");
+    // The retry preview draws the policy: two retries an hour apart.
+    let preview = w.get("/console/deployments/1/retries", &s).await;
+    assert!(
+        preview.text.contains("maxAttempts=3 initialInterval=1h"),
+        "{}",
+        preview.text
+    );
+    assert!(preview.text.contains(r#"data-node="pay""#));
+}
+
+#[tokio::test]
+async fn a_deployment_nothing_blocks_is_retired_from_the_console() {
+    let w = world().await;
+    let id = w.failed_instance("billing", "pay").await;
+    let s = w.sign_in(ADMIN).await;
+    // A FAILED instance blocks it: no retire button, and the store refuses anyway.
+    let page = w.get("/console/deployments", &s).await;
+    assert!(page.text.contains("blocked by"), "{}", page.text);
+    assert!(page.text.contains(&id));
+    assert!(!page.text.contains("Retire…"));
+    let r = w
+        .post(
+            "/console/deployments/1/retire",
+            &s,
+            &format!("csrf={}", s.csrf),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    // A deployment nothing references gets the button, and retiring it works.
+    let ops = Ops::with_runtime(w.rt.clone(), "test");
+    let other = ops.deploy(&model("idle", "pay"), None).await.unwrap();
+    let page = w.get("/console/deployments", &s).await;
+    assert!(page
+        .text
+        .contains(&format!("/console/deployments/{}/retire", other.id)));
+    let r = w
+        .post(
+            &format!("/console/deployments/{}/retire", other.id),
+            &s,
+            &format!("csrf={}", s.csrf),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let page = w.get("/console/deployments", &s).await;
+    assert!(page.text.contains("retired"));
 }
