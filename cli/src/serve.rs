@@ -1,5 +1,6 @@
-//! `qflow serve`: the HTTP API (and, with `--demo`, the bundled order model and its
-//! scripted handlers) over the embedded SQLite default or a PostgreSQL database.
+//! `qflow serve`: the HTTP API and the operator console (`/console/`, `docs/console.md`),
+//! and with `--demo` the bundled order model and its scripted handlers, over the
+//! embedded SQLite default or a PostgreSQL database.
 //!
 //! First contact: with no configured tokens, the server makes an admin token, prints it
 //! once and keeps only its SHA-256, in a file beside the store (`<db>.admin-token`, mode
