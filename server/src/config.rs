@@ -317,5 +317,26 @@ mod tests {
         assert!(e.0.contains("unknown variant `admin`"), "{e}");
         let e = ServerConfig::from_toml("listen = \"localhost\"\n", "q.toml").unwrap_err();
         assert!(e.0.contains("listen"), "{e}");
+        let e = ServerConfig::from_toml("[console]\nsecure = true\n", "q.toml").unwrap_err();
+        assert!(e.0.starts_with("q.toml:2:1: unknown field `secure`"), "{e}");
+    }
+
+    #[test]
+    fn the_console_section_sets_the_cookie_and_session_bounds() {
+        let c = ServerConfig::from_toml(
+            "[console]\nsecure_cookie = true\nsessions_max = 5\n",
+            "q.toml",
+        )
+        .unwrap();
+        assert!(c.console.secure_cookie);
+        assert_eq!(c.console.sessions_max, 5);
+        assert_eq!(
+            c.console.session_ttl_ms,
+            ConsoleConfig::default().session_ttl_ms
+        );
+        assert_eq!(
+            ServerConfig::from_toml("", "q.toml").unwrap().console,
+            ConsoleConfig::default()
+        );
     }
 }

@@ -209,3 +209,38 @@ pub fn retry_timeline(t: &Timeline) -> Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(node: &str, n: u32, start: i64, end: i64, outcome: &'static str) -> AttemptView {
+        AttemptView {
+            node: node.to_owned(),
+            attempt: n,
+            started_at_ms: start,
+            finished_at_ms: end,
+            outcome,
+            code: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn the_attempt_timeline_draws_attempts_backoffs_and_the_next_due_instant() {
+        let history = [
+            attempt("pay", 1, 0, 10, "failed"),
+            attempt("pay", 2, 1_000, 1_010, "failed"),
+        ];
+        let dues = BTreeMap::from([("pay".to_owned(), 3_000)]);
+        let svg = attempts(&history, &dues).into_string();
+        assert_eq!(svg.matches(r#"class="a-failed""#).count(), 2, "{svg}");
+        // One window between the attempts, one up to the due instant.
+        assert_eq!(svg.matches(r#"class="backoff""#).count(), 2, "{svg}");
+        assert!(svg.contains(r#"id="next-due""#));
+        assert!(svg.contains("backoff after attempt 1: 990ms"), "{svg}");
+        assert!(attempts(&[], &BTreeMap::new())
+            .into_string()
+            .contains("No attempts recorded"));
+    }
+}

@@ -958,3 +958,41 @@ pub async fn migrate(
         page("Migrate", Some(&viewer), Nav::Migrate, body),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, name: Option<&str>, kind: &'static str) -> NodeInfo {
+        NodeInfo {
+            id: id.to_owned(),
+            name: name.map(str::to_owned),
+            kind,
+        }
+    }
+
+    #[test]
+    fn mapping_suggestions_go_by_id_then_name_then_a_longer_id() {
+        let from = [
+            node("start", None, "start"),
+            node("charge", Some("Charge card"), "task"),
+            node("ship", Some("Ship"), "task"),
+            node("notify", Some("Tell the customer"), "task"),
+            node("gone", None, "task"),
+        ];
+        let to = [
+            node("start", None, "start"),
+            node("charge_v2", Some("Charge card (v2)"), "task"),
+            node("dispatch", Some("Ship"), "task"),
+            node("notify_customer", Some("Tell the customer"), "task"),
+            node("gone_gateway", None, "gateway"),
+        ];
+        let s = suggestions(&from, &to);
+        assert_eq!(s["start"].as_deref(), Some("start"));
+        assert_eq!(s["charge"].as_deref(), Some("charge_v2"));
+        assert_eq!(s["ship"].as_deref(), Some("dispatch"), "same name");
+        assert_eq!(s["notify"].as_deref(), Some("notify_customer"));
+        // A longer id of another kind is no suggestion.
+        assert_eq!(s["gone"], None);
+    }
+}
