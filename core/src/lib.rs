@@ -58,7 +58,7 @@ pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOu
 pub use crate::snapshot::{Snapshot, Status};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
-pub use subscriptions::CORRELATION_KEY_BYTES_MAX;
+pub use subscriptions::CORRELATION_KEY_CHARS_MAX;
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
 

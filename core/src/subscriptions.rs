@@ -27,8 +27,10 @@ use serde_json::Value as Json;
 use super::flow::{awaited_message, Run};
 use super::{codes, Effect};
 
-/// The longest correlation key, in bytes: keys are row keys in every store.
-pub const CORRELATION_KEY_BYTES_MAX: usize = 256;
+/// The longest correlation key, in characters (so at most 256 bytes of UTF-8: keys are
+/// row keys in every store). A key may not hold control characters either: the API
+/// refuses them, so a wait subscribed under one could never be reached.
+pub const CORRELATION_KEY_CHARS_MAX: usize = 64;
 
 impl<'a> Run<'a> {
     /// Makes the open subscriptions exactly the keyed message waits of the instance (none
@@ -139,11 +141,18 @@ impl<'a> Run<'a> {
                 ))
             }
         };
-        if key.len() > CORRELATION_KEY_BYTES_MAX {
+        let chars = key.chars().count();
+        if chars == 0 || chars > CORRELATION_KEY_CHARS_MAX {
             return Err(format!(
-                "`{}` gave a key of {} bytes; at most {CORRELATION_KEY_BYTES_MAX} are allowed",
-                expr.source(),
-                key.len()
+                "`{}` gave a key of {chars} characters; a key has 1 to \
+                 {CORRELATION_KEY_CHARS_MAX}",
+                expr.source()
+            ));
+        }
+        if key.chars().any(char::is_control) {
+            return Err(format!(
+                "`{}` gave a key with a control character",
+                expr.source()
             ));
         }
         Ok(key)

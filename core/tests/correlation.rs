@@ -168,15 +168,24 @@ fn a_key_that_does_not_evaluate_fails_the_instance_without_a_subscription() {
             "{incident}"
         );
     }
-    let long = "x".repeat(qflow_core::CORRELATION_KEY_BYTES_MAX + 1);
+    let long = "x".repeat(qflow_core::CORRELATION_KEY_CHARS_MAX + 1);
+    for id in [long.as_str(), "", "a\\u0007b"] {
+        let trace = run_scenario(
+            &def,
+            &format!(r#"{{"variables": {{"order": {{"id": "{id}"}}}}}}"#),
+        );
+        assert_eq!(
+            trace.summary.failure_code.as_deref(),
+            Some("EXPRESSION_FAILED"),
+            "{id:?}"
+        );
+    }
+    let longest = "é".repeat(qflow_core::CORRELATION_KEY_CHARS_MAX);
     let trace = run_scenario(
         &def,
-        &format!(r#"{{"variables": {{"order": {{"id": "{long}"}}}}}}"#),
+        &format!(r#"{{"variables": {{"order": {{"id": "{longest}"}}}}}}"#),
     );
-    assert_eq!(
-        trace.summary.failure_code.as_deref(),
-        Some("EXPRESSION_FAILED")
-    );
+    assert_eq!(trace.summary.status, "running", "64 characters are a key");
 }
 
 #[test]

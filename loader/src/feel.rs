@@ -1,14 +1,42 @@
-//! Zeebe FEEL conditions (`=expr`) → CEL, for the subset that maps one-to-one (L8).
+//! Zeebe FEEL conditions (`=expr`) and Camunda 7 / Activiti / Flowable JUEL conditions
+//! (`${expr}`) → CEL, for the subset that maps one-to-one (L8).
 //!
-//! Accepted: literals (numbers, strings, `true`, `false`, `null`), variable paths
+//! FEEL accepted: literals (numbers, strings, `true`, `false`, `null`), variable paths
 //! (`order.total`), comparisons (`=`, `!=`, `<`, `<=`, `>`, `>=`), `and`, `or`, `not(…)`
 //! and parentheses. Everything else — arithmetic (FEEL numbers are decimals, CEL's are
 //! not), function calls, ranges, `in`, `between`, quantifiers, `if`, names with spaces —
-//! is refused with a message, never approximated. This is a translator, not an
-//! evaluator: the result is CEL text that the CEL compiler then checks.
+//! is refused with a message, never approximated.
+//!
+//! JUEL accepted, inside one `${…}` (or `#{…}`) that is the whole condition: the same
+//! literals (strings in single or double quotes), variable paths, comparisons (`==`,
+//! `!=`, `<`, `<=`, `>`, `>=` and their word forms `eq`, `ne`, `lt`, `le`, `gt`, `ge`),
+//! `&&` / `and`, `||` / `or`, `!` / `not`, and parentheses. Refused: arithmetic, method
+//! calls (`execution.getVariable(…)`, `a.equals(b)`), `empty`, indexing, the ternary
+//! operator, and text around the `${…}`. One difference stays: JUEL coerces the operands
+//! of a comparison (`"1" == 1` is true there), CEL does not — comparing values of
+//! different types fails the instance with `EXPRESSION_FAILED` instead of guessing.
+//!
+//! This is a translator, not an evaluator: the result is CEL text that the CEL compiler
+//! then checks.
 
 /// Most nested parentheses accepted (mirrors the CEL bracket cap).
 const MAX_NESTING: usize = 16;
+
+/// Which foreign language a condition is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Feel,
+    Juel,
+}
+
+impl Dialect {
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Feel => "FEEL",
+            Dialect::Juel => "JUEL",
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -19,6 +47,8 @@ enum Tok {
     And,
     Or,
     Not,
+    /// JUEL's prefix negation, `!` or `not`.
+    Bang,
     LParen,
     RParen,
     True,
@@ -29,17 +59,38 @@ enum Tok {
 /// Translates a FEEL expression (without the leading `=`) into CEL source.
 /// The error names the first construct outside the subset and its character offset.
 pub fn feel_to_cel(src: &str) -> Result<String, String> {
-    let toks = lex(src)?;
+    translate(src, Dialect::Feel)
+}
+
+/// Translates a JUEL condition, `${…}` or `#{…}` included, into CEL source. The error
+/// names the first construct outside the subset.
+pub fn juel_to_cel(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let inner = t
+        .strip_prefix("${")
+        .or_else(|| t.strip_prefix("#{"))
+        .and_then(|rest| rest.strip_suffix('}'))
+        .ok_or_else(|| "a JUEL condition must be one `${…}` and nothing around it".to_string())?;
+    if inner.contains("${") || inner.contains("#{") || inner.contains('}') {
+        return Err("a JUEL condition must be one `${…}` and nothing around it".to_string());
+    }
+    translate(inner, Dialect::Juel)
+}
+
+fn translate(src: &str, dialect: Dialect) -> Result<String, String> {
+    let toks = lex(src, dialect)?;
     let mut p = P {
         toks: &toks,
         i: 0,
         depth: 0,
+        dialect,
     };
     let out = p.or()?;
     if p.i != toks.len() {
         return Err(format!(
-            "unexpected `{}` in the FEEL condition",
-            show(&toks[p.i])
+            "unexpected `{}` in the {} condition",
+            show(&toks[p.i]),
+            dialect.name()
         ));
     }
     Ok(out)
@@ -53,6 +104,7 @@ fn show(t: &Tok) -> String {
         Tok::And => "and".into(),
         Tok::Or => "or".into(),
         Tok::Not => "not".into(),
+        Tok::Bang => "!".into(),
         Tok::LParen => "(".into(),
         Tok::RParen => ")".into(),
         Tok::True => "true".into(),
@@ -61,7 +113,11 @@ fn show(t: &Tok) -> String {
     }
 }
 
-fn lex(src: &str) -> Result<Vec<Tok>, String> {
+fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
+    let subset = match dialect {
+        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, paths)",
+        Dialect::Juel => "the supported JUEL subset (comparisons, &&/||/!, literals, paths)",
+    };
     let chars: Vec<(usize, char)> = src.char_indices().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -72,25 +128,38 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
             continue;
         }
         let two = chars.get(i + 1).map(|x| x.1);
+        let juel = dialect == Dialect::Juel;
         let (tok, len) = match c {
             '(' => (Tok::LParen, 1),
             ')' => (Tok::RParen, 1),
+            '=' if juel && two == Some('=') => (Tok::Op("=="), 2),
+            '=' if juel => return Err(format!("`=` at offset {at}: JUEL compares with `==`")),
             '=' => (Tok::Op("=="), 1),
+            '&' if juel && two == Some('&') => (Tok::And, 2),
+            '|' if juel && two == Some('|') => (Tok::Or, 2),
             '!' if two == Some('=') => (Tok::Op("!="), 2),
+            '!' if juel => (Tok::Bang, 1),
             '<' if two == Some('=') => (Tok::Op("<="), 2),
             '>' if two == Some('=') => (Tok::Op(">="), 2),
             '<' => (Tok::Op("<"), 1),
             '>' => (Tok::Op(">"), 1),
-            '"' => {
+            '"' | '\'' if c == '"' || juel => {
                 let mut s = String::new();
                 let mut j = i + 1;
                 loop {
                     match chars.get(j) {
                         None => return Err(format!("unterminated string starting at offset {at}")),
-                        Some((_, '"')) => break,
+                        Some((_, q)) if *q == c => break,
                         Some((_, '\\')) => {
                             return Err(format!(
-                                "escape sequences in FEEL strings are not supported (offset {at})"
+                                "escape sequences in {} strings are not supported (offset {at})",
+                                dialect.name()
+                            ))
+                        }
+                        // CEL reads the text between double quotes.
+                        Some((_, '"')) => {
+                            return Err(format!(
+                                "a double quote inside a string is not supported (offset {at})"
                             ))
                         }
                         Some((_, ch)) => s.push(*ch),
@@ -125,18 +194,27 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
                     }
                 }
                 let word: String = chars[i..j].iter().map(|x| x.1).collect();
-                let tok = match word.as_str() {
-                    "and" => Tok::And,
-                    "or" => Tok::Or,
-                    "not" => Tok::Not,
-                    "true" => Tok::True,
-                    "false" => Tok::False,
-                    "null" => Tok::Null,
-                    "in" | "between" | "some" | "every" | "if" | "then" | "else" | "for"
-                    | "return" | "instance" | "satisfies" | "function" => {
-                        return Err(format!(
-                            "FEEL `{word}` is outside the supported subset (comparisons, and/or/not, literals, paths)"
-                        ))
+                let tok = match (dialect, word.as_str()) {
+                    (_, "and") => Tok::And,
+                    (_, "or") => Tok::Or,
+                    (Dialect::Feel, "not") => Tok::Not,
+                    (Dialect::Juel, "not") => Tok::Bang,
+                    (_, "true") => Tok::True,
+                    (_, "false") => Tok::False,
+                    (_, "null") => Tok::Null,
+                    (Dialect::Juel, "eq") => Tok::Op("=="),
+                    (Dialect::Juel, "ne") => Tok::Op("!="),
+                    (Dialect::Juel, "lt") => Tok::Op("<"),
+                    (Dialect::Juel, "le") => Tok::Op("<="),
+                    (Dialect::Juel, "gt") => Tok::Op(">"),
+                    (Dialect::Juel, "ge") => Tok::Op(">="),
+                    (
+                        Dialect::Feel,
+                        "in" | "between" | "some" | "every" | "if" | "then" | "else" | "for"
+                        | "return" | "instance" | "satisfies" | "function",
+                    )
+                    | (Dialect::Juel, "empty" | "instanceof" | "div" | "mod") => {
+                        return Err(format!("{} `{word}` is outside {subset}", dialect.name()))
                     }
                     _ => {
                         if !word.is_ascii() || word.split('.').any(is_cel_reserved) {
@@ -147,11 +225,7 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
                 };
                 (tok, j - i)
             }
-            other => {
-                return Err(format!(
-                    "`{other}` at offset {at} is outside the supported FEEL subset (comparisons, and/or/not, literals, paths)"
-                ))
-            }
+            other => return Err(format!("`{other}` at offset {at} is outside {subset}")),
         };
         out.push(tok);
         i += len;
@@ -186,6 +260,7 @@ struct P<'a> {
     toks: &'a [Tok],
     i: usize,
     depth: usize,
+    dialect: Dialect,
 }
 
 impl P<'_> {
@@ -227,10 +302,11 @@ impl P<'_> {
     }
 
     fn atom(&mut self) -> Result<String, String> {
+        let dialect = self.dialect.name();
         let tok = self
             .peek()
             .cloned()
-            .ok_or_else(|| "the FEEL condition ends too early".to_string())?;
+            .ok_or_else(|| format!("the {dialect} condition ends too early"))?;
         self.i += 1;
         match tok {
             Tok::Num(n) => Ok(n),
@@ -238,7 +314,7 @@ impl P<'_> {
             Tok::Path(p) => {
                 if self.peek() == Some(&Tok::LParen) {
                     return Err(format!(
-                        "function call `{p}(…)` is outside the supported FEEL subset"
+                        "function call `{p}(…)` is outside the supported {dialect} subset"
                     ));
                 }
                 Ok(p)
@@ -254,12 +330,16 @@ impl P<'_> {
                 let inner = self.group()?;
                 Ok(format!("!({inner})"))
             }
+            Tok::Bang => {
+                let operand = self.atom()?;
+                Ok(format!("!{operand}"))
+            }
             Tok::LParen => {
                 let inner = self.group()?;
                 Ok(format!("({inner})"))
             }
             other => Err(format!(
-                "unexpected `{}` in the FEEL condition",
+                "unexpected `{}` in the {dialect} condition",
                 show(&other)
             )),
         }
@@ -324,6 +404,51 @@ mod tests {
             "first name = \"x\"",
         ] {
             assert!(feel_to_cel(feel).is_err(), "{feel} should be refused");
+        }
+    }
+
+    #[test]
+    fn the_juel_subset_translates_one_to_one() {
+        let cases = [
+            ("${approved == true}", "approved == true"),
+            ("${!rejected}", "!rejected"),
+            ("${amount > 1000 && vip}", "amount > 1000 && vip"),
+            (
+                "#{a eq 'gold' or b ne \"x\"}",
+                "a == \"gold\" || b != \"x\"",
+            ),
+            ("${not (a lt 1) and b ge -2.5}", "!(a < 1) && b >= -2.5"),
+            (
+                "  ${order.total <= 9.5 || x == null}  ",
+                "order.total <= 9.5 || x == null",
+            ),
+        ];
+        for (juel, cel) in cases {
+            assert_eq!(juel_to_cel(juel).as_deref(), Ok(cel), "{juel}");
+            crate::expr::Expression::compile(cel, crate::model::Pos::default(), 4096)
+                .unwrap_or_else(|e| panic!("{cel}: {e:?}"));
+        }
+    }
+
+    #[test]
+    fn juel_outside_the_subset_is_refused() {
+        for juel in [
+            "${amount + 1 > 2}",
+            "${execution.getVariable('x') == 1}",
+            "${a.equals(b)}",
+            "${empty list}",
+            "${a ? b : c}",
+            "${xs[0] > 1}",
+            "${a = 1}",
+            "${a} and ${b}",
+            "x ${a}",
+            "${a",
+            "${'it\\'s'}",
+            "${'say \"hi\"' == a}",
+            "${}",
+            "${a mod 2 == 0}",
+        ] {
+            assert!(juel_to_cel(juel).is_err(), "{juel} should be refused");
         }
     }
 

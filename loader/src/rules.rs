@@ -63,6 +63,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q901", "warning: a process marked isExecutable=\"false\" was loaded because the file has no executable process"),
     ("Q902", "warning: a vendor extension was ignored"),
     ("Q903", "warning: a process without flow nodes was skipped"),
+    ("Q904", "warning: a sequence flow without an id was given a derived one"),
 ];
 
 /// A generic "what to change" line for diagnostics raised where no specific advice exists

@@ -267,6 +267,23 @@ fn routed_timer_boundary(p: &Process, ix: &Index, host: NodeIdx) -> bool {
     })
 }
 
+/// Why the engine code `code` can never fail an attempt of `t`, if it cannot: each engine
+/// code belongs to one way of running a task. `TIMEOUT` needs a route-less `q:timeout`;
+/// `POISONED` is a channel call's undeliverable request; `LOCK_EXPIRED` is a pull task's,
+/// which never has `q:retry`; the `HANDLER_*` codes are a registered handler's.
+fn engine_code_impossible_here(code: &str, t: &Task) -> Option<&'static str> {
+    let channel = matches!(t.kind, TaskKind::Channel { .. });
+    match code {
+        "TIMEOUT" if t.timeout.is_none() => Some("the task has no q:timeout"),
+        "POISONED" if !channel => Some("only a channel call's request is poisoned"),
+        "LOCK_EXPIRED" => Some("only a pull task's lock expires, and a pull task has no q:retry"),
+        "HANDLER_FAILED" | "HANDLER_PANICKED" | "HANDLER_TIMEOUT" if channel => {
+            Some("a channel call runs no handler")
+        }
+        _ => None,
+    }
+}
+
 fn design_rules(def: &Definition, meta: &Meta, ix: &Index, diags: &mut Vec<Diagnostic>) {
     let p = &def.process;
     let declared: BTreeSet<&str> = def
@@ -308,6 +325,17 @@ fn design_rules(def: &Definition, meta: &Meta, ix: &Index, diags: &mut Vec<Diagn
             }
         }
         for (code, pos) in meta.non_retryable.get(&idx(i)).into_iter().flatten() {
+            if let Some(why) = engine_code_impossible_here(code, t) {
+                diags.push(
+                    Diagnostic::error(
+                        "Q303",
+                        *pos,
+                        format!("nonRetryableCodes names `{code}`, which can never occur on `{}`: {why}", n.id),
+                    )
+                    .with_help("remove it from nonRetryableCodes"),
+                );
+                continue;
+            }
             if !ENGINE_FAILURE_CODES.contains(&code.as_str()) && !declared.contains(code.as_str()) {
                 diags.push(
                     Diagnostic::error(

@@ -21,6 +21,13 @@ use crate::LoadOptions;
 pub const BPMN_NS: &str = "http://www.omg.org/spec/BPMN/20100524/MODEL";
 pub const Q_NS: &str = "urn:qflow:bpmn:1";
 pub const CAMUNDA_NS: &str = "http://camunda.org/schema/1.0/bpmn";
+/// Activiti's namespace, which Camunda 7 itself still reads as its own (Camunda began as
+/// a fork of Activiti): read as Camunda's, so `activiti:class` is refused as `camunda:class`
+/// is, and `activiti:assignee` is ignored as `camunda:assignee` is.
+pub const ACTIVITI_NS: &str = "http://activiti.org/bpmn";
+/// Flowable's namespace (also an Activiti fork, with the same attribute and element
+/// names): read as Camunda's for the same reason, so nothing of it that runs code loads.
+pub const FLOWABLE_NS: &str = "http://flowable.org/bpmn";
 pub const ZEEBE_NS: &str = "http://camunda.org/schema/zeebe/1.0";
 
 /// The namespaces the loader tells apart; everything else is `Other`.
@@ -184,7 +191,12 @@ fn classify_ns(ns: &[u8]) -> Ns {
     match ns {
         b if b == BPMN_NS.as_bytes() => Ns::Bpmn,
         b if b == Q_NS.as_bytes() => Ns::Q,
-        b if b == CAMUNDA_NS.as_bytes() => Ns::Camunda,
+        b if b == CAMUNDA_NS.as_bytes()
+            || b == ACTIVITI_NS.as_bytes()
+            || b == FLOWABLE_NS.as_bytes() =>
+        {
+            Ns::Camunda
+        }
         b if b == ZEEBE_NS.as_bytes() => Ns::Zeebe,
         _ => Ns::Other,
     }

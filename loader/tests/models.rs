@@ -535,12 +535,37 @@ fn q209_an_expression_far_over_the_evaluation_budget() {
 }
 
 #[test]
-fn q202_juel_condition() {
+fn q202_juel_condition_outside_the_subset() {
     let d = refused(
-        &gateway_with_condition("<conditionExpression>¶${amount > 1}</conditionExpression>"),
+        &gateway_with_condition(
+            "<conditionExpression>¶${execution.getVariable('amount') > 1}</conditionExpression>",
+        ),
         "Q202",
     );
-    assert!(d.message.contains("JUEL"));
+    assert!(d.message.contains("JUEL"), "{}", d.message);
+    assert!(d.message.contains("function call"), "{}", d.message);
+    refused(
+        &gateway_with_condition("<conditionExpression>¶${amount + 1 > 2}</conditionExpression>"),
+        "Q202",
+    );
+}
+
+#[test]
+fn a_juel_condition_in_the_comparison_subset_is_translated_to_cel() {
+    let l = loads(&gateway_with_condition(
+        "<conditionExpression>${amount &gt; 1000 &amp;&amp; !blocked}</conditionExpression>",
+    ));
+    let flows = &l.definitions[0].process.flows;
+    let cel: Vec<&str> = flows
+        .iter()
+        .filter_map(|f| f.condition.as_ref().map(|c| c.source()))
+        .collect();
+    assert_eq!(cel, vec!["amount > 1000 && !blocked"]);
+    // A JUEL condition compiles to CEL; a CEL error points at the condition's start.
+    refused(
+        &gateway_with_condition("<conditionExpression>¶${a == }</conditionExpression>"),
+        "Q202",
+    );
 }
 
 #[test]
@@ -698,6 +723,41 @@ fn non_retryable_code_that_cannot_occur_is_refused() {
         "Q303",
     );
     assert!(d.message.contains("NO_SUCH_CODE"));
+}
+
+#[test]
+fn an_engine_code_the_task_cannot_produce_is_refused_per_task() {
+    for (code, why) in [
+        ("TIMEOUT", "no q:timeout"),
+        ("POISONED", "channel call"),
+        ("LOCK_EXPIRED", "pull task"),
+    ] {
+        let d = refused(
+            &service(
+                r#"q:task="pay""#,
+                &format!(r#"<q:retry ¶nonRetryableCodes="{code}"/>"#),
+            ),
+            "Q303",
+        );
+        assert!(d.message.contains(why), "{code}: {}", d.message);
+    }
+    // With a q:timeout, TIMEOUT can occur; a handler's codes on a registered task too.
+    loads(&service(
+        r#"q:task="pay""#,
+        r#"<q:retry nonRetryableCodes="TIMEOUT HANDLER_PANICKED"/><q:timeout duration="PT5S"/>"#,
+    ));
+    let d = refused(
+        &service(
+            r#"q:channel="pay""#,
+            r#"<q:retry ¶nonRetryableCodes="HANDLER_FAILED"/><q:timeout duration="PT5S"/>"#,
+        ),
+        "Q303",
+    );
+    assert!(d.message.contains("runs no handler"), "{}", d.message);
+    loads(&service(
+        r#"q:channel="pay""#,
+        r#"<q:retry nonRetryableCodes="POISONED TIMEOUT"/><q:timeout duration="PT5S"/>"#,
+    ));
 }
 
 #[test]
@@ -1435,4 +1495,82 @@ fn a_correlation_key_is_checked_like_any_expression() {
         &receiving(r#"<message id="m1" name="paid" ¶q:corelationKey="k"/>"#),
         "Q309",
     );
+}
+
+#[test]
+fn activiti_and_flowable_extensions_are_read_as_camunda_and_code_stays_refused() {
+    for ns in ["http://activiti.org/bpmn", "http://flowable.org/bpmn"] {
+        let with =
+            |xml: String| xml.replace(r#"id="defs">"#, &format!(r#"xmlns:act="{ns}" id="defs">"#));
+        let d = refused(
+            &with(around(r#"<serviceTask id="t" ¶act:class="com.acme.Pay"/>"#)),
+            "Q114",
+        );
+        assert!(d.message.contains("Java"), "{ns}: {}", d.message);
+        refused(
+            &with(around(
+                r#"<serviceTask id="t" ¶act:delegateExpression="${pay}"/>"#,
+            )),
+            "Q114",
+        );
+        refused(
+            &with(around(
+                r#"<userTask id="t"><extensionElements>¶<act:taskListener event="create" class="X"/></extensionElements></userTask>"#,
+            )),
+            "Q401",
+        );
+        // What Camunda ignores (an assignee), Activiti's spelling of it loads too.
+        loads(&with(around(r#"<userTask id="t" act:assignee="kermit"/>"#)));
+        // An external task in the Activiti spelling is a pull task, as Camunda's is.
+        let l = loads(&with(around(
+            r#"<serviceTask id="t" act:type="external" act:topic="charge"/>"#,
+        )));
+        let p = &l.definitions[0].process;
+        let t = p.node(p.find("t").unwrap());
+        assert!(
+            matches!(&t.kind, NodeKind::Task(Task { kind: TaskKind::Pull { topic, .. }, .. }) if topic == "charge"),
+            "{ns}"
+        );
+    }
+}
+
+#[test]
+fn a_sequence_flow_without_an_id_gets_a_stable_derived_one() {
+    let xml = process(
+        r#"<startEvent id="start"/>
+<sequenceFlow sourceRef="start" targetRef="fork"/>
+<parallelGateway id="fork"/>
+<sequenceFlow sourceRef="fork" targetRef="join"/>
+<sequenceFlow sourceRef="fork" targetRef="join"/>
+<parallelGateway id="join"/>
+<sequenceFlow id="out" sourceRef="join" targetRef="end"/>
+<endEvent id="end"/>"#,
+    );
+    let l = loads(&xml);
+    let ids: Vec<&str> = l.definitions[0]
+        .process
+        .flows
+        .iter()
+        .map(|f| f.id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            "flow:start->fork",
+            "flow:fork->join",
+            "flow:fork->join#2",
+            "out"
+        ]
+    );
+    let warned: Vec<&str> = l.warnings.iter().map(|w| w.code).collect();
+    assert_eq!(warned, vec!["Q904", "Q904", "Q904"]);
+    // Loading again gives the same ids.
+    let again = loads(&xml);
+    let ids_again: Vec<&str> = again.definitions[0]
+        .process
+        .flows
+        .iter()
+        .map(|f| f.id.as_str())
+        .collect();
+    assert_eq!(ids, ids_again);
 }

@@ -507,8 +507,18 @@ pub struct MigrationResult {
 #[serde(deny_unknown_fields)]
 pub struct MessageRequest {
     /// The message name (the `name` of its `<message>` declaration).
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub name: String,
     /// The value the waiting instance's correlation key evaluated to.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub correlation_key: String,
     /// Merged into the instance's variables (or mapped by the wait's output mappings).
     #[serde(default)]
@@ -1156,8 +1166,12 @@ impl Ops {
     /// is never buffered for a subscription that opens later.
     pub async fn correlate(&self, message: MessageRequest) -> Result<Correlated> {
         check_variables(&message.variables)?;
-        check_message_part("name", &message.name)?;
-        check_message_part("correlation_key", &message.correlation_key)?;
+        check_message_part("name", &message.name, MESSAGE_NAME_CHARS_MAX)?;
+        check_message_part(
+            "correlation_key",
+            &message.correlation_key,
+            qflow_core::CORRELATION_KEY_CHARS_MAX,
+        )?;
         let (name, key) = (message.name.as_str(), message.correlation_key.as_str());
         let detail = format!(
             "name={name} key={key} variables={}",
@@ -1299,12 +1313,16 @@ fn no_subscriber(name: &str, key: &str) -> Error {
     }
 }
 
-/// A message name or correlation key as the API bounds it: 1 to
-/// [`qflow_core::CORRELATION_KEY_BYTES_MAX`] bytes, no control characters.
-fn check_message_part(field: &'static str, text: &str) -> Result<()> {
-    let max = qflow_core::CORRELATION_KEY_BYTES_MAX;
-    let why = if text.is_empty() || text.len() > max {
-        format!("is 1 to {max} bytes, this one is {}", text.len())
+/// Longest message name the API takes, in characters.
+pub const MESSAGE_NAME_CHARS_MAX: usize = 256;
+
+/// A message name or correlation key as the API bounds it: 1 to `max` characters
+/// ([`MESSAGE_NAME_CHARS_MAX`], [`qflow_core::CORRELATION_KEY_CHARS_MAX`]), no control
+/// characters.
+fn check_message_part(field: &'static str, text: &str, max: usize) -> Result<()> {
+    let chars = text.chars().count();
+    let why = if chars == 0 || chars > max {
+        format!("is 1 to {max} characters, this one is {chars}")
     } else if text.chars().any(char::is_control) {
         "may not hold control characters".to_owned()
     } else {

@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::diag::Diagnostic;
 use crate::expr::Expression;
-use crate::feel::feel_to_cel;
+use crate::feel::{feel_to_cel, juel_to_cel};
 use crate::model::*;
 use crate::xml::{Element, Ns};
 
@@ -28,16 +29,32 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     }
 
     pub(super) fn resolve_flows(&mut self) {
+        let mut derived: BTreeMap<String, u32> = BTreeMap::new();
         for (el, scope) in std::mem::take(&mut self.flow_els) {
             check_other_extensions(self, el);
-            let Some(id) = el.value("id").map(str::trim).filter(|s| !s.is_empty()) else {
-                self.help(
-                    "Q102",
-                    el.pos,
-                    "the sequenceFlow has no id",
-                    "add a unique id",
-                );
-                continue;
+            let id = match el.value("id").map(str::trim).filter(|s| !s.is_empty()) {
+                Some(id) => id.to_string(),
+                None => {
+                    // The id is optional in the BPMN schema. A derived one names the ends,
+                    // in document order among flows between the same two nodes, and has a
+                    // `:` no XML id can hold, so it never collides with a declared one.
+                    let ends = |attr: &str| el.value(attr).map(str::trim).unwrap_or("?");
+                    let base = format!("flow:{}->{}", ends("sourceRef"), ends("targetRef"));
+                    let n = derived.entry(base.clone()).or_insert(0);
+                    *n += 1;
+                    let id = if *n == 1 { base } else { format!("{base}#{n}") };
+                    self.diags.push(
+                        Diagnostic::warning(
+                            "Q904",
+                            el.pos,
+                            format!("the sequenceFlow has no id; it is known as `{id}`"),
+                        )
+                        .with_help(
+                            "add an id, so that the flow keeps its name if the model changes",
+                        ),
+                    );
+                    id
+                }
             };
             let source = self.flow_end(el, "sourceRef");
             let target = self.flow_end(el, "targetRef");
@@ -65,7 +82,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             self.nodes[source.0 as usize].outgoing.push(fi);
             self.nodes[target.0 as usize].incoming.push(fi);
             self.flows.push(Flow {
-                id: id.to_string(),
+                id,
                 source,
                 target,
                 condition,
@@ -113,7 +130,28 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             .or_else(|| self.ctx.default_language.clone())
             .unwrap_or_default();
         let is_feel = text.starts_with('=') || lang.contains("feel");
-        if text.starts_with("${") || text.starts_with("#{") || lang.contains("juel") {
+        let is_juel = text.starts_with("${") || text.starts_with("#{");
+        // A `${…}` text is JUEL unless the condition itself names another language: an
+        // inherited `expressionLanguage` is exporter boilerplate (Signavio writes XPath
+        // there), and Camunda 7 reads such conditions as JUEL too.
+        if is_juel && (inherited || lang.is_empty() || lang.contains("juel")) {
+            // The comparison/boolean subset maps one to one (L8); anything else is
+            // refused, never approximated.
+            return match juel_to_cel(text) {
+                Ok(cel) => self.compiled(&cel, pos),
+                Err(why) => {
+                    self.help(
+                        "Q202",
+                        pos,
+                        format!("JUEL condition `{text}`: {why}"),
+                        "keep to comparisons, &&/||/!, literals and variable paths, or write \
+                         the condition in CEL (e.g. ${amount > 100} becomes amount > 100)",
+                    );
+                    None
+                }
+            };
+        }
+        if is_juel || lang.contains("juel") {
             self.help(
                 "Q202",
                 pos,
@@ -155,12 +193,30 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         } else {
             text.to_string()
         };
+        if is_feel {
+            return self.compiled(&source, pos);
+        }
         match Expression::compile(&source, pos, self.ctx.opts.max_expr_len) {
             Ok(e) => Some(e),
             Err(e) => {
-                // A translated FEEL text has other columns than the file; point at its start.
-                let at = if is_feel { pos } else { c.text_file_pos(e.pos) };
-                self.help(e.code, at, e.message, "fix the CEL condition");
+                self.help(
+                    e.code,
+                    c.text_file_pos(e.pos),
+                    e.message,
+                    "fix the CEL condition",
+                );
+                None
+            }
+        }
+    }
+
+    /// Compiles CEL translated from FEEL or JUEL: its columns are not the file's, so an
+    /// error points at the start of the condition text.
+    fn compiled(&mut self, cel: &str, pos: Pos) -> Option<Expression> {
+        match Expression::compile(cel, pos, self.ctx.opts.max_expr_len) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                self.help(e.code, pos, e.message, "fix the condition");
                 None
             }
         }
