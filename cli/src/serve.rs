@@ -1,5 +1,6 @@
-//! `qflow serve`: the HTTP API (and, with `--demo`, the bundled order model and its
-//! scripted handlers) over the embedded SQLite default or a PostgreSQL database.
+//! `qflow serve`: the HTTP API and the operator console (`/console/`, `docs/console.md`),
+//! and with `--demo` the bundled order model and its scripted handlers, over the
+//! embedded SQLite default or a PostgreSQL database.
 //!
 //! First contact: with no configured tokens, the server makes an admin token, prints it
 //! once and keeps only its SHA-256, in a file beside the store (`<db>.admin-token`, mode
@@ -128,17 +129,19 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let app = qflow_server::router(
+    let app = qflow_server::router_with_console(
         ops,
         Tokens::new(config.tokens.clone()),
         Some(runtime.stats()),
         &config.limits,
+        &config.console,
     );
     {
         let mut err = std::io::stderr().lock();
         writeln!(
             err,
-            "qflow: serving http://{addr}  (API docs: http://{addr}/openapi.json)"
+            "qflow: serving http://{addr}  (console: http://{addr}/console/, API docs: \
+             http://{addr}/openapi.json)"
         )?;
         match &first_token {
             Some(token) => writeln!(

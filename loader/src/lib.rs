@@ -14,6 +14,7 @@
 use sha2::{Digest, Sha256};
 
 pub mod diag;
+pub mod explain;
 pub mod expr;
 pub mod feel;
 pub mod iso8601;

@@ -31,6 +31,11 @@ use qflow_store::{
 };
 use serde::Serialize;
 
+mod models;
+
+pub use models::NodeInfo;
+pub use qflow_loader::explain::{self, Timeline};
+
 pub mod json {
     //! JSON input helpers shared by the front ends.
 

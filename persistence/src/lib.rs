@@ -6,13 +6,14 @@
 //! is durable (SQLite runs `synchronous=FULL`, PostgreSQL synchronous commits), or let a
 //! commit whose fence check lost write any of its rows.
 //!
-//! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention` in both
-//! directories; an applied migration is never edited, a change is a new one):
+//! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention`,
+//! `0005_subscriptions`, `0007_listing_order` in both directories; an applied migration is
+//! never edited, a change is a new one):
 //!
 //! | table | rows | written by |
 //! |---|---|---|
 //! | `deployments` | one per distinct content hash; `id` is the version | `deploy`, `retire` |
-//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention) | `commit` (CAS on fence), `purge_finished` |
+//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention); indexes ending in `(created_at_ms, id)` per deployment and state, so a listing page reads in order (`0007`) | `commit` (CAS on fence), `purge_finished` |
 //! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
 //! | `incidents` | opened/resolved per instance and node | `commit` |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |

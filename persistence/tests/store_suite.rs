@@ -260,6 +260,43 @@ async fn sqlite_purge_plan_uses_the_ended_indexes() -> Result<()> {
     Ok(())
 }
 
+/// A listing page filtered by deployment and/or state reads its rows in creation order
+/// from an index and stops at the limit: no plan sorts the matching rows (0006). The
+/// statements have the shape `common::instances_query` builds.
+#[tokio::test]
+async fn sqlite_listing_plans_read_in_creation_order() -> Result<()> {
+    use sqlx::Row;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("plan.db");
+    let _store = SqliteStore::open(&path).await?;
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await?;
+    for filter in [
+        "deployment = ?1 AND status = ?2",
+        "status = ?2",
+        "deployment = ?1",
+        "status = ?2 AND failure_code = ?3",
+        "deployment = ?1 AND status = ?2 AND failure_code = ?3",
+    ] {
+        let sql = format!(
+            "EXPLAIN QUERY PLAN SELECT id FROM instances WHERE 1 = 1 AND {filter} \
+             ORDER BY created_at_ms, id LIMIT 50"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(1_i64)
+            .bind("completed")
+            .bind("CODE")
+            .fetch_all(&mut conn)
+            .await?;
+        let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>("detail")).collect();
+        println!("{filter}: {plan:?}");
+        ensure!(
+            !plan.iter().any(|line| line.contains("TEMP B-TREE")),
+            "{filter}: the plan sorts: {plan:?}"
+        );
+    }
+    Ok(())
+}
+
 /// The same evidence on PostgreSQL, with enough parked rows (and fresh statistics) that
 /// the planner's choice is the one production sees.
 #[tokio::test]

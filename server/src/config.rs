@@ -34,6 +34,7 @@ use qflow_runtime::retention::RetentionConfig;
 use serde::Deserialize;
 
 use crate::auth::{Scope, Token};
+pub use crate::console::ConsoleConfig;
 
 /// The server's settings. Every field states its default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +43,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
     pub tokens: Vec<Token>,
+    /// `[console]`: the session cookie and session bounds.
+    pub console: ConsoleConfig,
     /// When ended instances are purged. Default: after 7 days.
     pub retention: RetentionConfig,
 }
@@ -74,6 +77,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             limits: Limits::default(),
             tokens: Vec::new(),
+            console: ConsoleConfig::default(),
             retention: RetentionConfig::default(),
         }
     }
@@ -87,6 +91,8 @@ struct File {
     limits: Limits,
     #[serde(default)]
     tokens: Vec<TokenEntry>,
+    #[serde(default)]
+    console: ConsoleConfig,
     retention: Option<RetentionEntry>,
 }
 
@@ -157,6 +163,7 @@ impl ServerConfig {
             )));
         }
         config.limits = file.limits;
+        config.console = file.console;
         if let Some(r) = file.retention {
             let field = format!("{origin}: retention");
             if let Some(d) = &r.default {
@@ -310,5 +317,26 @@ mod tests {
         assert!(e.0.contains("unknown variant `admin`"), "{e}");
         let e = ServerConfig::from_toml("listen = \"localhost\"\n", "q.toml").unwrap_err();
         assert!(e.0.contains("listen"), "{e}");
+        let e = ServerConfig::from_toml("[console]\nsecure = true\n", "q.toml").unwrap_err();
+        assert!(e.0.starts_with("q.toml:2:1: unknown field `secure`"), "{e}");
+    }
+
+    #[test]
+    fn the_console_section_sets_the_cookie_and_session_bounds() {
+        let c = ServerConfig::from_toml(
+            "[console]\nsecure_cookie = true\nsessions_max = 5\n",
+            "q.toml",
+        )
+        .unwrap();
+        assert!(c.console.secure_cookie);
+        assert_eq!(c.console.sessions_max, 5);
+        assert_eq!(
+            c.console.session_ttl_ms,
+            ConsoleConfig::default().session_ttl_ms
+        );
+        assert_eq!(
+            ServerConfig::from_toml("", "q.toml").unwrap().console,
+            ConsoleConfig::default()
+        );
     }
 }

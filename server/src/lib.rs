@@ -18,6 +18,7 @@ pub mod api;
 pub mod auth;
 pub mod body;
 pub mod config;
+pub mod console;
 pub mod metrics;
 pub mod problem;
 
@@ -54,6 +55,8 @@ pub struct AppState {
     pub stats: Option<Arc<Stats>>,
     /// `limits.request_timeout_ms`: a start may not wait for its instance that long.
     pub request_timeout_ms: u64,
+    /// The console's sessions and cookie settings.
+    pub console: Arc<console::Console>,
     http: Arc<HttpMetrics>,
     openapi: Arc<String>,
 }
@@ -175,18 +178,38 @@ fn finish(mut doc: OpenApiDoc) -> OpenApiDoc {
     doc
 }
 
-/// The whole HTTP surface over `state`'s operations, with the limits of `limits`.
+/// The whole HTTP surface over `state`'s operations, with the limits of `limits` and the
+/// console's default settings.
 pub fn router(ops: Ops, tokens: Tokens, stats: Option<Arc<Stats>>, limits: &Limits) -> Router {
+    router_with_console(
+        ops,
+        tokens,
+        stats,
+        limits,
+        &console::ConsoleConfig::default(),
+    )
+}
+
+/// [`router`] with the console's settings (`[console]` in `qflow.toml`).
+pub fn router_with_console(
+    ops: Ops,
+    tokens: Tokens,
+    stats: Option<Arc<Stats>>,
+    limits: &Limits,
+    console: &console::ConsoleConfig,
+) -> Router {
     let state = AppState {
         ops,
         tokens: Arc::new(tokens),
         stats,
         request_timeout_ms: limits.request_timeout_ms,
+        console: Arc::new(console::Console::new(console)),
         http: Arc::new(HttpMetrics::default()),
         openapi: Arc::new(openapi()),
     };
     let (router, _) = routes().split_for_parts();
     router
+        .merge(console::router())
         .route("/openapi.json", get(openapi_json))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limits.body_bytes))
@@ -213,10 +236,14 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
 
 fn problem_for_bare_status(response: Response) -> Response {
     let status = response.status();
+    // A problem document, or a console page that says what went wrong itself.
     let is_problem = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/problem+json")
+                || v.as_bytes().starts_with(b"text/html")
+        });
     if is_problem || !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
