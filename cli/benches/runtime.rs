@@ -512,8 +512,11 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<SubscriptionRecord>> {
         self.inner.instance_subscriptions(instance).await
     }
-    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
-        self.inner.instance_counts().await
+    async fn instance_counts(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        self.inner.instance_counts(deployment).await
     }
     async fn audit(
         &self,

@@ -1069,10 +1069,12 @@ impl Ops {
         })
     }
 
-    /// How many instances are in each state (one indexed count per state).
-    pub async fn instance_counts(&self) -> Result<InstanceCounts> {
+    /// How many instances are in each state, of one deployment or of all (one indexed
+    /// count per state).
+    pub async fn instance_counts(&self, deployment: Option<i64>) -> Result<InstanceCounts> {
         let mut counts = InstanceCounts::default();
-        for (status, n) in self.store().instance_counts().await? {
+        let deployment = deployment.map(DeploymentId);
+        for (status, n) in self.store().instance_counts(deployment).await? {
             *match status {
                 InstanceStatus::Running => &mut counts.running,
                 InstanceStatus::Completed => &mut counts.completed,

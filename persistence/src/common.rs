@@ -158,10 +158,14 @@ pub(crate) fn all_counts(rows: Vec<(InstanceStatus, u64)>) -> Vec<(InstanceStatu
         .collect()
 }
 
-/// The count query behind `Store::instance_counts`: one count per status, each a range
-/// of the `(status, failure_code)` index.
+/// The count queries behind `Store::instance_counts`: one count per status, each a range
+/// of the `(status, failure_code)` index, or, for one deployment (bound first), of the
+/// `(deployment, status)` one.
 pub(crate) const INSTANCE_COUNTS_SQL: &str =
     "SELECT status, count(*) AS n FROM instances GROUP BY status";
+pub(crate) fn instance_counts_of_deployment_sql(placeholder: &str) -> String {
+    format!("SELECT status, count(*) AS n FROM instances WHERE deployment = {placeholder} GROUP BY status")
+}
 
 pub(crate) const AUDIT_COLUMNS: &str =
     "id, instance, at_ms, actor, action, detail, fence_before, fence_after";

@@ -978,10 +978,19 @@ impl Store for PgStore {
         map_all(rows.await, subscription_from_row)
     }
 
-    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
-        let rows = sqlx::query(INSTANCE_COUNTS_SQL).fetch_all(&self.pool);
+    async fn instance_counts(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        let rows = match deployment {
+            None => sqlx::query(INSTANCE_COUNTS_SQL).fetch_all(&self.pool).await,
+            Some(d) => {
+                let sql = crate::common::instance_counts_of_deployment_sql("$1");
+                sqlx::query(&sql).bind(d.0).fetch_all(&self.pool).await
+            }
+        };
         Ok(crate::common::all_counts(map_all(
-            rows.await,
+            rows,
             status_count_from_row,
         )?))
     }

@@ -993,9 +993,22 @@ impl Store for SqliteStore {
         map_all(rows.await, subscription_from_row)
     }
 
-    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
-        let rows = sqlx::query(INSTANCE_COUNTS_SQL).fetch_all(&self.readers);
-        Ok(all_counts(map_all(rows.await, status_count_from_row)?))
+    async fn instance_counts(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        let rows = match deployment {
+            None => {
+                sqlx::query(INSTANCE_COUNTS_SQL)
+                    .fetch_all(&self.readers)
+                    .await
+            }
+            Some(d) => {
+                let sql = crate::common::instance_counts_of_deployment_sql("?");
+                sqlx::query(&sql).bind(d.0).fetch_all(&self.readers).await
+            }
+        };
+        Ok(all_counts(map_all(rows, status_count_from_row)?))
     }
 
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {

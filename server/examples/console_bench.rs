@@ -133,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let counts = ops.instance_counts().await?;
+    let counts = ops.instance_counts(None).await?;
     eprintln!(
         "filled {n} instances in {:.1} s: {} completed, {} failed",
         fill.elapsed().as_secs_f64(),

@@ -611,17 +611,28 @@ pub async fn correlate(
         .map_err(|e| Problem::from_ops(e, Place::Body))
 }
 
-/// How many instances are in each state.
+/// Which instances to count.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct CountParams {
+    /// Only instances of this deployment version.
+    pub deployment: Option<i64>,
+}
+
+/// How many instances are in each state, of one deployment or of all.
 #[utoipa::path(get, path = "/v1/instance-counts", tag = "instances",
+    params(CountParams),
     responses((status = 200, description = "Counts by state", body = InstanceCounts)),
     security(("bearer" = ["read"])))]
 pub async fn instance_counts(
     State(state): State<AppState>,
     _caller: Caller<ReadScope>,
+    QueryParams(p): QueryParams<CountParams>,
 ) -> Result<Json<InstanceCounts>> {
     state
         .ops
-        .instance_counts()
+        .instance_counts(p.deployment)
         .await
         .map(Json)
         .map_err(|e| Problem::from_ops(e, Place::Query))

@@ -316,7 +316,7 @@ async fn metrics_text(
 ) -> Response {
     // A store that does not answer leaves the gauge out rather than failing the scrape:
     // the counters and the HTTP figures are still worth having.
-    let counts = match state.ops.instance_counts().await {
+    let counts = match state.ops.instance_counts(None).await {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, "instance counts unavailable for /metrics");

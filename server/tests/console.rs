@@ -659,3 +659,29 @@ async fn a_deployment_nothing_blocks_is_retired_from_the_console() {
     let page = w.get("/console/deployments", &s).await;
     assert!(page.text.contains("retired"));
 }
+
+#[tokio::test]
+async fn the_deployments_page_counts_every_instance_by_state() {
+    let w = world().await;
+    // Seven FAILED instances of one deployment: more than the page names as blockers.
+    let mut ids = Vec::new();
+    for n in 0..7 {
+        ids.push(w.started(&model("billing", "pay")).await);
+        w.wait(|s| s.failed > n).await;
+    }
+    let s = w.sign_in(ADMIN).await;
+    let page = w.get("/console/deployments", &s).await;
+    assert!(
+        page.text.contains(
+            r#"<td class="num" data-label="Failed"><a href="/console/instances?deployment=1&amp;state=failed">7</a>"#
+        ),
+        "{}",
+        page.text
+    );
+    let named = ids
+        .iter()
+        .filter(|id| page.text.contains(id.as_str()))
+        .count();
+    assert_eq!(named, 3, "three of the blockers are named");
+    assert!(page.text.contains(" …"), "and the rest are elided");
+}

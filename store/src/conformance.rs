@@ -1942,7 +1942,7 @@ pub async fn instance_counts_cover_every_status(ctx: Ctx) -> Result<()> {
     let s = &*ctx.store;
     let zero: Vec<(InstanceStatus, u64)> = InstanceStatus::ALL.iter().map(|s| (*s, 0)).collect();
     ensure!(
-        s.instance_counts().await? == zero,
+        s.instance_counts(None).await? == zero,
         "an empty store lists zeros"
     );
     let dep = deploy(s, "counts").await?;
@@ -1955,7 +1955,20 @@ pub async fn instance_counts_cover_every_status(ctx: Ctx) -> Result<()> {
     ] {
         lived(s, id(n), dep, status, T0 + n as i64).await?;
     }
-    let counts = ctx.second.instance_counts().await?;
+    let other = deploy(s, "counts-other").await?;
+    lived(s, id(9), other, InstanceStatus::Cancelled, T0 + 9).await?;
+    let of_other = s.instance_counts(Some(other)).await?;
+    ensure!(
+        of_other
+            == vec![
+                (InstanceStatus::Running, 0),
+                (InstanceStatus::Completed, 0),
+                (InstanceStatus::Failed, 0),
+                (InstanceStatus::Cancelled, 1),
+            ],
+        "{of_other:?}"
+    );
+    let counts = ctx.second.instance_counts(Some(dep)).await?;
     let expected = vec![
         (InstanceStatus::Running, 3),
         (InstanceStatus::Completed, 1),
@@ -1963,5 +1976,10 @@ pub async fn instance_counts_cover_every_status(ctx: Ctx) -> Result<()> {
         (InstanceStatus::Cancelled, 0),
     ];
     ensure!(counts == expected, "{counts:?}");
+    let all = s.instance_counts(None).await?;
+    ensure!(
+        all[3] == (InstanceStatus::Cancelled, 1) && all[0].1 == 3,
+        "{all:?}"
+    );
     Ok(())
 }

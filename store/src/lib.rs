@@ -512,9 +512,13 @@ pub trait Store: Send + Sync + 'static {
         instance: InstanceId,
     ) -> StoreResult<Vec<SubscriptionRecord>>;
 
-    /// How many instances there are in each status, in [`InstanceStatus`] order, every
-    /// status listed (0 when none). One indexed count per status.
-    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>>;
+    /// How many instances there are in each status — of one deployment, or of all — in
+    /// [`InstanceStatus`] order, every status listed (0 when none). One indexed count per
+    /// status (`(deployment, status)` or `(status, failure_code)`).
+    async fn instance_counts(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<(InstanceStatus, u64)>>;
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>>;
     /// The audit log, of one instance or of all, oldest first, at most `limit` rows (0:

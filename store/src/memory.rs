@@ -630,12 +630,19 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+    async fn instance_counts(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<(InstanceStatus, u64)>> {
         let state = self.lock();
         Ok(InstanceStatus::ALL
             .into_iter()
             .map(|s| {
-                let n = state.instances.values().filter(|i| i.status == s).count();
+                let n = state
+                    .instances
+                    .values()
+                    .filter(|i| i.status == s && deployment.is_none_or(|d| i.deployment == d))
+                    .count();
                 (s, n as u64)
             })
             .collect())

@@ -21,8 +21,8 @@ use crate::AppState;
 pub const PAGE_ROWS: u32 = 50;
 /// Incidents shown at most on the incidents page (newest first).
 pub const INCIDENT_ROWS_MAX: usize = 500;
-/// Instances named as blocking a retirement, per state.
-const BLOCKERS_SHOWN: u32 = 5;
+/// Instances named as blocking a retirement, at most.
+const BLOCKERS_SHOWN: usize = 3;
 
 /// The query string's pairs.
 fn params(raw: &Option<String>) -> BTreeMap<String, String> {
@@ -104,7 +104,7 @@ pub async fn instances(
     let (listing, deployments, counts) = match tokio::try_join!(
         state.ops.instances(&query),
         state.ops.deployments(),
-        state.ops.instance_counts(),
+        state.ops.instance_counts(deployment),
     ) {
         Ok(x) => x,
         Err(e) => return view::ops_error(&viewer, e, "/console/instances"),
@@ -598,7 +598,7 @@ pub async fn deployments(State(state): State<AppState>, viewer: Viewer) -> Respo
         p.muted { "A deployment cannot be retired while running or FAILED instances reference it." }
         div.scroll {
             table.stack #deployments {
-                thead { tr { th.num { "Version" } th { "Process" } th { "Content" } th { "Deployed" } th { "Running" } th { "Failed" } th { "Retirement" } th { "More" } } }
+                thead { tr { th.num { "Version" } th { "Process" } th { "Content" } th { "Deployed" } th.num { "Running" } th.num { "Failed" } th.num { "Completed" } th.num { "Cancelled" } th { "Retirement" } th { "More" } } }
                 tbody {
                     @for (d, b) in &rows {
                         tr {
@@ -606,14 +606,16 @@ pub async fn deployments(State(state): State<AppState>, viewer: Viewer) -> Respo
                             td.id data-label="Process" { (d.process_id) }
                             td data-label="Content" { code title=(d.content_hash) { (d.content_hash.get(..12).unwrap_or(&d.content_hash)) } }
                             td data-label="Deployed" { (time(d.deployed_at_ms)) }
-                            td data-label="Running" { a href={ "/console/instances?deployment=" (d.id) "&state=running" } { (count_text(b.running)) } }
-                            td data-label="Failed" { a href={ "/console/instances?deployment=" (d.id) "&state=failed" } { (count_text(b.failed)) } }
+                            td.num data-label="Running" { a href={ "/console/instances?deployment=" (d.id) "&state=running" } { (b.counts.running) } }
+                            td.num data-label="Failed" { a href={ "/console/instances?deployment=" (d.id) "&state=failed" } { (b.counts.failed) } }
+                            td.num data-label="Completed" { a href={ "/console/instances?deployment=" (d.id) "&state=completed" } { (b.counts.completed) } }
+                            td.num data-label="Cancelled" { a href={ "/console/instances?deployment=" (d.id) "&state=cancelled" } { (b.counts.cancelled) } }
                             td data-label="Retirement" {
                                 @if d.retired { "retired" }
-                                @else if b.running > 0 || b.failed > 0 {
+                                @else if b.counts.running > 0 || b.counts.failed > 0 {
                                     "blocked by "
                                     @for (k, id) in b.examples.iter().enumerate() { @if k > 0 { ", " } (instance_link(id)) }
-                                    @if b.running + b.failed > b.examples.len() as u32 { " …" }
+                                    @if b.counts.running + b.counts.failed > b.examples.len() as u64 { " …" }
                                 }
                                 @else if deploy { a.button.danger href={ "/console/deployments/" (d.id) "/retire" } { "Retire…" } }
                                 @else { "nothing blocks it" }
@@ -625,7 +627,7 @@ pub async fn deployments(State(state): State<AppState>, viewer: Viewer) -> Respo
                             }
                         }
                     }
-                    @if rows.is_empty() { tr { td colspan="8" { "Nothing deployed yet." } } }
+                    @if rows.is_empty() { tr { td colspan="10" { "Nothing deployed yet." } } }
                 }
             }
         }
@@ -636,49 +638,30 @@ pub async fn deployments(State(state): State<AppState>, viewer: Viewer) -> Respo
     )
 }
 
-/// What blocks retiring a deployment: its running and FAILED instances, counted up to
-/// [`BLOCKERS_SHOWN`] (more shows as "5+"), with a few of them named.
+/// A deployment's instances by state (exact, one indexed count each) and a few of the
+/// running or FAILED ones that block its retirement, named.
 struct Blockers {
-    running: u32,
-    failed: u32,
+    counts: qflow_ops::InstanceCounts,
     examples: Vec<String>,
-}
-
-fn count_text(n: u32) -> String {
-    if n > BLOCKERS_SHOWN {
-        format!("{BLOCKERS_SHOWN}+")
-    } else {
-        n.to_string()
-    }
 }
 
 async fn blockers(state: &AppState, deployment: i64) -> Result<Blockers, qflow_ops::Error> {
     let mut b = Blockers {
-        running: 0,
-        failed: 0,
+        counts: state.ops.instance_counts(Some(deployment)).await?,
         examples: Vec::new(),
     };
-    for s in ["failed", "running"] {
+    for (s, n) in [("failed", b.counts.failed), ("running", b.counts.running)] {
+        if n == 0 || b.examples.len() >= BLOCKERS_SHOWN {
+            continue;
+        }
         let q = InstanceQuery {
             deployment: Some(deployment),
             status: Some(s.to_owned()),
-            limit: BLOCKERS_SHOWN + 1,
+            limit: (BLOCKERS_SHOWN - b.examples.len()) as u32,
             ..InstanceQuery::default()
         };
         let page = state.ops.instances(&q).await?;
-        let n = page.items.len() as u32;
-        if s == "failed" {
-            b.failed = n
-        } else {
-            b.running = n
-        }
-        for i in page
-            .items
-            .iter()
-            .take(3usize.saturating_sub(b.examples.len()))
-        {
-            b.examples.push(i.id.clone());
-        }
+        b.examples.extend(page.items.into_iter().map(|i| i.id));
     }
     Ok(b)
 }

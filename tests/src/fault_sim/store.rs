@@ -472,9 +472,12 @@ impl Store for FaultyStore {
         self.inner.instance_subscriptions(instance).await
     }
 
-    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+    async fn instance_counts(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<(InstanceStatus, u64)>> {
         self.tick();
-        self.inner.instance_counts().await
+        self.inner.instance_counts(deployment).await
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
