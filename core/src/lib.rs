@@ -378,6 +378,8 @@ pub enum Effect {
     },
     /// Resolve the open incidents on `node`. Emitted by repair inputs of later issues.
     ResolveIncident { node: String },
+    /// Move the open incidents on `from` to `to`: a migration renamed the node.
+    MoveIncidents { from: String, to: String },
     /// Open the message subscription of `node`: a message `message` published with
     /// `key` reaches this instance (SPEC O1, correlation). Upserted by `node`.
     Subscribe {

@@ -6,7 +6,9 @@
 //! incarnations, the store knows when they are due). Everything the snapshot keeps per
 //! node travels with the renamed node: tokens, attempt counters, backoff markers, first
 //! failures, budget bases, re-adoption counts, join arrivals, cycle counts, the failure's
-//! node; variables are untouched. A timer whose name changes is resolved and armed again
+//! node, the open incidents (rows beside the instance, moved by `Effect::MoveIncidents`);
+//! variables are untouched. Message subscriptions are closed and opened again under the
+//! new names by the step's subscription sync, with their keys evaluated afresh. A timer whose name changes is resolved and armed again
 //! under its new name at the same instant.
 //!
 //! The plan is validated against the target before anything changes, and any problem
@@ -179,6 +181,17 @@ impl Run<'_> {
                 self.snap.cycles.insert(new.as_str().to_owned(), c);
             }
             self.arm(new, at);
+        }
+        // Open incidents travel with their node, like everything else kept per node: a
+        // FAILED instance's incident is on its failure node, and after the move a resume
+        // resolves it under the new name.
+        for (from, to) in mapping {
+            if from != to {
+                self.effects.push(Effect::MoveIncidents {
+                    from: from.clone(),
+                    to: to.clone(),
+                });
+            }
         }
     }
 }

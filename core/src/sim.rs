@@ -699,6 +699,7 @@ impl<'a> Sim<'a> {
             Effect::AttemptFinished { .. }
             | Effect::OpenIncident { .. }
             | Effect::ResolveIncident { .. }
+            | Effect::MoveIncidents { .. }
             | Effect::Subscribe { .. }
             | Effect::Unsubscribe { .. }
             | Effect::Completed

@@ -323,6 +323,14 @@ async fn failed_instances_migrate_onto_a_fixed_deployment_and_complete() {
         assert_eq!(view.instance.deployment, d2.id);
         assert_eq!(view.instance.status, "failed");
         assert_eq!(view.snapshot["attempts"]["charge"], 2);
+        // The open incident moved with its node.
+        let open: Vec<&str> = view
+            .incidents
+            .iter()
+            .filter(|i| i.resolved_at_ms.is_none())
+            .map(|i| i.node.as_str())
+            .collect();
+        assert_eq!(open, vec!["charge"], "{:?}", view.incidents);
         w.ops.resume(*id, Budget::Keep).await.expect("resumes");
     }
     w.poll_until(|s| s.completed >= 2).await;
@@ -340,6 +348,11 @@ async fn failed_instances_migrate_onto_a_fixed_deployment_and_complete() {
                 ("charge", 3, "ok")
             ],
             "the burned attempts stay in the history and count on"
+        );
+        let incidents = w.ops.incidents(Some(*id)).await.expect("incidents");
+        assert!(
+            incidents.iter().all(|i| i.resolved_at_ms.is_some()),
+            "resuming the migrated instance resolved its incident: {incidents:?}"
         );
     }
     let audit = w.ops.audit(None, 0).await.expect("audit");

@@ -671,6 +671,27 @@ async fn apply_timers(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult
 /// Writes the winners' `incidents`: the resolves, then the opens, so a step that resolves
 /// and re-opens a node keeps the new incident open.
 async fn apply_incidents(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut instance, mut from, mut to) = (Vec::new(), Vec::new(), Vec::new());
+    for commit in winners {
+        for (f, t) in &commit.incidents.moved {
+            instance.push(commit.instance);
+            from.push(f.as_str());
+            to.push(t.as_str());
+        }
+    }
+    if !instance.is_empty() {
+        sqlx::query(
+            "UPDATE incidents AS i SET node = v.to_node \
+             FROM UNNEST($1::uuid[], $2::text[], $3::text[]) AS v(instance, from_node, to_node) \
+             WHERE i.instance = v.instance AND i.node = v.from_node AND i.resolved_at_ms IS NULL",
+        )
+        .bind(&instance)
+        .bind(&from)
+        .bind(&to)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
     let (mut instance, mut node, mut now_ms) = (Vec::new(), Vec::new(), Vec::new());
     for commit in winners {
         for resolved in &commit.incidents.resolve_on {

@@ -646,6 +646,32 @@ async fn apply_timers(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> Stor
 /// incident open.
 async fn apply_incidents(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
     for (id, commit) in winners {
+        // All moves of the commit in one statement, each row by the node it had: a
+        // mapping may rename `a` to `b` and `b` to `c` at once.
+        let moved = &commit.incidents.moved;
+        if moved.is_empty() {
+            continue;
+        }
+        let mut query = QueryBuilder::<Sqlite>::new("UPDATE incidents SET node = CASE node");
+        for (from, to) in moved {
+            query
+                .push(" WHEN ")
+                .push_bind(from.as_str())
+                .push(" THEN ")
+                .push_bind(to.as_str());
+        }
+        query
+            .push(" ELSE node END WHERE instance = ")
+            .push_bind(*id)
+            .push(" AND resolved_at_ms IS NULL AND node IN (");
+        let mut froms = query.separated(", ");
+        for (from, _) in moved {
+            froms.push_bind(from.as_str());
+        }
+        query.push(")");
+        query.build().execute(&mut *tx).await.map_err(backend)?;
+    }
+    for (id, commit) in winners {
         for node in &commit.incidents.resolve_on {
             sqlx::query(
                 "UPDATE incidents SET resolved_at_ms = ? \

@@ -313,6 +313,7 @@ fn carry_out(
             .open
             .push(NewSubscription { node, message, key }),
         Effect::Unsubscribe { node } => commit.subscriptions.close.push(node),
+        Effect::MoveIncidents { from, to } => commit.incidents.moved.push((from, to)),
         Effect::AttemptFinished {
             node,
             attempt,

@@ -114,6 +114,7 @@ macro_rules! conformance_tests {
             subscriptions_follow_the_fence_and_are_purged_with_their_instance,
             instances_filter_by_node_and_end,
             instance_counts_cover_every_status,
+            open_incidents_move_with_their_node_resolved_ones_stay,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -1980,6 +1981,58 @@ pub async fn instance_counts_cover_every_status(ctx: Ctx) -> Result<()> {
     ensure!(
         all[3] == (InstanceStatus::Cancelled, 1) && all[0].1 == 3,
         "{all:?}"
+    );
+    Ok(())
+}
+
+pub async fn open_incidents_move_with_their_node_resolved_ones_stay(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "moves").await?;
+    let incident = |node: &str| NewIncident {
+        node: node.to_owned(),
+        code: format!("E_{node}"),
+        message: "m".into(),
+    };
+    let mut c = commit(id(1), None, dep);
+    c.incidents.open = vec![incident("a"), incident("b"), incident("old")];
+    commit_one(s, c).await?;
+    let mut resolve = commit(id(1), Some(1), dep);
+    resolve.incidents.resolve_on.push("old".into());
+    commit_one(s, resolve).await?;
+    let mut other = commit(id(2), None, dep);
+    other.incidents.open = vec![incident("a")];
+    commit_one(s, other).await?;
+    // A migration renaming a → b and b → c at once, and `old` (resolved) → `new`.
+    let mut moved = commit(id(1), Some(2), dep);
+    moved.now_ms = T0 + 7;
+    moved.incidents.moved = vec![
+        ("a".into(), "b".into()),
+        ("b".into(), "c".into()),
+        ("old".into(), "new".into()),
+    ];
+    ensure!(commit_one(s, moved).await? == CommitOutcome::Applied { fence: 3 });
+    let mine = ctx.second.incidents(Some(id(1))).await?;
+    let by_code: Vec<(&str, &str, bool)> = mine
+        .iter()
+        .map(|i| (i.code.as_str(), i.node.as_str(), i.resolved_at_ms.is_some()))
+        .collect();
+    ensure!(
+        by_code
+            == vec![
+                ("E_a", "b", false),
+                ("E_b", "c", false),
+                ("E_old", "old", true)
+            ],
+        "each row by the node it had, the resolved one left: {by_code:?}"
+    );
+    ensure!(
+        mine.iter().all(|i| i.opened_at_ms == T0),
+        "the instants stay"
+    );
+    let theirs = s.incidents(Some(id(2))).await?;
+    ensure!(
+        theirs.len() == 1 && theirs[0].node == "a",
+        "other instances untouched"
     );
     Ok(())
 }

@@ -336,9 +336,12 @@ pub struct TimerWrites {
     pub resolve: Vec<TimerRef>,
 }
 
-/// Incident rows a commit writes.
+/// Incident rows a commit writes: moves first, then resolves, then opens.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IncidentWrites {
+    /// `(from, to)`: every open incident of this instance on node `from` is put on node
+    /// `to` (a migration renamed the node); its id, code, message and instant stay.
+    pub moved: Vec<(String, String)>,
     pub open: Vec<NewIncident>,
     /// Resolves every open incident of this instance on these nodes.
     pub resolve_on: Vec<String>,

@@ -238,6 +238,19 @@ impl State {
     }
 
     fn apply_incidents(&mut self, instance: InstanceId, incidents: IncidentWrites, now_ms: i64) {
+        // All moves at once, each incident by the node it had: a mapping may rename `a`
+        // to `b` and `b` to `c` in one migration.
+        if !incidents.moved.is_empty() {
+            for incident in self
+                .incidents
+                .iter_mut()
+                .filter(|i| i.instance == instance && i.resolved_at_ms.is_none())
+            {
+                if let Some((_, to)) = incidents.moved.iter().find(|(f, _)| *f == incident.node) {
+                    incident.node = to.clone();
+                }
+            }
+        }
         // Resolves before opens, for the same reason as timers.
         for node in &incidents.resolve_on {
             for incident in self
