@@ -498,6 +498,14 @@ impl Store for TimedStore {
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
         self.inner.incidents(instance).await
     }
+
+    async fn latest_incidents(
+        &self,
+        limit: u32,
+        open_only: bool,
+    ) -> StoreResult<Vec<IncidentRecord>> {
+        self.inner.latest_incidents(limit, open_only).await
+    }
     async fn subscriptions(
         &self,
         message: &str,

@@ -519,7 +519,7 @@ pub fn incidents(args: &IncidentsArgs) -> Result<ExitCode> {
             });
         }
         let instance = instance_arg(&args.instance)?;
-        let rows = ops.incidents(instance).await?;
+        let rows = ops.incidents(instance, 0).await?;
         emit(args.store.format, &rows, |w| {
             for x in &rows {
                 let state = if x.resolved_at_ms.is_some() {

@@ -1093,11 +1093,31 @@ impl Ops {
     }
 
     /// Incidents of one instance, or of all.
-    pub async fn incidents(&self, instance: Option<InstanceId>) -> Result<Vec<IncidentView>> {
-        if let Some(id) = instance {
-            self.record(id).await?;
-        }
-        let rows = self.store().incidents(instance).await?;
+    /// Every incident of one instance, oldest first; or, across instances, the newest
+    /// `limit` (0: the 10,000 cap), also oldest first — bounded however many there are.
+    pub async fn incidents(
+        &self,
+        instance: Option<InstanceId>,
+        limit: u32,
+    ) -> Result<Vec<IncidentView>> {
+        let rows = match instance {
+            Some(id) => {
+                self.record(id).await?;
+                self.store().incidents(Some(id)).await?
+            }
+            None => {
+                let mut newest = self.store().latest_incidents(limit, false).await?;
+                newest.reverse();
+                newest
+            }
+        };
+        Ok(rows.iter().map(IncidentView::from).collect())
+    }
+
+    /// The newest `limit` incidents across instances, newest first; only the open ones
+    /// with `open_only` (what an operator's incident list shows).
+    pub async fn latest_incidents(&self, limit: u32, open_only: bool) -> Result<Vec<IncidentView>> {
+        let rows = self.store().latest_incidents(limit, open_only).await?;
         Ok(rows.iter().map(IncidentView::from).collect())
     }
 

@@ -349,7 +349,7 @@ async fn failed_instances_migrate_onto_a_fixed_deployment_and_complete() {
             ],
             "the burned attempts stay in the history and count on"
         );
-        let incidents = w.ops.incidents(Some(*id)).await.expect("incidents");
+        let incidents = w.ops.incidents(Some(*id), 0).await.expect("incidents");
         assert!(
             incidents.iter().all(|i| i.resolved_at_ms.is_some()),
             "resuming the migrated instance resolved its incident: {incidents:?}"

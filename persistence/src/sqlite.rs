@@ -1056,6 +1056,24 @@ impl Store for SqliteStore {
         map_all(rows, incident_from_row)
     }
 
+    async fn latest_incidents(
+        &self,
+        limit: u32,
+        open_only: bool,
+    ) -> StoreResult<Vec<IncidentRecord>> {
+        let only = if open_only {
+            "WHERE resolved_at_ms IS NULL "
+        } else {
+            ""
+        };
+        let sql =
+            format!("SELECT {INCIDENT_COLUMNS} FROM incidents {only}ORDER BY id DESC LIMIT ?");
+        let rows = sqlx::query(&sql)
+            .bind(i64::from(effective_instances_limit(limit)))
+            .fetch_all(&self.readers);
+        map_all(rows.await, incident_from_row)
+    }
+
     async fn audit(
         &self,
         instance: Option<InstanceId>,

@@ -33,6 +33,9 @@ fn instance_param(raw: Option<&str>) -> Result<Option<qflow_store::InstanceId>> 
 }
 
 /// The `limit` query parameter of a listing: 1..=10,000, default 100.
+/// Incidents listed across instances when the request gives no `limit`.
+const INCIDENTS_DEFAULT: u32 = 1_000;
+
 fn page_limit(limit: Option<u32>) -> Result<u32> {
     match limit {
         None => Ok(100),
@@ -744,9 +747,12 @@ pub async fn migrate(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct IncidentParams {
-    /// Only the incidents of this instance.
+    /// Only the incidents of this instance (all of them).
     #[param(format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
     pub instance: Option<String>,
+    /// Without `instance`: at most this many, the newest (default 1,000).
+    #[param(minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
 }
 
 /// Incidents, of one instance or of all.
@@ -763,9 +769,13 @@ pub async fn incidents(
     QueryParams(p): QueryParams<IncidentParams>,
 ) -> Result<Json<Vec<IncidentView>>> {
     let instance = instance_param(p.instance.as_deref())?;
+    let limit = match p.limit {
+        None => INCIDENTS_DEFAULT,
+        Some(_) => page_limit(p.limit)?,
+    };
     state
         .ops
-        .incidents(instance)
+        .incidents(instance, limit)
         .await
         .map(Json)
         .map_err(|e| Problem::from_ops(e, Place::Query))

@@ -115,6 +115,7 @@ macro_rules! conformance_tests {
             instances_filter_by_node_and_end,
             instance_counts_cover_every_status,
             open_incidents_move_with_their_node_resolved_ones_stay,
+            latest_incidents_are_the_newest_bounded_and_optionally_open,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -2034,5 +2035,33 @@ pub async fn open_incidents_move_with_their_node_resolved_ones_stay(ctx: Ctx) ->
         theirs.len() == 1 && theirs[0].node == "a",
         "other instances untouched"
     );
+    Ok(())
+}
+
+pub async fn latest_incidents_are_the_newest_bounded_and_optionally_open(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "latest").await?;
+    for n in 1..=5u128 {
+        let mut c = commit(id(n), None, dep);
+        c.incidents.open = vec![NewIncident {
+            node: format!("n{n}"),
+            code: "E".into(),
+            message: "m".into(),
+        }];
+        commit_one(s, c).await?;
+    }
+    // The newest one (instance 5) and instance 3's are resolved.
+    for n in [3u128, 5] {
+        let mut r = commit(id(n), Some(1), dep);
+        r.incidents.resolve_on.push(format!("n{n}"));
+        commit_one(s, r).await?;
+    }
+    let nodes = |rows: Vec<crate::IncidentRecord>| -> Vec<String> {
+        rows.into_iter().map(|i| i.node).collect()
+    };
+    ensure!(nodes(s.latest_incidents(2, false).await?) == ["n5", "n4"]);
+    ensure!(nodes(ctx.second.latest_incidents(2, true).await?) == ["n4", "n2"]);
+    ensure!(nodes(s.latest_incidents(0, true).await?) == ["n4", "n2", "n1"]);
+    ensure!(s.latest_incidents(0, false).await?.len() == 5);
     Ok(())
 }

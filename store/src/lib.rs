@@ -498,6 +498,14 @@ pub trait Store: Send + Sync + 'static {
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>>;
 
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>>;
+    /// The newest `limit` incidents of every instance (0: the 10,000 cap) — only the open
+    /// ones with `open_only` — newest first: what an operator's incident list shows,
+    /// bounded however many there are. A walk of the primary key from its end.
+    async fn latest_incidents(
+        &self,
+        limit: u32,
+        open_only: bool,
+    ) -> StoreResult<Vec<IncidentRecord>>;
 
     /// The open subscriptions for message `message` under `key`, oldest first (by the
     /// instant they opened, then instance and node), at most `limit` (0: the cap,

@@ -610,6 +610,23 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn latest_incidents(
+        &self,
+        limit: u32,
+        open_only: bool,
+    ) -> StoreResult<Vec<IncidentRecord>> {
+        let limit = effective_instances_limit(limit) as usize;
+        let state = self.lock();
+        Ok(state
+            .incidents
+            .iter()
+            .rev()
+            .filter(|i| !open_only || i.resolved_at_ms.is_none())
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
     async fn subscriptions(
         &self,
         message: &str,

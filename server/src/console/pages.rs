@@ -554,14 +554,16 @@ pub async fn incidents(
 ) -> Response {
     let p = params(&raw);
     let open_only = !p.contains_key("all");
-    let mut all = match state.ops.incidents(None).await {
+    // One more than is shown, to say whether there are more: a bounded read however many
+    // incidents the store holds.
+    let mut all = match state
+        .ops
+        .latest_incidents(INCIDENT_ROWS_MAX as u32 + 1, open_only)
+        .await
+    {
         Ok(i) => i,
         Err(e) => return view::ops_error(&viewer, e, "/console/"),
     };
-    if open_only {
-        all.retain(|i| i.resolved_at_ms.is_none());
-    }
-    all.sort_by(|a, b| b.opened_at_ms.cmp(&a.opened_at_ms).then(b.id.cmp(&a.id)));
     let total = all.len();
     all.truncate(INCIDENT_ROWS_MAX);
     let body = html! {
@@ -570,7 +572,7 @@ pub async fn incidents(
             @if open_only { "Open incidents, newest first. " a href="/console/incidents?all=1" { "Show resolved ones too" } }
             @else { "All incidents, newest first. " a href="/console/incidents" { "Only open ones" } }
         }
-        @if total > INCIDENT_ROWS_MAX { p.muted { "Showing " (INCIDENT_ROWS_MAX) " of " (total) "." } }
+        @if total > INCIDENT_ROWS_MAX { p.muted { "Showing the newest " (INCIDENT_ROWS_MAX) "; older ones are on each instance's page and in GET /v1/incidents." } }
         (incident_table(&viewer, &all, true))
     };
     view::respond(

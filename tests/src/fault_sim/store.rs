@@ -454,6 +454,15 @@ impl Store for FaultyStore {
         self.inner.incidents(instance).await
     }
 
+    async fn latest_incidents(
+        &self,
+        limit: u32,
+        open_only: bool,
+    ) -> StoreResult<Vec<IncidentRecord>> {
+        self.tick();
+        self.inner.latest_incidents(limit, open_only).await
+    }
+
     async fn subscriptions(
         &self,
         message: &str,
