@@ -140,6 +140,12 @@ pub enum ScriptedEvent {
         at_ms: i64,
         node: Option<String>,
     },
+    /// An external worker's action on a pull task (P1): `input` is one of the `pull_*`
+    /// inputs (`pull_locked`, `pull_completed`, `pull_failed`, ...), as JSON.
+    Pull {
+        at_ms: i64,
+        input: Input,
+    },
 }
 
 impl ScriptedEvent {
@@ -150,7 +156,8 @@ impl ScriptedEvent {
             | ScriptedEvent::Cancel { at_ms }
             | ScriptedEvent::FireTimer { at_ms, .. }
             | ScriptedEvent::Resume { at_ms, .. }
-            | ScriptedEvent::RetryNow { at_ms, .. } => *at_ms,
+            | ScriptedEvent::RetryNow { at_ms, .. }
+            | ScriptedEvent::Pull { at_ms, .. } => *at_ms,
         }
     }
 
@@ -177,6 +184,7 @@ impl ScriptedEvent {
             },
             ScriptedEvent::Resume { budget, .. } => Input::Resume { budget: *budget },
             ScriptedEvent::RetryNow { node, .. } => Input::RetryNow { node: node.clone() },
+            ScriptedEvent::Pull { input, .. } => input.clone(),
         }
     }
 }
@@ -269,6 +277,17 @@ pub fn validate(def: &Definition, scenario: &Scenario) -> Result<(), Error> {
         }
     }
     for (i, e) in scenario.events.iter().enumerate() {
+        if let ScriptedEvent::Pull { input, .. } = e {
+            let pull = input
+                .node()
+                .is_some_and(|n| crate::pull_task(def, n).is_some());
+            if !pull || input.attempt().is_none() {
+                return Err(Error::Scenario(format!(
+                    "events[{i}].input: not a pull input on a pull task of process `{}`",
+                    def.id
+                )));
+            }
+        }
         if let ScriptedEvent::CompleteUserTask { node, .. } = e {
             let user = p.find(node).is_some_and(
                 |i| matches!(&p.node(i).kind, NodeKind::Task(t) if t.kind == TaskKind::User),
@@ -581,6 +600,8 @@ impl Sim<'_> {
             Effect::AttemptFinished { .. }
             | Effect::OpenIncident { .. }
             | Effect::ResolveIncident { .. }
+            | Effect::OfferPullTask { .. }
+            | Effect::WithdrawPullTask { .. }
             | Effect::Completed
             | Effect::Failed { .. }
             | Effect::Cancelled

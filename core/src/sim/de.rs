@@ -418,6 +418,7 @@ const EVENT_FIELDS: &[&str] = &[
     "name",
     "incarnation",
     "budget",
+    "input",
 ];
 const EVENTS: &[Kind] = &[
     Kind {
@@ -443,6 +444,10 @@ const EVENTS: &[Kind] = &[
     Kind {
         name: "retry_now",
         fields: &["at_ms", "node"],
+    },
+    Kind {
+        name: "pull",
+        fields: &["at_ms", "input"],
     },
 ];
 const FIRE_TIMER: usize = 3;
@@ -478,6 +483,7 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut name = None;
         let mut incarnation = None;
         let mut budget = None;
+        let mut input: Option<crate::Input> = None;
         let mut seen = Vec::new();
         loop {
             let field = Field::tagged(EVENT, EVENT_FIELDS, EVENTS, kind, &mut seen);
@@ -509,6 +515,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 }
                 "incarnation" => incarnation = Some(map.next_value::<u32>()?),
                 "budget" => budget = Some(map.next_value::<Budget>()?),
+                "input" => input = Some(map.next_value()?),
                 _ => unreachable!("Field only yields names from EVENT_FIELDS"),
             }
         }
@@ -552,6 +559,10 @@ impl<'de> Visitor<'de> for EventVisitor {
             "resume" => ScriptedEvent::Resume {
                 at_ms,
                 budget: budget.unwrap_or_default(),
+            },
+            "pull" => ScriptedEvent::Pull {
+                at_ms,
+                input: input.ok_or_else(|| de::Error::missing_field("input"))?,
             },
             _ => ScriptedEvent::RetryNow {
                 at_ms,
