@@ -514,6 +514,18 @@ impl Store for TimedStore {
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
         self.inner.attempts(instance).await
     }
+    async fn offered_pull_tasks(
+        &self,
+        query: qflow_store::PullQuery<'_>,
+    ) -> StoreResult<Vec<qflow_store::PullTaskRecord>> {
+        self.inner.offered_pull_tasks(query).await
+    }
+    async fn pull_tasks(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<qflow_store::PullTaskRecord>> {
+        self.inner.pull_tasks(instance).await
+    }
 }
 
 /// Bytes this process has caused to be written to storage so far (`/proc/self/io`),

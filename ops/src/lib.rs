@@ -1074,6 +1074,7 @@ impl Ops {
             claim,
             calls,
             handed_over,
+            ..
         } = self
             .shared
             .stepper

@@ -27,6 +27,7 @@ pub mod error;
 mod handlers;
 mod lane;
 mod poller;
+pub mod pull;
 pub mod retention;
 mod watch;
 
@@ -47,6 +48,7 @@ use qflow_store::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::Error;
 pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall};
+pub use pull::{Fetch, LockedTask, PullBell};
 pub use qflow_core::handler::HANDLER_TIMEOUT;
 /// The host-facing handler vocabulary, re-exported so a host needs only this crate.
 pub use qflow_core::{Input, TaskContext, TaskHandler, TaskOutcome};
@@ -487,6 +489,8 @@ pub(crate) struct Shared {
     pub watchers: watch::Watchers,
     /// Flipped to `true` once, at shutdown; lanes exit when idle after seeing it.
     pub stop: tokio::sync::watch::Sender<bool>,
+    /// Rung per topic after a commit that offered a pull task: wakes waiting fetches.
+    pub pull_bell: pull::PullBell,
 }
 
 impl Shared {
@@ -550,6 +554,7 @@ impl Runtime {
             stats: Arc::new(Stats::default()),
             lanes: senders,
             timer_armed: Notify::new(),
+            pull_bell: pull::PullBell::default(),
             progress: Notify::new(),
             stopping: AtomicBool::new(false),
             watchers: watch::Watchers::default(),
@@ -780,6 +785,9 @@ impl Runtime {
         };
         let stepped =
             claim::claim_and_step(&*self.shared.store, &self.shared.defs, instance, op).await?;
+        for topic in &stepped.pull_topics {
+            self.shared.pull_bell.ring(topic);
+        }
         if !stepped.calls.is_empty() {
             self.request(instance, Work::Input(Input::Redrive)).await?;
         }
