@@ -83,11 +83,11 @@ impl PullBell {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetch {
     pub worker: String,
-    pub topics: Vec<String>,
+    /// The topics, each with how long its locks last from the instant they are taken
+    /// (1..=[`LOCK_MS_MAX`]; Camunda gives each topic its own lock duration).
+    pub topics: Vec<(String, u64)>,
     /// At most this many tasks, 1..=[`FETCH_TASKS_MAX`].
     pub max_tasks: u32,
-    /// Each lock lasts this long from the instant it is taken, 1..=[`LOCK_MS_MAX`].
-    pub lock_ms: u64,
     /// Wait up to this long for work when none is offered now (0: answer at once).
     pub wait_ms: u64,
 }
@@ -104,8 +104,6 @@ pub struct LockedTask {
     pub retries: u32,
     /// The task's inputs (its input mappings over the instance variables, or all of them).
     pub variables: Variables,
-    /// The instance's business key, if it has one.
-    pub business_key: Option<String>,
     /// The BPMN process id of the instance's definition.
     pub process_id: String,
 }
@@ -131,7 +129,7 @@ impl Runtime {
             let held: Vec<(String, Arc<Notify>)> = fetch
                 .topics
                 .iter()
-                .map(|t| (t.clone(), self.shared.pull_bell.register(t)))
+                .map(|(t, _)| (t.clone(), self.shared.pull_bell.register(t)))
                 .collect();
             let mut waits: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> =
                 held.iter().map(|(_, n)| Box::pin(n.notified())).collect();
@@ -169,11 +167,12 @@ impl Runtime {
         }
         // A few more than asked for: some will have been taken by another worker.
         let limit = (want as u32).saturating_mul(2).min(PULL_QUERY_LIMIT_MAX);
+        let topics: Vec<String> = fetch.topics.iter().map(|(t, _)| t.clone()).collect();
         let rows = self
             .shared
             .store
             .offered_pull_tasks(PullQuery {
-                topics: &fetch.topics,
+                topics: &topics,
                 limit,
             })
             .await?;
@@ -181,11 +180,14 @@ impl Runtime {
             if out.len() >= want {
                 break;
             }
+            let Some(&(_, lock_ms)) = fetch.topics.iter().find(|(t, _)| *t == row.topic) else {
+                continue;
+            };
             let input = Input::PullLocked {
                 node: row.node.clone(),
                 attempt: row.attempt,
                 worker: fetch.worker.clone(),
-                lock_ms: fetch.lock_ms,
+                lock_ms: lock_ms.clamp(1, LOCK_MS_MAX),
             };
             let stepped = match self.claim_and_step(row.instance, input).await {
                 Ok(s) => s,
@@ -213,7 +215,6 @@ impl Runtime {
                 lock_until_ms: until,
                 retries,
                 variables,
-                business_key: None,
                 process_id: def.id.clone(),
                 node: row.node,
             });

@@ -45,9 +45,8 @@ async fn runtime() -> (tempfile::TempDir, Arc<Runtime>, Arc<ManualClock>) {
 fn fetch(worker: &str, lock_ms: u64, wait_ms: u64) -> Fetch {
     Fetch {
         worker: worker.into(),
-        topics: vec!["orders".into()],
+        topics: vec![("orders".into(), lock_ms)],
         max_tasks: 10,
-        lock_ms,
         wait_ms,
     }
 }
