@@ -20,6 +20,7 @@ pub mod body;
 pub mod config;
 pub mod metrics;
 pub mod problem;
+pub mod workers;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,6 +79,7 @@ impl auth::HasTokens for AppState {
         (name = "instances", description = "Start, list, inspect, repair, migrate"),
         (name = "incidents", description = "Open and resolved incidents"),
         (name = "audit", description = "Who changed what"),
+        (name = "external tasks", description = "Pull tasks for external workers: fetch and lock by topic, complete, fail, BPMN error, extend or give up the lock"),
         (name = "service", description = "Health, readiness, metrics")
     )
 )]
@@ -100,6 +102,12 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::incidents))
         .routes(routes!(api::resolve_incident))
         .routes(routes!(api::audit))
+        .routes(routes!(workers::fetch_and_lock))
+        .routes(routes!(workers::complete))
+        .routes(routes!(workers::failure))
+        .routes(routes!(workers::bpmn_error))
+        .routes(routes!(workers::extend_lock))
+        .routes(routes!(workers::unlock))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics_text))
