@@ -70,6 +70,17 @@ pub enum InstancesCommand {
         /// Continue a listing after the page that printed this cursor.
         #[arg(long)]
         cursor: Option<String>,
+        /// Only instances that stand at this node: an open incident on it, a retry park,
+        /// `q:timeout` window or timer catch of it, or a message subscription at it.
+        #[arg(long)]
+        node: Option<String>,
+        /// Only instances that ended (completed or cancelled) at or after this instant
+        /// (ms since the epoch).
+        #[arg(long)]
+        ended_from: Option<i64>,
+        /// Only instances that ended before this instant.
+        #[arg(long)]
+        ended_to: Option<i64>,
     },
     /// Show one instance decoded: state, failure, wait frontier, variables, attempt
     /// counters, backoff markers, timers with their due instants, incidents.
@@ -111,6 +122,20 @@ pub enum InstancesCommand {
         /// A JSON object of variables.
         #[arg(long, default_value = "{}")]
         variables: String,
+    },
+    /// Publish a message by name and correlation key: the one instance whose wait for it
+    /// opened a subscription under this key (`q:correlationKey`) receives it.
+    Correlate {
+        /// The message name.
+        name: String,
+        /// The correlation key the waiting instance's key evaluated to.
+        key: String,
+        /// A JSON object of variables.
+        #[arg(long, default_value = "{}")]
+        variables: String,
+        /// Deliver to every waiting instance with this key, not exactly one.
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -199,6 +224,9 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                 limit,
                 cursor,
                 business_key,
+                node,
+                ended_from,
+                ended_to,
             } => {
                 let query = InstanceQuery {
                     deployment: *deployment,
@@ -206,6 +234,9 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                     failure_code: code.clone(),
                     cursor: cursor.clone(),
                     business_key: business_key.clone(),
+                    node: node.clone(),
+                    ended_from_ms: *ended_from,
+                    ended_to_ms: *ended_to,
                     limit: *limit,
                     ..InstanceQuery::default()
                 };
@@ -333,6 +364,40 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                 let vars = variables_arg(variables)?;
                 let done = ops.deliver_message(id, name, vars).await?;
                 emit(format, &done, |w| applied(w, "delivered", &done))
+            }
+            InstancesCommand::Correlate {
+                name,
+                key,
+                variables,
+                all,
+            } => {
+                let request = qflow_ops::MessageRequest {
+                    name: name.clone(),
+                    correlation_key: key.clone(),
+                    variables: variables_arg(variables)?,
+                    all: *all,
+                };
+                let done = ops.correlate(request).await?;
+                emit(format, &done, |w| {
+                    for d in &done.deliveries {
+                        match &d.applied {
+                            // Node ids and reasons are the model's text: escaped.
+                            Some(a) => {
+                                let what =
+                                    format!("delivered at `{}`", crate::text::escape(&d.node));
+                                applied(w, &what, a)?
+                            }
+                            None => writeln!(
+                                w,
+                                "{}: not delivered at `{}`: {}",
+                                d.instance,
+                                crate::text::escape(&d.node),
+                                crate::text::escape(d.reason.as_deref().unwrap_or(""))
+                            )?,
+                        }
+                    }
+                    Ok(())
+                })
             }
         }
     })

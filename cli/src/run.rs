@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use futures::{StreamExt, TryStreamExt};
 use qflow_persistence::{SqliteStore, StoreFile};
+use qflow_runtime::retention::RetentionConfig;
 use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
 use qflow_runtime::{TaskContext, TaskOutcome};
 use qflow_store::{InstanceFilter, InstanceId, InstanceStatus, Store};
@@ -51,6 +52,11 @@ pub struct Args {
     /// is not a qflow store).
     #[arg(long)]
     fresh: bool,
+    /// How long ended instances are kept before they are purged: an ISO-8601 duration
+    /// (`P7D`, `PT12H`) or `forever`. Default 7 days. FAILED instances are kept until
+    /// resolved, whatever this says.
+    #[arg(long, value_parser = qflow_server::config::parse_retention)]
+    retention: Option<i64>,
 }
 
 /// What the scripted gateway does to an instance's `charge` task.
@@ -137,6 +143,12 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         handler_time_limit_ms: RUN_HANDLER_LIMIT_MS,
         inflight_lease_ms: RUN_LEASE_MS,
         timer_lease_ms: RUN_LEASE_MS,
+        retention: Some(RetentionConfig {
+            default_ms: args
+                .retention
+                .unwrap_or(RetentionConfig::default().default_ms),
+            ..RetentionConfig::default()
+        }),
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::start(store.clone(), handlers(), Arc::new(SystemClock), config);

@@ -41,6 +41,12 @@ pub struct Args {
     /// Lane executors.
     #[arg(long, default_value_t = 2)]
     lanes: usize,
+    /// How long ended (completed or cancelled) instances are kept before they are
+    /// purged: an ISO-8601 duration (`P7D`, `PT12H`) or `forever`. Overrides the
+    /// configuration's `retention.default` (default 7 days). FAILED instances are kept
+    /// until resolved, whatever this says.
+    #[arg(long, value_parser = qflow_server::config::parse_retention)]
+    retention: Option<i64>,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
@@ -93,8 +99,12 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     } else {
         AsyncHandlers::new()
     };
+    if let Some(ms) = args.retention {
+        config.retention.default_ms = ms;
+    }
     let runtime_config = RuntimeConfig {
         lanes: args.lanes.max(1),
+        retention: Some(config.retention.clone()),
         ..RuntimeConfig::default()
     };
     let runtime = Arc::new(Runtime::start(

@@ -491,3 +491,85 @@ fn an_incident_is_resolved_from_the_command_line() {
     let out = qflow(&["incidents", "resolve", &id, "approve"], &db);
     assert_eq!(out.status.code(), Some(1), "resolved twice");
 }
+
+const KEYED: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1"
+    id="d" targetNamespace="t">
+  <message id="m" name="payment-received" q:correlationKey="'order-' + '7'"/>
+  <process id="shop" isExecutable="true">
+    <startEvent id="start"/>
+    <receiveTask id="paid" messageRef="m"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="paid"/>
+    <sequenceFlow id="f1" sourceRef="paid" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+#[test]
+fn a_message_is_correlated_by_key_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("keyed.sqlite");
+    // The key is an expression; instances started here have no variables.
+    let id = one_instance(&db, KEYED, |_| true);
+    let show = |db: &Path| json(&qflow(&["instances", "show", &id, "--format", "json"], db));
+    let before = show(&db);
+    assert_eq!(
+        before["subscriptions"][0]["correlation_key"], "order-7",
+        "{before}"
+    );
+    let waiting = json(&qflow(
+        &["instances", "list", "--node", "paid", "--format", "json"],
+        &db,
+    ));
+    assert_eq!(waiting[0]["id"], id.as_str(), "{waiting}");
+
+    let out = qflow(
+        &["instances", "correlate", "payment-received", "order-8"],
+        &db,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("with key `order-8`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(show(&db), before, "a refusal changed the instance");
+
+    let done = json(&qflow(
+        &[
+            "instances",
+            "correlate",
+            "payment-received",
+            "order-7",
+            "--variables",
+            r#"{"paid_cents": 4200}"#,
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(done["deliveries"][0]["instance"], id.as_str(), "{done}");
+    assert_eq!(
+        done["deliveries"][0]["applied"]["status"], "completed",
+        "{done}"
+    );
+    let after = show(&db);
+    assert_eq!(
+        after["snapshot"]["variables"]["paid_cents"], 4200,
+        "{after}"
+    );
+    assert!(
+        after["subscriptions"].as_array().unwrap().is_empty(),
+        "{after}"
+    );
+    let ended = json(&qflow(
+        &["instances", "list", "--ended-from", "0", "--format", "json"],
+        &db,
+    ));
+    assert_eq!(ended[0]["id"], id.as_str(), "{ended}");
+}

@@ -195,3 +195,27 @@ fn first_contact_prints_one_token_that_survives_a_restart() {
     assert_eq!(status, 200, "{body}");
     stop(again);
 }
+
+#[test]
+fn a_retention_that_is_not_a_duration_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for command in ["serve", "run"] {
+        let db = dir.path().join(format!("{command}.sqlite"));
+        let out = Command::new(env!("CARGO_BIN_EXE_qflow"))
+            .args([command, "--retention", "P1M", "--db"])
+            .arg(&db)
+            .output()
+            .expect("runs qflow");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {said}");
+        assert!(
+            said.contains("--retention") && said.contains("calendar years or months"),
+            "{command}: {said}"
+        );
+        assert!(
+            !db.exists(),
+            "{command}: a refused start created {}",
+            db.display()
+        );
+    }
+}

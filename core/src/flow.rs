@@ -116,9 +116,16 @@ pub(super) fn staleness(
                 None
             }
         }
-        Input::MessageReceived { name, .. } => message_waiter(p, snap, name)
+        Input::MessageReceived {
+            name,
+            correlation_key,
+            ..
+        } => message_waiter(p, snap, name, correlation_key.as_deref())
             .is_none()
-            .then(|| format!("nothing waits for message `{name}`")),
+            .then(|| match correlation_key {
+                Some(key) => format!("nothing waits for message `{name}` with key `{key}`"),
+                None => format!("nothing waits for message `{name}`"),
+            }),
     }
 }
 
@@ -129,16 +136,32 @@ pub(super) fn registered_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
     }
 }
 
-/// The first token (in frontier order) waiting for the message `name`: the node that
-/// receives it, and the event-based gateway the token sits at when it waits there.
-fn message_waiter(p: &Process, snap: &Snapshot, name: &str) -> Option<(NodeIdx, Option<NodeIdx>)> {
-    let receives = |idx: NodeIdx| match &p.node(idx).kind {
+/// The message a receive task or message catch event at `idx` waits for.
+pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
+    match &p.node(idx).kind {
         NodeKind::Task(Task {
             kind: TaskKind::Receive { message },
             ..
-        }) => message == name,
-        NodeKind::IntermediateCatch(CatchTrigger::Message { name: m }) => m == name,
-        _ => false,
+        }) => Some(message),
+        NodeKind::IntermediateCatch(CatchTrigger::Message { name }) => Some(name),
+        _ => None,
+    }
+}
+
+/// The first token (in frontier order) waiting for the message `name` — with `key`,
+/// only a wait whose open subscription has that correlation key: the node that receives
+/// it, and the event-based gateway the token sits at when it waits there.
+fn message_waiter(
+    p: &Process,
+    snap: &Snapshot,
+    name: &str,
+    key: Option<&str>,
+) -> Option<(NodeIdx, Option<NodeIdx>)> {
+    let receives = |idx: NodeIdx| {
+        awaited_message(p, idx) == Some(name)
+            && key.is_none_or(|k| {
+                snap.subscriptions.get(&p.node(idx).id).map(String::as_str) == Some(k)
+            })
     };
     snap.tokens.iter().find_map(|t| {
         let idx = p.find(t)?;
@@ -198,8 +221,15 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Applies a non-stale input, then moves tokens until the instance waits again.
+    /// Applies a non-stale input, then moves tokens until the instance waits again, and
+    /// brings its message subscriptions in line with where it waits.
     pub(super) fn apply(&mut self, input: Input) -> Result<(), Error> {
+        self.apply_input(input)?;
+        self.sync_subscriptions();
+        Ok(())
+    }
+
+    fn apply_input(&mut self, input: Input) -> Result<(), Error> {
         match input {
             Input::Start { variables } => {
                 let starts: Vec<NodeIdx> = self.p.start_events(None).collect();
@@ -235,8 +265,16 @@ impl<'a> Run<'a> {
                 let idx = self.idx(&node);
                 self.complete_activity(idx, variables);
             }
-            Input::MessageReceived { name, variables } => {
-                if let Some((idx, gateway)) = message_waiter(self.p, &self.snap, &name) {
+            Input::MessageReceived {
+                name,
+                correlation_key,
+                variables,
+            } => {
+                let key = correlation_key.as_deref();
+                if let Some((idx, gateway)) = message_waiter(self.p, &self.snap, &name, key) {
+                    // The wait is over: should the token come back here in this step, its
+                    // subscription opens again with the key evaluated afresh.
+                    self.close_subscription(self.id(idx));
                     if let Some(gw) = gateway {
                         self.end_race(gw);
                     }

@@ -43,6 +43,7 @@ mod redrive;
 mod repair;
 mod retry;
 mod scope;
+mod subscriptions;
 mod support;
 mod timers;
 
@@ -59,6 +60,7 @@ pub use crate::snapshot::{Snapshot, Status};
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
+pub use subscriptions::CORRELATION_KEY_BYTES_MAX;
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
 
@@ -225,8 +227,12 @@ pub enum Input {
         variables: Variables,
     },
     /// A message arrived for a receive task or message catch event waiting on `name`.
+    /// With a `correlation_key`, only a wait whose open subscription has that key takes
+    /// it; without one, the first token (in frontier order) waiting for `name` does.
     MessageReceived {
         name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        correlation_key: Option<String>,
         #[serde(default)]
         variables: Variables,
     },
@@ -461,6 +467,16 @@ pub enum Effect {
     },
     /// Resolve the open incidents on `node`. Emitted by repair inputs of later issues.
     ResolveIncident { node: String },
+    /// Open the message subscription of `node`: a message `message` published with
+    /// `key` reaches this instance (SPEC O1, correlation). Upserted by `node`.
+    Subscribe {
+        node: String,
+        message: String,
+        key: String,
+    },
+    /// Close the message subscription of `node` (the wait ended: the message came, the
+    /// task was interrupted, the instance ended or failed).
+    Unsubscribe { node: String },
     /// The instance reached its end.
     Completed,
     /// The instance is FAILED with this structured code (E6).

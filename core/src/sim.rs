@@ -118,6 +118,10 @@ pub enum ScriptedEvent {
     Message {
         at_ms: i64,
         name: String,
+        /// Only the subscription open under this key takes the message; `None`: the first
+        /// token waiting for `name`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        correlation_key: Option<String>,
         variables: Variables,
     },
     Cancel {
@@ -170,9 +174,13 @@ impl ScriptedEvent {
                 variables: variables.clone(),
             },
             ScriptedEvent::Message {
-                name, variables, ..
+                name,
+                correlation_key,
+                variables,
+                ..
             } => Input::MessageReceived {
                 name: name.clone(),
+                correlation_key: correlation_key.clone(),
                 variables: variables.clone(),
             },
             ScriptedEvent::Cancel { .. } => Input::Cancel,
@@ -602,6 +610,8 @@ impl Sim<'_> {
             | Effect::ResolveIncident { .. }
             | Effect::OfferPullTask { .. }
             | Effect::WithdrawPullTask { .. }
+            | Effect::Subscribe { .. }
+            | Effect::Unsubscribe { .. }
             | Effect::Completed
             | Effect::Failed { .. }
             | Effect::Cancelled

@@ -123,6 +123,10 @@ pub struct Snapshot {
     /// `p/<node>`: the attempts a pull task has left, counting the one in progress, once
     /// a failure or an expired lock set it (before that the model's `retries` hold).
     pub(crate) pull_retries: BTreeMap<String, u32>,
+    /// `c/<node>`: the correlation key of the message subscription open at a waiting
+    /// node (a receive task or message catch whose message has a correlation key);
+    /// present while the subscription is open.
+    pub(crate) subscriptions: BTreeMap<String, String>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -147,6 +151,7 @@ const P_READOPTIONS: &str = "o/";
 const P_LOCK_WORKER: &str = "w/";
 const P_LOCK_UNTIL: &str = "u/";
 const P_PULL_RETRIES: &str = "p/";
+const P_SUBSCRIPTION: &str = "c/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -288,6 +293,11 @@ impl Snapshot {
     }
 
     /// The backoff-window marker of `node` (the failure class), if it is in one.
+    /// The open message subscriptions: waiting node → correlation key.
+    pub fn subscriptions(&self) -> &BTreeMap<String, String> {
+        &self.subscriptions
+    }
+
     pub fn marker(&self, node: &str) -> Option<&str> {
         self.markers.get(node).map(String::as_str)
     }
@@ -362,6 +372,11 @@ impl Snapshot {
             self.budget_bases.is_empty(),
         );
         put("cycle_fires", json!(self.cycles), self.cycles.is_empty());
+        put(
+            "subscriptions",
+            json!(self.subscriptions),
+            self.subscriptions.is_empty(),
+        );
         let preserved: Vec<&str> = self.preserved_keys().collect();
         put("preserved_keys", json!(preserved), preserved.is_empty());
         Value::Object(view)
@@ -431,6 +446,7 @@ impl Snapshot {
             + self.lock_workers.len()
             + self.lock_until_ms.len()
             + self.pull_retries.len()
+            + self.subscriptions.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
@@ -496,6 +512,9 @@ impl Snapshot {
                 format!("{P_PULL_RETRIES}{node}").into(),
                 Entry::Uint(*left as u64),
             ));
+        }
+        for (node, key) in &self.subscriptions {
+            entries.push((format!("{P_SUBSCRIPTION}{node}").into(), Entry::Str(key)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -645,6 +664,10 @@ impl Snapshot {
                 .and_then(|n| u32::try_from(n).ok())
                 .map(|n| self.readoptions.insert(node.to_owned(), n))
                 .is_some()
+        } else if let Some(node) = key.strip_prefix(P_SUBSCRIPTION) {
+            rd.str()
+                .map(|k| self.subscriptions.insert(node.to_owned(), k.to_owned()))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_BUDGET_BASE) {
             // Tolerant read, like the attempt counter: a malformed base stays verbatim
             // and reads as 0 (the budget counts from the first attempt).
@@ -724,6 +747,7 @@ fn is_known_key(key: &str) -> bool {
             P_LOCK_WORKER,
             P_LOCK_UNTIL,
             P_PULL_RETRIES,
+            P_SUBSCRIPTION,
         ]
         .iter()
         .any(|p| key.starts_with(p))

@@ -54,6 +54,10 @@ pub struct Definition {
     pub errors: BTreeMap<String, ErrorDef>,
     /// Message declarations of the enclosing `<definitions>`, by BPMN id → message name.
     pub messages: BTreeMap<String, String>,
+    /// Message name → its correlation key expression (`q:correlationKey` or Zeebe's
+    /// `zeebe:subscription`). A token waiting for such a message opens a subscription
+    /// under the key's value, and a message published with that name and key reaches it.
+    pub correlation_keys: BTreeMap<String, crate::expr::Expression>,
     /// The L7 classification.
     pub class: Classification,
 }

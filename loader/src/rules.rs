@@ -58,6 +58,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q309", "an unknown element or attribute in the q: namespace"),
     ("Q310", "q:respond is neither true nor false"),
     ("Q311", "q:respond on a task where no token waits (pass-through or send)"),
+    ("Q312", "a message has two correlation keys (q:correlationKey and zeebe:subscription, or two declarations of one name)"),
     ("Q401", "a vendor (Camunda/Zeebe) construct whose meaning qflow cannot keep"),
     ("Q901", "warning: a process marked isExecutable=\"false\" was loaded because the file has no executable process"),
     ("Q902", "warning: a vendor extension was ignored"),

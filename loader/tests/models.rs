@@ -1356,3 +1356,83 @@ fn inclusive_gateway_error_end_and_milestone_load() {
     }
     assert_eq!(d.errors["e1"].code.as_deref(), Some("REJECTED"));
 }
+
+// ------------------------------------------------------ message correlation keys (O1)
+
+/// A receive task waiting for message `m1`.
+fn receiving(decls: &str) -> String {
+    file(
+        decls,
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<receiveTask id="t" messageRef="m1"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#,
+    )
+}
+
+#[test]
+fn a_message_declares_its_correlation_key_in_cel_or_zeebe_feel() {
+    let l = loads(&receiving(
+        r#"<message id="m1" name="paid" q:correlationKey="order.id"/>"#,
+    ));
+    let keys = &l.definitions[0].correlation_keys;
+    assert_eq!(keys.get("paid").map(|e| e.source()), Some("order.id"));
+    let l = loads(&receiving(
+        r#"<message id="m1" name="paid"><extensionElements>
+             <zeebe:subscription correlationKey="=orderId"/></extensionElements></message>"#,
+    ));
+    assert_eq!(
+        l.definitions[0]
+            .correlation_keys
+            .get("paid")
+            .map(|e| e.source()),
+        Some("orderId")
+    );
+    // Two declarations of one name with the same key are one key.
+    let l = loads(&receiving(
+        r#"<message id="m1" name="paid" q:correlationKey="k"/>
+           <message id="m2" name="paid" q:correlationKey="k"/>"#,
+    ));
+    assert_eq!(l.definitions[0].correlation_keys.len(), 1);
+    // Without a key, the message is correlated by name only.
+    let l = loads(&receiving(r#"<message id="m1" name="paid"/>"#));
+    assert!(l.definitions[0].correlation_keys.is_empty());
+}
+
+#[test]
+fn q312_a_message_with_two_correlation_keys() {
+    refused(
+        &receiving(
+            r#"<message id="m1" name="paid" q:correlationKey="a"><extensionElements>
+             <zeebe:subscription ¶correlationKey="=b"/></extensionElements></message>"#,
+        ),
+        "Q312",
+    );
+    refused(
+        &receiving(
+            r#"<message id="m1" name="paid" q:correlationKey="a"/>
+           <message id="m2" name="paid" ¶q:correlationKey="b"/>"#,
+        ),
+        "Q312",
+    );
+}
+
+#[test]
+fn a_correlation_key_is_checked_like_any_expression() {
+    refused(
+        &receiving(r#"<message id="m1" name="paid" ¶q:correlationKey="order.("/>"#),
+        "Q201",
+    );
+    refused(
+        &receiving(
+            r#"<message id="m1" name="paid"><extensionElements>
+             <zeebe:subscription ¶correlationKey="=string(orderId)"/></extensionElements></message>"#,
+        ),
+        "Q203",
+    );
+    refused(
+        &receiving(r#"<message id="m1" name="paid" ¶q:corelationKey="k"/>"#),
+        "Q309",
+    );
+}

@@ -241,6 +241,14 @@ pub struct InstanceQuery {
     pub created_from_ms: Option<i64>,
     /// Only instances created before this instant.
     pub created_to_ms: Option<i64>,
+    /// Only instances that ended (completed or cancelled) at or after this instant.
+    pub ended_from_ms: Option<i64>,
+    /// Only instances that ended before this instant.
+    pub ended_to_ms: Option<i64>,
+    /// Only instances that stand at this node: an open incident on it (where a FAILED
+    /// instance failed), a retry park, a `q:timeout` window or a timer catch of it, or an
+    /// open message subscription at it.
+    pub node: Option<String>,
     /// The `next` cursor of the previous page: the listing continues after it.
     pub cursor: Option<String>,
     /// At most this many (the store caps it at 10,000); 0 means the cap.
@@ -414,6 +422,26 @@ pub struct InstanceView {
     pub snapshot: serde_json::Value,
     pub timers: Vec<TimerView>,
     pub incidents: Vec<IncidentView>,
+    /// Open message subscriptions (correlation keys), by node.
+    pub subscriptions: Vec<SubscriptionView>,
+}
+
+/// An open message subscription of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SubscriptionView {
+    pub node: String,
+    pub message: String,
+    pub correlation_key: String,
+    pub opened_at_ms: i64,
+}
+
+/// How many instances are in each state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, utoipa::ToSchema)]
+pub struct InstanceCounts {
+    pub running: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
 }
 
 /// A row of the audit log.
@@ -473,6 +501,61 @@ pub struct MigrationResult {
     pub changes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fence_after: Option<u64>,
+}
+
+/// A message to correlate by name and key (O1).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageRequest {
+    /// The message name (the `name` of its `<message>` declaration).
+    pub name: String,
+    /// The value the waiting instance's correlation key evaluated to.
+    pub correlation_key: String,
+    /// Merged into the instance's variables (or mapped by the wait's output mappings).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub variables: qflow_core::Variables,
+    /// Deliver to every matching subscription instead of requiring exactly one.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// What a correlation did: one delivery per subscription it reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Correlated {
+    pub name: String,
+    pub correlation_key: String,
+    pub deliveries: Vec<Delivery>,
+}
+
+/// The message reaching (or failing to reach) one subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Delivery {
+    pub instance: String,
+    /// The node that waited.
+    pub node: String,
+    /// `delivered`, or `refused` (the wait ended before the message reached it).
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied: Option<Applied>,
+}
+
+impl Delivery {
+    fn of(s: qflow_store::SubscriptionRecord, outcome: Result<Applied>) -> Delivery {
+        let (outcome, reason, applied) = match outcome {
+            Ok(applied) => ("delivered", None, Some(applied)),
+            Err(e) => ("refused", Some(e.to_string()), None),
+        };
+        Delivery {
+            instance: s.instance.to_string(),
+            node: s.node,
+            outcome,
+            reason,
+            applied,
+        }
+    }
 }
 
 /// What an operation that steps an instance did.
@@ -910,6 +993,9 @@ impl Ops {
             business_key: query.business_key.clone(),
             created_from_ms: query.created_from_ms,
             created_to_ms: query.created_to_ms,
+            ended_from_ms: query.ended_from_ms,
+            ended_to_ms: query.ended_to_ms,
+            node: query.node.clone(),
             after,
             limit: query.limit,
         };
@@ -955,13 +1041,37 @@ impl Ops {
         };
         let timers = self.store().timers(id).await?;
         let incidents = self.store().incidents(Some(id)).await?;
+        let subscriptions = self.store().instance_subscriptions(id).await?;
         Ok(InstanceView {
             instance: InstanceSummary::from(&record),
             deployment: DeploymentSummary::from(&deployment),
             snapshot,
             timers: timers.iter().map(TimerView::from).collect(),
             incidents: incidents.iter().map(IncidentView::from).collect(),
+            subscriptions: subscriptions
+                .into_iter()
+                .map(|s| SubscriptionView {
+                    node: s.node,
+                    message: s.message,
+                    correlation_key: s.key,
+                    opened_at_ms: s.opened_at_ms,
+                })
+                .collect(),
         })
+    }
+
+    /// How many instances are in each state (one indexed count per state).
+    pub async fn instance_counts(&self) -> Result<InstanceCounts> {
+        let mut counts = InstanceCounts::default();
+        for (status, n) in self.store().instance_counts().await? {
+            *match status {
+                InstanceStatus::Running => &mut counts.running,
+                InstanceStatus::Completed => &mut counts.completed,
+                InstanceStatus::Failed => &mut counts.failed,
+                InstanceStatus::Cancelled => &mut counts.cancelled,
+            } = n;
+        }
+        Ok(counts)
     }
 
     /// Every attempt of every task of the instance, in order (O1a).
@@ -1032,9 +1142,88 @@ impl Ops {
         let detail = format!("name={name} variables={}", variables.len());
         let input = Input::MessageReceived {
             name: name.to_owned(),
+            correlation_key: None,
             variables,
         };
         self.apply(id, input, "message", detail).await
+    }
+
+    /// Publishes the message `name` with a correlation key (O1): it reaches the instance
+    /// whose open subscription for `name` has this key — a receive task or message catch
+    /// whose message declares `q:correlationKey` (or a Zeebe subscription) — and
+    /// completes that wait with `variables`. Exactly one waiting subscription must match
+    /// unless `all` is set, which delivers to every one (at most
+    /// [`qflow_store::SUBSCRIPTIONS_LIMIT_MAX`]). Nothing matching is `NotFound`; a message
+    /// is never buffered for a subscription that opens later.
+    pub async fn correlate(&self, message: MessageRequest) -> Result<Correlated> {
+        check_variables(&message.variables)?;
+        check_message_part("name", &message.name)?;
+        check_message_part("correlation_key", &message.correlation_key)?;
+        let (name, key) = (message.name.as_str(), message.correlation_key.as_str());
+        let detail = format!(
+            "name={name} key={key} variables={}",
+            message.variables.len()
+        );
+        let input = || Input::MessageReceived {
+            name: name.to_owned(),
+            correlation_key: Some(key.to_owned()),
+            variables: message.variables.clone(),
+        };
+        let mut delivered = Vec::new();
+        if message.all {
+            let subscribers = self.store().subscriptions(name, key, 0).await?;
+            if subscribers.is_empty() {
+                return Err(no_subscriber(name, key));
+            }
+            for s in subscribers {
+                let outcome = self.apply(s.instance, input(), "correlate", detail.clone());
+                match outcome.await {
+                    // Deliveries so far are committed; the rest are not tried. A retry
+                    // of the request reaches only the waits still open.
+                    Err(e @ Error::Store(_)) => return Err(e),
+                    outcome => delivered.push(Delivery::of(s, outcome)),
+                }
+            }
+            return Ok(Correlated {
+                name: message.name,
+                correlation_key: message.correlation_key,
+                deliveries: delivered,
+            });
+        }
+        // One subscriber. A wait that ends between the lookup and the step (its message
+        // came, a timer won the race) is looked past: the next lookup no longer lists it.
+        for _ in 0..CORRELATE_ROUNDS_MAX {
+            let subscribers = self.store().subscriptions(name, key, 2).await?;
+            match subscribers.as_slice() {
+                [] => return Err(no_subscriber(name, key)),
+                [one] => {
+                    let outcome = self.apply(one.instance, input(), "correlate", detail.clone());
+                    match outcome.await {
+                        Err(Error::Refused(_)) | Err(Error::Conflict(_)) => continue,
+                        other => {
+                            delivered.push(Delivery::of(one.clone(), other));
+                            return Ok(Correlated {
+                                name: message.name,
+                                correlation_key: message.correlation_key,
+                                deliveries: delivered,
+                            });
+                        }
+                    }
+                }
+                [a, b, ..] => {
+                    return Err(Error::Refused(format!(
+                        "message `{name}` with key `{key}` matches more than one waiting \
+                         instance ({} at `{}`, {} at `{}`, ...); set `all` to deliver it to \
+                         each, or give the waits distinct keys",
+                        a.instance, a.node, b.instance, b.node
+                    )))
+                }
+            }
+        }
+        Err(Error::Conflict(format!(
+            "the waits for message `{name}` with key `{key}` kept ending under the \
+             correlation; try again"
+        )))
     }
 
     /// Resolves the open incidents of an instance on `node` by hand (O4), audited.
@@ -1099,6 +1288,31 @@ impl Ops {
                 .collect(),
         })
     }
+}
+
+/// How often a single-subscriber correlation looks the subscription up again after the
+/// wait it found ended before the message reached it.
+const CORRELATE_ROUNDS_MAX: usize = 3;
+
+fn no_subscriber(name: &str, key: &str) -> Error {
+    Error::NotFound {
+        what: "subscription",
+        id: format!("for message `{name}` with key `{key}`"),
+    }
+}
+
+/// A message name or correlation key as the API bounds it: 1 to
+/// [`qflow_core::CORRELATION_KEY_BYTES_MAX`] bytes, no control characters.
+fn check_message_part(field: &'static str, text: &str) -> Result<()> {
+    let max = qflow_core::CORRELATION_KEY_BYTES_MAX;
+    let why = if text.is_empty() || text.len() > max {
+        format!("is 1 to {max} bytes, this one is {}", text.len())
+    } else if text.chars().any(char::is_control) {
+        "may not hold control characters".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(Error::Invalid { field, why })
 }
 
 /// Longest business key, in characters: 64 characters of UTF-8 are at most 256 bytes,

@@ -5,11 +5,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use qflow_store::memory::effective_instances_limit;
+use qflow_store::memory::{effective_instances_limit, node_timer_names};
 use qflow_store::{
     Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
     DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    PullTaskRecord, PurgeRequest, StoreError, StoreResult, TimerName, TimerRecord, PURGE_LIMIT_MAX,
+    PullTaskRecord, PurgeRequest, StoreError, StoreResult, SubscriptionRecord, TimerName,
+    TimerRecord, PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -20,6 +21,8 @@ pub(crate) const INSTANCE_COLUMNS: &str = "id, deployment, fence, status, failur
 pub(crate) const TIMER_COLUMNS: &str = "instance, name, due_at_ms, incarnation";
 pub(crate) const INCIDENT_COLUMNS: &str =
     "id, instance, node, code, message, opened_at_ms, resolved_at_ms";
+pub(crate) const SUBSCRIPTION_COLUMNS: &str =
+    "instance, node, message, correlation_key, opened_at_ms";
 pub(crate) const ATTEMPT_COLUMNS: &str =
     "instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message, worker";
 pub(crate) const PULL_COLUMNS: &str =
@@ -127,6 +130,40 @@ pub(crate) fn incident_from_row(row: &impl StoreRow) -> StoreResult<IncidentReco
         resolved_at_ms: row.field("resolved_at_ms")?,
     })
 }
+
+/// Reads `SUBSCRIPTION_COLUMNS`.
+pub(crate) fn subscription_from_row(row: &impl StoreRow) -> StoreResult<SubscriptionRecord> {
+    Ok(SubscriptionRecord {
+        instance: row.instance_id("instance")?,
+        node: row.field("node")?,
+        message: row.field("message")?,
+        key: row.field("correlation_key")?,
+        opened_at_ms: row.field("opened_at_ms")?,
+    })
+}
+
+/// Reads a `status, n` count row.
+pub(crate) fn status_count_from_row(row: &impl StoreRow) -> StoreResult<(InstanceStatus, u64)> {
+    let status: String = row.field("status")?;
+    let n: i64 = row.field("n")?;
+    let status = InstanceStatus::parse(&status)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown instance status `{status}`")))?;
+    let n = u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("a count of {n}")))?;
+    Ok((status, n))
+}
+
+/// Every status with its count (0 for those `rows` lack), in [`InstanceStatus`] order.
+pub(crate) fn all_counts(rows: Vec<(InstanceStatus, u64)>) -> Vec<(InstanceStatus, u64)> {
+    InstanceStatus::ALL
+        .into_iter()
+        .map(|s| (s, rows.iter().find(|(r, _)| *r == s).map_or(0, |(_, n)| *n)))
+        .collect()
+}
+
+/// The count query behind `Store::instance_counts`: one count per status, each a range
+/// of the `(status, failure_code)` index.
+pub(crate) const INSTANCE_COUNTS_SQL: &str =
+    "SELECT status, count(*) AS n FROM instances GROUP BY status";
 
 pub(crate) const AUDIT_COLUMNS: &str =
     "id, instance, at_ms, actor, action, detail, fence_before, fence_after";
@@ -253,6 +290,35 @@ where
     }
     if let Some(to) = filter.created_to_ms {
         query.push(" AND created_at_ms < ").push_bind(to);
+    }
+    if let Some(from) = filter.ended_from_ms {
+        query.push(" AND ended_at_ms >= ").push_bind(from);
+    }
+    if let Some(to) = filter.ended_to_ms {
+        query.push(" AND ended_at_ms < ").push_bind(to);
+    }
+    if let Some(node) = &filter.node {
+        // Each EXISTS is a lookup by the child table's `(instance, ...)` key.
+        query
+            .push(
+                " AND (EXISTS (SELECT 1 FROM incidents AS i WHERE i.instance = instances.id \
+                 AND i.node = ",
+            )
+            .push_bind(node.as_str())
+            .push(" AND i.resolved_at_ms IS NULL)")
+            .push(" OR EXISTS (SELECT 1 FROM timers AS t WHERE t.instance = instances.id AND t.name IN (");
+        let mut names = query.separated(", ");
+        for name in node_timer_names(node) {
+            names.push_bind(name.as_str().to_owned());
+        }
+        query
+            .push("))")
+            .push(
+                " OR EXISTS (SELECT 1 FROM subscriptions AS s WHERE s.instance = instances.id \
+                 AND s.node = ",
+            )
+            .push_bind(node.as_str())
+            .push("))");
     }
     if let Some((at, id)) = filter.after {
         query

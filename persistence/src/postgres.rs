@@ -21,12 +21,12 @@ use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 
 use async_trait::async_trait;
-use qflow_store::memory::effective_instances_limit;
+use qflow_store::memory::{effective_instances_limit, effective_subscriptions_limit};
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, PullQuery,
-    PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult,
-    TimerClaim, TimerRecord, PULL_QUERY_LIMIT_MAX,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment,
+    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
+    StoreResult, SubscriptionRecord, TimerClaim, TimerRecord, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -36,8 +36,9 @@ use crate::common::{
     claimed_timers, contested_key, deployment_from_row, ended_at_update, fence_from_db,
     fence_to_db, incident_from_row, instance_from_row, instances_query, last_arm_per_name,
     last_offer_per_node, map_all, map_optional, merge_offered, plan, pull_from_row, purge_choice,
-    purge_limit, refusal, timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS,
-    AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, PULL_COLUMNS,
+    purge_limit, refusal, status_count_from_row, subscription_from_row, timer_from_row, Field,
+    KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS,
+    INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, PULL_COLUMNS, SUBSCRIPTION_COLUMNS,
     TIMER_COLUMNS,
 };
 use crate::Error;
@@ -299,6 +300,8 @@ fn purge_sql(by_deployment: bool) -> String {
              RETURNING 1), \
          pulls_gone AS (DELETE FROM pull_tasks WHERE instance IN (SELECT id FROM doomed) \
              RETURNING 1), \
+         subscriptions_gone AS (DELETE FROM subscriptions \
+             WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
          instances_gone AS (DELETE FROM instances WHERE id IN (SELECT id FROM doomed) \
              RETURNING 1) \
          SELECT (SELECT count(*) FROM instances_gone) AS instances, \
@@ -306,7 +309,8 @@ fn purge_sql(by_deployment: bool) -> String {
                 (SELECT count(*) FROM incidents_gone) AS incidents, \
                 (SELECT count(*) FROM audit_gone) AS audit, \
                 (SELECT count(*) FROM timers_gone) + (SELECT count(*) FROM pulls_gone) \
-                    AS timers"
+                    AS timers, \
+                (SELECT count(*) FROM subscriptions_gone) AS subscriptions"
     )
 }
 
@@ -362,6 +366,7 @@ async fn apply_round(
     let winners = apply_state(tx, batch, round, outcomes).await?;
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
+    apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
     apply_audit(tx, &winners).await
@@ -430,6 +435,58 @@ async fn apply_pull(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<(
     .execute(&mut *tx)
     .await
     .map_err(backend)?;
+    Ok(())
+}
+
+/// Writes the winners' `subscriptions`: the closes, then the opens as one upsert, so a
+/// node whose wait began again keeps its new row.
+async fn apply_subscriptions(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut instance, mut node) = (Vec::new(), Vec::new());
+    for commit in winners {
+        for closed in &commit.subscriptions.close {
+            instance.push(commit.instance);
+            node.push(closed.as_str());
+        }
+    }
+    if !instance.is_empty() {
+        sqlx::query(
+            "DELETE FROM subscriptions AS s \
+             USING UNNEST($1::uuid[], $2::text[]) AS v(instance, node) \
+             WHERE s.instance = v.instance AND s.node = v.node",
+        )
+        .bind(&instance)
+        .bind(&node)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    let (mut instance, mut node, mut message, mut key, mut now_ms) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for commit in winners {
+        for s in &commit.subscriptions.open {
+            instance.push(commit.instance);
+            node.push(s.node.as_str());
+            message.push(s.message.as_str());
+            key.push(s.key.as_str());
+            now_ms.push(commit.now_ms);
+        }
+    }
+    if !instance.is_empty() {
+        sqlx::query(
+            "INSERT INTO subscriptions (instance, node, message, correlation_key, opened_at_ms) \
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
+             ON CONFLICT (instance, node) DO UPDATE SET message = EXCLUDED.message, \
+             correlation_key = EXCLUDED.correlation_key, opened_at_ms = EXCLUDED.opened_at_ms",
+        )
+        .bind(&instance)
+        .bind(&node)
+        .bind(&message)
+        .bind(&key)
+        .bind(&now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
     Ok(())
 }
 
@@ -966,6 +1023,44 @@ impl Store for PgStore {
         map_all(rows.await, timer_from_row)
     }
 
+    async fn subscriptions(
+        &self,
+        message: &str,
+        key: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions \
+             WHERE message = $1 AND correlation_key = $2 \
+             ORDER BY opened_at_ms, instance, node LIMIT $3"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(message)
+            .bind(key)
+            .bind(i64::from(effective_subscriptions_limit(limit)))
+            .fetch_all(&self.pool);
+        map_all(rows.await, subscription_from_row)
+    }
+
+    async fn instance_subscriptions(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE instance = $1 ORDER BY node"
+        );
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
+        map_all(rows.await, subscription_from_row)
+    }
+
+    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        let rows = sqlx::query(INSTANCE_COUNTS_SQL).fetch_all(&self.pool);
+        Ok(crate::common::all_counts(map_all(
+            rows.await,
+            status_count_from_row,
+        )?))
+    }
+
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
         let sql = format!(
             "SELECT {INCIDENT_COLUMNS} FROM incidents \
@@ -1012,6 +1107,7 @@ impl Store for PgStore {
             incidents: purged(&row, "incidents")?,
             audit: purged(&row, "audit")?,
             timers: purged(&row, "timers")?,
+            subscriptions: purged(&row, "subscriptions")?,
         })
     }
 

@@ -22,12 +22,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use qflow_store::memory::effective_instances_limit;
+use qflow_store::memory::{effective_instances_limit, effective_subscriptions_limit};
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, NewIncident,
-    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
-    StoreResult, TimerClaim, TimerRecord, PULL_QUERY_LIMIT_MAX,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment,
+    NewIncident, NewSubscription, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
+    RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
+    PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -37,13 +38,14 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
-    applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
-    claimed_timers, contested_key, deployment_from_row, ended_at_creation, ended_at_update,
-    fence_from_db, fence_to_db, incident_from_row, instance_from_row, instances_query,
-    last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered, plan,
-    pull_from_row, purge_choice, purge_limit, refusal, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
-    INSTANCE_COLUMNS, PULL_COLUMNS, TIMER_COLUMNS,
+    all_counts, applied, attempt_from_row, audit_fences, audit_from_row, backend,
+    batch_deployments, claimed_timers, contested_key, deployment_from_row, ended_at_creation,
+    ended_at_update, fence_from_db, fence_to_db, incident_from_row, instance_from_row,
+    instances_query, last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered,
+    plan, pull_from_row, purge_choice, purge_limit, refusal, status_count_from_row,
+    subscription_from_row, timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS,
+    AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
+    PULL_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -396,6 +398,7 @@ async fn apply_round(
     let winners = apply_state(tx, batch, ids, round, outcomes).await?;
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
+    apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
     apply_audit(tx, &winners).await
@@ -436,6 +439,46 @@ async fn apply_pull(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreR
         " ON CONFLICT (instance, node) DO UPDATE SET topic = excluded.topic, \
          attempt = excluded.attempt, worker = excluded.worker, \
          lock_until_ms = excluded.lock_until_ms, offered_at_ms = excluded.offered_at_ms",
+    )
+    .await
+}
+
+/// Writes the winners' `subscriptions`: the closes, one keyed delete per row, then the
+/// opens as multi-row upserts, so a node whose wait began again keeps its new row.
+async fn apply_subscriptions(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    for (id, commit) in winners {
+        for node in &commit.subscriptions.close {
+            sqlx::query("DELETE FROM subscriptions WHERE instance = ? AND node = ?")
+                .bind(*id)
+                .bind(node)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+    }
+    let opens: Vec<(&str, i64, &NewSubscription)> = winners
+        .iter()
+        .flat_map(|&(id, commit)| {
+            commit
+                .subscriptions
+                .open
+                .iter()
+                .map(move |s| (id, commit.now_ms, s))
+        })
+        .collect();
+    insert_rows(
+        tx,
+        "INSERT INTO subscriptions (instance, node, message, correlation_key, opened_at_ms) ",
+        &opens,
+        |mut row, (id, now_ms, s)| {
+            row.push_bind(*id)
+                .push_bind(s.node.as_str())
+                .push_bind(s.message.as_str())
+                .push_bind(s.key.as_str())
+                .push_bind(*now_ms);
+        },
+        " ON CONFLICT (instance, node) DO UPDATE SET message = excluded.message, \
+         correlation_key = excluded.correlation_key, opened_at_ms = excluded.opened_at_ms",
     )
     .await
 }
@@ -961,6 +1004,43 @@ impl Store for SqliteStore {
         map_all(rows.await, timer_from_row)
     }
 
+    async fn subscriptions(
+        &self,
+        message: &str,
+        key: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions \
+             WHERE message = ? AND correlation_key = ? \
+             ORDER BY opened_at_ms, instance, node LIMIT ?"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(message)
+            .bind(key)
+            .bind(i64::from(effective_subscriptions_limit(limit)))
+            .fetch_all(&self.readers);
+        map_all(rows.await, subscription_from_row)
+    }
+
+    async fn instance_subscriptions(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE instance = ? ORDER BY node"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(id_text(instance))
+            .fetch_all(&self.readers);
+        map_all(rows.await, subscription_from_row)
+    }
+
+    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        let rows = sqlx::query(INSTANCE_COUNTS_SQL).fetch_all(&self.readers);
+        Ok(all_counts(map_all(rows.await, status_count_from_row)?))
+    }
+
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
         let rows = match instance {
             Some(id) => {
@@ -1031,6 +1111,7 @@ impl Store for SqliteStore {
             audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
             timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
                 + delete_where_in(&mut tx, "pull_tasks", "instance", &ids).await?,
+            subscriptions: delete_where_in(&mut tx, "subscriptions", "instance", &ids).await?,
             instances: delete_where_in(&mut tx, "instances", "id", &ids).await?,
         };
         tx.commit().await.map_err(backend)?;

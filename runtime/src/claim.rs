@@ -14,7 +14,7 @@ use qflow_core::{any_attempt_in_flight, Effect, Input, Snapshot, Status, TimerKi
 use qflow_loader::model::Definition;
 use qflow_store::{
     AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState,
-    InstanceStatus, NewIncident, PullTaskRecord, Store, TimerRecord, TimerRef,
+    InstanceStatus, NewIncident, NewSubscription, PullTaskRecord, Store, TimerRecord, TimerRef,
 };
 
 use crate::handlers::TaskCall;
@@ -312,6 +312,11 @@ fn carry_out(
         Effect::ResolveTimer { name, incarnation } => {
             commit.timers.resolve.push(TimerRef { name, incarnation })
         }
+        Effect::Subscribe { node, message, key } => commit
+            .subscriptions
+            .open
+            .push(NewSubscription { node, message, key }),
+        Effect::Unsubscribe { node } => commit.subscriptions.close.push(node),
         Effect::AttemptFinished {
             node,
             attempt,

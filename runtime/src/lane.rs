@@ -99,6 +99,7 @@ impl Lane {
 
     async fn round(&mut self, batch_max: usize) {
         let now = self.shared.clock.now_ms();
+        let began = std::time::Instant::now();
         let mut prepared = Vec::new();
         let mut commits = Vec::new();
         let mut seen = HashSet::new();
@@ -120,6 +121,12 @@ impl Lane {
         match self.shared.store.commit(commits).await {
             Ok(outcomes) => {
                 self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
+                let took_us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+                for outcome in &outcomes {
+                    if matches!(outcome, CommitOutcome::Applied { .. }) {
+                        self.shared.stats.step_latency.observe_us(took_us);
+                    }
+                }
                 for (p, outcome) in prepared.into_iter().zip(outcomes) {
                     match outcome {
                         CommitOutcome::Applied { fence } => self.applied(p, fence, now),

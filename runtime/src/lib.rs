@@ -25,6 +25,7 @@ pub mod claim;
 pub mod clock;
 pub mod error;
 mod handlers;
+pub mod histogram;
 mod lane;
 mod poller;
 pub mod pull;
@@ -128,6 +129,12 @@ pub struct Stats {
     pub batches: AtomicU64,
     /// Ended instances this replica's retention task purged.
     pub purged: AtomicU64,
+    /// How long each committed step took, from the start of its lane round (inputs
+    /// gathered, steps computed) to its batch being durable.
+    pub step_latency: histogram::Histogram,
+    /// How late each due timer was when the poller claimed it (claim instant minus due
+    /// instant): the scheduling delay a parked backoff or timer sees.
+    pub timer_lag: histogram::Histogram,
 }
 
 /// A point-in-time copy of [`Stats`].

@@ -40,6 +40,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let full = claimed.len() as u32 >= shared.config.timer_claim_max;
         for t in claimed {
             shared.stats.timers_fired.fetch_add(1, Ordering::Relaxed);
+            shared.stats.timer_lag.observe_ms(now - t.due_at_ms);
             let lane = shared.lane_of(t.instance);
             let req = Request {
                 instance: t.instance,

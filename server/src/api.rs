@@ -7,9 +7,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use qflow_core::Budget;
 use qflow_ops::{
-    parse_instance_id, Applied, AttemptView, AuditView, DeploymentSummary, IncidentView,
-    InstanceQuery, InstanceSummary, InstanceView, MigrationPlan, MigrationResult, Page,
-    StartRequest, Started, StartedAndWaited,
+    parse_instance_id, Applied, AttemptView, AuditView, Correlated, DeploymentSummary,
+    IncidentView, InstanceCounts, InstanceQuery, InstanceSummary, InstanceView, MessageRequest,
+    MigrationPlan, MigrationResult, Page, StartRequest, Started, StartedAndWaited,
 };
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
@@ -327,6 +327,14 @@ pub struct ListParams {
     pub created_from_ms: Option<i64>,
     /// Only instances created before this instant.
     pub created_to_ms: Option<i64>,
+    /// Only instances that ended (completed or cancelled) at or after this instant.
+    pub ended_from_ms: Option<i64>,
+    /// Only instances that ended before this instant.
+    pub ended_to_ms: Option<i64>,
+    /// Only instances that stand at this node: an open incident on it (where a FAILED
+    /// instance failed), a retry park, `q:timeout` window or timer catch of it, or an
+    /// open message subscription at it.
+    pub node: Option<String>,
     /// The `next` of the previous page.
     #[param(
         pattern = "^-?[0-9]{1,18}\\.[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -355,6 +363,9 @@ pub async fn instances(
         business_key: p.business_key,
         created_from_ms: p.created_from_ms,
         created_to_ms: p.created_to_ms,
+        ended_from_ms: p.ended_from_ms,
+        ended_to_ms: p.ended_to_ms,
+        node: p.node,
         cursor: p.cursor,
         limit,
     };
@@ -571,6 +582,49 @@ pub async fn deliver_message(
         .await
         .map(Json)
         .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
+/// Publishes a message by name and correlation key: it completes the wait of the
+/// instance whose open subscription for that message has this key (a receive task or
+/// message catch whose `<message>` declares `q:correlationKey`). Exactly one must match
+/// unless `all` is set. Nothing is buffered: with no waiting subscription the answer is
+/// 404.
+#[utoipa::path(post, path = "/v1/messages", tag = "instances",
+    request_body = MessageRequest,
+    responses(
+        (status = 200, description = "Delivered; one entry per subscription reached", body = Correlated),
+        (status = 404, description = "No open subscription for this message and key", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "More than one subscription matches and `all` is not set", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn correlate(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    JsonBody(body): JsonBody<MessageRequest>,
+) -> Result<Json<Correlated>> {
+    state
+        .ops
+        .as_actor(&caller.name)
+        .correlate(body)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
+/// How many instances are in each state.
+#[utoipa::path(get, path = "/v1/instance-counts", tag = "instances",
+    responses((status = 200, description = "Counts by state", body = InstanceCounts)),
+    security(("bearer" = ["read"])))]
+pub async fn instance_counts(
+    State(state): State<AppState>,
+    _caller: Caller<ReadScope>,
+) -> Result<Json<InstanceCounts>> {
+    state
+        .ops
+        .instance_counts()
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Query))
 }
 
 /// Resolves the open incidents of an instance on a node by hand (O4).

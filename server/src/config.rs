@@ -12,6 +12,12 @@
 //! name = "ops-team"             # what logs and the audit log call the caller
 //! sha256 = "9f86d081…"          # `qflow token hash`: the token itself is never stored
 //! scopes = ["read", "operate"]
+//!
+//! [retention]                   # how long ended instances are kept (O7)
+//! default = "P7D"               # an ISO-8601 duration, or "forever"
+//! processes = { audit-trail = "forever", quote = "PT6H" }
+//! batch = 1000                  # instances per purge transaction
+//! interval_ms = 60000           # between purge rounds
 //! ```
 //!
 //! Unknown keys are refused with their position, so a misspelt limit is never silently
@@ -21,6 +27,9 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
+use std::collections::BTreeMap;
+
+use qflow_runtime::retention::RetentionConfig;
 use serde::Deserialize;
 
 use crate::auth::{Scope, Token};
@@ -32,6 +41,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
     pub tokens: Vec<Token>,
+    /// When ended instances are purged. Default: after 7 days.
+    pub retention: RetentionConfig,
 }
 
 /// Request limits, applied to every endpoint.
@@ -62,6 +73,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             limits: Limits::default(),
             tokens: Vec::new(),
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -74,6 +86,28 @@ struct File {
     limits: Limits,
     #[serde(default)]
     tokens: Vec<TokenEntry>,
+    retention: Option<RetentionEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionEntry {
+    default: Option<String>,
+    #[serde(default)]
+    processes: BTreeMap<String, String>,
+    batch: Option<u32>,
+    interval_ms: Option<u64>,
+}
+
+/// A retention as configured: an ISO-8601 duration of days, hours, minutes and seconds
+/// (`P7D`, `PT12H`), or `forever`. In milliseconds; `forever` is `i64::MAX`.
+pub fn parse_retention(text: &str) -> Result<i64, String> {
+    if text.trim() == "forever" {
+        return Ok(i64::MAX);
+    }
+    let d = qflow_loader::iso8601::parse_duration(text)
+        .map_err(|e| format!("{e}; or write \"forever\""))?;
+    i64::try_from(d.0).map_err(|_| format!("`{text}` is longer than this engine can count"))
 }
 
 #[derive(Deserialize)]
@@ -120,6 +154,37 @@ impl ServerConfig {
             )));
         }
         config.limits = file.limits;
+        if let Some(r) = file.retention {
+            let field = format!("{origin}: retention");
+            if let Some(d) = &r.default {
+                config.retention.default_ms =
+                    parse_retention(d).map_err(|e| ConfigError(format!("{field}.default: {e}")))?;
+            }
+            for (process, text) in &r.processes {
+                let ms = parse_retention(text)
+                    .map_err(|e| ConfigError(format!("{field}.processes.{process}: {e}")))?;
+                config.retention.per_process.insert(process.clone(), ms);
+            }
+            match r.batch {
+                Some(0) => {
+                    return Err(ConfigError(format!(
+                        "{field}.batch: must be positive (at most {})",
+                        qflow_store::PURGE_LIMIT_MAX
+                    )))
+                }
+                Some(b) => config.retention.batch_max = b.min(qflow_store::PURGE_LIMIT_MAX),
+                None => {}
+            }
+            match r.interval_ms {
+                Some(0) => {
+                    return Err(ConfigError(format!(
+                        "{field}.interval_ms: must be positive"
+                    )))
+                }
+                Some(i) => config.retention.interval_ms = i,
+                None => {}
+            }
+        }
         let mut names = BTreeSet::new();
         for (i, t) in file.tokens.into_iter().enumerate() {
             let field = format!("{origin}: tokens[{i}]");
@@ -170,6 +235,36 @@ mod tests {
             c.tokens[0].scopes,
             BTreeSet::from([Scope::Read, Scope::Deploy])
         );
+    }
+
+    #[test]
+    fn retention_is_configured_by_duration_or_forever() {
+        let text = "[retention]\ndefault = \"PT12H\"\nprocesses = { audit = \"forever\", quote = \"P2D\" }\nbatch = 50\n";
+        let c = ServerConfig::from_toml(text, "q.toml").unwrap();
+        assert_eq!(c.retention.default_ms, 12 * 3_600_000);
+        assert_eq!(c.retention.per_process["audit"], i64::MAX);
+        assert_eq!(c.retention.per_process["quote"], 2 * 86_400_000);
+        assert_eq!(c.retention.batch_max, 50);
+        assert_eq!(c.retention.interval_ms, 60_000, "the default stays");
+        assert_eq!(
+            ServerConfig::from_toml("", "q.toml").unwrap().retention,
+            RetentionConfig::default()
+        );
+        for (bad, field) in [
+            ("[retention]\ndefault = \"P1M\"\n", "retention.default"),
+            ("[retention]\ndefault = \"7 days\"\n", "retention.default"),
+            (
+                "[retention]\nprocesses = { a = \"x\" }\n",
+                "retention.processes.a",
+            ),
+            ("[retention]\nbatch = 0\n", "retention.batch"),
+            ("[retention]\ninterval_ms = 0\n", "retention.interval_ms"),
+        ] {
+            let e = ServerConfig::from_toml(bad, "q.toml").unwrap_err();
+            assert!(e.0.contains(field), "{bad}: {e}");
+        }
+        let e = ServerConfig::from_toml("[retention]\nkeep = \"P1D\"\n", "q.toml").unwrap_err();
+        assert!(e.0.contains("unknown field `keep`"), "{e}");
     }
 
     #[test]

@@ -98,6 +98,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::cancel))
         .routes(routes!(api::complete_user_task))
         .routes(routes!(api::deliver_message))
+        .routes(routes!(api::correlate))
+        .routes(routes!(api::instance_counts))
         .routes(routes!(api::migrate))
         .routes(routes!(api::incidents))
         .routes(routes!(api::resolve_incident))
@@ -293,7 +295,16 @@ async fn metrics_text(
     State(state): State<AppState>,
     _caller: auth::Caller<auth::ReadScope>,
 ) -> Response {
-    let text = metrics::render(state.stats.as_ref().map(|s| s.view()), &state.http);
+    // A store that does not answer leaves the gauge out rather than failing the scrape:
+    // the counters and the HTTP figures are still worth having.
+    let counts = match state.ops.instance_counts().await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "instance counts unavailable for /metrics");
+            None
+        }
+    };
+    let text = metrics::render(counts, state.stats.as_deref(), &state.http);
     (
         [(
             header::CONTENT_TYPE,

@@ -4,41 +4,63 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use qflow_runtime::StatsView;
-
-/// Upper bounds of the request-latency buckets, in seconds.
-const BUCKETS_S: [f64; 12] = [
-    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
-];
+use qflow_ops::InstanceCounts;
+use qflow_runtime::histogram::{Histogram, HistogramView};
+use qflow_runtime::Stats;
 
 /// Request counters by status class and a latency histogram, updated lock-free.
 #[derive(Debug, Default)]
 pub struct HttpMetrics {
     by_class: [AtomicU64; 5],
-    buckets: [AtomicU64; BUCKETS_S.len()],
-    count: AtomicU64,
-    sum_us: AtomicU64,
+    latency: Histogram,
 }
 
 impl HttpMetrics {
     pub fn observe(&self, status: u16, micros: u64) {
         let class = usize::from((status / 100).clamp(1, 5)) - 1;
         self.by_class[class].fetch_add(1, Ordering::Relaxed);
-        let seconds = micros as f64 / 1e6;
-        for (bound, bucket) in BUCKETS_S.iter().zip(&self.buckets) {
-            if seconds <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(micros, Ordering::Relaxed);
+        self.latency.observe_us(micros);
     }
 }
 
-/// The whole exposition: runtime counters (when a runtime serves this server) and HTTP.
-pub fn render(runtime: Option<StatsView>, http: &HttpMetrics) -> String {
+/// The whole exposition: instances by state (when the store answered), the runtime's
+/// counters and histograms (when a runtime serves this server), and HTTP.
+pub fn render(
+    counts: Option<InstanceCounts>,
+    runtime: Option<&Stats>,
+    http: &HttpMetrics,
+) -> String {
     let mut out = String::new();
-    if let Some(s) = runtime {
+    if let Some(c) = counts {
+        let _ = writeln!(
+            out,
+            "# HELP qflow_instances Instances in the store, by state."
+        );
+        let _ = writeln!(out, "# TYPE qflow_instances gauge");
+        for (state, n) in [
+            ("running", c.running),
+            ("completed", c.completed),
+            ("failed", c.failed),
+            ("cancelled", c.cancelled),
+        ] {
+            let _ = writeln!(out, "qflow_instances{{state=\"{state}\"}} {n}");
+        }
+    }
+    if let Some(stats) = runtime {
+        histogram(
+            &mut out,
+            "qflow_step_duration_seconds",
+            "Time from a lane round's start to its steps being durable, per committed step.",
+            &stats.step_latency.view(),
+        );
+        histogram(
+            &mut out,
+            "qflow_timer_lag_seconds",
+            "How late due timers were when the poller claimed them.",
+            &stats.timer_lag.view(),
+        );
+    }
+    if let Some(s) = runtime.map(Stats::view) {
         let counters: [(&str, &str, u64); 11] = [
             ("instances_started", "Instances started.", s.started),
             ("instances_completed", "Instances completed.", s.completed),
@@ -95,30 +117,24 @@ pub fn render(runtime: Option<StatsView>, http: &HttpMetrics) -> String {
             n.load(Ordering::Relaxed)
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP qflow_http_request_duration_seconds Time to answer a request."
+    histogram(
+        &mut out,
+        "qflow_http_request_duration_seconds",
+        "Time to answer a request.",
+        &http.latency.view(),
     );
-    let _ = writeln!(out, "# TYPE qflow_http_request_duration_seconds histogram");
-    for (bound, bucket) in BUCKETS_S.iter().zip(&http.buckets) {
-        let _ = writeln!(
-            out,
-            "qflow_http_request_duration_seconds_bucket{{le=\"{bound}\"}} {}",
-            bucket.load(Ordering::Relaxed)
-        );
-    }
-    let count = http.count.load(Ordering::Relaxed);
-    let _ = writeln!(
-        out,
-        "qflow_http_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-    );
-    let _ = writeln!(
-        out,
-        "qflow_http_request_duration_seconds_sum {}",
-        http.sum_us.load(Ordering::Relaxed) as f64 / 1e6
-    );
-    let _ = writeln!(out, "qflow_http_request_duration_seconds_count {count}");
     out
+}
+
+fn histogram(out: &mut String, name: &str, help: &str, h: &HistogramView) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for (bound, n) in &h.buckets {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {n}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum {}", h.sum_seconds);
+    let _ = writeln!(out, "{name}_count {}", h.count);
 }
 
 #[cfg(test)]
@@ -131,7 +147,7 @@ mod tests {
         m.observe(200, 700);
         m.observe(404, 30_000);
         m.observe(503, 9_000_000);
-        let text = render(None, &m);
+        let text = render(None, None, &m);
         assert!(
             text.contains("qflow_http_requests_total{class=\"2xx\"} 1"),
             "{text}"
@@ -148,6 +164,37 @@ mod tests {
         assert!(text.contains("_bucket{le=\"0.001\"} 1"), "{text}");
         assert!(text.contains("_bucket{le=\"0.05\"} 2"), "{text}");
         assert!(text.contains("_bucket{le=\"5\"} 2"), "{text}");
+        assert!(
+            !text.contains("qflow_instances{"),
+            "no counts, no gauge: {text}"
+        );
         assert!(text.contains("_bucket{le=\"+Inf\"} 3"), "{text}");
+    }
+
+    #[test]
+    fn instance_counts_and_runtime_histograms_are_rendered() {
+        let stats = Stats::default();
+        stats.step_latency.observe_us(3_000);
+        stats.timer_lag.observe_ms(40);
+        let counts = InstanceCounts {
+            running: 4,
+            completed: 10,
+            failed: 2,
+            cancelled: 0,
+        };
+        let text = render(Some(counts), Some(&stats), &HttpMetrics::default());
+        for line in [
+            "qflow_instances{state=\"running\"} 4",
+            "qflow_instances{state=\"failed\"} 2",
+            "qflow_instances{state=\"cancelled\"} 0",
+            "qflow_step_duration_seconds_bucket{le=\"0.0025\"} 0",
+            "qflow_step_duration_seconds_bucket{le=\"0.005\"} 1",
+            "qflow_step_duration_seconds_count 1",
+            "qflow_timer_lag_seconds_bucket{le=\"0.025\"} 0",
+            "qflow_timer_lag_seconds_bucket{le=\"0.05\"} 1",
+            "qflow_steps_total 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
     }
 }

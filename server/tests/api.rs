@@ -956,3 +956,263 @@ async fn an_incident_is_resolved_by_hand_once() {
         .await;
     assert_eq!(r.body[0]["action"], "resolve_incident", "{}", r.text);
 }
+
+const KEYED: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1"
+    id="d" targetNamespace="t">
+  <message id="m" name="payment-received" q:correlationKey="order_id"/>
+  <process id="shop" isExecutable="true">
+    <startEvent id="start"/>
+    <receiveTask id="paid" messageRef="m"/>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="paid"/>
+    <sequenceFlow id="f1" sourceRef="paid" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+#[tokio::test]
+async fn a_message_is_correlated_by_name_and_key_to_the_one_waiting_instance() {
+    let w = world().await;
+    let dep = w.deploy(KEYED).await;
+    let mut ids = Vec::new();
+    for order in ["A-1", "A-2", "A-2"] {
+        let r = w
+            .send(
+                Method::POST,
+                "/v1/instances",
+                Some(ADMIN),
+                Some(json!({ "deployment": dep, "variables": { "order_id": order } })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        ids.push(r.body["instance"].as_str().unwrap().to_owned());
+    }
+    w.wait(|s| s.started >= 3).await;
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{}", ids[0]),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(
+        r.body["subscriptions"],
+        json!([{ "node": "paid", "message": "payment-received", "correlation_key": "A-1",
+                 "opened_at_ms": r.body["subscriptions"][0]["opened_at_ms"] }]),
+        "{}",
+        r.text
+    );
+    let waiting: Vec<String> = ids.clone();
+    let states = states_of(&w, &waiting).await;
+
+    let publish = |key: &str, all: bool| {
+        json!({ "name": "payment-received", "correlation_key": key,
+                "variables": { "paid_cents": 4200 }, "all": all })
+    };
+    // No such key, a key two instances wait under, a reader, a bad body: refused, nothing
+    // changed.
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/messages",
+            Some(ADMIN),
+            Some(publish("B-9", false)),
+        )
+        .await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/messages",
+            Some(ADMIN),
+            Some(publish("A-2", false)),
+        )
+        .await;
+    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    assert!(
+        r.body["detail"].as_str().unwrap().contains("more than one"),
+        "{}",
+        r.text
+    );
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/messages",
+            Some(READER),
+            Some(publish("A-1", false)),
+        )
+        .await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "forbidden");
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/messages",
+            Some(ADMIN),
+            Some(json!({ "name": "payment-received", "correlation_key": "" })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(
+        r.body["errors"][0]["pointer"], "/correlation_key",
+        "{}",
+        r.text
+    );
+    assert_eq!(states_of(&w, &waiting).await, states);
+
+    // The key reaches its instance only.
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/messages",
+            Some(ADMIN),
+            Some(publish("A-1", false)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.body["deliveries"].as_array().unwrap().len(),
+        1,
+        "{}",
+        r.text
+    );
+    assert_eq!(r.body["deliveries"][0]["instance"], ids[0].as_str());
+    assert_eq!(r.body["deliveries"][0]["outcome"], "delivered");
+    assert_eq!(r.body["deliveries"][0]["applied"]["status"], "completed");
+    // Published again: the wait is over, nothing is buffered.
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/messages",
+            Some(ADMIN),
+            Some(publish("A-1", false)),
+        )
+        .await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
+    // `all` reaches both instances waiting under A-2.
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/messages",
+            Some(ADMIN),
+            Some(publish("A-2", true)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut reached: Vec<&str> = r.body["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["instance"].as_str().unwrap())
+        .collect();
+    reached.sort();
+    let mut expected = vec![ids[1].as_str(), ids[2].as_str()];
+    expected.sort();
+    assert_eq!(reached, expected, "{}", r.text);
+    let r = w
+        .send(Method::GET, "/v1/instance-counts", Some(READER), None)
+        .await;
+    assert_eq!(
+        r.body,
+        json!({ "running": 0, "completed": 3, "failed": 0, "cancelled": 0 }),
+        "{}",
+        r.text
+    );
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/audit?instance={}", ids[1]),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body[0]["action"], "correlate", "{}", r.text);
+    assert!(
+        r.body[0]["detail"].as_str().unwrap().contains("key=A-2"),
+        "{}",
+        r.text
+    );
+}
+
+/// Fence and snapshot of each instance: what a refused correlation must leave as it was.
+async fn states_of(w: &World, ids: &[String]) -> Vec<(u64, Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(w.state_of(id).await);
+    }
+    out
+}
+
+#[tokio::test]
+async fn listings_filter_by_node_and_end_and_metrics_count_instances_by_state() {
+    let w = world().await;
+    let parking = w.deploy(&model("order", "pay", PARKING)).await;
+    let parked = w.start(parking).await;
+    w.wait(|s| s.parks >= 1).await;
+    let failing = w.deploy(&model("refund", "pay", "")).await;
+    let failed = w.start(failing).await;
+    w.wait(|s| s.failed >= 1).await;
+    let waits = w.deploy(WAITS).await;
+    let waiting = w.start(waits).await;
+    w.wait(|s| s.started >= 3).await;
+    // The retry park (a timer of `pay`) and the failure (an open incident on `pay`).
+    assert_eq!(
+        listed(&w, "node=pay").await,
+        vec![parked.clone(), failed.clone()]
+    );
+    assert_eq!(
+        listed(&w, "node=pay&state=failed").await,
+        vec![failed.clone()]
+    );
+    assert!(
+        listed(&w, "node=approve").await.is_empty(),
+        "a user task is not a park"
+    );
+    let r = w
+        .send(
+            Method::POST,
+            &format!("/v1/instances/{waiting}/cancel"),
+            Some(ADMIN),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(listed(&w, "ended_from_ms=0").await, vec![waiting.clone()]);
+    assert!(listed(&w, &format!("ended_to_ms={T0}")).await.is_empty());
+    let r = w.send(Method::GET, "/metrics", Some(READER), None).await;
+    for line in [
+        "qflow_instances{state=\"failed\"} 1",
+        "qflow_instances{state=\"cancelled\"} 1",
+        "qflow_instances{state=\"running\"} 1",
+        "# TYPE qflow_step_duration_seconds histogram",
+        "# TYPE qflow_timer_lag_seconds histogram",
+    ] {
+        assert!(r.text.contains(line), "{line} missing:\n{}", r.text);
+    }
+    let steps = r
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("qflow_step_duration_seconds_count "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("a step count");
+    assert!(steps >= 3, "every committed step is timed: {steps}");
+}
+
+/// The ids `GET /v1/instances?{query}` lists.
+async fn listed(w: &World, query: &str) -> Vec<String> {
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances?{query}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_owned())
+        .collect()
+}

@@ -25,8 +25,8 @@ use anyhow::{anyhow, ensure, Result};
 use crate::{
     Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId,
     InstanceFilter, InstanceId, InstanceState, InstanceStatus, NewDeployment, NewIncident,
-    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
-    TimerClaim, TimerName, TimerRecord, TimerRef,
+    NewSubscription, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store,
+    StoreError, TimerClaim, TimerName, TimerRecord, TimerRef,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -110,6 +110,10 @@ macro_rules! conformance_tests {
             purge_honours_its_limit_oldest_end_first,
             purge_filters_by_deployment,
             concurrent_purges_take_each_instance_once,
+            subscriptions_open_close_and_are_found_by_message_and_key,
+            subscriptions_follow_the_fence_and_are_purged_with_their_instance,
+            instances_filter_by_node_and_end,
+            instance_counts_cover_every_status,
             pull_tasks_are_offered_locked_and_withdrawn_with_their_commit,
             offered_pull_tasks_filter_by_topic_oldest_first_and_honour_the_limit,
             pull_rows_go_with_a_purged_instance,
@@ -1607,6 +1611,7 @@ pub async fn purge_takes_only_instances_ended_before_the_cutoff_with_their_rows(
         incidents: 2,
         audit: 2,
         timers: 2,
+        subscriptions: 0,
     };
     ensure!(out == expected, "{out:?}");
     gone(s, id(1)).await?;
@@ -1732,6 +1737,236 @@ pub async fn concurrent_purges_take_each_instance_once(ctx: Ctx) -> Result<()> {
     let (a, b) = (a?, b?);
     ensure!(a + b == 60, "purged {a} + {b}");
     intact(&*ctx.store, id(100)).await?;
+    Ok(())
+}
+
+fn subscribe(node: &str, message: &str, key: &str) -> NewSubscription {
+    NewSubscription {
+        node: node.to_owned(),
+        message: message.to_owned(),
+        key: key.to_owned(),
+    }
+}
+
+/// `(instance, node)` of each subscription found.
+async fn subscribers(s: &dyn Store, message: &str, key: &str) -> Result<Vec<(InstanceId, String)>> {
+    Ok(s.subscriptions(message, key, 0)
+        .await?
+        .into_iter()
+        .map(|r| (r.instance, r.node))
+        .collect())
+}
+
+pub async fn subscriptions_open_close_and_are_found_by_message_and_key(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "sub").await?;
+    // Two instances wait for `paid` under the same key, one under another key, one for
+    // another message under the same key; opened at different instants.
+    for (n, at, node, message, key) in [
+        (1, T0 + 5, "wait", "paid", "order-1"),
+        (2, T0 + 1, "wait", "paid", "order-1"),
+        (3, T0, "wait", "paid", "order-2"),
+        (4, T0, "wait", "shipped", "order-1"),
+    ] {
+        let mut c = commit(id(n), None, dep);
+        c.now_ms = at;
+        c.subscriptions.open.push(subscribe(node, message, key));
+        ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 1 });
+    }
+    let found = s.subscriptions("paid", "order-1", 0).await?;
+    ensure!(
+        found.iter().map(|r| r.instance).collect::<Vec<_>>() == vec![id(2), id(1)],
+        "oldest first: {found:?}"
+    );
+    ensure!(found[0].message == "paid" && found[0].key == "order-1");
+    ensure!(found[0].node == "wait" && found[0].opened_at_ms == T0 + 1);
+    ensure!(subscribers(s, "paid", "order-2").await? == vec![(id(3), "wait".into())]);
+    ensure!(subscribers(s, "paid", "order-3").await?.is_empty());
+    ensure!(
+        subscribers(s, "PAID", "order-1").await?.is_empty(),
+        "names are exact"
+    );
+    let one = s.subscriptions("paid", "order-1", 1).await?;
+    ensure!(
+        one.len() == 1 && one[0].instance == id(2),
+        "the limit: {one:?}"
+    );
+
+    // A step that closes one node and opens another; one that re-opens a node under a
+    // new key (close and open of the same node in one commit keeps the open).
+    let mut step = commit(id(2), Some(1), dep);
+    step.now_ms = T0 + 10;
+    step.subscriptions.close.push("wait".into());
+    step.subscriptions
+        .open
+        .push(subscribe("again", "paid", "order-1"));
+    ensure!(commit_one(s, step).await? == CommitOutcome::Applied { fence: 2 });
+    let mut step = commit(id(3), Some(1), dep);
+    step.now_ms = T0 + 11;
+    step.subscriptions.close.push("wait".into());
+    step.subscriptions
+        .open
+        .push(subscribe("wait", "paid", "order-9"));
+    ensure!(commit_one(s, step).await? == CommitOutcome::Applied { fence: 2 });
+    ensure!(
+        subscribers(s, "paid", "order-1").await?
+            == vec![(id(1), "wait".into()), (id(2), "again".into())],
+        "re-opened later, so after instance 1"
+    );
+    ensure!(subscribers(s, "paid", "order-2").await?.is_empty());
+    ensure!(subscribers(s, "paid", "order-9").await? == vec![(id(3), "wait".into())]);
+    // Closing a node without a subscription is a no-op.
+    let mut step = commit(id(4), Some(1), dep);
+    step.subscriptions.close.push("elsewhere".into());
+    ensure!(commit_one(s, step).await? == CommitOutcome::Applied { fence: 2 });
+    ensure!(subscribers(s, "shipped", "order-1").await? == vec![(id(4), "wait".into())]);
+    let of_two = ctx.second.instance_subscriptions(id(2)).await?;
+    ensure!(
+        of_two.len() == 1 && of_two[0].node == "again" && of_two[0].opened_at_ms == T0 + 10,
+        "the second handle sees them: {of_two:?}"
+    );
+    ensure!(s.instance_subscriptions(id(9)).await?.is_empty());
+    Ok(())
+}
+
+pub async fn subscriptions_follow_the_fence_and_are_purged_with_their_instance(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "sub-fence").await?;
+    let mut c = commit(id(1), None, dep);
+    c.subscriptions.open.push(subscribe("wait", "paid", "k"));
+    commit_one(s, c).await?;
+    // A commit that loses its compare-and-swap writes none of its subscription rows.
+    let mut lost = commit(id(1), Some(7), dep);
+    lost.subscriptions.close.push("wait".into());
+    lost.subscriptions
+        .open
+        .push(subscribe("other", "paid", "k2"));
+    ensure!(matches!(
+        commit_one(s, lost).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    ensure!(subscribers(s, "paid", "k").await? == vec![(id(1), "wait".into())]);
+    ensure!(subscribers(s, "paid", "k2").await?.is_empty());
+    // An instance that ends with a row left (residue) has it purged with it.
+    let mut end = commit(id(1), Some(1), dep);
+    end.state.status = InstanceStatus::Completed;
+    ensure!(commit_one(s, end).await? == CommitOutcome::Applied { fence: 2 });
+    let out = s.purge_finished(purge(T0 + 1, 10)).await?;
+    ensure!(out.instances == 1 && out.subscriptions == 1, "{out:?}");
+    ensure!(subscribers(s, "paid", "k").await?.is_empty());
+    ensure!(s.instance_subscriptions(id(1)).await?.is_empty());
+    Ok(())
+}
+
+pub async fn instances_filter_by_node_and_end(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "node-end").await?;
+    // 1: an open incident at `pay`; 2: a resolved incident at `pay` and a retry park at
+    // `ship`; 3: a `q:timeout` window of `pay`; 4: a subscription at `pay`; 5: a timer
+    // of another kind named after `pay` (a boundary), which does not count; 6, 7: ended.
+    let mut c1 = commit(id(1), None, dep);
+    c1.state.status = InstanceStatus::Failed;
+    c1.incidents.open.push(NewIncident {
+        node: "pay".into(),
+        code: "E".into(),
+        message: "m".into(),
+    });
+    let mut c2 = commit(id(2), None, dep);
+    c2.incidents.open.push(NewIncident {
+        node: "pay".into(),
+        code: "E".into(),
+        message: "m".into(),
+    });
+    c2.timers.arm.push(timer(id(2), "r:ship", T0 + 100, 1));
+    let mut c3 = commit(id(3), None, dep);
+    c3.timers.arm.push(timer(id(3), "t:pay", T0 + 100, 1));
+    let mut c4 = commit(id(4), None, dep);
+    c4.subscriptions.open.push(subscribe("pay", "paid", "k"));
+    let mut c5 = commit(id(5), None, dep);
+    c5.timers.arm.push(timer(id(5), "b:pay", T0 + 100, 1));
+    s.commit(vec![c1, c2, c3, c4, c5]).await?;
+    let mut resolve = commit(id(2), Some(1), dep);
+    resolve.incidents.resolve_on.push("pay".into());
+    ensure!(commit_one(s, resolve).await? == CommitOutcome::Applied { fence: 2 });
+    for (n, status, at) in [
+        (6, InstanceStatus::Completed, T0 + 10),
+        (7, InstanceStatus::Cancelled, T0 + 20),
+    ] {
+        create(s, id(n), dep).await?;
+        let end = with_status(id(n), Some(1), dep, status, at);
+        ensure!(commit_one(s, end).await? == CommitOutcome::Applied { fence: 2 });
+    }
+
+    let ids = |records: Vec<crate::InstanceRecord>| -> Vec<InstanceId> {
+        records.into_iter().map(|r| r.id).collect()
+    };
+    let at = |node: &str| InstanceFilter {
+        node: Some(node.to_owned()),
+        ..Default::default()
+    };
+    let at_pay = ids(s.instances(&at("pay")).await?);
+    ensure!(at_pay == vec![id(1), id(3), id(4)], "{at_pay:?}");
+    ensure!(ids(s.instances(&at("ship")).await?) == vec![id(2)]);
+    ensure!(ids(s.instances(&at("nowhere")).await?).is_empty());
+    let failed_at_pay = ids(s
+        .instances(&InstanceFilter {
+            status: Some(InstanceStatus::Failed),
+            ..at("pay")
+        })
+        .await?);
+    ensure!(failed_at_pay == vec![id(1)], "{failed_at_pay:?}");
+
+    let ended = |from: Option<i64>, to: Option<i64>| InstanceFilter {
+        ended_from_ms: from,
+        ended_to_ms: to,
+        ..Default::default()
+    };
+    let any_end = ids(s.instances(&ended(Some(i64::MIN), None)).await?);
+    ensure!(
+        any_end == vec![id(6), id(7)],
+        "only ended ones: {any_end:?}"
+    );
+    let early = ids(s.instances(&ended(None, Some(T0 + 20))).await?);
+    ensure!(
+        early == vec![id(6)],
+        "the upper bound is exclusive: {early:?}"
+    );
+    let late = ids(s.instances(&ended(Some(T0 + 20), None)).await?);
+    ensure!(
+        late == vec![id(7)],
+        "the lower bound is inclusive: {late:?}"
+    );
+    ensure!(ids(s.instances(&ended(Some(T0 + 21), Some(T0 + 30))).await?).is_empty());
+    Ok(())
+}
+
+pub async fn instance_counts_cover_every_status(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let zero: Vec<(InstanceStatus, u64)> = InstanceStatus::ALL.iter().map(|s| (*s, 0)).collect();
+    ensure!(
+        s.instance_counts().await? == zero,
+        "an empty store lists zeros"
+    );
+    let dep = deploy(s, "counts").await?;
+    for (n, status) in [
+        (1, InstanceStatus::Running),
+        (2, InstanceStatus::Running),
+        (3, InstanceStatus::Failed),
+        (4, InstanceStatus::Completed),
+        (5, InstanceStatus::Running),
+    ] {
+        lived(s, id(n), dep, status, T0 + n as i64).await?;
+    }
+    let counts = ctx.second.instance_counts().await?;
+    let expected = vec![
+        (InstanceStatus::Running, 3),
+        (InstanceStatus::Completed, 1),
+        (InstanceStatus::Failed, 1),
+        (InstanceStatus::Cancelled, 0),
+    ];
+    ensure!(counts == expected, "{counts:?}");
     Ok(())
 }
 

@@ -84,6 +84,13 @@ pub enum InstanceStatus {
 }
 
 impl InstanceStatus {
+    pub const ALL: [InstanceStatus; 4] = [
+        InstanceStatus::Running,
+        InstanceStatus::Completed,
+        InstanceStatus::Failed,
+        InstanceStatus::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             InstanceStatus::Running => "running",
@@ -237,6 +244,43 @@ pub struct PullQuery<'a> {
 
 /// The most rows one [`Store::offered_pull_tasks`] call returns.
 pub const PULL_QUERY_LIMIT_MAX: u32 = 1_000;
+/// A message subscription (correlation by name and key): the instance waits at `node`
+/// for a message `message` published with `key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionRecord {
+    pub instance: InstanceId,
+    pub node: String,
+    pub message: String,
+    pub key: String,
+    /// The instant of the commit that opened it.
+    pub opened_at_ms: i64,
+}
+
+/// A subscription a commit opens at `node` (upserted by `(instance, node)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSubscription {
+    pub node: String,
+    pub message: String,
+    pub key: String,
+}
+
+/// Subscription rows a commit writes. Closes apply before opens, so a node whose wait
+/// ended and began again in one step keeps the new subscription.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriptionWrites {
+    /// Deletes the subscription of each of these nodes, if there is one.
+    pub close: Vec<String>,
+    pub open: Vec<NewSubscription>,
+}
+
+impl SubscriptionWrites {
+    pub fn is_empty(&self) -> bool {
+        self.close.is_empty() && self.open.is_empty()
+    }
+}
+
+/// The most rows [`Store::subscriptions`] returns, whatever it asks for.
+pub const SUBSCRIPTIONS_LIMIT_MAX: u32 = 1_000;
 
 /// Everything one step wrote, applied atomically: the instance row, then the effect
 /// rows by family. A new family (outbox rows, correlations) is one more field here and
@@ -253,6 +297,8 @@ pub struct Commit {
     pub state: InstanceState,
     pub timers: TimerWrites,
     pub incidents: IncidentWrites,
+    /// Message subscriptions opened and closed.
+    pub subscriptions: SubscriptionWrites,
     /// Attempt-history rows (O1a), appended.
     pub attempts: Vec<AttemptRecord>,
     /// Audit rows of the operator action this step carries out, appended with the
@@ -309,6 +355,7 @@ impl Commit {
             state,
             timers: TimerWrites::default(),
             incidents: IncidentWrites::default(),
+            subscriptions: SubscriptionWrites::default(),
             attempts: Vec::new(),
             audit: Vec::new(),
             pull: PullWrites::default(),
@@ -394,6 +441,15 @@ pub struct InstanceFilter {
     pub created_from_ms: Option<i64>,
     /// Only instances created before this instant.
     pub created_to_ms: Option<i64>,
+    /// Only instances that ended (completed or cancelled) at or after this instant. Any
+    /// end bound leaves out the instances that have not ended.
+    pub ended_from_ms: Option<i64>,
+    /// Only instances that ended before this instant.
+    pub ended_to_ms: Option<i64>,
+    /// Only instances that stand at this node: an open incident on it (which is where a
+    /// FAILED instance failed), a timer row of it (a retry park `r:`, a `q:timeout`
+    /// window `t:`, a timer catch `c:`), or an open message subscription at it.
+    pub node: Option<String>,
     /// Keyset pagination: only rows strictly after this `(created_at_ms, id)` position in
     /// the listing order — the last row of the previous page.
     pub after: Option<(i64, InstanceId)>,
@@ -429,6 +485,8 @@ pub struct PurgeOutcome {
     /// instance arms nothing and its last commit resolves and withdraws what it held),
     /// so anything here is residue.
     pub timers: u64,
+    /// Subscription rows of ended instances: residue too, for the same reason.
+    pub subscriptions: u64,
 }
 
 impl PurgeOutcome {
@@ -439,6 +497,7 @@ impl PurgeOutcome {
         self.incidents += other.incidents;
         self.audit += other.audit;
         self.timers += other.timers;
+        self.subscriptions += other.subscriptions;
     }
 }
 
@@ -488,6 +547,27 @@ pub trait Store: Send + Sync + 'static {
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>>;
 
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>>;
+
+    /// The open subscriptions for message `message` under `key`, oldest first (by the
+    /// instant they opened, then instance and node), at most `limit` (0: the cap,
+    /// [`SUBSCRIPTIONS_LIMIT_MAX`]). A lookup by the `(message, key)` index.
+    async fn subscriptions(
+        &self,
+        message: &str,
+        key: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>>;
+
+    /// The open subscriptions of one instance, by node.
+    async fn instance_subscriptions(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<SubscriptionRecord>>;
+
+    /// How many instances there are in each status, in [`InstanceStatus`] order, every
+    /// status listed (0 when none). One indexed count per status.
+    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>>;
+
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>>;
     /// The audit log, of one instance or of all, oldest first, at most `limit` rows (0:
     /// the 10,000 cap), the newest ones when there are more.

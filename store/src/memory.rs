@@ -16,10 +16,11 @@ use async_trait::async_trait;
 
 use crate::{
     AttemptRecord, AuditEntry, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, NewDeployment,
-    PullQuery, PullTaskRecord, PullWrites, PurgeOutcome, PurgeRequest, RetireOutcome, Store,
-    StoreError, StoreResult, TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites,
-    PULL_QUERY_LIMIT_MAX,
+    IncidentRecord, IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
+    NewDeployment, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome, PurgeRequest,
+    RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, SubscriptionWrites,
+    TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites, PULL_QUERY_LIMIT_MAX,
+    SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -57,6 +58,11 @@ struct State {
     /// walks ended instances oldest first and never the live ones.
     ended: BTreeSet<(i64, InstanceId)>,
     incidents: Vec<IncidentRecord>,
+    /// Open subscriptions by `(instance, node)`.
+    subscriptions: BTreeMap<(InstanceId, String), SubscriptionRecord>,
+    /// `(message, key, opened_at_ms, instance, node)` of every subscription: the
+    /// correlation index.
+    subscriptions_by_key: BTreeSet<(String, String, i64, InstanceId, String)>,
     attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
     audit: Vec<AuditRecord>,
     /// Pull-task rows by `(instance, node)`, and the offered ones by
@@ -91,7 +97,40 @@ pub fn effective_instances_limit(limit: u32) -> u32 {
     }
 }
 
+/// Treats a limit of 0 as "no limit given": the cap applies.
+pub fn effective_subscriptions_limit(limit: u32) -> u32 {
+    if limit == 0 || limit > SUBSCRIPTIONS_LIMIT_MAX {
+        SUBSCRIPTIONS_LIMIT_MAX
+    } else {
+        limit
+    }
+}
+
+/// The timer rows that place an instance at `node` for [`InstanceFilter::node`]: a retry
+/// park, a `q:timeout` window, a timer catch.
+pub fn node_timer_names(node: &str) -> [TimerName; 3] {
+    [
+        TimerName::new(TimerKind::Retry, node),
+        TimerName::new(TimerKind::Timeout, node),
+        TimerName::new(TimerKind::Catch, node),
+    ]
+}
+
 impl State {
+    /// [`InstanceFilter::node`]: an open incident on `node`, a timer of it, or an open
+    /// subscription at it.
+    fn stands_at(&self, instance: InstanceId, node: &str) -> bool {
+        self.incidents
+            .iter()
+            .any(|i| i.instance == instance && i.node == node && i.resolved_at_ms.is_none())
+            || node_timer_names(node)
+                .into_iter()
+                .any(|name| self.timers.contains_key(&(instance, name)))
+            || self
+                .subscriptions
+                .contains_key(&(instance, node.to_owned()))
+    }
+
     fn deployment(&self, id: DeploymentId) -> Option<&DeploymentRecord> {
         let index = usize::try_from(id.0.checked_sub(1)?).ok()?;
         self.deployments.get(index)
@@ -165,6 +204,7 @@ impl State {
         );
         self.apply_timers(commit.instance, commit.timers);
         self.apply_incidents(commit.instance, commit.incidents, commit.now_ms);
+        self.apply_subscriptions(commit.instance, commit.subscriptions, commit.now_ms);
         self.apply_attempts(commit.instance, commit.attempts);
         self.apply_pull(commit.instance, commit.pull);
         self.apply_audit(
@@ -226,6 +266,55 @@ impl State {
                 opened_at_ms: now_ms,
                 resolved_at_ms: None,
             });
+        }
+    }
+
+    fn apply_subscriptions(
+        &mut self,
+        instance: InstanceId,
+        writes: SubscriptionWrites,
+        now_ms: i64,
+    ) {
+        // Closes before opens, for the same reason as timers.
+        for node in writes.close {
+            self.remove_subscription(&(instance, node));
+        }
+        for s in writes.open {
+            let key = (instance, s.node.clone());
+            self.remove_subscription(&key);
+            self.subscriptions_by_key.insert((
+                s.message.clone(),
+                s.key.clone(),
+                now_ms,
+                instance,
+                s.node.clone(),
+            ));
+            self.subscriptions.insert(
+                key,
+                SubscriptionRecord {
+                    instance,
+                    node: s.node,
+                    message: s.message,
+                    key: s.key,
+                    opened_at_ms: now_ms,
+                },
+            );
+        }
+    }
+
+    fn remove_subscription(&mut self, key: &(InstanceId, String)) -> bool {
+        match self.subscriptions.remove(key) {
+            Some(s) => {
+                self.subscriptions_by_key.remove(&(
+                    s.message,
+                    s.key,
+                    s.opened_at_ms,
+                    s.instance,
+                    s.node,
+                ));
+                true
+            }
+            None => false,
         }
     }
 
@@ -304,6 +393,16 @@ impl State {
         let before = self.incidents.len();
         self.incidents.retain(|i| !ids.contains(&i.instance));
         out.incidents = (before - self.incidents.len()) as u64;
+        let residue: Vec<(InstanceId, String)> = self
+            .subscriptions
+            .keys()
+            .filter(|(i, _)| ids.contains(i))
+            .cloned()
+            .collect();
+        for key in &residue {
+            self.remove_subscription(key);
+        }
+        out.subscriptions = residue.len() as u64;
         let before = self.audit.len();
         self.audit.retain(|a| !ids.contains(&a.instance));
         out.audit = (before - self.audit.len()) as u64;
@@ -456,6 +555,22 @@ impl Store for MemoryStore {
             .filter(|i| filter.created_to_ms.is_none_or(|t| i.created_at_ms < t))
             .filter(|i| {
                 filter
+                    .ended_from_ms
+                    .is_none_or(|t| i.ended_at_ms.is_some_and(|e| e >= t))
+            })
+            .filter(|i| {
+                filter
+                    .ended_to_ms
+                    .is_none_or(|t| i.ended_at_ms.is_some_and(|e| e < t))
+            })
+            .filter(|i| {
+                filter
+                    .node
+                    .as_deref()
+                    .is_none_or(|node| state.stands_at(i.id, node))
+            })
+            .filter(|i| {
+                filter
                     .after
                     .is_none_or(|after| (i.created_at_ms, i.id) > after)
             })
@@ -526,6 +641,50 @@ impl Store for MemoryStore {
             .iter()
             .filter(|i| instance.is_none_or(|id| i.instance == id))
             .cloned()
+            .collect())
+    }
+
+    async fn subscriptions(
+        &self,
+        message: &str,
+        key: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let limit = effective_subscriptions_limit(limit) as usize;
+        let state = self.lock();
+        let from = (message.to_owned(), key.to_owned(), i64::MIN);
+        Ok(state
+            .subscriptions_by_key
+            .range((from.0, from.1, from.2, InstanceId::nil(), String::new())..)
+            .take_while(|(m, k, ..)| m == message && k == key)
+            .take(limit)
+            .filter_map(|(_, _, _, instance, node)| {
+                state.subscriptions.get(&(*instance, node.clone())).cloned()
+            })
+            .collect())
+    }
+
+    async fn instance_subscriptions(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let state = self.lock();
+        Ok(state
+            .subscriptions
+            .range((instance, String::new())..)
+            .take_while(|((i, _), _)| *i == instance)
+            .map(|(_, s)| s.clone())
+            .collect())
+    }
+
+    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        let state = self.lock();
+        Ok(InstanceStatus::ALL
+            .into_iter()
+            .map(|s| {
+                let n = state.instances.values().filter(|i| i.status == s).count();
+                (s, n as u64)
+            })
             .collect())
     }
 

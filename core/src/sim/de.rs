@@ -419,6 +419,7 @@ const EVENT_FIELDS: &[&str] = &[
     "incarnation",
     "budget",
     "input",
+    "correlation_key",
 ];
 const EVENTS: &[Kind] = &[
     Kind {
@@ -427,7 +428,7 @@ const EVENTS: &[Kind] = &[
     },
     Kind {
         name: "message",
-        fields: &["at_ms", "name", "variables"],
+        fields: &["at_ms", "name", "correlation_key", "variables"],
     },
     Kind {
         name: "cancel",
@@ -484,6 +485,7 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut incarnation = None;
         let mut budget = None;
         let mut input: Option<crate::Input> = None;
+        let mut correlation_key = None;
         let mut seen = Vec::new();
         loop {
             let field = Field::tagged(EVENT, EVENT_FIELDS, EVENTS, kind, &mut seen);
@@ -516,6 +518,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 "incarnation" => incarnation = Some(map.next_value::<u32>()?),
                 "budget" => budget = Some(map.next_value::<Budget>()?),
                 "input" => input = Some(map.next_value()?),
+                "correlation_key" => correlation_key = map.next_value::<Option<String>>()?,
                 _ => unreachable!("Field only yields names from EVENT_FIELDS"),
             }
         }
@@ -544,6 +547,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                     Some(NameField::Timer(timer)) => timer.as_str().to_owned(),
                     None => return Err(de::Error::missing_field("name")),
                 },
+                correlation_key,
                 variables,
             },
             "cancel" => ScriptedEvent::Cancel { at_ms },

@@ -60,6 +60,7 @@ impl Builder {
             },
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),
+            correlation_keys: BTreeMap::new(),
             class: Classification::Stateless,
         }
     }

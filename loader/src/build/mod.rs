@@ -23,6 +23,7 @@ mod vendor;
 use std::collections::BTreeMap;
 
 use crate::diag::Diagnostic;
+use crate::expr::Expression;
 use crate::model::*;
 use crate::xml::{Attr, Document, Element, Ns};
 use crate::LoadOptions;
@@ -163,6 +164,7 @@ pub(crate) fn build(
     check_unique_ids(root, diags);
     let errors = collect_errors(root);
     let messages = collect_messages(root);
+    let correlation_keys = collect_correlation_keys(root, opts, diags);
 
     let processes: Vec<&Element> = root.children_named(Ns::Bpmn, "process").collect();
     let mut with_nodes = Vec::new();
@@ -244,6 +246,7 @@ pub(crate) fn build(
                     process,
                     errors: errors.clone(),
                     messages: messages.clone(),
+                    correlation_keys: correlation_keys.clone(),
                     class: Classification::Stateless,
                 },
                 meta,
@@ -318,6 +321,103 @@ fn collect_messages(root: &Element) -> BTreeMap<String, String> {
             Some((id, name))
         })
         .collect()
+}
+
+/// Message name → the expression its correlation key is evaluated from when a
+/// subscription opens: `q:correlationKey="expr"` (CEL) on the `<message>`, or Zeebe's
+/// `<zeebe:subscription correlationKey="=expr"/>` in its extension elements (the FEEL
+/// subset that maps onto CEL). Two declarations of one name must agree.
+fn collect_correlation_keys(
+    root: &Element,
+    opts: &LoadOptions,
+    diags: &mut Vec<Diagnostic>,
+) -> BTreeMap<String, Expression> {
+    let mut keys: BTreeMap<String, (Expression, Pos)> = BTreeMap::new();
+    for m in root.children_named(Ns::Bpmn, "message") {
+        let Some(id) = m.value("id") else { continue };
+        let name = m
+            .value("name")
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or(id);
+        let q = m.attr_ns(Ns::Q, "correlationKey");
+        let zeebe = m
+            .child(Ns::Bpmn, "extensionElements")
+            .and_then(|x| x.child(Ns::Zeebe, "subscription"))
+            .and_then(|s| s.attr("correlationKey"));
+        for a in &m.attrs {
+            if a.ns == Ns::Q && a.local != "correlationKey" {
+                diags.push(
+                    Diagnostic::error("Q309", a.pos, format!("unknown attribute q:{}", a.local))
+                        .with_help("the q: attribute on a <message> is q:correlationKey"),
+                );
+            }
+        }
+        let (source, pos, feel) = match (q, zeebe) {
+            (Some(a), Some(z)) => {
+                diags.push(
+                    Diagnostic::error(
+                        "Q312",
+                        z.pos,
+                        format!("message `{name}` has both q:correlationKey and a zeebe:subscription correlationKey"),
+                    )
+                    .with_help(format!("keep one of them (q:correlationKey is at {})", a.pos)),
+                );
+                continue;
+            }
+            (Some(a), None) => (a.value.trim(), a.pos, false),
+            (None, Some(z)) => (z.value.trim(), z.pos, true),
+            (None, None) => continue,
+        };
+        let cel = if feel {
+            match crate::feel::feel_to_cel(source.strip_prefix('=').unwrap_or(source)) {
+                Ok(c) => c,
+                Err(why) => {
+                    diags.push(
+                        Diagnostic::error(
+                            "Q203",
+                            pos,
+                            format!("FEEL correlation key `{source}`: {why}"),
+                        )
+                        .with_help(
+                            "keep to literals and variable paths, or write q:correlationKey in CEL",
+                        ),
+                    );
+                    continue;
+                }
+            }
+        } else {
+            source.to_string()
+        };
+        let expr = match Expression::compile(&cel, pos, opts.max_expr_len) {
+            Ok(e) => e,
+            Err(e) => {
+                diags.push(
+                    Diagnostic::error(
+                        e.code,
+                        pos,
+                        format!("correlation key of message `{name}`: {}", e.message),
+                    )
+                    .with_help("fix the CEL expression; it must give a string or an integer"),
+                );
+                continue;
+            }
+        };
+        match keys.get(name) {
+            Some((other, at)) if other.source() != expr.source() => diags.push(
+                Diagnostic::error(
+                    "Q312",
+                    pos,
+                    format!("message `{name}` is declared with two correlation keys (the other at {at})"),
+                )
+                .with_help("give both declarations the same correlation key, or different names"),
+            ),
+            Some(_) => {}
+            None => {
+                keys.insert(name.to_string(), (expr, pos));
+            }
+        }
+    }
+    keys.into_iter().map(|(n, (e, _))| (n, e)).collect()
 }
 
 struct Ctx<'a> {

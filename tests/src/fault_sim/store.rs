@@ -29,8 +29,9 @@ use qflow_runtime::claim::store_status;
 use qflow_store::memory::MemoryStore;
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, NewDeployment, PurgeOutcome,
-    PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, TimerClaim, TimerRecord,
+    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment,
+    PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord,
+    TimerClaim, TimerRecord,
 };
 
 use super::rng::Rng;
@@ -451,6 +452,29 @@ impl Store for FaultyStore {
     async fn incidents(&self, instance: Option<InstanceId>) -> StoreResult<Vec<IncidentRecord>> {
         self.tick();
         self.inner.incidents(instance).await
+    }
+
+    async fn subscriptions(
+        &self,
+        message: &str,
+        key: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.tick();
+        self.inner.subscriptions(message, key, limit).await
+    }
+
+    async fn instance_subscriptions(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.tick();
+        self.inner.instance_subscriptions(instance).await
+    }
+
+    async fn instance_counts(&self) -> StoreResult<Vec<(InstanceStatus, u64)>> {
+        self.tick();
+        self.inner.instance_counts().await
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

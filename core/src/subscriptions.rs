@@ -1,0 +1,162 @@
+//! Message subscriptions: correlation keys (SPEC O1, "correlate a message by name and a
+//! correlation key").
+//!
+//! A message whose declaration carries a correlation key (`q:correlationKey`, or Zeebe's
+//! `zeebe:subscription`) is correlated by name *and* key: a token waiting for it — at a
+//! receive task, a message catch event, or a message catch racing after an event-based
+//! gateway — opens a subscription under the key's value, evaluated over the instance
+//! variables when the wait begins. The snapshot keeps it (`c/<node>`), and the step
+//! reports it to the shell ([`Effect::Subscribe`] / [`Effect::Unsubscribe`]), which keeps
+//! a subscription row per waiting node so that a message published with a name and a key
+//! finds its instance without reading any snapshot.
+//!
+//! One rule keeps the rows and the snapshot in step: after every applied input,
+//! [`Run::sync_subscriptions`] makes the open subscriptions exactly the keyed waits of a
+//! running instance. Every ending of a wait — the message came, a boundary interrupted
+//! the task, the gateway's race was won by a timer, a terminate end, a migration that
+//! renamed the node, the instance completing, failing or being cancelled — closes its
+//! subscription there, without each of those paths knowing about messages. A resumed
+//! instance opens its waits' subscriptions again, with keys evaluated afresh.
+//!
+//! A definition without correlation keys never reaches past the first check: its
+//! snapshots and effects are exactly what they were before subscriptions existed.
+
+use qflow_loader::model::{NodeIdx, NodeKind};
+use serde_json::Value as Json;
+
+use super::flow::{awaited_message, Run};
+use super::{codes, Effect};
+
+/// The longest correlation key, in bytes: keys are row keys in every store.
+pub const CORRELATION_KEY_BYTES_MAX: usize = 256;
+
+impl<'a> Run<'a> {
+    /// Makes the open subscriptions exactly the keyed message waits of the instance (none
+    /// unless it is running): closes the others, opens the missing ones. A key that does
+    /// not evaluate fails the instance (`EXPRESSION_FAILED`), which then has none.
+    pub(super) fn sync_subscriptions(&mut self) {
+        if self.def.correlation_keys.is_empty() && self.snap.subscriptions.is_empty() {
+            return;
+        }
+        let mut wanted = if self.running() {
+            self.keyed_waits()
+        } else {
+            Vec::new()
+        };
+        let mut opened = Vec::new();
+        for (idx, message) in &wanted {
+            if self.snap.subscriptions.contains_key(self.id(*idx)) {
+                continue;
+            }
+            match self.correlation_key(message) {
+                Ok(key) => opened.push((*idx, *message, key)),
+                Err(why) => {
+                    let message = format!("the correlation key of message `{message}`: {why}");
+                    self.fail(codes::EXPRESSION_FAILED, Some(*idx), None, message);
+                    wanted.clear();
+                    opened.clear();
+                    break;
+                }
+            }
+        }
+        let closed: Vec<String> = self
+            .snap
+            .subscriptions
+            .keys()
+            .filter(|node| !wanted.iter().any(|(idx, _)| self.id(*idx) == node.as_str()))
+            .cloned()
+            .collect();
+        for node in closed {
+            self.close_subscription(&node);
+        }
+        for (idx, message, key) in opened {
+            let node = self.id(idx).to_owned();
+            self.snap.subscriptions.insert(node.clone(), key.clone());
+            self.effects.push(Effect::Subscribe {
+                node,
+                message: message.to_owned(),
+                key,
+            });
+        }
+    }
+
+    /// Closes the subscription open at `node`, if any.
+    pub(super) fn close_subscription(&mut self, node: &str) {
+        if self.snap.subscriptions.remove(node).is_some() {
+            self.effects.push(Effect::Unsubscribe {
+                node: node.to_owned(),
+            });
+        }
+    }
+
+    /// The waits for a message with a correlation key, in frontier order, one per node:
+    /// a token at a receive task or message catch, or at an event-based gateway for each
+    /// message catch after it.
+    fn keyed_waits(&self) -> Vec<(NodeIdx, &'a str)> {
+        let keyed = |idx: NodeIdx| {
+            awaited_message(self.p, idx)
+                .filter(|m| self.def.correlation_keys.contains_key(*m))
+                .map(|m| (idx, m))
+        };
+        let mut waits: Vec<(NodeIdx, &'a str)> = Vec::new();
+        for token in &self.snap.tokens {
+            let Some(idx) = self.p.find(token) else {
+                continue;
+            };
+            let node = self.p.node(idx);
+            let found: Vec<(NodeIdx, &'a str)> = if matches!(node.kind, NodeKind::EventBasedGateway)
+            {
+                node.outgoing
+                    .iter()
+                    .filter_map(|f| keyed(self.p.flow(*f).target))
+                    .collect()
+            } else {
+                keyed(idx).into_iter().collect()
+            };
+            for w in found {
+                if !waits.iter().any(|(i, _)| *i == w.0) {
+                    waits.push(w);
+                }
+            }
+        }
+        waits
+    }
+
+    /// The correlation key of `message`, evaluated over the instance variables: a string
+    /// as it is, an integer in decimal; anything else is refused.
+    fn correlation_key(&self, message: &str) -> Result<String, String> {
+        let Some(expr) = self.def.correlation_keys.get(message) else {
+            return Err("the message declares no correlation key".to_owned());
+        };
+        let key = match expr.eval(&self.snap.vars).map_err(|e| e.to_string())? {
+            Json::String(s) => s,
+            Json::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+            other => {
+                return Err(format!(
+                    "`{}` gave {}, not a string or an integer",
+                    expr.source(),
+                    kind_of(&other)
+                ))
+            }
+        };
+        if key.len() > CORRELATION_KEY_BYTES_MAX {
+            return Err(format!(
+                "`{}` gave a key of {} bytes; at most {CORRELATION_KEY_BYTES_MAX} are allowed",
+                expr.source(),
+                key.len()
+            ));
+        }
+        Ok(key)
+    }
+}
+
+fn kind_of(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a non-integral number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "a list",
+        Json::Object(_) => "a map",
+    }
+}
