@@ -17,6 +17,7 @@
 pub mod api;
 pub mod auth;
 pub mod body;
+pub mod camunda;
 pub mod config;
 pub mod metrics;
 pub mod problem;
@@ -196,6 +197,7 @@ pub fn router(ops: Ops, tokens: Tokens, stats: Option<Arc<Stats>>, limits: &Limi
     let (router, _) = routes().split_for_parts();
     router
         .route("/openapi.json", get(openapi_json))
+        .merge(camunda::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limits.body_bytes))
         .layer(TimeoutLayer::with_status_code(
@@ -225,7 +227,12 @@ fn problem_for_bare_status(response: Response) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
-    if is_problem || !(status.is_client_error() || status.is_server_error()) {
+    // A JSON error body is a handler's own (the Camunda 7 routes answer `{type, message}`).
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if is_problem || is_json || !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
     let (code, detail) = match status {

@@ -573,3 +573,89 @@ async fn a_long_poll_is_answered_by_a_task_started_while_it_waits() {
     assert_eq!(got.body.as_array().unwrap().len(), 1, "{}", got.text);
     assert_eq!(got.body[0]["instance"], r.body["instance"]);
 }
+
+/// The Camunda 7 shapes over the same operations: typed variables out and in, 204 for
+/// answers, `{type, message}` errors with Camunda's statuses.
+#[tokio::test]
+async fn the_camunda_7_endpoints_speak_camundas_shapes() {
+    let w = world().await;
+    let id = w.start().await;
+    let r = w
+        .post(
+            "/engine-rest/external-task/fetchAndLock",
+            json!({"workerId": "c7", "maxTasks": 2, "usePriority": true,
+                   "topics": [{"topicName": "payments", "lockDuration": 10000}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let task = &r.body[0];
+    assert_eq!(task["topicName"], "payments");
+    assert_eq!(task["activityId"], "charge");
+    assert_eq!(task["processInstanceId"], json!(id));
+    assert_eq!(task["workerId"], "c7");
+    assert_eq!(task["lockExpirationTime"], "2023-11-14T22:13:30.000+0000");
+    assert_eq!(
+        task["variables"]["amount"],
+        json!({"value": 42, "type": "Integer", "valueInfo": {}})
+    );
+    let task_id = task["id"].as_str().unwrap().to_owned();
+    // Another worker: 400 with Camunda's error body.
+    let r = w
+        .post(
+            &format!("/engine-rest/external-task/{task_id}/complete"),
+            json!({"workerId": "other"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.body["type"], "BadUserRequestException");
+    assert!(r.body["message"].as_str().unwrap().contains("not `other`"));
+    // An unknown task: 404.
+    let r = w
+        .post(
+            "/engine-rest/external-task/nope/complete",
+            json!({"workerId": "c7"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert_eq!(r.body["type"], "InvalidRequestException");
+    // A filter qflow cannot apply is refused, not ignored.
+    let r = w
+        .post(
+            "/engine-rest/external-task/fetchAndLock",
+            json!({"workerId": "c7", "maxTasks": 1,
+                   "topics": [{"topicName": "payments", "lockDuration": 1000, "businessKey": "b"}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.body["message"].as_str().unwrap().contains("businessKey"));
+    // Extend, then complete with a typed Json variable: 204 both.
+    let r = w
+        .post(
+            &format!("/engine-rest/external-task/{task_id}/extendLock"),
+            json!({"workerId": "c7", "newDuration": 60000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let r = w
+        .post(
+            &format!("/engine-rest/external-task/{task_id}/complete"),
+            json!({"workerId": "c7", "variables": {
+                "receipt": {"value": "{\"n\":1}", "type": "Json"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed");
+    assert_eq!(view["snapshot"]["variables"]["receipt"], json!({"n": 1}));
+    // Without the worker scope: 403 in Camunda's shape.
+    let r = w
+        .send(
+            Method::POST,
+            "/engine-rest/external-task/fetchAndLock",
+            READER,
+            Some(json!({"workerId": "c7", "maxTasks": 1, "topics": []})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    assert_eq!(r.body["type"], "AuthorizationException");
+}
