@@ -331,17 +331,23 @@ impl Ops {
     async fn answer(&self, task: TaskId, input: Input) -> Result<PullApplied> {
         let runtime = self.shared.runtime.as_ref().ok_or_else(no_runtime)?;
         // An instance that does not exist makes the task unknown, not the instance.
-        let stepped = runtime
-            .claim_and_step(task.instance, input)
+        let unknown = |e: qflow_runtime::Error| match e {
+            qflow_runtime::Error::UnknownInstance(_) => Error::NotFound {
+                what: "external task",
+                id: task.to_string(),
+            },
+            other => Error::from(other),
+        };
+        // Through the instance's lane: answers of many workers share its group commit.
+        runtime.send(task.instance, input).await.map_err(unknown)?;
+        // The state after the answer (or a later step: the status is a courtesy).
+        let claim = self
+            .shared
+            .stepper
+            .claim(task.instance)
             .await
-            .map_err(|e| match e {
-                qflow_runtime::Error::UnknownInstance(_) => Error::NotFound {
-                    what: "external task",
-                    id: task.to_string(),
-                },
-                other => Error::from(other),
-            })?;
-        let snap = &stepped.claim.snapshot;
+            .map_err(unknown)?;
+        let snap = &claim.snapshot;
         let status = qflow_runtime::claim::store_status(snap.status());
         Ok(PullApplied {
             id: task.to_string(),

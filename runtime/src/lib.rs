@@ -498,6 +498,8 @@ pub(crate) struct Shared {
     pub stop: tokio::sync::watch::Sender<bool>,
     /// Rung per topic after a commit that offered a pull task: wakes waiting fetches.
     pub pull_bell: pull::PullBell,
+    /// Offered rows fetches of this process are locking right now.
+    pub locking: pull::Locking,
 }
 
 impl Shared {
@@ -562,6 +564,7 @@ impl Runtime {
             lanes: senders,
             timer_armed: Notify::new(),
             pull_bell: pull::PullBell::default(),
+            locking: pull::Locking::default(),
             progress: Notify::new(),
             stopping: AtomicBool::new(false),
             watchers: watch::Watchers::default(),

@@ -1,12 +1,13 @@
 //! The runtime's half of pull tasks (SPEC P1): fetch-and-lock and the bell that wakes
 //! waiting fetches.
 //!
-//! A fetch reads offered rows of its topics from the store (a hint, no claim), then steps
-//! each instance with `Input::PullLocked` under its claim, outside the lanes, like an
-//! operator's step: the core refuses a row that is no longer offered (another worker
-//! locked it first, the instance moved on), and the fetch simply takes the next. The lock
-//! and its expiry timer are written by that step's commit, so a lock a worker was told
-//! about is durable.
+//! A fetch reads offered rows of its topics from the store (a hint, no claim), then sends
+//! `Input::PullLocked` to each instance's lane, all at once, so the locks of one fetch
+//! (and of every fetch and answer arriving meanwhile) share the lanes' group commits
+//! (R1a): one fsync for many locks. The core refuses a row that is no longer offered
+//! (another worker locked it first, the instance moved on), and the fetch simply takes
+//! the next. The lock and its expiry timer are written by that step's commit, and the
+//! fetch answers only after it, so a lock a worker was told about is durable.
 //!
 //! Long polling: a fetch that found nothing waits on the [`PullBell`] of its topics until
 //! a step offering work on one of them commits (the lane or an outside step rings it), or
@@ -14,14 +15,14 @@
 //! waits for is dropped — so a fetch registers before it looks, and never spins: an idle
 //! waiting fetch costs a parked future and nothing else.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use futures::future::{select, select_all};
+use futures::future::{join_all, select, select_all};
 use futures::FutureExt;
 use qflow_core::{Attempt, Input, Variables};
-use qflow_store::{InstanceId, PullQuery, PULL_QUERY_LIMIT_MAX};
+use qflow_store::{InstanceId, PullQuery, PullTaskRecord, PULL_QUERY_LIMIT_MAX};
 use tokio::sync::Notify;
 
 use crate::{Error, Runtime};
@@ -32,6 +33,9 @@ pub const FETCH_TOPICS_MAX: usize = 64;
 pub const FETCH_TASKS_MAX: u32 = 1_000;
 /// The longest lock a fetch or an extension may take: one day.
 pub const LOCK_MS_MAX: u64 = 86_400_000;
+/// The most looks at the store one round of a fetch takes before it answers with what it
+/// has (or waits): concurrent fetches may have held the rows of the first look.
+const LOOKS_MAX: usize = 4;
 /// The longest a fetch may wait for work to arrive (long polling).
 pub const FETCH_WAIT_MS_MAX: u64 = 300_000;
 
@@ -76,6 +80,77 @@ impl PullBell {
     /// How many topics have a waiting fetch (for tests and metrics).
     pub fn waiting_topics(&self) -> usize {
         self.lock().len()
+    }
+}
+
+/// Offered rows that fetches of this process are locking right now, so that concurrent
+/// fetches skip each other's rows instead of racing for them (a hint: the core still
+/// decides, and other processes do not see it). Bounded by the fetches in flight times
+/// [`FETCH_TASKS_MAX`]; a row leaves the set when its fetch's locks have answered, or
+/// when the fetch is dropped (its HTTP request cancelled).
+#[derive(Default)]
+pub(crate) struct Locking {
+    rows: Mutex<BTreeSet<(InstanceId, String)>>,
+}
+
+/// Rows one fetch holds in the [`Locking`] set; released on drop.
+struct Held<'a> {
+    locking: &'a Locking,
+    rows: Vec<PullTaskRecord>,
+    /// Rows passed over because another fetch held them.
+    skipped: usize,
+}
+
+impl Locking {
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Takes up to `n` rows of `rows` that no other fetch holds.
+    fn take(&self, rows: &mut impl Iterator<Item = PullTaskRecord>, n: usize) -> Held<'_> {
+        let mut set = self.lock();
+        let mut skipped = 0;
+        let taken = rows
+            .filter(|r| {
+                let free = set.insert((r.instance, r.node.clone()));
+                skipped += usize::from(!free);
+                free
+            })
+            .take(n)
+            .collect();
+        Held {
+            locking: self,
+            rows: taken,
+            skipped,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<(InstanceId, String)>> {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut set = self.locking.lock();
+        for r in &self.rows {
+            set.remove(&(r.instance, r.node.clone()));
+        }
+    }
+}
+
+/// The input that locks `row` for the fetch's worker, with its topic's lock duration.
+fn lock_input(fetch: &Fetch, row: &PullTaskRecord) -> Input {
+    let lock_ms = fetch
+        .topics
+        .iter()
+        .find(|(t, _)| *t == row.topic)
+        .map_or(1, |(_, ms)| *ms);
+    Input::PullLocked {
+        node: row.node.clone(),
+        attempt: row.attempt,
+        worker: fetch.worker.clone(),
+        lock_ms: lock_ms.clamp(1, LOCK_MS_MAX),
     }
 }
 
@@ -158,15 +233,44 @@ impl Runtime {
         }
     }
 
-    /// One look: the offered rows, each stepped with a lock until `max_tasks` hold.
+    /// Locks offered rows through the lanes until `max_tasks` hold or nothing more is
+    /// offered, in at most [`LOOKS_MAX`] looks at the store.
     async fn lock_offered(&self, fetch: &Fetch) -> Result<Vec<LockedTask>, Error> {
         let want = fetch.max_tasks.min(FETCH_TASKS_MAX) as usize;
         let mut out = Vec::new();
-        if want == 0 {
-            return Ok(out);
+        for _ in 0..LOOKS_MAX {
+            if out.len() >= want {
+                break;
+            }
+            let more = self.look(fetch, want, &mut out).await?;
+            if !more {
+                break;
+            }
         }
-        // A few more than asked for: some will have been taken by another worker.
-        let limit = (want as u32).saturating_mul(2).min(PULL_QUERY_LIMIT_MAX);
+        Ok(out)
+    }
+
+    /// One look: the offered rows, locked through the lanes until `want` hold in `out`.
+    /// The locks of one look are sent at once, so a lane commits them in one round (one
+    /// fsync for many, R1a); a row another worker locked first is refused by the core
+    /// and the next one is tried. Rows another fetch of this process is locking right
+    /// now are skipped rather than raced for (the [`Locking`] set), so concurrent
+    /// fetches of one topic take disjoint rows instead of refusing each other's.
+    /// Returns whether another look may find more (the query was cut at its limit, or
+    /// skipped rows other fetches held).
+    async fn look(
+        &self,
+        fetch: &Fetch,
+        want: usize,
+        out: &mut Vec<LockedTask>,
+    ) -> Result<bool, Error> {
+        // A few more than asked for, and as many again as other fetches are locking:
+        // those rows are the oldest, so every concurrent fetch's query returns them.
+        let busy = u32::try_from(self.shared.locking.len()).unwrap_or(u32::MAX);
+        let limit = (want.saturating_sub(out.len()) as u32)
+            .saturating_mul(2)
+            .saturating_add(busy)
+            .min(PULL_QUERY_LIMIT_MAX);
         let topics: Vec<String> = fetch.topics.iter().map(|(t, _)| t.clone()).collect();
         let rows = self
             .shared
@@ -176,49 +280,89 @@ impl Runtime {
                 limit,
             })
             .await?;
-        for row in rows {
-            if out.len() >= want {
+        let mut more = rows.len() >= limit as usize;
+        let mut rows = rows.into_iter();
+        while out.len() < want {
+            let held = self.shared.locking.take(&mut rows, want - out.len());
+            more |= held.skipped > 0;
+            if held.rows.is_empty() {
                 break;
             }
-            let Some(&(_, lock_ms)) = fetch.topics.iter().find(|(t, _)| *t == row.topic) else {
-                continue;
-            };
-            let input = Input::PullLocked {
-                node: row.node.clone(),
-                attempt: row.attempt,
-                worker: fetch.worker.clone(),
-                lock_ms: lock_ms.clamp(1, LOCK_MS_MAX),
-            };
-            let stepped = match self.claim_and_step(row.instance, input).await {
-                Ok(s) => s,
-                // Taken by another worker, moved on, purged: the next row.
-                Err(Error::Refused { .. } | Error::UnknownInstance(_) | Error::Conflict(_)) => {
-                    continue
+            let sends = held
+                .rows
+                .iter()
+                .map(|row| self.send(row.instance, lock_input(fetch, row)));
+            let sent = join_all(sends).await;
+            let mut failed = None;
+            let mut reads = Vec::new();
+            for (row, result) in held.rows.iter().zip(sent) {
+                match result {
+                    Ok(()) => reads.push(self.locked_task(row.clone(), &fetch.worker)),
+                    // Taken by another worker, moved on, purged: the next row.
+                    Err(Error::Refused { .. } | Error::UnknownInstance(_) | Error::Conflict(_)) => {
+                    }
+                    Err(e) => failed = Some(e),
                 }
+            }
+            for task in join_all(reads).await {
+                match task {
+                    Ok(Some(t)) => out.push(t),
+                    Ok(None) => {}
+                    Err(e) => failed = Some(e),
+                }
+            }
+            drop(held);
+            if let Some(e) = failed {
+                // Locks that committed are durable: the worker hears of them rather than
+                // of the failure, or they would lapse unworked and spend an attempt.
+                if out.is_empty() {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e, locked = out.len(), "fetch-and-lock stopped early");
+                return Ok(false);
+            }
+        }
+        Ok(more)
+    }
+
+    /// The task `row` names as it stands after this worker's lock: its lock, budget and
+    /// inputs. `None` when the lock is no longer this worker's (it lapsed already).
+    async fn locked_task(
+        &self,
+        row: PullTaskRecord,
+        worker: &str,
+    ) -> Result<Option<LockedTask>, Error> {
+        let claim =
+            match crate::claim::Claim::read(&*self.shared.store, &self.shared.defs, row.instance)
+                .await
+            {
+                Ok(c) => c,
+                Err(Error::UnknownInstance(_)) => return Ok(None),
                 Err(e) => return Err(e),
             };
-            let snap = &stepped.claim.snapshot;
-            let def = &stepped.claim.def;
-            let Some((_, until)) = snap.lock(&row.node) else {
-                continue;
-            };
-            let retries = snap
-                .pull_retries(&row.node)
-                .unwrap_or_else(|| qflow_core::pull_task(def, &row.node).map_or(0, |t| t.retries));
-            // An input mapping that cannot evaluate hands the worker no variables rather
-            // than failing the fetch; the worker's answer decides what happens next.
-            let variables = qflow_core::pull_inputs(def, snap, &row.node).unwrap_or_default();
-            out.push(LockedTask {
-                instance: row.instance,
-                attempt: row.attempt,
-                topic: row.topic,
-                lock_until_ms: until,
-                retries,
-                variables,
-                process_id: def.id.clone(),
-                node: row.node,
-            });
+        let snap = &claim.snapshot;
+        let def = &claim.def;
+        let Some((holder, until)) = snap.lock(&row.node) else {
+            return Ok(None);
+        };
+        if holder != worker || snap.attempt_in_progress(&row.node) != row.attempt {
+            return Ok(None);
         }
-        Ok(out)
+        let retries = snap
+            .pull_retries(&row.node)
+            .unwrap_or_else(|| qflow_core::pull_task(def, &row.node).map_or(0, |t| t.retries));
+        // An input mapping that cannot evaluate hands the worker no variables rather than
+        // failing the fetch; the worker's answer decides what happens next.
+        let variables = qflow_core::pull_inputs(def, snap, &row.node).unwrap_or_default();
+        Ok(Some(LockedTask {
+            instance: row.instance,
+            attempt: row.attempt,
+            topic: row.topic,
+            lock_until_ms: until,
+            retries,
+            variables,
+            process_id: def.id.clone(),
+            node: row.node,
+        }))
     }
 }

@@ -173,3 +173,40 @@ async fn a_waiting_fetch_answers_empty_at_its_deadline() {
     let locked = hang_guard(waiting).await.unwrap().unwrap();
     assert!(locked.is_empty());
 }
+
+#[tokio::test]
+async fn concurrent_fetches_lock_each_task_once_and_share_the_lanes_commits() {
+    let (_dir, rt, _clock) = runtime().await;
+    let dep = rt.deploy(PULL, None).await.unwrap();
+    let mut ids = std::collections::BTreeSet::new();
+    for _ in 0..60 {
+        ids.insert(rt.start_instance(dep.id, Default::default()).await.unwrap());
+    }
+    let before = rt.stats().view();
+    let fetches = (0..4).map(|w| {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            let mut f = fetch(&format!("w{w}"), 5_000, 0);
+            f.max_tasks = 20;
+            rt.fetch_and_lock(&f).await.unwrap()
+        })
+    });
+    let mut locked = Vec::new();
+    for f in fetches {
+        locked.extend(hang_guard(f).await.unwrap());
+    }
+    let after = rt.stats().view();
+    // Every task handed out once, to one worker, whatever the interleaving.
+    let got: std::collections::BTreeSet<_> = locked.iter().map(|t| t.instance).collect();
+    assert_eq!(got.len(), locked.len(), "a task was handed out twice");
+    assert_eq!(got, ids, "4 fetches of 20 lock all 60 offered tasks");
+    for t in &locked {
+        let rows = rt.store().pull_tasks(t.instance).await.unwrap();
+        assert!(rows[0].worker.is_some());
+    }
+    // The locks rode the lane's group commit: far fewer commits than locks.
+    let steps = after.steps - before.steps;
+    let batches = after.batches - before.batches;
+    assert_eq!(steps, 60);
+    assert!(batches < steps, "{batches} commits for {steps} locks");
+}
