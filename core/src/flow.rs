@@ -27,9 +27,20 @@ pub const ARRIVALS_PER_STEP_MAX: u32 = 10_000;
 
 /// Why `input` would change nothing, or `None` when it applies. Checked before any
 /// mutation, so a stale input leaves the snapshot byte-identical.
-pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Option<String> {
+pub(super) fn staleness(
+    def: &Definition,
+    snap: &Snapshot,
+    input: &Input,
+    now_ms: i64,
+) -> Option<String> {
     let p = &def.process;
     match input {
+        Input::PullLocked { .. }
+        | Input::PullCompleted { .. }
+        | Input::PullFailed { .. }
+        | Input::PullBpmnError { .. }
+        | Input::PullLockExtended { .. }
+        | Input::PullUnlocked { .. } => super::pull::staleness(def, snap, input, now_ms),
         Input::Start { .. } | Input::Cancel | Input::Redrive | Input::ResolveIncident { .. } => {
             None
         }
@@ -47,8 +58,13 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
         },
         Input::RetryNow { node } => {
             if let Some(n) = node {
-                if p.find(n).and_then(|i| registered_task(p, i)).is_none() {
-                    return Some(format!("`{n}` is not a registered task of this definition"));
+                let retried = p.find(n).is_some_and(|i| {
+                    registered_task(p, i).is_some() || super::pull::pull_at(p, i).is_some()
+                });
+                if !retried {
+                    return Some(format!(
+                        "`{n}` is not a registered or pull task of this definition"
+                    ));
                 }
             }
             super::repair::parked(p, snap, node.as_deref())
@@ -289,6 +305,12 @@ impl<'a> Run<'a> {
                     }
                 }
             }
+            pull @ (Input::PullLocked { .. }
+            | Input::PullCompleted { .. }
+            | Input::PullFailed { .. }
+            | Input::PullBpmnError { .. }
+            | Input::PullLockExtended { .. }
+            | Input::PullUnlocked { .. }) => self.apply_pull(pull),
             Input::Redrive => {
                 // Re-adoption moves no token: nothing to settle.
                 self.readopt();
@@ -348,6 +370,7 @@ impl<'a> Run<'a> {
             outcome,
             code: code_and_message.map(|(c, _)| c.to_owned()),
             message: code_and_message.map(|(_, m)| m.to_owned()),
+            worker: None,
         });
         self.attempt_reported = Some(idx);
     }
@@ -439,6 +462,7 @@ impl<'a> Run<'a> {
             TimerKind::Boundary => self.boundary_timer_fired(idx, name),
             TimerKind::Timeout => self.timeout_fired(idx),
             TimerKind::Retry => self.redrive(idx),
+            TimerKind::Lock => self.lock_expired(idx),
             // Refused by `staleness`: the lease is the shell's.
             TimerKind::Lease => {}
         }
@@ -643,7 +667,12 @@ impl<'a> Run<'a> {
                 self.arm_timeout(idx, task);
             }
             TaskKind::Channel { .. } => self.unsupported(idx, "channel-call task"),
-            TaskKind::Pull { .. } => self.unsupported(idx, "pull task"),
+            TaskKind::Pull { .. } => {
+                self.add_token(idx);
+                self.arm_boundaries(idx);
+                self.snap.clear_retry_state(self.id(idx));
+                self.offer_pull(idx, Attempt::FIRST);
+            }
             TaskKind::Send { .. } => self.unsupported(idx, "send task"),
         }
     }
@@ -655,6 +684,9 @@ impl<'a> Run<'a> {
         let NodeKind::Task(task) = &self.p.node(idx).kind else {
             return;
         };
+        if matches!(task.kind, TaskKind::Pull { .. }) {
+            return self.offer_pull(idx, attempt);
+        }
         let TaskKind::Registered { name } = &task.kind else {
             return;
         };

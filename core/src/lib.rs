@@ -38,6 +38,7 @@ pub mod snapshot;
 mod flow;
 mod gateway;
 mod migrate;
+mod pull;
 mod redrive;
 mod repair;
 mod retry;
@@ -56,6 +57,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
 pub use crate::snapshot::{Snapshot, Status};
+pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
 pub use subscriptions::CORRELATION_KEY_CHARS_MAX;
@@ -88,6 +90,11 @@ pub mod codes {
     /// outcome ever being committed (a poison attempt that takes its replica down): a
     /// failed attempt, so it spends budget and ends FAILED instead of crash-looping.
     pub const READOPTION_LIMIT: &str = "READOPTION_LIMIT";
+    /// A pull task's lock expired before its worker reported an outcome (P1): a failed
+    /// attempt that spends the pull budget — a vanished worker is not a free retry.
+    pub const LOCK_EXPIRED: &str = "LOCK_EXPIRED";
+    /// A worker reported a pull task's attempt failed.
+    pub const PULL_TASK_FAILED: &str = "PULL_TASK_FAILED";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
@@ -259,6 +266,62 @@ pub enum Input {
     /// a terminal instance too (a FAILED instance's incident is what an operator
     /// resolves). The shell checks an incident is open there before stepping.
     ResolveIncident { node: String },
+    /// A worker locked the pull task `node`'s attempt `attempt` for `lock_ms` (P1): a
+    /// fetch-and-lock. Stale unless the task is offered (a token, no backoff, no lock).
+    PullLocked {
+        node: String,
+        attempt: Attempt,
+        worker: String,
+        lock_ms: u64,
+    },
+    /// The worker holding the lock completed the attempt with these variables.
+    PullCompleted {
+        node: String,
+        attempt: Attempt,
+        worker: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// The worker holding the lock reports the attempt failed, with the attempts the task
+    /// has left (`retries`, Camunda's meaning: 0 ends it FAILED) and how long to wait
+    /// before it is offered again.
+    PullFailed {
+        node: String,
+        attempt: Attempt,
+        worker: String,
+        retries: u32,
+        #[serde(default)]
+        retry_timeout_ms: u64,
+        #[serde(default)]
+        message: String,
+    },
+    /// The worker holding the lock answers with a BPMN error: it routes to its boundary
+    /// and spends no budget.
+    PullBpmnError {
+        node: String,
+        attempt: Attempt,
+        worker: String,
+        code: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// The worker holding the lock moves its expiry to `lock_ms` from now.
+    PullLockExtended {
+        node: String,
+        attempt: Attempt,
+        worker: String,
+        lock_ms: u64,
+    },
+    /// The lock is given up (by its worker, or by an operator when `worker` is `None`):
+    /// the attempt is offered again, no budget spent.
+    PullUnlocked {
+        node: String,
+        attempt: Attempt,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+    },
     /// The shell lost track of in-flight attempts (a crash, a replica's death, a
     /// hand-over) and asks for them again: every registered task whose attempt is in
     /// flight gets its `RunTask` re-emitted with the same attempt — re-adoption, no
@@ -274,7 +337,13 @@ impl Input {
             Input::TaskCompleted { node, .. }
             | Input::TaskFailed { node, .. }
             | Input::TaskBpmnError { node, .. }
-            | Input::UserTaskCompleted { node, .. } => Some(node),
+            | Input::UserTaskCompleted { node, .. }
+            | Input::PullLocked { node, .. }
+            | Input::PullCompleted { node, .. }
+            | Input::PullFailed { node, .. }
+            | Input::PullBpmnError { node, .. }
+            | Input::PullLockExtended { node, .. }
+            | Input::PullUnlocked { node, .. } => Some(node),
             Input::TimerFired { name, .. } => name.node(),
             Input::RetryNow { node } => node.as_deref(),
             Input::ResolveIncident { node } => Some(node),
@@ -292,7 +361,13 @@ impl Input {
         match self {
             Input::TaskCompleted { attempt, .. }
             | Input::TaskFailed { attempt, .. }
-            | Input::TaskBpmnError { attempt, .. } => Some(*attempt),
+            | Input::TaskBpmnError { attempt, .. }
+            | Input::PullLocked { attempt, .. }
+            | Input::PullCompleted { attempt, .. }
+            | Input::PullFailed { attempt, .. }
+            | Input::PullBpmnError { attempt, .. }
+            | Input::PullLockExtended { attempt, .. }
+            | Input::PullUnlocked { attempt, .. } => Some(*attempt),
             _ => None,
         }
     }
@@ -370,7 +445,21 @@ pub enum Effect {
         code: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+        /// The external worker that held the attempt (pull tasks only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
     },
+    /// Upsert the pull-task row of `node`: attempt `attempt` is offered on `topic` to
+    /// any worker (`lock: None`) or locked by a worker until an instant (P1).
+    OfferPullTask {
+        node: String,
+        topic: String,
+        attempt: Attempt,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lock: Option<PullLock>,
+    },
+    /// Delete the pull-task row of `node`: no worker may fetch it any more.
+    WithdrawPullTask { node: String },
     OpenIncident {
         node: String,
         code: String,
@@ -402,6 +491,14 @@ pub enum Effect {
     Cancelled,
     /// The input was stale residue and changed nothing; `reason` says why.
     Stale { reason: String },
+}
+
+/// A worker's lock on a pull task's attempt, as an effect carries it to the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullLock {
+    pub worker: String,
+    pub until_ms: i64,
 }
 
 /// The result of one step.
@@ -439,11 +536,13 @@ pub fn step(
     // input is refused and nothing changes.
     if let Input::Start { variables }
     | Input::UserTaskCompleted { variables, .. }
-    | Input::MessageReceived { variables, .. } = &input
+    | Input::MessageReceived { variables, .. }
+    | Input::PullCompleted { variables, .. }
+    | Input::PullBpmnError { variables, .. } = &input
     {
         limits::check_variables(variables).map_err(Error::VariablesRefused)?;
     }
-    if let Some(reason) = flow::staleness(def, &snapshot, &input) {
+    if let Some(reason) = flow::staleness(def, &snapshot, &input, now_ms) {
         return Ok(stale(snapshot, reason));
     }
     let mut run = flow::Run::new(def, instance_id, snapshot, now_ms);

@@ -53,6 +53,14 @@ pub(super) fn problems(
         Status::Failed => {}
         Status::Running => {
             for node in snap.tokens() {
+                let pull = super::pull::pull_task(def, mapped(mapping, node)).is_some();
+                if snap.marker(node).is_none() && (pull || snap.lock(node).is_some()) {
+                    out.push(format!(
+                        "pull task `{node}` is offered to workers; migrate once it is in a \
+                         backoff window or FAILED"
+                    ));
+                    continue;
+                }
                 if snap.marker(node).is_none() && is_registered(p, mapped(mapping, node)) {
                     // A task's token outside a backoff window: the attempt is in flight.
                     out.push(format!(
@@ -156,6 +164,7 @@ impl Run<'_> {
         rename(&mut s.first_failure_ms, mapping);
         rename(&mut s.budget_bases, mapping);
         rename(&mut s.readoptions, mapping);
+        rename(&mut s.pull_retries, mapping);
         rename(&mut s.joins, mapping);
         if let Some(n) = &s.failure_node {
             s.failure_node = Some(mapped(mapping, n).to_owned());

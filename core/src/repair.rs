@@ -63,7 +63,7 @@ impl Run<'_> {
         let Some(idx) = failed else { return };
         let registered = matches!(
             &self.p.node(idx).kind,
-            NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. })
+            NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. } | TaskKind::Pull { .. })
         );
         if registered {
             self.try_again(idx, budget);
@@ -87,6 +87,19 @@ impl Run<'_> {
             self.snap.first_failure_ms.remove(node);
             self.snap.set_budget_base(node, next.get() - 1);
         }
+        if super::pull::pull_at(self.p, idx).is_some() {
+            // A pull task's budget is the attempts left: a reset gives the model's back,
+            // keeping it gives the one attempt a resume is for.
+            match budget {
+                Budget::Reset => {
+                    self.snap.pull_retries.remove(node);
+                }
+                Budget::Keep => {
+                    let left = self.snap.pull_retries(node).unwrap_or(0).max(1);
+                    self.snap.set_pull_retries(node, left);
+                }
+            }
+        }
         self.snap.set_attempt(node, next);
         self.run_attempt(idx, next);
     }
@@ -98,7 +111,7 @@ impl Run<'_> {
             NodeKind::Task(task) => {
                 self.arm_boundaries(idx);
                 match &task.kind {
-                    TaskKind::Registered { .. } => {
+                    TaskKind::Registered { .. } | TaskKind::Pull { .. } => {
                         let node = self.id(idx);
                         self.snap.markers.remove(node);
                         let attempt = self.snap.attempt_in_progress(node);

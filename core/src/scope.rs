@@ -109,18 +109,32 @@ impl<'a> Run<'a> {
         let in_flight = super::redrive::attempt_in_flight(self.p, &self.snap, idx)
             .map(|f| f.attempt)
             .filter(|_| self.attempt_reported != Some(idx));
+        // A pull task's attempt is in flight while a worker holds its lock.
+        let pull = super::pull::pull_at(self.p, idx).is_some();
+        let locked = self.snap.lock(self.id(idx)).map(|(w, _)| w.to_owned());
         if !self.remove_token(idx) {
             return;
         }
         let node = self.id(idx);
-        if let Some(attempt) = in_flight {
+        let interrupted = match (in_flight, &locked) {
+            (Some(attempt), _) => Some((attempt, None)),
+            (None, Some(w)) if self.attempt_reported != Some(idx) => {
+                Some((self.snap.attempt_in_progress(node), Some(w.clone())))
+            }
+            _ => None,
+        };
+        if let Some((attempt, worker)) = interrupted {
             self.effects.push(Effect::AttemptFinished {
                 node: node.to_owned(),
                 attempt,
                 outcome: AttemptOutcome::Interrupted,
                 code: None,
                 message: None,
+                worker,
             });
+        }
+        if pull && self.snap.marker(node).is_none() {
+            self.withdraw_pull(idx);
         }
         self.disarm(idx);
         self.snap.clear_retry_state(node);
@@ -212,6 +226,7 @@ impl<'a> Run<'a> {
             return;
         }
         let node = node.map(|n| self.id(n).to_owned());
+        self.withdraw_all_pulls();
         self.resolve_all_timers();
         self.snap.status = Status::Failed;
         self.snap.set_failure(Failure {

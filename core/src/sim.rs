@@ -155,6 +155,12 @@ pub enum ScriptedEvent {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         mapping: BTreeMap<String, String>,
     },
+    /// An external worker's action on a pull task (P1): `input` is one of the `pull_*`
+    /// inputs (`pull_locked`, `pull_completed`, `pull_failed`, ...), as JSON.
+    Pull {
+        at_ms: i64,
+        input: Input,
+    },
 }
 
 impl ScriptedEvent {
@@ -166,7 +172,8 @@ impl ScriptedEvent {
             | ScriptedEvent::FireTimer { at_ms, .. }
             | ScriptedEvent::Resume { at_ms, .. }
             | ScriptedEvent::RetryNow { at_ms, .. }
-            | ScriptedEvent::Migrate { at_ms, .. } => *at_ms,
+            | ScriptedEvent::Migrate { at_ms, .. }
+            | ScriptedEvent::Pull { at_ms, .. } => *at_ms,
         }
     }
 
@@ -202,6 +209,7 @@ impl ScriptedEvent {
                 mapping: mapping.clone(),
                 timers: BTreeMap::new(),
             },
+            ScriptedEvent::Pull { input, .. } => input.clone(),
         }
     }
 }
@@ -318,6 +326,17 @@ pub fn validate_with(
                 return Err(Error::Scenario(format!(
                     "events[{i}].target: no target definition `{target}` was given to migrate \
                      onto (qflow simulate --target {target}=FILE)"
+                )));
+            }
+        }
+        if let ScriptedEvent::Pull { input, .. } = e {
+            let pull = input
+                .node()
+                .is_some_and(|n| crate::pull_task(def, n).is_some());
+            if !pull || input.attempt().is_none() {
+                return Err(Error::Scenario(format!(
+                    "events[{i}].input: not a pull input on a pull task of process `{}`",
+                    def.id
                 )));
             }
         }
@@ -700,6 +719,8 @@ impl<'a> Sim<'a> {
             | Effect::OpenIncident { .. }
             | Effect::ResolveIncident { .. }
             | Effect::MoveIncidents { .. }
+            | Effect::OfferPullTask { .. }
+            | Effect::WithdrawPullTask { .. }
             | Effect::Subscribe { .. }
             | Effect::Unsubscribe { .. }
             | Effect::Completed

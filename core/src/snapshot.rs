@@ -116,6 +116,13 @@ pub struct Snapshot {
     /// `o/<node>`: how often the attempt in progress was re-adopted without an outcome
     /// (C7a); present only after a re-adoption, gone when the next attempt starts.
     pub(crate) readoptions: BTreeMap<String, u32>,
+    /// `w/<node>` and `u/<node>`: the worker holding the lock on a pull task's attempt
+    /// and the instant the lock expires (P1); present only while a worker holds one.
+    pub(crate) lock_workers: BTreeMap<String, String>,
+    pub(crate) lock_until_ms: BTreeMap<String, i64>,
+    /// `p/<node>`: the attempts a pull task has left, counting the one in progress, once
+    /// a failure or an expired lock set it (before that the model's `retries` hold).
+    pub(crate) pull_retries: BTreeMap<String, u32>,
     /// `c/<node>`: the correlation key of the message subscription open at a waiting
     /// node (a receive task or message catch whose message has a correlation key);
     /// present while the subscription is open.
@@ -141,6 +148,9 @@ const P_MARKER: &str = "m/";
 const P_FIRST_FAILURE: &str = "e/";
 const P_BUDGET_BASE: &str = "b/";
 const P_READOPTIONS: &str = "o/";
+const P_LOCK_WORKER: &str = "w/";
+const P_LOCK_UNTIL: &str = "u/";
+const P_PULL_RETRIES: &str = "p/";
 const P_SUBSCRIPTION: &str = "c/";
 
 impl Snapshot {
@@ -232,6 +242,45 @@ impl Snapshot {
         }
     }
 
+    /// The lock on the pull task `node`: the worker holding it and the instant it
+    /// expires. `None` when no worker holds one (or either key is malformed).
+    pub fn lock(&self, node: &str) -> Option<(&str, i64)> {
+        let worker = self.lock_workers.get(node)?;
+        let until = self.lock_until_ms.get(node)?;
+        Some((worker.as_str(), *until))
+    }
+
+    pub(crate) fn set_lock(&mut self, node: &str, worker: &str, until_ms: i64) {
+        if !self.extra.is_empty() {
+            self.extra.remove(&format!("{P_LOCK_WORKER}{node}"));
+            self.extra.remove(&format!("{P_LOCK_UNTIL}{node}"));
+        }
+        self.lock_workers.insert(node.to_owned(), worker.to_owned());
+        self.lock_until_ms.insert(node.to_owned(), until_ms);
+    }
+
+    pub(crate) fn clear_lock(&mut self, node: &str) {
+        self.lock_workers.remove(node);
+        self.lock_until_ms.remove(node);
+        if !self.extra.is_empty() {
+            self.extra.remove(&format!("{P_LOCK_WORKER}{node}"));
+            self.extra.remove(&format!("{P_LOCK_UNTIL}{node}"));
+        }
+    }
+
+    /// The attempts the pull task `node` has left, counting the one in progress, when a
+    /// failure or an expired lock has set it; `None` before (the model's budget holds).
+    pub fn pull_retries(&self, node: &str) -> Option<u32> {
+        self.pull_retries.get(node).copied()
+    }
+
+    pub(crate) fn set_pull_retries(&mut self, node: &str, left: u32) {
+        if !self.extra.is_empty() {
+            self.extra.remove(&format!("{P_PULL_RETRIES}{node}"));
+        }
+        self.pull_retries.insert(node.to_owned(), left);
+    }
+
     pub(crate) fn clear_failure(&mut self) {
         self.failure_code = None;
         self.failure_node = None;
@@ -311,6 +360,12 @@ impl Snapshot {
             json!(self.readoptions),
             self.readoptions.is_empty(),
         );
+        put("locks", self.locks_view(), self.lock_workers.is_empty());
+        put(
+            "pull_retries",
+            json!(self.pull_retries),
+            self.pull_retries.is_empty(),
+        );
         put(
             "budget_bases",
             json!(self.budget_bases),
@@ -327,6 +382,19 @@ impl Snapshot {
         Value::Object(view)
     }
 
+    fn locks_view(&self) -> serde_json::Value {
+        let locks: BTreeMap<&str, serde_json::Value> = self
+            .lock_workers
+            .iter()
+            .map(|(node, worker)| {
+                let until = self.lock_until_ms.get(node);
+                let view = serde_json::json!({"worker": worker, "until_ms": until});
+                (node.as_str(), view)
+            })
+            .collect();
+        serde_json::json!(locks)
+    }
+
     /// Writes the attempt counter of `node` (the attempt in progress; [`Attempt`] is
     /// 1-based by construction, so a 0 cannot be written).
     pub fn set_attempt(&mut self, node: &str, attempt: Attempt) {
@@ -341,6 +409,9 @@ impl Snapshot {
         self.first_failure_ms.remove(node);
         self.budget_bases.remove(node);
         self.readoptions.remove(node);
+        self.lock_workers.remove(node);
+        self.lock_until_ms.remove(node);
+        self.pull_retries.remove(node);
         if !self.extra.is_empty() {
             for prefix in [
                 P_ATTEMPT,
@@ -348,6 +419,9 @@ impl Snapshot {
                 P_FIRST_FAILURE,
                 P_BUDGET_BASE,
                 P_READOPTIONS,
+                P_LOCK_WORKER,
+                P_LOCK_UNTIL,
+                P_PULL_RETRIES,
             ] {
                 self.extra.remove(&format!("{prefix}{node}"));
             }
@@ -369,6 +443,9 @@ impl Snapshot {
             + self.first_failure_ms.len()
             + self.budget_bases.len()
             + self.readoptions.len()
+            + self.lock_workers.len()
+            + self.lock_until_ms.len()
+            + self.pull_retries.len()
             + self.subscriptions.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
@@ -422,6 +499,18 @@ impl Snapshot {
             entries.push((
                 format!("{P_BUDGET_BASE}{node}").into(),
                 Entry::Uint(*burned as u64),
+            ));
+        }
+        for (node, worker) in &self.lock_workers {
+            entries.push((format!("{P_LOCK_WORKER}{node}").into(), Entry::Str(worker)));
+        }
+        for (node, until) in &self.lock_until_ms {
+            entries.push((format!("{P_LOCK_UNTIL}{node}").into(), Entry::Int(*until)));
+        }
+        for (node, left) in &self.pull_retries {
+            entries.push((
+                format!("{P_PULL_RETRIES}{node}").into(),
+                Entry::Uint(*left as u64),
             ));
         }
         for (node, key) in &self.subscriptions {
@@ -586,6 +675,19 @@ impl Snapshot {
                 .and_then(|b| u32::try_from(b).ok())
                 .map(|b| self.budget_bases.insert(node.to_owned(), b))
                 .is_some()
+        } else if let Some(node) = key.strip_prefix(P_LOCK_WORKER) {
+            rd.str()
+                .map(|w| self.lock_workers.insert(node.to_owned(), w.to_owned()))
+                .is_some()
+        } else if let Some(node) = key.strip_prefix(P_LOCK_UNTIL) {
+            rd.int()
+                .map(|at| self.lock_until_ms.insert(node.to_owned(), at))
+                .is_some()
+        } else if let Some(node) = key.strip_prefix(P_PULL_RETRIES) {
+            rd.uint()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| self.pull_retries.insert(node.to_owned(), n))
+                .is_some()
         } else {
             false
         }
@@ -642,6 +744,9 @@ fn is_known_key(key: &str) -> bool {
             P_FIRST_FAILURE,
             P_BUDGET_BASE,
             P_READOPTIONS,
+            P_LOCK_WORKER,
+            P_LOCK_UNTIL,
+            P_PULL_RETRIES,
             P_SUBSCRIPTION,
         ]
         .iter()

@@ -1,7 +1,7 @@
 //! Which elements this engine version can execute.
 //!
 //! The loader accepts the whole L2 dialect; the core runs most of it. What it cannot run
-//! yet (channel calls and pull tasks arrive with the outbox and pull-surface issues) is
+//! yet (channel calls arrive with the outbox issue) is
 //! listed here, so that a host refuses such a definition at deploy time with a clear
 //! message instead of failing instances with `UNSUPPORTED_ELEMENT` at run time.
 
@@ -18,7 +18,6 @@ pub fn unsupported_elements(def: &Definition) -> Vec<(String, &'static str)> {
                 NodeKind::CallActivity { .. } => "call activity",
                 NodeKind::Task(t) => match t.kind {
                     TaskKind::Channel { .. } => "channel-call task",
-                    TaskKind::Pull { .. } => "pull task",
                     TaskKind::Send { .. } => "send task",
                     _ => return None,
                 },

@@ -23,6 +23,8 @@ pub enum TimerKind {
     Boundary,
     /// `c:<event>`: an intermediate timer catch event.
     Catch,
+    /// `l:<task>`: the lock a worker holds on a pull task's attempt expires (P1).
+    Lock,
     /// `~run`: the shell's in-flight lease of an instance (C7a). The core never arms it;
     /// the runtime turns its firing into [`crate::Input::Redrive`].
     Lease,
@@ -35,6 +37,7 @@ impl TimerKind {
             TimerKind::Timeout => 't',
             TimerKind::Boundary => 'b',
             TimerKind::Catch => 'c',
+            TimerKind::Lock => 'l',
             TimerKind::Lease => '~',
         }
     }
@@ -85,6 +88,7 @@ impl TimerName {
             "t" => TimerKind::Timeout,
             "b" => TimerKind::Boundary,
             "c" => TimerKind::Catch,
+            "l" => TimerKind::Lock,
             _ => return None,
         };
         Some(TimerName {
@@ -168,7 +172,7 @@ impl std::str::FromStr for TimerName {
 
     fn from_str(s: &str) -> Result<TimerName, String> {
         TimerName::parse(s).ok_or_else(|| {
-            format!("`{s}` is not a timer name (`r:`, `t:`, `b:` or `c:` and a node id, or `~run`)")
+            format!("`{s}` is not a timer name (`r:`, `t:`, `b:`, `c:` or `l:` and a node id, or `~run`)")
         })
     }
 }
@@ -259,7 +263,12 @@ impl Run<'_> {
             return;
         }
         let node = self.id(idx);
-        for kind in [TimerKind::Retry, TimerKind::Timeout, TimerKind::Catch] {
+        for kind in [
+            TimerKind::Retry,
+            TimerKind::Timeout,
+            TimerKind::Catch,
+            TimerKind::Lock,
+        ] {
             self.resolve(&TimerName::new(kind, node));
         }
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
@@ -287,6 +296,7 @@ mod tests {
             TimerKind::Timeout,
             TimerKind::Boundary,
             TimerKind::Catch,
+            TimerKind::Lock,
         ] {
             let name = TimerName::new(kind, "a:b");
             assert_eq!(TimerName::parse(name.as_str()).as_ref(), Some(&name));

@@ -190,6 +190,18 @@ pub fn validate_with(
                 );
             }
         }
+        if let ScriptedEvent::Pull { input, .. } = event {
+            let path = format!("events[{i}].input");
+            match input.node() {
+                Some(node)
+                    if matches!(
+                        task_kind(definition, node),
+                        Some(Some(TaskKind::Pull { .. }))
+                    ) => {}
+                Some(node) => problem(path, format!("node `{node}` is not a pull task")),
+                None => problem(path, "a pull event's input names no node".to_owned()),
+            }
+        }
         if let ScriptedEvent::CompleteUserTask { node, .. } = event {
             let path = format!("events[{i}].node");
             match task_kind(definition, node) {
@@ -216,7 +228,8 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
         | ScriptedEvent::FireTimer { at_ms, .. }
         | ScriptedEvent::Resume { at_ms, .. }
         | ScriptedEvent::RetryNow { at_ms, .. }
-        | ScriptedEvent::Migrate { at_ms, .. } => *at_ms,
+        | ScriptedEvent::Migrate { at_ms, .. }
+        | ScriptedEvent::Pull { at_ms, .. } => *at_ms,
     }
 }
 

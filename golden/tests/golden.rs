@@ -11,7 +11,7 @@ use std::path::Path;
 
 use qflow_core::sim::Trace;
 use qflow_golden::{bless, discover, expectation_mismatch, readable, Case};
-use qflow_loader::model::NodeKind;
+use qflow_loader::model::{NodeKind, TaskKind};
 
 /// At least this many cases must exist: a corpus that silently shrank is a failure too.
 const MIN_CASES: usize = 15;
@@ -104,7 +104,8 @@ fn compare_bytes(case: &Case, run: &Trace) -> Result<(), String> {
     }
 }
 
-/// E3 seen from the corpus: a case whose model has no `q:retry` never persists a retry
+/// E3 seen from the corpus: a case whose model has no `q:retry` (and no pull task, which
+/// has its own budget) never persists a retry
 /// key family (`a/` attempt counter, `m/` backoff marker, `e/` first-failure instant; see
 /// docs/snapshot-format.md) and never arms a retry park (`r:` timer).
 #[test]
@@ -119,7 +120,13 @@ fn cases_without_a_retry_policy_never_write_a_retry_key() {
             .nodes
             .iter()
             .any(|n| matches!(&n.kind, NodeKind::Task(t) if t.retry.is_some()));
-        if has_policy {
+        // A pull task has its own budget (P1): its failures and expired locks move the
+        // attempt counter and may park it, with or without `q:retry` (which L6 refuses
+        // on it anyway).
+        let has_pull = def.process.nodes.iter().any(
+            |n| matches!(&n.kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Pull { .. })),
+        );
+        if has_policy || has_pull {
             continue;
         }
         checked += 1;

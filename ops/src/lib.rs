@@ -19,6 +19,8 @@
 //!
 //! Not here yet (issue 10): message correlation by key, incident resolution by hand.
 
+pub mod pull;
+
 use std::sync::Arc;
 
 use qflow_core::{Budget, Input, Snapshot, TimerKind};
@@ -367,6 +369,9 @@ pub struct AttemptView {
     pub code: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The external worker that held a pull task's attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 impl From<&AttemptRecord> for AttemptView {
@@ -379,6 +384,7 @@ impl From<&AttemptRecord> for AttemptView {
             outcome: a.outcome.as_str(),
             code: a.code.clone(),
             message: a.message.clone(),
+            worker: a.worker.clone(),
         }
     }
 }
@@ -1304,6 +1310,7 @@ impl Ops {
             claim,
             calls,
             handed_over,
+            ..
         } = self
             .shared
             .stepper

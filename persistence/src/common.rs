@@ -9,8 +9,8 @@ use qflow_store::memory::{effective_instances_limit, node_timer_names};
 use qflow_store::{
     Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
     DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    PurgeRequest, StoreError, StoreResult, SubscriptionRecord, TimerName, TimerRecord,
-    PURGE_LIMIT_MAX,
+    PullTaskRecord, PurgeRequest, StoreError, StoreResult, SubscriptionRecord, TimerName,
+    TimerRecord, PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -24,7 +24,9 @@ pub(crate) const INCIDENT_COLUMNS: &str =
 pub(crate) const SUBSCRIPTION_COLUMNS: &str =
     "instance, node, message, correlation_key, opened_at_ms";
 pub(crate) const ATTEMPT_COLUMNS: &str =
-    "instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message";
+    "instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message, worker";
+pub(crate) const PULL_COLUMNS: &str =
+    "instance, node, topic, attempt, worker, lock_until_ms, offered_at_ms";
 
 /// Wraps a driver error as the store contract's backend error.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
@@ -204,7 +206,45 @@ pub(crate) fn attempt_from_row(row: &impl StoreRow) -> StoreResult<AttemptRecord
         outcome: outcome_from_db(&outcome)?,
         code: row.field("code")?,
         message: row.field("message")?,
+        worker: row.field("worker")?,
     })
+}
+
+/// Rows of several per-topic scans as one fetch: oldest offer first, then instance and
+/// node (the contract's order), at most `limit`, no row twice (a topic named twice).
+pub(crate) fn merge_offered(mut rows: Vec<PullTaskRecord>, limit: u32) -> Vec<PullTaskRecord> {
+    rows.sort_by(|a, b| {
+        (a.offered_at_ms, a.instance, &a.node).cmp(&(b.offered_at_ms, b.instance, &b.node))
+    });
+    rows.dedup_by(|a, b| a.instance == b.instance && a.node == b.node);
+    rows.truncate(limit as usize);
+    rows
+}
+
+/// Reads `PULL_COLUMNS`.
+pub(crate) fn pull_from_row(row: &impl StoreRow) -> StoreResult<PullTaskRecord> {
+    Ok(PullTaskRecord {
+        instance: row.instance_id("instance")?,
+        node: row.field("node")?,
+        topic: row.field("topic")?,
+        attempt: attempt_from_db(row.field("attempt")?)?,
+        worker: row.field("worker")?,
+        lock_until_ms: row.field("lock_until_ms")?,
+        offered_at_ms: row.field("offered_at_ms")?,
+    })
+}
+
+/// The pull rows of a commit to upsert: the last offer per node (a step may lock what
+/// it offered a moment before), so one statement never names a row twice.
+pub(crate) fn last_offer_per_node(commit: &Commit) -> Vec<&PullTaskRecord> {
+    let mut out: Vec<&PullTaskRecord> = Vec::with_capacity(commit.pull.offer.len());
+    for row in commit.pull.offer.iter().rev() {
+        if !out.iter().any(|r| r.node == row.node) {
+            out.push(row);
+        }
+    }
+    out.reverse();
+    out
 }
 
 /// The timers a claim's `RETURNING` gave, earliest due first as the contract says

@@ -25,8 +25,8 @@ use qflow_store::memory::{effective_instances_limit, effective_subscriptions_lim
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
     IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment,
-    PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord,
-    TimerClaim, TimerRecord,
+    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
+    StoreResult, SubscriptionRecord, TimerClaim, TimerRecord, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -34,11 +34,12 @@ use sqlx::{Connection, PgConnection, Postgres, Row};
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
     claimed_timers, contested_key, deployment_from_row, ended_at_update, fence_from_db,
-    fence_to_db, incident_from_row, instance_from_row, instances_query, last_arm_per_name, map_all,
-    map_optional, plan, purge_choice, purge_limit, refusal, status_count_from_row,
-    subscription_from_row, timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS,
-    AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
-    SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    fence_to_db, incident_from_row, instance_from_row, instances_query, last_arm_per_name,
+    last_offer_per_node, map_all, map_optional, merge_offered, plan, pull_from_row, purge_choice,
+    purge_limit, refusal, status_count_from_row, subscription_from_row, timer_from_row, Field,
+    KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS,
+    INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, PULL_COLUMNS, SUBSCRIPTION_COLUMNS,
+    TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -297,6 +298,8 @@ fn purge_sql(by_deployment: bool) -> String {
              RETURNING 1), \
          timers_gone AS (DELETE FROM timers WHERE instance IN (SELECT id FROM doomed) \
              RETURNING 1), \
+         pulls_gone AS (DELETE FROM pull_tasks WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
          subscriptions_gone AS (DELETE FROM subscriptions \
              WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
          instances_gone AS (DELETE FROM instances WHERE id IN (SELECT id FROM doomed) \
@@ -305,7 +308,8 @@ fn purge_sql(by_deployment: bool) -> String {
                 (SELECT count(*) FROM attempts_gone) AS attempts, \
                 (SELECT count(*) FROM incidents_gone) AS incidents, \
                 (SELECT count(*) FROM audit_gone) AS audit, \
-                (SELECT count(*) FROM timers_gone) AS timers, \
+                (SELECT count(*) FROM timers_gone) + (SELECT count(*) FROM pulls_gone) \
+                    AS timers, \
                 (SELECT count(*) FROM subscriptions_gone) AS subscriptions"
     )
 }
@@ -364,7 +368,74 @@ async fn apply_round(
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
+    apply_pull(tx, &winners).await?;
     apply_audit(tx, &winners).await
+}
+
+/// Writes the winners' pull-task rows: the withdrawals in one `UNNEST` delete, then the
+/// offers in one `UNNEST` upsert. Most commits have none and send nothing.
+async fn apply_pull(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut instance, mut node) = (Vec::new(), Vec::new());
+    for commit in winners {
+        for n in &commit.pull.withdraw {
+            instance.push(commit.instance);
+            node.push(n.as_str());
+        }
+    }
+    if !instance.is_empty() {
+        sqlx::query(
+            "DELETE FROM pull_tasks AS p USING UNNEST($1::uuid[], $2::text[]) AS v(instance, node) \
+             WHERE p.instance = v.instance AND p.node = v.node",
+        )
+        .bind(&instance)
+        .bind(&node)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    let (mut instance, mut node, mut topic, mut attempt, mut worker, mut until, mut at) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    for commit in winners {
+        for row in last_offer_per_node(commit) {
+            instance.push(commit.instance);
+            node.push(row.node.as_str());
+            topic.push(row.topic.as_str());
+            attempt.push(i64::from(row.attempt.get()));
+            worker.push(row.worker.as_deref());
+            until.push(row.lock_until_ms);
+            at.push(row.offered_at_ms);
+        }
+    }
+    if instance.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO pull_tasks (instance, node, topic, attempt, worker, lock_until_ms, \
+         offered_at_ms) \
+         SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], \
+                              $6::bigint[], $7::bigint[]) \
+         ON CONFLICT (instance, node) DO UPDATE SET topic = EXCLUDED.topic, \
+         attempt = EXCLUDED.attempt, worker = EXCLUDED.worker, \
+         lock_until_ms = EXCLUDED.lock_until_ms, offered_at_ms = EXCLUDED.offered_at_ms",
+    )
+    .bind(&instance)
+    .bind(&node)
+    .bind(&topic)
+    .bind(&attempt)
+    .bind(&worker)
+    .bind(&until)
+    .bind(&at)
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
+    Ok(())
 }
 
 /// Writes the winners' `subscriptions`: the closes, then the opens as one upsert, so a
@@ -758,12 +829,13 @@ async fn apply_attempts(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResu
     // WITH ORDINALITY keeps the batch order in the assigned ids.
     sqlx::query(
         "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
-         outcome, code, message) \
-         SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message \
+         outcome, code, message, worker) \
+         SELECT instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message, \
+                worker \
          FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
-                     $6::text[], $7::text[], $8::text[]) \
+                     $6::text[], $7::text[], $8::text[], $9::text[]) \
          WITH ORDINALITY AS v(instance, node, attempt, started_at_ms, finished_at_ms, \
-                              outcome, code, message, ord) ORDER BY ord",
+                              outcome, code, message, worker, ord) ORDER BY ord",
     )
     .bind(&at.instance)
     .bind(&at.node)
@@ -773,6 +845,7 @@ async fn apply_attempts(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResu
     .bind(&at.outcome)
     .bind(&at.code)
     .bind(&at.message)
+    .bind(&at.worker)
     .execute(&mut *tx)
     .await
     .map_err(backend)?;
@@ -789,6 +862,7 @@ struct AttemptColumns<'a> {
     outcome: Vec<&'a str>,
     code: Vec<Option<&'a str>>,
     message: Vec<Option<&'a str>>,
+    worker: Vec<Option<&'a str>>,
 }
 
 impl<'a> AttemptColumns<'a> {
@@ -801,6 +875,7 @@ impl<'a> AttemptColumns<'a> {
         self.outcome.push(attempt.outcome.as_str());
         self.code.push(attempt.code.as_deref());
         self.message.push(attempt.message.as_deref());
+        self.worker.push(attempt.worker.as_deref());
     }
 }
 
@@ -1082,6 +1157,35 @@ impl Store for PgStore {
             timers: purged(&row, "timers")?,
             subscriptions: purged(&row, "subscriptions")?,
         })
+    }
+
+    /// One statement: a lateral scan of `pull_tasks_offered` per topic, each stopping at
+    /// the limit, merged.
+    async fn offered_pull_tasks(&self, query: PullQuery<'_>) -> StoreResult<Vec<PullTaskRecord>> {
+        let limit = query.limit.min(PULL_QUERY_LIMIT_MAX);
+        if limit == 0 || query.topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT p.* FROM UNNEST($1::text[]) AS t(topic) CROSS JOIN LATERAL ( \
+                 SELECT {PULL_COLUMNS} FROM pull_tasks \
+                 WHERE topic = t.topic AND worker IS NULL \
+                 ORDER BY offered_at_ms, instance, node COLLATE \"C\" LIMIT $2) AS p"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(query.topics)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await;
+        Ok(merge_offered(map_all(rows, pull_from_row)?, limit))
+    }
+
+    async fn pull_tasks(&self, instance: InstanceId) -> StoreResult<Vec<PullTaskRecord>> {
+        let sql = format!(
+            "SELECT {PULL_COLUMNS} FROM pull_tasks WHERE instance = $1 ORDER BY node COLLATE \"C\""
+        );
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
+        map_all(rows.await, pull_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

@@ -26,8 +26,9 @@ use qflow_store::memory::{effective_instances_limit, effective_subscriptions_lim
 use qflow_store::{
     AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
     IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment,
-    NewIncident, NewSubscription, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
-    StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
+    NewIncident, NewSubscription, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
+    RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
+    PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -40,10 +41,11 @@ use crate::common::{
     all_counts, applied, attempt_from_row, audit_fences, audit_from_row, backend,
     batch_deployments, claimed_timers, contested_key, deployment_from_row, ended_at_creation,
     ended_at_update, fence_from_db, fence_to_db, incident_from_row, instance_from_row,
-    instances_query, last_arm_per_name, map_all, map_optional, plan, purge_choice, purge_limit,
-    refusal, status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
-    INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    instances_query, last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered,
+    plan, pull_from_row, purge_choice, purge_limit, refusal, status_count_from_row,
+    subscription_from_row, timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS,
+    AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
+    PULL_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -398,7 +400,47 @@ async fn apply_round(
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
+    apply_pull(tx, &winners).await?;
     apply_audit(tx, &winners).await
+}
+
+/// Writes the winners' pull-task rows: the withdrawals, one indexed delete per row, then
+/// the offers as multi-row upserts. Most commits have none and cost nothing here.
+async fn apply_pull(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    let mut offers: Vec<(&str, &PullTaskRecord)> = Vec::new();
+    for &(id, commit) in winners {
+        if commit.pull.is_empty() {
+            continue;
+        }
+        for node in &commit.pull.withdraw {
+            sqlx::query("DELETE FROM pull_tasks WHERE instance = ? AND node = ?")
+                .bind(id)
+                .bind(node)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+        offers.extend(last_offer_per_node(commit).into_iter().map(|row| (id, row)));
+    }
+    insert_rows(
+        tx,
+        "INSERT INTO pull_tasks (instance, node, topic, attempt, worker, lock_until_ms, \
+         offered_at_ms) ",
+        &offers,
+        |mut row, (id, pull)| {
+            row.push_bind(*id)
+                .push_bind(pull.node.as_str())
+                .push_bind(pull.topic.as_str())
+                .push_bind(i64::from(pull.attempt.get()))
+                .push_bind(pull.worker.as_deref())
+                .push_bind(pull.lock_until_ms)
+                .push_bind(pull.offered_at_ms);
+        },
+        " ON CONFLICT (instance, node) DO UPDATE SET topic = excluded.topic, \
+         attempt = excluded.attempt, worker = excluded.worker, \
+         lock_until_ms = excluded.lock_until_ms, offered_at_ms = excluded.offered_at_ms",
+    )
+    .await
 }
 
 /// Writes the winners' `subscriptions`: the closes, one keyed delete per row, then the
@@ -720,7 +762,7 @@ async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> St
     insert_rows(
         tx,
         "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
-         outcome, code, message) ",
+         outcome, code, message, worker) ",
         &attempts,
         |mut row, (id, attempt)| {
             row.push_bind(*id)
@@ -730,7 +772,8 @@ async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> St
                 .push_bind(attempt.finished_at_ms)
                 .push_bind(attempt.outcome.as_str())
                 .push_bind(attempt.code.as_deref())
-                .push_bind(attempt.message.as_deref());
+                .push_bind(attempt.message.as_deref())
+                .push_bind(attempt.worker.as_deref());
         },
         "",
     )
@@ -1123,12 +1166,45 @@ impl Store for SqliteStore {
             attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await?,
             incidents: delete_where_in(&mut tx, "incidents", "instance", &ids).await?,
             audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
-            timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?,
+            timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
+                + delete_where_in(&mut tx, "pull_tasks", "instance", &ids).await?,
             subscriptions: delete_where_in(&mut tx, "subscriptions", "instance", &ids).await?,
             instances: delete_where_in(&mut tx, "instances", "id", &ids).await?,
         };
         tx.commit().await.map_err(backend)?;
         Ok(outcome)
+    }
+
+    /// One indexed range scan of `pull_tasks_offered` per topic, merged: a topic's scan
+    /// stops at the limit.
+    async fn offered_pull_tasks(&self, query: PullQuery<'_>) -> StoreResult<Vec<PullTaskRecord>> {
+        let limit = query.limit.min(PULL_QUERY_LIMIT_MAX);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let sql = format!(
+            "SELECT {PULL_COLUMNS} FROM pull_tasks INDEXED BY pull_tasks_offered \
+             WHERE topic = ? AND worker IS NULL \
+             ORDER BY offered_at_ms, instance, node LIMIT ?"
+        );
+        for topic in query.topics {
+            let rows = sqlx::query(&sql)
+                .bind(topic)
+                .bind(i64::from(limit))
+                .fetch_all(&self.readers)
+                .await;
+            out.extend(map_all(rows, pull_from_row)?);
+        }
+        Ok(merge_offered(out, limit))
+    }
+
+    async fn pull_tasks(&self, instance: InstanceId) -> StoreResult<Vec<PullTaskRecord>> {
+        let sql = format!("SELECT {PULL_COLUMNS} FROM pull_tasks WHERE instance = ? ORDER BY node");
+        let rows = sqlx::query(&sql)
+            .bind(id_text(instance))
+            .fetch_all(&self.readers);
+        map_all(rows.await, pull_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

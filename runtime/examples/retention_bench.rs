@@ -189,6 +189,7 @@ fn old_instance(dep: DeploymentId, i: u64, ended_ms: i64, snapshot: &[u8]) -> Co
             outcome: AttemptOutcome::Ok,
             code: None,
             message: None,
+            worker: None,
         })
         .collect();
     c

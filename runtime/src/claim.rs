@@ -14,7 +14,7 @@ use qflow_core::{any_attempt_in_flight, Effect, Input, Snapshot, Status, TimerKi
 use qflow_loader::model::Definition;
 use qflow_store::{
     AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState,
-    InstanceStatus, NewIncident, NewSubscription, Store, TimerRecord, TimerRef,
+    InstanceStatus, NewIncident, NewSubscription, PullTaskRecord, Store, TimerRecord, TimerRef,
 };
 
 use crate::handlers::TaskCall;
@@ -151,6 +151,9 @@ pub struct Then {
     pub earliest_timer_ms: Option<i64>,
     /// The step moved the instance into a terminal state.
     pub finished_now: bool,
+    /// Topics of pull tasks the step offered or locked: once the commit is durable, the
+    /// runtime wakes fetches waiting on them (a lossy hint).
+    pub pull_topics: Vec<String>,
 }
 
 /// Steps `claim` with `input` at `now` and plans the commit: pure. `fired` is the timer
@@ -216,6 +219,7 @@ pub fn plan(
         parks: 0,
         earliest_timer_ms: None,
         finished_now: status.is_terminal() && !was_terminal,
+        pull_topics: Vec::new(),
     };
     for effect in step.effects {
         carry_out(&mut commit, &mut then, &id, effect, started_ms, now);
@@ -320,16 +324,47 @@ fn carry_out(
             outcome,
             code,
             message,
+            worker,
         } => commit.attempts.push(AttemptRecord {
             instance: commit.instance,
             node,
             attempt,
+            // A pull task's attempt is not started by this shell; its history row spans
+            // the step that ended it (the lock instant is in the snapshot until then).
             started_at_ms: started_ms,
             finished_at_ms: now,
             outcome,
             code,
             message,
+            worker,
         }),
+        Effect::OfferPullTask {
+            node,
+            topic,
+            attempt,
+            lock,
+        } => {
+            // One row per node per commit, whatever order the step offered and withdrew
+            // in: the last effect on a node is what the row must say.
+            commit.pull.withdraw.retain(|n| *n != node);
+            commit.pull.offer.retain(|r| r.node != node);
+            if lock.is_none() {
+                then.pull_topics.push(topic.clone());
+            }
+            commit.pull.offer.push(PullTaskRecord {
+                instance: commit.instance,
+                node,
+                topic,
+                attempt,
+                worker: lock.as_ref().map(|l| l.worker.clone()),
+                lock_until_ms: lock.map(|l| l.until_ms),
+                offered_at_ms: now,
+            });
+        }
+        Effect::WithdrawPullTask { node } => {
+            commit.pull.offer.retain(|r| r.node != node);
+            commit.pull.withdraw.push(node);
+        }
         Effect::OpenIncident {
             node,
             code,
@@ -366,6 +401,8 @@ pub struct Stepped {
     pub calls: Vec<TaskCall>,
     /// Handler calls handed over to a runtime by a lease due at once (see [`Then`]).
     pub handed_over: Vec<TaskCall>,
+    /// Topics of pull tasks the step offered (see [`Then::pull_topics`]).
+    pub pull_topics: Vec<String>,
 }
 
 /// One step taken outside a lane, as [`claim_and_step`] takes it.
@@ -404,6 +441,7 @@ pub(crate) async fn claim_and_step(
                 claim: planned.then.next,
                 calls: Vec::new(),
                 handed_over: planned.then.handed_over,
+                pull_topics: Vec::new(),
             });
         }
         planned.commit.audit.extend(op.audit.cloned());
@@ -420,6 +458,7 @@ pub(crate) async fn claim_and_step(
                     },
                     calls: planned.then.calls,
                     handed_over: planned.then.handed_over,
+                    pull_topics: planned.then.pull_topics,
                 })
             }
             Some(CommitOutcome::Conflict { .. }) => continue,

@@ -269,6 +269,9 @@ impl Lane {
         {
             self.shared.timer_armed.notify_one();
         }
+        for topic in &planned.pull_topics {
+            self.shared.pull_bell.ring(topic);
+        }
         reply(request.reply, Ok(()));
         let limit_ms = self.shared.config.handler_time_limit_ms;
         for call in planned.calls {

@@ -28,6 +28,7 @@ mod handlers;
 pub mod histogram;
 mod lane;
 mod poller;
+pub mod pull;
 pub mod retention;
 mod watch;
 
@@ -48,6 +49,7 @@ use qflow_store::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::Error;
 pub use handlers::{AsyncHandlers, AsyncTaskHandler, TaskCall};
+pub use pull::{Fetch, LockedTask, PullBell};
 pub use qflow_core::handler::HANDLER_TIMEOUT;
 /// The host-facing handler vocabulary, re-exported so a host needs only this crate.
 pub use qflow_core::{Input, TaskContext, TaskHandler, TaskOutcome};
@@ -494,6 +496,10 @@ pub(crate) struct Shared {
     pub watchers: watch::Watchers,
     /// Flipped to `true` once, at shutdown; lanes exit when idle after seeing it.
     pub stop: tokio::sync::watch::Sender<bool>,
+    /// Rung per topic after a commit that offered a pull task: wakes waiting fetches.
+    pub pull_bell: pull::PullBell,
+    /// Offered rows fetches of this process are locking right now.
+    pub locking: pull::Locking,
 }
 
 impl Shared {
@@ -557,6 +563,8 @@ impl Runtime {
             stats: Arc::new(Stats::default()),
             lanes: senders,
             timer_armed: Notify::new(),
+            pull_bell: pull::PullBell::default(),
+            locking: pull::Locking::default(),
             progress: Notify::new(),
             stopping: AtomicBool::new(false),
             watchers: watch::Watchers::default(),
@@ -787,6 +795,9 @@ impl Runtime {
         };
         let stepped =
             claim::claim_and_step(&*self.shared.store, &self.shared.defs, instance, op).await?;
+        for topic in &stepped.pull_topics {
+            self.shared.pull_bell.ring(topic);
+        }
         if !stepped.calls.is_empty() {
             self.request(instance, Work::Input(Input::Redrive)).await?;
         }

@@ -96,6 +96,7 @@ pub trait Needs: Send + Sync + 'static {
 pub struct ReadScope;
 pub struct OperateScope;
 pub struct DeployScope;
+pub struct WorkerScope;
 
 impl Needs for ReadScope {
     const SCOPE: Scope = Scope::Read;
@@ -105,6 +106,9 @@ impl Needs for OperateScope {
 }
 impl Needs for DeployScope {
     const SCOPE: Scope = Scope::Deploy;
+}
+impl Needs for WorkerScope {
+    const SCOPE: Scope = Scope::Worker;
 }
 
 /// The authenticated caller of a request that needs scope `S`: 401 without a valid

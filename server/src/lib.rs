@@ -17,10 +17,12 @@
 pub mod api;
 pub mod auth;
 pub mod body;
+pub mod camunda;
 pub mod config;
 pub mod console;
 pub mod metrics;
 pub mod problem;
+pub mod workers;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,6 +83,7 @@ impl auth::HasTokens for AppState {
         (name = "instances", description = "Start, list, inspect, repair, migrate"),
         (name = "incidents", description = "Open and resolved incidents"),
         (name = "audit", description = "Who changed what"),
+        (name = "external tasks", description = "Pull tasks for external workers: fetch and lock by topic, complete, fail, BPMN error, extend or give up the lock"),
         (name = "service", description = "Health, readiness, metrics")
     )
 )]
@@ -105,6 +108,12 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::incidents))
         .routes(routes!(api::resolve_incident))
         .routes(routes!(api::audit))
+        .routes(routes!(workers::fetch_and_lock))
+        .routes(routes!(workers::complete))
+        .routes(routes!(workers::failure))
+        .routes(routes!(workers::bpmn_error))
+        .routes(routes!(workers::extend_lock))
+        .routes(routes!(workers::unlock))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics_text))
@@ -211,6 +220,7 @@ pub fn router_with_console(
     router
         .merge(console::router())
         .route("/openapi.json", get(openapi_json))
+        .merge(camunda::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limits.body_bytes))
         .layer(TimeoutLayer::with_status_code(
@@ -244,7 +254,12 @@ fn problem_for_bare_status(response: Response) -> Response {
             v.as_bytes().starts_with(b"application/problem+json")
                 || v.as_bytes().starts_with(b"text/html")
         });
-    if is_problem || !(status.is_client_error() || status.is_server_error()) {
+    // A JSON error body is a handler's own (the Camunda 7 routes answer `{type, message}`).
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if is_problem || is_json || !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
     let (code, detail) = match status {

@@ -25,8 +25,8 @@ use anyhow::{anyhow, ensure, Result};
 use crate::{
     Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId,
     InstanceFilter, InstanceId, InstanceState, InstanceStatus, NewDeployment, NewIncident,
-    NewSubscription, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, TimerClaim,
-    TimerName, TimerRecord, TimerRef,
+    NewSubscription, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store,
+    StoreError, TimerClaim, TimerName, TimerRecord, TimerRef,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -116,6 +116,9 @@ macro_rules! conformance_tests {
             instance_counts_cover_every_status,
             open_incidents_move_with_their_node_resolved_ones_stay,
             latest_incidents_are_the_newest_bounded_and_optionally_open,
+            pull_tasks_are_offered_locked_and_withdrawn_with_their_commit,
+            offered_pull_tasks_filter_by_topic_oldest_first_and_honour_the_limit,
+            pull_rows_go_with_a_purged_instance,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -894,6 +897,7 @@ pub fn attempt(instance: InstanceId, node: &str, n: u32) -> AttemptRecord {
         },
         code: (n < 3).then(|| "HTTP_503".to_string()),
         message: (n < 3).then(|| format!("attempt {n}: upstream unavailable")),
+        worker: (n == 2).then(|| "worker-7".to_string()),
     }
 }
 
@@ -2063,5 +2067,167 @@ pub async fn latest_incidents_are_the_newest_bounded_and_optionally_open(ctx: Ct
     ensure!(nodes(ctx.second.latest_incidents(2, true).await?) == ["n4", "n2"]);
     ensure!(nodes(s.latest_incidents(0, true).await?) == ["n4", "n2", "n1"]);
     ensure!(s.latest_incidents(0, false).await?.len() == 5);
+    Ok(())
+}
+
+// ----- pull tasks (P1) -------------------------------------------------------------------
+
+/// A pull-task row of `instance` at `node` on `topic`, offered (no lock) at `at_ms`.
+pub fn pull_row(instance: InstanceId, node: &str, topic: &str, at_ms: i64) -> PullTaskRecord {
+    PullTaskRecord {
+        instance,
+        node: node.into(),
+        topic: topic.into(),
+        attempt: Attempt::FIRST,
+        worker: None,
+        lock_until_ms: None,
+        offered_at_ms: at_ms,
+    }
+}
+
+fn topics(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+/// Offered rows are found by topic; a lock (an upsert with a worker) hides a row from
+/// fetches and keeps it listed; a withdrawal deletes it; a commit that loses its
+/// compare-and-swap writes no row.
+pub async fn pull_tasks_are_offered_locked_and_withdrawn_with_their_commit(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.pull.offer = vec![pull_row(id(1), "work", "t", T0)];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 1 });
+    let query = topics(&["t"]);
+    let q = PullQuery {
+        topics: &query,
+        limit: 10,
+    };
+    let found = ctx.second.offered_pull_tasks(q).await?;
+    ensure!(found == vec![pull_row(id(1), "work", "t", T0)], "{found:?}");
+    // A loser writes nothing.
+    let mut lost = commit(id(1), Some(7), dep);
+    lost.pull.withdraw = vec!["work".into()];
+    ensure!(matches!(
+        commit_one(s, lost).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    ensure!(s.offered_pull_tasks(q).await?.len() == 1);
+    // Locked: gone from fetches, still listed with its lock.
+    let locked = PullTaskRecord {
+        worker: Some("w1".into()),
+        lock_until_ms: Some(T0 + 1_000),
+        offered_at_ms: T0 + 1,
+        attempt: Attempt::new(2).expect("1-based"),
+        ..pull_row(id(1), "work", "t", T0)
+    };
+    let mut c = commit(id(1), Some(1), dep);
+    c.pull.offer = vec![locked.clone()];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 2 });
+    ensure!(s.offered_pull_tasks(q).await?.is_empty());
+    let listed = s.pull_tasks(id(1)).await?;
+    ensure!(listed == vec![locked], "{listed:?}");
+    // Unlocked again, then withdrawn and offered in one commit: offered.
+    let mut c = commit(id(1), Some(2), dep);
+    c.pull.withdraw = vec!["work".into()];
+    c.pull.offer = vec![pull_row(id(1), "work", "t", T0 + 2)];
+    commit_one(s, c).await?;
+    ensure!(s.offered_pull_tasks(q).await? == vec![pull_row(id(1), "work", "t", T0 + 2)]);
+    // Withdrawn: gone everywhere; withdrawing a missing row is no error.
+    let mut c = commit(id(1), Some(3), dep);
+    c.pull.withdraw = vec!["work".into(), "never".into()];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 4 });
+    ensure!(s.offered_pull_tasks(q).await?.is_empty());
+    ensure!(s.pull_tasks(id(1)).await?.is_empty());
+    Ok(())
+}
+
+/// A fetch sees only its topics, oldest offer first, never more than its limit, and
+/// nothing locked.
+pub async fn offered_pull_tasks_filter_by_topic_oldest_first_and_honour_the_limit(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    for (n, topic, at) in [(1, "a", 30), (2, "b", 10), (3, "a", 20), (4, "c", 5)] {
+        let mut c = commit(id(n), None, dep);
+        c.now_ms = T0 + at;
+        c.pull.offer = vec![pull_row(id(n), "work", topic, T0 + at)];
+        commit_one(s, c).await?;
+    }
+    // Two rows of one instance.
+    let mut c = commit(id(5), None, dep);
+    c.pull.offer = vec![
+        pull_row(id(5), "x", "a", T0 + 25),
+        PullTaskRecord {
+            worker: Some("w".into()),
+            lock_until_ms: Some(T0 + 99),
+            ..pull_row(id(5), "y", "a", T0 + 1)
+        },
+    ];
+    commit_one(s, c).await?;
+    let seen = |rows: Vec<PullTaskRecord>| -> Vec<(InstanceId, String)> {
+        rows.into_iter().map(|r| (r.instance, r.node)).collect()
+    };
+    let ab = topics(&["a", "b"]);
+    let all = s
+        .offered_pull_tasks(PullQuery {
+            topics: &ab,
+            limit: 10,
+        })
+        .await?;
+    let expected = vec![
+        (id(2), "work".to_string()),
+        (id(3), "work".to_string()),
+        (id(5), "x".to_string()),
+        (id(1), "work".to_string()),
+    ];
+    ensure!(seen(all) == expected, "oldest first, topics a and b");
+    let two = s
+        .offered_pull_tasks(PullQuery {
+            topics: &ab,
+            limit: 2,
+        })
+        .await?;
+    ensure!(seen(two) == expected[..2].to_vec(), "the limit");
+    let none = topics(&["zzz"]);
+    ensure!(s
+        .offered_pull_tasks(PullQuery {
+            topics: &none,
+            limit: 10,
+        })
+        .await?
+        .is_empty());
+    ensure!(s
+        .offered_pull_tasks(PullQuery {
+            topics: &ab,
+            limit: 0,
+        })
+        .await?
+        .is_empty());
+    Ok(())
+}
+
+/// Pull rows left on an ended instance are residue; the purge takes them along.
+pub async fn pull_rows_go_with_a_purged_instance(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.pull.offer = vec![pull_row(id(1), "work", "t", T0)];
+    commit_one(s, c).await?;
+    let mut end = commit(id(1), Some(1), dep);
+    end.state.status = InstanceStatus::Completed;
+    commit_one(s, end).await?;
+    let out = s.purge_finished(purge(T0 + 1, 10)).await?;
+    ensure!(out.instances == 1, "{out:?}");
+    ensure!(s.pull_tasks(id(1)).await?.is_empty());
+    let t = topics(&["t"]);
+    ensure!(s
+        .offered_pull_tasks(PullQuery {
+            topics: &t,
+            limit: 10,
+        })
+        .await?
+        .is_empty());
     Ok(())
 }

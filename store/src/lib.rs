@@ -194,8 +194,56 @@ pub struct AttemptRecord {
     pub outcome: AttemptOutcome,
     pub code: Option<String>,
     pub message: Option<String>,
+    /// The external worker that held a pull task's attempt (P1); `None` for every other
+    /// task.
+    pub worker: Option<String>,
 }
 
+/// A pull task offered to external workers (P1): one row per `(instance, node)` while a
+/// token waits there outside a backoff window. Written by the step that offers, locks or
+/// withdraws it, in the step's transaction; the snapshot has the last word on the lock
+/// (the row mirrors it so that a fetch finds offered work by topic without reading
+/// snapshots).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullTaskRecord {
+    pub instance: InstanceId,
+    pub node: String,
+    pub topic: String,
+    pub attempt: Attempt,
+    /// The worker holding the lock, and until when; `None`: offered to any worker.
+    pub worker: Option<String>,
+    pub lock_until_ms: Option<i64>,
+    /// The instant of the commit that wrote the row: fetches take the oldest first.
+    pub offered_at_ms: i64,
+}
+
+/// Pull-task rows a commit writes. Withdrawals apply before offers, so a node withdrawn
+/// and offered again in one commit ends up offered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullWrites {
+    /// Upserted by `(instance, node)`.
+    pub offer: Vec<PullTaskRecord>,
+    /// Deleted by `(instance, node)`; a missing row is no error.
+    pub withdraw: Vec<String>,
+}
+
+impl PullWrites {
+    pub fn is_empty(&self) -> bool {
+        self.offer.is_empty() && self.withdraw.is_empty()
+    }
+}
+
+/// What [`Store::offered_pull_tasks`] is given: a worker's fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullQuery<'a> {
+    /// Rows of any of these topics.
+    pub topics: &'a [String],
+    /// At most this many rows; stores cap it at [`PULL_QUERY_LIMIT_MAX`].
+    pub limit: u32,
+}
+
+/// The most rows one [`Store::offered_pull_tasks`] call returns.
+pub const PULL_QUERY_LIMIT_MAX: u32 = 1_000;
 /// A message subscription (correlation by name and key): the instance waits at `node`
 /// for a message `message` published with `key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,6 +304,8 @@ pub struct Commit {
     /// Audit rows of the operator action this step carries out, appended with the
     /// fences the commit moved between.
     pub audit: Vec<AuditEntry>,
+    /// Pull-task rows (P1): offered, locked, withdrawn.
+    pub pull: PullWrites,
     /// The update may move the instance onto another deployment (a migration): the
     /// store checks, atomically with `retire`, that `deployment` is not retired, as it
     /// does for a creation. Ordinary steps leave it `false` and take no such lock.
@@ -308,6 +358,7 @@ impl Commit {
             subscriptions: SubscriptionWrites::default(),
             attempts: Vec::new(),
             audit: Vec::new(),
+            pull: PullWrites::default(),
             moves: false,
         }
     }
@@ -433,8 +484,9 @@ pub struct PurgeOutcome {
     pub attempts: u64,
     pub incidents: u64,
     pub audit: u64,
-    /// Timer rows of ended instances: there should be none (an ended instance arms
-    /// nothing and its last commit resolves what it held), so anything here is residue.
+    /// Timer and pull-task rows of ended instances: there should be none (an ended
+    /// instance arms nothing and its last commit resolves and withdraws what it held),
+    /// so anything here is residue.
     pub timers: u64,
     /// Subscription rows of ended instances: residue too, for the same reason.
     pub subscriptions: u64,
@@ -557,4 +609,15 @@ pub trait Store: Send + Sync + 'static {
     /// Replicas may purge at once: on PostgreSQL each skips the rows another is deleting
     /// or a lane is committing (`FOR UPDATE SKIP LOCKED`), so nobody waits on anybody.
     async fn purge_finished(&self, request: PurgeRequest) -> StoreResult<PurgeOutcome>;
+
+    /// Pull tasks offered to any worker (no lock) on one of `query.topics`, oldest offer
+    /// first (then instance, node), at most `query.limit` ([`PULL_QUERY_LIMIT_MAX`]).
+    /// A hint, read without a claim: the fetch that follows steps each instance under its
+    /// claim, and the core refuses a row that is no longer offered. Cost grows with the
+    /// offered rows of those topics (an index on `(topic, offered_at_ms)` of unlocked
+    /// rows), never with locked ones or other topics.
+    async fn offered_pull_tasks(&self, query: PullQuery<'_>) -> StoreResult<Vec<PullTaskRecord>>;
+
+    /// The pull-task rows of one instance, by node.
+    async fn pull_tasks(&self, instance: InstanceId) -> StoreResult<Vec<PullTaskRecord>>;
 }

@@ -17,9 +17,10 @@ use async_trait::async_trait;
 use crate::{
     AttemptRecord, AuditEntry, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
     IncidentRecord, IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    NewDeployment, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult,
-    SubscriptionRecord, SubscriptionWrites, TimerClaim, TimerKind, TimerName, TimerRecord,
-    TimerWrites, SUBSCRIPTIONS_LIMIT_MAX,
+    NewDeployment, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome, PurgeRequest,
+    RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, SubscriptionWrites,
+    TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites, PULL_QUERY_LIMIT_MAX,
+    SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -64,6 +65,10 @@ struct State {
     subscriptions_by_key: BTreeSet<(String, String, i64, InstanceId, String)>,
     attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
     audit: Vec<AuditRecord>,
+    /// Pull-task rows by `(instance, node)`, and the offered ones by
+    /// `(topic, offered_at_ms, instance, node)`: the fetch index (unlocked rows only).
+    pull: BTreeMap<(InstanceId, String), PullTaskRecord>,
+    pull_offered: BTreeSet<(String, i64, InstanceId, String)>,
     /// Row ids handed out so far; ids are never reused, even after a purge.
     incident_ids: i64,
     audit_ids: i64,
@@ -201,6 +206,7 @@ impl State {
         self.apply_incidents(commit.instance, commit.incidents, commit.now_ms);
         self.apply_subscriptions(commit.instance, commit.subscriptions, commit.now_ms);
         self.apply_attempts(commit.instance, commit.attempts);
+        self.apply_pull(commit.instance, commit.pull);
         self.apply_audit(
             commit.instance,
             commit.audit,
@@ -384,6 +390,18 @@ impl State {
             }
             out.instances += 1;
             out.attempts += self.attempts.remove(&key.1).map_or(0, |a| a.len() as u64);
+            // Pull rows of an ended instance would be residue (its last step withdrew
+            // them); they go with it like timer residue.
+            let pulls: Vec<(InstanceId, String)> = self
+                .pull
+                .range((key.1, String::new())..)
+                .take_while(|((i, _), _)| *i == key.1)
+                .map(|(k, _)| k.clone())
+                .collect();
+            out.timers += pulls.len() as u64;
+            for k in &pulls {
+                self.remove_pull(k);
+            }
         }
         let before = self.incidents.len();
         self.incidents.retain(|i| !ids.contains(&i.instance));
@@ -415,6 +433,35 @@ impl State {
             self.remove_timer(key);
         }
         out
+    }
+
+    fn apply_pull(&mut self, instance: InstanceId, pull: PullWrites) {
+        if pull.is_empty() {
+            return;
+        }
+        for node in pull.withdraw {
+            self.remove_pull(&(instance, node));
+        }
+        for row in pull.offer {
+            let key = (instance, row.node.clone());
+            self.remove_pull(&key);
+            if row.worker.is_none() {
+                self.pull_offered.insert((
+                    row.topic.clone(),
+                    row.offered_at_ms,
+                    instance,
+                    row.node.clone(),
+                ));
+            }
+            self.pull.insert(key, PullTaskRecord { instance, ..row });
+        }
+    }
+
+    fn remove_pull(&mut self, key: &(InstanceId, String)) {
+        if let Some(old) = self.pull.remove(key) {
+            self.pull_offered
+                .remove(&(old.topic, old.offered_at_ms, key.0, key.1.clone()));
+        }
     }
 
     fn remove_timer(&mut self, key: &TimerKey) {
@@ -696,6 +743,38 @@ impl Store for MemoryStore {
 
     async fn purge_finished(&self, request: PurgeRequest) -> StoreResult<PurgeOutcome> {
         Ok(self.lock().purge(request))
+    }
+
+    async fn offered_pull_tasks(&self, query: PullQuery<'_>) -> StoreResult<Vec<PullTaskRecord>> {
+        let state = self.lock();
+        let limit = query.limit.min(PULL_QUERY_LIMIT_MAX) as usize;
+        let mut out: Vec<PullTaskRecord> = Vec::new();
+        for topic in query.topics {
+            let from = (topic.clone(), i64::MIN, InstanceId::nil(), String::new());
+            let rows = state
+                .pull_offered
+                .range(from..)
+                .take_while(|(t, ..)| t == topic)
+                .take(limit)
+                .filter_map(|(_, _, id, node)| state.pull.get(&(*id, node.clone())));
+            out.extend(rows.cloned());
+        }
+        out.sort_by(|a, b| {
+            (a.offered_at_ms, a.instance, &a.node).cmp(&(b.offered_at_ms, b.instance, &b.node))
+        });
+        out.dedup_by(|a, b| a.instance == b.instance && a.node == b.node);
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn pull_tasks(&self, instance: InstanceId) -> StoreResult<Vec<PullTaskRecord>> {
+        let state = self.lock();
+        Ok(state
+            .pull
+            .range((instance, String::new())..)
+            .take_while(|((i, _), _)| *i == instance)
+            .map(|(_, row)| row.clone())
+            .collect())
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

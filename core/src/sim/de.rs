@@ -418,6 +418,7 @@ const EVENT_FIELDS: &[&str] = &[
     "name",
     "incarnation",
     "budget",
+    "input",
     "correlation_key",
     "target",
     "mapping",
@@ -450,6 +451,10 @@ const EVENTS: &[Kind] = &[
     Kind {
         name: "migrate",
         fields: &["at_ms", "target", "mapping"],
+    },
+    Kind {
+        name: "pull",
+        fields: &["at_ms", "input"],
     },
 ];
 const FIRE_TIMER: usize = 3;
@@ -485,6 +490,7 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut name = None;
         let mut incarnation = None;
         let mut budget = None;
+        let mut input: Option<crate::Input> = None;
         let mut correlation_key = None;
         let mut target = None;
         let mut mapping = None;
@@ -519,6 +525,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 }
                 "incarnation" => incarnation = Some(map.next_value::<u32>()?),
                 "budget" => budget = Some(map.next_value::<Budget>()?),
+                "input" => input = Some(map.next_value()?),
                 "correlation_key" => correlation_key = map.next_value::<Option<String>>()?,
                 "target" => target = Some(map.next_value::<String>()?),
                 "mapping" => mapping = Some(map.next_value_seed(Renames)?),
@@ -566,6 +573,10 @@ impl<'de> Visitor<'de> for EventVisitor {
             "resume" => ScriptedEvent::Resume {
                 at_ms,
                 budget: budget.unwrap_or_default(),
+            },
+            "pull" => ScriptedEvent::Pull {
+                at_ms,
+                input: input.ok_or_else(|| de::Error::missing_field("input"))?,
             },
             "retry_now" => ScriptedEvent::RetryNow {
                 at_ms,

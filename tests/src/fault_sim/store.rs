@@ -507,4 +507,20 @@ impl Store for FaultyStore {
         self.tick();
         self.inner.purge_finished(request).await
     }
+
+    async fn offered_pull_tasks(
+        &self,
+        query: qflow_store::PullQuery<'_>,
+    ) -> StoreResult<Vec<qflow_store::PullTaskRecord>> {
+        self.tick();
+        self.inner.offered_pull_tasks(query).await
+    }
+
+    async fn pull_tasks(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<qflow_store::PullTaskRecord>> {
+        self.tick();
+        self.inner.pull_tasks(instance).await
+    }
 }

@@ -1,0 +1,263 @@
+//! The official `camunda-external-task-client-js` (pinned in
+//! `scripts/camunda-worker/package.json`, installed by `.ci/run` with `npm ci`) against a
+//! real `qflow serve` over a socket (SPEC P2): Camunda 7 models with external tasks are
+//! deployed and started, the unmodified npm worker completes one, fails one with retries
+//! and a retry timeout, throws a BPMN error in one and extends its lock in one; each
+//! instance must end as expected.
+//!
+//! When `node` or the installed client is missing the test prints `skipped: …` and
+//! passes, unless `QFLOW_CAMUNDA_WORKER=required` (CI sets it), when it fails instead.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_owned()
+}
+
+/// A Camunda 7 model: `start → external task on {topic} → done`, with an error boundary
+/// for `DECLINED` leading to `declined`.
+fn model(process: &str, topic: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:camunda="http://camunda.org/schema/1.0/bpmn" id="defs_{process}" targetNamespace="http://bpmn.io/schema/bpmn">
+  <bpmn:error id="declined_error" name="Declined" errorCode="DECLINED"/>
+  <bpmn:process id="{process}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:serviceTask id="work" name="Work" camunda:type="external" camunda:topic="{topic}"/>
+    <bpmn:boundaryEvent id="on_declined" attachedToRef="work">
+      <bpmn:errorEventDefinition errorRef="declined_error"/>
+    </bpmn:boundaryEvent>
+    <bpmn:endEvent id="done"/>
+    <bpmn:endEvent id="declined"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="work"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="work" targetRef="done"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="on_declined" targetRef="declined"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+    token: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `qflow serve` on a free loopback port and a fresh SQLite file; its first-contact
+/// admin token (all scopes, the `worker` scope among them).
+fn serve(db: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .env_remove("QFLOW_DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawns qflow serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut said = Vec::new();
+    // A bound on a hang, not a timing assertion.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let addr = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no banner from qflow serve; it said: {said:#?}"));
+        said.push(line.clone());
+        if let Some(rest) = line.strip_prefix("qflow: serving http://") {
+            break rest.split_whitespace().next().expect("address").to_owned();
+        }
+    };
+    while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
+        said.push(line);
+    }
+    let token = said
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with("qf_"))
+        .unwrap_or_else(|| panic!("no token printed: {said:#?}"))
+        .to_owned();
+    Server { child, addr, token }
+}
+
+impl Server {
+    /// One HTTP/1.1 exchange: (status, JSON body).
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut stream = TcpStream::connect(&self.addr).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("sets a read bound");
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+             Authorization: Bearer {}\r\n",
+            self.addr, self.token
+        );
+        if !body.is_empty() {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(req.as_bytes()).expect("writes");
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).expect("reads");
+        let status = raw
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("not an HTTP response: {raw}"));
+        let text = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, serde_json::from_str(text).unwrap_or(Value::Null))
+    }
+
+    fn start(&self, process: &str, topic: &str) -> String {
+        let (status, dep) = self.call(
+            "POST",
+            "/v1/deployments",
+            Some(json!({"source": model(process, topic)})),
+        );
+        assert_eq!(status, 200, "{dep}");
+        let (status, started) = self.call(
+            "POST",
+            "/v1/instances",
+            Some(json!({"deployment": dep["id"], "variables": {"amount": 21}})),
+        );
+        assert_eq!(status, 201, "{started}");
+        started["instance"].as_str().expect("instance").to_owned()
+    }
+
+    fn instance(&self, id: &str) -> Value {
+        let (status, view) = self.call("GET", &format!("/v1/instances/{id}"), None);
+        assert_eq!(status, 200, "{view}");
+        view
+    }
+
+    fn history(&self, id: &str) -> Vec<Value> {
+        let (status, h) = self.call("GET", &format!("/v1/instances/{id}/history"), None);
+        assert_eq!(status, 200, "{h}");
+        h.as_array().expect("a list").clone()
+    }
+}
+
+/// Why the worker cannot run here, if it cannot.
+fn missing() -> Option<String> {
+    let installed = workspace()
+        .join("scripts/camunda-worker/node_modules/camunda-external-task-client-js/package.json");
+    if !installed.exists() {
+        return Some(format!(
+            "the client is not installed ({} is missing; run `npm ci --prefix scripts/camunda-worker`)",
+            installed.display()
+        ));
+    }
+    match Command::new("node").arg("--version").output() {
+        Ok(out) if out.status.success() => None,
+        _ => Some("`node` is not on the PATH".to_owned()),
+    }
+}
+
+#[test]
+fn the_official_camunda_js_worker_completes_fails_throws_and_extends() {
+    if let Some(why) = missing() {
+        if std::env::var("QFLOW_CAMUNDA_WORKER").as_deref() == Ok("required") {
+            panic!("QFLOW_CAMUNDA_WORKER=required, but {why}");
+        }
+        eprintln!("skipped: camunda-external-task-client-js against qflow serve: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = serve(&dir.path().join("qflow.sqlite"));
+    let completes = server.start("c7_complete", "qf-complete");
+    let retries = server.start("c7_retry", "qf-retry");
+    let throws = server.start("c7_bpmn", "qf-bpmn");
+    let extends = server.start("c7_extend", "qf-extend");
+
+    let out = Command::new("node")
+        .arg(workspace().join("scripts/camunda-worker/worker.mjs"))
+        .env("QFLOW_URL", format!("http://{}", server.addr))
+        .env("QFLOW_TOKEN", &server.token)
+        .output()
+        .expect("runs node");
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the worker failed: {said}");
+
+    // Completed, with the worker's typed variables (an Integer, a String, a Json).
+    let view = server.instance(&completes);
+    assert_eq!(view["instance"]["status"], "completed", "{view}\n{said}");
+    let vars = &view["snapshot"]["variables"];
+    assert_eq!(vars["receipt"], "r-42", "{view}");
+    assert_eq!(vars["charged"], 42, "{view}");
+    assert_eq!(
+        vars["details"],
+        json!({"by": "js", "items": [1, 2]}),
+        "{view}"
+    );
+    let h = server.history(&completes);
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0]["worker"], "camunda-js-worker");
+
+    // One failed attempt (with the worker's message and details), then completed.
+    let view = server.instance(&retries);
+    assert_eq!(view["instance"]["status"], "completed", "{view}\n{said}");
+    let h = server.history(&retries);
+    let outcomes: Vec<&str> = h.iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["failed", "ok"], "{h:?}");
+    assert_eq!(h[0]["code"], "PULL_TASK_FAILED");
+    assert!(
+        h[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gateway down\n503 from upstream"),
+        "{h:?}"
+    );
+    let parked_ms =
+        h[1]["finished_at_ms"].as_i64().unwrap() - h[0]["finished_at_ms"].as_i64().unwrap();
+    assert!(
+        parked_ms >= 500,
+        "offered again only after the retry timeout: {h:?}"
+    );
+
+    // The BPMN error routed to the boundary, with its variable, spending no budget.
+    let view = server.instance(&throws);
+    assert_eq!(view["instance"]["status"], "completed", "{view}\n{said}");
+    assert_eq!(view["snapshot"]["variables"]["reason"], "card limit");
+    let h = server.history(&throws);
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0]["outcome"], "bpmn_error");
+    assert_eq!(h[0]["code"], "DECLINED");
+
+    // The extended lock outlived its first second: one attempt, completed.
+    let view = server.instance(&extends);
+    assert_eq!(view["instance"]["status"], "completed", "{view}\n{said}");
+    let h = server.history(&extends);
+    assert_eq!(h.len(), 1, "no LOCK_EXPIRED attempt: {h:?}");
+    assert_eq!(h[0]["outcome"], "ok");
+}

@@ -1,0 +1,589 @@
+//! Camunda 7 compatibility for external workers (SPEC P2): the external-task endpoints
+//! of Camunda 7's REST API under `/engine-rest`, with its request and response shapes —
+//! typed variables `{value, type}`, error bodies `{type, message}`, `204 No Content` for
+//! answers — so that an existing worker (the official `camunda-external-task-client-js`)
+//! runs against qflow unmodified but for its bearer token.
+//!
+//! Every route calls the same `qflow_ops::pull` operation as the native API; only the
+//! shapes differ here. What Camunda offers and qflow does not (priorities, tenants,
+//! filters by business key or definition, Java-serialized objects, file variables) is
+//! refused with a 400 that names it, never silently ignored, except `usePriority`,
+//! `localVariables`, `deserializeValues` and `includeExtensionProperties`, which change
+//! nothing a worker relies on. These routes are not in the OpenAPI document (they are
+//! Camunda's API, documented by Camunda); `docs/workers.md` lists every difference.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use qflow_core::Variables;
+use qflow_ops::pull::{FetchRequest, FetchTopic, LockedTaskView};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::auth::{Caller, WorkerScope};
+use crate::problem::Problem;
+use crate::AppState;
+
+/// The routes, to be merged under the server's limits.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/engine-rest/external-task/fetchAndLock",
+            post(fetch_and_lock),
+        )
+        .route("/engine-rest/external-task/{id}/complete", post(complete))
+        .route("/engine-rest/external-task/{id}/failure", post(failure))
+        .route(
+            "/engine-rest/external-task/{id}/bpmnError",
+            post(bpmn_error),
+        )
+        .route(
+            "/engine-rest/external-task/{id}/extendLock",
+            post(extend_lock),
+        )
+        .route("/engine-rest/external-task/{id}/unlock", post(unlock))
+}
+
+/// A Camunda error: `{type, message}` with the status Camunda uses for it.
+pub struct CamundaError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl CamundaError {
+    fn invalid(message: impl Into<String>) -> CamundaError {
+        CamundaError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "InvalidRequestException",
+            message: message.into(),
+        }
+    }
+
+    fn from_ops(e: qflow_ops::Error) -> CamundaError {
+        use qflow_ops::Error as E;
+        let (status, kind) = match &e {
+            E::NotFound { .. } => (StatusCode::NOT_FOUND, "InvalidRequestException"),
+            E::Invalid { .. } => (StatusCode::BAD_REQUEST, "InvalidRequestException"),
+            // Camunda answers 400 when the worker does not hold the task's lock.
+            E::Refused(_) | E::Conflict(_) => (StatusCode::BAD_REQUEST, "BadUserRequestException"),
+            E::Store(why) => {
+                tracing::error!(error = %why, "store error while serving a request");
+                return CamundaError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    kind: "ProcessEngineException",
+                    message: "the store failed to answer; the server log says why".into(),
+                };
+            }
+        };
+        CamundaError {
+            status,
+            kind,
+            message: e.to_string(),
+        }
+    }
+
+    fn from_problem(p: Problem) -> CamundaError {
+        let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::UNAUTHORIZED);
+        let kind = match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => "AuthorizationException",
+            _ => "InvalidRequestException",
+        };
+        CamundaError {
+            status,
+            kind,
+            message: p.detail,
+        }
+    }
+}
+
+impl IntoResponse for CamundaError {
+    fn into_response(self) -> Response {
+        let body = json!({"type": self.kind, "message": self.message});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type Result<T> = std::result::Result<T, CamundaError>;
+
+/// The token check, its refusal in Camunda's shape.
+fn authorized(caller: std::result::Result<Caller<WorkerScope>, Problem>) -> Result<()> {
+    caller.map(|_| ()).map_err(CamundaError::from_problem)
+}
+
+/// A JSON body; an empty one reads as `{}` (Camunda's unlock sends none).
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T> {
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| CamundaError::invalid(format!("the request body is not valid: {e}")))
+}
+
+fn no_content() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}
+
+// ----- typed variables ----------------------------------------------------------------
+
+/// A Camunda typed value.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TypedValue {
+    #[serde(default)]
+    pub value: Value,
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_info: Option<Map<String, Value>>,
+}
+
+/// Camunda typed variables as qflow's JSON variables. `Json` (and `Object` serialized
+/// as `application/json`) values are parsed; Java objects, files and bytes are refused.
+pub fn untyped(typed: Option<Map<String, Value>>) -> Result<Variables> {
+    let mut out = Variables::new();
+    for (name, raw) in typed.unwrap_or_default() {
+        let tv: TypedValue = serde_json::from_value(raw).map_err(|e| {
+            CamundaError::invalid(format!("variable `{name}` is not a typed value: {e}"))
+        })?;
+        let kind = tv.kind.as_deref().unwrap_or("").to_ascii_lowercase();
+        let value = match kind.as_str() {
+            "json" => parse_json(&name, tv.value)?,
+            "object" => {
+                let format = tv
+                    .value_info
+                    .as_ref()
+                    .and_then(|i| i.get("serializationDataFormat"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if format != "application/json" {
+                    return Err(CamundaError::invalid(format!(
+                        "variable `{name}`: qflow keeps JSON values only; an Object must be \
+                         serialized as application/json (got `{format}`)"
+                    )));
+                }
+                parse_json(&name, tv.value)?
+            }
+            "file" | "bytes" => {
+                return Err(CamundaError::invalid(format!(
+                    "variable `{name}`: {kind} variables are not supported by qflow"
+                )))
+            }
+            "null" => Value::Null,
+            // String, Boolean, Integer, Short, Long, Double, Date (an ISO string), or no
+            // type at all: the JSON value as it came.
+            _ => tv.value,
+        };
+        out.insert(name, value);
+    }
+    Ok(out)
+}
+
+fn parse_json(name: &str, value: Value) -> Result<Value> {
+    match value {
+        Value::String(text) => serde_json::from_str(&text).map_err(|e| {
+            CamundaError::invalid(format!(
+                "variable `{name}`: its Json value does not parse: {e}"
+            ))
+        }),
+        other => Ok(other),
+    }
+}
+
+/// qflow's JSON variables as Camunda typed values.
+pub fn typed(vars: Variables) -> Map<String, Value> {
+    vars.into_iter()
+        .map(|(name, v)| {
+            let tv = match v {
+                Value::Null => json!({"value": null, "type": "Null", "valueInfo": {}}),
+                Value::Bool(b) => json!({"value": b, "type": "Boolean", "valueInfo": {}}),
+                Value::Number(n) => {
+                    let kind = match n.as_i64() {
+                        Some(i) if i32::try_from(i).is_ok() => "Integer",
+                        Some(_) => "Long",
+                        None => "Double",
+                    };
+                    json!({"value": n, "type": kind, "valueInfo": {}})
+                }
+                Value::String(s) => json!({"value": s, "type": "String", "valueInfo": {}}),
+                other => json!({"value": other.to_string(), "type": "Json", "valueInfo": {}}),
+            };
+            (name, tv)
+        })
+        .collect()
+}
+
+// ----- fetch and lock -------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FetchBody {
+    worker_id: String,
+    max_tasks: i64,
+    #[serde(default)]
+    async_response_timeout: Option<i64>,
+    #[serde(default)]
+    topics: Vec<TopicBody>,
+    #[serde(default)]
+    sorting: Option<Value>,
+    // Accepted and ignored: qflow has no priorities.
+    #[serde(default, rename = "usePriority")]
+    _use_priority: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TopicBody {
+    topic_name: String,
+    lock_duration: i64,
+    #[serde(default)]
+    variables: Option<Vec<String>>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// Topic filters qflow cannot apply; given (and not null), the fetch is refused.
+const UNSUPPORTED_FILTERS: &[&str] = &[
+    "businessKey",
+    "processDefinitionId",
+    "processDefinitionIdIn",
+    "processDefinitionKey",
+    "processDefinitionKeyIn",
+    "processDefinitionVersionTag",
+    "processVariables",
+    "tenantIdIn",
+    "withoutTenantId",
+];
+
+/// Topic options that change nothing qflow hands out.
+const IGNORED_OPTIONS: &[&str] = &[
+    "localVariables",
+    "deserializeValues",
+    "includeExtensionProperties",
+];
+
+fn check_topic(t: &TopicBody) -> Result<()> {
+    for (key, value) in &t.rest {
+        if value.is_null() || IGNORED_OPTIONS.contains(&key.as_str()) {
+            continue;
+        }
+        let why = if UNSUPPORTED_FILTERS.contains(&key.as_str()) {
+            "qflow does not filter fetches by it"
+        } else {
+            "not a fetchAndLock topic field"
+        };
+        return Err(CamundaError::invalid(format!(
+            "topic `{}`: `{key}`: {why}",
+            t.topic_name
+        )));
+    }
+    Ok(())
+}
+
+/// Camunda's `LockedExternalTaskDto`.
+fn locked_dto(t: LockedTaskView) -> Value {
+    json!({
+        "activityId": t.node,
+        "activityInstanceId": format!("{}:{}", t.node, t.instance),
+        "errorMessage": null,
+        "errorDetails": null,
+        "executionId": t.instance,
+        "id": t.id,
+        "lockExpirationTime": iso_utc(t.lock_expires_at_ms),
+        "processDefinitionId": t.process_id,
+        "processDefinitionKey": t.process_id,
+        "processDefinitionVersionTag": null,
+        "processInstanceId": t.instance,
+        "retries": t.retries,
+        "suspended": false,
+        "workerId": t.worker,
+        "topicName": t.topic,
+        "tenantId": null,
+        "variables": typed(t.variables),
+        "priority": 0,
+        "businessKey": null,
+        "extensionProperties": {},
+    })
+}
+
+async fn fetch_and_lock(
+    State(state): State<AppState>,
+    caller: std::result::Result<Caller<WorkerScope>, Problem>,
+    bytes: Bytes,
+) -> Result<Response> {
+    authorized(caller)?;
+    let b: FetchBody = body(&bytes)?;
+    if b.sorting.as_ref().is_some_and(|s| !s.is_null()) {
+        return Err(CamundaError::invalid(
+            "`sorting`: qflow hands out the oldest offered tasks first and takes no sorting",
+        ));
+    }
+    for t in &b.topics {
+        check_topic(t)?;
+    }
+    // A long poll ends a second before the server's own time limit would answer it.
+    let limit = state.request_timeout_ms.saturating_sub(1_000) as i64;
+    let wait_ms = b.async_response_timeout.unwrap_or(0).clamp(0, limit.max(0));
+    if b.async_response_timeout.is_some_and(|t| t < 0) {
+        return Err(CamundaError::invalid(
+            "`asyncResponseTimeout` must not be negative",
+        ));
+    }
+    let request = FetchRequest {
+        worker: b.worker_id,
+        max_tasks: b.max_tasks,
+        topics: b
+            .topics
+            .into_iter()
+            .map(|t| FetchTopic {
+                name: t.topic_name,
+                lock_ms: t.lock_duration,
+                variables: t.variables,
+            })
+            .collect(),
+        wait_ms,
+    };
+    let locked = state
+        .ops
+        .fetch_and_lock(request)
+        .await
+        .map_err(CamundaError::from_ops)?;
+    let dtos: Vec<Value> = locked.into_iter().map(locked_dto).collect();
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Json(dtos),
+    )
+        .into_response())
+}
+
+// ----- answers ---------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CompleteBody {
+    worker_id: String,
+    #[serde(default)]
+    variables: Option<Map<String, Value>>,
+    #[serde(default)]
+    local_variables: Option<Map<String, Value>>,
+}
+
+async fn complete(
+    State(state): State<AppState>,
+    caller: std::result::Result<Caller<WorkerScope>, Problem>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response> {
+    authorized(caller)?;
+    let b: CompleteBody = body(&bytes)?;
+    // A pull task has no local scope in qflow: local variables land on the instance too.
+    let mut variables = untyped(b.variables)?;
+    variables.extend(untyped(b.local_variables)?);
+    state
+        .ops
+        .complete_pull(&id, &b.worker_id, variables)
+        .await
+        .map_err(CamundaError::from_ops)?;
+    Ok(no_content())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FailureBody {
+    worker_id: String,
+    #[serde(default)]
+    error_message: Option<String>,
+    #[serde(default)]
+    error_details: Option<String>,
+    retries: Option<i64>,
+    #[serde(default)]
+    retry_timeout: Option<i64>,
+}
+
+async fn failure(
+    State(state): State<AppState>,
+    caller: std::result::Result<Caller<WorkerScope>, Problem>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response> {
+    authorized(caller)?;
+    let b: FailureBody = body(&bytes)?;
+    let Some(retries) = b.retries else {
+        return Err(CamundaError::invalid(
+            "`retries` is required: the attempts the task has left (0 ends it with an incident)",
+        ));
+    };
+    let mut message = b.error_message.unwrap_or_default();
+    if let Some(details) = b.error_details.filter(|d| !d.is_empty()) {
+        // qflow keeps one message per attempt: the details follow it.
+        message = format!("{message}\n{details}");
+        message = message
+            .chars()
+            .take(qflow_ops::pull::MESSAGE_CHARS_MAX)
+            .collect();
+    }
+    state
+        .ops
+        .fail_pull(
+            &id,
+            &b.worker_id,
+            retries,
+            b.retry_timeout.unwrap_or(0),
+            &message,
+        )
+        .await
+        .map_err(CamundaError::from_ops)?;
+    Ok(no_content())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BpmnErrorBody {
+    worker_id: String,
+    error_code: String,
+    #[serde(default)]
+    error_message: Option<String>,
+    #[serde(default)]
+    variables: Option<Map<String, Value>>,
+}
+
+async fn bpmn_error(
+    State(state): State<AppState>,
+    caller: std::result::Result<Caller<WorkerScope>, Problem>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response> {
+    authorized(caller)?;
+    let b: BpmnErrorBody = body(&bytes)?;
+    let variables = untyped(b.variables)?;
+    state
+        .ops
+        .bpmn_error_pull(
+            &id,
+            &b.worker_id,
+            &b.error_code,
+            b.error_message.as_deref().unwrap_or(""),
+            variables,
+        )
+        .await
+        .map_err(CamundaError::from_ops)?;
+    Ok(no_content())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExtendLockBody {
+    worker_id: String,
+    new_duration: i64,
+}
+
+async fn extend_lock(
+    State(state): State<AppState>,
+    caller: std::result::Result<Caller<WorkerScope>, Problem>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response> {
+    authorized(caller)?;
+    let b: ExtendLockBody = body(&bytes)?;
+    state
+        .ops
+        .extend_lock(&id, &b.worker_id, b.new_duration)
+        .await
+        .map_err(CamundaError::from_ops)?;
+    Ok(no_content())
+}
+
+async fn unlock(
+    State(state): State<AppState>,
+    caller: std::result::Result<Caller<WorkerScope>, Problem>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    authorized(caller)?;
+    // Camunda's unlock names no worker: whoever holds the lock loses it.
+    state
+        .ops
+        .unlock_pull(&id, None)
+        .await
+        .map_err(CamundaError::from_ops)?;
+    Ok(no_content())
+}
+
+// ----- dates --------------------------------------------------------------------------
+
+/// `ms` since the epoch as Camunda renders dates: `2026-12-01T15:04:05.123+0000` (UTC).
+pub fn iso_utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1_000);
+    let millis = ms.rem_euclid(1_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}+0000",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_render_as_camunda_does() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000+0000");
+        assert_eq!(iso_utc(1_700_000_030_000), "2023-11-14T22:13:50.000+0000");
+        assert_eq!(iso_utc(951_782_400_123), "2000-02-29T00:00:00.123+0000");
+    }
+
+    #[test]
+    fn typed_values_round_trip_through_json() {
+        let vars: Variables = [
+            ("n".to_owned(), json!(5)),
+            ("big".to_owned(), json!(5_000_000_000_i64)),
+            ("x".to_owned(), json!(1.5)),
+            ("s".to_owned(), json!("hi")),
+            ("b".to_owned(), json!(true)),
+            ("o".to_owned(), json!({"a": [1, 2]})),
+            ("z".to_owned(), Value::Null),
+        ]
+        .into_iter()
+        .collect();
+        let t = typed(vars.clone());
+        assert_eq!(t["n"]["type"], "Integer");
+        assert_eq!(t["big"]["type"], "Long");
+        assert_eq!(t["x"]["type"], "Double");
+        assert_eq!(t["o"]["type"], "Json");
+        assert_eq!(t["o"]["value"], r#"{"a":[1,2]}"#);
+        assert_eq!(untyped(Some(t)).ok(), Some(vars));
+        let java = json!({"v": {"value": "rO0AB", "type": "Object",
+            "valueInfo": {"serializationDataFormat": "application/x-java-serialized-object"}}});
+        assert!(untyped(java.as_object().cloned()).is_err());
+        let lower = json!({"v": {"value": "{\"k\":1}", "type": "json"}});
+        assert_eq!(
+            untyped(lower.as_object().cloned()).ok().unwrap()["v"],
+            json!({"k": 1})
+        );
+    }
+}

@@ -1,0 +1,661 @@
+//! The pull-task API through HTTP (`/v1/external-tasks/...`, SPEC P1) against a durable
+//! SQLite store with a runtime serving it, on a manual clock: every operation, and every
+//! refusal a worker can meet — each checked for its problem document and for leaving the
+//! instance as it was.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use qflow_ops::Ops;
+use qflow_persistence::SqliteStore;
+use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig};
+use qflow_server::{hash_token, Limits, Scope, Token, Tokens};
+use qflow_store::{InstanceId, Store};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const T0: i64 = 1_700_000_000_000;
+const ADMIN: &str = "admin-secret";
+const WORKER: &str = "worker-secret";
+const READER: &str = "reader-secret";
+
+/// `start → charge (topic payments) → end`, with an error boundary for `DECLINED`.
+const MODEL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <error id="declined" errorCode="DECLINED"/>
+  <process id="checkout" isExecutable="true">
+    <startEvent id="start"/>
+    <serviceTask id="charge" q:topic="payments"/>
+    <boundaryEvent id="on_declined" attachedToRef="charge"><errorEventDefinition errorRef="declined"/></boundaryEvent>
+    <endEvent id="paid"/>
+    <endEvent id="refused"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="charge"/>
+    <sequenceFlow id="f1" sourceRef="charge" targetRef="paid"/>
+    <sequenceFlow id="f2" sourceRef="on_declined" targetRef="refused"/>
+  </process>
+</definitions>"#;
+
+struct World {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    clock: Arc<ManualClock>,
+    rt: Arc<Runtime>,
+    app: Router,
+}
+
+fn token(name: &str, secret: &str, scopes: &[Scope]) -> Token {
+    let mut sha256 = [0u8; 32];
+    let hex = hash_token(secret);
+    for (i, byte) in sha256.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex");
+    }
+    Token {
+        name: name.to_owned(),
+        sha256,
+        scopes: scopes.iter().copied().collect(),
+    }
+}
+
+async fn world() -> World {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(dir.path().join("qflow.db"))
+            .await
+            .expect("opens sqlite"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = RuntimeConfig {
+        lanes: 1,
+        poll_interval_ms: 1,
+        ..RuntimeConfig::default()
+    };
+    let rt = Arc::new(Runtime::start(
+        store.clone(),
+        AsyncHandlers::new(),
+        clock.clone(),
+        config,
+    ));
+    let ops = Ops::with_runtime(rt.clone(), "server");
+    let tokens = Tokens::new(vec![
+        token("admin", ADMIN, &Scope::ALL),
+        token("worker", WORKER, &[Scope::Worker]),
+        token("reader", READER, &[Scope::Read]),
+    ]);
+    let app = qflow_server::router(ops, tokens, Some(rt.stats()), &Limits::default());
+    World {
+        _dir: dir,
+        store,
+        clock,
+        rt,
+        app,
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    body: Value,
+    text: String,
+}
+
+impl World {
+    async fn send(&self, method: Method, uri: &str, token: &str, body: Option<Value>) -> Reply {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"));
+        let req = match body {
+            Some(b) => req
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&b).expect("json"))),
+            None => req.body(Body::empty()),
+        }
+        .expect("request");
+        let res = self.app.clone().oneshot(req).await.expect("infallible");
+        let status = res.status();
+        let bytes = res.into_body().collect().await.expect("body").to_bytes();
+        Reply {
+            status,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        }
+    }
+
+    async fn post(&self, uri: &str, body: Value) -> Reply {
+        self.send(Method::POST, uri, WORKER, Some(body)).await
+    }
+
+    /// Deploys the model and starts one instance with `{"amount": 42}`.
+    async fn start(&self) -> String {
+        let r = self
+            .send(
+                Method::POST,
+                "/v1/deployments",
+                ADMIN,
+                Some(json!({ "source": MODEL })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        let r = self
+            .send(
+                Method::POST,
+                "/v1/instances",
+                ADMIN,
+                Some(json!({ "deployment": r.body["id"], "variables": { "amount": 42, "card": "x" } })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        r.body["instance"].as_str().expect("instance").to_owned()
+    }
+
+    /// One fetch-and-lock of `payments` by `worker`, expecting one task; returns its id.
+    async fn lock(&self, worker: &str, lock_ms: i64) -> Value {
+        let r = self.fetch(worker, lock_ms, 0).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        let tasks = r.body.as_array().expect("a list");
+        assert_eq!(tasks.len(), 1, "{}", r.text);
+        tasks[0].clone()
+    }
+
+    async fn fetch(&self, worker: &str, lock_ms: i64, wait_ms: i64) -> Reply {
+        self.post(
+            "/v1/external-tasks/fetch-and-lock",
+            json!({"worker_id": worker, "max_tasks": 5, "wait_ms": wait_ms,
+                   "topics": [{"name": "payments", "lock_duration_ms": lock_ms}]}),
+        )
+        .await
+    }
+
+    async fn instance(&self, id: &str) -> Value {
+        let r = self
+            .send(Method::GET, &format!("/v1/instances/{id}"), ADMIN, None)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        r.body
+    }
+
+    async fn history(&self, id: &str) -> Vec<Value> {
+        let r = self
+            .send(
+                Method::GET,
+                &format!("/v1/instances/{id}/history"),
+                ADMIN,
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        r.body.as_array().expect("a list").clone()
+    }
+
+    async fn fence(&self, id: &str) -> u64 {
+        let id = InstanceId::parse_str(id).unwrap();
+        self.store.instance(id).await.unwrap().unwrap().fence
+    }
+
+    /// Moves the clock and waits until the runtime has made `n` more steps.
+    async fn advance(&self, ms: i64, steps: u64) {
+        let before = self.rt.stats().view().steps;
+        self.clock.advance_ms(ms);
+        let wait = self.rt.wait_until(move |s| s.steps >= before + steps);
+        tokio::time::timeout(std::time::Duration::from_secs(120), wait)
+            .await
+            .expect("the runtime stopped making progress (hang guard, not a timing check)");
+    }
+}
+
+fn refused(r: &Reply, status: StatusCode, needle: &str) {
+    assert_eq!(r.status, status, "{}", r.text);
+    let detail = r.body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(needle),
+        "`{needle}` not in the problem: {}",
+        r.text
+    );
+}
+
+#[tokio::test]
+async fn a_worker_fetches_locks_and_completes_a_task_with_variables() {
+    let w = world().await;
+    let id = w.start().await;
+    let r = w
+        .post(
+            "/v1/external-tasks/fetch-and-lock",
+            json!({"worker_id": "billing-1", "topics": [
+                {"name": "payments", "lock_duration_ms": 30000, "variables": ["amount"]}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let task = &r.body[0];
+    assert_eq!(task["instance"], json!(id));
+    assert_eq!(task["node"], "charge");
+    assert_eq!(task["topic"], "payments");
+    assert_eq!(task["attempt"], 1);
+    assert_eq!(task["retries"], 3);
+    assert_eq!(task["worker"], "billing-1");
+    assert_eq!(task["lock_expires_at_ms"], T0 + 30_000);
+    assert_eq!(
+        task["variables"],
+        json!({"amount": 42}),
+        "only the selection"
+    );
+    // Nothing more to fetch while it is locked.
+    let again = w.fetch("billing-2", 30_000, 0).await;
+    assert_eq!(again.body, json!([]));
+    let task_id = task["id"].as_str().unwrap();
+    let r = w
+        .post(
+            &format!("/v1/external-tasks/{task_id}/complete"),
+            json!({"worker_id": "billing-1", "variables": {"receipt": "r-1"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "completed");
+    let view = w.instance(&id).await;
+    assert_eq!(view["snapshot"]["variables"]["receipt"], "r-1", "{view}");
+    let history = w.history(&id).await;
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["worker"], "billing-1");
+    assert_eq!(history[0]["outcome"], "ok");
+}
+
+#[tokio::test]
+async fn a_completion_from_another_worker_is_refused_and_changes_nothing() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = w.lock("billing-1", 30_000).await;
+    let fence = w.fence(&id).await;
+    let r = w
+        .post(
+            &format!(
+                "/v1/external-tasks/{}/complete",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"worker_id": "intruder"}),
+        )
+        .await;
+    refused(
+        &r,
+        StatusCode::CONFLICT,
+        "locked by worker `billing-1`, not `intruder`",
+    );
+    assert_eq!(w.fence(&id).await, fence, "nothing written");
+    assert_eq!(w.instance(&id).await["instance"]["status"], "running");
+}
+
+#[tokio::test]
+async fn a_completion_after_the_lock_expired_is_refused_and_the_attempt_was_spent() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = w.lock("billing-1", 1_000).await;
+    // The lock's timer fires: a failed attempt, offered again as attempt 2.
+    w.advance(1_000, 1).await;
+    let r = w
+        .post(
+            &format!(
+                "/v1/external-tasks/{}/complete",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"worker_id": "billing-1"}),
+        )
+        .await;
+    refused(&r, StatusCode::CONFLICT, "attempt 1 of `charge` is over");
+    let history = w.history(&id).await;
+    assert_eq!(history[0]["code"], "LOCK_EXPIRED");
+    assert_eq!(history[0]["worker"], "billing-1");
+    let next = w.lock("billing-2", 30_000).await;
+    assert_eq!(next["attempt"], 2);
+    assert_eq!(next["retries"], 2);
+}
+
+#[tokio::test]
+async fn expired_locks_spend_every_attempt_and_end_failed_with_lock_expired() {
+    let w = world().await;
+    let id = w.start().await;
+    for attempt in 1..=3 {
+        let task = w.lock(&format!("vanishing-{attempt}"), 1_000).await;
+        assert_eq!(task["attempt"], attempt);
+        w.advance(1_000, 1).await;
+    }
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "failed", "{view}");
+    assert_eq!(view["instance"]["failure_code"], "LOCK_EXPIRED", "{view}");
+    let history = w.history(&id).await;
+    let codes: Vec<&str> = history
+        .iter()
+        .map(|h| h["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes, ["LOCK_EXPIRED"; 3]);
+    let incidents = w
+        .send(
+            Method::GET,
+            &format!("/v1/incidents?instance={id}"),
+            ADMIN,
+            None,
+        )
+        .await;
+    assert_eq!(
+        incidents.body[0]["code"], "LOCK_EXPIRED",
+        "{}",
+        incidents.text
+    );
+    // Withdrawn: nothing left to fetch.
+    assert_eq!(w.fetch("late", 1_000, 0).await.body, json!([]));
+}
+
+#[tokio::test]
+async fn a_failure_with_retries_parks_for_its_timeout_and_with_none_left_ends_failed() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = w.lock("billing-1", 30_000).await;
+    let r = w
+        .post(
+            &format!(
+                "/v1/external-tasks/{}/failure",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"worker_id": "billing-1", "retries": 1, "retry_timeout_ms": 5000,
+                   "error_message": "gateway down"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "running");
+    // Parked: not offered until the timeout has passed.
+    assert_eq!(w.fetch("billing-1", 30_000, 0).await.body, json!([]));
+    w.advance(5_000, 1).await;
+    let task = w.lock("billing-1", 30_000).await;
+    assert_eq!(task["attempt"], 2);
+    assert_eq!(task["retries"], 1);
+    let r = w
+        .post(
+            &format!(
+                "/v1/external-tasks/{}/failure",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"worker_id": "billing-1", "retries": 0, "error_message": "gave up"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "failed");
+    let view = w.instance(&id).await;
+    assert_eq!(
+        view["instance"]["failure_code"], "PULL_TASK_FAILED",
+        "{view}"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_with_negative_retries_or_timeout_is_refused() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = w.lock("billing-1", 30_000).await;
+    let uri = format!(
+        "/v1/external-tasks/{}/failure",
+        task["id"].as_str().unwrap()
+    );
+    let fence = w.fence(&id).await;
+    let r = w
+        .post(&uri, json!({"worker_id": "billing-1", "retries": -1}))
+        .await;
+    refused(&r, StatusCode::BAD_REQUEST, "-1 is not a count of retries");
+    assert_eq!(r.body["errors"][0]["pointer"], "/retries", "{}", r.text);
+    let r = w
+        .post(
+            &uri,
+            json!({"worker_id": "billing-1", "retries": 2, "retry_timeout_ms": -5}),
+        )
+        .await;
+    refused(&r, StatusCode::BAD_REQUEST, "-5 is not a wait");
+    assert_eq!(w.fence(&id).await, fence, "nothing written");
+}
+
+#[tokio::test]
+async fn a_bpmn_error_routes_to_its_boundary_without_spending_budget() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = w.lock("billing-1", 30_000).await;
+    let r = w
+        .post(
+            &format!(
+                "/v1/external-tasks/{}/bpmn-error",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"worker_id": "billing-1", "error_code": "DECLINED",
+                   "error_message": "card declined", "variables": {"reason": "limit"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "completed");
+    let view = w.instance(&id).await;
+    assert_eq!(view["snapshot"]["variables"]["reason"], "limit");
+    assert!(view["snapshot"].get("attempts").is_none(), "{view}");
+    assert_eq!(w.history(&id).await[0]["outcome"], "bpmn_error");
+}
+
+#[tokio::test]
+async fn extending_a_lock_keeps_it_past_its_first_expiry_and_unlock_offers_it_again() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = w.lock("billing-1", 1_000).await;
+    let task_id = task["id"].as_str().unwrap().to_owned();
+    let r = w
+        .post(
+            &format!("/v1/external-tasks/{task_id}/extend-lock"),
+            json!({"worker_id": "billing-1", "new_duration_ms": 60000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["lock_expires_at_ms"], T0 + 60_000);
+    // Past the first expiry nothing happened: no attempt was spent.
+    w.clock.advance_ms(5_000);
+    assert!(w.history(&id).await.is_empty());
+    // Another worker cannot extend or unlock it.
+    let r = w
+        .post(
+            &format!("/v1/external-tasks/{task_id}/extend-lock"),
+            json!({"worker_id": "other", "new_duration_ms": 1000}),
+        )
+        .await;
+    refused(&r, StatusCode::CONFLICT, "not `other`");
+    let r = w
+        .post(
+            &format!("/v1/external-tasks/{task_id}/unlock"),
+            json!({"worker_id": "billing-1"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let again = w.lock("billing-2", 30_000).await;
+    assert_eq!(again["attempt"], 1, "an unlock spends nothing");
+    assert_eq!(again["id"], json!(task_id));
+}
+
+#[tokio::test]
+async fn an_unknown_task_is_not_found() {
+    let w = world().await;
+    let _ = w.start().await;
+    for id in [
+        "nonsense".to_owned(),
+        format!("{}:1:charge", uuid_nil()),
+        "00000000-0000-4000-8000-000000000001:0:charge".to_owned(),
+    ] {
+        let r = w
+            .post(
+                &format!("/v1/external-tasks/{id}/complete"),
+                json!({"worker_id": "w"}),
+            )
+            .await;
+        refused(&r, StatusCode::NOT_FOUND, "external task");
+    }
+}
+
+fn uuid_nil() -> &'static str {
+    "00000000-0000-4000-8000-00000000dead"
+}
+
+#[tokio::test]
+async fn the_worker_scope_is_needed_and_bad_fetches_are_refused() {
+    let w = world().await;
+    let body =
+        json!({"worker_id": "w", "topics": [{"name": "payments", "lock_duration_ms": 1000}]});
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/external-tasks/fetch-and-lock",
+            READER,
+            Some(body),
+        )
+        .await;
+    refused(&r, StatusCode::FORBIDDEN, "`worker` scope");
+    for (bad, needle) in [
+        (
+            json!({"worker_id": "", "topics": [{"name": "t", "lock_duration_ms": 1}]}),
+            "worker_id",
+        ),
+        (json!({"worker_id": "w", "topics": []}), "topics"),
+        (
+            json!({"worker_id": "w", "topics": [{"name": "t", "lock_duration_ms": 0}]}),
+            "lock",
+        ),
+        (
+            json!({"worker_id": "w", "max_tasks": 0, "topics": [{"name": "t", "lock_duration_ms": 1}]}),
+            "max_tasks",
+        ),
+        (
+            json!({"worker_id": "w", "wait_ms": 30000, "topics": [{"name": "t", "lock_duration_ms": 1}]}),
+            "request time limit",
+        ),
+    ] {
+        let r = w.post("/v1/external-tasks/fetch-and-lock", bad).await;
+        refused(&r, StatusCode::BAD_REQUEST, needle);
+    }
+}
+
+#[tokio::test]
+async fn a_long_poll_is_answered_by_a_task_started_while_it_waits() {
+    let w = Arc::new(world().await);
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/deployments",
+            ADMIN,
+            Some(json!({ "source": MODEL })),
+        )
+        .await;
+    let deployment = r.body["id"].clone();
+    let waiting = {
+        let w = w.clone();
+        tokio::spawn(async move { w.fetch("poller", 30_000, 20_000).await })
+    };
+    let wait = async {
+        while w.rt.pull_bell().waiting_topics() == 0 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), wait)
+        .await
+        .expect("the fetch waits (hang guard)");
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/instances",
+            ADMIN,
+            Some(json!({ "deployment": deployment })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    // Answered without the clock moving: the start woke the waiting fetch.
+    let got = tokio::time::timeout(std::time::Duration::from_secs(120), waiting)
+        .await
+        .expect("hang guard")
+        .unwrap();
+    assert_eq!(got.status, StatusCode::OK, "{}", got.text);
+    assert_eq!(got.body.as_array().unwrap().len(), 1, "{}", got.text);
+    assert_eq!(got.body[0]["instance"], r.body["instance"]);
+}
+
+/// The Camunda 7 shapes over the same operations: typed variables out and in, 204 for
+/// answers, `{type, message}` errors with Camunda's statuses.
+#[tokio::test]
+async fn the_camunda_7_endpoints_speak_camundas_shapes() {
+    let w = world().await;
+    let id = w.start().await;
+    let r = w
+        .post(
+            "/engine-rest/external-task/fetchAndLock",
+            json!({"workerId": "c7", "maxTasks": 2, "usePriority": true,
+                   "topics": [{"topicName": "payments", "lockDuration": 10000}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let task = &r.body[0];
+    assert_eq!(task["topicName"], "payments");
+    assert_eq!(task["activityId"], "charge");
+    assert_eq!(task["processInstanceId"], json!(id));
+    assert_eq!(task["workerId"], "c7");
+    assert_eq!(task["lockExpirationTime"], "2023-11-14T22:13:30.000+0000");
+    assert_eq!(
+        task["variables"]["amount"],
+        json!({"value": 42, "type": "Integer", "valueInfo": {}})
+    );
+    let task_id = task["id"].as_str().unwrap().to_owned();
+    // Another worker: 400 with Camunda's error body.
+    let r = w
+        .post(
+            &format!("/engine-rest/external-task/{task_id}/complete"),
+            json!({"workerId": "other"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.body["type"], "BadUserRequestException");
+    assert!(r.body["message"].as_str().unwrap().contains("not `other`"));
+    // An unknown task: 404.
+    let r = w
+        .post(
+            "/engine-rest/external-task/nope/complete",
+            json!({"workerId": "c7"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert_eq!(r.body["type"], "InvalidRequestException");
+    // A filter qflow cannot apply is refused, not ignored.
+    let r = w
+        .post(
+            "/engine-rest/external-task/fetchAndLock",
+            json!({"workerId": "c7", "maxTasks": 1,
+                   "topics": [{"topicName": "payments", "lockDuration": 1000, "businessKey": "b"}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.body["message"].as_str().unwrap().contains("businessKey"));
+    // Extend, then complete with a typed Json variable: 204 both.
+    let r = w
+        .post(
+            &format!("/engine-rest/external-task/{task_id}/extendLock"),
+            json!({"workerId": "c7", "newDuration": 60000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let r = w
+        .post(
+            &format!("/engine-rest/external-task/{task_id}/complete"),
+            json!({"workerId": "c7", "variables": {
+                "receipt": {"value": "{\"n\":1}", "type": "Json"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed");
+    assert_eq!(view["snapshot"]["variables"]["receipt"], json!({"n": 1}));
+    // Without the worker scope: 403 in Camunda's shape.
+    let r = w
+        .send(
+            Method::POST,
+            "/engine-rest/external-task/fetchAndLock",
+            READER,
+            Some(json!({"workerId": "c7", "maxTasks": 1, "topics": []})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    assert_eq!(r.body["type"], "AuthorizationException");
+}
