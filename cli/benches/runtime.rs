@@ -542,23 +542,6 @@ impl Store for TimedStore {
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
         self.inner.attempts(instance).await
     }
-    async fn subscriptions(
-        &self,
-        message: &str,
-        key: &str,
-        limit: u32,
-    ) -> StoreResult<Vec<qflow_store::SubscriptionRecord>> {
-        self.inner.subscriptions(message, key, limit).await
-    }
-    async fn instance_subscriptions(
-        &self,
-        instance: InstanceId,
-    ) -> StoreResult<Vec<qflow_store::SubscriptionRecord>> {
-        self.inner.instance_subscriptions(instance).await
-    }
-    async fn instance_counts(&self) -> StoreResult<Vec<(qflow_store::InstanceStatus, u64)>> {
-        self.inner.instance_counts().await
-    }
     async fn offered_pull_tasks(
         &self,
         query: qflow_store::PullQuery<'_>,

@@ -223,6 +223,7 @@ mod tests {
             outcome,
             code: None,
             message: None,
+            worker: None,
         }
     }
 

@@ -233,6 +233,7 @@ fn timer_kind(kind: TimerKind) -> &'static str {
         TimerKind::Boundary => "boundary timer",
         TimerKind::Catch => "timer catch",
         TimerKind::Lease => "in-flight lease",
+        TimerKind::Lock => "worker's lock",
     }
 }
 
