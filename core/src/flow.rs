@@ -745,6 +745,14 @@ impl<'a> Run<'a> {
         let id = self.id(idx);
         let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
         self.snap.tokens.insert(at, id.to_owned());
+        // A wait begun again (a loop back to it in this step) opens its subscription
+        // afresh: the sync after the step evaluates its key over the variables as they
+        // are now.
+        if !self.snap.subscriptions.is_empty() {
+            for w in message_waits(self.p, idx) {
+                self.close_subscription(self.id(w));
+            }
+        }
     }
 
     pub(super) fn remove_token(&mut self, idx: NodeIdx) -> bool {
