@@ -370,3 +370,48 @@ fn a_wait_entered_again_in_one_step_reopens_with_its_key_evaluated_afresh() {
     );
     assert_eq!(unsubscribes(&trace), vec![(1000, "wait".into())]);
 }
+
+#[test]
+fn a_message_naming_its_node_reaches_only_that_wait() {
+    // One instance waits twice under one key: at a receive task and, beside it, at a
+    // task's message boundary.
+    let def = model_with(
+        PAID,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+      <parallelGateway id="fork"/>
+      <sequenceFlow id="f1" sourceRef="fork" targetRef="wait"/>
+      <sequenceFlow id="f2" sourceRef="fork" targetRef="review"/>
+      <receiveTask id="wait" messageRef="m1"/>
+      <userTask id="review"/>
+      <boundaryEvent id="stop" attachedToRef="review"><messageEventDefinition messageRef="m1"/></boundaryEvent>
+      <sequenceFlow id="f3" sourceRef="wait" targetRef="e1"/><endEvent id="e1"/>
+      <sequenceFlow id="f4" sourceRef="review" targetRef="e2"/><endEvent id="e2"/>
+      <sequenceFlow id="f5" sourceRef="stop" targetRef="e3"/><endEvent id="e3"/>"#,
+    );
+    let start = qflow_core::step(
+        &def,
+        "i",
+        qflow_core::Snapshot::new(),
+        qflow_core::Input::Start {
+            variables: serde_json::from_str(r#"{"order": {"id": "A"}}"#).unwrap(),
+        },
+        0,
+    )
+    .unwrap();
+    let keys = start.snapshot.subscriptions().clone();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let input = |node: &str| qflow_core::Input::MessageReceived {
+        name: "paid".into(),
+        correlation_key: Some("A".into()),
+        node: Some(node.into()),
+        variables: Default::default(),
+    };
+    let out = qflow_core::step(&def, "i", start.snapshot.clone(), input("stop"), 5).unwrap();
+    // The boundary took it: `review` was interrupted, `wait` still waits.
+    assert_eq!(out.snapshot.tokens(), ["wait"]);
+    let stale = qflow_core::step(&def, "i", start.snapshot, input("nowhere"), 5).unwrap();
+    match stale.effects.as_slice() {
+        [Effect::Stale { reason }] => assert!(reason.contains("at `nowhere`"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
