@@ -124,12 +124,19 @@ pub(super) fn staleness(
         Input::MessageReceived {
             name,
             correlation_key,
+            node,
             ..
-        } => message_waiter(p, snap, name, correlation_key.as_deref())
+        } => message_waiter(p, snap, name, correlation_key.as_deref(), node.as_deref())
             .is_none()
-            .then(|| match correlation_key {
-                Some(key) => format!("nothing waits for message `{name}` with key `{key}`"),
-                None => format!("nothing waits for message `{name}`"),
+            .then(|| {
+                let at = node
+                    .as_ref()
+                    .map(|n| format!(" at `{n}`"))
+                    .unwrap_or_default();
+                match correlation_key {
+                    Some(key) => format!("nothing waits{at} for message `{name}` with key `{key}`"),
+                    None => format!("nothing waits{at} for message `{name}`"),
+                }
             }),
     }
 }
@@ -181,9 +188,11 @@ fn message_waiter(
     snap: &Snapshot,
     name: &str,
     key: Option<&str>,
+    at: Option<&str>,
 ) -> Option<(NodeIdx, Option<NodeIdx>)> {
     let receives = |idx: NodeIdx| {
         awaited_message(p, idx) == Some(name)
+            && at.is_none_or(|n| p.node(idx).id == n)
             && key.is_none_or(|k| {
                 snap.subscriptions.get(&p.node(idx).id).map(String::as_str) == Some(k)
             })
@@ -288,10 +297,12 @@ impl<'a> Run<'a> {
             Input::MessageReceived {
                 name,
                 correlation_key,
+                node,
                 variables,
             } => {
                 let key = correlation_key.as_deref();
-                if let Some((idx, gateway)) = message_waiter(self.p, &self.snap, &name, key) {
+                let found = message_waiter(self.p, &self.snap, &name, key, node.as_deref());
+                if let Some((idx, gateway)) = found {
                     // The wait is over: should the token come back here in this step, its
                     // subscription opens again with the key evaluated afresh.
                     self.close_subscription(self.id(idx));
@@ -777,6 +788,14 @@ impl<'a> Run<'a> {
         let id = self.id(idx);
         let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
         self.snap.tokens.insert(at, id.to_owned());
+        // A wait begun again (a loop back to it in this step) opens its subscription
+        // afresh: the sync after the step evaluates its key over the variables as they
+        // are now.
+        if !self.snap.subscriptions.is_empty() {
+            for w in message_waits(self.p, idx) {
+                self.close_subscription(self.id(w));
+            }
+        }
     }
 
     pub(super) fn remove_token(&mut self, idx: NodeIdx) -> bool {

@@ -233,6 +233,10 @@ pub enum Input {
         name: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         correlation_key: Option<String>,
+        /// Only the wait at this node takes it (a correlation found its subscription
+        /// there); `None`: any wait for `name`, first in frontier order.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
         #[serde(default)]
         variables: Variables,
     },

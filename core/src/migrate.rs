@@ -154,6 +154,12 @@ impl Run<'_> {
         mapping: &BTreeMap<String, String>,
         due: &BTreeMap<String, i64>,
     ) {
+        // Every subscription closes; the sync after the step opens those the target
+        // still waits on, under the target's message names and keys, evaluated afresh.
+        let open: Vec<String> = self.snap.subscriptions.keys().cloned().collect();
+        for node in open {
+            self.close_subscription(&node);
+        }
         let s = &mut self.snap;
         for t in &mut s.tokens {
             *t = mapped(mapping, t).to_owned();

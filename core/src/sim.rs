@@ -193,6 +193,7 @@ impl ScriptedEvent {
             } => Input::MessageReceived {
                 name: name.clone(),
                 correlation_key: correlation_key.clone(),
+                node: None,
                 variables: variables.clone(),
             },
             ScriptedEvent::Cancel { .. } => Input::Cancel,
@@ -303,7 +304,6 @@ pub fn validate_with(
     scenario: &Scenario,
     targets: &Targets,
 ) -> Result<(), Error> {
-    let p = &def.process;
     let registered_in = |d: &Definition, node: &str| {
         let p = &d.process;
         p.find(node).is_some_and(|i| {
@@ -341,10 +341,15 @@ pub fn validate_with(
             }
         }
         if let ScriptedEvent::CompleteUserTask { node, .. } = e {
-            let user = p.find(node).is_some_and(|i| {
-                matches!(&p.node(i).kind, NodeKind::Task(t)
-                    if matches!(t.kind, TaskKind::User | TaskKind::Receive { message: None }))
-            });
+            // A wait of the model, or of a target the run may migrate onto.
+            let user_in = |d: &Definition| {
+                let p = &d.process;
+                p.find(node).is_some_and(|i| {
+                    matches!(&p.node(i).kind, NodeKind::Task(t)
+                        if matches!(t.kind, TaskKind::User | TaskKind::Receive { message: None }))
+                })
+            };
+            let user = user_in(def) || targets.values().any(user_in);
             if !user {
                 return Err(Error::Scenario(format!(
                     "events[{i}].node: process `{}` has no user task `{node}`",

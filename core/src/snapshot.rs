@@ -292,12 +292,12 @@ impl Snapshot {
         &self.attempts
     }
 
-    /// The backoff-window marker of `node` (the failure class), if it is in one.
     /// The open message subscriptions: waiting node → correlation key.
     pub fn subscriptions(&self) -> &BTreeMap<String, String> {
         &self.subscriptions
     }
 
+    /// The backoff-window marker of `node` (the failure class), if it is in one.
     pub fn marker(&self, node: &str) -> Option<&str> {
         self.markers.get(node).map(String::as_str)
     }

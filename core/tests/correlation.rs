@@ -307,3 +307,111 @@ fn a_non_interrupting_message_boundary_fires_per_message_while_the_task_runs() {
         "no key, no subscription rows"
     );
 }
+
+#[test]
+fn a_migration_reopens_subscriptions_under_the_targets_message_and_key() {
+    let wait = r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="wait"/>
+      <receiveTask id="wait" messageRef="m1"/>
+      <sequenceFlow id="f1" sourceRef="wait" targetRef="e"/><endEvent id="e"/>"#;
+    let v1 = model_with(PAID, wait);
+    let v2 = model_with(
+        r#"<message id="m1" name="settled" q:correlationKey="'ref-' + order.id"/>"#,
+        wait,
+    );
+    let scenario: qflow_core::sim::Scenario = serde_json::from_str(
+        r#"{"variables": {"order": {"id": "A"}},
+            "events": [
+              {"event": "migrate", "at_ms": 10, "target": "v2"},
+              {"event": "message", "at_ms": 20, "name": "paid", "correlation_key": "A"},
+              {"event": "message", "at_ms": 30, "name": "settled", "correlation_key": "ref-A"}]}"#,
+    )
+    .unwrap();
+    let targets = qflow_core::sim::Targets::from([("v2".to_owned(), v2)]);
+    let trace = qflow_core::sim::run_with(&v1, &scenario, &targets).unwrap();
+    assert_eq!(
+        subscribes(&trace),
+        vec![
+            (0, "wait".into(), "paid".into(), "A".into()),
+            (10, "wait".into(), "settled".into(), "ref-A".into())
+        ],
+        "the node kept its id; its subscription was opened again under v2's message"
+    );
+    assert_eq!(
+        unsubscribes(&trace),
+        vec![(10, "wait".into()), (30, "wait".into())]
+    );
+    assert!(matches!(
+        trace.steps[2].effects.as_slice(),
+        [Effect::Stale { .. }]
+    ));
+    assert_eq!(trace.summary.status, "completed");
+}
+
+#[test]
+fn a_wait_entered_again_in_one_step_reopens_with_its_key_evaluated_afresh() {
+    // The timer boundary on `wait` interrupts it and routes straight back to it.
+    let def = model_with(
+        PAID,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="wait"/>
+      <receiveTask id="wait" messageRef="m1"/>
+      <boundaryEvent id="retry" attachedToRef="wait"><timerEventDefinition><timeDuration>PT1S</timeDuration></timerEventDefinition></boundaryEvent>
+      <sequenceFlow id="f1" sourceRef="wait" targetRef="e"/><endEvent id="e"/>
+      <sequenceFlow id="f2" sourceRef="retry" targetRef="wait"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"order": {"id": "A"}}, "horizon_ms": 1500}"#,
+    );
+    // The timer interrupts the wait and loops back to it in one step: closed and opened
+    // again in that step (the store applies the close first).
+    assert_eq!(
+        subscribes(&trace).iter().map(|s| s.0).collect::<Vec<_>>(),
+        vec![0, 1000]
+    );
+    assert_eq!(unsubscribes(&trace), vec![(1000, "wait".into())]);
+}
+
+#[test]
+fn a_message_naming_its_node_reaches_only_that_wait() {
+    // One instance waits twice under one key: at a receive task and, beside it, at a
+    // task's message boundary.
+    let def = model_with(
+        PAID,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+      <parallelGateway id="fork"/>
+      <sequenceFlow id="f1" sourceRef="fork" targetRef="wait"/>
+      <sequenceFlow id="f2" sourceRef="fork" targetRef="review"/>
+      <receiveTask id="wait" messageRef="m1"/>
+      <userTask id="review"/>
+      <boundaryEvent id="stop" attachedToRef="review"><messageEventDefinition messageRef="m1"/></boundaryEvent>
+      <sequenceFlow id="f3" sourceRef="wait" targetRef="e1"/><endEvent id="e1"/>
+      <sequenceFlow id="f4" sourceRef="review" targetRef="e2"/><endEvent id="e2"/>
+      <sequenceFlow id="f5" sourceRef="stop" targetRef="e3"/><endEvent id="e3"/>"#,
+    );
+    let start = qflow_core::step(
+        &def,
+        "i",
+        qflow_core::Snapshot::new(),
+        qflow_core::Input::Start {
+            variables: serde_json::from_str(r#"{"order": {"id": "A"}}"#).unwrap(),
+        },
+        0,
+    )
+    .unwrap();
+    let keys = start.snapshot.subscriptions().clone();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let input = |node: &str| qflow_core::Input::MessageReceived {
+        name: "paid".into(),
+        correlation_key: Some("A".into()),
+        node: Some(node.into()),
+        variables: Default::default(),
+    };
+    let out = qflow_core::step(&def, "i", start.snapshot.clone(), input("stop"), 5).unwrap();
+    // The boundary took it: `review` was interrupted, `wait` still waits.
+    assert_eq!(out.snapshot.tokens(), ["wait"]);
+    let stale = qflow_core::step(&def, "i", start.snapshot, input("nowhere"), 5).unwrap();
+    match stale.effects.as_slice() {
+        [Effect::Stale { reason }] => assert!(reason.contains("at `nowhere`"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}

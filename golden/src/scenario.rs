@@ -204,7 +204,10 @@ pub fn validate_with(
         }
         if let ScriptedEvent::CompleteUserTask { node, .. } = event {
             let path = format!("events[{i}].node");
-            match task_kind(definition, node) {
+            // A user task of a target the run migrates onto is completed like one of the
+            // model.
+            let in_target = targets.values().find(|t| task_kind(t, node).is_some());
+            match task_kind(in_target.unwrap_or(definition), node) {
                 None => problem(path, no_node(definition, node)),
                 Some(Some(TaskKind::User | TaskKind::Receive { message: None })) => {}
                 Some(_) => problem(

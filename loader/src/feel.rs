@@ -12,15 +12,22 @@
 //! `!=`, `<`, `<=`, `>`, `>=` and their word forms `eq`, `ne`, `lt`, `le`, `gt`, `ge`),
 //! `&&` / `and`, `||` / `or`, `!` / `not`, and parentheses. Refused: arithmetic, method
 //! calls (`execution.getVariable(…)`, `a.equals(b)`), `empty`, indexing, the ternary
-//! operator, and text around the `${…}`. One difference stays: JUEL coerces the operands
-//! of a comparison (`"1" == 1` is true there), CEL does not — comparing values of
-//! different types fails the instance with `EXPRESSION_FAILED` instead of guessing.
+//! operator, and text around the `${…}`. Two differences stay, documented for authors
+//! (`docs/diagnostics.md`, Q202): JUEL coerces the operands of a comparison, CEL does not
+//! — `==` between values of different types is false there (`${approved == 'true'}` with
+//! a boolean `approved`), `!=` true, and an ordering (`<`) fails the instance with
+//! `EXPRESSION_FAILED`; and a missing map key reads as null in JUEL but fails in CEL.
 //!
 //! This is a translator, not an evaluator: the result is CEL text that the CEL compiler
 //! then checks.
 
-/// Most nested parentheses accepted (mirrors the CEL bracket cap).
+/// Most nested parentheses (and JUEL negations) accepted (mirrors the CEL bracket cap).
 const MAX_NESTING: usize = 16;
+
+/// Longest FEEL or JUEL text translated, in bytes: the translation is checked against
+/// the loader's expression length cap only after it is made, so the input is bounded
+/// first (a 4 MiB model can otherwise hold one condition of millions of tokens).
+pub const SOURCE_BYTES_MAX: usize = 16 * 1024;
 
 /// Which foreign language a condition is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +85,13 @@ pub fn juel_to_cel(text: &str) -> Result<String, String> {
 }
 
 fn translate(src: &str, dialect: Dialect) -> Result<String, String> {
+    if src.len() > SOURCE_BYTES_MAX {
+        return Err(format!(
+            "the {} text is {} bytes long; at most {SOURCE_BYTES_MAX} are translated",
+            dialect.name(),
+            src.len()
+        ));
+    }
     let toks = lex(src, dialect)?;
     let mut p = P {
         toks: &toks,
@@ -331,7 +345,13 @@ impl P<'_> {
                 Ok(format!("!({inner})"))
             }
             Tok::Bang => {
+                // Counted like a parenthesis: `!!!…a` must not recurse without a bound.
+                self.depth += 1;
+                if self.depth > MAX_NESTING {
+                    return Err(format!("negations nest deeper than {MAX_NESTING} levels"));
+                }
                 let operand = self.atom()?;
+                self.depth -= 1;
                 Ok(format!("!{operand}"))
             }
             Tok::LParen => {
@@ -450,6 +470,35 @@ mod tests {
         ] {
             assert!(juel_to_cel(juel).is_err(), "{juel} should be refused");
         }
+        // Hostile sizes are refused quickly, without recursing or copying without bound.
+        assert!(juel_to_cel(&format!("${{{}a}}", "!".repeat(16))).is_ok());
+        for hostile in [
+            format!("${{{}a}}", "!".repeat(17)),
+            format!("${{{}a}}", "!".repeat(1_000_000)),
+            format!("${{{}}}", ["a"; 10_000].join(" && ")),
+        ] {
+            assert!(juel_to_cel(&hostile).is_err(), "{} bytes", hostile.len());
+        }
+        assert!(feel_to_cel(&["a"; 10_000].join(" and ")).is_err());
+    }
+
+    /// What the documentation says of comparisons across types, checked against the CEL
+    /// evaluator: `==` is false and `!=` true, an ordering fails; a missing key fails.
+    #[test]
+    fn comparisons_across_types_behave_as_documented() {
+        use crate::expr::Expression;
+        let vars: crate::model::Variables =
+            serde_json::from_str(r#"{"approved": true, "n": 1, "order": {}}"#).unwrap();
+        let eval = |juel: &str| {
+            let cel = juel_to_cel(juel).unwrap();
+            Expression::compile(&cel, crate::model::Pos::default(), 4096)
+                .unwrap()
+                .eval_bool(&vars)
+        };
+        assert_eq!(eval("${approved == 'true'}").ok(), Some(false));
+        assert_eq!(eval("${approved != 'true'}").ok(), Some(true));
+        assert!(eval("${n < 'x'}").is_err());
+        assert!(eval("${order.discount == null}").is_err());
     }
 
     #[test]

@@ -258,3 +258,24 @@ fn large_generated_model_loads() {
     assert_eq!(p.nodes.len(), 2 * n);
     assert_eq!(p.flows.len(), 2 * (n - 1) + 1);
 }
+
+/// A condition of a million JUEL negations (or FEEL `and`s) is refused with a message,
+/// without recursing a million levels deep (a stack overflow would take a server down
+/// on deploy) or copying the text quadratically.
+#[test]
+fn a_condition_of_a_million_negations_is_refused_not_recursed() {
+    for condition in [
+        format!("${{{}n}}", "!".repeat(1_000_000)),
+        format!("={}", ["n = 1"; 200_000].join(" and ")),
+    ] {
+        let xml = VALID.replace("n &gt; 1", &condition);
+        let d = sole_error(load_str(&xml));
+        assert!(
+            matches!(d.code, "Q202" | "Q203"),
+            "{}: {}",
+            d.code,
+            d.message
+        );
+        assert!(d.message.contains("bytes long"), "{}", d.message);
+    }
+}

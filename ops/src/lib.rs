@@ -541,6 +541,9 @@ pub struct Correlated {
     pub name: String,
     pub correlation_key: String,
     pub deliveries: Vec<Delivery>,
+    /// With `all`: as many subscriptions matched as one request delivers to (1,000), so
+    /// there may be more; waits that took the message and ended no longer match.
+    pub truncated: bool,
 }
 
 /// The message reaching (or failing to reach) one subscription.
@@ -1180,6 +1183,7 @@ impl Ops {
         let input = Input::MessageReceived {
             name: name.to_owned(),
             correlation_key: None,
+            node: None,
             variables,
         };
         self.apply(id, input, "message", detail).await
@@ -1205,9 +1209,12 @@ impl Ops {
             "name={name} key={key} variables={}",
             message.variables.len()
         );
-        let input = || Input::MessageReceived {
+        // Each delivery names the subscription's node, so the wait that takes the message
+        // is the one the row named (an instance may wait twice under one key).
+        let input = |node: &str| Input::MessageReceived {
             name: name.to_owned(),
             correlation_key: Some(key.to_owned()),
+            node: Some(node.to_owned()),
             variables: message.variables.clone(),
         };
         let mut delivered = Vec::new();
@@ -1216,8 +1223,9 @@ impl Ops {
             if subscribers.is_empty() {
                 return Err(no_subscriber(name, key));
             }
+            let truncated = subscribers.len() as u32 >= qflow_store::SUBSCRIPTIONS_LIMIT_MAX;
             for s in subscribers {
-                let outcome = self.apply(s.instance, input(), "correlate", detail.clone());
+                let outcome = self.apply(s.instance, input(&s.node), "correlate", detail.clone());
                 match outcome.await {
                     // Deliveries so far are committed; the rest are not tried. A retry
                     // of the request reaches only the waits still open.
@@ -1229,16 +1237,23 @@ impl Ops {
                 name: message.name,
                 correlation_key: message.correlation_key,
                 deliveries: delivered,
+                truncated,
             });
         }
         // One subscriber. A wait that ends between the lookup and the step (its message
         // came, a timer won the race) is looked past: the next lookup no longer lists it.
         for _ in 0..CORRELATE_ROUNDS_MAX {
-            let subscribers = self.store().subscriptions(name, key, 2).await?;
-            match subscribers.as_slice() {
-                [] => return Err(no_subscriber(name, key)),
-                [one] => {
-                    let outcome = self.apply(one.instance, input(), "correlate", detail.clone());
+            // One instance may wait more than once under the key (a receive task and a
+            // boundary): the oldest of its waits takes the message.
+            let subscribers = self.store().subscriptions(name, key, 16).await?;
+            let other = subscribers
+                .iter()
+                .find(|s| s.instance != subscribers[0].instance);
+            match (subscribers.first(), other) {
+                (None, _) => return Err(no_subscriber(name, key)),
+                (Some(one), None) => {
+                    let outcome =
+                        self.apply(one.instance, input(&one.node), "correlate", detail.clone());
                     match outcome.await {
                         Err(Error::Refused(_)) | Err(Error::Conflict(_)) => continue,
                         other => {
@@ -1247,11 +1262,12 @@ impl Ops {
                                 name: message.name,
                                 correlation_key: message.correlation_key,
                                 deliveries: delivered,
+                                truncated: false,
                             });
                         }
                     }
                 }
-                [a, b, ..] => {
+                (Some(a), Some(b)) => {
                     return Err(Error::Refused(format!(
                         "message `{name}` with key `{key}` matches more than one waiting \
                          instance ({} at `{}`, {} at `{}`, ...); set `all` to deliver it to \

@@ -7,7 +7,8 @@
 //! commit whose fence check lost write any of its rows.
 //!
 //! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention`,
-//! `0005_subscriptions`, `0007_listing_order` in both directories; an applied migration is
+//! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents` in both directories
+//! (`0006` is the pull-task family's); an applied migration is
 //! never edited, a change is a new one):
 //!
 //! | table | rows | written by |
