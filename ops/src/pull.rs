@@ -338,13 +338,10 @@ impl Ops {
             },
             other => Error::from(other),
         };
-        // Through the instance's lane: answers of many workers share its group commit.
-        runtime.send(task.instance, input).await.map_err(unknown)?;
-        // The state after the answer (or a later step: the status is a courtesy).
-        let claim = self
-            .shared
-            .stepper
-            .claim(task.instance)
+        // Through the instance's lane: answers of many workers share its group commit,
+        // and the lane hands back the state its step left.
+        let claim = runtime
+            .send_and_read(task.instance, input)
             .await
             .map_err(unknown)?;
         let snap = &claim.snapshot;
