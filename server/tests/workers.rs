@@ -788,3 +788,65 @@ async fn zeebe_refusals_unknown_jobs_tenants_results_and_failure_variables() {
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
 }
+
+/// A Camunda 8 model: `start → ship (zeebe:taskDefinition type="ship", 2 retries) → end`.
+const ZEEBE_MODEL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="dz" targetNamespace="t">
+  <bpmn:process id="shipping" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:serviceTask id="ship">
+      <bpmn:extensionElements><zeebe:taskDefinition type="ship" retries="2"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:endEvent id="end"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="ship"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="ship" targetRef="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+
+#[tokio::test]
+async fn a_zeebe_model_runs_through_the_camunda_8_job_endpoints() {
+    let w = world().await;
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/deployments",
+            ADMIN,
+            Some(json!({ "source": ZEEBE_MODEL })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/processes/shipping/instances",
+            ADMIN,
+            Some(json!({ "variables": { "parcel": "p-1" } })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.body["instance"].as_str().unwrap().to_owned();
+    let r = w
+        .post(
+            "/v2/jobs/activation",
+            json!({"type": "ship", "worker": "courier", "timeout": 10000,
+                   "maxJobsToActivate": 1, "requestTimeout": -1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let job = &r.body["jobs"][0];
+    assert_eq!(job["retries"], 2, "the model's budget: {}", r.text);
+    assert_eq!(job["processDefinitionId"], "shipping");
+    assert_eq!(job["variables"]["parcel"], "p-1");
+    let key = job["jobKey"].as_str().unwrap();
+    let r = w
+        .post(
+            &format!("/v2/jobs/{key}/completion"),
+            json!({"variables": {"tracking": "t-9"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+    assert_eq!(w.history(&id).await[0]["worker"], "courier");
+}
