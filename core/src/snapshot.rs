@@ -250,6 +250,11 @@ impl Snapshot {
         Some((worker.as_str(), *until))
     }
 
+    /// Whether any pull task of the instance is locked by a worker.
+    pub fn has_pull_lock(&self) -> bool {
+        !self.lock_workers.is_empty()
+    }
+
     pub(crate) fn set_lock(&mut self, node: &str, worker: &str, until_ms: i64) {
         if !self.extra.is_empty() {
             self.extra.remove(&format!("{P_LOCK_WORKER}{node}"));

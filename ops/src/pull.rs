@@ -328,6 +328,30 @@ impl Ops {
         self.answer(task, input).await
     }
 
+    /// The worker holding the lock on the task `id` names, for APIs whose answers do
+    /// not name their worker (Zeebe's job completion, failure and error: whoever has the
+    /// job key answers). A task no worker holds gives a name no worker has, so the
+    /// answer is refused with the core's reason (not locked, attempt over).
+    pub async fn lock_holder(&self, id: &str) -> Result<String> {
+        let task = TaskId::parse(id)?;
+        let claim = self
+            .shared
+            .stepper
+            .claim(task.instance)
+            .await
+            .map_err(|e| match e {
+                qflow_runtime::Error::UnknownInstance(_) => Error::NotFound {
+                    what: "external task",
+                    id: id.to_owned(),
+                },
+                other => Error::from(other),
+            })?;
+        Ok(claim
+            .snapshot
+            .lock(&task.node)
+            .map_or_else(|| "(no worker)".to_owned(), |(w, _)| w.to_owned()))
+    }
+
     async fn answer(&self, task: TaskId, input: Input) -> Result<PullApplied> {
         let runtime = self.shared.runtime.as_ref().ok_or_else(no_runtime)?;
         // An instance that does not exist makes the task unknown, not the instance.
@@ -338,13 +362,10 @@ impl Ops {
             },
             other => Error::from(other),
         };
-        // Through the instance's lane: answers of many workers share its group commit.
-        runtime.send(task.instance, input).await.map_err(unknown)?;
-        // The state after the answer (or a later step: the status is a courtesy).
-        let claim = self
-            .shared
-            .stepper
-            .claim(task.instance)
+        // Through the instance's lane: answers of many workers share its group commit,
+        // and the lane hands back the state its step left.
+        let claim = runtime
+            .send_and_read(task.instance, input)
             .await
             .map_err(unknown)?;
         let snap = &claim.snapshot;

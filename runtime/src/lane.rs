@@ -19,14 +19,18 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use qflow_core::{Input, Status, TimerKind};
 use qflow_store::{Commit, CommitOutcome, InstanceId, TimerRef};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::claim::{plan, Claim, LeaseRules, Then, CONFLICT_RETRIES_MAX};
-use super::{Request, Shared, Work};
+use super::{Replier, Request, Shared, Work};
 use crate::error::Error;
 
 /// The lease row is refreshed once less than this fraction of it remains.
 const LEASE_REFRESH_DIVISOR: i64 = 2;
+
+/// The most cache entries kept for instances whose pull task is locked (beyond those with
+/// a running handler); past it such instances are read from the store when answered.
+const LOCKED_CACHED_MAX: usize = 10_000;
 
 /// A stepped request waiting for its commit outcome.
 struct Prepared {
@@ -104,17 +108,32 @@ impl Lane {
         let mut commits = Vec::new();
         let mut seen = HashSet::new();
         let mut later = VecDeque::new();
+        let mut chosen = Vec::new();
         while let Some(req) = self.ready.pop_front() {
-            if prepared.len() >= batch_max || !seen.insert(req.instance) {
+            if chosen.len() >= batch_max || !seen.insert(req.instance) {
                 later.push_back(req);
                 continue;
             }
-            if let Some((p, commit)) = self.prepare(req, now).await {
+            chosen.push(req);
+        }
+        self.ready = later;
+        // The stored claims of the round's instances the cache does not hold, read all at
+        // once rather than one after another: the store's readers run side by side, and a
+        // round of pull-task locks or answers is mostly such instances.
+        let uncached: Vec<InstanceId> = chosen
+            .iter()
+            .filter(|r| !matches!(r.work, Work::Start { .. }))
+            .map(|r| r.instance)
+            .filter(|id| !self.cache.contains_key(id))
+            .collect();
+        let mut read = read_claims(self.shared.clone(), uncached).await;
+        for req in chosen {
+            let fetched = read.remove(&req.instance);
+            if let Some((p, commit)) = self.prepare(req, fetched, now).await {
                 prepared.push(p);
                 commits.push(commit);
             }
         }
-        self.ready = later;
         if prepared.is_empty() {
             return;
         }
@@ -153,10 +172,20 @@ impl Lane {
         }
     }
 
-    /// Steps one request against its instance's current state. `None` when there is
-    /// nothing to commit (the request was answered already).
-    async fn prepare(&mut self, mut req: Request, now: i64) -> Option<(Prepared, Commit)> {
-        let claim = match self.current(&req).await {
+    /// Steps one request against its instance's current state (`fetched`: read for it
+    /// already). `None` when there is nothing to commit (the request was answered
+    /// already).
+    async fn prepare(
+        &mut self,
+        mut req: Request,
+        fetched: Option<Result<Claim, Error>>,
+        now: i64,
+    ) -> Option<(Prepared, Commit)> {
+        let current = match fetched {
+            Some(claim) => claim,
+            None => self.current(&req).await,
+        };
+        let claim = match current {
             Ok(claim) => claim,
             Err(e) => {
                 reply(req.reply.take(), Err(e));
@@ -193,7 +222,25 @@ impl Lane {
             handing_over: self.shared.stopping.load(Ordering::SeqCst),
         };
         let started_ms = req.started_ms.unwrap_or(now);
-        match plan(claim, input, fired, started_ms, now, rules) {
+        let planned = if self.cache.contains_key(&req.instance) {
+            match plan(claim, input.clone(), fired.clone(), started_ms, now, rules) {
+                // A refusal is only ever given from stored state: the cache may be behind
+                // a step another replica or an operator took (a lock taken over, an
+                // attempt re-offered), which only a commit's fence would have caught.
+                Err(Error::Refused { .. }) => {
+                    self.cache.remove(&req.instance);
+                    let store = &*self.shared.store;
+                    match Claim::read(store, &self.shared.defs, req.instance).await {
+                        Ok(fresh) => plan(fresh, input, fired, started_ms, now, rules),
+                        Err(e) => Err(e),
+                    }
+                }
+                other => other,
+            }
+        } else {
+            plan(claim, input, fired, started_ms, now, rules)
+        };
+        match planned {
             Ok(mut planned) => {
                 if let Work::Start { business_key, .. } = &req.work {
                     // Written with the creation only; the store keeps it from then on.
@@ -239,14 +286,26 @@ impl Lane {
         }
         let instance = request.instance;
         let status = planned.next.snapshot.status();
+        let state = request
+            .reply
+            .as_ref()
+            .is_some_and(|r| r.with_state)
+            .then(|| Claim {
+                fence: Some(fence),
+                ..planned.next.clone()
+            });
         self.shared
             .watchers
             .stepped(instance, &planned.next.def, &planned.next.snapshot, fence);
         // Only instances with a handler about to run stay cached: their outcome comes
         // back to this lane within the time limit. A parked or finished instance is read
         // from the store when it next has work, so the cache holds no more entries than
-        // there are running handlers.
-        if status.is_terminal() || planned.calls.is_empty() {
+        // there are running handlers — plus, up to `LOCKED_CACHED_MAX`, instances whose
+        // pull task a worker has just locked: its answer (or the lock's expiry) comes
+        // back to this lane, and would otherwise read the instance again.
+        let locked = planned.next.snapshot.has_pull_lock()
+            && self.cache.len() < self.shared.config.handlers_in_flight_max + LOCKED_CACHED_MAX;
+        if status.is_terminal() || (planned.calls.is_empty() && !locked) {
             self.cache.remove(&instance);
         } else {
             let next = Claim {
@@ -272,7 +331,9 @@ impl Lane {
         for topic in &planned.pull_topics {
             self.shared.pull_bell.ring(topic);
         }
-        reply(request.reply, Ok(()));
+        if let Some(r) = request.reply {
+            let _ = r.tx.send(Ok(state));
+        }
         let limit_ms = self.shared.config.handler_time_limit_ms;
         for call in planned.calls {
             stats.handler_calls.fetch_add(1, Ordering::Relaxed);
@@ -328,13 +389,29 @@ impl Lane {
     }
 }
 
+/// Reads the claims of `ids` side by side; at most one read per request of a round, so
+/// bounded by `batch_max`. One id (or none) is left to the step itself.
+async fn read_claims(
+    shared: Arc<Shared>,
+    ids: Vec<InstanceId>,
+) -> HashMap<InstanceId, Result<Claim, Error>> {
+    if ids.len() < 2 {
+        return HashMap::new();
+    }
+    let reads = ids
+        .iter()
+        .map(|id| Claim::read(&*shared.store, &shared.defs, *id));
+    let claims = futures::future::join_all(reads).await;
+    ids.into_iter().zip(claims).collect()
+}
+
 /// Answers the caller, if there is one. Work nobody waits for (handler outcomes, timers)
 /// is logged instead: a stale outcome at debug level, anything else as a warning, since a
 /// timer whose step keeps failing comes back every lease period.
-fn reply(to: Option<oneshot::Sender<Result<(), Error>>>, result: Result<(), Error>) {
+fn reply(to: Option<Replier>, result: Result<(), Error>) {
     match (to, result) {
-        (Some(tx), result) => {
-            let _ = tx.send(result);
+        (Some(r), result) => {
+            let _ = r.tx.send(result.map(|()| None));
         }
         (None, Ok(())) => {}
         (None, Err(e @ Error::Refused { .. })) => tracing::debug!(error = %e, "input not applied"),

@@ -195,9 +195,17 @@ pub(crate) struct Request {
     /// When the handler whose outcome this is started, for the attempt history.
     pub started_ms: Option<i64>,
     /// Answered once the step is durable (or refused).
-    pub reply: Option<oneshot::Sender<Result<(), Error>>>,
+    pub reply: Option<Replier>,
     /// How many times this request lost a compare-and-swap and was re-derived.
     pub retries: u32,
+}
+
+/// Where a request's caller waits for its step: the claim as the step left it when
+/// `with_state` (so a caller that needs the state does not read it back from the store),
+/// else nothing.
+pub(crate) struct Replier {
+    pub tx: oneshot::Sender<Result<Option<claim::Claim>, Error>>,
+    pub with_state: bool,
 }
 
 /// Steps instances of a store from outside any runtime — the operator's side of the
@@ -811,7 +819,30 @@ impl Runtime {
         self.request(instance, Work::Input(input)).await
     }
 
+    /// [`Runtime::send`], returning the instance as the step left it (its fence the one
+    /// the step's commit wrote): through the lane's group commit, without reading the
+    /// state back from the store.
+    pub async fn send_and_read(
+        &self,
+        instance: InstanceId,
+        input: Input,
+    ) -> Result<claim::Claim, Error> {
+        let state = self
+            .request_with(instance, Work::Input(input), true)
+            .await?;
+        state.ok_or_else(|| Error::UnknownInstance(instance.to_string()))
+    }
+
     async fn request(&self, instance: InstanceId, work: Work) -> Result<(), Error> {
+        self.request_with(instance, work, false).await.map(|_| ())
+    }
+
+    async fn request_with(
+        &self,
+        instance: InstanceId,
+        work: Work,
+        with_state: bool,
+    ) -> Result<Option<claim::Claim>, Error> {
         if self.shared.stopping.load(Ordering::SeqCst) {
             return Err(Error::ShuttingDown);
         }
@@ -822,7 +853,7 @@ impl Runtime {
                 instance,
                 work,
                 started_ms: None,
-                reply: Some(tx),
+                reply: Some(Replier { tx, with_state }),
                 retries: 0,
             })
             .await

@@ -25,6 +25,7 @@ use qflow_core::{Attempt, Input, Variables};
 use qflow_store::{InstanceId, PullQuery, PullTaskRecord, PULL_QUERY_LIMIT_MAX};
 use tokio::sync::Notify;
 
+use crate::claim::Claim;
 use crate::{Error, Runtime};
 
 /// The most topics one fetch may name.
@@ -291,23 +292,15 @@ impl Runtime {
             let sends = held
                 .rows
                 .iter()
-                .map(|row| self.send(row.instance, lock_input(fetch, row)));
+                .map(|row| self.send_and_read(row.instance, lock_input(fetch, row)));
             let sent = join_all(sends).await;
             let mut failed = None;
-            let mut reads = Vec::new();
             for (row, result) in held.rows.iter().zip(sent) {
                 match result {
-                    Ok(()) => reads.push(self.locked_task(row.clone(), &fetch.worker)),
+                    Ok(claim) => out.extend(locked_task(row, &claim, &fetch.worker)),
                     // Taken by another worker, moved on, purged: the next row.
                     Err(Error::Refused { .. } | Error::UnknownInstance(_) | Error::Conflict(_)) => {
                     }
-                    Err(e) => failed = Some(e),
-                }
-            }
-            for task in join_all(reads).await {
-                match task {
-                    Ok(Some(t)) => out.push(t),
-                    Ok(None) => {}
                     Err(e) => failed = Some(e),
                 }
             }
@@ -324,45 +317,31 @@ impl Runtime {
         }
         Ok(more)
     }
+}
 
-    /// The task `row` names as it stands after this worker's lock: its lock, budget and
-    /// inputs. `None` when the lock is no longer this worker's (it lapsed already).
-    async fn locked_task(
-        &self,
-        row: PullTaskRecord,
-        worker: &str,
-    ) -> Result<Option<LockedTask>, Error> {
-        let claim =
-            match crate::claim::Claim::read(&*self.shared.store, &self.shared.defs, row.instance)
-                .await
-            {
-                Ok(c) => c,
-                Err(Error::UnknownInstance(_)) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-        let snap = &claim.snapshot;
-        let def = &claim.def;
-        let Some((holder, until)) = snap.lock(&row.node) else {
-            return Ok(None);
-        };
-        if holder != worker || snap.attempt_in_progress(&row.node) != row.attempt {
-            return Ok(None);
-        }
-        let retries = snap
-            .pull_retries(&row.node)
-            .unwrap_or_else(|| qflow_core::pull_task(def, &row.node).map_or(0, |t| t.retries));
-        // An input mapping that cannot evaluate hands the worker no variables rather than
-        // failing the fetch; the worker's answer decides what happens next.
-        let variables = qflow_core::pull_inputs(def, snap, &row.node).unwrap_or_default();
-        Ok(Some(LockedTask {
-            instance: row.instance,
-            attempt: row.attempt,
-            topic: row.topic,
-            lock_until_ms: until,
-            retries,
-            variables,
-            process_id: def.id.clone(),
-            node: row.node,
-        }))
+/// The task `row` names as its lock left it: its lock, budget and inputs. `None` when the
+/// lock is not this worker's attempt (the core took the input for something else).
+fn locked_task(row: &PullTaskRecord, claim: &Claim, worker: &str) -> Option<LockedTask> {
+    let snap = &claim.snapshot;
+    let def = &claim.def;
+    let (holder, until) = snap.lock(&row.node)?;
+    if holder != worker || snap.attempt_in_progress(&row.node) != row.attempt {
+        return None;
     }
+    let retries = snap
+        .pull_retries(&row.node)
+        .unwrap_or_else(|| qflow_core::pull_task(def, &row.node).map_or(0, |t| t.retries));
+    // An input mapping that cannot evaluate hands the worker no variables rather than
+    // failing the fetch; the worker's answer decides what happens next.
+    let variables = qflow_core::pull_inputs(def, snap, &row.node).unwrap_or_default();
+    Some(LockedTask {
+        instance: row.instance,
+        attempt: row.attempt,
+        topic: row.topic.clone(),
+        lock_until_ms: until,
+        retries,
+        variables,
+        process_id: def.id.clone(),
+        node: row.node.clone(),
+    })
 }

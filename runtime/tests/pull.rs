@@ -210,3 +210,43 @@ async fn concurrent_fetches_lock_each_task_once_and_share_the_lanes_commits() {
     assert_eq!(steps, 60);
     assert!(batches < steps, "{batches} commits for {steps} locks");
 }
+
+#[tokio::test]
+async fn an_answer_is_judged_on_stored_state_when_the_lane_cache_is_behind() {
+    let (_dir, rt, _clock) = runtime().await;
+    let id = deploy_and_start(&rt, PULL).await;
+    // Locked through the lane: the lane keeps the instance cached, locked by w1.
+    let locked = rt.fetch_and_lock(&fetch("w1", 5_000, 0)).await.unwrap();
+    let attempt = locked[0].attempt;
+    // Outside the lane (an operator, another replica): unlocked, then locked by w2.
+    let unlock = Input::PullUnlocked {
+        node: "work".into(),
+        attempt,
+        worker: None,
+    };
+    rt.claim_and_step(id, unlock).await.unwrap();
+    let relock = Input::PullLocked {
+        node: "work".into(),
+        attempt,
+        worker: "w2".into(),
+        lock_ms: 5_000,
+    };
+    rt.claim_and_step(id, relock).await.unwrap();
+    let done = |worker: &str| Input::PullCompleted {
+        node: "work".into(),
+        attempt,
+        worker: worker.into(),
+        variables: Default::default(),
+    };
+    // The cache would refuse w2 (it still says w1); the store has the last word.
+    rt.send(id, done("w2")).await.unwrap();
+    let record = rt.store().instance(id).await.unwrap().unwrap();
+    assert_eq!(record.status, InstanceStatus::Completed);
+    let history = rt.store().attempts(id).await.unwrap();
+    assert_eq!(history[0].worker.as_deref(), Some("w2"));
+    let stale = rt.send(id, done("w1")).await;
+    assert!(
+        matches!(stale, Err(qflow_runtime::Error::Refused { .. })),
+        "{stale:?}"
+    );
+}

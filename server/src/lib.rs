@@ -23,6 +23,7 @@ pub mod console;
 pub mod metrics;
 pub mod problem;
 pub mod workers;
+pub mod zeebe;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,6 +85,7 @@ impl auth::HasTokens for AppState {
         (name = "incidents", description = "Open and resolved incidents"),
         (name = "audit", description = "Who changed what"),
         (name = "external tasks", description = "Pull tasks for external workers: fetch and lock by topic, complete, fail, BPMN error, extend or give up the lock"),
+        (name = "zeebe jobs", description = "Camunda 8 job endpoints over pull tasks, where they map one to one (docs/workers.md)"),
         (name = "service", description = "Health, readiness, metrics")
     )
 )]
@@ -114,6 +116,10 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(workers::bpmn_error))
         .routes(routes!(workers::extend_lock))
         .routes(routes!(workers::unlock))
+        .routes(routes!(zeebe::activate))
+        .routes(routes!(zeebe::complete))
+        .routes(routes!(zeebe::fail))
+        .routes(routes!(zeebe::throw_error))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics_text))

@@ -659,3 +659,194 @@ async fn the_camunda_7_endpoints_speak_camundas_shapes() {
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
     assert_eq!(r.body["type"], "AuthorizationException");
 }
+
+/// One Zeebe activation of `payments` for `worker`, expecting one job.
+async fn activate(w: &World, worker: &str, timeout_ms: i64) -> Value {
+    let r = w
+        .post(
+            "/v2/jobs/activation",
+            json!({"type": "payments", "worker": worker, "timeout": timeout_ms,
+                   "maxJobsToActivate": 5, "requestTimeout": -1, "fetchVariable": ["amount"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let jobs = r.body["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 1, "{}", r.text);
+    jobs[0].clone()
+}
+
+#[tokio::test]
+async fn zeebe_jobs_activate_complete_fail_and_throw_with_camunda_8_shapes() {
+    let w = world().await;
+    let id = w.start().await;
+    let job = activate(&w, "z-1", 30_000).await;
+    assert_eq!(job["type"], "payments");
+    assert_eq!(job["processInstanceKey"], json!(id));
+    assert_eq!(job["elementId"], "charge");
+    assert_eq!(job["processDefinitionId"], "checkout");
+    assert_eq!(job["worker"], "z-1");
+    assert_eq!(job["retries"], 3);
+    assert_eq!(job["deadline"], T0 + 30_000);
+    assert_eq!(job["variables"], json!({"amount": 42}));
+    assert_eq!(job["tenantId"], "<default>");
+    let key = job["jobKey"].as_str().unwrap().to_owned();
+    // A failure with one retry left and a back-off: parked, then offered as attempt 2.
+    let r = w
+        .post(
+            &format!("/v2/jobs/{key}/failure"),
+            json!({"retries": 1, "errorMessage": "down", "retryBackOff": 5000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    // The old key names an attempt that is over.
+    let r = w
+        .post(&format!("/v2/jobs/{key}/completion"), json!({}))
+        .await;
+    refused(&r, StatusCode::CONFLICT, "attempt 1 is over");
+    w.advance(5_000, 1).await;
+    let job = activate(&w, "z-2", 30_000).await;
+    let key = job["jobKey"].as_str().unwrap().to_owned();
+    assert!(key.contains(":2:charge"), "{key}");
+    let r = w
+        .post(
+            &format!("/v2/jobs/{key}/completion"),
+            json!({"variables": {"receipt": "z"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+    assert_eq!(view["snapshot"]["variables"]["receipt"], "z", "{view}");
+    let history = w.history(&id).await;
+    assert_eq!(history[0]["worker"], "z-1");
+    assert_eq!(history[1]["worker"], "z-2");
+
+    // A BPMN error routes to the boundary.
+    let id = w.start().await;
+    let job = activate(&w, "z-3", 30_000).await;
+    let key = job["jobKey"].as_str().unwrap();
+    let r = w
+        .post(
+            &format!("/v2/jobs/{key}/error"),
+            json!({"errorCode": "DECLINED", "errorMessage": "no"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+}
+
+#[tokio::test]
+async fn zeebe_refusals_unknown_jobs_tenants_results_and_failure_variables() {
+    let w = world().await;
+    let _id = w.start().await;
+    let r = w
+        .post(
+            &format!("/v2/jobs/{}:1:charge/completion", uuid_nil()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    let r = w.post("/v2/jobs/12345/completion", json!({})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    let r = w
+        .post(
+            "/v2/jobs/activation",
+            json!({"type": "payments", "timeout": 1000, "maxJobsToActivate": 1,
+                   "tenantIds": ["acme"]}),
+        )
+        .await;
+    refused(&r, StatusCode::BAD_REQUEST, "no tenant");
+    let job = activate(&w, "z-1", 30_000).await;
+    let key = job["jobKey"].as_str().unwrap();
+    let r = w
+        .post(
+            &format!("/v2/jobs/{key}/completion"),
+            json!({"result": {"denied": true}}),
+        )
+        .await;
+    refused(&r, StatusCode::BAD_REQUEST, "do not apply");
+    let r = w
+        .post(
+            &format!("/v2/jobs/{key}/failure"),
+            json!({"retries": 1, "variables": {"x": 1}}),
+        )
+        .await;
+    refused(&r, StatusCode::BAD_REQUEST, "no variables");
+    let r = w
+        .post(&format!("/v2/jobs/{key}/failure"), json!({"retries": -1}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    // The worker scope is needed.
+    let r = w
+        .send(
+            Method::POST,
+            "/v2/jobs/activation",
+            READER,
+            Some(json!({"type": "payments", "timeout": 1000, "maxJobsToActivate": 1})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+}
+
+/// A Camunda 8 model: `start → ship (zeebe:taskDefinition type="ship", 2 retries) → end`.
+const ZEEBE_MODEL: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="dz" targetNamespace="t">
+  <bpmn:process id="shipping" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:serviceTask id="ship">
+      <bpmn:extensionElements><zeebe:taskDefinition type="ship" retries="2"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:endEvent id="end"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="ship"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="ship" targetRef="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+
+#[tokio::test]
+async fn a_zeebe_model_runs_through_the_camunda_8_job_endpoints() {
+    let w = world().await;
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/deployments",
+            ADMIN,
+            Some(json!({ "source": ZEEBE_MODEL })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/processes/shipping/instances",
+            ADMIN,
+            Some(json!({ "variables": { "parcel": "p-1" } })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.body["instance"].as_str().unwrap().to_owned();
+    let r = w
+        .post(
+            "/v2/jobs/activation",
+            json!({"type": "ship", "worker": "courier", "timeout": 10000,
+                   "maxJobsToActivate": 1, "requestTimeout": -1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let job = &r.body["jobs"][0];
+    assert_eq!(job["retries"], 2, "the model's budget: {}", r.text);
+    assert_eq!(job["processDefinitionId"], "shipping");
+    assert_eq!(job["variables"]["parcel"], "p-1");
+    let key = job["jobKey"].as_str().unwrap();
+    let r = w
+        .post(
+            &format!("/v2/jobs/{key}/completion"),
+            json!({"variables": {"tracking": "t-9"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+    assert_eq!(w.history(&id).await[0]["worker"], "courier");
+}
