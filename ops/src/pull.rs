@@ -196,13 +196,12 @@ impl Ops {
         let mut topics = Vec::with_capacity(request.topics.len());
         for t in &request.topics {
             check_name("topic", &t.name, TOPIC_CHARS_MAX)?;
-            if topics.iter().any(|(n, _)| n == &t.name) {
-                return Err(invalid(
-                    "topics",
-                    format!("topic `{}` is named twice", t.name),
-                ));
+            let lock_ms = check_lock_ms("lock_duration", t.lock_ms)?;
+            // A topic named twice is fetched once, as its first entry says (its lock
+            // duration and variables).
+            if !topics.iter().any(|(n, _)| n == &t.name) {
+                topics.push((t.name.clone(), lock_ms));
             }
-            topics.push((t.name.clone(), check_lock_ms("lock_duration", t.lock_ms)?));
         }
         let fetch = Fetch {
             worker: request.worker.clone(),

@@ -18,6 +18,9 @@ use crate::AppState;
 
 type Result<T> = std::result::Result<T, Problem>;
 
+/// The longest long poll of the native API, ms (the Camunda route takes its own).
+pub(crate) const FETCH_WAIT_MS_MAX: i64 = 25_000;
+
 fn default_max_tasks() -> i64 {
     10
 }
@@ -27,8 +30,15 @@ fn default_max_tasks() -> i64 {
 #[serde(deny_unknown_fields)]
 pub struct FetchTopicBody {
     /// The topic name (`q:topic`, `camunda:topic`, the Zeebe job type).
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub name: String,
     /// How long each lock on this topic lasts, ms (1..=86,400,000).
+    #[serde(deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 1, maximum = 86400000)]
     pub lock_duration_ms: i64,
     /// Only these variables are handed out; absent: all of the task's inputs.
     #[serde(default)]
@@ -40,14 +50,25 @@ pub struct FetchTopicBody {
 #[serde(deny_unknown_fields)]
 pub struct FetchBody {
     /// Names the worker: every answer must repeat it; the attempt history records it.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub worker_id: String,
     /// At most this many tasks (1..=1,000), default 10.
-    #[serde(default = "default_max_tasks")]
+    #[serde(
+        default = "default_max_tasks",
+        deserialize_with = "qflow_ops::json::integer"
+    )]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_tasks: i64,
+    #[schema(min_items = 1, max_items = 64)]
     pub topics: Vec<FetchTopicBody>,
-    /// Long polling: when no task is offered now, wait up to this long (ms) for one;
-    /// must be below the server's request time limit. Default 0: answer at once.
-    #[serde(default)]
+    /// Long polling: when no task is offered now, wait up to this long (ms) for one
+    /// (0..=25,000, and below the server's request time limit). Default 0: answer at once.
+    #[serde(default, deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 0, maximum = 25000)]
     pub wait_ms: i64,
 }
 
@@ -90,6 +111,14 @@ pub async fn fetch_and_lock(
 
 /// A long poll must end before the server's request time limit answers 408 for it.
 pub(crate) fn check_wait(state: &AppState, wait_ms: i64, field: &str) -> Result<()> {
+    if wait_ms > FETCH_WAIT_MS_MAX {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("{field} {wait_ms} is over {FETCH_WAIT_MS_MAX} ms"),
+        )
+        .at(Place::Body, field, "over the long-polling cap"));
+    }
     if wait_ms > 0 && wait_ms as u64 >= state.request_timeout_ms {
         return Err(Problem::new(
             StatusCode::BAD_REQUEST,
@@ -109,6 +138,11 @@ pub(crate) fn check_wait(state: &AppState, wait_ms: i64, field: &str) -> Result<
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteBody {
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub worker_id: String,
     /// Merged into the instance's variables (through the task's output mappings).
     #[serde(default)]
@@ -120,14 +154,23 @@ pub struct CompleteBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailureBody {
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub worker_id: String,
     /// The attempts the task has left (Camunda's meaning): 0 ends the instance FAILED
     /// with an incident; negative is refused.
+    #[serde(deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 0, maximum = 4294967295u64)]
     pub retries: i64,
-    /// Wait this long (ms) before the next attempt is offered; default 0.
-    #[serde(default)]
+    /// Wait this long (ms) before the next attempt is offered (0..=30 days); default 0.
+    #[serde(default, deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 0, maximum = 2592000000u64)]
     pub retry_timeout_ms: i64,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub error_message: String,
 }
 
@@ -135,9 +178,20 @@ pub struct FailureBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BpmnErrorBody {
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub worker_id: String,
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub error_code: String,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub error_message: String,
     /// Set on the instance before the error routes.
     #[serde(default)]
@@ -149,8 +203,15 @@ pub struct BpmnErrorBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendLockBody {
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub worker_id: String,
-    /// The lock expires this long (ms) from now.
+    /// The lock expires this long (ms) from now (1..=86,400,000).
+    #[serde(deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 1, maximum = 86400000)]
     pub new_duration_ms: i64,
 }
 
@@ -160,6 +221,11 @@ pub struct ExtendLockBody {
 pub struct UnlockBody {
     /// The worker giving it up; absent: whoever holds it (an operator's unlock).
     #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub worker_id: Option<String>,
 }
 

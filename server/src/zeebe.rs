@@ -46,24 +46,52 @@ fn invalid(field: &str, why: impl Into<String>) -> Problem {
 pub struct JobActivationBody {
     /// The job type: the task's `zeebe:taskDefinition type` (any pull task's topic).
     #[serde(rename = "type")]
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub job_type: String,
     /// Names the worker in the attempt history; default `zeebe-worker`.
     #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub worker: Option<String>,
     /// How long the jobs stay locked, ms (1..=86,400,000).
+    #[serde(deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 1, maximum = 86400000)]
     pub timeout: i64,
     /// At most this many jobs (1..=1,000).
+    #[serde(deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_jobs_to_activate: i64,
     /// Only these variables are handed out; absent: all of the task's inputs.
     #[serde(default)]
     pub fetch_variable: Option<Vec<String>>,
     /// Long polling, ms: 0 or absent waits up to 10 s (Zeebe's default), negative answers
     /// at once; capped one second below the server's request time limit.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    #[schema(minimum = -86400000, maximum = 86400000)]
     pub request_timeout: Option<i64>,
     /// Only `<default>` (qflow has no tenants).
     #[serde(default)]
-    pub tenant_ids: Option<Vec<String>>,
+    pub tenant_ids: Option<Vec<Tenant>>,
+}
+
+/// An object without members: where Zeebe takes more (a job result, failure
+/// variables), qflow takes only this.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+/// The one tenant qflow has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+pub enum Tenant {
+    #[serde(rename = "<default>")]
+    Default,
 }
 
 /// An activated job (Camunda 8 `ActivatedJobResult`, the fields qflow has).
@@ -132,15 +160,19 @@ pub async fn activate(
     _caller: Caller<WorkerScope>,
     JsonBody(body): JsonBody<JobActivationBody>,
 ) -> Result<Json<ActivatedJobs>> {
-    if let Some(t) = body
+    // Any other tenant is refused when the body is read: `Tenant` has one value.
+    debug_assert!(body
         .tenant_ids
         .iter()
         .flatten()
-        .find(|t| *t != DEFAULT_TENANT)
+        .all(|t| *t == Tenant::Default));
+    if body
+        .request_timeout
+        .is_some_and(|t| !(-86_400_000..=86_400_000).contains(&t))
     {
         return Err(invalid(
-            "tenantIds",
-            format!("qflow has no tenant `{t}`, only `{DEFAULT_TENANT}`"),
+            "requestTimeout",
+            "is outside -86400000..=86400000 ms".to_owned(),
         ));
     }
     let limit = state.request_timeout_ms.saturating_sub(1_000) as i64;
@@ -180,7 +212,7 @@ pub struct JobCompletionBody {
     pub variables: Option<serde_json::Map<String, serde_json::Value>>,
     /// Refused when given: user-task and ad-hoc results do not apply to pull tasks.
     #[serde(default)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Empty>)]
     pub result: Option<serde_json::Value>,
 }
 
@@ -189,16 +221,19 @@ pub struct JobCompletionBody {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobFailBody {
     /// Attempts left (0 ends the instance FAILED with an incident); default 0.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 0, maximum = 4294967295u64)]
     pub retries: i64,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub error_message: Option<String>,
-    /// Wait this long (ms) before the next attempt is offered; default 0.
-    #[serde(default)]
+    /// Wait this long (ms) before the next attempt is offered (0..=30 days); default 0.
+    #[serde(default, deserialize_with = "qflow_ops::json::integer")]
+    #[schema(minimum = 0, maximum = 2592000000u64)]
     pub retry_back_off: i64,
     /// Refused when non-empty: a failure sets no variables in qflow.
     #[serde(default)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Empty>)]
     pub variables: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
@@ -206,8 +241,14 @@ pub struct JobFailBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobErrorBody {
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub error_code: String,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub error_message: Option<String>,
     /// Set on the instance before the error routes.
     #[serde(default)]
@@ -245,7 +286,8 @@ pub async fn complete(
     Path(key): Path<String>,
     JsonBody(body): JsonBody<JobCompletionBody>,
 ) -> Result<StatusCode> {
-    if body.result.as_ref().is_some_and(|r| !r.is_null()) {
+    let empty = |r: &serde_json::Value| r.is_null() || r.as_object().is_some_and(|o| o.is_empty());
+    if body.result.as_ref().is_some_and(|r| !empty(r)) {
         return Err(invalid(
             "result",
             "job results (user-task corrections, ad-hoc activation) do not apply to pull tasks",

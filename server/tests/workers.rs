@@ -523,7 +523,7 @@ async fn the_worker_scope_is_needed_and_bad_fetches_are_refused() {
         ),
         (
             json!({"worker_id": "w", "wait_ms": 30000, "topics": [{"name": "t", "lock_duration_ms": 1}]}),
-            "request time limit",
+            "over 25000 ms",
         ),
     ] {
         let r = w.post("/v1/external-tasks/fetch-and-lock", bad).await;
@@ -756,7 +756,7 @@ async fn zeebe_refusals_unknown_jobs_tenants_results_and_failure_variables() {
                    "tenantIds": ["acme"]}),
         )
         .await;
-    refused(&r, StatusCode::BAD_REQUEST, "no tenant");
+    refused(&r, StatusCode::BAD_REQUEST, "expected `<default>`");
     let job = activate(&w, "z-1", 30_000).await;
     let key = job["jobKey"].as_str().unwrap();
     let r = w
