@@ -226,6 +226,11 @@ impl<'a> Run<'a> {
             return;
         }
         let node = node.map(|n| self.id(n).to_owned());
+        // A FAILED instance does no work: a handler this step asked for before it failed
+        // is not called (its task's attempt stays in flight in the snapshot, as a crash
+        // would leave it, and a resume re-adopts it).
+        self.effects
+            .retain(|e| !matches!(e, Effect::RunTask { .. }));
         self.withdraw_all_pulls();
         self.resolve_all_timers();
         self.snap.status = Status::Failed;

@@ -415,3 +415,42 @@ fn a_message_naming_its_node_reaches_only_that_wait() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_step_that_fails_part_way_asks_for_no_handler() {
+    // A split: `charge` (a registered task) is entered first, then the keyed wait, whose
+    // key does not evaluate, fails the instance in the same step.
+    let def = model_with(
+        PAID,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+      <parallelGateway id="fork"/>
+      <sequenceFlow id="f1" sourceRef="fork" targetRef="charge"/>
+      <sequenceFlow id="f2" sourceRef="fork" targetRef="wait"/>
+      <serviceTask id="charge" q:task="charge"/>
+      <receiveTask id="wait" messageRef="m1"/>
+      <sequenceFlow id="f3" sourceRef="charge" targetRef="join"/>
+      <sequenceFlow id="f4" sourceRef="wait" targetRef="join"/>
+      <parallelGateway id="join"/>
+      <sequenceFlow id="f5" sourceRef="join" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let out = qflow_core::step(
+        &def,
+        "i",
+        qflow_core::Snapshot::new(),
+        qflow_core::Input::Start {
+            variables: Default::default(),
+        },
+        0,
+    )
+    .unwrap();
+    assert_eq!(out.snapshot.status(), qflow_core::Status::Failed);
+    assert!(
+        !out.effects
+            .iter()
+            .any(|e| matches!(e, Effect::RunTask { .. })),
+        "a FAILED instance's handler must not be called: {:?}",
+        out.effects
+    );
+    // The task's token stays: a resume (with the variable given) re-adopts its attempt.
+    assert!(out.snapshot.tokens().iter().any(|t| t == "charge"));
+}
