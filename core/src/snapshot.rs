@@ -723,6 +723,9 @@ fn canonical(v: rmpv::Value) -> rmpv::Value {
             Value::Map(sorted.into_iter().map(|(_, k, v)| (k, v)).collect())
         }
         Value::Array(items) => Value::Array(items.into_iter().map(canonical).collect()),
+        // The typed writer writes every float as f64: a value kept raw does too, or a
+        // later decode that reads it typed would write other bytes for the same state.
+        Value::F32(f) => Value::F64(f64::from(f)),
         other => other,
     }
 }
