@@ -1198,8 +1198,8 @@ impl Ops {
     /// is never buffered for a subscription that opens later.
     pub async fn correlate(&self, message: MessageRequest) -> Result<Correlated> {
         check_variables(&message.variables)?;
-        check_message_part("name", &message.name, MESSAGE_NAME_CHARS_MAX)?;
-        check_message_part(
+        check_text("name", &message.name, MESSAGE_NAME_CHARS_MAX)?;
+        check_text(
             "correlation_key",
             &message.correlation_key,
             qflow_core::CORRELATION_KEY_CHARS_MAX,
@@ -1361,10 +1361,9 @@ fn no_subscriber(name: &str, key: &str) -> Error {
 /// Longest message name the API takes, in characters.
 pub const MESSAGE_NAME_CHARS_MAX: usize = 256;
 
-/// A message name or correlation key as the API bounds it: 1 to `max` characters
-/// ([`MESSAGE_NAME_CHARS_MAX`], [`qflow_core::CORRELATION_KEY_CHARS_MAX`]), no control
-/// characters.
-fn check_message_part(field: &'static str, text: &str, max: usize) -> Result<()> {
+/// A name the API takes (a message name, a correlation key, a worker id, a topic, an
+/// error code): 1 to `max` characters, no control characters.
+pub(crate) fn check_text(field: &'static str, text: &str, max: usize) -> Result<()> {
     let chars = text.chars().count();
     let why = if chars == 0 || chars > max {
         format!("is 1 to {max} characters, this one is {chars}")

@@ -19,7 +19,7 @@ use qflow_runtime::{Fetch, LockedTask};
 use qflow_store::InstanceId;
 use serde::Serialize;
 
-use crate::{check_variables, no_runtime, Error, Ops, Result};
+use crate::{check_text, check_variables, no_runtime, Error, Ops, Result};
 
 /// The longest worker id, topic name, error code or message accepted, in characters.
 pub const WORKER_ID_CHARS_MAX: usize = 128;
@@ -128,21 +128,6 @@ fn invalid(field: &'static str, why: impl Into<String>) -> Error {
     }
 }
 
-/// A name a worker gives (worker id, topic, error code): 1..=`max` characters, no
-/// control characters.
-fn check_name(field: &'static str, value: &str, max: usize) -> Result<()> {
-    if value.is_empty() {
-        return Err(invalid(field, "must not be empty"));
-    }
-    if value.chars().count() > max {
-        return Err(invalid(field, format!("longer than {max} characters")));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(invalid(field, "contains a control character"));
-    }
-    Ok(())
-}
-
 fn check_message(value: &str) -> Result<()> {
     if value.chars().count() > MESSAGE_CHARS_MAX {
         return Err(invalid(
@@ -168,7 +153,7 @@ impl Ops {
     /// `wait_ms` for one when none is offered (long polling). Needs a runtime.
     pub async fn fetch_and_lock(&self, request: FetchRequest) -> Result<Vec<LockedTaskView>> {
         let runtime = self.shared.runtime.as_ref().ok_or_else(no_runtime)?;
-        check_name("worker_id", &request.worker, WORKER_ID_CHARS_MAX)?;
+        check_text("worker_id", &request.worker, WORKER_ID_CHARS_MAX)?;
         let max_tasks = u32::try_from(request.max_tasks)
             .ok()
             .filter(|n| (1..=FETCH_TASKS_MAX).contains(n))
@@ -195,7 +180,7 @@ impl Ops {
             })?;
         let mut topics = Vec::with_capacity(request.topics.len());
         for t in &request.topics {
-            check_name("topic", &t.name, TOPIC_CHARS_MAX)?;
+            check_text("topic", &t.name, TOPIC_CHARS_MAX)?;
             let lock_ms = check_lock_ms("lock_duration", t.lock_ms)?;
             // A topic named twice is fetched once, as its first entry says (its lock
             // duration and variables).
@@ -220,7 +205,7 @@ impl Ops {
         worker: &str,
         variables: Variables,
     ) -> Result<PullApplied> {
-        check_name("worker_id", worker, WORKER_ID_CHARS_MAX)?;
+        check_text("worker_id", worker, WORKER_ID_CHARS_MAX)?;
         check_variables(&variables)?;
         let task = TaskId::parse(id)?;
         let input = Input::PullCompleted {
@@ -243,7 +228,7 @@ impl Ops {
         retry_timeout_ms: i64,
         message: &str,
     ) -> Result<PullApplied> {
-        check_name("worker_id", worker, WORKER_ID_CHARS_MAX)?;
+        check_text("worker_id", worker, WORKER_ID_CHARS_MAX)?;
         check_message(message)?;
         let retries = u32::try_from(retries).map_err(|_| {
             invalid(
@@ -282,8 +267,8 @@ impl Ops {
         message: &str,
         variables: Variables,
     ) -> Result<PullApplied> {
-        check_name("worker_id", worker, WORKER_ID_CHARS_MAX)?;
-        check_name("error_code", code, ERROR_CODE_CHARS_MAX)?;
+        check_text("worker_id", worker, WORKER_ID_CHARS_MAX)?;
+        check_text("error_code", code, ERROR_CODE_CHARS_MAX)?;
         check_message(message)?;
         check_variables(&variables)?;
         let task = TaskId::parse(id)?;
@@ -300,7 +285,7 @@ impl Ops {
 
     /// The worker holding the lock moves its expiry to `lock_ms` from now.
     pub async fn extend_lock(&self, id: &str, worker: &str, lock_ms: i64) -> Result<PullApplied> {
-        check_name("worker_id", worker, WORKER_ID_CHARS_MAX)?;
+        check_text("worker_id", worker, WORKER_ID_CHARS_MAX)?;
         let lock_ms = check_lock_ms("new_duration", lock_ms)?;
         let task = TaskId::parse(id)?;
         let input = Input::PullLockExtended {
@@ -316,7 +301,7 @@ impl Ops {
     /// operator, or Camunda's unlock, which names no worker) unlocks whoever holds it.
     pub async fn unlock_pull(&self, id: &str, worker: Option<&str>) -> Result<PullApplied> {
         if let Some(w) = worker {
-            check_name("worker_id", w, WORKER_ID_CHARS_MAX)?;
+            check_text("worker_id", w, WORKER_ID_CHARS_MAX)?;
         }
         let task = TaskId::parse(id)?;
         let input = Input::PullUnlocked {
