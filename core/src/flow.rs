@@ -41,6 +41,9 @@ pub(super) fn staleness(
         | Input::PullBpmnError { .. }
         | Input::PullLockExtended { .. }
         | Input::PullUnlocked { .. } => super::pull::staleness(def, snap, input, now_ms),
+        Input::ChannelAnswered { .. }
+        | Input::ChannelBpmnError { .. }
+        | Input::ChannelPoisoned { .. } => super::channel::staleness(def, snap, input),
         Input::Start { .. } | Input::Cancel | Input::Redrive | Input::ResolveIncident { .. } => {
             None
         }
@@ -59,11 +62,11 @@ pub(super) fn staleness(
         Input::RetryNow { node } => {
             if let Some(n) = node {
                 let retried = p.find(n).is_some_and(|i| {
-                    registered_task(p, i).is_some() || super::pull::pull_at(p, i).is_some()
+                    retryable_task(p, i).is_some() || super::pull::pull_at(p, i).is_some()
                 });
                 if !retried {
                     return Some(format!(
-                        "`{n}` is not a registered or pull task of this definition"
+                        "`{n}` is not a registered, channel-call or pull task of this definition"
                     ));
                 }
             }
@@ -144,6 +147,21 @@ pub(super) fn staleness(
 pub(super) fn registered_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
     match &p.node(idx).kind {
         NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }) => Some(t),
+        _ => None,
+    }
+}
+
+/// A task whose attempts `q:retry` governs: a registered task or a channel call.
+pub(super) fn retryable_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
+    match &p.node(idx).kind {
+        NodeKind::Task(t)
+            if matches!(
+                t.kind,
+                TaskKind::Registered { .. } | TaskKind::Channel { .. }
+            ) =>
+        {
+            Some(t)
+        }
         _ => None,
     }
 }
@@ -322,6 +340,9 @@ impl<'a> Run<'a> {
             | Input::PullBpmnError { .. }
             | Input::PullLockExtended { .. }
             | Input::PullUnlocked { .. }) => self.apply_pull(pull),
+            channel @ (Input::ChannelAnswered { .. }
+            | Input::ChannelBpmnError { .. }
+            | Input::ChannelPoisoned { .. }) => self.apply_channel(channel),
             Input::Redrive => {
                 // Re-adoption moves no token: nothing to settle.
                 self.readopt();
@@ -506,7 +527,7 @@ impl<'a> Run<'a> {
     pub(super) fn timeout_fired(&mut self, idx: NodeIdx) {
         let node = self.id(idx);
         let message = "the route-less q:timeout fired".to_owned();
-        let registered = registered_task(self.p, idx).is_some();
+        let registered = retryable_task(self.p, idx).is_some();
         if registered {
             let attempt = self.snap.attempt_in_progress(node);
             let outcome = FailureKind::TimedOut.outcome();
@@ -677,7 +698,12 @@ impl<'a> Run<'a> {
                 self.arm_boundaries(idx);
                 self.arm_timeout(idx, task);
             }
-            TaskKind::Channel { .. } => self.unsupported(idx, "channel-call task"),
+            TaskKind::Channel { .. } => {
+                self.add_token(idx);
+                self.arm_boundaries(idx);
+                self.snap.clear_retry_state(self.id(idx));
+                self.send_request(idx, Attempt::FIRST);
+            }
             TaskKind::Pull { .. } => {
                 self.add_token(idx);
                 self.arm_boundaries(idx);
@@ -695,8 +721,10 @@ impl<'a> Run<'a> {
         let NodeKind::Task(task) = &self.p.node(idx).kind else {
             return;
         };
-        if matches!(task.kind, TaskKind::Pull { .. }) {
-            return self.offer_pull(idx, attempt);
+        match task.kind {
+            TaskKind::Pull { .. } => return self.offer_pull(idx, attempt),
+            TaskKind::Channel { .. } => return self.send_request(idx, attempt),
+            _ => {}
         }
         let TaskKind::Registered { name } = &task.kind else {
             return;
@@ -836,7 +864,7 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn policy(&self, idx: NodeIdx) -> Option<&'a qflow_loader::model::RetryPolicy> {
-        registered_task(self.p, idx).and_then(|t| t.retry.as_ref())
+        retryable_task(self.p, idx).and_then(|t| t.retry.as_ref())
     }
 }
 

@@ -35,6 +35,7 @@ pub mod limits;
 pub mod sim;
 pub mod snapshot;
 
+mod channel;
 mod flow;
 mod gateway;
 mod migrate;
@@ -57,6 +58,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
 pub use crate::snapshot::{Snapshot, Status};
+pub use channel::{verdict, CallKey, Verdict};
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
@@ -95,6 +97,10 @@ pub mod codes {
     pub const LOCK_EXPIRED: &str = "LOCK_EXPIRED";
     /// A worker reported a pull task's attempt failed.
     pub const PULL_TASK_FAILED: &str = "PULL_TASK_FAILED";
+    /// The outbox gave up delivering a channel call's request (its channel's attempt
+    /// ceiling): a failed attempt of the call (C4), and the code of the incident the
+    /// dispatcher opens on the node.
+    pub const POISONED: &str = "POISONED";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
@@ -156,6 +162,9 @@ pub enum FailureKind {
     /// The attempt ran out of time: the shell's handler time limit, or the route-less
     /// `q:timeout` window the core itself watches.
     TimedOut,
+    /// A channel call's request could not be delivered: the outbox reached the
+    /// channel's attempt ceiling (C4).
+    Poisoned,
 }
 
 impl FailureKind {
@@ -169,6 +178,7 @@ impl FailureKind {
             FailureKind::Failed => "failed",
             FailureKind::Panicked => "panicked",
             FailureKind::TimedOut => "timeout",
+            FailureKind::Poisoned => "poisoned",
         }
     }
 
@@ -178,6 +188,7 @@ impl FailureKind {
             FailureKind::Failed => AttemptOutcome::Failed,
             FailureKind::Panicked => AttemptOutcome::Panicked,
             FailureKind::TimedOut => AttemptOutcome::TimedOut,
+            FailureKind::Poisoned => AttemptOutcome::Poisoned,
         }
     }
 }
@@ -326,6 +337,35 @@ pub enum Input {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worker: Option<String>,
     },
+    /// A counterpart answered attempt `attempt` of the channel call `call` (the numbers
+    /// its idempotency key carries, [`CallKey`]). Whatever the answer says, it is not a
+    /// failure (E5). Stale unless [`verdict`] says `resumed`.
+    ChannelAnswered {
+        call: u32,
+        attempt: Attempt,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// A counterpart answered the call with a BPMN error: it routes to its boundary and
+    /// spends no budget.
+    ChannelBpmnError {
+        call: u32,
+        attempt: Attempt,
+        code: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// The outbox poisoned the request of attempt `attempt` of call `call`: the shell
+    /// found the poisoned row for exactly this instance, call and attempt, re-read under
+    /// the claim (C3). A failed attempt (C4) unless the attempt is already dead.
+    ChannelPoisoned {
+        call: u32,
+        attempt: Attempt,
+        #[serde(default)]
+        message: String,
+    },
     /// The shell lost track of in-flight attempts (a crash, a replica's death, a
     /// hand-over) and asks for them again: every registered task whose attempt is in
     /// flight gets its `RunTask` re-emitted with the same attempt — re-adoption, no
@@ -356,6 +396,9 @@ impl Input {
             | Input::Cancel
             | Input::Resume { .. }
             | Input::Migrate { .. }
+            | Input::ChannelAnswered { .. }
+            | Input::ChannelBpmnError { .. }
+            | Input::ChannelPoisoned { .. }
             | Input::Redrive => None,
         }
     }
@@ -371,7 +414,10 @@ impl Input {
             | Input::PullFailed { attempt, .. }
             | Input::PullBpmnError { attempt, .. }
             | Input::PullLockExtended { attempt, .. }
-            | Input::PullUnlocked { attempt, .. } => Some(*attempt),
+            | Input::PullUnlocked { attempt, .. }
+            | Input::ChannelAnswered { attempt, .. }
+            | Input::ChannelBpmnError { attempt, .. }
+            | Input::ChannelPoisoned { attempt, .. } => Some(*attempt),
             _ => None,
         }
     }
@@ -389,16 +435,19 @@ pub enum AttemptOutcome {
     TimedOut,
     /// An interrupting boundary or an enclosing scope ended the task mid-attempt.
     Interrupted,
+    /// A channel call's request could not be delivered (C4).
+    Poisoned,
 }
 
 impl AttemptOutcome {
-    pub const ALL: [AttemptOutcome; 6] = [
+    pub const ALL: [AttemptOutcome; 7] = [
         AttemptOutcome::Ok,
         AttemptOutcome::Failed,
         AttemptOutcome::Panicked,
         AttemptOutcome::BpmnError,
         AttemptOutcome::TimedOut,
         AttemptOutcome::Interrupted,
+        AttemptOutcome::Poisoned,
     ];
 
     /// The stored text of the outcome (attempt-history rows; never rename).
@@ -410,6 +459,7 @@ impl AttemptOutcome {
             AttemptOutcome::BpmnError => "bpmn_error",
             AttemptOutcome::TimedOut => "timeout",
             AttemptOutcome::Interrupted => "interrupted",
+            AttemptOutcome::Poisoned => "poisoned",
         }
     }
 
@@ -464,6 +514,21 @@ pub enum Effect {
     },
     /// Delete the pull-task row of `node`: no worker may fetch it any more.
     WithdrawPullTask { node: String },
+    /// Write a request of the channel call at `node` into the outbox (C1), in this
+    /// step's transaction: attempt `attempt`, sent to `channel` with the idempotency key
+    /// `key` (fresh per attempt) and the call id `call_id` (stable across the attempts
+    /// of the call, C9). The body is the task's inputs.
+    SendRequest {
+        node: String,
+        channel: String,
+        attempt: Attempt,
+        key: String,
+        call_id: String,
+        body: Variables,
+    },
+    /// Delete the outbox rows of `node`'s dead attempt, pending and poisoned (C6): the
+    /// one exception to "an undelivered row is never deleted". Delivered rows stay.
+    WithdrawRequests { node: String },
     OpenIncident {
         node: String,
         code: String,
@@ -542,7 +607,9 @@ pub fn step(
     | Input::UserTaskCompleted { variables, .. }
     | Input::MessageReceived { variables, .. }
     | Input::PullCompleted { variables, .. }
-    | Input::PullBpmnError { variables, .. } = &input
+    | Input::PullBpmnError { variables, .. }
+    | Input::ChannelAnswered { variables, .. }
+    | Input::ChannelBpmnError { variables, .. } = &input
     {
         limits::check_variables(variables).map_err(Error::VariablesRefused)?;
     }

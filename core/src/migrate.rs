@@ -33,9 +33,11 @@ fn mapped<'m>(mapping: &'m BTreeMap<String, String>, node: &'m str) -> &'m str {
     mapping.get(node).map_or(node, String::as_str)
 }
 
+/// A task whose attempts `q:retry` governs: registered, or a channel call.
 fn is_registered(p: &Process, id: &str) -> bool {
     p.find(id).is_some_and(|i| {
-        matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
+        matches!(&p.node(i).kind, NodeKind::Task(t)
+            if matches!(t.kind, TaskKind::Registered { .. } | TaskKind::Channel { .. }))
     })
 }
 
@@ -171,6 +173,7 @@ impl Run<'_> {
         rename(&mut s.budget_bases, mapping);
         rename(&mut s.readoptions, mapping);
         rename(&mut s.pull_retries, mapping);
+        rename(&mut s.calls, mapping);
         rename(&mut s.joins, mapping);
         if let Some(n) = &s.failure_node {
             s.failure_node = Some(mapped(mapping, n).to_owned());

@@ -3,8 +3,9 @@
 //! The rule lives here once: an attempt is in flight at a registered task that holds a
 //! token and is not in a backoff window. The core asks it when an interruption ends an
 //! attempt mid-flight, when the shell asks for re-adoption, and the runtime asks it (through
-//! [`attempts_in_flight`]) to decide whether an instance needs its in-flight lease. Channel
-//! calls will change the rule; they change it here.
+//! [`attempts_in_flight`]) to decide whether an instance needs its in-flight lease. A
+//! channel call is not in flight in this sense: its request is a durable outbox row that
+//! the dispatcher delivers again under the same key, so nothing of it is re-adopted.
 //!
 //! When the shell loses track of a running attempt — its replica crashed, or died
 //! mid-handler — the durable state still says which attempts are in flight. Re-adoption

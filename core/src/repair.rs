@@ -63,7 +63,10 @@ impl Run<'_> {
         let Some(idx) = failed else { return };
         let registered = matches!(
             &self.p.node(idx).kind,
-            NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. } | TaskKind::Pull { .. })
+            NodeKind::Task(t) if matches!(
+                t.kind,
+                TaskKind::Registered { .. } | TaskKind::Pull { .. } | TaskKind::Channel { .. }
+            )
         );
         if registered {
             self.try_again(idx, budget);
@@ -117,6 +120,7 @@ impl Run<'_> {
                         let attempt = self.snap.attempt_in_progress(node);
                         self.run_attempt(idx, attempt);
                     }
+                    TaskKind::Channel { .. } => self.resend_request(idx),
                     _ => self.arm_timeout(idx, task),
                 }
             }

@@ -39,6 +39,9 @@ impl Run<'_> {
         code: String,
         message: String,
     ) {
+        // A channel call's dead attempt takes its undelivered requests with it (C6),
+        // whether a retry follows or the instance fails.
+        self.withdraw_requests(idx);
         let Some(policy) = self.policy(idx) else {
             return self.fail(&code, Some(idx), None, message);
         };

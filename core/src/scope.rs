@@ -108,6 +108,7 @@ impl<'a> Run<'a> {
         // Asked before the token goes: the in-flight rule reads the token.
         let in_flight = super::redrive::attempt_in_flight(self.p, &self.snap, idx)
             .map(|f| f.attempt)
+            .or_else(|| self.call_in_flight(idx))
             .filter(|_| self.attempt_reported != Some(idx));
         // A pull task's attempt is in flight while a worker holds its lock.
         let pull = super::pull::pull_at(self.p, idx).is_some();
@@ -227,10 +228,11 @@ impl<'a> Run<'a> {
         }
         let node = node.map(|n| self.id(n).to_owned());
         // A FAILED instance does no work: a handler this step asked for before it failed
-        // is not called (its task's attempt stays in flight in the snapshot, as a crash
-        // would leave it, and a resume re-adopts it).
+        // is not called, and a request it emitted is not written (the attempt stays in
+        // flight in the snapshot, as a crash would leave it, and a resume re-adopts it
+        // or emits the request again under its key).
         self.effects
-            .retain(|e| !matches!(e, Effect::RunTask { .. }));
+            .retain(|e| !matches!(e, Effect::RunTask { .. } | Effect::SendRequest { .. }));
         self.withdraw_all_pulls();
         self.resolve_all_timers();
         self.snap.status = Status::Failed;

@@ -60,6 +60,10 @@ pub struct Scenario {
     /// entry is attempt 1). The last entry repeats for later attempts; a task without
     /// an entry completes at once with no outputs.
     pub tasks: BTreeMap<String, Vec<Scripted>>,
+    /// What the counterpart of each channel-call task does, by node id, one entry per
+    /// attempt (the last repeats); a call without an entry is answered at once with no
+    /// variables. Requests are delivered the instant they are emitted.
+    pub channels: BTreeMap<String, Vec<ScriptedAnswer>>,
     /// External events at fixed virtual instants, in any order.
     pub events: Vec<ScriptedEvent>,
     /// No event after this instant is processed. Default `start_at_ms` + one day.
@@ -104,6 +108,32 @@ pub enum Scripted {
     },
     /// The handler never answers (so that a timeout can fire).
     Hang,
+}
+
+/// What a channel call's counterpart (and the outbox) does with one attempt's request.
+/// `after_ms` counts from the request's emission.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum ScriptedAnswer {
+    /// The counterpart answers with these variables (a late answer, after the attempt
+    /// timed out, is judged `superseded` or `already_completed`).
+    Ok { outputs: Variables, after_ms: u64 },
+    /// The counterpart answers with a BPMN error.
+    BpmnError {
+        code: String,
+        message: String,
+        after_ms: u64,
+    },
+    /// The outbox gives up delivering after `after_ms`: the row is poisoned. With `wake`
+    /// (the default) the engine is told at once; without, the wake is lost and only the
+    /// call's timeout finds out (C3).
+    Poison {
+        message: String,
+        after_ms: u64,
+        wake: bool,
+    },
+    /// The counterpart never answers.
+    Never,
 }
 
 /// Something from outside the engine at a fixed virtual instant.
@@ -161,6 +191,13 @@ pub enum ScriptedEvent {
         at_ms: i64,
         input: Input,
     },
+    /// A relay or a poison wake for a channel call (`channel_answered`,
+    /// `channel_bpmn_error`, `channel_poisoned`), as JSON: how a scenario replays a late
+    /// relay or a stale wake.
+    Channel {
+        at_ms: i64,
+        input: Input,
+    },
 }
 
 impl ScriptedEvent {
@@ -173,7 +210,8 @@ impl ScriptedEvent {
             | ScriptedEvent::Resume { at_ms, .. }
             | ScriptedEvent::RetryNow { at_ms, .. }
             | ScriptedEvent::Migrate { at_ms, .. }
-            | ScriptedEvent::Pull { at_ms, .. } => *at_ms,
+            | ScriptedEvent::Pull { at_ms, .. }
+            | ScriptedEvent::Channel { at_ms, .. } => *at_ms,
         }
     }
 
@@ -210,7 +248,9 @@ impl ScriptedEvent {
                 mapping: mapping.clone(),
                 timers: BTreeMap::new(),
             },
-            ScriptedEvent::Pull { input, .. } => input.clone(),
+            ScriptedEvent::Pull { input, .. } | ScriptedEvent::Channel { input, .. } => {
+                input.clone()
+            }
         }
     }
 }
@@ -261,7 +301,8 @@ pub struct Summary {
     pub failure_code: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_node: Option<String>,
-    /// Attempts started per registered task node (counted from `RunTask` effects).
+    /// Attempts started per registered task and channel-call node (counted from
+    /// `RunTask` and `SendRequest` effects).
     pub attempts: BTreeMap<String, u32>,
     pub snapshot_bytes: usize,
     /// Lowercase hex SHA-256 of the final snapshot bytes.
@@ -320,7 +361,35 @@ pub fn validate_with(
             )));
         }
     }
+    let channel_in = |d: &Definition, node: &str| {
+        let p = &d.process;
+        p.find(node).is_some_and(|i| {
+            matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Channel { .. }))
+        })
+    };
+    for node in scenario.channels.keys() {
+        if !(channel_in(def, node) || targets.values().any(|t| channel_in(t, node))) {
+            return Err(Error::Scenario(format!(
+                "channels.{node}: process `{}` has no channel-call task (q:channel) with this id",
+                def.id
+            )));
+        }
+    }
     for (i, e) in scenario.events.iter().enumerate() {
+        if let ScriptedEvent::Channel { input, .. } = e {
+            let channel = matches!(
+                input,
+                Input::ChannelAnswered { .. }
+                    | Input::ChannelBpmnError { .. }
+                    | Input::ChannelPoisoned { .. }
+            );
+            if !channel {
+                return Err(Error::Scenario(format!(
+                    "events[{i}].input: not a channel input (`channel_answered`, \
+                     `channel_bpmn_error` or `channel_poisoned`)"
+                )));
+            }
+        }
         if let ScriptedEvent::Migrate { target, .. } = e {
             if !targets.contains_key(target) {
                 return Err(Error::Scenario(format!(
@@ -442,6 +511,7 @@ pub fn steps_with<'a>(
         last_at_ms: 0,
         migrations: BTreeMap::new(),
         target: None,
+        poisons: BTreeMap::new(),
     };
     for (i, e) in scenario.events.iter().enumerate() {
         let due = Due {
@@ -571,6 +641,9 @@ struct Sim<'a> {
     migrations: BTreeMap<u64, &'a Definition>,
     /// The target of the migration being delivered now.
     target: Option<&'a Definition>,
+    /// Scheduled poison wakes, by the node whose request they poison: a withdrawal
+    /// deletes the row, and with it the poison to come.
+    poisons: BTreeMap<Due, String>,
 }
 
 impl<'a> Sim<'a> {
@@ -644,6 +717,7 @@ impl<'a> Sim<'a> {
             self.timers.remove(due.name.as_str());
         } else {
             self.results.remove(due);
+            self.poisons.remove(due);
         }
     }
 
@@ -716,6 +790,77 @@ impl<'a> Sim<'a> {
                     self.timers.remove(name);
                 }
             }
+            Effect::SendRequest {
+                node, attempt, key, ..
+            } => {
+                let seen = self.attempts.entry(node.clone()).or_default();
+                *seen = (*seen).max(attempt.get());
+                let Some(id) = crate::CallKey::parse(key) else {
+                    return;
+                };
+                let (call, attempt) = (id.call, id.attempt);
+                let answer = self.answer(node, attempt);
+                let (after_ms, input) = match answer {
+                    ScriptedAnswer::Never | ScriptedAnswer::Poison { wake: false, .. } => return,
+                    ScriptedAnswer::Ok { outputs, after_ms } => (
+                        after_ms,
+                        Input::ChannelAnswered {
+                            call,
+                            attempt,
+                            variables: outputs,
+                        },
+                    ),
+                    ScriptedAnswer::BpmnError {
+                        code,
+                        message,
+                        after_ms,
+                    } => (
+                        after_ms,
+                        Input::ChannelBpmnError {
+                            call,
+                            attempt,
+                            code,
+                            message,
+                            variables: Variables::new(),
+                        },
+                    ),
+                    ScriptedAnswer::Poison {
+                        message, after_ms, ..
+                    } => (
+                        after_ms,
+                        Input::ChannelPoisoned {
+                            call,
+                            attempt,
+                            message,
+                        },
+                    ),
+                };
+                self.seq += 1;
+                let due = Due {
+                    at_ms: now_ms.saturating_add(i64::try_from(after_ms).unwrap_or(i64::MAX)),
+                    class: 0,
+                    seq: self.seq,
+                    name: String::new(),
+                };
+                if matches!(input, Input::ChannelPoisoned { .. }) {
+                    self.poisons.insert(due.clone(), node.clone());
+                }
+                self.results.insert(due, input);
+            }
+            Effect::WithdrawRequests { node } => {
+                // The rows are deleted: a poison still to come for them cannot happen.
+                // Answers stay: the counterpart had the request and may still answer.
+                let gone: Vec<Due> = self
+                    .poisons
+                    .iter()
+                    .filter(|(_, n)| *n == node)
+                    .map(|(d, _)| d.clone())
+                    .collect();
+                for d in gone {
+                    self.poisons.remove(&d);
+                    self.results.remove(&d);
+                }
+            }
             // The rest is what a store records beside the snapshot (history, incidents)
             // or what the snapshot already says (the ending, staleness): the trace keeps
             // the effects themselves, so there is nothing more to carry out here. Listed,
@@ -742,6 +887,18 @@ impl<'a> Sim<'a> {
             l.get(i).or(l.last())
         });
         entry.cloned().unwrap_or(Scripted::Ok {
+            outputs: Variables::new(),
+            after_ms: 0,
+        })
+    }
+
+    fn answer(&self, node: &str, attempt: Attempt) -> ScriptedAnswer {
+        let list = self.scenario.channels.get(node);
+        let entry = list.and_then(|l| {
+            let i = (attempt.get() - 1) as usize;
+            l.get(i).or(l.last())
+        });
+        entry.cloned().unwrap_or(ScriptedAnswer::Ok {
             outputs: Variables::new(),
             after_ms: 0,
         })

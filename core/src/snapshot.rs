@@ -127,6 +127,10 @@ pub struct Snapshot {
     /// node (a receive task or message catch whose message has a correlation key);
     /// present while the subscription is open.
     pub(crate) subscriptions: BTreeMap<String, String>,
+    /// `x/<node>`: the number of the channel call a waiting channel-call task holds
+    /// (drawn from the incarnation sequence when the call starts); present while the
+    /// task waits, across all the call's attempts.
+    pub(crate) calls: BTreeMap<String, u32>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -152,6 +156,7 @@ const P_LOCK_WORKER: &str = "w/";
 const P_LOCK_UNTIL: &str = "u/";
 const P_PULL_RETRIES: &str = "p/";
 const P_SUBSCRIPTION: &str = "c/";
+const P_CALL: &str = "x/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -302,6 +307,11 @@ impl Snapshot {
         &self.subscriptions
     }
 
+    /// The live channel calls, by the node waiting on each (`x/<node>`).
+    pub fn calls(&self) -> &BTreeMap<String, u32> {
+        &self.calls
+    }
+
     /// The backoff-window marker of `node` (the failure class), if it is in one.
     pub fn marker(&self, node: &str) -> Option<&str> {
         self.markers.get(node).map(String::as_str)
@@ -382,6 +392,7 @@ impl Snapshot {
             json!(self.subscriptions),
             self.subscriptions.is_empty(),
         );
+        put("calls", json!(self.calls), self.calls.is_empty());
         let preserved: Vec<&str> = self.preserved_keys().collect();
         put("preserved_keys", json!(preserved), preserved.is_empty());
         Value::Object(view)
@@ -417,6 +428,7 @@ impl Snapshot {
         self.lock_workers.remove(node);
         self.lock_until_ms.remove(node);
         self.pull_retries.remove(node);
+        self.calls.remove(node);
         if !self.extra.is_empty() {
             for prefix in [
                 P_ATTEMPT,
@@ -427,6 +439,7 @@ impl Snapshot {
                 P_LOCK_WORKER,
                 P_LOCK_UNTIL,
                 P_PULL_RETRIES,
+                P_CALL,
             ] {
                 self.extra.remove(&format!("{prefix}{node}"));
             }
@@ -452,6 +465,7 @@ impl Snapshot {
             + self.lock_until_ms.len()
             + self.pull_retries.len()
             + self.subscriptions.len()
+            + self.calls.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
@@ -520,6 +534,9 @@ impl Snapshot {
         }
         for (node, key) in &self.subscriptions {
             entries.push((format!("{P_SUBSCRIPTION}{node}").into(), Entry::Str(key)));
+        }
+        for (node, call) in &self.calls {
+            entries.push((format!("{P_CALL}{node}").into(), Entry::Uint(*call as u64)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -669,6 +686,11 @@ impl Snapshot {
                 .and_then(|n| u32::try_from(n).ok())
                 .map(|n| self.readoptions.insert(node.to_owned(), n))
                 .is_some()
+        } else if let Some(node) = key.strip_prefix(P_CALL) {
+            rd.uint()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| self.calls.insert(node.to_owned(), n))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_SUBSCRIPTION) {
             rd.str()
                 .map(|k| self.subscriptions.insert(node.to_owned(), k.to_owned()))
@@ -756,6 +778,7 @@ fn is_known_key(key: &str) -> bool {
             P_LOCK_UNTIL,
             P_PULL_RETRIES,
             P_SUBSCRIPTION,
+            P_CALL,
         ]
         .iter()
         .any(|p| key.starts_with(p))

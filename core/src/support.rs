@@ -1,9 +1,10 @@
 //! Which elements this engine version can execute.
 //!
-//! The loader accepts the whole L2 dialect; the core runs most of it. What it cannot run
-//! yet (channel calls arrive with the outbox issue) is
-//! listed here, so that a host refuses such a definition at deploy time with a clear
-//! message instead of failing instances with `UNSUPPORTED_ELEMENT` at run time.
+//! The loader accepts the whole L2 dialect; the core runs most of it. What the engine
+//! cannot run yet is listed here, so that a host refuses such a definition at deploy time
+//! with a clear message instead of failing instances with `UNSUPPORTED_ELEMENT` at run
+//! time. Channel calls run in the core and the simulator; the durable runtime carries
+//! them out once the outbox dispatcher lands, and until then they are listed.
 
 use qflow_loader::model::{Definition, NodeKind, TaskKind};
 

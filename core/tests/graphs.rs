@@ -174,6 +174,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
                 .zip(scripts)
                 .map(|(i, s)| (format!("n{i}"), s))
                 .collect::<BTreeMap<_, _>>(),
+            channels: BTreeMap::new(),
             events: users
                 .iter()
                 .zip(times)

@@ -105,6 +105,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 start_at_ms: 0,
                 variables: Variables::from([("x".to_owned(), 0.into())]),
                 tasks: BTreeMap::from([("a".to_owned(), a), ("b".to_owned(), b)]),
+                channels: BTreeMap::new(),
                 events,
                 horizon_ms: Some(600_000),
                 max_steps: None,

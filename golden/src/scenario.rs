@@ -162,6 +162,27 @@ pub fn validate_with(
             );
         }
     }
+    for (node, list) in &s.channels {
+        let path = format!("channels.{node}");
+        let in_target = targets.values().find(|t| task_kind(t, node).is_some());
+        match task_kind(in_target.unwrap_or(definition), node) {
+            None => problem(path.clone(), no_node(definition, node)),
+            Some(Some(TaskKind::Channel { .. })) => {}
+            Some(_) => problem(
+                path.clone(),
+                format!(
+                    "node `{node}` is not a channel-call task (`serviceTask q:channel`); only \
+                     those take scripted answers"
+                ),
+            ),
+        }
+        if list.len() > OUTCOMES_PER_TASK_MAX {
+            problem(
+                path,
+                format!("at most {OUTCOMES_PER_TASK_MAX} answers per channel call"),
+            );
+        }
+    }
     if s.events.len() > EVENTS_MAX {
         problem("events".into(), format!("at most {EVENTS_MAX} events"));
     }
@@ -232,7 +253,8 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
         | ScriptedEvent::Resume { at_ms, .. }
         | ScriptedEvent::RetryNow { at_ms, .. }
         | ScriptedEvent::Migrate { at_ms, .. }
-        | ScriptedEvent::Pull { at_ms, .. } => *at_ms,
+        | ScriptedEvent::Pull { at_ms, .. }
+        | ScriptedEvent::Channel { at_ms, .. } => *at_ms,
     }
 }
 

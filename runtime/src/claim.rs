@@ -375,6 +375,10 @@ fn carry_out(
             message,
         }),
         Effect::ResolveIncident { node } => commit.incidents.resolve_on.push(node),
+        // Channel calls need the outbox family of the store, which lands with the
+        // dispatcher; until then `deploy` refuses every model with a channel call
+        // (`unsupported_elements`), so no step of this runtime emits these.
+        Effect::SendRequest { .. } | Effect::WithdrawRequests { .. } => {}
         // The ending travels in the snapshot (and the instance row's status); a stale
         // input writes nothing but the fired row's delete.
         Effect::Completed | Effect::Failed { .. } | Effect::Cancelled | Effect::Stale { .. } => {}

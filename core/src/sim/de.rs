@@ -25,7 +25,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::{default_instance, Scenario, Scripted, ScriptedEvent};
+use super::{default_instance, Scenario, Scripted, ScriptedAnswer, ScriptedEvent};
 use crate::{Budget, TimerName};
 
 const SCENARIO_FIELDS: &[&str] = &[
@@ -33,6 +33,7 @@ const SCENARIO_FIELDS: &[&str] = &[
     "start_at_ms",
     "variables",
     "tasks",
+    "channels",
     "events",
     "horizon_ms",
     "max_steps",
@@ -59,6 +60,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
             start_at_ms: 0,
             variables: Variables::new(),
             tasks: BTreeMap::new(),
+            channels: BTreeMap::new(),
             events: Vec::new(),
             horizon_ms: None,
             max_steps: None,
@@ -70,6 +72,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
                 "start_at_ms" => s.start_at_ms = map.next_value()?,
                 "variables" => s.variables = map.next_value_seed(Object)?,
                 "tasks" => s.tasks = map.next_value_seed(Tasks)?,
+                "channels" => s.channels = map.next_value_seed(Channels)?,
                 "events" => s.events = map.next_value()?,
                 "horizon_ms" => s.horizon_ms = map.next_value()?,
                 "max_steps" => s.max_steps = map.next_value()?,
@@ -107,6 +110,36 @@ impl<'de> Visitor<'de> for Tasks {
             tasks.insert(node, outcomes);
         }
         Ok(tasks)
+    }
+}
+
+/// `channels`: channel-call node id → answers, one node at most once.
+struct Channels;
+
+impl<'de> DeserializeSeed<'de> for Channels {
+    type Value = BTreeMap<String, Vec<ScriptedAnswer>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Channels {
+    type Value = BTreeMap<String, Vec<ScriptedAnswer>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of channel-call node id → list of answers")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut channels = BTreeMap::new();
+        loop {
+            let node = map.next_key_seed(FreshKey(&|k| channels.contains_key(k)))?;
+            let Some(node) = node else { break };
+            let answers = map.next_value()?;
+            channels.insert(node, answers);
+        }
+        Ok(channels)
     }
 }
 
@@ -407,6 +440,97 @@ impl<'de> Visitor<'de> for ScriptedVisitor {
 }
 
 // ---------------------------------------------------------------------------------------
+// ScriptedAnswer: `{"answer": ..., fields}`.
+
+const ANSWER: &str = "answer";
+const ANSWER_FIELDS: &[&str] = &["answer", "outputs", "after_ms", "code", "message", "wake"];
+const ANSWERS: &[Kind] = &[
+    Kind {
+        name: "ok",
+        fields: &["outputs", "after_ms"],
+    },
+    Kind {
+        name: "bpmn_error",
+        fields: &["code", "message", "after_ms"],
+    },
+    Kind {
+        name: "poison",
+        fields: &["message", "after_ms", "wake"],
+    },
+    Kind {
+        name: "never",
+        fields: &[],
+    },
+];
+
+impl<'de> Deserialize<'de> for ScriptedAnswer {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ScriptedAnswer, D::Error> {
+        d.deserialize_map(AnswerVisitor)
+    }
+}
+
+struct AnswerVisitor;
+
+impl<'de> Visitor<'de> for AnswerVisitor {
+    type Value = ScriptedAnswer;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an answer object (`{\"answer\": \"ok\", ...}`)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ScriptedAnswer, A::Error> {
+        let mut kind = None;
+        let mut outputs = None;
+        let mut after_ms = None;
+        let mut code = None;
+        let mut message = None;
+        let mut wake = None;
+        let mut seen = Vec::new();
+        loop {
+            let field = Field::tagged(ANSWER, ANSWER_FIELDS, ANSWERS, kind, &mut seen);
+            let Some(name) = map.next_key_seed(field)? else {
+                break;
+            };
+            match name {
+                ANSWER => {
+                    kind = Some(map.next_value_seed(Tag {
+                        tag: ANSWER,
+                        kinds: ANSWERS,
+                        seen: &seen,
+                    })?)
+                }
+                "outputs" => outputs = Some(map.next_value_seed(Object)?),
+                "after_ms" => after_ms = Some(map.next_value::<u64>()?),
+                "code" => code = Some(map.next_value::<String>()?),
+                "message" => message = Some(map.next_value::<String>()?),
+                "wake" => wake = Some(map.next_value::<bool>()?),
+                _ => unreachable!("Field only yields names from ANSWER_FIELDS"),
+            }
+        }
+        let kind = kind.ok_or_else(|| de::Error::missing_field(ANSWER))?;
+        let after_ms = after_ms.unwrap_or(0);
+        let message = message.unwrap_or_default();
+        Ok(match ANSWERS[kind].name {
+            "ok" => ScriptedAnswer::Ok {
+                outputs: outputs.unwrap_or_default(),
+                after_ms,
+            },
+            "bpmn_error" => ScriptedAnswer::BpmnError {
+                code: code.ok_or_else(|| de::Error::missing_field("code"))?,
+                message,
+                after_ms,
+            },
+            "poison" => ScriptedAnswer::Poison {
+                message,
+                after_ms,
+                wake: wake.unwrap_or(true),
+            },
+            _ => ScriptedAnswer::Never,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // ScriptedEvent: `{"event": ..., "at_ms": ..., fields}`.
 
 const EVENT: &str = "event";
@@ -454,6 +578,10 @@ const EVENTS: &[Kind] = &[
     },
     Kind {
         name: "pull",
+        fields: &["at_ms", "input"],
+    },
+    Kind {
+        name: "channel",
         fields: &["at_ms", "input"],
     },
 ];
@@ -575,6 +703,10 @@ impl<'de> Visitor<'de> for EventVisitor {
                 budget: budget.unwrap_or_default(),
             },
             "pull" => ScriptedEvent::Pull {
+                at_ms,
+                input: input.ok_or_else(|| de::Error::missing_field("input"))?,
+            },
+            "channel" => ScriptedEvent::Channel {
                 at_ms,
                 input: input.ok_or_else(|| de::Error::missing_field("input"))?,
             },
