@@ -361,7 +361,8 @@ pub struct NewOutboxRow {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OutboxWrites {
     /// Inserted; a key that already exists is left as it is (a re-emission after a lost
-    /// commit acknowledgement must not reset a row's delivery record).
+    /// commit acknowledgement must not reset a row's delivery record), and of two
+    /// emissions of one key in a commit the first wins.
     pub emit: Vec<NewOutboxRow>,
     /// The dead attempt's rows of each of these nodes of the instance, pending and
     /// poisoned alike, are deleted (C6: the one exception to "an undelivered row is
@@ -388,8 +389,55 @@ pub enum DeliveryRecord {
     Poisoned { error: String },
 }
 
+impl DeliveryRecord {
+    /// The row's state once this try is recorded.
+    pub fn state(&self) -> OutboxState {
+        match self {
+            DeliveryRecord::Delivered => OutboxState::Delivered,
+            DeliveryRecord::Failed { .. } => OutboxState::Pending,
+            DeliveryRecord::Poisoned { .. } => OutboxState::Poisoned,
+        }
+    }
+
+    /// The row's next due instant, if this try moves it (a failed try that will be
+    /// tried again).
+    pub fn retry_at_ms(&self) -> Option<i64> {
+        match self {
+            DeliveryRecord::Failed { retry_at_ms, .. } => Some(*retry_at_ms),
+            DeliveryRecord::Delivered | DeliveryRecord::Poisoned { .. } => None,
+        }
+    }
+
+    /// What the try said, if it failed: the row's new `last_error`. A delivered try
+    /// keeps the last failure's text as the record of what came before.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            DeliveryRecord::Failed { error, .. } | DeliveryRecord::Poisoned { error } => {
+                Some(error)
+            }
+            DeliveryRecord::Delivered => None,
+        }
+    }
+}
+
+/// The code of the incident a poisoned outbox row opens on its node (C2).
+pub const POISONED_INCIDENT_CODE: &str = "POISONED";
+
+/// The message of the incident a poisoned outbox row opens: the last try's error and
+/// how many tries were made, counting the last one. One text for every store.
+pub fn poisoned_message(error: &str, deliveries: u32) -> String {
+    let tries = if deliveries == 1 { "try" } else { "tries" };
+    format!("not delivered after {deliveries} {tries}: {error}")
+}
+
 /// The most rows one [`Store::claim_due_outbox`] call returns, whatever it asks for.
 pub const OUTBOX_CLAIM_LIMIT_MAX: u32 = 1_000;
+
+/// A claim's row limit as stores apply it: at most [`OUTBOX_CLAIM_LIMIT_MAX`]; 0 claims
+/// nothing.
+pub fn effective_outbox_claim_limit(limit: u32) -> u32 {
+    limit.min(OUTBOX_CLAIM_LIMIT_MAX)
+}
 
 /// Everything one step wrote, applied atomically: the instance row, then the effect
 /// rows by family. A new family (outbox rows, correlations) is one more field here and
@@ -738,19 +786,26 @@ pub trait Store: Send + Sync + 'static {
     async fn pull_tasks(&self, instance: InstanceId) -> StoreResult<Vec<PullTaskRecord>>;
 
     /// Leases up to `claim.limit` (at most [`OUTBOX_CLAIM_LIMIT_MAX`]) pending outbox
-    /// rows due at or before `claim.now_ms` whose lease is free or has expired, to
-    /// `claim.owner` until `now_ms + lease_ms`, earliest due first — the timer poller's
+    /// rows due at or before `claim.now_ms` whose lease is free or has expired (a lease
+    /// holds up to and including its instant), to `claim.owner` until
+    /// `now_ms + lease_ms`, earliest due first (then by key, compared as bytes) — the timer poller's
     /// pattern (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so replicas share the work and
     /// never receive the same row while its lease holds). Cost grows with due rows (an
     /// index on the due instant of pending rows), not with delivered or parked ones.
     async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>>;
 
     /// Records one delivery try of the row `key` made under `owner`'s lease at `now_ms`:
-    /// counts the try, and moves the row to delivered, to its next due instant, or to
-    /// poisoned (opening the `POISONED` incident in the same transaction). Applies only
-    /// while the row is pending and leased to `owner`; returns whether it applied (a
-    /// row withdrawn meanwhile, or claimed by another dispatcher after the lease ran
-    /// out, is left alone).
+    /// counts the try, drops the lease, and moves the row to delivered, to its next due
+    /// instant (`retry_at_ms`, with the error as `last_error`), or to poisoned (with the
+    /// error, opening the [`POISONED_INCIDENT_CODE`] incident on the row's node at
+    /// `now_ms`, message [`poisoned_message`], in the same transaction). Applies only
+    /// while the row is pending and `owner` holds the last lease taken on it; returns
+    /// whether it applied (a row withdrawn meanwhile, claimed by another dispatcher
+    /// after the lease ran out, never claimed, or already recorded for this lease, is
+    /// left alone). A lease that ran out without another claim still counts: the try
+    /// was made, and recording it is better than trying again. The instance's fence
+    /// does not move; the engine learns of a poisoned row by reading it under the
+    /// claim (C3).
     async fn record_delivery(
         &self,
         key: &str,
@@ -765,6 +820,6 @@ pub trait Store: Send + Sync + 'static {
     /// The outbox row with this key.
     async fn outbox_row(&self, key: &str) -> StoreResult<Option<OutboxRecord>>;
 
-    /// The outbox rows of one instance, oldest first (then by key).
+    /// The outbox rows of one instance, oldest first (then by key, compared as bytes).
     async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<OutboxRecord>>;
 }
