@@ -208,6 +208,35 @@ impl PgStore {
             .collect()
     }
 
+    /// Runs a lease update (`CLAIM_SQL` or `OUTBOX_CLAIM_SQL`: owner, lease end, now,
+    /// limit) in its own transaction, committed without waiting for the WAL flush. A
+    /// lease is advisory: losing one in a crash only makes its timer or outbox row
+    /// claimable again, and the fence (a timer) or the idempotency key (a delivery)
+    /// still stops a double effect. The lease is visible to other replicas as soon as
+    /// this returns, and the next synchronous commit flushes it.
+    async fn relaxed_claim(
+        &self,
+        sql: &str,
+        claim: TimerClaim<'_>,
+        limit: u32,
+    ) -> StoreResult<Vec<PgRow>> {
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let rows = sqlx::query(sql)
+            .bind(claim.owner)
+            .bind(claim.now_ms.saturating_add(claim.lease_ms))
+            .bind(claim.now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(rows)
+    }
+
     async fn check_deployments(&self, tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<()> {
         let unknown: Vec<i64> = batch
             .iter()
@@ -1124,25 +1153,7 @@ impl Store for PgStore {
         if claim.limit == 0 {
             return Ok(Vec::new());
         }
-        // A lease is advisory: losing one in a crash only makes its timer claimable again,
-        // and the fence still stops a double step. So the claim commits without waiting
-        // for the WAL flush; the lease is visible to other replicas as soon as this
-        // returns, and the next synchronous commit flushes it.
-        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        let rows = sqlx::query(CLAIM_SQL)
-            .bind(claim.owner)
-            .bind(claim.now_ms.saturating_add(claim.lease_ms))
-            .bind(claim.now_ms)
-            .bind(i64::from(claim.limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
-        tx.commit().await.map_err(backend)?;
-        claimed_timers(&rows)
+        claimed_timers(&self.relaxed_claim(CLAIM_SQL, claim, claim.limit).await?)
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
@@ -1316,23 +1327,7 @@ impl Store for PgStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        // Advisory, like a timer lease: a lease lost in a crash only lets the row be
-        // delivered again under the same idempotency key. No wait for the WAL flush.
-        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        let rows = sqlx::query(OUTBOX_CLAIM_SQL)
-            .bind(claim.owner)
-            .bind(claim.now_ms.saturating_add(claim.lease_ms))
-            .bind(claim.now_ms)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
-        tx.commit().await.map_err(backend)?;
-        claimed_outbox(&rows)
+        claimed_outbox(&self.relaxed_claim(OUTBOX_CLAIM_SQL, claim, limit).await?)
     }
 
     /// One synchronous transaction: the row's update and, for a poisoned row, its

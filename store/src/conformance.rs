@@ -133,6 +133,7 @@ macro_rules! conformance_tests {
             next_outbox_due_is_the_earliest_pending_row_leased_or_not,
             outbox_lists_an_instances_rows_oldest_first_then_by_key,
             purge_takes_every_outbox_row_of_a_purged_instance_only,
+            poisons_racing_withdrawals_never_deadlock,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -3045,5 +3046,50 @@ pub async fn purge_takes_every_outbox_row_of_a_purged_instance_only(ctx: Ctx) ->
     ensure!(s.outbox(id(2)).await? == vec![pending_row(id(2), "k2", "a", 1, T0 + 5)]);
     ensure!(s.next_outbox_due().await? == Some(T0 + 5));
     ensure!(claim_keys(s, T0 + 100, 10, "d2", 10).await? == ["k2"]);
+    Ok(())
+}
+
+/// A dispatcher poisoning rows (one handle) while the instances' commits withdraw them
+/// (the other), each pair at the same moment: neither side fails, every row is gone
+/// afterwards, and a poison left its incident exactly when it applied (before the
+/// withdrawal). On PostgreSQL both take the instance's lock before the row's, so they
+/// queue instead of deadlocking.
+pub async fn poisons_racing_withdrawals_never_deadlock(ctx: Ctx) -> Result<()> {
+    const ROWS: u128 = 40;
+    let dep = deploy(&*ctx.store, "h1").await?;
+    let batch: Vec<Commit> = (0..ROWS)
+        .map(|n| {
+            let mut c = commit(id(n), None, dep);
+            c.outbox.emit = vec![outbox_request(&format!("k{n}"), "call", 1)];
+            c
+        })
+        .collect();
+    ctx.store.commit(batch).await?;
+    let claimed = claim_keys(&*ctx.store, T0, 600_000, "d1", 1_000).await?;
+    ensure!(claimed.len() == ROWS as usize);
+    for n in 0..ROWS {
+        let (a, b) = (ctx.store.clone(), ctx.second.clone());
+        let withdrawal = tokio::spawn(async move {
+            let mut c = commit(id(n), Some(1), dep);
+            c.outbox.withdraw = vec!["call".into()];
+            a.commit(vec![c]).await
+        });
+        let poison = tokio::spawn(async move {
+            b.record_delivery(&format!("k{n}"), "d1", T0 + 1, poisoned("HTTP 410"))
+                .await
+        });
+        let outcome = withdrawal.await??;
+        let applied = poison.await??;
+        ensure!(
+            outcome == vec![CommitOutcome::Applied { fence: 2 }],
+            "{outcome:?}"
+        );
+        ensure!(ctx.store.outbox_row(&format!("k{n}")).await?.is_none());
+        let incidents = ctx.store.incidents(Some(id(n))).await?.len();
+        ensure!(
+            incidents == usize::from(applied),
+            "row {n}: poison applied {applied}, {incidents} incidents"
+        );
+    }
     Ok(())
 }
