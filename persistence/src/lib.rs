@@ -39,8 +39,9 @@
 //! rows and emits the next attempt's keeps the new row). A new family is one more such
 //! function per store. Retention (`purge_finished`) is the one path that deletes
 //! instances: one short transaction per batch, children first (outbox rows included,
-//! whatever their state). Rows are batched across the round: PostgreSQL binds arrays (`UNNEST`), one
-//! statement per kind of row; SQLite inserts multi-row `VALUES` in chunks.
+//! whatever their state). Rows are batched across the round: PostgreSQL binds arrays
+//! (`UNNEST`), one statement per kind of row; SQLite inserts multi-row `VALUES` in
+//! chunks.
 
 mod common;
 pub mod postgres;

@@ -440,8 +440,8 @@ pub fn effective_outbox_claim_limit(limit: u32) -> u32 {
 }
 
 /// Everything one step wrote, applied atomically: the instance row, then the effect
-/// rows by family. A new family (outbox rows, correlations) is one more field here and
-/// one more `apply` per store — each store writes each family in exactly one place.
+/// rows by family. A new family (correlations next) is one more field here and one
+/// more `apply` per store — each store writes each family in exactly one place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Commit {
     pub instance: InstanceId,
@@ -788,10 +788,11 @@ pub trait Store: Send + Sync + 'static {
     /// Leases up to `claim.limit` (at most [`OUTBOX_CLAIM_LIMIT_MAX`]) pending outbox
     /// rows due at or before `claim.now_ms` whose lease is free or has expired (a lease
     /// holds up to and including its instant), to `claim.owner` until
-    /// `now_ms + lease_ms`, earliest due first (then by key, compared as bytes) — the timer poller's
-    /// pattern (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so replicas share the work and
-    /// never receive the same row while its lease holds). Cost grows with due rows (an
-    /// index on the due instant of pending rows), not with delivered or parked ones.
+    /// `now_ms + lease_ms`, earliest due first, then by key compared as bytes — the
+    /// timer poller's pattern (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so replicas share
+    /// the work and never receive the same row while its lease holds). Cost grows with
+    /// due rows (an index on the due instant of pending rows), not with delivered or
+    /// parked ones.
     async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>>;
 
     /// Records one delivery try of the row `key` made under `owner`'s lease at `now_ms`:

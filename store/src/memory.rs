@@ -4,9 +4,8 @@
 //! timer upserts and incarnation-matched resolves, leases on claimed timers, retirement
 //! rules, business keys unique per deployment, retention's purge, outbox rows with
 //! their leases and delivery records — so the runtime and the store conformance suite
-//! can run against it. It must
-//! never claim durability: [`Store::is_durable`] is `false`, and everything is gone when
-//! the value is dropped.
+//! can run against it. It must never claim durability: [`Store::is_durable`] is
+//! `false`, and everything is gone when the value is dropped.
 //!
 //! All state sits behind one `std::sync::Mutex` that is never held across an `.await`,
 //! so a batch of commits is atomic with respect to every other call.
