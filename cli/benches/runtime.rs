@@ -554,6 +554,37 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<qflow_store::PullTaskRecord>> {
         self.inner.pull_tasks(instance).await
     }
+    async fn claim_due_outbox(
+        &self,
+        claim: TimerClaim<'_>,
+    ) -> StoreResult<Vec<qflow_store::OutboxRecord>> {
+        let mut claimed = self.inner.claim_due_outbox(claim).await?;
+        if self.what_if.ordered_ids {
+            let ids = self.ids.lock().expect("id map");
+            for row in &mut claimed {
+                row.instance = ids.runtime_for(row.instance);
+            }
+        }
+        Ok(claimed)
+    }
+    async fn record_delivery(
+        &self,
+        key: &str,
+        owner: &str,
+        now_ms: i64,
+        record: qflow_store::DeliveryRecord,
+    ) -> StoreResult<bool> {
+        self.inner.record_delivery(key, owner, now_ms, record).await
+    }
+    async fn next_outbox_due(&self) -> StoreResult<Option<i64>> {
+        self.inner.next_outbox_due().await
+    }
+    async fn outbox_row(&self, key: &str) -> StoreResult<Option<qflow_store::OutboxRecord>> {
+        self.inner.outbox_row(key).await
+    }
+    async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<qflow_store::OutboxRecord>> {
+        self.inner.outbox(self.stored_id(instance)).await
+    }
 }
 
 /// Bytes this process has caused to be written to storage so far (`/proc/self/io`),

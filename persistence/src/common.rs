@@ -9,8 +9,8 @@ use qflow_store::memory::{effective_instances_limit, node_timer_names};
 use qflow_store::{
     Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
     DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    PullTaskRecord, PurgeRequest, StoreError, StoreResult, SubscriptionRecord, TimerName,
-    TimerRecord, PURGE_LIMIT_MAX,
+    NewOutboxRow, OutboxRecord, OutboxState, PullTaskRecord, PurgeRequest, StoreError, StoreResult,
+    SubscriptionRecord, TimerName, TimerRecord, PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -27,6 +27,9 @@ pub(crate) const ATTEMPT_COLUMNS: &str =
     "instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message, worker";
 pub(crate) const PULL_COLUMNS: &str =
     "instance, node, topic, attempt, worker, lock_until_ms, offered_at_ms";
+
+pub(crate) const OUTBOX_COLUMNS: &str = "key, instance, node, channel, attempt, call_id, body, \
+     created_at_ms, state, deliveries, due_at_ms, last_error";
 
 /// Wraps a driver error as the store contract's backend error.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
@@ -244,6 +247,60 @@ pub(crate) fn last_offer_per_node(commit: &Commit) -> Vec<&PullTaskRecord> {
         }
     }
     out.reverse();
+    out
+}
+
+/// Reads `OUTBOX_COLUMNS` (a claim's `RETURNING *` has them too).
+pub(crate) fn outbox_from_row(row: &impl StoreRow) -> StoreResult<OutboxRecord> {
+    let state: String = row.field("state")?;
+    Ok(OutboxRecord {
+        key: row.field("key")?,
+        instance: row.instance_id("instance")?,
+        node: row.field("node")?,
+        channel: row.field("channel")?,
+        attempt: attempt_from_db(row.field("attempt")?)?,
+        call_id: row.field("call_id")?,
+        body: row.field("body")?,
+        created_at_ms: row.field("created_at_ms")?,
+        state: OutboxState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown outbox state {state:?}")))?,
+        deliveries: deliveries_from_db(row.field("deliveries")?)?,
+        due_at_ms: row.field("due_at_ms")?,
+        last_error: row.field("last_error")?,
+    })
+}
+
+pub(crate) fn deliveries_from_db(value: i64) -> Result<u32, StoreError> {
+    u32_from_db("delivery count", value)
+}
+
+/// The rows an outbox claim's `RETURNING` gave, earliest due first and then by key (as
+/// bytes), as the contract says (`RETURNING` itself promises no order).
+pub(crate) fn claimed_outbox(rows: &[impl StoreRow]) -> StoreResult<Vec<OutboxRecord>> {
+    let mut claimed = rows
+        .iter()
+        .map(outbox_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+    claimed.sort_by(|a, b| (a.due_at_ms, &a.key).cmp(&(b.due_at_ms, &b.key)));
+    Ok(claimed)
+}
+
+/// The outbox rows a round's winners emit, each key once: the first emission of a key
+/// wins, in batch order (the contract's rule within a commit, kept across a round so
+/// that one statement never inserts a key twice and no backend's tie-breaking decides).
+/// `W` is how the caller names the winner's instance.
+pub(crate) fn first_emit_per_key<'a, W: Copy>(
+    winners: impl IntoIterator<Item = (W, &'a Commit)>,
+) -> Vec<(W, &'a Commit, &'a NewOutboxRow)> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut out = Vec::new();
+    for (who, commit) in winners {
+        for row in &commit.outbox.emit {
+            if seen.insert(row.key.as_str()) {
+                out.push((who, commit, row));
+            }
+        }
+    }
     out
 }
 

@@ -7,35 +7,41 @@
 //! commit whose fence check lost write any of its rows.
 //!
 //! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention`,
-//! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents` in both directories
-//! (`0006` is the pull-task family's); an applied migration is
-//! never edited, a change is a new one):
+//! `0005_subscriptions`, `0006_pull_tasks`, `0007_listing_order`, `0008_open_incidents`,
+//! `0010_outbox` in both directories; `0009` belongs to the user-task family, on its own
+//! branch: sqlx applies every migration a database lacks whatever its number, so the two
+//! merge as they are). An applied migration is never edited, a change is a new one:
 //!
 //! | table | rows | written by |
 //! |---|---|---|
 //! | `deployments` | one per distinct content hash; `id` is the version | `deploy`, `retire` |
 //! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention); indexes ending in `(created_at_ms, id)` per deployment and state, so a listing page reads in order (`0007`) | `commit` (CAS on fence), `purge_finished` |
 //! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
-//! | `incidents` | opened/resolved per instance and node | `commit` |
+//! | `incidents` | opened/resolved per instance and node; partial index of open ones (`0008`) | `commit`, `record_delivery` (a poisoned row's `POISONED` incident) |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
 //! | `audit` | operator actions, with the fences their commit moved between | `commit` |
+//! | `subscriptions` | `(instance, node)` key, message name and correlation key; index on `(message, correlation_key, opened_at_ms)` | `commit` |
+//! | `pull_tasks` | `(instance, node)` key, topic, attempt, lock; partial index of offered (unlocked) rows by topic | `commit` |
+//! | `outbox` | channel requests, one per attempt: idempotency key (primary key), instance, node, channel, attempt, call id, body, state (`pending`, `delivered`, `poisoned`), delivery count, due instant, last error, lease; partial index `outbox_due` on `(due_at_ms, key)` of pending rows, index on `(instance, node)` | `commit` (emit, withdraw), `claim_due_outbox` (lease), `record_delivery` |
 //!
-//! Room for later issues: the outbox (C1–C6: request rows with idempotency key, delivery
-//! attempts, poisoned flag), correlation (C5, C7: live response waits by key) and
-//! pull-task (P1: fetch-and-lock rows with lock expiry) tables arrive as further numbered
-//! migrations (`0005_…`) in both directories, and their rows as additive fields on
-//! `Commit`, written by the same batch transaction and only when that commit's CAS won.
-//! No table is created before the code that uses it.
+//! Correlation (C5, C7: live response waits by key) arrives as a further numbered
+//! migration in both directories, and its rows as an additive field on `Commit`, written
+//! by the same batch transaction and only when that commit's CAS won. No table is
+//! created before the code that uses it.
 //!
 //! Every batch is applied in rounds of distinct instances; within a round the instance
 //! rows are written first (the CAS, `apply_state`), then the winners' effect rows family
 //! by family. Each store writes each family of `Commit` in exactly one function
-//! (`apply_timers`, `apply_incidents`, `apply_attempts`, called once per round from
+//! (`apply_timers`, `apply_incidents`, `apply_subscriptions`, `apply_attempts`,
+//! `apply_pull`, `apply_outbox`, `apply_audit`, called once per round from
 //! `apply_round`), its deletes and updates before its inserts (so a step that resolves
-//! and re-arms a timer keeps the new one). A new family is one more such function per
-//! store. Retention (`purge_finished`) is the one path that deletes instances: one short
-//! transaction per batch, children first. Rows are batched across the round: PostgreSQL binds arrays (`UNNEST`), one
-//! statement per kind of row; SQLite inserts multi-row `VALUES` in chunks.
+//! and re-arms a timer keeps the new one, and one that withdraws a dead attempt's outbox
+//! rows and emits the next attempt's keeps the new row). A new family is one more such
+//! function per store. Retention (`purge_finished`) is the one path that deletes
+//! instances: one short transaction per batch, children first (outbox rows included,
+//! whatever their state). Rows are batched across the round: PostgreSQL binds arrays
+//! (`UNNEST`), one statement per kind of row; SQLite inserts multi-row `VALUES` in
+//! chunks.
 
 mod common;
 pub mod postgres;

@@ -3,16 +3,19 @@
 //!
 //! Durability: every connection runs with `synchronous_commit=on` whatever the server's
 //! default, so a commit returns only once its WAL is flushed (R1a). The one exception is
-//! a timer lease (`claim_due_timers`), which is advisory. A batch of commits is
+//! a lease (`claim_due_timers`, `claim_due_outbox`), which is advisory. A batch of commits is
 //! one transaction (group commit), written with set-based statements over `UNNEST`ed
 //! arrays: a batch of 128 instances costs the same handful of round trips as a batch
 //! of one.
 //!
 //! Replicas: a commit first locks the instance rows of its batch in id order (`FOR
 //! UPDATE`), so two replicas committing overlapping batches queue instead of
-//! deadlocking, and the fence check happens under that lock. The timer claim uses
-//! `FOR UPDATE SKIP LOCKED`, so pollers on several replicas share due timers without
-//! waiting on or double-claiming each other's rows.
+//! deadlocking, and the fence check happens under that lock. The timer and outbox claims
+//! use `FOR UPDATE SKIP LOCKED`, so pollers and dispatchers on several replicas share due
+//! rows without waiting on or double-claiming each other's. Every transaction that locks
+//! both an instance row and outbox rows locks the instance first (see
+//! `record_delivery`), so a commit withdrawing rows and a dispatcher recording a try on
+//! one of them queue instead of deadlocking.
 //!
 //! Must never: build SQL from caller strings (the only interpolated name is the schema,
 //! checked to be a plain identifier), or leave the fence check outside the row lock.
@@ -23,22 +26,24 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use qflow_store::memory::{effective_instances_limit, effective_subscriptions_limit};
 use qflow_store::{
-    AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment,
-    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
-    StoreResult, SubscriptionRecord, TimerClaim, TimerRecord, PULL_QUERY_LIMIT_MAX,
+    effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
+    CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
+    InstanceId, InstanceRecord, InstanceStatus, NewDeployment, OutboxRecord, PullQuery,
+    PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult,
+    SubscriptionRecord, TimerClaim, TimerRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
-    claimed_timers, contested_key, deployment_from_row, ended_at_update, fence_from_db,
-    fence_to_db, incident_from_row, instance_from_row, instances_query, last_arm_per_name,
-    last_offer_per_node, map_all, map_optional, merge_offered, plan, pull_from_row, purge_choice,
-    purge_limit, refusal, status_count_from_row, subscription_from_row, timer_from_row, Field,
-    KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS,
-    INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, PULL_COLUMNS, SUBSCRIPTION_COLUMNS,
+    claimed_outbox, claimed_timers, contested_key, deliveries_from_db, deployment_from_row,
+    ended_at_update, fence_from_db, fence_to_db, first_emit_per_key, incident_from_row,
+    instance_from_row, instances_query, last_arm_per_name, last_offer_per_node, map_all,
+    map_optional, merge_offered, outbox_from_row, plan, pull_from_row, purge_choice, purge_limit,
+    refusal, status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
+    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
+    INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, OUTBOX_COLUMNS, PULL_COLUMNS, SUBSCRIPTION_COLUMNS,
     TIMER_COLUMNS,
 };
 use crate::Error;
@@ -157,6 +162,22 @@ impl PgStore {
     /// has run a few times (`EXPLAIN EXECUTE` under `force_generic_plan`, not executed):
     /// the evidence that polling walks the due index rather than the table (R3).
     pub async fn explain_claim(&self, now_ms: i64, limit: u32) -> StoreResult<Vec<String>> {
+        self.explain_generic(CLAIM_SQL, now_ms, limit).await
+    }
+
+    /// The same evidence for the outbox claim: a dispatcher's claim walks `outbox_due`,
+    /// the pending rows' due index.
+    pub async fn explain_outbox_claim(&self, now_ms: i64, limit: u32) -> StoreResult<Vec<String>> {
+        self.explain_generic(OUTBOX_CLAIM_SQL, now_ms, limit).await
+    }
+
+    /// The generic plan of a lease update taking (owner, lease end, now, limit).
+    async fn explain_generic(
+        &self,
+        sql: &str,
+        now_ms: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<String>> {
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
         // EXPLAIN of a statement with bound parameters plans it with those values (a
         // custom plan); only a named PREPARE shows the generic plan a long-running
@@ -166,7 +187,7 @@ impl PgStore {
             .await
             .map_err(backend)?;
         sqlx::query(&format!(
-            "PREPARE qflow_claim_plan (text, bigint, bigint, bigint) AS {CLAIM_SQL}"
+            "PREPARE qflow_claim_plan (text, bigint, bigint, bigint) AS {sql}"
         ))
         .execute(&mut *tx)
         .await
@@ -185,6 +206,35 @@ impl PgStore {
         rows.iter()
             .map(|row| row.try_get::<String, _>(0).map_err(backend))
             .collect()
+    }
+
+    /// Runs a lease update (`CLAIM_SQL` or `OUTBOX_CLAIM_SQL`: owner, lease end, now,
+    /// limit) in its own transaction, committed without waiting for the WAL flush. A
+    /// lease is advisory: losing one in a crash only makes its timer or outbox row
+    /// claimable again, and the fence (a timer) or the idempotency key (a delivery)
+    /// still stops a double effect. The lease is visible to other replicas as soon as
+    /// this returns, and the next synchronous commit flushes it.
+    async fn relaxed_claim(
+        &self,
+        sql: &str,
+        claim: TimerClaim<'_>,
+        limit: u32,
+    ) -> StoreResult<Vec<PgRow>> {
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let rows = sqlx::query(sql)
+            .bind(claim.owner)
+            .bind(claim.now_ms.saturating_add(claim.lease_ms))
+            .bind(claim.now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(rows)
     }
 
     async fn check_deployments(&self, tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<()> {
@@ -276,6 +326,27 @@ const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = $1, leased_until_ms = $
          ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED)) \
      RETURNING instance, name, due_at_ms, incarnation";
 
+/// Leases due pending outbox rows whose lease is free or expired, earliest due first
+/// (then by key in byte order, the `"C"` collation `outbox_due` is built with), exactly
+/// as [`CLAIM_SQL`] does timers and for the same reasons (`SKIP LOCKED`, the lease
+/// re-checked on the locked row, the outer update by `ctid`). The literal
+/// `state = 'pending'` matches the partial index's predicate in the generic plan.
+const OUTBOX_CLAIM_SQL: &str = "UPDATE outbox SET lease_owner = $1, lease_until_ms = $2 \
+     WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox \
+         WHERE state = 'pending' AND due_at_ms <= $3 \
+         AND (lease_until_ms IS NULL OR lease_until_ms < $3) \
+         ORDER BY due_at_ms, key COLLATE \"C\" LIMIT $4 FOR UPDATE SKIP LOCKED)) \
+     RETURNING *";
+
+/// One delivery try, recorded only on a pending row leased to the caller: counts it,
+/// drops the lease, and sets the state, the next due instant (kept when `$2` is NULL)
+/// and the last error (kept when `$3` is NULL).
+const RECORD_DELIVERY_SQL: &str = "UPDATE outbox SET state = $1, \
+     due_at_ms = COALESCE($2::bigint, due_at_ms), last_error = COALESCE($3::text, last_error), \
+     deliveries = deliveries + 1, lease_owner = NULL, lease_until_ms = NULL \
+     WHERE key = $4 AND state = 'pending' AND lease_owner = $5 \
+     RETURNING instance, node, deliveries";
+
 /// One purge batch as one statement (one round trip, one short transaction). `doomed`
 /// chooses the instances (`common::purge_choice`: the `instances_ended` or
 /// `instances_deployment_ended` index, oldest end first) and locks them `FOR UPDATE SKIP
@@ -302,6 +373,8 @@ fn purge_sql(by_deployment: bool) -> String {
              RETURNING 1), \
          subscriptions_gone AS (DELETE FROM subscriptions \
              WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
+         outbox_gone AS (DELETE FROM outbox WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
          instances_gone AS (DELETE FROM instances WHERE id IN (SELECT id FROM doomed) \
              RETURNING 1) \
          SELECT (SELECT count(*) FROM instances_gone) AS instances, \
@@ -310,7 +383,8 @@ fn purge_sql(by_deployment: bool) -> String {
                 (SELECT count(*) FROM audit_gone) AS audit, \
                 (SELECT count(*) FROM timers_gone) + (SELECT count(*) FROM pulls_gone) \
                     AS timers, \
-                (SELECT count(*) FROM subscriptions_gone) AS subscriptions"
+                (SELECT count(*) FROM subscriptions_gone) AS subscriptions, \
+                (SELECT count(*) FROM outbox_gone) AS outbox"
     )
 }
 
@@ -369,7 +443,78 @@ async fn apply_round(
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
+    apply_outbox(tx, &winners).await?;
     apply_audit(tx, &winners).await
+}
+
+/// Writes the winners' outbox rows: the withdrawals in one `UNNEST` delete (pending and
+/// poisoned rows only: a delivered row stays as the record of what was sent), then the
+/// emissions in one `UNNEST` insert that leaves an existing key alone. Most commits have
+/// none and send nothing. The instance rows are locked already (`apply_state`), which
+/// is the lock order `record_delivery` keeps too.
+async fn apply_outbox(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let (mut instance, mut node) = (Vec::new(), Vec::new());
+    for commit in winners {
+        for n in &commit.outbox.withdraw {
+            instance.push(commit.instance);
+            node.push(n.as_str());
+        }
+    }
+    if !instance.is_empty() {
+        sqlx::query(
+            "DELETE FROM outbox AS o USING UNNEST($1::uuid[], $2::text[]) AS v(instance, node) \
+             WHERE o.instance = v.instance AND o.node = v.node \
+             AND o.state IN ('pending', 'poisoned')",
+        )
+        .bind(&instance)
+        .bind(&node)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    let emits = first_emit_per_key(winners.iter().map(|c| ((), *c)));
+    if emits.is_empty() {
+        return Ok(());
+    }
+    let mut key = Vec::with_capacity(emits.len());
+    let mut instance = Vec::with_capacity(emits.len());
+    let mut node = Vec::with_capacity(emits.len());
+    let mut channel = Vec::with_capacity(emits.len());
+    let mut attempt = Vec::with_capacity(emits.len());
+    let mut call_id = Vec::with_capacity(emits.len());
+    let mut body = Vec::with_capacity(emits.len());
+    let mut now_ms = Vec::with_capacity(emits.len());
+    for ((), commit, row) in emits {
+        key.push(row.key.as_str());
+        instance.push(commit.instance);
+        node.push(row.node.as_str());
+        channel.push(row.channel.as_str());
+        attempt.push(i64::from(row.attempt.get()));
+        call_id.push(row.call_id.as_str());
+        body.push(row.body.as_str());
+        now_ms.push(commit.now_ms);
+    }
+    sqlx::query(
+        "INSERT INTO outbox (key, instance, node, channel, attempt, call_id, body, \
+         created_at_ms, state, due_at_ms) \
+         SELECT key, instance, node, channel, attempt, call_id, body, now_ms, 'pending', now_ms \
+         FROM UNNEST($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bigint[], \
+                     $6::text[], $7::text[], $8::bigint[]) \
+         AS v(key, instance, node, channel, attempt, call_id, body, now_ms) \
+         ON CONFLICT (key) DO NOTHING",
+    )
+    .bind(&key)
+    .bind(&instance)
+    .bind(&node)
+    .bind(&channel)
+    .bind(&attempt)
+    .bind(&call_id)
+    .bind(&body)
+    .bind(&now_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
+    Ok(())
 }
 
 /// Writes the winners' pull-task rows: the withdrawals in one `UNNEST` delete, then the
@@ -1008,25 +1153,7 @@ impl Store for PgStore {
         if claim.limit == 0 {
             return Ok(Vec::new());
         }
-        // A lease is advisory: losing one in a crash only makes its timer claimable again,
-        // and the fence still stops a double step. So the claim commits without waiting
-        // for the WAL flush; the lease is visible to other replicas as soon as this
-        // returns, and the next synchronous commit flushes it.
-        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        let rows = sqlx::query(CLAIM_SQL)
-            .bind(claim.owner)
-            .bind(claim.now_ms.saturating_add(claim.lease_ms))
-            .bind(claim.now_ms)
-            .bind(i64::from(claim.limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
-        tx.commit().await.map_err(backend)?;
-        claimed_timers(&rows)
+        claimed_timers(&self.relaxed_claim(CLAIM_SQL, claim, claim.limit).await?)
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
@@ -1156,6 +1283,7 @@ impl Store for PgStore {
             audit: purged(&row, "audit")?,
             timers: purged(&row, "timers")?,
             subscriptions: purged(&row, "subscriptions")?,
+            outbox: purged(&row, "outbox")?,
         })
     }
 
@@ -1192,5 +1320,95 @@ impl Store for PgStore {
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance = $1 ORDER BY id");
         let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
         map_all(rows.await, attempt_from_row)
+    }
+
+    async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {
+        let limit = effective_outbox_claim_limit(claim.limit);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        claimed_outbox(&self.relaxed_claim(OUTBOX_CLAIM_SQL, claim, limit).await?)
+    }
+
+    /// One synchronous transaction: the row's update and, for a poisoned row, its
+    /// incident. A poison first locks the instance row `FOR KEY SHARE` — the lock the
+    /// incident's foreign key would take anyway — before it touches the outbox row: a
+    /// commit holds its instance `FOR UPDATE` and then deletes outbox rows, so taking the
+    /// two locks in the other order could deadlock with a commit withdrawing this row.
+    /// A delivered or failed try locks the outbox row only (its update does not touch
+    /// the foreign key), so it cannot wait on an instance.
+    async fn record_delivery(
+        &self,
+        key: &str,
+        owner: &str,
+        now_ms: i64,
+        record: DeliveryRecord,
+    ) -> StoreResult<bool> {
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        if matches!(record, DeliveryRecord::Poisoned { .. }) {
+            let instance = sqlx::query(
+                "SELECT 1 FROM instances \
+                 WHERE id = (SELECT instance FROM outbox WHERE key = $1) FOR KEY SHARE",
+            )
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+            if instance.is_none() {
+                tx.rollback().await.map_err(backend)?;
+                return Ok(false);
+            }
+        }
+        let tried: Option<(InstanceId, String, i64)> = sqlx::query_as(RECORD_DELIVERY_SQL)
+            .bind(record.state().as_str())
+            .bind(record.retry_at_ms())
+            .bind(record.error())
+            .bind(key)
+            .bind(owner)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let Some((instance, node, deliveries)) = tried else {
+            tx.rollback().await.map_err(backend)?;
+            return Ok(false);
+        };
+        if let DeliveryRecord::Poisoned { error } = &record {
+            sqlx::query(
+                "INSERT INTO incidents (instance, node, code, message, opened_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(instance)
+            .bind(node)
+            .bind(POISONED_INCIDENT_CODE)
+            .bind(poisoned_message(error, deliveries_from_db(deliveries)?))
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(true)
+    }
+
+    async fn next_outbox_due(&self) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar("SELECT min(due_at_ms) FROM outbox WHERE state = 'pending'")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)
+    }
+
+    async fn outbox_row(&self, key: &str) -> StoreResult<Option<OutboxRecord>> {
+        let sql = format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE key = $1");
+        let row = sqlx::query(&sql).bind(key).fetch_optional(&self.pool);
+        map_optional(row.await, outbox_from_row)
+    }
+
+    async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<OutboxRecord>> {
+        let sql = format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE instance = $1 \
+             ORDER BY created_at_ms, key COLLATE \"C\""
+        );
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
+        map_all(rows.await, outbox_from_row)
     }
 }

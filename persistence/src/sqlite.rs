@@ -5,7 +5,8 @@
 //! fsynced; nothing acknowledged is lost on power failure (R1a). Throughput beyond the
 //! disk's fsync rate comes from group commit: [`Store::commit`] applies a whole batch of
 //! instances' commits in one transaction, one fsync. The one write that does not wait
-//! for its fsync is a timer lease (see `claim_due_timers`): leases are advisory.
+//! for its fsync is a lease, on a timer or an outbox row (see `claim_due_timers`): leases
+//! are advisory.
 //!
 //! Concurrency: exactly one writer connection (SQLite has one writer anyway; a single
 //! connection avoids lock hand-offs and `SQLITE_BUSY` between our own writers) and a
@@ -24,11 +25,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qflow_store::memory::{effective_instances_limit, effective_subscriptions_limit};
 use qflow_store::{
-    AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment,
-    NewIncident, NewSubscription, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
+    effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
+    CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
+    InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident, NewOutboxRow,
+    NewSubscription, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
     RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
-    PULL_QUERY_LIMIT_MAX,
+    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -39,13 +41,14 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
     all_counts, applied, attempt_from_row, audit_fences, audit_from_row, backend,
-    batch_deployments, claimed_timers, contested_key, deployment_from_row, ended_at_creation,
-    ended_at_update, fence_from_db, fence_to_db, incident_from_row, instance_from_row,
-    instances_query, last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered,
-    plan, pull_from_row, purge_choice, purge_limit, refusal, status_count_from_row,
+    batch_deployments, claimed_outbox, claimed_timers, contested_key, deliveries_from_db,
+    deployment_from_row, ended_at_creation, ended_at_update, fence_from_db, fence_to_db,
+    first_emit_per_key, incident_from_row, instance_from_row, instances_query, last_arm_per_name,
+    last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row, plan,
+    pull_from_row, purge_choice, purge_limit, refusal, status_count_from_row,
     subscription_from_row, timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS,
     AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
-    PULL_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    OUTBOX_COLUMNS, PULL_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::Error;
 
@@ -266,6 +269,20 @@ impl SqliteStore {
         rows.iter().map(|row| row.field("detail")).collect()
     }
 
+    /// The query plan SQLite picks for the outbox claim, one line per plan step: the
+    /// evidence that a dispatcher's claim walks the pending rows' due index.
+    pub async fn explain_outbox_claim(&self) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {OUTBOX_CLAIM_SQL}"))
+            .bind("owner")
+            .bind(0_i64)
+            .bind(0_i64)
+            .bind(1_i64)
+            .fetch_all(&self.writer)
+            .await
+            .map_err(backend)?;
+        rows.iter().map(|row| row.field("detail")).collect()
+    }
+
     /// The query plans SQLite picks for a purge's choice of instances, of every
     /// deployment and of one, one line per plan step: the evidence that retention walks
     /// the ended-instance indexes rather than the table.
@@ -347,6 +364,27 @@ const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = ?1, leased_until_ms = ?
          ORDER BY due_at_ms LIMIT ?4) \
      RETURNING instance, name, due_at_ms, incarnation";
 
+/// Leases due pending outbox rows whose lease is free or expired, earliest due first
+/// (then by key, as bytes: SQLite's `BINARY` collation), as [`CLAIM_SQL`] does timers.
+/// The literal `state = 'pending'` is what lets SQLite use the partial index
+/// `outbox_due` (a bound parameter would not match its `WHERE`); `INDEXED BY` makes the
+/// statement fail rather than fall back to a scan if that ever stops being true.
+const OUTBOX_CLAIM_SQL: &str = "UPDATE outbox SET lease_owner = ?1, lease_until_ms = ?2 \
+     WHERE rowid IN (SELECT rowid FROM outbox INDEXED BY outbox_due \
+         WHERE state = 'pending' AND due_at_ms <= ?3 \
+         AND (lease_until_ms IS NULL OR lease_until_ms < ?3) \
+         ORDER BY due_at_ms, key LIMIT ?4) \
+     RETURNING *";
+
+/// One delivery try, recorded only on a pending row leased to the caller: counts it,
+/// drops the lease, and sets the state, the next due instant (kept when `?2` is NULL)
+/// and the last error (kept when `?3` is NULL).
+const RECORD_DELIVERY_SQL: &str = "UPDATE outbox SET state = ?1, \
+     due_at_ms = COALESCE(?2, due_at_ms), last_error = COALESCE(?3, last_error), \
+     deliveries = deliveries + 1, lease_owner = NULL, lease_until_ms = NULL \
+     WHERE key = ?4 AND state = 'pending' AND lease_owner = ?5 \
+     RETURNING instance, node, deliveries";
+
 fn id_text(id: InstanceId) -> String {
     id.hyphenated().to_string()
 }
@@ -378,9 +416,9 @@ async fn retired_deployments(tx: &mut SqliteConnection, batch: &[Commit]) -> Sto
     Ok(retired)
 }
 
-/// Rows per multi-row statement. At most 8 parameters a row keeps a statement far below
-/// SQLite's 32,766-parameter limit, and a batch of up to this many commits needs one
-/// statement per kind of row instead of one per row.
+/// Rows per multi-row statement. At most 9 parameters a row (an outbox row) keeps a
+/// statement far below SQLite's 32,766-parameter limit, and a batch of up to this many
+/// commits needs one statement per kind of row instead of one per row.
 const ROWS_PER_STATEMENT: usize = 128;
 
 /// A commit whose CAS won, with its instance id as stored.
@@ -401,7 +439,49 @@ async fn apply_round(
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
+    apply_outbox(tx, &winners).await?;
     apply_audit(tx, &winners).await
+}
+
+/// Writes the winners' outbox rows: the withdrawals, one delete by the `(instance, node)`
+/// index per node (pending and poisoned rows only: a delivered row stays as the record
+/// of what was sent), then the emissions as multi-row inserts that leave an existing
+/// key alone. Most commits have none and cost nothing here.
+async fn apply_outbox(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    for &(id, commit) in winners {
+        for node in &commit.outbox.withdraw {
+            sqlx::query(
+                "DELETE FROM outbox WHERE instance = ? AND node = ? \
+                 AND state IN ('pending', 'poisoned')",
+            )
+            .bind(id)
+            .bind(node)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+    }
+    let emits: Vec<(&str, &Commit, &NewOutboxRow)> = first_emit_per_key(winners.iter().copied());
+    insert_rows(
+        tx,
+        "INSERT INTO outbox (key, instance, node, channel, attempt, call_id, body, \
+         created_at_ms, state, due_at_ms) ",
+        &emits,
+        |mut row, (id, commit, emit)| {
+            row.push_bind(emit.key.as_str())
+                .push_bind(*id)
+                .push_bind(emit.node.as_str())
+                .push_bind(emit.channel.as_str())
+                .push_bind(i64::from(emit.attempt.get()))
+                .push_bind(emit.call_id.as_str())
+                .push_bind(emit.body.as_str())
+                .push_bind(commit.now_ms)
+                .push("'pending'")
+                .push_bind(commit.now_ms);
+        },
+        " ON CONFLICT (key) DO NOTHING",
+    )
+    .await
 }
 
 /// Writes the winners' pull-task rows: the withdrawals, one indexed delete per row, then
@@ -828,28 +908,58 @@ async fn delete_where_in(
     Ok(done.rows_affected())
 }
 
-/// The lease update of [`Store::claim_due_timers`] in its own `BEGIN IMMEDIATE`
-/// transaction on the writer connection.
+/// A lease update (`CLAIM_SQL` or `OUTBOX_CLAIM_SQL`: owner, lease end, now, limit) in
+/// its own `BEGIN IMMEDIATE` transaction on the writer connection.
 async fn claim_rows(
     conn: &mut SqliteConnection,
-    now_ms: i64,
-    lease_ms: i64,
-    owner: &str,
+    sql: &str,
+    claim: TimerClaim<'_>,
     limit: u32,
 ) -> StoreResult<Vec<SqliteRow>> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE")
         .await
         .map_err(backend)?;
-    let rows = sqlx::query(CLAIM_SQL)
-        .bind(owner)
-        .bind(now_ms.saturating_add(lease_ms))
-        .bind(now_ms)
+    let rows = sqlx::query(sql)
+        .bind(claim.owner)
+        .bind(claim.now_ms.saturating_add(claim.lease_ms))
+        .bind(claim.now_ms)
         .bind(i64::from(limit))
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
     tx.commit().await.map_err(backend)?;
     Ok(rows)
+}
+
+impl SqliteStore {
+    /// Runs a lease update (`claim_rows`) without waiting for its fsync. A lease is
+    /// advisory: losing one in a crash only makes its timer or outbox row claimable
+    /// again, and the fence (a timer) or the idempotency key (a delivery) still stops a
+    /// double effect. So the claim commits with WAL `synchronous=NORMAL` for this one
+    /// transaction; the next FULL commit flushes it along with its own frames. The writer
+    /// goes back to FULL before anyone else can use it, or is closed.
+    async fn relaxed_claim(
+        &self,
+        sql: &str,
+        claim: TimerClaim<'_>,
+        limit: u32,
+    ) -> StoreResult<Vec<SqliteRow>> {
+        let mut conn = self.writer.acquire().await.map_err(backend)?;
+        sqlx::query("PRAGMA synchronous = NORMAL")
+            .execute(&mut *conn)
+            .await
+            .map_err(backend)?;
+        let claimed = claim_rows(&mut conn, sql, claim, limit).await;
+        if let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
+            .execute(&mut *conn)
+            .await
+        {
+            // Never return a connection that might skip fsyncs to the pool.
+            let _ = sqlx::Connection::close(conn.detach()).await;
+            return Err(backend(e));
+        }
+        claimed
+    }
 }
 
 #[async_trait]
@@ -986,33 +1096,7 @@ impl Store for SqliteStore {
         if claim.limit == 0 {
             return Ok(Vec::new());
         }
-        // A lease is advisory: losing one in a crash only makes its timer claimable again,
-        // and the fence still stops a double step. So the claim commits without waiting
-        // for an fsync (WAL `synchronous=NORMAL` for this one transaction); the next FULL
-        // commit flushes it along with its own frames. The writer goes back to FULL
-        // before anyone else can use it, or is closed.
-        let mut conn = self.writer.acquire().await.map_err(backend)?;
-        sqlx::query("PRAGMA synchronous = NORMAL")
-            .execute(&mut *conn)
-            .await
-            .map_err(backend)?;
-        let claimed = claim_rows(
-            &mut conn,
-            claim.now_ms,
-            claim.lease_ms,
-            claim.owner,
-            claim.limit,
-        )
-        .await;
-        if let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
-            .execute(&mut *conn)
-            .await
-        {
-            // Never return a connection that might skip fsyncs to the pool.
-            let _ = sqlx::Connection::close(conn.detach()).await;
-            return Err(backend(e));
-        }
-        claimed_timers(&claimed?)
+        claimed_timers(&self.relaxed_claim(CLAIM_SQL, claim, claim.limit).await?)
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
@@ -1169,6 +1253,7 @@ impl Store for SqliteStore {
             timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
                 + delete_where_in(&mut tx, "pull_tasks", "instance", &ids).await?,
             subscriptions: delete_where_in(&mut tx, "subscriptions", "instance", &ids).await?,
+            outbox: delete_where_in(&mut tx, "outbox", "instance", &ids).await?,
             instances: delete_where_in(&mut tx, "instances", "id", &ids).await?,
         };
         tx.commit().await.map_err(backend)?;
@@ -1213,5 +1298,77 @@ impl Store for SqliteStore {
             .bind(id_text(instance))
             .fetch_all(&self.readers);
         map_all(rows.await, attempt_from_row)
+    }
+
+    async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {
+        let limit = effective_outbox_claim_limit(claim.limit);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        claimed_outbox(&self.relaxed_claim(OUTBOX_CLAIM_SQL, claim, limit).await?)
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction, durable like a commit: the row's update and,
+    /// for a poisoned row, its incident.
+    async fn record_delivery(
+        &self,
+        key: &str,
+        owner: &str,
+        now_ms: i64,
+        record: DeliveryRecord,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let tried: Option<(String, String, i64)> = sqlx::query_as(RECORD_DELIVERY_SQL)
+            .bind(record.state().as_str())
+            .bind(record.retry_at_ms())
+            .bind(record.error())
+            .bind(key)
+            .bind(owner)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let Some((instance, node, deliveries)) = tried else {
+            tx.rollback().await.map_err(backend)?;
+            return Ok(false);
+        };
+        if let DeliveryRecord::Poisoned { error } = &record {
+            sqlx::query(
+                "INSERT INTO incidents (instance, node, code, message, opened_at_ms) \
+                 VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(instance)
+            .bind(node)
+            .bind(POISONED_INCIDENT_CODE)
+            .bind(poisoned_message(error, deliveries_from_db(deliveries)?))
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(true)
+    }
+
+    async fn next_outbox_due(&self) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar("SELECT min(due_at_ms) FROM outbox WHERE state = 'pending'")
+            .fetch_one(&self.readers)
+            .await
+            .map_err(backend)
+    }
+
+    async fn outbox_row(&self, key: &str) -> StoreResult<Option<OutboxRecord>> {
+        let sql = format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE key = ?");
+        let row = sqlx::query(&sql).bind(key).fetch_optional(&self.readers);
+        map_optional(row.await, outbox_from_row)
+    }
+
+    async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<OutboxRecord>> {
+        let sql = format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE instance = ? ORDER BY created_at_ms, key"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(id_text(instance))
+            .fetch_all(&self.readers);
+        map_all(rows.await, outbox_from_row)
     }
 }

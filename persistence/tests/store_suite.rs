@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{ensure, Result};
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_store::conformance::{
-    attempt, commit, commit_one, create, deploy, id, poll, timer, Ctx, Opened, T0,
+    attempt, commit, commit_one, create, deploy, id, outbox_request, poll, timer, Ctx, Opened, T0,
 };
 use qflow_store::memory::MemoryStore;
 use qflow_store::{CommitOutcome, InstanceFilter, InstanceStatus, NewIncident, Store};
@@ -229,6 +229,91 @@ async fn sqlite_claim_plan_uses_the_due_index() -> Result<()> {
     Ok(())
 }
 
+/// A dispatcher's claim walks the pending rows' due index (`outbox_due`), never the table.
+#[tokio::test]
+async fn sqlite_outbox_claim_plan_uses_the_due_index() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open(dir.path().join("plan.db")).await?;
+    let plan = store.explain_outbox_claim().await?;
+    println!("{plan:#?}");
+    ensure!(
+        plan.iter()
+            .any(|line| line.contains("USING INDEX outbox_due")),
+        "plan does not use outbox_due: {plan:?}"
+    );
+    ensure!(
+        !plan.iter().any(|line| line.starts_with("SCAN outbox")),
+        "plan scans outbox: {plan:?}"
+    );
+    ensure!(
+        !plan.iter().any(|line| line.contains("TEMP B-TREE")),
+        "plan sorts: {plan:?}"
+    );
+    Ok(())
+}
+
+/// Migration 0010 (the outbox) was numbered beside another branch's 0009. A database
+/// migrated without that 0009 (by a build of this branch) takes it when a build that has
+/// it opens the database: sqlx applies every migration the database lacks, whatever its
+/// number, and checks only the ones applied. So the merge needs both files and nothing
+/// else — as long as neither migration depends on the other. The other way round, a
+/// database that already has a migration the build does not know is refused.
+#[tokio::test]
+async fn sqlite_a_migration_numbered_below_an_applied_one_is_applied_later() -> Result<()> {
+    use sqlx::migrate::Migrator;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("order.db");
+    let store = SqliteStore::open(&path).await?;
+    let dep = deploy(&store, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.outbox.emit = vec![outbox_request("k1", "call", 1)];
+    commit_one(&store, c).await?;
+    store.close().await;
+    drop(store);
+
+    // The merged build's migrations: this crate's, plus a 0009 of its own.
+    let merged = dir.path().join("migrations");
+    std::fs::create_dir(&merged)?;
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite"))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), merged.join(entry.file_name()))?;
+    }
+    std::fs::write(
+        merged.join("0009_other_branch.sql"),
+        "CREATE TABLE other_branch (id INTEGER PRIMARY KEY);",
+    )?;
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await?;
+    Migrator::new(merged.as_path())
+        .await?
+        .run(&mut conn)
+        .await?;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&mut conn)
+            .await?;
+    ensure!(versions == (1..=10).collect::<Vec<i64>>(), "{versions:?}");
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'other_branch'",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    ensure!(tables == 1, "0009 was not applied");
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&mut conn)
+        .await?;
+    ensure!(kept == 1, "the outbox lost its row");
+    conn.close().await?;
+
+    match SqliteStore::open(&path).await {
+        Err(qflow_persistence::Error::Migrate { .. }) => Ok(()),
+        other => anyhow::bail!(
+            "a build without 0009 opened a database that has it: {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
+
 /// Retention's choice of instances walks the partial ended-instance indexes (never the
 /// table, whose live rows it must not read through), with and without a deployment.
 #[tokio::test]
@@ -339,6 +424,64 @@ async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
         ensure!(
             !plan.iter().any(|line| line.contains("Seq Scan")),
             "plan scans timers: {plan:?}"
+        );
+        Ok(())
+    }
+    .await;
+    store.close().await;
+    let mut conn = PgConnection::connect(&url).await?;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await?;
+    result
+}
+
+/// The outbox claim's generic plan on PostgreSQL walks `outbox_due` and finds the claimed
+/// rows by ctid, with many delivered rows and many pending rows not yet due beside the
+/// due ones (and fresh statistics).
+#[tokio::test]
+async fn postgres_outbox_claim_plan_uses_the_due_index() -> Result<()> {
+    let Some(url) = pg_url() else {
+        println!("skipped: QFLOW_TEST_PG_URL not set");
+        return Ok(());
+    };
+    let schema = unique_name("qflow_plan");
+    let store = PgStore::connect_with(
+        &url,
+        PgConfig {
+            schema: Some(schema.clone()),
+            max_connections: 2,
+        },
+    )
+    .await?;
+    let result = async {
+        let dep = deploy(&store, "h1").await?;
+        create(&store, id(1), dep).await?;
+        sqlx::query(
+            "INSERT INTO outbox (key, instance, node, channel, attempt, call_id, body, \
+             created_at_ms, state, deliveries, due_at_ms) \
+             SELECT 'k' || g, $1, 'call', 'crm', 1, 'c', '{}', $2, \
+                    CASE WHEN g % 2 = 0 THEN 'delivered' ELSE 'pending' END, 1, $2 + g \
+             FROM generate_series(1, 50000) AS g",
+        )
+        .bind(id(1))
+        .bind(T0 + 1_000_000)
+        .execute(store.pool())
+        .await?;
+        sqlx::query("ANALYZE outbox").execute(store.pool()).await?;
+        let plan = store.explain_outbox_claim(T0, 100).await?;
+        println!("{}", plan.join("\n"));
+        ensure!(
+            plan.iter().any(|line| line.contains("outbox_due")),
+            "plan does not use outbox_due: {plan:?}"
+        );
+        ensure!(
+            plan.iter().any(|line| line.contains("Tid Scan on outbox")),
+            "the update does not find claimed rows by ctid: {plan:?}"
+        );
+        ensure!(
+            !plan.iter().any(|line| line.contains("Seq Scan")),
+            "plan scans outbox: {plan:?}"
         );
         Ok(())
     }

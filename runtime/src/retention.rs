@@ -116,6 +116,7 @@ pub(crate) async fn run(shared: Arc<Shared>, config: RetentionConfig) {
                 incidents = out.incidents,
                 audit = out.audit,
                 timers = out.timers,
+                outbox = out.outbox,
                 "retention purged ended instances"
             ),
             Ok(_) => {}

@@ -23,10 +23,11 @@ use std::sync::Arc;
 use anyhow::{anyhow, ensure, Result};
 
 use crate::{
-    Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId,
-    InstanceFilter, InstanceId, InstanceState, InstanceStatus, NewDeployment, NewIncident,
-    NewSubscription, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store,
-    StoreError, TimerClaim, TimerName, TimerRecord, TimerRef,
+    poisoned_message, Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome,
+    DeliveryRecord, DeploymentId, InstanceFilter, InstanceId, InstanceState, InstanceStatus,
+    NewDeployment, NewIncident, NewOutboxRow, NewSubscription, OutboxRecord, OutboxState,
+    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
+    TimerClaim, TimerName, TimerRecord, TimerRef, POISONED_INCIDENT_CODE,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -119,6 +120,20 @@ macro_rules! conformance_tests {
             pull_tasks_are_offered_locked_and_withdrawn_with_their_commit,
             offered_pull_tasks_filter_by_topic_oldest_first_and_honour_the_limit,
             pull_rows_go_with_a_purged_instance,
+            outbox_rows_are_emitted_with_their_commit_only,
+            emitting_an_existing_key_leaves_the_row_as_it_is,
+            outbox_claim_takes_due_pending_rows_earliest_first_within_the_limit,
+            outbox_leases_are_exclusive_until_they_expire,
+            concurrent_outbox_claimers_never_share_a_row,
+            record_delivery_moves_the_row_for_each_record,
+            a_poisoned_row_opens_its_incident_with_the_delivery_count,
+            record_delivery_is_refused_without_the_lease_on_a_pending_row,
+            withdrawal_deletes_undelivered_rows_of_its_node_only,
+            withdraw_then_emit_in_one_commit_keeps_the_new_row,
+            next_outbox_due_is_the_earliest_pending_row_leased_or_not,
+            outbox_lists_an_instances_rows_oldest_first_then_by_key,
+            purge_takes_every_outbox_row_of_a_purged_instance_only,
+            poisons_racing_withdrawals_never_deadlock,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -1491,6 +1506,7 @@ async fn lived(
         detail: String::new(),
     }];
     first.timers.arm = vec![timer(instance, "r:pay", T0 + 1_000_000, 1)];
+    first.outbox.emit = vec![outbox_request(&format!("lived-{instance}"), "call", 1)];
     ensure!(commit_one(s, first).await? == CommitOutcome::Applied { fence: 1 });
     if status != InstanceStatus::Running {
         let end = with_status(instance, Some(1), deployment, status, at_ms);
@@ -1512,6 +1528,10 @@ async fn intact(s: &dyn Store, instance: InstanceId) -> Result<()> {
     ensure!(s.incidents(Some(instance)).await?.len() == 1);
     ensure!(s.audit(Some(instance), 0).await?.len() == 1);
     ensure!(s.timers(instance).await?.len() == 1);
+    ensure!(
+        s.outbox(instance).await?.len() == 1,
+        "{instance} lost its outbox row"
+    );
     Ok(())
 }
 
@@ -1525,6 +1545,8 @@ async fn gone(s: &dyn Store, instance: InstanceId) -> Result<()> {
     ensure!(s.incidents(Some(instance)).await?.is_empty());
     ensure!(s.audit(Some(instance), 0).await?.is_empty());
     ensure!(s.timers(instance).await?.is_empty(), "timers of {instance}");
+    ensure!(s.outbox(instance).await?.is_empty(), "outbox of {instance}");
+    ensure!(s.outbox_row(&format!("lived-{instance}")).await?.is_none());
     Ok(())
 }
 
@@ -1614,6 +1636,7 @@ pub async fn purge_takes_only_instances_ended_before_the_cutoff_with_their_rows(
         audit: 2,
         timers: 2,
         subscriptions: 0,
+        outbox: 2,
     };
     ensure!(out == expected, "{out:?}");
     gone(s, id(1)).await?;
@@ -2229,5 +2252,844 @@ pub async fn pull_rows_go_with_a_purged_instance(ctx: Ctx) -> Result<()> {
         })
         .await?
         .is_empty());
+    Ok(())
+}
+
+/// A request of `node`'s attempt `attempt` to channel `crm`, keyed `key`.
+pub fn outbox_request(key: &str, node: &str, attempt: u32) -> NewOutboxRow {
+    NewOutboxRow {
+        key: key.into(),
+        node: node.into(),
+        channel: "crm".into(),
+        attempt: Attempt::new(attempt).expect("1-based"),
+        call_id: format!("call-{node}"),
+        body: format!(r#"{{"key":"{key}"}}"#),
+    }
+}
+
+/// The row `outbox_request(key, node, attempt)` is once `instance` commits it at `at_ms`:
+/// pending, due at once, never tried.
+pub fn pending_row(
+    instance: InstanceId,
+    key: &str,
+    node: &str,
+    attempt: u32,
+    at_ms: i64,
+) -> OutboxRecord {
+    let request = outbox_request(key, node, attempt);
+    OutboxRecord {
+        key: request.key,
+        instance,
+        node: request.node,
+        channel: request.channel,
+        attempt: request.attempt,
+        call_id: request.call_id,
+        body: request.body,
+        created_at_ms: at_ms,
+        state: OutboxState::Pending,
+        deliveries: 0,
+        due_at_ms: at_ms,
+        last_error: None,
+    }
+}
+
+/// Commits a step of `instance` at `at_ms` (its creation when `fence` is `None`) that
+/// emits `rows`; it must apply.
+async fn emit_at(
+    s: &dyn Store,
+    instance: InstanceId,
+    fence: Option<u64>,
+    deployment: DeploymentId,
+    at_ms: i64,
+    rows: Vec<NewOutboxRow>,
+) -> Result<()> {
+    let mut c = commit(instance, fence, deployment);
+    c.now_ms = at_ms;
+    c.outbox.emit = rows;
+    let outcome = commit_one(s, c).await?;
+    ensure!(
+        matches!(outcome, CommitOutcome::Applied { .. }),
+        "emit: {outcome:?}"
+    );
+    Ok(())
+}
+
+/// Commits a step of `instance` that withdraws the rows of `nodes`; it must apply.
+async fn withdraw(
+    s: &dyn Store,
+    instance: InstanceId,
+    fence: u64,
+    deployment: DeploymentId,
+    nodes: &[&str],
+) -> Result<()> {
+    let mut c = commit(instance, Some(fence), deployment);
+    c.outbox.withdraw = nodes.iter().map(|n| n.to_string()).collect();
+    let outcome = commit_one(s, c).await?;
+    ensure!(
+        outcome == CommitOutcome::Applied { fence: fence + 1 },
+        "withdraw: {outcome:?}"
+    );
+    Ok(())
+}
+
+fn keys(rows: &[OutboxRecord]) -> Vec<String> {
+    rows.iter().map(|r| r.key.clone()).collect()
+}
+
+/// The keys of the rows one outbox claim leased.
+async fn claim_keys(
+    s: &dyn Store,
+    now_ms: i64,
+    lease_ms: i64,
+    owner: &str,
+    limit: u32,
+) -> Result<Vec<String>> {
+    Ok(keys(
+        &s.claim_due_outbox(poll(now_ms, lease_ms, owner, limit))
+            .await?,
+    ))
+}
+
+async fn row(s: &dyn Store, key: &str) -> Result<OutboxRecord> {
+    s.outbox_row(key)
+        .await?
+        .ok_or_else(|| anyhow!("no outbox row {key:?}"))
+}
+
+fn failed(error: &str, retry_at_ms: i64) -> DeliveryRecord {
+    DeliveryRecord::Failed {
+        error: error.into(),
+        retry_at_ms,
+    }
+}
+
+fn poisoned(error: &str) -> DeliveryRecord {
+    DeliveryRecord::Poisoned {
+        error: error.into(),
+    }
+}
+
+/// C1: a commit writes its requests as pending rows due at its instant, in its own
+/// transaction; a commit that is not applied (lost compare-and-swap, an existing id, a
+/// retired deployment, the loser of a batch) writes and withdraws none.
+pub async fn outbox_rows_are_emitted_with_their_commit_only(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    emit_at(
+        s,
+        id(1),
+        None,
+        dep,
+        T0 + 5,
+        vec![outbox_request("k1", "call", 1)],
+    )
+    .await?;
+    let expected = pending_row(id(1), "k1", "call", 1, T0 + 5);
+    let seen = ctx.second.outbox_row("k1").await?;
+    ensure!(seen.as_ref() == Some(&expected), "{seen:?}");
+    ensure!(s.outbox(id(1)).await? == vec![expected.clone()]);
+
+    let mut lost = commit(id(1), Some(7), dep);
+    lost.outbox.emit = vec![outbox_request("k2", "call", 2)];
+    lost.outbox.withdraw = vec!["call".into()];
+    ensure!(matches!(
+        commit_one(s, lost).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    let mut exists = commit(id(1), None, dep);
+    exists.outbox.emit = vec![outbox_request("k3", "call", 1)];
+    ensure!(matches!(
+        commit_one(s, exists).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    let old = deploy(s, "h-retired").await?;
+    ensure!(s.retire(old).await? == RetireOutcome::Retired);
+    let mut on_retired = commit(id(9), None, old);
+    on_retired.outbox.emit = vec![outbox_request("k4", "call", 1)];
+    ensure!(commit_one(s, on_retired).await? == CommitOutcome::DeploymentRetired);
+    for key in ["k2", "k3", "k4"] {
+        ensure!(
+            s.outbox_row(key).await?.is_none(),
+            "a refused commit wrote {key}"
+        );
+    }
+    ensure!(
+        s.outbox(id(1)).await? == vec![expected.clone()],
+        "a refused commit withdrew"
+    );
+
+    // An update emits too; in a batch only the winners' rows are written.
+    let mut win = commit(id(1), Some(1), dep);
+    win.now_ms = T0 + 10;
+    win.outbox.emit = vec![outbox_request("k5", "call", 2)];
+    let mut lose = commit(id(2), Some(1), dep);
+    lose.outbox.emit = vec![outbox_request("k6", "call", 1)];
+    let outcomes = s.commit(vec![win, lose]).await?;
+    ensure!(
+        outcomes[0] == CommitOutcome::Applied { fence: 2 }
+            && matches!(outcomes[1], CommitOutcome::Conflict { .. }),
+        "{outcomes:?}"
+    );
+    ensure!(s.outbox_row("k5").await? == Some(pending_row(id(1), "k5", "call", 2, T0 + 10)));
+    ensure!(s.outbox_row("k6").await?.is_none());
+    ensure!(s.outbox(id(2)).await?.is_empty());
+    Ok(())
+}
+
+/// A re-emission of a key that exists (a commit re-derived after a lost acknowledgement)
+/// leaves the row and its delivery record as they are; of two emissions of one key in a
+/// commit, the first is written.
+pub async fn emitting_an_existing_key_leaves_the_row_as_it_is(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    emit_at(
+        s,
+        id(1),
+        None,
+        dep,
+        T0,
+        vec![outbox_request("k1", "call", 1)],
+    )
+    .await?;
+    ensure!(claim_keys(s, T0, 1_000, "d1", 10).await? == ["k1"]);
+    ensure!(
+        s.record_delivery("k1", "d1", T0 + 1, failed("HTTP 503", T0 + 500))
+            .await?
+    );
+    let tried = row(s, "k1").await?;
+    ensure!(tried.deliveries == 1 && tried.due_at_ms == T0 + 500);
+
+    let again = NewOutboxRow {
+        body: "{}".into(),
+        channel: "elsewhere".into(),
+        ..outbox_request("k1", "call", 1)
+    };
+    emit_at(s, id(1), Some(1), dep, T0 + 50, vec![again]).await?;
+    ensure!(row(s, "k1").await? == tried, "a re-emission reset the row");
+
+    let twice = vec![
+        outbox_request("k2", "call", 2),
+        NewOutboxRow {
+            channel: "other".into(),
+            ..outbox_request("k2", "other", 3)
+        },
+    ];
+    emit_at(s, id(1), Some(2), dep, T0 + 60, twice).await?;
+    ensure!(row(s, "k2").await? == pending_row(id(1), "k2", "call", 2, T0 + 60));
+    ensure!(keys(&s.outbox(id(1)).await?) == ["k1", "k2"]);
+    Ok(())
+}
+
+/// A claim leases pending rows due by its instant, earliest due first (then by key, as
+/// bytes), at most its limit; delivered and poisoned rows are never claimed; claiming
+/// deletes nothing.
+pub async fn outbox_claim_takes_due_pending_rows_earliest_first_within_the_limit(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let requests = |ks: &[&str]| -> Vec<NewOutboxRow> {
+        ks.iter().map(|k| outbox_request(k, "call", 1)).collect()
+    };
+    emit_at(s, id(1), None, dep, T0 + 10, requests(&["kb", "ka", "kC"])).await?;
+    emit_at(s, id(2), None, dep, T0 + 20, requests(&["kd"])).await?;
+    emit_at(s, id(3), None, dep, T0 + 30, requests(&["kc"])).await?;
+    emit_at(s, id(4), None, dep, T0 + 1_000, requests(&["klate"])).await?;
+
+    ensure!(
+        claim_keys(s, T0 + 9, 10_000, "d1", 10).await?.is_empty(),
+        "nothing due yet"
+    );
+    let first = s.claim_due_outbox(poll(T0 + 100, 10_000, "d1", 3)).await?;
+    ensure!(keys(&first) == ["kC", "ka", "kb"], "{:?}", keys(&first));
+    ensure!(first[1] == pending_row(id(1), "ka", "call", 1, T0 + 10));
+    ensure!(claim_keys(s, T0 + 100, 10_000, "d1", 10).await? == ["kd", "kc"]);
+    ensure!(claim_keys(s, T0 + 20_000, 10_000, "d1", 0)
+        .await?
+        .is_empty());
+
+    ensure!(
+        s.record_delivery("ka", "d1", T0 + 101, DeliveryRecord::Delivered)
+            .await?
+    );
+    ensure!(
+        s.record_delivery("kb", "d1", T0 + 101, poisoned("HTTP 410"))
+            .await?
+    );
+    ensure!(
+        s.record_delivery("kd", "d1", T0 + 101, failed("timeout", T0 + 2_000))
+            .await?
+    );
+    // Every lease has run out by now: what is pending is claimable (`kC` was never
+    // recorded), the rest never.
+    let later = s
+        .claim_due_outbox(poll(T0 + 20_000, 10_000, "d2", 10))
+        .await?;
+    ensure!(
+        keys(&later) == ["kC", "kc", "klate", "kd"],
+        "{:?}",
+        keys(&later)
+    );
+    let kd = &later[3];
+    ensure!(kd.deliveries == 1 && kd.due_at_ms == T0 + 2_000);
+    ensure!(kd.last_error.as_deref() == Some("timeout"));
+    let mut total = 0;
+    for n in 1..=4 {
+        total += s.outbox(id(n)).await?.len();
+    }
+    ensure!(total == 6, "claiming deleted rows: {total} left");
+    Ok(())
+}
+
+/// A lease holds up to and including its instant; only its holder may record a try
+/// while it holds, and once another dispatcher has claimed the row after it ran out,
+/// the old holder's record is refused. A lease that ran out unclaimed still counts.
+pub async fn outbox_leases_are_exclusive_until_they_expire(ctx: Ctx) -> Result<()> {
+    let (s, other) = (&*ctx.store, &*ctx.second);
+    let dep = deploy(s, "h1").await?;
+    emit_at(
+        s,
+        id(1),
+        None,
+        dep,
+        T0,
+        vec![outbox_request("k1", "call", 1)],
+    )
+    .await?;
+    ensure!(claim_keys(s, T0, 1_000, "d1", 10).await? == ["k1"]);
+    ensure!(claim_keys(other, T0, 1_000, "d2", 10).await?.is_empty());
+    ensure!(
+        claim_keys(other, T0 + 1_000, 1_000, "d2", 10)
+            .await?
+            .is_empty(),
+        "the lease holds at its instant"
+    );
+    ensure!(
+        !other
+            .record_delivery("k1", "d2", T0 + 1_000, DeliveryRecord::Delivered)
+            .await?
+    );
+    ensure!(claim_keys(other, T0 + 1_001, 1_000, "d2", 10).await? == ["k1"]);
+    ensure!(
+        !s.record_delivery("k1", "d1", T0 + 1_002, DeliveryRecord::Delivered)
+            .await?,
+        "the old holder recorded a try"
+    );
+    ensure!(row(s, "k1").await? == pending_row(id(1), "k1", "call", 1, T0));
+    ensure!(
+        other
+            .record_delivery("k1", "d2", T0 + 1_002, failed("HTTP 503", T0 + 5_000))
+            .await?
+    );
+    ensure!(claim_keys(s, T0 + 5_000, 100, "d1", 10).await? == ["k1"]);
+    ensure!(
+        s.record_delivery("k1", "d1", T0 + 6_000, DeliveryRecord::Delivered)
+            .await?,
+        "a lease that ran out unclaimed still counts"
+    );
+    let done = row(other, "k1").await?;
+    ensure!(done.state == OutboxState::Delivered && done.deliveries == 2);
+    ensure!(done.last_error.as_deref() == Some("HTTP 503"));
+    Ok(())
+}
+
+/// Two dispatchers (two replicas' pools) draining one outbox at once never receive the
+/// same row while its lease holds.
+pub async fn concurrent_outbox_claimers_never_share_a_row(ctx: Ctx) -> Result<()> {
+    const ROWS: u128 = 300;
+    let dep = deploy(&*ctx.store, "h1").await?;
+    let batch: Vec<Commit> = (0..ROWS)
+        .map(|n| {
+            let mut c = commit(id(n), None, dep);
+            c.now_ms = T0 + (n as i64 % 17);
+            c.outbox.emit = vec![outbox_request(&format!("k{n}"), "call", 1)];
+            c
+        })
+        .collect();
+    ensure!(ctx
+        .store
+        .commit(batch)
+        .await?
+        .iter()
+        .all(|o| matches!(o, CommitOutcome::Applied { .. })));
+
+    let claimer = |store: Arc<dyn Store>, owner: &'static str| {
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let claimed = store
+                    .claim_due_outbox(poll(T0 + 100, 600_000, owner, 7))
+                    .await?;
+                if claimed.is_empty() {
+                    return Ok::<_, StoreError>(got);
+                }
+                got.extend(claimed.into_iter().map(|r| r.key));
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let a = claimer(ctx.store.clone(), "dispatcher-a");
+    let b = claimer(ctx.second.clone(), "dispatcher-b");
+    let (a, b) = (a.await??, b.await??);
+    let mut all: Vec<&String> = a.iter().chain(b.iter()).collect();
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    ensure!(
+        all.len() == total,
+        "{} rows were claimed twice",
+        total - all.len()
+    );
+    ensure!(total == ROWS as usize, "claimed {total} of {ROWS}");
+    println!(
+        "{:?}: dispatcher a claimed {}, dispatcher b {}",
+        ctx.label,
+        a.len(),
+        b.len()
+    );
+    Ok(())
+}
+
+/// Each record counts the try and drops the lease: delivered is final, a failed try is
+/// pending again at its retry instant (claimable by anyone then, not before), poisoned
+/// is final. The instance is not stepped.
+pub async fn record_delivery_moves_the_row_for_each_record(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let requests = vec![
+        outbox_request("k-ok", "a", 1),
+        outbox_request("k-retry", "b", 1),
+        outbox_request("k-dead", "c", 1),
+    ];
+    emit_at(s, id(1), None, dep, T0, requests).await?;
+    ensure!(claim_keys(s, T0, 60_000, "d1", 10).await?.len() == 3);
+
+    ensure!(
+        s.record_delivery("k-ok", "d1", T0 + 10, DeliveryRecord::Delivered)
+            .await?
+    );
+    let ok = OutboxRecord {
+        state: OutboxState::Delivered,
+        deliveries: 1,
+        ..pending_row(id(1), "k-ok", "a", 1, T0)
+    };
+    ensure!(row(&*ctx.second, "k-ok").await? == ok);
+
+    ensure!(
+        s.record_delivery("k-retry", "d1", T0 + 10, failed("HTTP 503", T0 + 100))
+            .await?
+    );
+    let retry = OutboxRecord {
+        deliveries: 1,
+        due_at_ms: T0 + 100,
+        last_error: Some("HTTP 503".into()),
+        ..pending_row(id(1), "k-retry", "b", 1, T0)
+    };
+    ensure!(row(s, "k-retry").await? == retry);
+    ensure!(claim_keys(s, T0 + 99, 60_000, "d2", 10).await?.is_empty());
+    let again = s.claim_due_outbox(poll(T0 + 100, 60_000, "d2", 10)).await?;
+    ensure!(again == vec![retry], "{again:?}");
+    ensure!(
+        s.record_delivery("k-retry", "d2", T0 + 110, failed("HTTP 502", T0 + 300))
+            .await?
+    );
+    ensure!(claim_keys(s, T0 + 300, 60_000, "d2", 10).await? == ["k-retry"]);
+    ensure!(
+        s.record_delivery("k-retry", "d2", T0 + 310, DeliveryRecord::Delivered)
+            .await?
+    );
+    let delivered = row(s, "k-retry").await?;
+    let expected = OutboxRecord {
+        state: OutboxState::Delivered,
+        deliveries: 3,
+        due_at_ms: T0 + 300,
+        last_error: Some("HTTP 502".into()),
+        ..pending_row(id(1), "k-retry", "b", 1, T0)
+    };
+    ensure!(delivered == expected, "{delivered:?}");
+
+    ensure!(
+        s.record_delivery("k-dead", "d1", T0 + 20, poisoned("HTTP 410"))
+            .await?
+    );
+    let dead = OutboxRecord {
+        state: OutboxState::Poisoned,
+        deliveries: 1,
+        last_error: Some("HTTP 410".into()),
+        ..pending_row(id(1), "k-dead", "c", 1, T0)
+    };
+    ensure!(row(s, "k-dead").await? == dead);
+
+    let instance = s.instance(id(1)).await?.ok_or_else(|| anyhow!("id 1"))?;
+    ensure!(instance.fence == 1 && instance.updated_at_ms == T0);
+    ensure!(s.next_outbox_due().await?.is_none());
+    ensure!(claim_keys(s, T0 + 1_000_000, 60_000, "d3", 10)
+        .await?
+        .is_empty());
+    Ok(())
+}
+
+/// A poisoned row opens a `POISONED` incident on its node at the record's instant, in
+/// the same transaction, saying the error and how many tries were made; nothing on
+/// other instances. Withdrawing the node deletes the row and leaves the incident.
+pub async fn a_poisoned_row_opens_its_incident_with_the_delivery_count(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    emit_at(
+        s,
+        id(1),
+        None,
+        dep,
+        T0,
+        vec![outbox_request("k1", "notify", 1)],
+    )
+    .await?;
+    let k2 = vec![outbox_request("k2", "notify", 1)];
+    emit_at(s, id(2), None, dep, T0 + 10_000, k2).await?;
+    for n in 0..2 {
+        let now = T0 + n * 100;
+        ensure!(claim_keys(s, now, 10, "d1", 1).await? == ["k1"]);
+        ensure!(
+            s.record_delivery("k1", "d1", now + 1, failed("connection refused", now + 100))
+                .await?
+        );
+    }
+    ensure!(claim_keys(s, T0 + 200, 10, "d1", 10).await? == ["k1"]);
+    ensure!(
+        s.record_delivery("k1", "d1", T0 + 250, poisoned("connection refused"))
+            .await?
+    );
+    let incidents = ctx.second.incidents(Some(id(1))).await?;
+    ensure!(incidents.len() == 1, "{incidents:?}");
+    let incident = &incidents[0];
+    let message = poisoned_message("connection refused", 3);
+    ensure!(
+        incident.instance == id(1)
+            && incident.node == "notify"
+            && incident.code == POISONED_INCIDENT_CODE
+            && incident.message == message
+            && incident.opened_at_ms == T0 + 250
+            && incident.resolved_at_ms.is_none(),
+        "{incident:?}"
+    );
+    ensure!(message.contains('3') && message.contains("connection refused"));
+    ensure!(s.incidents(Some(id(2))).await?.is_empty());
+    ensure!(row(s, "k1").await?.state == OutboxState::Poisoned);
+    ensure!(
+        s.next_outbox_due().await? == Some(T0 + 10_000),
+        "only k2 is still due"
+    );
+
+    withdraw(s, id(1), 1, dep, &["notify"]).await?;
+    ensure!(s.outbox_row("k1").await?.is_none());
+    let after = s.incidents(Some(id(1))).await?;
+    ensure!(after.len() == 1 && after[0].resolved_at_ms.is_none());
+    Ok(())
+}
+
+/// `record_delivery` applies only to a pending row leased to the caller: a row never
+/// claimed, leased to another owner, already recorded for this lease, delivered,
+/// withdrawn, or unknown is left alone, and a refused poison opens no incident.
+pub async fn record_delivery_is_refused_without_the_lease_on_a_pending_row(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let requests = vec![outbox_request("k1", "a", 1), outbox_request("k2", "b", 1)];
+    emit_at(s, id(1), None, dep, T0, requests).await?;
+    ensure!(
+        !s.record_delivery("k1", "d1", T0, DeliveryRecord::Delivered)
+            .await?,
+        "recorded a try on a row nobody claimed"
+    );
+    ensure!(row(s, "k1").await? == pending_row(id(1), "k1", "a", 1, T0));
+    ensure!(claim_keys(s, T0, 60_000, "d1", 10).await? == ["k1", "k2"]);
+    ensure!(!s.record_delivery("k1", "d2", T0 + 1, poisoned("x")).await?);
+    ensure!(row(s, "k1").await? == pending_row(id(1), "k1", "a", 1, T0));
+    ensure!(
+        !s.record_delivery("nope", "d1", T0 + 1, DeliveryRecord::Delivered)
+            .await?
+    );
+
+    ensure!(
+        s.record_delivery("k1", "d1", T0 + 2, DeliveryRecord::Delivered)
+            .await?
+    );
+    ensure!(
+        !s.record_delivery("k1", "d1", T0 + 3, DeliveryRecord::Delivered)
+            .await?
+    );
+    ensure!(
+        !s.record_delivery("k1", "d1", T0 + 3, failed("x", T0 + 9))
+            .await?
+    );
+    let k1 = row(s, "k1").await?;
+    ensure!(k1.state == OutboxState::Delivered && k1.deliveries == 1 && k1.last_error.is_none());
+
+    withdraw(s, id(1), 1, dep, &["b"]).await?;
+    ensure!(
+        !s.record_delivery("k2", "d1", T0 + 4, poisoned("late"))
+            .await?,
+        "recorded a try on a withdrawn row"
+    );
+    ensure!(s.outbox_row("k2").await?.is_none());
+    ensure!(
+        s.incidents(Some(id(1))).await?.is_empty(),
+        "a refused record opened an incident"
+    );
+    Ok(())
+}
+
+/// C6: withdrawing a node deletes its pending and poisoned rows (even leased ones) and
+/// keeps its delivered ones; other nodes' rows (one whose name starts with the node's)
+/// and other instances' rows stay. A losing commit withdraws nothing.
+pub async fn withdrawal_deletes_undelivered_rows_of_its_node_only(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let requests = vec![
+        outbox_request("ka1", "a", 1),
+        outbox_request("ka2", "a", 2),
+        outbox_request("ka3", "a", 3),
+        outbox_request("kab", "ab", 1),
+        outbox_request("kb1", "b", 1),
+    ];
+    emit_at(s, id(1), None, dep, T0, requests).await?;
+    emit_at(s, id(2), None, dep, T0, vec![outbox_request("k2a", "a", 1)]).await?;
+    ensure!(claim_keys(s, T0, 60_000, "d1", 10).await?.len() == 6);
+    ensure!(
+        s.record_delivery("ka1", "d1", T0 + 1, DeliveryRecord::Delivered)
+            .await?
+    );
+    ensure!(
+        s.record_delivery("ka2", "d1", T0 + 1, poisoned("HTTP 410"))
+            .await?
+    );
+    let delivered = row(s, "ka1").await?;
+
+    withdraw(s, id(1), 1, dep, &["a", "missing"]).await?;
+    let left = s.outbox(id(1)).await?;
+    ensure!(keys(&left) == ["ka1", "kab", "kb1"], "{:?}", keys(&left));
+    ensure!(left[0] == delivered, "the delivered row changed");
+    ensure!(keys(&s.outbox(id(2)).await?) == ["k2a"]);
+    ensure!(
+        !s.record_delivery("ka3", "d1", T0 + 2, DeliveryRecord::Delivered)
+            .await?
+    );
+
+    let mut lost = commit(id(2), Some(9), dep);
+    lost.outbox.withdraw = vec!["a".into()];
+    ensure!(matches!(
+        commit_one(s, lost).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    ensure!(keys(&s.outbox(id(2)).await?) == ["k2a"]);
+    Ok(())
+}
+
+/// An immediate re-drive: one commit withdraws the dead attempt's row and emits the next
+/// attempt's for the same node; the new row is there, pending and claimable.
+pub async fn withdraw_then_emit_in_one_commit_keeps_the_new_row(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    emit_at(s, id(1), None, dep, T0, vec![outbox_request("k1", "a", 1)]).await?;
+    ensure!(claim_keys(s, T0, 60_000, "d1", 10).await? == ["k1"]);
+    ensure!(
+        s.record_delivery("k1", "d1", T0 + 1, poisoned("HTTP 500"))
+            .await?
+    );
+
+    let mut redrive = commit(id(1), Some(1), dep);
+    redrive.now_ms = T0 + 100;
+    redrive.outbox.withdraw = vec!["a".into()];
+    redrive.outbox.emit = vec![outbox_request("k2", "a", 2)];
+    ensure!(commit_one(s, redrive).await? == CommitOutcome::Applied { fence: 2 });
+    let new = pending_row(id(1), "k2", "a", 2, T0 + 100);
+    ensure!(s.outbox(id(1)).await? == vec![new.clone()]);
+    let claimed = s.claim_due_outbox(poll(T0 + 100, 60_000, "d1", 10)).await?;
+    ensure!(claimed == vec![new], "{claimed:?}");
+    Ok(())
+}
+
+/// The earliest due instant of any pending row, leased or not; delivered and poisoned
+/// rows do not count.
+pub async fn next_outbox_due_is_the_earliest_pending_row_leased_or_not(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    ensure!(s.next_outbox_due().await?.is_none());
+    emit_at(
+        s,
+        id(1),
+        None,
+        dep,
+        T0 + 50,
+        vec![outbox_request("k1", "a", 1)],
+    )
+    .await?;
+    emit_at(
+        s,
+        id(2),
+        None,
+        dep,
+        T0 + 20,
+        vec![outbox_request("k2", "a", 1)],
+    )
+    .await?;
+    ensure!(s.next_outbox_due().await? == Some(T0 + 20));
+    ensure!(claim_keys(s, T0 + 20, 60_000, "d1", 1).await? == ["k2"]);
+    ensure!(
+        ctx.second.next_outbox_due().await? == Some(T0 + 20),
+        "a leased row counts"
+    );
+    ensure!(
+        s.record_delivery("k2", "d1", T0 + 21, failed("503", T0 + 80))
+            .await?
+    );
+    ensure!(s.next_outbox_due().await? == Some(T0 + 50));
+    ensure!(claim_keys(s, T0 + 50, 60_000, "d1", 10).await? == ["k1"]);
+    ensure!(
+        s.record_delivery("k1", "d1", T0 + 51, DeliveryRecord::Delivered)
+            .await?
+    );
+    ensure!(s.next_outbox_due().await? == Some(T0 + 80));
+    ensure!(claim_keys(s, T0 + 80, 60_000, "d1", 10).await? == ["k2"]);
+    ensure!(
+        s.record_delivery("k2", "d1", T0 + 81, poisoned("503"))
+            .await?
+    );
+    ensure!(s.next_outbox_due().await?.is_none());
+    Ok(())
+}
+
+/// `outbox(instance)` lists that instance's rows only, oldest first, then by key
+/// compared as bytes (`B` before `b`); unknown keys and instances read as nothing.
+pub async fn outbox_lists_an_instances_rows_oldest_first_then_by_key(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let requests = vec![
+        outbox_request("m", "a", 1),
+        outbox_request("b", "b", 1),
+        outbox_request("B", "c", 1),
+    ];
+    emit_at(s, id(1), None, dep, T0 + 10, requests).await?;
+    emit_at(
+        s,
+        id(1),
+        Some(1),
+        dep,
+        T0 + 20,
+        vec![outbox_request("a", "a", 2)],
+    )
+    .await?;
+    emit_at(
+        s,
+        id(2),
+        None,
+        dep,
+        T0 + 5,
+        vec![outbox_request("z", "a", 1)],
+    )
+    .await?;
+    let listed = ctx.second.outbox(id(1)).await?;
+    ensure!(keys(&listed) == ["B", "b", "m", "a"], "{:?}", keys(&listed));
+    ensure!(listed[3] == pending_row(id(1), "a", "a", 2, T0 + 20));
+    ensure!(keys(&s.outbox(id(2)).await?) == ["z"]);
+    ensure!(s.outbox(id(3)).await?.is_empty());
+    ensure!(s.outbox_row("nope").await?.is_none());
+    Ok(())
+}
+
+/// The purge takes every outbox row of the instances it deletes, whatever their state
+/// (counted in `PurgeOutcome::outbox`), and no other instance's rows.
+pub async fn purge_takes_every_outbox_row_of_a_purged_instance_only(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let requests = vec![
+        outbox_request("ka", "a", 1),
+        outbox_request("kb", "b", 1),
+        outbox_request("kc", "c", 1),
+    ];
+    emit_at(s, id(1), None, dep, T0, requests).await?;
+    emit_at(
+        s,
+        id(2),
+        None,
+        dep,
+        T0 + 5,
+        vec![outbox_request("k2", "a", 1)],
+    )
+    .await?;
+    ensure!(claim_keys(s, T0, 10, "d1", 2).await? == ["ka", "kb"]);
+    ensure!(
+        s.record_delivery("ka", "d1", T0 + 1, DeliveryRecord::Delivered)
+            .await?
+    );
+    ensure!(
+        s.record_delivery("kb", "d1", T0 + 1, poisoned("HTTP 410"))
+            .await?
+    );
+    commit_one(
+        s,
+        with_status(id(1), Some(1), dep, InstanceStatus::Completed, T0 + 10),
+    )
+    .await?;
+
+    let out = s.purge_finished(purge(T0 + 100, 10)).await?;
+    let expected = PurgeOutcome {
+        instances: 1,
+        incidents: 1,
+        outbox: 3,
+        ..PurgeOutcome::default()
+    };
+    ensure!(out == expected, "{out:?}");
+    ensure!(s.outbox(id(1)).await?.is_empty());
+    for key in ["ka", "kb", "kc"] {
+        ensure!(s.outbox_row(key).await?.is_none(), "{key} was kept");
+    }
+    ensure!(s.outbox(id(2)).await? == vec![pending_row(id(2), "k2", "a", 1, T0 + 5)]);
+    ensure!(s.next_outbox_due().await? == Some(T0 + 5));
+    ensure!(claim_keys(s, T0 + 100, 10, "d2", 10).await? == ["k2"]);
+    Ok(())
+}
+
+/// A dispatcher poisoning rows (one handle) while the instances' commits withdraw them
+/// (the other), each pair at the same moment: neither side fails, every row is gone
+/// afterwards, and a poison left its incident exactly when it applied (before the
+/// withdrawal). On PostgreSQL both take the instance's lock before the row's, so they
+/// queue instead of deadlocking.
+pub async fn poisons_racing_withdrawals_never_deadlock(ctx: Ctx) -> Result<()> {
+    const ROWS: u128 = 40;
+    let dep = deploy(&*ctx.store, "h1").await?;
+    let batch: Vec<Commit> = (0..ROWS)
+        .map(|n| {
+            let mut c = commit(id(n), None, dep);
+            c.outbox.emit = vec![outbox_request(&format!("k{n}"), "call", 1)];
+            c
+        })
+        .collect();
+    ctx.store.commit(batch).await?;
+    let claimed = claim_keys(&*ctx.store, T0, 600_000, "d1", 1_000).await?;
+    ensure!(claimed.len() == ROWS as usize);
+    for n in 0..ROWS {
+        let (a, b) = (ctx.store.clone(), ctx.second.clone());
+        let withdrawal = tokio::spawn(async move {
+            let mut c = commit(id(n), Some(1), dep);
+            c.outbox.withdraw = vec!["call".into()];
+            a.commit(vec![c]).await
+        });
+        let poison = tokio::spawn(async move {
+            b.record_delivery(&format!("k{n}"), "d1", T0 + 1, poisoned("HTTP 410"))
+                .await
+        });
+        let outcome = withdrawal.await??;
+        let applied = poison.await??;
+        ensure!(
+            outcome == vec![CommitOutcome::Applied { fence: 2 }],
+            "{outcome:?}"
+        );
+        ensure!(ctx.store.outbox_row(&format!("k{n}")).await?.is_none());
+        let incidents = ctx.store.incidents(Some(id(n))).await?.len();
+        ensure!(
+            incidents == usize::from(applied),
+            "row {n}: poison applied {applied}, {incidents} incidents"
+        );
+    }
     Ok(())
 }

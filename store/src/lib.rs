@@ -282,9 +282,166 @@ impl SubscriptionWrites {
 /// The most rows [`Store::subscriptions`] returns, whatever it asks for.
 pub const SUBSCRIPTIONS_LIMIT_MAX: u32 = 1_000;
 
+/// A channel call's request in the outbox (SPEC C1–C3): one row per attempt, keyed by
+/// the attempt's idempotency key. Written by the step that emits it, in the step's
+/// transaction; delivered by the dispatcher (`qflow-channels`), which records every
+/// delivery try on the row. Outside the withdrawal of a dead attempt's rows (C6,
+/// [`OutboxWrites::withdraw`]) a row that was not delivered is never deleted: purge
+/// takes the rows of the instances it deletes, nothing else does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRecord {
+    /// The attempt's `Idempotency-Key`: unique over the store, never reused.
+    pub key: String,
+    pub instance: InstanceId,
+    pub node: String,
+    /// The configured channel the request goes to.
+    pub channel: String,
+    pub attempt: Attempt,
+    /// Stable across the attempts of one logical call (C9).
+    pub call_id: String,
+    /// The request body: a JSON object, as text.
+    pub body: String,
+    /// The instant of the commit that emitted it.
+    pub created_at_ms: i64,
+    pub state: OutboxState,
+    /// Delivery tries made so far (each one recorded by [`Store::record_delivery`]).
+    pub deliveries: u32,
+    /// While pending: when the next delivery try is due.
+    pub due_at_ms: i64,
+    /// What the last failed delivery try said (a status, a connection error).
+    pub last_error: Option<String>,
+}
+
+/// Where an outbox row stands. Stored as lowercase text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OutboxState {
+    /// Not delivered yet; the dispatcher tries it when it is due.
+    Pending,
+    /// Delivered: the counterpart accepted it (it may have answered already).
+    Delivered,
+    /// The channel's attempt ceiling was reached without a delivery (C2): an incident is
+    /// open on the node, and the engine is prompted to treat the attempt as failed.
+    Poisoned,
+}
+
+impl OutboxState {
+    pub const ALL: [OutboxState; 3] = [
+        OutboxState::Pending,
+        OutboxState::Delivered,
+        OutboxState::Poisoned,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxState::Pending => "pending",
+            OutboxState::Delivered => "delivered",
+            OutboxState::Poisoned => "poisoned",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OutboxState> {
+        OutboxState::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// A request a commit emits (C1): a new pending row, due at the commit's instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutboxRow {
+    pub key: String,
+    pub node: String,
+    pub channel: String,
+    pub attempt: Attempt,
+    pub call_id: String,
+    pub body: String,
+}
+
+/// Outbox rows a commit writes. Withdrawals apply before emissions, so a node whose
+/// dead attempt is withdrawn and whose next attempt is emitted in one commit (an
+/// immediate re-drive) keeps the new row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutboxWrites {
+    /// Inserted; a key that already exists is left as it is (a re-emission after a lost
+    /// commit acknowledgement must not reset a row's delivery record), and of two
+    /// emissions of one key in a commit the first wins.
+    pub emit: Vec<NewOutboxRow>,
+    /// The dead attempt's rows of each of these nodes of the instance, pending and
+    /// poisoned alike, are deleted (C6: the one exception to "an undelivered row is
+    /// never deleted"); delivered rows stay as the record of what was sent.
+    pub withdraw: Vec<String>,
+}
+
+impl OutboxWrites {
+    pub fn is_empty(&self) -> bool {
+        self.emit.is_empty() && self.withdraw.is_empty()
+    }
+}
+
+/// What one delivery try of an outbox row came to, as the dispatcher records it with
+/// [`Store::record_delivery`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryRecord {
+    /// The counterpart accepted the request.
+    Delivered,
+    /// The try failed; the next one is due at `retry_at_ms`.
+    Failed { error: String, retry_at_ms: i64 },
+    /// The try failed and the channel's ceiling is reached: the row is poisoned and an
+    /// incident (`POISONED`) opens on the node in the same transaction.
+    Poisoned { error: String },
+}
+
+impl DeliveryRecord {
+    /// The row's state once this try is recorded.
+    pub fn state(&self) -> OutboxState {
+        match self {
+            DeliveryRecord::Delivered => OutboxState::Delivered,
+            DeliveryRecord::Failed { .. } => OutboxState::Pending,
+            DeliveryRecord::Poisoned { .. } => OutboxState::Poisoned,
+        }
+    }
+
+    /// The row's next due instant, if this try moves it (a failed try that will be
+    /// tried again).
+    pub fn retry_at_ms(&self) -> Option<i64> {
+        match self {
+            DeliveryRecord::Failed { retry_at_ms, .. } => Some(*retry_at_ms),
+            DeliveryRecord::Delivered | DeliveryRecord::Poisoned { .. } => None,
+        }
+    }
+
+    /// What the try said, if it failed: the row's new `last_error`. A delivered try
+    /// keeps the last failure's text as the record of what came before.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            DeliveryRecord::Failed { error, .. } | DeliveryRecord::Poisoned { error } => {
+                Some(error)
+            }
+            DeliveryRecord::Delivered => None,
+        }
+    }
+}
+
+/// The code of the incident a poisoned outbox row opens on its node (C2).
+pub const POISONED_INCIDENT_CODE: &str = "POISONED";
+
+/// The message of the incident a poisoned outbox row opens: the last try's error and
+/// how many tries were made, counting the last one. One text for every store.
+pub fn poisoned_message(error: &str, deliveries: u32) -> String {
+    let tries = if deliveries == 1 { "try" } else { "tries" };
+    format!("not delivered after {deliveries} {tries}: {error}")
+}
+
+/// The most rows one [`Store::claim_due_outbox`] call returns, whatever it asks for.
+pub const OUTBOX_CLAIM_LIMIT_MAX: u32 = 1_000;
+
+/// A claim's row limit as stores apply it: at most [`OUTBOX_CLAIM_LIMIT_MAX`]; 0 claims
+/// nothing.
+pub fn effective_outbox_claim_limit(limit: u32) -> u32 {
+    limit.min(OUTBOX_CLAIM_LIMIT_MAX)
+}
+
 /// Everything one step wrote, applied atomically: the instance row, then the effect
-/// rows by family. A new family (outbox rows, correlations) is one more field here and
-/// one more `apply` per store — each store writes each family in exactly one place.
+/// rows by family. A new family (correlations next) is one more field here and one
+/// more `apply` per store — each store writes each family in exactly one place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Commit {
     pub instance: InstanceId,
@@ -306,6 +463,8 @@ pub struct Commit {
     pub audit: Vec<AuditEntry>,
     /// Pull-task rows (P1): offered, locked, withdrawn.
     pub pull: PullWrites,
+    /// Channel-call requests emitted and withdrawn (C1, C6).
+    pub outbox: OutboxWrites,
     /// The update may move the instance onto another deployment (a migration): the
     /// store checks, atomically with `retire`, that `deployment` is not retired, as it
     /// does for a creation. Ordinary steps leave it `false` and take no such lock.
@@ -359,6 +518,7 @@ impl Commit {
             attempts: Vec::new(),
             audit: Vec::new(),
             pull: PullWrites::default(),
+            outbox: OutboxWrites::default(),
             moves: false,
         }
     }
@@ -490,6 +650,9 @@ pub struct PurgeOutcome {
     pub timers: u64,
     /// Subscription rows of ended instances: residue too, for the same reason.
     pub subscriptions: u64,
+    /// Outbox rows of the purged instances, whatever their state: the instance they
+    /// belong to is gone, and a delivery for it could only be answered `unknown`.
+    pub outbox: u64,
 }
 
 impl PurgeOutcome {
@@ -501,6 +664,7 @@ impl PurgeOutcome {
         self.audit += other.audit;
         self.timers += other.timers;
         self.subscriptions += other.subscriptions;
+        self.outbox += other.outbox;
     }
 }
 
@@ -620,4 +784,43 @@ pub trait Store: Send + Sync + 'static {
 
     /// The pull-task rows of one instance, by node.
     async fn pull_tasks(&self, instance: InstanceId) -> StoreResult<Vec<PullTaskRecord>>;
+
+    /// Leases up to `claim.limit` (at most [`OUTBOX_CLAIM_LIMIT_MAX`]) pending outbox
+    /// rows due at or before `claim.now_ms` whose lease is free or has expired (a lease
+    /// holds up to and including its instant), to `claim.owner` until
+    /// `now_ms + lease_ms`, earliest due first, then by key compared as bytes — the
+    /// timer poller's pattern (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so replicas share
+    /// the work and never receive the same row while its lease holds). Cost grows with
+    /// due rows (an index on the due instant of pending rows), not with delivered or
+    /// parked ones.
+    async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>>;
+
+    /// Records one delivery try of the row `key` made under `owner`'s lease at `now_ms`:
+    /// counts the try, drops the lease, and moves the row to delivered, to its next due
+    /// instant (`retry_at_ms`, with the error as `last_error`), or to poisoned (with the
+    /// error, opening the [`POISONED_INCIDENT_CODE`] incident on the row's node at
+    /// `now_ms`, message [`poisoned_message`], in the same transaction). Applies only
+    /// while the row is pending and `owner` holds the last lease taken on it; returns
+    /// whether it applied (a row withdrawn meanwhile, claimed by another dispatcher
+    /// after the lease ran out, never claimed, or already recorded for this lease, is
+    /// left alone). A lease that ran out without another claim still counts: the try
+    /// was made, and recording it is better than trying again. The instance's fence
+    /// does not move; the engine learns of a poisoned row by reading it under the
+    /// claim (C3).
+    async fn record_delivery(
+        &self,
+        key: &str,
+        owner: &str,
+        now_ms: i64,
+        record: DeliveryRecord,
+    ) -> StoreResult<bool>;
+
+    /// The earliest due instant of any pending outbox row, leased or not.
+    async fn next_outbox_due(&self) -> StoreResult<Option<i64>>;
+
+    /// The outbox row with this key.
+    async fn outbox_row(&self, key: &str) -> StoreResult<Option<OutboxRecord>>;
+
+    /// The outbox rows of one instance, oldest first (then by key, compared as bytes).
+    async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<OutboxRecord>>;
 }

@@ -2,9 +2,10 @@
 //!
 //! It keeps the exact semantics of the durable stores — compare-and-swap on the fence,
 //! timer upserts and incarnation-matched resolves, leases on claimed timers, retirement
-//! rules, business keys unique per deployment, retention's purge — so the runtime and the store conformance suite can run against it. It must
-//! never claim durability: [`Store::is_durable`] is `false`, and everything is gone when
-//! the value is dropped.
+//! rules, business keys unique per deployment, retention's purge, outbox rows with
+//! their leases and delivery records — so the runtime and the store conformance suite
+//! can run against it. It must never claim durability: [`Store::is_durable`] is
+//! `false`, and everything is gone when the value is dropped.
 //!
 //! All state sits behind one `std::sync::Mutex` that is never held across an `.await`,
 //! so a batch of commits is atomic with respect to every other call.
@@ -15,12 +16,13 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::{
-    AttemptRecord, AuditEntry, AuditRecord, Commit, CommitOutcome, DeploymentId, DeploymentRecord,
-    IncidentRecord, IncidentWrites, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    NewDeployment, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome, PurgeRequest,
-    RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, SubscriptionWrites,
-    TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites, PULL_QUERY_LIMIT_MAX,
-    SUBSCRIPTIONS_LIMIT_MAX,
+    effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditEntry, AuditRecord, Commit,
+    CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, IncidentWrites,
+    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident,
+    OutboxRecord, OutboxState, OutboxWrites, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome,
+    PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord,
+    SubscriptionWrites, TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites,
+    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX, SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -41,6 +43,14 @@ struct TimerRow {
 }
 
 type TimerKey = (InstanceId, TimerName);
+
+/// An outbox row with its claim lease, which the contract's record does not show.
+#[derive(Debug, Clone)]
+struct OutboxRow {
+    record: OutboxRecord,
+    lease_owner: Option<String>,
+    lease_until_ms: Option<i64>,
+}
 
 #[derive(Debug, Default)]
 struct State {
@@ -69,6 +79,12 @@ struct State {
     /// `(topic, offered_at_ms, instance, node)`: the fetch index (unlocked rows only).
     pull: BTreeMap<(InstanceId, String), PullTaskRecord>,
     pull_offered: BTreeSet<(String, i64, InstanceId, String)>,
+    /// Outbox rows by key; `(due_at_ms, key)` of the pending ones (the claim index, so a
+    /// claim walks due rows only, never delivered or parked ones); `(instance, node,
+    /// key)` of every row (withdrawal, listing and purge by instance).
+    outbox: BTreeMap<String, OutboxRow>,
+    outbox_due: BTreeSet<(i64, String)>,
+    outbox_by_node: BTreeSet<(InstanceId, String, String)>,
     /// Row ids handed out so far; ids are never reused, even after a purge.
     incident_ids: i64,
     audit_ids: i64,
@@ -207,6 +223,7 @@ impl State {
         self.apply_subscriptions(commit.instance, commit.subscriptions, commit.now_ms);
         self.apply_attempts(commit.instance, commit.attempts);
         self.apply_pull(commit.instance, commit.pull);
+        self.apply_outbox(commit.instance, commit.outbox, commit.now_ms);
         self.apply_audit(
             commit.instance,
             commit.audit,
@@ -402,6 +419,13 @@ impl State {
             for k in &pulls {
                 self.remove_pull(k);
             }
+            // Outbox rows go with their instance whatever their state: nobody is left to
+            // answer a delivery for it.
+            let rows = self.outbox_keys(key.1, None);
+            out.outbox += rows.len() as u64;
+            for k in &rows {
+                self.remove_outbox(k);
+            }
         }
         let before = self.incidents.len();
         self.incidents.retain(|i| !ids.contains(&i.instance));
@@ -462,6 +486,150 @@ impl State {
             self.pull_offered
                 .remove(&(old.topic, old.offered_at_ms, key.0, key.1.clone()));
         }
+    }
+
+    /// Withdrawals before emissions: a node whose dead attempt is withdrawn and whose
+    /// next attempt is emitted in one commit keeps the new row.
+    fn apply_outbox(&mut self, instance: InstanceId, writes: OutboxWrites, now_ms: i64) {
+        if writes.is_empty() {
+            return;
+        }
+        for node in &writes.withdraw {
+            for key in self.outbox_keys(instance, Some(node)) {
+                let undelivered = self
+                    .outbox
+                    .get(&key)
+                    .is_some_and(|row| row.record.state != OutboxState::Delivered);
+                if undelivered {
+                    self.remove_outbox(&key);
+                }
+            }
+        }
+        for new in writes.emit {
+            if self.outbox.contains_key(&new.key) {
+                continue;
+            }
+            self.outbox_due.insert((now_ms, new.key.clone()));
+            self.outbox_by_node
+                .insert((instance, new.node.clone(), new.key.clone()));
+            let record = OutboxRecord {
+                key: new.key,
+                instance,
+                node: new.node,
+                channel: new.channel,
+                attempt: new.attempt,
+                call_id: new.call_id,
+                body: new.body,
+                created_at_ms: now_ms,
+                state: OutboxState::Pending,
+                deliveries: 0,
+                due_at_ms: now_ms,
+                last_error: None,
+            };
+            self.outbox.insert(
+                record.key.clone(),
+                OutboxRow {
+                    record,
+                    lease_owner: None,
+                    lease_until_ms: None,
+                },
+            );
+        }
+    }
+
+    /// The keys of the outbox rows of `instance`, of one node or of all.
+    fn outbox_keys(&self, instance: InstanceId, node: Option<&str>) -> Vec<String> {
+        let from = (instance, node.unwrap_or("").to_owned(), String::new());
+        self.outbox_by_node
+            .range(from..)
+            .take_while(|(i, n, _)| *i == instance && node.is_none_or(|node| n == node))
+            .map(|(_, _, key)| key.clone())
+            .collect()
+    }
+
+    fn remove_outbox(&mut self, key: &str) {
+        if let Some(old) = self.outbox.remove(key) {
+            let r = old.record;
+            self.outbox_due.remove(&(r.due_at_ms, r.key.clone()));
+            self.outbox_by_node.remove(&(r.instance, r.node, r.key));
+        }
+    }
+
+    fn claim_due_outbox(&mut self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {
+        let limit = effective_outbox_claim_limit(claim.limit) as usize;
+        let mut claimed = Vec::new();
+        for (due_at_ms, key) in &self.outbox_due {
+            if claimed.len() >= limit || *due_at_ms > claim.now_ms {
+                break;
+            }
+            let Some(row) = self.outbox.get_mut(key) else {
+                return Err(StoreError::Corrupt(format!(
+                    "outbox due index names a missing row {key:?}"
+                )));
+            };
+            // A lease holds up to and including `lease_until_ms`.
+            if row
+                .lease_until_ms
+                .is_some_and(|until| until >= claim.now_ms)
+            {
+                continue;
+            }
+            row.lease_owner = Some(claim.owner.to_owned());
+            row.lease_until_ms = Some(claim.now_ms.saturating_add(claim.lease_ms));
+            claimed.push(row.record.clone());
+        }
+        Ok(claimed)
+    }
+
+    fn record_delivery(
+        &mut self,
+        key: &str,
+        owner: &str,
+        now_ms: i64,
+        record: DeliveryRecord,
+    ) -> bool {
+        let Some(row) = self.outbox.get_mut(key) else {
+            return false;
+        };
+        if row.record.state != OutboxState::Pending || row.lease_owner.as_deref() != Some(owner) {
+            return false;
+        }
+        let old_due = row.record.due_at_ms;
+        row.lease_owner = None;
+        row.lease_until_ms = None;
+        let r = &mut row.record;
+        r.deliveries = r.deliveries.saturating_add(1);
+        r.state = record.state();
+        if let Some(error) = record.error() {
+            r.last_error = Some(error.to_owned());
+        }
+        if let Some(at) = record.retry_at_ms() {
+            r.due_at_ms = at;
+        }
+        let (instance, node, state, due, deliveries) = (
+            r.instance,
+            r.node.clone(),
+            r.state,
+            r.due_at_ms,
+            r.deliveries,
+        );
+        self.outbox_due.remove(&(old_due, key.to_owned()));
+        if state == OutboxState::Pending {
+            self.outbox_due.insert((due, key.to_owned()));
+        }
+        if let DeliveryRecord::Poisoned { error } = &record {
+            let incident = NewIncident {
+                node,
+                code: POISONED_INCIDENT_CODE.to_owned(),
+                message: poisoned_message(error, deliveries),
+            };
+            let writes = IncidentWrites {
+                open: vec![incident],
+                ..IncidentWrites::default()
+            };
+            self.apply_incidents(instance, writes, now_ms);
+        }
+        true
     }
 
     fn remove_timer(&mut self, key: &TimerKey) {
@@ -784,5 +952,39 @@ impl Store for MemoryStore {
             .get(&instance)
             .cloned()
             .unwrap_or_default())
+    }
+
+    async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {
+        self.lock().claim_due_outbox(claim)
+    }
+
+    async fn record_delivery(
+        &self,
+        key: &str,
+        owner: &str,
+        now_ms: i64,
+        record: DeliveryRecord,
+    ) -> StoreResult<bool> {
+        Ok(self.lock().record_delivery(key, owner, now_ms, record))
+    }
+
+    async fn next_outbox_due(&self) -> StoreResult<Option<i64>> {
+        Ok(self.lock().outbox_due.first().map(|(due, _)| *due))
+    }
+
+    async fn outbox_row(&self, key: &str) -> StoreResult<Option<OutboxRecord>> {
+        Ok(self.lock().outbox.get(key).map(|row| row.record.clone()))
+    }
+
+    async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<OutboxRecord>> {
+        let state = self.lock();
+        let mut rows: Vec<OutboxRecord> = state
+            .outbox_keys(instance, None)
+            .iter()
+            .filter_map(|key| state.outbox.get(key))
+            .map(|row| row.record.clone())
+            .collect();
+        rows.sort_by(|a, b| (a.created_at_ms, &a.key).cmp(&(b.created_at_ms, &b.key)));
+        Ok(rows)
     }
 }

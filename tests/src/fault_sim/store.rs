@@ -523,4 +523,40 @@ impl Store for FaultyStore {
         self.tick();
         self.inner.pull_tasks(instance).await
     }
+
+    // The outbox is not driven by the simulation yet (no dispatcher runs in it): plain
+    // delegation, each call a tick like every other.
+    async fn claim_due_outbox(
+        &self,
+        claim: TimerClaim<'_>,
+    ) -> StoreResult<Vec<qflow_store::OutboxRecord>> {
+        self.tick();
+        self.inner.claim_due_outbox(claim).await
+    }
+
+    async fn record_delivery(
+        &self,
+        key: &str,
+        owner: &str,
+        now_ms: i64,
+        record: qflow_store::DeliveryRecord,
+    ) -> StoreResult<bool> {
+        self.tick();
+        self.inner.record_delivery(key, owner, now_ms, record).await
+    }
+
+    async fn next_outbox_due(&self) -> StoreResult<Option<i64>> {
+        self.tick();
+        self.inner.next_outbox_due().await
+    }
+
+    async fn outbox_row(&self, key: &str) -> StoreResult<Option<qflow_store::OutboxRecord>> {
+        self.tick();
+        self.inner.outbox_row(key).await
+    }
+
+    async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<qflow_store::OutboxRecord>> {
+        self.tick();
+        self.inner.outbox(instance).await
+    }
 }
