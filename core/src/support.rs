@@ -3,8 +3,8 @@
 //! The loader accepts the whole L2 dialect; the core runs most of it. What the engine
 //! cannot run yet is listed here, so that a host refuses such a definition at deploy time
 //! with a clear message instead of failing instances with `UNSUPPORTED_ELEMENT` at run
-//! time. Channel calls run in the core and the simulator; the durable runtime carries
-//! them out once the outbox dispatcher lands, and until then they are listed.
+//! time. (A channel call runs; whether its channel is configured is the deploying
+//! runtime's question.)
 
 use qflow_loader::model::{Definition, NodeKind, TaskKind};
 
@@ -18,7 +18,6 @@ pub fn unsupported_elements(def: &Definition) -> Vec<(String, &'static str)> {
             let what = match &n.kind {
                 NodeKind::CallActivity { .. } => "call activity",
                 NodeKind::Task(t) => match t.kind {
-                    TaskKind::Channel { .. } => "channel-call task",
                     TaskKind::Send { .. } => "send task",
                     _ => return None,
                 },

@@ -14,7 +14,8 @@ use qflow_core::{any_attempt_in_flight, Effect, Input, Snapshot, Status, TimerKi
 use qflow_loader::model::Definition;
 use qflow_store::{
     AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState,
-    InstanceStatus, NewIncident, NewSubscription, PullTaskRecord, Store, TimerRecord, TimerRef,
+    InstanceStatus, NewIncident, NewOutboxRow, NewSubscription, PullTaskRecord, Store, TimerRecord,
+    TimerRef,
 };
 
 use crate::handlers::TaskCall;
@@ -154,6 +155,9 @@ pub struct Then {
     /// Topics of pull tasks the step offered or locked: once the commit is durable, the
     /// runtime wakes fetches waiting on them (a lossy hint).
     pub pull_topics: Vec<String>,
+    /// The step emitted outbox rows: once the commit is durable, the runtime prompts the
+    /// dispatcher (a lossy hint; it polls anyway).
+    pub outbox: bool,
 }
 
 /// Steps `claim` with `input` at `now` and plans the commit: pure. `fired` is the timer
@@ -220,6 +224,7 @@ pub fn plan(
         earliest_timer_ms: None,
         finished_now: status.is_terminal() && !was_terminal,
         pull_topics: Vec::new(),
+        outbox: false,
     };
     for effect in step.effects {
         carry_out(&mut commit, &mut then, &id, effect, started_ms, now);
@@ -375,10 +380,28 @@ fn carry_out(
             message,
         }),
         Effect::ResolveIncident { node } => commit.incidents.resolve_on.push(node),
-        // Channel calls need the outbox family of the store, which lands with the
-        // dispatcher; until then `deploy` refuses every model with a channel call
-        // (`unsupported_elements`), so no step of this runtime emits these.
-        Effect::SendRequest { .. } | Effect::WithdrawRequests { .. } => {}
+        Effect::SendRequest {
+            node,
+            channel,
+            attempt,
+            key,
+            call_id,
+            body,
+        } => {
+            then.outbox = true;
+            commit.outbox.emit.push(NewOutboxRow {
+                key,
+                node,
+                channel,
+                attempt,
+                call_id,
+                // Variables are a JSON object; writing one cannot fail.
+                body: serde_json::to_string(&body).unwrap_or_else(|_| "{}".to_owned()),
+            });
+        }
+        // Applied before the commit's emissions: a node whose dead attempt is withdrawn
+        // keeps the request of the attempt emitted after it.
+        Effect::WithdrawRequests { node } => commit.outbox.withdraw.push(node),
         // The ending travels in the snapshot (and the instance row's status); a stale
         // input writes nothing but the fired row's delete.
         Effect::Completed | Effect::Failed { .. } | Effect::Cancelled | Effect::Stale { .. } => {}
@@ -407,6 +430,8 @@ pub struct Stepped {
     pub handed_over: Vec<TaskCall>,
     /// Topics of pull tasks the step offered (see [`Then::pull_topics`]).
     pub pull_topics: Vec<String>,
+    /// The step emitted outbox rows (see [`Then::outbox`]).
+    pub outbox: bool,
 }
 
 /// One step taken outside a lane, as [`claim_and_step`] takes it.
@@ -446,6 +471,7 @@ pub(crate) async fn claim_and_step(
                 calls: Vec::new(),
                 handed_over: planned.then.handed_over,
                 pull_topics: Vec::new(),
+                outbox: false,
             });
         }
         planned.commit.audit.extend(op.audit.cloned());
@@ -463,6 +489,7 @@ pub(crate) async fn claim_and_step(
                     calls: planned.then.calls,
                     handed_over: planned.then.handed_over,
                     pull_topics: planned.then.pull_topics,
+                    outbox: planned.then.outbox,
                 })
             }
             Some(CommitOutcome::Conflict { .. }) => continue,

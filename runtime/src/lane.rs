@@ -331,6 +331,9 @@ impl Lane {
         for topic in &planned.pull_topics {
             self.shared.pull_bell.ring(topic);
         }
+        if planned.outbox {
+            self.shared.outbox_emitted.notify_one();
+        }
         if let Some(r) = request.reply {
             let _ = r.tx.send(Ok(state));
         }

@@ -83,6 +83,10 @@ pub struct RuntimeConfig {
     pub timer_lease_ms: i64,
     /// Names this replica in timer leases. Default: a random UUID.
     pub replica_id: String,
+    /// The channels a dispatcher delivers to (`qflow_channels::Channels::names`):
+    /// deploying a model whose channel call names any other is refused, with the
+    /// channel's name and the task. Default none.
+    pub channels: Vec<String>,
     /// When ended instances are purged (O7); `None` keeps them for ever. Default:
     /// `Some(RetentionConfig::default())`, 7 days after their end, so a store left
     /// running stays the size of its live and recent work. FAILED and running instances
@@ -103,6 +107,7 @@ impl Default for RuntimeConfig {
             timer_claim_max: 1_024,
             timer_lease_ms: 30_000,
             replica_id: uuid::Uuid::new_v4().to_string(),
+            channels: Vec::new(),
             retention: Some(RetentionConfig::default()),
         }
     }
@@ -300,7 +305,16 @@ impl Stepper {
         process_id: Option<&str>,
         now_ms: i64,
     ) -> Result<DeploymentRecord, Error> {
-        deploy(&self.store, &self.defs, source, process_id, now_ms, None).await
+        deploy(
+            &self.store,
+            &self.defs,
+            source,
+            process_id,
+            now_ms,
+            None,
+            None,
+        )
+        .await
     }
 
     /// The definition of `deployment`, loaded once.
@@ -366,7 +380,9 @@ impl Definitions {
 /// runtime and of the operator API.
 ///
 /// With `handlers`, a registered task (`q:task`) none of them serves is refused too,
-/// naming the task and the alternatives: the instance would only ever fail there.
+/// naming the task and the alternatives: the instance would only ever fail there. With
+/// `channels`, so is a channel call (`q:channel`) naming a channel not among them, with
+/// the task's position: its requests could never be delivered.
 async fn deploy(
     store: &Arc<dyn Store>,
     defs: &Definitions,
@@ -374,6 +390,7 @@ async fn deploy(
     process_id: Option<&str>,
     now_ms: i64,
     handlers: Option<&AsyncHandlers>,
+    channels: Option<&[String]>,
 ) -> Result<DeploymentRecord, Error> {
     let def = load_process(source, process_id)?;
     if let Some(handlers) = handlers {
@@ -403,6 +420,36 @@ async fn deploy(
                      calls instead",
                     def.id,
                     missing.join(", ")
+                ),
+            });
+        }
+    }
+    if let Some(channels) = channels {
+        let unconfigured: Vec<String> = def
+            .process
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                qflow_loader::model::NodeKind::Task(t) => match &t.kind {
+                    qflow_loader::model::TaskKind::Channel { name }
+                        if !channels.iter().any(|c| c == name) =>
+                    {
+                        Some(format!("`{}` at {} (q:channel=\"{name}\")", n.id, n.pos))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        if !unconfigured.is_empty() {
+            return Err(Error::Refused {
+                what: "deployment".to_owned(),
+                why: format!(
+                    "process `{}` calls channels this engine has not configured: {}; name \
+                     each in the configuration (`[channels.<name>]`, docs/channels.md) or \
+                     register it in the host",
+                    def.id,
+                    unconfigured.join(", ")
                 ),
             });
         }
@@ -497,6 +544,8 @@ pub(crate) struct Shared {
     pub lanes: Vec<mpsc::Sender<Request>>,
     /// Poked when a lane arms a timer, so the poller can look earlier than planned.
     pub timer_armed: Notify,
+    /// Rung after a commit that emitted outbox rows: the dispatcher's lossy prompt.
+    pub outbox_emitted: Notify,
     /// Poked after every committed round of any lane, so waiters re-check their condition.
     pub progress: Notify,
     pub stopping: AtomicBool,
@@ -571,6 +620,7 @@ impl Runtime {
             stats: Arc::new(Stats::default()),
             lanes: senders,
             timer_armed: Notify::new(),
+            outbox_emitted: Notify::new(),
             pull_bell: pull::PullBell::default(),
             locking: pull::Locking::default(),
             progress: Notify::new(),
@@ -594,6 +644,13 @@ impl Runtime {
             poller,
             retention,
         }
+    }
+
+    /// Resolves when a commit has emitted outbox rows since the last time it resolved
+    /// (one stored permit): the dispatcher's prompt. Lossy by design — the dispatcher
+    /// also polls — so that the runtime never depends on it.
+    pub fn outbox_emitted(&self) -> impl std::future::Future<Output = ()> + '_ {
+        self.shared.outbox_emitted.notified()
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -630,6 +687,7 @@ impl Runtime {
             process_id,
             now,
             None,
+            Some(&self.shared.config.channels),
         )
         .await
     }
@@ -649,6 +707,7 @@ impl Runtime {
             process_id,
             now,
             Some(&self.shared.handlers),
+            Some(&self.shared.config.channels),
         )
         .await
     }
@@ -805,6 +864,9 @@ impl Runtime {
             claim::claim_and_step(&*self.shared.store, &self.shared.defs, instance, op).await?;
         for topic in &stepped.pull_topics {
             self.shared.pull_bell.ring(topic);
+        }
+        if stepped.outbox {
+            self.shared.outbox_emitted.notify_one();
         }
         if !stepped.calls.is_empty() {
             self.request(instance, Work::Input(Input::Redrive)).await?;
