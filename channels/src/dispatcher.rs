@@ -126,8 +126,23 @@ async fn run(
     stats: Arc<DispatchStats>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let slots_max = config.in_flight_max.clamp(1, Semaphore::MAX_PERMITS);
+    let slots = Arc::new(Semaphore::new(slots_max));
+    poll(&runtime, &channels, &config, &stats, &mut stop, &slots).await;
+    // Stopped: wait for the deliveries in flight (each bounded by its channel's response
+    // timeout), so that nothing of the runtime is still in use when the host shuts it down.
+    let _ = slots.acquire_many(slots_max as u32).await;
+}
+
+async fn poll(
+    runtime: &Arc<Runtime>,
+    channels: &Arc<Channels>,
+    config: &DispatcherConfig,
+    stats: &Arc<DispatchStats>,
+    stop: &mut watch::Receiver<bool>,
+    slots: &Arc<Semaphore>,
+) {
     let clock = runtime.clock();
-    let slots = Arc::new(Semaphore::new(config.in_flight_max.max(1)));
     let interval_ms = config.poll_interval_ms.max(1) as i64;
     loop {
         if *stop.borrow() {

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
 use qflow_ops::Ops;
 use qflow_persistence::PgStore;
 use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
@@ -103,9 +104,11 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     if let Some(ms) = args.retention {
         config.retention.default_ms = ms;
     }
+    let channels = build_channels(&config, args.config.as_deref())?;
     let runtime_config = RuntimeConfig {
         lanes: args.lanes.max(1),
         retention: Some(config.retention.clone()),
+        channels: channels.names(),
         ..RuntimeConfig::default()
     };
     let runtime = Arc::new(Runtime::start(
@@ -114,6 +117,12 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         Arc::new(SystemClock),
         runtime_config,
     ));
+    // The outbox is delivered by this process (and by any other replica on the store).
+    let dispatcher = Dispatcher::start(
+        runtime.clone(),
+        Arc::new(channels),
+        DispatcherConfig::default(),
+    );
     let ops = Ops::with_runtime(runtime.clone(), "qflow-serve");
     if args.demo {
         let d = ops
@@ -179,13 +188,35 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         .with_graceful_shutdown(shutdown)
         .await
         .context("serving HTTP")?;
-    // The router (and every `Ops` clone in it) is gone; the runtime lets its handlers
-    // finish and commits their outcomes.
+    // The router (and every `Ops` clone in it) is gone; the dispatcher finishes the
+    // deliveries in flight (a row whose try is not recorded is tried again on the next
+    // start), then the runtime lets its handlers finish and commits their outcomes.
+    dispatcher.shutdown().await;
     match Arc::try_unwrap(runtime) {
         Ok(runtime) => runtime.shutdown().await,
         Err(_) => bail!("the runtime was still in use at shutdown"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The channels of `[channels.<name>]`, their secrets read from the environment or their
+/// files now, so a missing secret stops the start instead of the first delivery.
+fn build_channels(config: &ServerConfig, origin: Option<&std::path::Path>) -> Result<Channels> {
+    let origin = origin.map_or_else(|| "qflow.toml".to_owned(), |p| p.display().to_string());
+    let env = |name: &str| std::env::var(name).ok();
+    let now_s: Arc<dyn Fn() -> i64 + Send + Sync> = Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    });
+    let mut channels = Channels::new();
+    for (name, settings) in &config.channels {
+        let channel = settings
+            .build(name, &env, now_s.clone())
+            .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        channels.add(channel);
+    }
+    Ok(channels)
 }
 
 /// The error's reason without the URL it was given.

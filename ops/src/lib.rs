@@ -508,6 +508,58 @@ pub struct MigrationResult {
     pub fence_after: Option<u64>,
 }
 
+/// A counterpart's answer to a channel call (SPEC C5), as the relay endpoint takes it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelAnswerRequest {
+    /// The `Idempotency-Key` of the request this answers (`<instance>/<call>/<attempt>`).
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub idempotency_key: String,
+    /// The answer's variables (the task's output mappings see them as `result`).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub variables: qflow_core::Variables,
+    /// Answer with a BPMN error instead: it routes to the task's error boundary and
+    /// spends no retry budget.
+    #[serde(default)]
+    pub bpmn_error: Option<ChannelBpmnError>,
+}
+
+/// A BPMN error a counterpart answers with.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelBpmnError {
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub code: String,
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub message: String,
+}
+
+/// What became of a relayed answer: the engine's verdict, decided under the instance's
+/// claim from durable facts (`docs/channels.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct RelayVerdict {
+    /// `resumed` (taken), `superseded` (that attempt is dead; a retry is pending or in
+    /// flight, whose answer will be taken), `already_completed`, `instance_failed` or
+    /// `unknown`.
+    pub verdict: &'static str,
+    pub reason: String,
+}
+
+/// The longest idempotency key a relay takes (an instance id, two numbers, two `/`).
+pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 256;
+/// The longest BPMN error message a relay takes.
+pub const BPMN_MESSAGE_CHARS_MAX: usize = 4096;
+
 /// A message to correlate by name and key (O1).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -1196,6 +1248,54 @@ impl Ops {
     /// unless `all` is set, which delivers to every one (at most
     /// [`qflow_store::SUBSCRIPTIONS_LIMIT_MAX`]). Nothing matching is `NotFound`; a message
     /// is never buffered for a subscription that opens later.
+    /// Hands a counterpart's answer to the channel call it answers (C5), and says what
+    /// became of it. Every verdict but `resumed` changed nothing.
+    pub async fn relay_answer(&self, answer: ChannelAnswerRequest) -> Result<RelayVerdict> {
+        let runtime = self.shared.runtime.as_ref().ok_or_else(no_runtime)?;
+        check_text(
+            "idempotency_key",
+            &answer.idempotency_key,
+            IDEMPOTENCY_KEY_CHARS_MAX,
+        )?;
+        check_variables(&answer.variables)?;
+        let bpmn_error = match answer.bpmn_error {
+            Some(e) => {
+                check_text("bpmn_error", &e.code, MESSAGE_NAME_CHARS_MAX)?;
+                if e.message.chars().count() > BPMN_MESSAGE_CHARS_MAX {
+                    return Err(Error::Invalid {
+                        field: "bpmn_error",
+                        why: format!("message is longer than {BPMN_MESSAGE_CHARS_MAX} characters"),
+                    });
+                }
+                Some(qflow_channels::BpmnError {
+                    code: e.code,
+                    message: e.message,
+                })
+            }
+            None => None,
+        };
+        let relayed = qflow_channels::relay(
+            runtime,
+            &answer.idempotency_key,
+            qflow_channels::Answer {
+                variables: answer.variables,
+                bpmn_error,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            qflow_channels::RelayError::Refused(why) => Error::Invalid {
+                field: "variables",
+                why,
+            },
+            qflow_channels::RelayError::Runtime(e) => Error::from(e),
+        })?;
+        Ok(RelayVerdict {
+            verdict: relayed.verdict.as_str(),
+            reason: relayed.reason,
+        })
+    }
+
     pub async fn correlate(&self, message: MessageRequest) -> Result<Correlated> {
         check_variables(&message.variables)?;
         check_text("name", &message.name, MESSAGE_NAME_CHARS_MAX)?;

@@ -7,14 +7,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use qflow_core::Budget;
 use qflow_ops::{
-    parse_instance_id, Applied, AttemptView, AuditView, Correlated, DeploymentSummary,
-    IncidentView, InstanceCounts, InstanceQuery, InstanceSummary, InstanceView, MessageRequest,
-    MigrationPlan, MigrationResult, Page, StartRequest, Started, StartedAndWaited,
+    parse_instance_id, Applied, AttemptView, AuditView, ChannelAnswerRequest, Correlated,
+    DeploymentSummary, IncidentView, InstanceCounts, InstanceQuery, InstanceSummary, InstanceView,
+    MessageRequest, MigrationPlan, MigrationResult, Page, RelayVerdict, StartRequest, Started,
+    StartedAndWaited,
 };
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::{Caller, DeployScope, OperateScope, ReadScope};
+use crate::auth::{Caller, DeployScope, OperateScope, ReadScope, WorkerScope};
 use crate::body::{JsonBody, QueryParams};
 use crate::problem::{Place, Problem};
 use crate::AppState;
@@ -612,6 +613,44 @@ pub async fn correlate(
         .await
         .map(Json)
         .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
+/// Relays a counterpart's answer to a channel call (SPEC C5): the answer to the attempt
+/// whose `Idempotency-Key` it names. `200` means the answer was taken; `409` says why it
+/// was not (`superseded`: that attempt is dead and a retry is pending or in flight, whose
+/// answer will be taken; `already_completed`; `instance_failed`) — nothing changed, and
+/// sending it again changes nothing either. `404`: the key names no call of this engine.
+/// Safe to retry on `503` (nothing was decided).
+#[utoipa::path(post, path = "/v1/channel-answers", tag = "channels",
+    request_body = ChannelAnswerRequest,
+    responses(
+        (status = 200, description = "The answer was taken (`resumed`)", body = RelayVerdict),
+        (status = 409, description = "The answer was not taken; the verdict says why", body = RelayVerdict),
+        (status = 404, description = "The key names no call of this engine (`unknown`)", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["worker"])))]
+pub async fn relay_answer(
+    State(state): State<AppState>,
+    _caller: Caller<WorkerScope>,
+    JsonBody(body): JsonBody<ChannelAnswerRequest>,
+) -> Result<Response> {
+    let verdict = state
+        .ops
+        .relay_answer(body)
+        .await
+        .map_err(|e| Problem::from_ops(e, Place::Body))?;
+    let status = match verdict.verdict {
+        "resumed" => StatusCode::OK,
+        "unknown" => {
+            return Err(Problem::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                verdict.reason,
+            ))
+        }
+        _ => StatusCode::CONFLICT,
+    };
+    Ok((status, Json(verdict)).into_response())
 }
 
 /// Which instances to count.

@@ -29,7 +29,8 @@ pub enum Scope {
     Operate,
     /// Deploy and retire models.
     Deploy,
-    /// Fetch and complete pull tasks (external workers).
+    /// Fetch and complete pull tasks (external workers), and relay channel-call answers
+    /// (counterparts).
     Worker,
 }
 

@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub console: ConsoleConfig,
     /// When ended instances are purged. Default: after 7 days.
     pub retention: RetentionConfig,
+    /// `[channels.<name>]`: the channels channel-call tasks may name (docs/channels.md).
+    /// Default none: a model with a channel call is refused at deploy.
+    pub channels: BTreeMap<String, qflow_channels::ChannelSettings>,
 }
 
 /// Request limits, applied to every endpoint.
@@ -79,6 +82,7 @@ impl Default for ServerConfig {
             tokens: Vec::new(),
             console: ConsoleConfig::default(),
             retention: RetentionConfig::default(),
+            channels: BTreeMap::new(),
         }
     }
 }
@@ -94,6 +98,8 @@ struct File {
     #[serde(default)]
     console: ConsoleConfig,
     retention: Option<RetentionEntry>,
+    #[serde(default)]
+    channels: BTreeMap<String, qflow_channels::ChannelSettings>,
 }
 
 #[derive(Deserialize)]
@@ -164,6 +170,15 @@ impl ServerConfig {
         }
         config.limits = file.limits;
         config.console = file.console;
+        for name in file.channels.keys() {
+            if name.is_empty() || name.chars().count() > 256 || name.chars().any(char::is_control) {
+                return Err(ConfigError(format!(
+                    "{origin}: channels.{name:?}: a channel name is 1 to 256 characters \
+                     without control characters"
+                )));
+            }
+        }
+        config.channels = file.channels;
         if let Some(r) = file.retention {
             let field = format!("{origin}: retention");
             if let Some(d) = &r.default {
@@ -319,6 +334,26 @@ mod tests {
         assert!(e.0.contains("listen"), "{e}");
         let e = ServerConfig::from_toml("[console]\nsecure = true\n", "q.toml").unwrap_err();
         assert!(e.0.starts_with("q.toml:2:1: unknown field `secure`"), "{e}");
+    }
+
+    #[test]
+    fn channels_are_read_with_their_settings_and_mistakes_name_the_field() {
+        let c = ServerConfig::from_toml(
+            "[channels.payments]\nurl = \"https://pay.example/q\"\nsecret_env = \"PAY\"\n\
+             [channels.payments.delivery]\nceiling = 5\n",
+            "q.toml",
+        )
+        .unwrap();
+        let p = &c.channels["payments"];
+        assert_eq!(p.url.as_deref(), Some("https://pay.example/q"));
+        assert_eq!(p.delivery.ceiling, Some(5));
+        let e =
+            ServerConfig::from_toml("[channels.p]\nurl = \"x\"\nsecret = \"inline\"\n", "q.toml")
+                .unwrap_err();
+        assert!(e.0.starts_with("q.toml:3:1: unknown field `secret`"), "{e}");
+        let e =
+            ServerConfig::from_toml("[channels.p.delivery]\nceilin = 1\n", "q.toml").unwrap_err();
+        assert!(e.0.contains("unknown field `ceilin`"), "{e}");
     }
 
     #[test]

@@ -85,6 +85,7 @@ impl auth::HasTokens for AppState {
         (name = "incidents", description = "Open and resolved incidents"),
         (name = "audit", description = "Who changed what"),
         (name = "external tasks", description = "Pull tasks for external workers: fetch and lock by topic, complete, fail, BPMN error, extend or give up the lock"),
+        (name = "channels", description = "Answers of channel calls relayed by their counterparts, with the engine's verdict (docs/channels.md)"),
         (name = "zeebe jobs", description = "Camunda 8 job endpoints over pull tasks, where they map one to one (docs/workers.md)"),
         (name = "service", description = "Health, readiness, metrics")
     )
@@ -105,6 +106,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::complete_user_task))
         .routes(routes!(api::deliver_message))
         .routes(routes!(api::correlate))
+        .routes(routes!(api::relay_answer))
         .routes(routes!(api::instance_counts))
         .routes(routes!(api::migrate))
         .routes(routes!(api::incidents))
