@@ -109,6 +109,7 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         lanes: args.lanes.max(1),
         retention: Some(config.retention.clone()),
         channels: channels.names(),
+        lifecycle_channel: config.lifecycle_channel.clone(),
         ..RuntimeConfig::default()
     };
     let runtime = Arc::new(Runtime::start(

@@ -677,7 +677,8 @@ impl Ops {
         let clock = runtime.clock();
         Ops {
             shared: Arc::new(Shared {
-                stepper: Stepper::new(runtime.store().clone()),
+                stepper: Stepper::new(runtime.store().clone())
+                    .with_lifecycle_channel(runtime.lifecycle_channel().map(str::to_owned)),
                 now_ms: Arc::new(move || clock.now_ms()),
                 runtime: Some(runtime),
             }),

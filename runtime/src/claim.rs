@@ -446,6 +446,8 @@ pub(crate) struct Op<'a> {
     pub onto: Option<(DeploymentId, Arc<Definition>)>,
     /// Plan the step and write nothing; the result is the instance as it would be.
     pub dry_run: bool,
+    /// The lifecycle channel (C10), when events are on.
+    pub lifecycle: Option<&'a str>,
 }
 
 /// Reads instance `id`, steps it and commits the step alone under its fence; on a lost
@@ -464,6 +466,12 @@ pub(crate) async fn claim_and_step(
             claim.def = def.clone();
         }
         let mut planned = plan(claim, op.input.clone(), None, op.now, op.now, op.rules)?;
+        if let Some(channel) = op.lifecycle {
+            let cause = crate::lifecycle::Cause::of(&op.input);
+            let finished = planned.then.finished_now;
+            crate::lifecycle::add_events(&mut planned.commit, channel, &cause, finished);
+            planned.then.outbox |= !planned.commit.outbox.emit.is_empty();
+        }
         if op.dry_run {
             return Ok(Stepped {
                 fence: planned.then.next.fence.map_or(1, |f| f + 1),

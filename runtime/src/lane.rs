@@ -222,6 +222,12 @@ impl Lane {
             handing_over: self.shared.stopping.load(Ordering::SeqCst),
         };
         let started_ms = req.started_ms.unwrap_or(now);
+        let cause = self
+            .shared
+            .config
+            .lifecycle_channel
+            .as_ref()
+            .map(|_| crate::lifecycle::Cause::of(&input));
         let planned = if self.cache.contains_key(&req.instance) {
             match plan(claim, input.clone(), fired.clone(), started_ms, now, rules) {
                 // A refusal is only ever given from stored state: the cache may be behind
@@ -242,6 +248,13 @@ impl Lane {
         };
         match planned {
             Ok(mut planned) => {
+                if let (Some(channel), Some(cause)) =
+                    (&self.shared.config.lifecycle_channel, &cause)
+                {
+                    let finished = planned.then.finished_now;
+                    crate::lifecycle::add_events(&mut planned.commit, channel, cause, finished);
+                    planned.then.outbox |= !planned.commit.outbox.emit.is_empty();
+                }
                 if let Work::Start { business_key, .. } = &req.work {
                     // Written with the creation only; the store keeps it from then on.
                     planned.commit.state.business_key = business_key.clone();

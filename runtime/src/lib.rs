@@ -27,6 +27,7 @@ pub mod error;
 mod handlers;
 pub mod histogram;
 mod lane;
+pub mod lifecycle;
 mod poller;
 pub mod pull;
 pub mod retention;
@@ -87,6 +88,11 @@ pub struct RuntimeConfig {
     /// deploying a model whose channel call names any other is refused, with the
     /// channel's name and the task. Default none.
     pub channels: Vec<String>,
+    /// The channel that receives every instance's retry lifecycle (C10, `lifecycle`):
+    /// attempt failed (with the next attempt's instant when parked), FAILED, resumed,
+    /// migrated — one outbox row per event, in the commit of the step that caused it.
+    /// Default `None`: no events.
+    pub lifecycle_channel: Option<String>,
     /// When ended instances are purged (O7); `None` keeps them for ever. Default:
     /// `Some(RetentionConfig::default())`, 7 days after their end, so a store left
     /// running stays the size of its live and recent work. FAILED and running instances
@@ -108,6 +114,7 @@ impl Default for RuntimeConfig {
             timer_lease_ms: 30_000,
             replica_id: uuid::Uuid::new_v4().to_string(),
             channels: Vec::new(),
+            lifecycle_channel: None,
             retention: Some(RetentionConfig::default()),
         }
     }
@@ -222,6 +229,7 @@ pub struct Stepper {
     store: Arc<dyn Store>,
     defs: Definitions,
     lease_ms: i64,
+    lifecycle: Option<String>,
 }
 
 impl Stepper {
@@ -230,7 +238,15 @@ impl Stepper {
             defs: Definitions::new(store.clone()),
             store,
             lease_ms: RuntimeConfig::default().inflight_lease_ms,
+            lifecycle: None,
         }
+    }
+
+    /// Writes lifecycle events (C10) for `channel` with every step, as the runtime
+    /// serving the store does when it is configured so.
+    pub fn with_lifecycle_channel(mut self, channel: Option<String>) -> Stepper {
+        self.lifecycle = channel;
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -279,7 +295,7 @@ impl Stepper {
     }
 
     fn op<'a>(
-        &self,
+        &'a self,
         input: Input,
         now: i64,
         audit: Option<&'a qflow_store::AuditEntry>,
@@ -295,6 +311,7 @@ impl Stepper {
             audit,
             onto: None,
             dry_run: false,
+            lifecycle: self.lifecycle.as_deref(),
         }
     }
 
@@ -653,6 +670,11 @@ impl Runtime {
         self.shared.outbox_emitted.notified()
     }
 
+    /// The lifecycle channel (C10) this runtime writes events for, if any.
+    pub fn lifecycle_channel(&self) -> Option<&str> {
+        self.shared.config.lifecycle_channel.as_deref()
+    }
+
     pub fn stats(&self) -> Arc<Stats> {
         self.shared.stats.clone()
     }
@@ -859,6 +881,7 @@ impl Runtime {
             audit: None,
             onto: None,
             dry_run: false,
+            lifecycle: self.shared.config.lifecycle_channel.as_deref(),
         };
         let stepped =
             claim::claim_and_step(&*self.shared.store, &self.shared.defs, instance, op).await?;

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     /// `[channels.<name>]`: the channels channel-call tasks may name (docs/channels.md).
     /// Default none: a model with a channel call is refused at deploy.
     pub channels: BTreeMap<String, qflow_channels::ChannelSettings>,
+    /// `lifecycle_channel`: the channel (one of `channels`) that receives every
+    /// instance's retry lifecycle events (C10). Default none.
+    pub lifecycle_channel: Option<String>,
 }
 
 /// Request limits, applied to every endpoint.
@@ -83,6 +86,7 @@ impl Default for ServerConfig {
             console: ConsoleConfig::default(),
             retention: RetentionConfig::default(),
             channels: BTreeMap::new(),
+            lifecycle_channel: None,
         }
     }
 }
@@ -100,6 +104,7 @@ struct File {
     retention: Option<RetentionEntry>,
     #[serde(default)]
     channels: BTreeMap<String, qflow_channels::ChannelSettings>,
+    lifecycle_channel: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -179,6 +184,15 @@ impl ServerConfig {
             }
         }
         config.channels = file.channels;
+        if let Some(name) = &file.lifecycle_channel {
+            if !config.channels.contains_key(name) {
+                return Err(ConfigError(format!(
+                    "{origin}: lifecycle_channel: `{name}` is not one of the [channels.<name>] \
+                     tables"
+                )));
+            }
+        }
+        config.lifecycle_channel = file.lifecycle_channel;
         if let Some(r) = file.retention {
             let field = format!("{origin}: retention");
             if let Some(d) = &r.default {
