@@ -251,7 +251,10 @@ impl Delivery {
             Ok(Reply::Answer(answer)) => {
                 match relay(&self.runtime, &row.key, answer).await {
                     Ok(r) if r.verdict == qflow_core::Verdict::Resumed => {
+                        // The commit that took the answer marked the row delivered.
                         self.stats.answers_taken.fetch_add(1, Ordering::Relaxed);
+                        self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                        return;
                     }
                     Ok(r) => {
                         self.stats.answers_refused.fetch_add(1, Ordering::Relaxed);

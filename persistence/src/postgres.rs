@@ -472,6 +472,21 @@ async fn apply_outbox(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult
         .await
         .map_err(backend)?;
     }
+    let answered: Vec<&str> = winners
+        .iter()
+        .flat_map(|c| c.outbox.answered.iter().map(String::as_str))
+        .collect();
+    if !answered.is_empty() {
+        sqlx::query(
+            "UPDATE outbox SET state = 'delivered', deliveries = deliveries + 1, \
+             lease_owner = NULL, lease_until_ms = NULL \
+             WHERE key = ANY($1::text[]) AND state = 'pending'",
+        )
+        .bind(&answered)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
     let emits = first_emit_per_key(winners.iter().map(|c| ((), *c)));
     if emits.is_empty() {
         return Ok(());

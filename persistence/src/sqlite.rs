@@ -461,6 +461,18 @@ async fn apply_outbox(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> Stor
             .map_err(backend)?;
         }
     }
+    for &(_, commit) in winners {
+        for key in &commit.outbox.answered {
+            sqlx::query(
+                "UPDATE outbox SET state = 'delivered', deliveries = deliveries + 1, \
+                 lease_owner = NULL, lease_until_ms = NULL WHERE key = ? AND state = 'pending'",
+            )
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+    }
     let emits: Vec<(&str, &Commit, &NewOutboxRow)> = first_emit_per_key(winners.iter().copied());
     insert_rows(
         tx,

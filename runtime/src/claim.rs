@@ -182,6 +182,19 @@ pub fn plan(
         snapshot,
         lease_due,
     } = claim;
+    // An answer the step takes proves its request was delivered (see below).
+    let answered = match &input {
+        Input::ChannelAnswered { call, attempt, .. }
+        | Input::ChannelBpmnError { call, attempt, .. } => Some(
+            qflow_core::CallKey {
+                instance: id.clone(),
+                call: *call,
+                attempt: *attempt,
+            }
+            .key(),
+        ),
+        _ => None,
+    };
     let step = qflow_core::step(&def, &id, snapshot, input, now)?;
     if fired.is_none() {
         if let Some(Effect::Stale { reason }) = step
@@ -226,8 +239,15 @@ pub fn plan(
         pull_topics: Vec::new(),
         outbox: false,
     };
+    let stale = step
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Stale { .. }));
     for effect in step.effects {
         carry_out(&mut commit, &mut then, &id, effect, started_ms, now);
+    }
+    if let (Some(key), false) = (answered, stale) {
+        commit.outbox.answered.push(key);
     }
     let in_flight =
         status == Status::Running && any_attempt_in_flight(&then.next.def, &then.next.snapshot);

@@ -130,6 +130,7 @@ macro_rules! conformance_tests {
             record_delivery_is_refused_without_the_lease_on_a_pending_row,
             withdrawal_deletes_undelivered_rows_of_its_node_only,
             withdraw_then_emit_in_one_commit_keeps_the_new_row,
+            an_answer_in_a_commit_marks_its_pending_row_delivered,
             next_outbox_due_is_the_earliest_pending_row_leased_or_not,
             outbox_lists_an_instances_rows_oldest_first_then_by_key,
             purge_takes_every_outbox_row_of_a_purged_instance_only,
@@ -2881,6 +2882,57 @@ pub async fn withdrawal_deletes_undelivered_rows_of_its_node_only(ctx: Ctx) -> R
         CommitOutcome::Conflict { .. }
     ));
     ensure!(keys(&s.outbox(id(2)).await?) == ["k2a"]);
+    Ok(())
+}
+
+/// An answer a commit takes marks its row delivered in that commit (one delivery try, the
+/// lease gone, never claimed again); a row already delivered or poisoned, a missing key
+/// and a commit that loses its compare-and-swap change nothing.
+pub async fn an_answer_in_a_commit_marks_its_pending_row_delivered(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let requests = vec![
+        outbox_request("k1", "a", 1),
+        outbox_request("k2", "b", 1),
+        outbox_request("k3", "c", 1),
+    ];
+    emit_at(s, id(1), None, dep, T0, requests).await?;
+    ensure!(claim_keys(s, T0, 60_000, "d1", 10).await?.len() == 3);
+    ensure!(
+        s.record_delivery("k2", "d1", T0 + 1, poisoned("HTTP 410"))
+            .await?
+    );
+    let poisoned_row = row(s, "k2").await?;
+    let mut lost = commit(id(1), Some(7), dep);
+    lost.outbox.answered = vec!["k1".into()];
+    ensure!(matches!(
+        commit_one(s, lost).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    ensure!(
+        row(s, "k1").await?.state == OutboxState::Pending,
+        "a lost commit marked k1"
+    );
+    let mut c = commit(id(1), Some(1), dep);
+    c.outbox.answered = vec!["k1".into(), "k2".into(), "missing".into()];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 2 });
+    let k1 = row(s, "k1").await?;
+    ensure!(
+        k1.state == OutboxState::Delivered && k1.deliveries == 1,
+        "{k1:?}"
+    );
+    ensure!(
+        row(s, "k2").await? == poisoned_row,
+        "the poisoned row changed"
+    );
+    ensure!(
+        !s.record_delivery("k1", "d1", T0 + 2, DeliveryRecord::Delivered)
+            .await?,
+        "the holder's record is refused: the row is no longer pending"
+    );
+    // k1 is not pending: once the first leases lapse, a claim takes k3 alone.
+    ensure!(row(s, "k3").await?.state == OutboxState::Pending);
+    ensure!(claim_keys(s, T0 + 120_000, 60_000, "d2", 10).await? == ["k3"]);
     Ok(())
 }
 

@@ -368,11 +368,17 @@ pub struct OutboxWrites {
     /// poisoned alike, are deleted (C6: the one exception to "an undelivered row is
     /// never deleted"); delivered rows stay as the record of what was sent.
     pub withdraw: Vec<String>,
+    /// The rows with these keys, if still pending, are delivered: the step took the
+    /// counterpart's answer to them, which proves the request reached it. Counts as one
+    /// delivery try and drops any lease, so no dispatcher delivers them again; the
+    /// dispatcher that delivered one needs no record of its own (one transaction less
+    /// per call).
+    pub answered: Vec<String>,
 }
 
 impl OutboxWrites {
     pub fn is_empty(&self) -> bool {
-        self.emit.is_empty() && self.withdraw.is_empty()
+        self.emit.is_empty() && self.withdraw.is_empty() && self.answered.is_empty()
     }
 }
 

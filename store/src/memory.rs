@@ -505,6 +505,20 @@ impl State {
                 }
             }
         }
+        for key in &writes.answered {
+            let Some(row) = self.outbox.get_mut(key) else {
+                continue;
+            };
+            if row.record.state != OutboxState::Pending {
+                continue;
+            }
+            row.lease_owner = None;
+            row.lease_until_ms = None;
+            row.record.state = OutboxState::Delivered;
+            row.record.deliveries = row.record.deliveries.saturating_add(1);
+            let due = row.record.due_at_ms;
+            self.outbox_due.remove(&(due, key.clone()));
+        }
         for new in writes.emit {
             if self.outbox.contains_key(&new.key) {
                 continue;
