@@ -46,6 +46,7 @@ mod scope;
 mod subscriptions;
 mod support;
 mod timers;
+mod user_tasks;
 
 use std::num::NonZeroU32;
 
@@ -58,6 +59,8 @@ pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
 pub use crate::snapshot::{Snapshot, Status};
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
+pub use qflow_loader::model::{ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX};
+pub use user_tasks::{offered_user_tasks, user_task_inputs};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
 pub use subscriptions::CORRELATION_KEY_CHARS_MAX;
@@ -220,11 +223,29 @@ pub enum Input {
     },
     /// A timer row came due. Stale unless `incarnation` is the live one (E8).
     TimerFired { name: TimerName, incarnation: u32 },
-    /// A user task was completed through the API with these variables.
+    /// A user task was completed through the API with these variables. With an
+    /// `assignee` (the person completing it), refused while somebody else holds the task.
     UserTaskCompleted {
         node: String,
         #[serde(default)]
         variables: Variables,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
+    },
+    /// `assignee` claims the waiting user task `node`: it becomes the task's assignee.
+    /// Refused while somebody else holds it, unless `force` (a supervisor's reassignment).
+    UserTaskClaimed {
+        node: String,
+        assignee: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        force: bool,
+    },
+    /// The waiting user task `node` is given back: nobody holds it. With an `assignee`,
+    /// refused unless that person holds it; without, whoever holds it (an operator's).
+    UserTaskUnclaimed {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
     },
     /// A message arrived for a receive task or message catch event waiting on `name`.
     /// With a `correlation_key`, only a wait whose open subscription has that key takes
@@ -264,6 +285,11 @@ pub enum Input {
         mapping: std::collections::BTreeMap<String, String>,
         #[serde(default)]
         timers: std::collections::BTreeMap<String, i64>,
+        /// The nodes whose user-task row the store holds for the instance (the task
+        /// list), by their old ids: the step withdraws each that it does not offer
+        /// again. The shell fills it in, as it fills in `timers`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        user_tasks: Vec<String>,
     },
     /// An operator resolves the open incidents on `node` by hand (O4): the incident is
     /// understood and dealt with. Changes nothing of the instance but its fence; taken by
@@ -342,6 +368,8 @@ impl Input {
             | Input::TaskFailed { node, .. }
             | Input::TaskBpmnError { node, .. }
             | Input::UserTaskCompleted { node, .. }
+            | Input::UserTaskClaimed { node, .. }
+            | Input::UserTaskUnclaimed { node, .. }
             | Input::PullLocked { node, .. }
             | Input::PullCompleted { node, .. }
             | Input::PullFailed { node, .. }
@@ -464,6 +492,26 @@ pub enum Effect {
     },
     /// Delete the pull-task row of `node`: no worker may fetch it any more.
     WithdrawPullTask { node: String },
+    /// Upsert the user-task row of `node` (the task list): a token waits there, offered
+    /// with its assignment evaluated — entered, entered again, resumed or migrated.
+    OfferUserTask {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        candidate_groups: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        candidate_users: Vec<String>,
+    },
+    /// Set the assignee of the user-task row of `node`: a claim, or `None` (an unclaim).
+    AssignUserTask {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
+    },
+    /// Delete the user-task row of `node`: the wait there ended (completed, interrupted,
+    /// terminated, cancelled), or the instance is FAILED.
+    WithdrawUserTask { node: String },
     OpenIncident {
         node: String,
         code: String,
@@ -495,6 +543,10 @@ pub enum Effect {
     Cancelled,
     /// The input was stale residue and changed nothing; `reason` says why.
     Stale { reason: String },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A worker's lock on a pull task's attempt, as an effect carries it to the store.

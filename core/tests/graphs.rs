@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use qflow_core::sim::{self, Scenario, Scripted, ScriptedEvent};
 use qflow_core::Snapshot;
 use qflow_loader::model::{
+    Assignment,
     Boundary, BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, NodeKind,
     RetryPolicy, Task, TaskKind, TimerDef, Variables,
 };
@@ -82,7 +83,9 @@ fn build(shape: &Shape) -> Definition {
                 }),
             ),
             Kind::User => NodeKind::Task(Task {
-                kind: TaskKind::User,
+                kind: TaskKind::User {
+                    assignment: Assignment::default(),
+                },
                 retry: None,
                 timeout: None,
                 inputs: Vec::new(),
@@ -181,6 +184,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
                     at_ms,
                     node: format!("n{i}"),
                     variables: Variables::new(),
+                    assignee: None,
                 })
                 .collect(),
             horizon_ms: Some(300_000),
