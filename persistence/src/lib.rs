@@ -7,8 +7,8 @@
 //! commit whose fence check lost write any of its rows.
 //!
 //! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention`,
-//! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents` in both directories
-//! (`0006` is the pull-task family's); an applied migration is
+//! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents`, `0009_user_tasks` in
+//! both directories (`0006` is the pull-task family's); an applied migration is
 //! never edited, a change is a new one):
 //!
 //! | table | rows | written by |
@@ -19,6 +19,8 @@
 //! | `incidents` | opened/resolved per instance and node | `commit` |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
 //! | `audit` | operator actions, with the fences their commit moved between | `commit` |
+//! | `user_tasks` | the task list: one row per user task a running instance waits at — deployment, assignee, candidate groups and users (JSON arrays), offer instant; indexes ending in `(created_at_ms, instance, node)` by assignee (partial), by deployment and over all (`0009`) | `commit`, `purge_finished` |
+//! | `user_task_candidates` | one row per candidate of a task (`kind` group or user, name, the task's instant), keyed in the listing order so a page by candidate is an index walk | `commit`, `purge_finished` |
 //!
 //! Room for later issues: the outbox (C1–C6: request rows with idempotency key, delivery
 //! attempts, poisoned flag), correlation (C5, C7: live response waits by key) and

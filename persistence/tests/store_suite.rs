@@ -260,6 +260,86 @@ async fn sqlite_purge_plan_uses_the_ended_indexes() -> Result<()> {
     Ok(())
 }
 
+/// A task-list page reads its rows in the listing order from an index that starts with
+/// the query's most selective filter — the assignee's partial index, a candidate's rows
+/// of `user_task_candidates`, the deployment's index — joins tasks by their key, and
+/// never scans `user_tasks`, the candidates or the instances, nor sorts.
+#[tokio::test]
+async fn sqlite_user_task_plans_walk_an_index_in_listing_order() -> Result<()> {
+    use qflow_store::UserTaskQuery;
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open(dir.path().join("plan.db")).await?;
+    let q = UserTaskQuery::default;
+    let cursor = Some((T0, id(1), "approve".to_owned()));
+    let cases = [
+        (
+            "assignee",
+            UserTaskQuery {
+                assignee: Some("ann".into()),
+                candidate_groups: vec!["sales".into()],
+                ..q()
+            },
+            "SEARCH t USING INDEX user_tasks_assignee",
+        ),
+        (
+            "candidate user",
+            UserTaskQuery {
+                candidate_user: Some("ann".into()),
+                assigned: Some(false),
+                after: cursor.clone(),
+                ..q()
+            },
+            "SEARCH c USING PRIMARY KEY (kind=? AND name=?",
+        ),
+        (
+            "groups",
+            UserTaskQuery {
+                candidate_groups: vec!["sales".into(), "emea".into()],
+                deployment: Some(qflow_store::DeploymentId(1)),
+                after: cursor.clone(),
+                ..q()
+            },
+            "SEARCH c USING PRIMARY KEY (kind=? AND name=?",
+        ),
+        (
+            "deployment",
+            UserTaskQuery {
+                deployment: Some(qflow_store::DeploymentId(1)),
+                after: cursor.clone(),
+                ..q()
+            },
+            "SEARCH t USING INDEX user_tasks_deployment",
+        ),
+        (
+            "everything",
+            UserTaskQuery { after: cursor, ..q() },
+            "SEARCH t USING INDEX user_tasks_created",
+        ),
+    ];
+    for (label, query, index) in cases {
+        let plan = store.explain_user_tasks(&query).await?;
+        println!("{label}: {plan:?}");
+        ensure!(
+            plan.iter().any(|line| line.contains(index)),
+            "{label}: {index} is not used: {plan:?}"
+        );
+        ensure!(
+            !plan.iter().any(|line| line.contains("TEMP B-TREE")),
+            "{label}: the plan sorts: {plan:?}"
+        );
+        ensure!(
+            !plan.iter().any(|line| line.contains("instances")),
+            "{label}: the plan reads instances: {plan:?}"
+        );
+        ensure!(
+            !plan.iter().any(|line| (line.starts_with("SCAN t") || line.starts_with("SCAN c"))
+                && !line.contains("INDEX")),
+            "{label}: the plan scans a table: {plan:?}"
+        );
+    }
+    Ok(())
+}
+
 /// A listing page filtered by deployment and/or state reads its rows in creation order
 /// from an index and stops at the limit: no plan sorts the matching rows (0006). The
 /// statements have the shape `common::instances_query` builds.
