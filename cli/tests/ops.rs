@@ -573,3 +573,81 @@ fn a_message_is_correlated_by_key_from_the_command_line() {
     ));
     assert_eq!(ended[0]["id"], id.as_str(), "{ended}");
 }
+
+const REVIEW: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" targetNamespace="t">
+  <process id="review" isExecutable="true">
+    <startEvent id="start"/>
+    <userTask id="approve" name="Approve the order">
+      <extensionElements>
+        <zeebe:assignmentDefinition candidateGroups="sales, legal" candidateUsers="ann"/>
+      </extensionElements>
+    </userTask>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="approve"/>
+    <sequenceFlow id="f1" sourceRef="approve" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+#[test]
+fn the_task_list_is_listed_claimed_and_completed_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("tasks.sqlite");
+    let id = one_instance(&db, REVIEW, |_| true);
+    let list = |extra: &[&str]| {
+        let mut args = vec!["user-tasks", "list", "--format", "json"];
+        args.extend_from_slice(extra);
+        json(&qflow(&args, &db))
+    };
+    let all = list(&["--candidate-group", "legal"]);
+    assert_eq!(all[0]["instance"], id.as_str(), "{all}");
+    assert_eq!(all[0]["name"], "Approve the order");
+    assert_eq!(all[0]["candidate_groups"], serde_json::json!(["sales", "legal"]));
+    assert_eq!(list(&["--unassigned"]).as_array().unwrap().len(), 1);
+    assert!(list(&["--assignee", "bo"]).as_array().unwrap().is_empty());
+
+    let human = qflow(&["user-tasks", "show", &id, "approve"], &db);
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(human.contains("groups      sales, legal"), "{human}");
+
+    let claimed = json(&qflow(
+        &["user-tasks", "claim", &id, "approve", "bo", "--format", "json"],
+        &db,
+    ));
+    assert_eq!(claimed["status"], "running");
+    assert_eq!(list(&["--assignee", "bo"]).as_array().unwrap().len(), 1);
+    // Held by bo: ann's claim and ann's completion exit 1, saying why.
+    for args in [
+        &["user-tasks", "claim", &id, "approve", "ann"][..],
+        &["user-tasks", "complete", &id, "approve", "--assignee", "ann"][..],
+        &["user-tasks", "unclaim", &id, "approve", "--assignee", "ann"][..],
+        &["user-tasks", "claim", &id, "nowhere", "ann"][..],
+        &["user-tasks", "list", "--limit", "0"][..],
+    ] {
+        let out = qflow(args, &db);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            err.contains("bo") || err.contains("nowhere") || err.contains("limit"),
+            "{args:?}: {err}"
+        );
+    }
+    let done = json(&qflow(
+        &[
+            "user-tasks",
+            "complete",
+            &id,
+            "approve",
+            "--assignee",
+            "bo",
+            "--variables",
+            r#"{"ok": true}"#,
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(done["status"], "completed");
+    assert!(list(&[]).as_array().unwrap().is_empty());
+}
