@@ -569,13 +569,13 @@ pub fn user_tasks(args: &UserTasksArgs) -> Result<ExitCode> {
             } => {
                 let id = parse_instance_id(id)?;
                 let done = ops.claim_user_task(id, node, assignee, *force).await?;
-                emit(format, &done, |w| applied(w, "claimed the user task", &done))
+                emit(format, &done, |w| {
+                    applied(w, "claimed the user task", &done)
+                })
             }
             UserTasksCommand::Unclaim { id, node, assignee } => {
                 let id = parse_instance_id(id)?;
-                let done = ops
-                    .unclaim_user_task(id, node, assignee.as_deref())
-                    .await?;
+                let done = ops.unclaim_user_task(id, node, assignee.as_deref()).await?;
                 emit(format, &done, |w| {
                     applied(w, "gave the user task back", &done)
                 })

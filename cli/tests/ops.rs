@@ -603,7 +603,10 @@ fn the_task_list_is_listed_claimed_and_completed_from_the_command_line() {
     let all = list(&["--candidate-group", "legal"]);
     assert_eq!(all[0]["instance"], id.as_str(), "{all}");
     assert_eq!(all[0]["name"], "Approve the order");
-    assert_eq!(all[0]["candidate_groups"], serde_json::json!(["sales", "legal"]));
+    assert_eq!(
+        all[0]["candidate_groups"],
+        serde_json::json!(["sales", "legal"])
+    );
     assert_eq!(list(&["--unassigned"]).as_array().unwrap().len(), 1);
     assert!(list(&["--assignee", "bo"]).as_array().unwrap().is_empty());
 
@@ -612,7 +615,15 @@ fn the_task_list_is_listed_claimed_and_completed_from_the_command_line() {
     assert!(human.contains("groups      sales, legal"), "{human}");
 
     let claimed = json(&qflow(
-        &["user-tasks", "claim", &id, "approve", "bo", "--format", "json"],
+        &[
+            "user-tasks",
+            "claim",
+            &id,
+            "approve",
+            "bo",
+            "--format",
+            "json",
+        ],
         &db,
     ));
     assert_eq!(claimed["status"], "running");
@@ -620,7 +631,14 @@ fn the_task_list_is_listed_claimed_and_completed_from_the_command_line() {
     // Held by bo: ann's claim and ann's completion exit 1, saying why.
     for args in [
         &["user-tasks", "claim", &id, "approve", "ann"][..],
-        &["user-tasks", "complete", &id, "approve", "--assignee", "ann"][..],
+        &[
+            "user-tasks",
+            "complete",
+            &id,
+            "approve",
+            "--assignee",
+            "ann",
+        ][..],
         &["user-tasks", "unclaim", &id, "approve", "--assignee", "ann"][..],
         &["user-tasks", "claim", &id, "nowhere", "ann"][..],
         &["user-tasks", "list", "--limit", "0"][..],

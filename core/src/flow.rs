@@ -44,9 +44,9 @@ pub(super) fn staleness(
         Input::Start { .. } | Input::Cancel | Input::Redrive | Input::ResolveIncident { .. } => {
             None
         }
-        Input::Migrate { mapping, timers, .. } => {
-            super::migrate::problems(def, snap, mapping, timers)
-        }
+        Input::Migrate {
+            mapping, timers, ..
+        } => super::migrate::problems(def, snap, mapping, timers),
         Input::UserTaskClaimed { .. } | Input::UserTaskUnclaimed { .. } => {
             super::user_tasks::staleness(def, snap, input)
         }

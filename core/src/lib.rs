@@ -60,12 +60,12 @@ pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOu
 pub use crate::snapshot::{Snapshot, Status};
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use qflow_loader::model::{ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX};
-pub use user_tasks::{offered_user_tasks, user_task_inputs};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
 pub use subscriptions::CORRELATION_KEY_CHARS_MAX;
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
+pub use user_tasks::{offered_user_tasks, user_task_inputs};
 
 /// Structured failure codes the core itself writes into a FAILED snapshot, beside the
 /// handler codes (`HANDLER_FAILED`, a host's own codes) and `TIMEOUT`.

@@ -69,7 +69,11 @@ pub fn offered_user_tasks(def: &Definition, snap: &Snapshot) -> Vec<String> {
 
 /// The variables a task-list front end shows for the user task `node`: its input
 /// mappings over the instance variables, or every instance variable when it has none.
-pub fn user_task_inputs(def: &Definition, snap: &Snapshot, node: &str) -> Result<Variables, String> {
+pub fn user_task_inputs(
+    def: &Definition,
+    snap: &Snapshot,
+    node: &str,
+) -> Result<Variables, String> {
     let p = &def.process;
     let (task, _) = p
         .find(node)
@@ -110,9 +114,7 @@ pub(super) fn staleness(def: &Definition, snap: &Snapshot, input: &Input) -> Opt
             assignee: Some(a), ..
         } => match holder {
             Some(h) if h == a => None,
-            Some(h) => Some(format!(
-                "user task `{node}` is claimed by `{h}`, not `{a}`"
-            )),
+            Some(h) => Some(format!("user task `{node}` is claimed by `{h}`, not `{a}`")),
             None => Some(format!("user task `{node}` is not claimed by anybody")),
         },
         _ => None,
@@ -203,7 +205,8 @@ impl Run<'_> {
             .collect();
         for node in &before {
             if !still.contains(&node.as_str()) {
-                self.effects.push(Effect::WithdrawUserTask { node: node.clone() });
+                self.effects
+                    .push(Effect::WithdrawUserTask { node: node.clone() });
             }
         }
         for (idx, a) in offers {
@@ -233,7 +236,11 @@ impl Run<'_> {
         }
         let mut out: Vec<NodeIdx> = Vec::new();
         for t in &self.snap.tokens {
-            if let Some(idx) = self.p.find(t).filter(|i| user_task_at(self.p, *i).is_some()) {
+            if let Some(idx) = self
+                .p
+                .find(t)
+                .filter(|i| user_task_at(self.p, *i).is_some())
+            {
                 if !out.contains(&idx) {
                     out.push(idx);
                 }

@@ -11,7 +11,6 @@ use proptest::prelude::*;
 use qflow_core::sim::{self, Scenario, Scripted, ScriptedEvent};
 use qflow_core::Snapshot;
 use qflow_loader::model::{
-    Assignment,
     Boundary, BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, NodeKind,
     RetryPolicy, Task, TaskKind, TimerDef, Variables,
 };
@@ -84,7 +83,7 @@ fn build(shape: &Shape) -> Definition {
             ),
             Kind::User => NodeKind::Task(Task {
                 kind: TaskKind::User {
-                    assignment: Assignment::default(),
+                    assignment: Box::default(),
                 },
                 retry: None,
                 timeout: None,

@@ -76,7 +76,10 @@ fn entering_offers_the_evaluated_assignment_and_completing_withdraws_it() {
     assert_eq!(
         task_list(&trace),
         vec![
-            (0, offer("approve", Some("ann"), &["sales", "emea"], &["bo", "cy"])),
+            (
+                0,
+                offer("approve", Some("ann"), &["sales", "emea"], &["bo", "cy"])
+            ),
             (7, withdraw("approve")),
         ]
     );
@@ -97,10 +100,18 @@ fn zeebe_assignments_evaluate_feel_paths_and_comma_separated_strings() {
         </extensionElements></userTask>
         <sequenceFlow id="f1" sourceRef="approve" targetRef="e"/><endEvent id="e"/>"#
     ));
-    let out = started(&def, json!({"book": {"author": "cy"}, "groups": "editors, , proof"}));
+    let out = started(
+        &def,
+        json!({"book": {"author": "cy"}, "groups": "editors, , proof"}),
+    );
     assert_eq!(
         out.effects,
-        vec![offer("approve", Some("cy"), &["editors", "proof"], &["ann", "bo"])]
+        vec![offer(
+            "approve",
+            Some("cy"),
+            &["editors", "proof"],
+            &["ann", "bo"]
+        )]
     );
 }
 
@@ -120,7 +131,11 @@ fn a_task_nobody_is_named_for_is_offered_and_writes_no_holder() {
 fn an_assignment_that_does_not_evaluate_fails_the_instance_with_expression_failed() {
     for (attrs, vars, says) in [
         (r#"camunda:assignee="${boss}""#, json!({}), "assignee"),
-        (r#"camunda:assignee="${boss}""#, json!({"boss": 7}), "not a string"),
+        (
+            r#"camunda:assignee="${boss}""#,
+            json!({"boss": 7}),
+            "not a string",
+        ),
         (
             r#"camunda:candidateGroups="${groups}""#,
             json!({"groups": [1, 2]}),
@@ -199,7 +214,10 @@ fn a_terminate_end_on_another_branch_withdraws_the_task() {
     let trace = run_scenario(&def, r#"{"variables": {}}"#);
     assert_eq!(
         task_list(&trace),
-        vec![(0, offer("approve", None, &[], &[])), (5_000, withdraw("approve"))]
+        vec![
+            (0, offer("approve", None, &[], &[])),
+            (5_000, withdraw("approve"))
+        ]
     );
     assert_eq!(trace.summary.status, "completed");
 }
@@ -340,7 +358,11 @@ fn claims_are_judged_against_the_holder() {
     );
     let done = step(&def, "i", free, complete(Some("cy")), 4).unwrap();
     assert_eq!(done.snapshot.status(), Status::Completed);
-    assert!(done.effects.contains(&withdraw("approve")), "{:?}", done.effects);
+    assert!(
+        done.effects.contains(&withdraw("approve")),
+        "{:?}",
+        done.effects
+    );
     // And the holder completes.
     let done = step(&def, "i", held, complete(Some("bo")), 4).unwrap();
     assert_eq!(done.snapshot.status(), Status::Completed);

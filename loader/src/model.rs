@@ -246,7 +246,7 @@ pub enum TaskKind {
     Pull { topic: String, retries: Option<u32> },
     /// `userTask`: a wait state completed through the API, offered to the task list
     /// with its assignment (who may work on it).
-    User { assignment: Assignment },
+    User { assignment: Box<Assignment> },
     /// Abstract `task` and `manualTask`: pass straight through.
     PassThrough,
     /// `sendTask`: emits a message and continues.
@@ -283,7 +283,9 @@ pub struct Assignment {
 impl Assignment {
     /// Whether the model names nobody at all.
     pub fn is_empty(&self) -> bool {
-        self.assignee.is_none() && self.candidate_groups.is_empty() && self.candidate_users.is_empty()
+        self.assignee.is_none()
+            && self.candidate_groups.is_empty()
+            && self.candidate_users.is_empty()
     }
 }
 

@@ -1051,7 +1051,7 @@ fn user_abstract_and_manual_tasks_load() {
         (
             r#"<userTask id="t"/>"#,
             TaskKind::User {
-                assignment: Assignment::default(),
+                assignment: Box::default(),
             },
         ),
         (r#"<task id="t"/>"#, TaskKind::PassThrough),
@@ -1592,7 +1592,7 @@ fn a_sequence_flow_without_an_id_gets_a_stable_derived_one() {
 fn assignment_of(xml: &str) -> Assignment {
     let l = loads(xml);
     match &task(only(&l), "t").kind {
-        TaskKind::User { assignment } => assignment.clone(),
+        TaskKind::User { assignment } => (**assignment).clone(),
         other => panic!("`t` is not a user task: {other:?}"),
     }
 }
@@ -1717,7 +1717,9 @@ fn q211_name_over_the_bound() {
     );
     // At the bound it loads.
     let ok = "n".repeat(ASSIGNMENT_NAME_CHARS_MAX);
-    assignment_of(&around(&format!(r#"<userTask id="t" camunda:assignee="{ok}"/>"#)));
+    assignment_of(&around(&format!(
+        r#"<userTask id="t" camunda:assignee="{ok}"/>"#
+    )));
 }
 
 #[test]

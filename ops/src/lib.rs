@@ -38,8 +38,8 @@ use serde::Serialize;
 mod models;
 
 pub use models::NodeInfo;
-pub use user_tasks::{UserTaskDetail, UserTaskListQuery, UserTaskView};
 pub use qflow_loader::explain::{self, Timeline};
+pub use user_tasks::{UserTaskDetail, UserTaskListQuery, UserTaskView};
 
 pub mod json {
     //! JSON input helpers shared by the front ends.

@@ -264,11 +264,11 @@ impl Ops {
             .map_err(Error::from)?;
         let p = &def.process;
         let fits = p.find(node).is_some_and(|i| match &p.node(i).kind {
-            NodeKind::Task(t) => match (&t.kind, wait) {
-                (TaskKind::User { .. }, _) => true,
-                (TaskKind::Receive { message: None }, Wait::Completable) => true,
-                _ => false,
-            },
+            NodeKind::Task(t) => matches!(
+                (&t.kind, wait),
+                (TaskKind::User { .. }, _)
+                    | (TaskKind::Receive { message: None }, Wait::Completable)
+            ),
             _ => false,
         });
         if fits {

@@ -1365,10 +1365,7 @@ impl Store for PgStore {
         })
     }
 
-    async fn instance_user_tasks(
-        &self,
-        instance: InstanceId,
-    ) -> StoreResult<Vec<UserTaskRecord>> {
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>> {
         let sql = format!(
             "SELECT {USER_TASK_COLUMNS} FROM user_tasks AS t WHERE t.instance = $1 ORDER BY t.node"
         );

@@ -1357,10 +1357,7 @@ impl Store for SqliteStore {
         })
     }
 
-    async fn instance_user_tasks(
-        &self,
-        instance: InstanceId,
-    ) -> StoreResult<Vec<UserTaskRecord>> {
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>> {
         let sql = format!(
             "SELECT {USER_TASK_COLUMNS} FROM user_tasks AS t WHERE t.instance = ? ORDER BY t.node"
         );

@@ -312,7 +312,10 @@ async fn sqlite_user_task_plans_walk_an_index_in_listing_order() -> Result<()> {
         ),
         (
             "everything",
-            UserTaskQuery { after: cursor, ..q() },
+            UserTaskQuery {
+                after: cursor,
+                ..q()
+            },
             "SEARCH t USING INDEX user_tasks_created",
         ),
     ];
@@ -332,8 +335,10 @@ async fn sqlite_user_task_plans_walk_an_index_in_listing_order() -> Result<()> {
             "{label}: the plan reads instances: {plan:?}"
         );
         ensure!(
-            !plan.iter().any(|line| (line.starts_with("SCAN t") || line.starts_with("SCAN c"))
-                && !line.contains("INDEX")),
+            !plan.iter().any(
+                |line| (line.starts_with("SCAN t") || line.starts_with("SCAN c"))
+                    && !line.contains("INDEX")
+            ),
             "{label}: the plan scans a table: {plan:?}"
         );
     }

@@ -383,7 +383,9 @@ async fn every_refusal_is_a_problem_and_changes_nothing() {
     let at = |node: &str, op: &str| format!("/v1/instances/{id}/user-tasks/{node}/{op}");
 
     // Held by ann: bo's claim, bo's unclaim and bo's completion are refused.
-    let r = w.post(&at("review", "claim"), json!({ "assignee": "bo" })).await;
+    let r = w
+        .post(&at("review", "claim"), json!({ "assignee": "bo" }))
+        .await;
     problem(&r, StatusCode::CONFLICT, "refused", "claimed by `ann`");
     let r = w
         .post(&at("review", "unclaim"), json!({ "assignee": "bo" }))
@@ -392,14 +394,28 @@ async fn every_refusal_is_a_problem_and_changes_nothing() {
     let r = w
         .post(&at("review", "complete"), json!({ "assignee": "bo" }))
         .await;
-    problem(&r, StatusCode::CONFLICT, "refused", "claimed by `ann`, not `bo`");
+    problem(
+        &r,
+        StatusCode::CONFLICT,
+        "refused",
+        "claimed by `ann`, not `bo`",
+    );
 
     // Unknown tasks: no such node, a node that is no user task, no such instance.
-    let r = w.post(&at("nowhere", "claim"), json!({ "assignee": "bo" })).await;
-    problem(&r, StatusCode::NOT_FOUND, "not_found", "user task `nowhere`");
+    let r = w
+        .post(&at("nowhere", "claim"), json!({ "assignee": "bo" }))
+        .await;
+    problem(
+        &r,
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "user task `nowhere`",
+    );
     let r = w.post(&at("signed", "complete"), json!({})).await;
     problem(&r, StatusCode::NOT_FOUND, "not_found", "user task `signed`");
-    let r = w.get(&format!("/v1/instances/{id}/user-tasks/signed")).await;
+    let r = w
+        .get(&format!("/v1/instances/{id}/user-tasks/signed"))
+        .await;
     problem(&r, StatusCode::NOT_FOUND, "not_found", "user task `signed`");
     let nil = "00000000-0000-0000-0000-000000000000";
     let r = w
@@ -410,7 +426,10 @@ async fn every_refusal_is_a_problem_and_changes_nothing() {
         .await;
     problem(&r, StatusCode::NOT_FOUND, "not_found", "instance");
     let r = w
-        .post("/v1/instances/not-a-uuid/user-tasks/review/claim", json!({ "assignee": "bo" }))
+        .post(
+            "/v1/instances/not-a-uuid/user-tasks/review/claim",
+            json!({ "assignee": "bo" }),
+        )
         .await;
     problem(&r, StatusCode::BAD_REQUEST, "invalid", "not an instance id");
 
@@ -433,14 +452,14 @@ async fn every_refusal_is_a_problem_and_changes_nothing() {
         );
     }
     let r = w
-        .send(
-            Method::POST,
-            &at("review", "claim"),
-            Some(ADMIN),
-            None,
-        )
+        .send(Method::POST, &at("review", "claim"), Some(ADMIN), None)
         .await;
-    problem(&r, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "JSON");
+    problem(
+        &r,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "JSON",
+    );
 
     // Scopes: reading needs `read`, changing needs `operate`; no token is 401.
     let r = w
@@ -464,9 +483,13 @@ async fn every_refusal_is_a_problem_and_changes_nothing() {
     let after = w.state_of(&id).await;
     let r = w.post(&at("review", "complete"), json!({})).await;
     problem(&r, StatusCode::CONFLICT, "refused", "is not pending");
-    let r = w.post(&at("review", "claim"), json!({ "assignee": "ann" })).await;
+    let r = w
+        .post(&at("review", "claim"), json!({ "assignee": "ann" }))
+        .await;
     problem(&r, StatusCode::CONFLICT, "refused", "is not pending");
-    let r = w.get(&format!("/v1/instances/{id}/user-tasks/review")).await;
+    let r = w
+        .get(&format!("/v1/instances/{id}/user-tasks/review"))
+        .await;
     problem(&r, StatusCode::NOT_FOUND, "not_found", "user task `review`");
     assert_eq!(w.state_of(&id).await, after);
 }
@@ -498,7 +521,11 @@ async fn bad_filter_values_name_their_parameter() {
         let r = w.get(&format!("/v1/user-tasks{query}")).await;
         problem(&r, StatusCode::BAD_REQUEST, "invalid", "");
         if !parameter.is_empty() {
-            assert_eq!(r.body["errors"][0]["parameter"], parameter, "{query}: {}", r.text);
+            assert_eq!(
+                r.body["errors"][0]["parameter"], parameter,
+                "{query}: {}",
+                r.text
+            );
         }
     }
 }
@@ -518,9 +545,14 @@ async fn a_front_end_pages_through_the_task_list_with_the_cursor() {
     let mut seen = Vec::new();
     let mut next: Option<String> = None;
     for _ in 0..10 {
-        let cursor = next.as_ref().map(|c| format!("&cursor={c}")).unwrap_or_default();
+        let cursor = next
+            .as_ref()
+            .map(|c| format!("&cursor={c}"))
+            .unwrap_or_default();
         let r = w
-            .get(&format!("/v1/user-tasks?candidate_group=emea&limit=2{cursor}"))
+            .get(&format!(
+                "/v1/user-tasks?candidate_group=emea&limit=2{cursor}"
+            ))
             .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
         for t in r.body["items"].as_array().unwrap() {
@@ -544,7 +576,9 @@ async fn a_front_end_pages_through_the_task_list_with_the_cursor() {
 async fn a_boundary_a_cancel_and_a_failed_assignment_take_tasks_off_the_list() {
     let w = world().await;
     let dep = w.deploy().await;
-    let late = w.start(dep, json!({ "owner": "ann", "team": "emea" })).await;
+    let late = w
+        .start(dep, json!({ "owner": "ann", "team": "emea" }))
+        .await;
     w.clock.advance_ms(1);
     let cancelled = w.start(dep, json!({ "owner": "bo", "team": "emea" })).await;
     assert_eq!(w.listed("?candidate_group=emea").await.len(), 2);

@@ -2361,13 +2361,26 @@ pub async fn user_tasks_filter_by_assignee_candidates_and_deployment(ctx: Ctx) -
     let rows = [
         user_task(id(1), "a", d1, T0 + 30, Some("ann"), &["sales"], &["bo"]),
         user_task(id(2), "a", d1, T0 + 10, None, &["sales", "emea"], &[]),
-        user_task(id(3), "a", d2, T0 + 20, Some("bo"), &["emea"], &["ann", "bo"]),
+        user_task(
+            id(3),
+            "a",
+            d2,
+            T0 + 20,
+            Some("bo"),
+            &["emea"],
+            &["ann", "bo"],
+        ),
         user_task(id(4), "a", d2, T0 + 20, None, &[], &["cy"]),
     ];
     for row in &rows {
-        let out = offer_tasks(s, row.instance, None, row.deployment, row.created_at_ms, vec![
-            row.clone(),
-        ])
+        let out = offer_tasks(
+            s,
+            row.instance,
+            None,
+            row.deployment,
+            row.created_at_ms,
+            vec![row.clone()],
+        )
         .await?;
         ensure!(out == CommitOutcome::Applied { fence: 1 }, "{out:?}");
     }
@@ -2390,7 +2403,14 @@ pub async fn user_tasks_filter_by_assignee_candidates_and_deployment(ctx: Ctx) -
     check(
         "everything, oldest first (then instance, then node)",
         q(),
-        vec![n(5, "x"), n(5, "y"), n(2, "a"), n(3, "a"), n(4, "a"), n(1, "a")],
+        vec![
+            n(5, "x"),
+            n(5, "y"),
+            n(2, "a"),
+            n(3, "a"),
+            n(4, "a"),
+            n(1, "a"),
+        ],
     )
     .await?;
     check(
@@ -2507,10 +2527,7 @@ pub async fn user_tasks_filter_by_assignee_candidates_and_deployment(ctx: Ctx) -
     .await?;
     check(
         "the limit",
-        UserTaskQuery {
-            limit: 2,
-            ..q()
-        },
+        UserTaskQuery { limit: 2, ..q() },
         vec![n(5, "x"), n(5, "y")],
     )
     .await?;
@@ -2597,7 +2614,15 @@ pub async fn an_offered_again_user_task_replaces_its_candidates(ctx: Ctx) -> Res
     let mut moved = commit(id(1), Some(1), d2);
     moved.now_ms = T0 + 9;
     moved.moves = true;
-    let second = user_task(id(1), "approve", d2, T0 + 9, Some("bo"), &["legal"], &["cy"]);
+    let second = user_task(
+        id(1),
+        "approve",
+        d2,
+        T0 + 9,
+        Some("bo"),
+        &["legal"],
+        &["cy"],
+    );
     moved.user_tasks.offer = vec![second.clone()];
     ensure!(commit_one(s, moved).await? == CommitOutcome::Applied { fence: 2 });
     ensure!(s.instance_user_tasks(id(1)).await? == vec![second.clone()]);

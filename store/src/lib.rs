@@ -741,6 +741,5 @@ pub trait Store: Send + Sync + 'static {
     async fn user_tasks(&self, query: &UserTaskQuery) -> StoreResult<Vec<UserTaskRecord>>;
 
     /// The user-task rows of one instance, by node.
-    async fn instance_user_tasks(&self, instance: InstanceId)
-        -> StoreResult<Vec<UserTaskRecord>>;
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>>;
 }

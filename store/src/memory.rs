@@ -20,8 +20,7 @@ use crate::{
     NewDeployment, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome, PurgeRequest,
     RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, SubscriptionWrites,
     TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites, UserTaskQuery, UserTaskRecord,
-    UserTaskWrites, PULL_QUERY_LIMIT_MAX,
-    SUBSCRIPTIONS_LIMIT_MAX,
+    UserTaskWrites, PULL_QUERY_LIMIT_MAX, SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -486,7 +485,8 @@ impl State {
             self.remove_user_task(&key);
             self.user_tasks_by_created
                 .insert((row.created_at_ms, instance, row.node.clone()));
-            self.user_tasks.insert(key, UserTaskRecord { instance, ..row });
+            self.user_tasks
+                .insert(key, UserTaskRecord { instance, ..row });
         }
         for (node, assignee) in writes.assign {
             if let Some(row) = self.user_tasks.get_mut(&(instance, node)) {
@@ -841,10 +841,7 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn instance_user_tasks(
-        &self,
-        instance: InstanceId,
-    ) -> StoreResult<Vec<UserTaskRecord>> {
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>> {
         let state = self.lock();
         Ok(state
             .user_tasks

@@ -55,7 +55,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     pub(super) fn assignment(&mut self, el: &Element) -> Assignment {
         let zeebe: Vec<&Element> = el
             .child(Ns::Bpmn, "extensionElements")
-            .map(|x| x.children_named(Ns::Zeebe, "assignmentDefinition").collect())
+            .map(|x| {
+                x.children_named(Ns::Zeebe, "assignmentDefinition")
+                    .collect()
+            })
             .unwrap_or_default();
         if let Some(second) = zeebe.get(1) {
             self.help(

@@ -27,7 +27,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.vendor_runner_on_non_service(el, &ext);
                 match other {
                     "userTask" => TaskKind::User {
-                        assignment: self.assignment(el),
+                        assignment: Box::new(self.assignment(el)),
                     },
                     "sendTask" => TaskKind::Send {
                         message: match el.attr("messageRef") {
