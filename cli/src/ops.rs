@@ -472,6 +472,10 @@ pub enum UserTasksCommand {
         #[arg(long)]
         assignee: Option<String>,
     },
+    /// Offer again every waiting user task that has no row in the task list: run once
+    /// after upgrading a store whose instances waited at user tasks before the task
+    /// list existed (audited as `offer_user_tasks`).
+    Backfill,
     /// Complete a waiting user task with variables.
     Complete {
         id: String,
@@ -559,6 +563,22 @@ pub fn user_tasks(args: &UserTasksArgs) -> Result<ExitCode> {
                         "variables   {}",
                         serde_json::to_string_pretty(&task.variables)?
                     )
+                })
+            }
+            UserTasksCommand::Backfill => {
+                let done = ops.backfill_user_tasks().await?;
+                emit(format, &done, |w| {
+                    writeln!(
+                        w,
+                        "{} running instances examined; user tasks offered again on {}; {} moved on meanwhile",
+                        done.examined,
+                        done.offered.len(),
+                        done.skipped
+                    )?;
+                    for id in &done.offered {
+                        writeln!(w, "  {id}")?;
+                    }
+                    Ok(())
                 })
             }
             UserTasksCommand::Claim {

@@ -669,3 +669,44 @@ fn the_task_list_is_listed_claimed_and_completed_from_the_command_line() {
     assert_eq!(done["status"], "completed");
     assert!(list(&[]).as_array().unwrap().is_empty());
 }
+
+/// An instance that waits at a user task since before the task list existed has no row;
+/// `qflow user-tasks backfill` offers it again, once.
+#[test]
+fn a_backfill_offers_tasks_that_wait_without_a_row_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("backfill.sqlite");
+    let id = one_instance(&db, REVIEW, |_| true);
+    // Take the row away, as a store from before migration 0009 would be.
+    tokio::runtime::Runtime::new()
+        .expect("tokio")
+        .block_on(async {
+            use qflow_store::{Commit, InstanceState, Store};
+            let store = qflow_persistence::SqliteStore::open(&db)
+                .await
+                .expect("store");
+            let id = qflow_ops::parse_instance_id(&id).expect("id");
+            let rec = store.instance(id).await.expect("reads").expect("exists");
+            let state = InstanceState {
+                status: rec.status,
+                failure_code: rec.failure_code.clone(),
+                snapshot: rec.snapshot.clone(),
+                business_key: None,
+            };
+            let mut c = Commit::new(id, Some(rec.fence), rec.deployment, state, rec.updated_at_ms);
+            c.user_tasks.withdraw = vec!["approve".into()];
+            store.commit(vec![c]).await.expect("commits");
+            store.close().await;
+        });
+    let listed = |db: &Path| json(&qflow(&["user-tasks", "list", "--format", "json"], db));
+    assert!(listed(&db).as_array().unwrap().is_empty());
+    let done = json(&qflow(&["user-tasks", "backfill", "--format", "json"], &db));
+    assert_eq!(done["examined"], 1, "{done}");
+    assert_eq!(done["offered"], serde_json::json!([id]), "{done}");
+    let rows = listed(&db);
+    assert_eq!(rows[0]["instance"], id.as_str(), "{rows}");
+    assert_eq!(rows[0]["candidate_groups"], serde_json::json!(["sales", "legal"]));
+    // Nothing is missing any more: a second backfill offers nothing.
+    let again = json(&qflow(&["user-tasks", "backfill", "--format", "json"], &db));
+    assert_eq!(again["offered"], serde_json::json!([]), "{again}");
+}

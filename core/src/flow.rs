@@ -50,6 +50,9 @@ pub(super) fn staleness(
         Input::UserTaskClaimed { .. } | Input::UserTaskUnclaimed { .. } => {
             super::user_tasks::staleness(def, snap, input)
         }
+        Input::OfferUserTasks => super::user_tasks::offered_user_tasks(def, snap)
+            .is_empty()
+            .then(|| "no user task of the instance waits".to_owned()),
         Input::Resume { .. } => match snap.status() {
             Status::Failed => {
                 let node = snap.failure().and_then(|f| f.node);
@@ -327,6 +330,11 @@ impl<'a> Run<'a> {
             }
             Input::UserTaskUnclaimed { node, .. } => {
                 self.assign_user_task(&node, None);
+                return Ok(());
+            }
+            Input::OfferUserTasks => {
+                // The sync offers every waiting user task again and withdraws nothing.
+                self.user_tasks_migrated = Some(self.user_tasks_before.clone());
                 return Ok(());
             }
             Input::MessageReceived {

@@ -352,6 +352,11 @@ pub enum Input {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worker: Option<String>,
     },
+    /// The shell found waiting user tasks without their row in the task list (an instance
+    /// that waits since before the task list existed, a row lost by hand): every user
+    /// task a token waits at is offered again, whoever holds it kept. Bookkeeping: no
+    /// token moves. Stale when no user task waits.
+    OfferUserTasks,
     /// The shell lost track of in-flight attempts (a crash, a replica's death, a
     /// hand-over) and asks for them again: every registered task whose attempt is in
     /// flight gets its `RunTask` re-emitted with the same attempt — re-adoption, no
@@ -384,6 +389,7 @@ impl Input {
             | Input::Cancel
             | Input::Resume { .. }
             | Input::Migrate { .. }
+            | Input::OfferUserTasks
             | Input::Redrive => None,
         }
     }

@@ -14,7 +14,8 @@
 //! without each of those paths knowing about the task list. A resumed instance offers
 //! its waiting user tasks again; a migration withdraws the rows it was given
 //! (`Input::Migrate::user_tasks`) and offers its waiting user tasks under the target's
-//! names and assignment.
+//! names and assignment; `Input::OfferUserTasks` offers them again where their rows are
+//! missing (an instance that waits since before the task list existed).
 //!
 //! The assignee is the one part of the assignment that changes while the task waits
 //! (claims, unclaims) and that the core judges (a claim of a task somebody else holds is

@@ -509,3 +509,44 @@ fn a_model_without_user_tasks_emits_no_task_list_effects() {
     assert!(task_list(&trace).is_empty());
     assert_eq!(trace.summary.status, "completed");
 }
+
+#[test]
+fn offering_again_restores_the_rows_of_waiting_tasks_and_keeps_the_holder() {
+    let def = approve(r#"camunda:assignee="${owner}" camunda:candidateGroups="sales""#);
+    let waiting = started(&def, json!({"owner": "ann"})).snapshot;
+    let claimed = step(
+        &def,
+        "i",
+        waiting,
+        Input::UserTaskClaimed {
+            node: "approve".into(),
+            assignee: "bo".into(),
+            force: true,
+        },
+        1,
+    )
+    .unwrap()
+    .snapshot;
+    let out = step(&def, "i", claimed.clone(), Input::OfferUserTasks, 2).unwrap();
+    assert_eq!(
+        out.effects,
+        vec![offer("approve", Some("bo"), &["sales"], &[])]
+    );
+    assert_eq!(out.snapshot.encode(), claimed.encode());
+    // Nothing waits at a user task any more: stale, nothing written.
+    let done = step(
+        &def,
+        "i",
+        claimed,
+        Input::UserTaskCompleted {
+            node: "approve".into(),
+            variables: Default::default(),
+            assignee: None,
+        },
+        3,
+    )
+    .unwrap()
+    .snapshot;
+    let out = step(&def, "i", done, Input::OfferUserTasks, 4).unwrap();
+    assert!(stale_reason(&out).contains("instance is completed"));
+}

@@ -39,7 +39,7 @@ mod models;
 
 pub use models::NodeInfo;
 pub use qflow_loader::explain::{self, Timeline};
-pub use user_tasks::{UserTaskDetail, UserTaskListQuery, UserTaskView};
+pub use user_tasks::{Backfilled, UserTaskDetail, UserTaskListQuery, UserTaskView};
 
 pub mod json {
     //! JSON input helpers shared by the front ends.

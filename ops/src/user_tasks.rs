@@ -74,6 +74,20 @@ pub struct UserTaskDetail {
     pub variables: Variables,
 }
 
+/// What a backfill of the task list did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Backfilled {
+    /// Running instances looked at.
+    pub examined: u64,
+    /// Instances whose waiting user tasks were offered again (rows were missing).
+    pub offered: Vec<String>,
+    /// Instances that moved on between the look and the step (nothing to do any more).
+    pub skipped: u64,
+}
+
+/// Running instances a backfill reads per page.
+const BACKFILL_PAGE: u32 = 1_000;
+
 /// A listing cursor: the position of a page's last row,
 /// `<created_at_ms>.<instance>.<node>`. Opaque to callers; node ids may hold dots, ids
 /// cannot, so it splits from the left.
@@ -250,6 +264,59 @@ impl Ops {
             assignee: assignee.map(str::to_owned),
         };
         self.apply(id, input, "complete_user_task", detail).await
+    }
+
+    /// Offers again every waiting user task that has no row in the task list — the
+    /// repair after an upgrade, for instances that wait at a user task since before the
+    /// task list existed (`Input::OfferUserTasks`, audited as `offer_user_tasks`). Reads
+    /// every running instance, a page at a time: a one-off repair, not a hot path.
+    pub async fn backfill_user_tasks(&self) -> Result<Backfilled> {
+        let mut out = Backfilled::default();
+        let mut after = None;
+        loop {
+            let filter = qflow_store::InstanceFilter {
+                status: Some(qflow_store::InstanceStatus::Running),
+                after,
+                limit: BACKFILL_PAGE,
+                ..qflow_store::InstanceFilter::default()
+            };
+            let page = self.store().instances(&filter).await?;
+            for record in &page {
+                out.examined += 1;
+                let def = self
+                    .shared
+                    .stepper
+                    .definition(record.deployment)
+                    .await
+                    .map_err(Error::from)?;
+                let Ok(snap) = Snapshot::decode(&record.snapshot) else {
+                    continue;
+                };
+                let waiting = qflow_core::offered_user_tasks(&def, &snap);
+                if waiting.is_empty() {
+                    continue;
+                }
+                let rows = self.store().instance_user_tasks(record.id).await?;
+                if waiting.iter().all(|n| rows.iter().any(|r| &r.node == n)) {
+                    continue;
+                }
+                let detail = format!("nodes={}", waiting.join(","));
+                match self
+                    .apply(record.id, Input::OfferUserTasks, "offer_user_tasks", detail)
+                    .await
+                {
+                    Ok(_) => out.offered.push(record.id.to_string()),
+                    Err(Error::Refused(_)) | Err(Error::Conflict(_)) => out.skipped += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == BACKFILL_PAGE as usize => {
+                    after = Some((last.created_at_ms, last.id));
+                }
+                _ => return Ok(out),
+            }
+        }
     }
 
     /// `NotFound` unless the instance exists and its definition has such a wait at
