@@ -693,7 +693,13 @@ fn a_backfill_offers_tasks_that_wait_without_a_row_once() {
                 snapshot: rec.snapshot.clone(),
                 business_key: None,
             };
-            let mut c = Commit::new(id, Some(rec.fence), rec.deployment, state, rec.updated_at_ms);
+            let mut c = Commit::new(
+                id,
+                Some(rec.fence),
+                rec.deployment,
+                state,
+                rec.updated_at_ms,
+            );
             c.user_tasks.withdraw = vec!["approve".into()];
             store.commit(vec![c]).await.expect("commits");
             store.close().await;
@@ -705,7 +711,10 @@ fn a_backfill_offers_tasks_that_wait_without_a_row_once() {
     assert_eq!(done["offered"], serde_json::json!([id]), "{done}");
     let rows = listed(&db);
     assert_eq!(rows[0]["instance"], id.as_str(), "{rows}");
-    assert_eq!(rows[0]["candidate_groups"], serde_json::json!(["sales", "legal"]));
+    assert_eq!(
+        rows[0]["candidate_groups"],
+        serde_json::json!(["sales", "legal"])
+    );
     // Nothing is missing any more: a second backfill offers nothing.
     let again = json(&qflow(&["user-tasks", "backfill", "--format", "json"], &db));
     assert_eq!(again["offered"], serde_json::json!([]), "{again}");
