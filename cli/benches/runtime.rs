@@ -585,6 +585,18 @@ impl Store for TimedStore {
     async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<qflow_store::OutboxRecord>> {
         self.inner.outbox(self.stored_id(instance)).await
     }
+    async fn user_tasks(
+        &self,
+        query: &qflow_store::UserTaskQuery,
+    ) -> StoreResult<Vec<qflow_store::UserTaskRecord>> {
+        self.inner.user_tasks(query).await
+    }
+    async fn instance_user_tasks(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<qflow_store::UserTaskRecord>> {
+        self.inner.instance_user_tasks(instance).await
+    }
 }
 
 /// Bytes this process has caused to be written to storage so far (`/proc/self/io`),

@@ -64,6 +64,9 @@ enum Command {
     Migrate(ops::MigrateArgs),
     /// List incidents, of one instance or of all.
     Incidents(ops::IncidentsArgs),
+    /// The task list: list waiting user tasks by assignee, candidate group or user;
+    /// claim, unclaim and complete them (docs/workers.md, "User tasks").
+    UserTasks(ops::UserTasksArgs),
     /// The audit log of operator actions: who changed which instance, when, how.
     Audit(ops::AuditArgs),
 }
@@ -101,6 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Retire(args) => ops::retire(&args),
         Command::Migrate(args) => ops::migrate(&args),
         Command::Incidents(args) => ops::incidents(&args),
+        Command::UserTasks(args) => ops::user_tasks(&args),
         Command::Audit(args) => ops::audit(&args),
     }
 }

@@ -113,6 +113,9 @@ pub enum InstancesCommand {
         /// A JSON object of variables.
         #[arg(long, default_value = "{}")]
         variables: String,
+        /// Who completes it: refused while somebody else holds the task.
+        #[arg(long)]
+        assignee: Option<String>,
     },
     /// Deliver a message to an instance: what waits for it there completes.
     Message {
@@ -347,10 +350,13 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                 id,
                 node,
                 variables,
+                assignee,
             } => {
                 let id = parse_instance_id(id)?;
                 let vars = variables_arg(variables)?;
-                let done = ops.complete_user_task(id, node, vars).await?;
+                let done = ops
+                    .complete_user_task(id, node, vars, assignee.as_deref())
+                    .await?;
                 emit(format, &done, |w| {
                     applied(w, "completed the user task", &done)
                 })
@@ -397,6 +403,216 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                         }
                     }
                     Ok(())
+                })
+            }
+        }
+    })
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UserTasksArgs {
+    #[command(subcommand)]
+    command: UserTasksCommand,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// The task list (docs/workers.md, "User tasks"): thin front ends over `qflow_ops`.
+#[derive(Debug, clap::Subcommand)]
+pub enum UserTasksCommand {
+    /// List waiting user tasks, oldest first. Every filter given must hold.
+    List {
+        /// Only tasks this person holds.
+        #[arg(long)]
+        assignee: Option<String>,
+        /// Only tasks offered to this group; repeat for any of several.
+        #[arg(long = "candidate-group")]
+        candidate_groups: Vec<String>,
+        /// Only tasks offered to this person by name.
+        #[arg(long)]
+        candidate_user: Option<String>,
+        /// Only tasks of instances on this deployment version.
+        #[arg(long)]
+        deployment: Option<i64>,
+        /// Only tasks nobody holds.
+        #[arg(long, conflicts_with = "assigned")]
+        unassigned: bool,
+        /// Only tasks somebody holds.
+        #[arg(long)]
+        assigned: bool,
+        /// Continue a listing after the page that printed this cursor.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// At most this many (1..=1,000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Show one waiting user task with its assignment and variables.
+    Show {
+        id: String,
+        /// The user task's id in the model.
+        node: String,
+    },
+    /// Claim a waiting user task for a person: refused while somebody else holds it,
+    /// unless `--force`.
+    Claim {
+        id: String,
+        node: String,
+        /// Who claims it.
+        assignee: String,
+        /// Take it over from whoever holds it.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Give a waiting user task back: nobody holds it.
+    Unclaim {
+        id: String,
+        node: String,
+        /// Refused unless this person holds it (default: whoever does).
+        #[arg(long)]
+        assignee: Option<String>,
+    },
+    /// Offer again every waiting user task that has no row in the task list: run once
+    /// after upgrading a store whose instances waited at user tasks before the task
+    /// list existed (audited as `offer_user_tasks`).
+    Backfill,
+    /// Complete a waiting user task with variables.
+    Complete {
+        id: String,
+        node: String,
+        /// A JSON object of variables.
+        #[arg(long, default_value = "{}")]
+        variables: String,
+        /// Who completes it: refused while somebody else holds the task.
+        #[arg(long)]
+        assignee: Option<String>,
+    },
+}
+
+pub fn user_tasks(args: &UserTasksArgs) -> Result<ExitCode> {
+    use crate::text::escape;
+    with_ops(&args.store, |ops| async move {
+        let format = args.store.format;
+        match &args.command {
+            UserTasksCommand::List {
+                assignee,
+                candidate_groups,
+                candidate_user,
+                deployment,
+                unassigned,
+                assigned,
+                cursor,
+                limit,
+            } => {
+                let query = qflow_ops::UserTaskListQuery {
+                    assignee: assignee.clone(),
+                    candidate_groups: candidate_groups.clone(),
+                    candidate_user: candidate_user.clone(),
+                    deployment: *deployment,
+                    assigned: match (assigned, unassigned) {
+                        (true, _) => Some(true),
+                        (_, true) => Some(false),
+                        _ => None,
+                    },
+                    cursor: cursor.clone(),
+                    limit: *limit,
+                };
+                let page = ops.user_tasks(&query).await?;
+                if let Some(next) = &page.next {
+                    eprintln!("qflow: more user tasks follow: add `--cursor {next}`");
+                }
+                let rows = page.items;
+                emit(format, &rows, |w| {
+                    writeln!(
+                        w,
+                        "{:<36}  {:<20} {:<16} {:>13}  candidates",
+                        "instance", "task", "assignee", "created"
+                    )?;
+                    for t in &rows {
+                        let mut candidates: Vec<String> = t.candidate_groups.clone();
+                        candidates.extend(t.candidate_users.iter().map(|u| format!("@{u}")));
+                        writeln!(
+                            w,
+                            "{:<36}  {:<20} {:<16} {:>13}  {}",
+                            t.instance,
+                            t.node,
+                            t.assignee.as_deref().unwrap_or("-"),
+                            t.created_at_ms,
+                            candidates.join(", ")
+                        )?;
+                    }
+                    writeln!(w, "{} user tasks", rows.len())
+                })
+            }
+            UserTasksCommand::Show { id, node } => {
+                let task = ops.user_task(parse_instance_id(id)?, node).await?;
+                emit(format, &task, |w| {
+                    let t = &task.task;
+                    writeln!(w, "instance    {}", t.instance)?;
+                    match &t.name {
+                        Some(n) => writeln!(w, "task        {} ({})", t.node, escape(n))?,
+                        None => writeln!(w, "task        {}", t.node)?,
+                    }
+                    writeln!(w, "process     {} (version {})", t.process_id, t.deployment)?;
+                    writeln!(w, "assignee    {}", t.assignee.as_deref().unwrap_or("-"))?;
+                    writeln!(w, "groups      {}", t.candidate_groups.join(", "))?;
+                    writeln!(w, "users       {}", t.candidate_users.join(", "))?;
+                    writeln!(w, "created     {}", t.created_at_ms)?;
+                    writeln!(
+                        w,
+                        "variables   {}",
+                        serde_json::to_string_pretty(&task.variables)?
+                    )
+                })
+            }
+            UserTasksCommand::Backfill => {
+                let done = ops.backfill_user_tasks().await?;
+                emit(format, &done, |w| {
+                    writeln!(
+                        w,
+                        "{} running instances examined; user tasks offered again on {}; {} moved on meanwhile",
+                        done.examined,
+                        done.offered.len(),
+                        done.skipped
+                    )?;
+                    for id in &done.offered {
+                        writeln!(w, "  {id}")?;
+                    }
+                    Ok(())
+                })
+            }
+            UserTasksCommand::Claim {
+                id,
+                node,
+                assignee,
+                force,
+            } => {
+                let id = parse_instance_id(id)?;
+                let done = ops.claim_user_task(id, node, assignee, *force).await?;
+                emit(format, &done, |w| {
+                    applied(w, "claimed the user task", &done)
+                })
+            }
+            UserTasksCommand::Unclaim { id, node, assignee } => {
+                let id = parse_instance_id(id)?;
+                let done = ops.unclaim_user_task(id, node, assignee.as_deref()).await?;
+                emit(format, &done, |w| {
+                    applied(w, "gave the user task back", &done)
+                })
+            }
+            UserTasksCommand::Complete {
+                id,
+                node,
+                variables,
+                assignee,
+            } => {
+                let id = parse_instance_id(id)?;
+                let vars = variables_arg(variables)?;
+                let done = ops
+                    .complete_user_task(id, node, vars, assignee.as_deref())
+                    .await?;
+                emit(format, &done, |w| {
+                    applied(w, "completed the user task", &done)
                 })
             }
         }

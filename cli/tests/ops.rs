@@ -573,3 +573,149 @@ fn a_message_is_correlated_by_key_from_the_command_line() {
     ));
     assert_eq!(ended[0]["id"], id.as_str(), "{ended}");
 }
+
+const REVIEW: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" targetNamespace="t">
+  <process id="review" isExecutable="true">
+    <startEvent id="start"/>
+    <userTask id="approve" name="Approve the order">
+      <extensionElements>
+        <zeebe:assignmentDefinition candidateGroups="sales, legal" candidateUsers="ann"/>
+      </extensionElements>
+    </userTask>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="approve"/>
+    <sequenceFlow id="f1" sourceRef="approve" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+#[test]
+fn the_task_list_is_listed_claimed_and_completed_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("tasks.sqlite");
+    let id = one_instance(&db, REVIEW, |_| true);
+    let list = |extra: &[&str]| {
+        let mut args = vec!["user-tasks", "list", "--format", "json"];
+        args.extend_from_slice(extra);
+        json(&qflow(&args, &db))
+    };
+    let all = list(&["--candidate-group", "legal"]);
+    assert_eq!(all[0]["instance"], id.as_str(), "{all}");
+    assert_eq!(all[0]["name"], "Approve the order");
+    assert_eq!(
+        all[0]["candidate_groups"],
+        serde_json::json!(["sales", "legal"])
+    );
+    assert_eq!(list(&["--unassigned"]).as_array().unwrap().len(), 1);
+    assert!(list(&["--assignee", "bo"]).as_array().unwrap().is_empty());
+
+    let human = qflow(&["user-tasks", "show", &id, "approve"], &db);
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(human.contains("groups      sales, legal"), "{human}");
+
+    let claimed = json(&qflow(
+        &[
+            "user-tasks",
+            "claim",
+            &id,
+            "approve",
+            "bo",
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(claimed["status"], "running");
+    assert_eq!(list(&["--assignee", "bo"]).as_array().unwrap().len(), 1);
+    // Held by bo: ann's claim and ann's completion exit 1, saying why.
+    for args in [
+        &["user-tasks", "claim", &id, "approve", "ann"][..],
+        &[
+            "user-tasks",
+            "complete",
+            &id,
+            "approve",
+            "--assignee",
+            "ann",
+        ][..],
+        &["user-tasks", "unclaim", &id, "approve", "--assignee", "ann"][..],
+        &["user-tasks", "claim", &id, "nowhere", "ann"][..],
+        &["user-tasks", "list", "--limit", "0"][..],
+    ] {
+        let out = qflow(args, &db);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            err.contains("bo") || err.contains("nowhere") || err.contains("limit"),
+            "{args:?}: {err}"
+        );
+    }
+    let done = json(&qflow(
+        &[
+            "user-tasks",
+            "complete",
+            &id,
+            "approve",
+            "--assignee",
+            "bo",
+            "--variables",
+            r#"{"ok": true}"#,
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert_eq!(done["status"], "completed");
+    assert!(list(&[]).as_array().unwrap().is_empty());
+}
+
+/// An instance that waits at a user task since before the task list existed has no row;
+/// `qflow user-tasks backfill` offers it again, once.
+#[test]
+fn a_backfill_offers_tasks_that_wait_without_a_row_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("backfill.sqlite");
+    let id = one_instance(&db, REVIEW, |_| true);
+    // Take the row away, as a store from before migration 0009 would be.
+    tokio::runtime::Runtime::new()
+        .expect("tokio")
+        .block_on(async {
+            use qflow_store::{Commit, InstanceState, Store};
+            let store = qflow_persistence::SqliteStore::open(&db)
+                .await
+                .expect("store");
+            let id = qflow_ops::parse_instance_id(&id).expect("id");
+            let rec = store.instance(id).await.expect("reads").expect("exists");
+            let state = InstanceState {
+                status: rec.status,
+                failure_code: rec.failure_code.clone(),
+                snapshot: rec.snapshot.clone(),
+                business_key: None,
+            };
+            let mut c = Commit::new(
+                id,
+                Some(rec.fence),
+                rec.deployment,
+                state,
+                rec.updated_at_ms,
+            );
+            c.user_tasks.withdraw = vec!["approve".into()];
+            store.commit(vec![c]).await.expect("commits");
+            store.close().await;
+        });
+    let listed = |db: &Path| json(&qflow(&["user-tasks", "list", "--format", "json"], db));
+    assert!(listed(&db).as_array().unwrap().is_empty());
+    let done = json(&qflow(&["user-tasks", "backfill", "--format", "json"], &db));
+    assert_eq!(done["examined"], 1, "{done}");
+    assert_eq!(done["offered"], serde_json::json!([id]), "{done}");
+    let rows = listed(&db);
+    assert_eq!(rows[0]["instance"], id.as_str(), "{rows}");
+    assert_eq!(
+        rows[0]["candidate_groups"],
+        serde_json::json!(["sales", "legal"])
+    );
+    // Nothing is missing any more: a second backfill offers nothing.
+    let again = json(&qflow(&["user-tasks", "backfill", "--format", "json"], &db));
+    assert_eq!(again["offered"], serde_json::json!([]), "{again}");
+}

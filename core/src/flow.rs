@@ -47,7 +47,15 @@ pub(super) fn staleness(
         Input::Start { .. } | Input::Cancel | Input::Redrive | Input::ResolveIncident { .. } => {
             None
         }
-        Input::Migrate { mapping, timers } => super::migrate::problems(def, snap, mapping, timers),
+        Input::Migrate {
+            mapping, timers, ..
+        } => super::migrate::problems(def, snap, mapping, timers),
+        Input::UserTaskClaimed { .. } | Input::UserTaskUnclaimed { .. } => {
+            super::user_tasks::staleness(def, snap, input)
+        }
+        Input::OfferUserTasks => super::user_tasks::offered_user_tasks(def, snap)
+            .is_empty()
+            .then(|| "no user task of the instance waits".to_owned()),
         Input::Resume { .. } => match snap.status() {
             Status::Failed => {
                 let node = snap.failure().and_then(|f| f.node);
@@ -107,11 +115,11 @@ pub(super) fn staleness(
             )),
             None => Some(format!("timer `{name}` is not armed")),
         },
-        Input::UserTaskCompleted { node, .. } => {
+        Input::UserTaskCompleted { node, assignee, .. } => {
             // A receive task without a message is a plain wait state, completed the same way.
             let is_user = p.find(node).is_some_and(|i| {
                 matches!(&p.node(i).kind, NodeKind::Task(t)
-                    if matches!(t.kind, TaskKind::User | TaskKind::Receive { message: None }))
+                    if matches!(t.kind, TaskKind::User { .. } | TaskKind::Receive { message: None }))
             });
             if !is_user {
                 Some(format!(
@@ -121,7 +129,9 @@ pub(super) fn staleness(
             } else if !snap.tokens.iter().any(|t| t == node) {
                 Some(format!("user task `{node}` is not pending"))
             } else {
-                None
+                assignee
+                    .as_deref()
+                    .and_then(|a| super::user_tasks::completion_staleness(snap, node, a))
             }
         }
         Input::MessageReceived {
@@ -239,6 +249,14 @@ pub(super) struct Run<'a> {
     /// A task whose attempt the current input already reported as finished, so that
     /// interrupting it does not report the attempt a second time.
     pub(super) attempt_reported: Option<NodeIdx>,
+    /// Whether the instance was running when the step began.
+    pub(super) was_running: bool,
+    /// The user tasks offered to the task list when the step began (`user_tasks`).
+    pub(super) user_tasks_before: Vec<String>,
+    /// User tasks a token entered in this step, once per entry.
+    pub(super) user_tasks_entered: Vec<NodeIdx>,
+    /// A migration's rows of the task list, by old ids: withdrawn unless offered again.
+    pub(super) user_tasks_migrated: Option<Vec<String>>,
 }
 
 impl<'a> Run<'a> {
@@ -248,6 +266,8 @@ impl<'a> Run<'a> {
         snap: Snapshot,
         now_ms: i64,
     ) -> Run<'a> {
+        let snap_running = snap.status == Status::Running;
+        let user_tasks_before = super::user_tasks::offered_user_tasks(def, &snap);
         Run {
             def,
             p: &def.process,
@@ -258,6 +278,10 @@ impl<'a> Run<'a> {
             queue: VecDeque::new(),
             arrivals: 0,
             attempt_reported: None,
+            was_running: snap_running,
+            user_tasks_before,
+            user_tasks_entered: Vec::new(),
+            user_tasks_migrated: None,
         }
     }
 
@@ -272,6 +296,9 @@ impl<'a> Run<'a> {
     /// brings its message subscriptions in line with where it waits.
     pub(super) fn apply(&mut self, input: Input) -> Result<(), Error> {
         self.apply_input(input)?;
+        // First: an assignment that does not evaluate fails the instance, and the
+        // subscription sync then closes what a FAILED instance must not hold open.
+        self.sync_user_tasks();
         self.sync_subscriptions();
         Ok(())
     }
@@ -308,9 +335,25 @@ impl<'a> Run<'a> {
                 message,
             } => self.task_bpmn_error(&node, attempt, code, message),
             Input::TimerFired { name, incarnation } => self.timer_fired(name, incarnation),
-            Input::UserTaskCompleted { node, variables } => {
+            Input::UserTaskCompleted {
+                node, variables, ..
+            } => {
                 let idx = self.idx(&node);
                 self.complete_activity(idx, variables);
+            }
+            Input::UserTaskClaimed { node, assignee, .. } => {
+                // Bookkeeping only: no token moves, nothing to settle.
+                self.assign_user_task(&node, Some(assignee));
+                return Ok(());
+            }
+            Input::UserTaskUnclaimed { node, .. } => {
+                self.assign_user_task(&node, None);
+                return Ok(());
+            }
+            Input::OfferUserTasks => {
+                // The sync offers every waiting user task again and withdraws nothing.
+                self.user_tasks_migrated = Some(self.user_tasks_before.clone());
+                return Ok(());
             }
             Input::MessageReceived {
                 name,
@@ -358,7 +401,12 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
             Input::Resume { budget } => self.resume(budget),
-            Input::Migrate { mapping, timers } => {
+            Input::Migrate {
+                mapping,
+                timers,
+                user_tasks,
+            } => {
+                self.user_tasks_migrated = Some(user_tasks);
                 // Moves no token: nothing to settle (a FAILED instance stays FAILED).
                 self.migrate(&mapping, &timers);
                 return Ok(());
@@ -693,7 +741,13 @@ impl<'a> Run<'a> {
                 self.snap.clear_retry_state(self.id(idx));
                 self.run_attempt(idx, Attempt::FIRST);
             }
-            TaskKind::User | TaskKind::Receive { .. } => {
+            TaskKind::User { .. } => {
+                self.add_token(idx);
+                self.arm_boundaries(idx);
+                self.arm_timeout(idx, task);
+                self.user_tasks_entered.push(idx);
+            }
+            TaskKind::Receive { .. } => {
                 self.add_token(idx);
                 self.arm_boundaries(idx);
                 self.arm_timeout(idx, task);

@@ -47,6 +47,7 @@ mod scope;
 mod subscriptions;
 mod support;
 mod timers;
+mod user_tasks;
 
 use std::num::NonZeroU32;
 
@@ -60,11 +61,13 @@ pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOu
 pub use crate::snapshot::{Snapshot, Status};
 pub use channel::{verdict, CallKey, Verdict};
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
+pub use qflow_loader::model::{ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};
 pub use repair::Budget;
 pub use subscriptions::CORRELATION_KEY_CHARS_MAX;
 pub use support::unsupported_elements;
 pub use timers::{TimerKind, TimerName};
+pub use user_tasks::{offered_user_tasks, user_task_inputs};
 
 /// Structured failure codes the core itself writes into a FAILED snapshot, beside the
 /// handler codes (`HANDLER_FAILED`, a host's own codes) and `TIMEOUT`.
@@ -231,11 +234,29 @@ pub enum Input {
     },
     /// A timer row came due. Stale unless `incarnation` is the live one (E8).
     TimerFired { name: TimerName, incarnation: u32 },
-    /// A user task was completed through the API with these variables.
+    /// A user task was completed through the API with these variables. With an
+    /// `assignee` (the person completing it), refused while somebody else holds the task.
     UserTaskCompleted {
         node: String,
         #[serde(default)]
         variables: Variables,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
+    },
+    /// `assignee` claims the waiting user task `node`: it becomes the task's assignee.
+    /// Refused while somebody else holds it, unless `force` (a supervisor's reassignment).
+    UserTaskClaimed {
+        node: String,
+        assignee: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        force: bool,
+    },
+    /// The waiting user task `node` is given back: nobody holds it. With an `assignee`,
+    /// refused unless that person holds it; without, whoever holds it (an operator's).
+    UserTaskUnclaimed {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
     },
     /// A message arrived for a receive task or message catch event waiting on `name`.
     /// With a `correlation_key`, only a wait whose open subscription has that key takes
@@ -275,6 +296,11 @@ pub enum Input {
         mapping: std::collections::BTreeMap<String, String>,
         #[serde(default)]
         timers: std::collections::BTreeMap<String, i64>,
+        /// The nodes whose user-task row the store holds for the instance (the task
+        /// list), by their old ids: the step withdraws each that it does not offer
+        /// again. The shell fills it in, as it fills in `timers`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        user_tasks: Vec<String>,
     },
     /// An operator resolves the open incidents on `node` by hand (O4): the incident is
     /// understood and dealt with. Changes nothing of the instance but its fence; taken by
@@ -366,6 +392,11 @@ pub enum Input {
         #[serde(default)]
         message: String,
     },
+    /// The shell found waiting user tasks without their row in the task list (an instance
+    /// that waits since before the task list existed, a row lost by hand): every user
+    /// task a token waits at is offered again, whoever holds it kept. Bookkeeping: no
+    /// token moves. Stale when no user task waits.
+    OfferUserTasks,
     /// The shell lost track of in-flight attempts (a crash, a replica's death, a
     /// hand-over) and asks for them again: every registered task whose attempt is in
     /// flight gets its `RunTask` re-emitted with the same attempt — re-adoption, no
@@ -382,6 +413,8 @@ impl Input {
             | Input::TaskFailed { node, .. }
             | Input::TaskBpmnError { node, .. }
             | Input::UserTaskCompleted { node, .. }
+            | Input::UserTaskClaimed { node, .. }
+            | Input::UserTaskUnclaimed { node, .. }
             | Input::PullLocked { node, .. }
             | Input::PullCompleted { node, .. }
             | Input::PullFailed { node, .. }
@@ -399,6 +432,7 @@ impl Input {
             | Input::ChannelAnswered { .. }
             | Input::ChannelBpmnError { .. }
             | Input::ChannelPoisoned { .. }
+            | Input::OfferUserTasks
             | Input::Redrive => None,
         }
     }
@@ -529,6 +563,26 @@ pub enum Effect {
     /// Delete the outbox rows of `node`'s dead attempt, pending and poisoned (C6): the
     /// one exception to "an undelivered row is never deleted". Delivered rows stay.
     WithdrawRequests { node: String },
+    /// Upsert the user-task row of `node` (the task list): a token waits there, offered
+    /// with its assignment evaluated — entered, entered again, resumed or migrated.
+    OfferUserTask {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        candidate_groups: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        candidate_users: Vec<String>,
+    },
+    /// Set the assignee of the user-task row of `node`: a claim, or `None` (an unclaim).
+    AssignUserTask {
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
+    },
+    /// Delete the user-task row of `node`: the wait there ended (completed, interrupted,
+    /// terminated, cancelled), or the instance is FAILED.
+    WithdrawUserTask { node: String },
     OpenIncident {
         node: String,
         code: String,
@@ -560,6 +614,10 @@ pub enum Effect {
     Cancelled,
     /// The input was stale residue and changed nothing; `reason` says why.
     Stale { reason: String },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A worker's lock on a pull task's attempt, as an effect carries it to the store.

@@ -175,6 +175,9 @@ impl Run<'_> {
         rename(&mut s.pull_retries, mapping);
         rename(&mut s.calls, mapping);
         rename(&mut s.joins, mapping);
+        // Whoever holds a user task keeps it under its new name; the sync after the step
+        // drops the holder of a node that is no user task in the target.
+        rename(&mut s.assignees, mapping);
         if let Some(n) = &s.failure_node {
             s.failure_node = Some(mapped(mapping, n).to_owned());
         }

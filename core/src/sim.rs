@@ -144,6 +144,24 @@ pub enum ScriptedEvent {
         at_ms: i64,
         node: String,
         variables: Variables,
+        /// The person completing it: refused while somebody else holds the task.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
+    },
+    /// `assignee` claims a waiting user task (`force`: even from somebody else).
+    ClaimUserTask {
+        at_ms: i64,
+        node: String,
+        assignee: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
+    },
+    /// A waiting user task is given back (by `assignee`, or by whoever holds it).
+    UnclaimUserTask {
+        at_ms: i64,
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignee: Option<String>,
     },
     Message {
         at_ms: i64,
@@ -204,6 +222,8 @@ impl ScriptedEvent {
     fn at_ms(&self) -> i64 {
         match self {
             ScriptedEvent::CompleteUserTask { at_ms, .. }
+            | ScriptedEvent::ClaimUserTask { at_ms, .. }
+            | ScriptedEvent::UnclaimUserTask { at_ms, .. }
             | ScriptedEvent::Message { at_ms, .. }
             | ScriptedEvent::Cancel { at_ms }
             | ScriptedEvent::FireTimer { at_ms, .. }
@@ -218,10 +238,28 @@ impl ScriptedEvent {
     fn input(&self) -> Input {
         match self {
             ScriptedEvent::CompleteUserTask {
-                node, variables, ..
+                node,
+                variables,
+                assignee,
+                ..
             } => Input::UserTaskCompleted {
                 node: node.clone(),
                 variables: variables.clone(),
+                assignee: assignee.clone(),
+            },
+            ScriptedEvent::ClaimUserTask {
+                node,
+                assignee,
+                force,
+                ..
+            } => Input::UserTaskClaimed {
+                node: node.clone(),
+                assignee: assignee.clone(),
+                force: *force,
+            },
+            ScriptedEvent::UnclaimUserTask { node, assignee, .. } => Input::UserTaskUnclaimed {
+                node: node.clone(),
+                assignee: assignee.clone(),
             },
             ScriptedEvent::Message {
                 name,
@@ -243,10 +281,12 @@ impl ScriptedEvent {
             },
             ScriptedEvent::Resume { budget, .. } => Input::Resume { budget: *budget },
             ScriptedEvent::RetryNow { node, .. } => Input::RetryNow { node: node.clone() },
-            // The timers' due instants are filled in when the event is delivered.
+            // The timers' due instants and the task list's rows are filled in when the
+            // event is delivered.
             ScriptedEvent::Migrate { mapping, .. } => Input::Migrate {
                 mapping: mapping.clone(),
                 timers: BTreeMap::new(),
+                user_tasks: Vec::new(),
             },
             ScriptedEvent::Pull { input, .. } | ScriptedEvent::Channel { input, .. } => {
                 input.clone()
@@ -409,13 +449,19 @@ pub fn validate_with(
                 )));
             }
         }
-        if let ScriptedEvent::CompleteUserTask { node, .. } = e {
-            // A wait of the model, or of a target the run may migrate onto.
+        if let ScriptedEvent::CompleteUserTask { node, .. }
+        | ScriptedEvent::ClaimUserTask { node, .. }
+        | ScriptedEvent::UnclaimUserTask { node, .. } = e
+        {
+            // A wait of the model, or of a target the run may migrate onto; only a user
+            // task is claimed.
+            let claims = !matches!(e, ScriptedEvent::CompleteUserTask { .. });
             let user_in = |d: &Definition| {
                 let p = &d.process;
                 p.find(node).is_some_and(|i| {
                     matches!(&p.node(i).kind, NodeKind::Task(t)
-                        if matches!(t.kind, TaskKind::User | TaskKind::Receive { message: None }))
+                        if matches!(t.kind, TaskKind::User { .. })
+                            || (!claims && matches!(t.kind, TaskKind::Receive { message: None })))
                 })
             };
             let user = user_in(def) || targets.values().any(user_in);
@@ -505,6 +551,7 @@ pub fn steps_with<'a>(
         bytes: Snapshot::new().encode(),
         results: BTreeMap::new(),
         timers: BTreeMap::new(),
+        user_tasks: std::collections::BTreeSet::new(),
         seq: 0,
         attempts: BTreeMap::new(),
         taken: 0,
@@ -603,6 +650,7 @@ impl Steps<'_> {
                             Input::Migrate {
                                 mapping,
                                 timers: self.sim.due_instants(),
+                                user_tasks: self.sim.user_tasks.iter().cloned().collect(),
                             }
                         }
                         (_, input) => input,
@@ -632,6 +680,8 @@ struct Sim<'a> {
     results: BTreeMap<Due, Input>,
     /// The timer table, as a store keeps it: name → (due, incarnation).
     timers: BTreeMap<TimerName, (i64, u32)>,
+    /// The task list's rows, as a store keeps them: the user tasks offered.
+    user_tasks: std::collections::BTreeSet<String>,
     seq: u64,
     attempts: BTreeMap<String, u32>,
     /// Steps taken so far, and the instant of the last one.
@@ -861,6 +911,12 @@ impl<'a> Sim<'a> {
                     self.results.remove(&d);
                 }
             }
+            Effect::OfferUserTask { node, .. } => {
+                self.user_tasks.insert(node.clone());
+            }
+            Effect::WithdrawUserTask { node } => {
+                self.user_tasks.remove(node);
+            }
             // The rest is what a store records beside the snapshot (history, incidents)
             // or what the snapshot already says (the ending, staleness): the trace keeps
             // the effects themselves, so there is nothing more to carry out here. Listed,
@@ -871,6 +927,7 @@ impl<'a> Sim<'a> {
             | Effect::MoveIncidents { .. }
             | Effect::OfferPullTask { .. }
             | Effect::WithdrawPullTask { .. }
+            | Effect::AssignUserTask { .. }
             | Effect::Subscribe { .. }
             | Effect::Unsubscribe { .. }
             | Effect::Completed

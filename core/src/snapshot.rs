@@ -131,6 +131,11 @@ pub struct Snapshot {
     /// (drawn from the incarnation sequence when the call starts); present while the
     /// task waits, across all the call's attempts.
     pub(crate) calls: BTreeMap<String, u32>,
+    /// `h/<node>`: the assignee of the user task waiting at the node — the model's
+    /// assignee evaluated when the token entered, or whoever claimed it since; absent
+    /// when nobody holds it. The rest of the assignment (candidates) lives in the task
+    /// list's row only.
+    pub(crate) assignees: BTreeMap<String, String>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -157,6 +162,7 @@ const P_LOCK_UNTIL: &str = "u/";
 const P_PULL_RETRIES: &str = "p/";
 const P_SUBSCRIPTION: &str = "c/";
 const P_CALL: &str = "x/";
+const P_ASSIGNEE: &str = "h/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -312,6 +318,30 @@ impl Snapshot {
         &self.calls
     }
 
+    /// The assignee of the user task waiting at `node`, if anybody holds it.
+    pub fn assignee(&self, node: &str) -> Option<&str> {
+        self.assignees.get(node).map(String::as_str)
+    }
+
+    /// The assignees of the waiting user tasks, by node.
+    pub fn assignees(&self) -> &BTreeMap<String, String> {
+        &self.assignees
+    }
+
+    pub(crate) fn set_assignee(&mut self, node: &str, assignee: Option<&str>) {
+        if !self.extra.is_empty() {
+            self.extra.remove(&format!("{P_ASSIGNEE}{node}"));
+        }
+        match assignee {
+            Some(a) => {
+                self.assignees.insert(node.to_owned(), a.to_owned());
+            }
+            None => {
+                self.assignees.remove(node);
+            }
+        }
+    }
+
     /// The backoff-window marker of `node` (the failure class), if it is in one.
     pub fn marker(&self, node: &str) -> Option<&str> {
         self.markers.get(node).map(String::as_str)
@@ -393,6 +423,11 @@ impl Snapshot {
             self.subscriptions.is_empty(),
         );
         put("calls", json!(self.calls), self.calls.is_empty());
+        put(
+            "assignees",
+            json!(self.assignees),
+            self.assignees.is_empty(),
+        );
         let preserved: Vec<&str> = self.preserved_keys().collect();
         put("preserved_keys", json!(preserved), preserved.is_empty());
         Value::Object(view)
@@ -466,6 +501,7 @@ impl Snapshot {
             + self.pull_retries.len()
             + self.subscriptions.len()
             + self.calls.len()
+            + self.assignees.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
@@ -537,6 +573,9 @@ impl Snapshot {
         }
         for (node, call) in &self.calls {
             entries.push((format!("{P_CALL}{node}").into(), Entry::Uint(*call as u64)));
+        }
+        for (node, assignee) in &self.assignees {
+            entries.push((format!("{P_ASSIGNEE}{node}").into(), Entry::Str(assignee)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -695,6 +734,10 @@ impl Snapshot {
             rd.str()
                 .map(|k| self.subscriptions.insert(node.to_owned(), k.to_owned()))
                 .is_some()
+        } else if let Some(node) = key.strip_prefix(P_ASSIGNEE) {
+            rd.str()
+                .map(|a| self.assignees.insert(node.to_owned(), a.to_owned()))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_BUDGET_BASE) {
             // Tolerant read, like the attempt counter: a malformed base stays verbatim
             // and reads as 0 (the budget counts from the first attempt).
@@ -779,6 +822,7 @@ fn is_known_key(key: &str) -> bool {
             P_PULL_RETRIES,
             P_SUBSCRIPTION,
             P_CALL,
+            P_ASSIGNEE,
         ]
         .iter()
         .any(|p| key.starts_with(p))

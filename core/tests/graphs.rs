@@ -82,7 +82,9 @@ fn build(shape: &Shape) -> Definition {
                 }),
             ),
             Kind::User => NodeKind::Task(Task {
-                kind: TaskKind::User,
+                kind: TaskKind::User {
+                    assignment: Box::default(),
+                },
                 retry: None,
                 timeout: None,
                 inputs: Vec::new(),
@@ -182,6 +184,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
                     at_ms,
                     node: format!("n{i}"),
                     variables: Variables::new(),
+                    assignee: None,
                 })
                 .collect(),
             horizon_ms: Some(300_000),

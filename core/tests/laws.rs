@@ -95,6 +95,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                     at_ms,
                     node: "wait".into(),
                     variables: Variables::new(),
+                    assignee: None,
                 });
             }
             if let Some(at_ms) = cancel_at {
@@ -374,6 +375,7 @@ fn plausible_inputs(snap: &Snapshot) -> Vec<Input> {
         inputs.push(Input::UserTaskCompleted {
             node: t.clone(),
             variables: Variables::new(),
+            assignee: None,
         });
     }
     inputs

@@ -140,7 +140,7 @@ proptest! {
                     attempt: Attempt::FIRST,
                     outputs: vars(candidate.clone()),
                 },
-                Input::UserTaskCompleted { node: "approve".into(), variables: vars(candidate.clone()) },
+                Input::UserTaskCompleted { node: "approve".into(), variables: vars(candidate.clone()), assignee: None },
             ];
             for input in inputs {
                 let before = snap.encode();

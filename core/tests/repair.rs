@@ -296,6 +296,7 @@ fn migrate_renames_what_travels_and_refuses_what_does_not_fit() {
     let input = Input::Migrate {
         mapping: mapping.clone(),
         timers: BTreeMap::new(),
+        user_tasks: Vec::new(),
     };
     let out = step(&with_retry, "i", running.clone(), input, 5).unwrap();
     match out.effects.as_slice() {
@@ -316,6 +317,7 @@ fn migrate_renames_what_travels_and_refuses_what_does_not_fit() {
     let input = Input::Migrate {
         mapping: mapping.clone(),
         timers: timers.clone(),
+        user_tasks: Vec::new(),
     };
     // A target whose task has no q:retry cannot hold the park: refused, bytes unchanged.
     let bytes = parked.encode();

@@ -223,6 +223,20 @@ pub fn validate_with(
                 None => problem(path, "a pull event's input names no node".to_owned()),
             }
         }
+        if let ScriptedEvent::ClaimUserTask { node, .. }
+        | ScriptedEvent::UnclaimUserTask { node, .. } = event
+        {
+            let path = format!("events[{i}].node");
+            let in_target = targets.values().find(|t| task_kind(t, node).is_some());
+            match task_kind(in_target.unwrap_or(definition), node) {
+                None => problem(path, no_node(definition, node)),
+                Some(Some(TaskKind::User { .. })) => {}
+                Some(_) => problem(
+                    path,
+                    format!("node `{node}` is not a user task; only user tasks are claimed"),
+                ),
+            }
+        }
         if let ScriptedEvent::CompleteUserTask { node, .. } = event {
             let path = format!("events[{i}].node");
             // A user task of a target the run migrates onto is completed like one of the
@@ -230,7 +244,7 @@ pub fn validate_with(
             let in_target = targets.values().find(|t| task_kind(t, node).is_some());
             match task_kind(in_target.unwrap_or(definition), node) {
                 None => problem(path, no_node(definition, node)),
-                Some(Some(TaskKind::User | TaskKind::Receive { message: None })) => {}
+                Some(Some(TaskKind::User { .. } | TaskKind::Receive { message: None })) => {}
                 Some(_) => problem(
                     path,
                     format!(
@@ -247,6 +261,8 @@ pub fn validate_with(
 fn event_at_ms(event: &ScriptedEvent) -> i64 {
     match event {
         ScriptedEvent::CompleteUserTask { at_ms, .. }
+        | ScriptedEvent::ClaimUserTask { at_ms, .. }
+        | ScriptedEvent::UnclaimUserTask { at_ms, .. }
         | ScriptedEvent::Message { at_ms, .. }
         | ScriptedEvent::Cancel { at_ms }
         | ScriptedEvent::FireTimer { at_ms, .. }

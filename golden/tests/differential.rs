@@ -314,7 +314,7 @@ fn qflow_definition(model: &Path) -> Result<Definition, String> {
         if let NodeKind::Task(task) = &mut node.kind {
             let visible = matches!(
                 task.kind,
-                TaskKind::Registered { .. } | TaskKind::User | TaskKind::Receive { .. }
+                TaskKind::Registered { .. } | TaskKind::User { .. } | TaskKind::Receive { .. }
             );
             if !visible {
                 task.kind = TaskKind::Registered {

@@ -32,7 +32,7 @@ fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
                 TaskKind::Receive { message: None } => {
                     out.push("receive task without a message (waits for the API)")
                 }
-                TaskKind::User => out.push("user task (waits for the API)"),
+                TaskKind::User { .. } => out.push("user task (waits for the API)"),
                 TaskKind::Send { .. } => out.push("send task (outbox)"),
                 TaskKind::Registered { .. } | TaskKind::PassThrough => {}
             }

@@ -103,6 +103,10 @@ impl PartialEq for Expression {
     }
 }
 
+/// Equality by source and position is an equivalence: the compiled tree is a function of
+/// the source.
+impl Eq for Expression {}
+
 impl Expression {
     /// Compiles `source` (CEL) written at `pos` in the model file. Refuses sources longer
     /// than `max_len` bytes, deeper than the caps above, or that do not parse.

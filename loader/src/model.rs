@@ -244,8 +244,9 @@ pub enum TaskKind {
     /// `serviceTask q:topic="name"` (and Camunda external / Zeebe job tasks): fetched and
     /// locked by external workers. `retries` is the pull surface's own budget.
     Pull { topic: String, retries: Option<u32> },
-    /// `userTask`: a wait state completed through the API.
-    User,
+    /// `userTask`: a wait state completed through the API, offered to the task list
+    /// with its assignment (who may work on it).
+    User { assignment: Box<Assignment> },
     /// Abstract `task` and `manualTask`: pass straight through.
     PassThrough,
     /// `sendTask`: emits a message and continues.
@@ -254,6 +255,50 @@ pub enum TaskKind {
     /// plain wait state, completed through the API like a user task (as Camunda 7,
     /// Flowable and Activiti treat it).
     Receive { message: Option<String> },
+}
+
+/// The longest assignee, candidate group or candidate user name, in characters, as the
+/// model writes it or an expression gives it (so at most 512 bytes of UTF-8: names are
+/// row keys of the task list in every store).
+pub const ASSIGNMENT_NAME_CHARS_MAX: usize = 128;
+
+/// The most candidate groups a user task may have, and separately the most candidate
+/// users: each is a row of the task list's candidate index.
+pub const CANDIDATES_MAX: usize = 32;
+
+/// Who may work on a user task: Camunda's `assignee`, `candidateGroups` and
+/// `candidateUsers` attributes, or Zeebe's `zeebe:assignmentDefinition`. Static names are
+/// written here as they are; expressions (`${…}` JUEL, `=…` FEEL, in the subset that maps
+/// onto CEL) are evaluated over the instance variables when a token enters the task.
+/// Empty when the model names nobody: the task is offered to the task list all the same.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Assignment {
+    pub assignee: Option<NameSource>,
+    /// In document order; each source gives zero or more names (an expression may give a
+    /// list).
+    pub candidate_groups: Vec<NameSource>,
+    pub candidate_users: Vec<NameSource>,
+}
+
+impl Assignment {
+    /// Whether the model names nobody at all.
+    pub fn is_empty(&self) -> bool {
+        self.assignee.is_none()
+            && self.candidate_groups.is_empty()
+            && self.candidate_users.is_empty()
+    }
+}
+
+/// One name of an [`Assignment`], or an expression giving names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameSource {
+    /// A name as the model writes it (1 to [`ASSIGNMENT_NAME_CHARS_MAX`] characters, no
+    /// control characters; the loader checked).
+    Static(String),
+    /// Evaluated when a token enters the task: an assignee expression gives a string (or
+    /// null: nobody); a candidate expression a list of strings, a string of
+    /// comma-separated names, or null.
+    Expression(Expression),
 }
 
 /// `target = source`, with `source` a CEL expression.

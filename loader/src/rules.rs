@@ -47,6 +47,8 @@ const RULES: &[(&str, &str)] = &[
     ("Q207", "a timer does not define exactly one of timeDuration, timeDate, timeCycle"),
     ("Q208", "an input/output mapping is invalid (missing or malformed target or source)"),
     ("Q209", "an expression's estimated cost at the documented input caps is far over the evaluation budget"),
+    ("Q210", "a user task's assignee, candidate groups or candidate users is an expression outside the supported JUEL or FEEL subset"),
+    ("Q211", "a user task's assignment is malformed or over a bound: an empty name, a name over 128 characters or with a control character, more than 32 candidate groups or users, or a part given twice"),
     ("Q301", "a q:retry attribute is missing a value or out of range"),
     ("Q302", "q:retry initialInterval is larger than maxInterval"),
     ("Q303", "nonRetryableCodes names a code that can never occur"),

@@ -23,7 +23,7 @@ pub const Q_NS: &str = "urn:qflow:bpmn:1";
 pub const CAMUNDA_NS: &str = "http://camunda.org/schema/1.0/bpmn";
 /// Activiti's namespace, which Camunda 7 itself still reads as its own (Camunda began as
 /// a fork of Activiti): read as Camunda's, so `activiti:class` is refused as `camunda:class`
-/// is, and `activiti:assignee` is ignored as `camunda:assignee` is.
+/// is, and `activiti:assignee` is a user task's assignee as `camunda:assignee` is.
 pub const ACTIVITI_NS: &str = "http://activiti.org/bpmn";
 /// Flowable's namespace (also an Activiti fork, with the same attribute and element
 /// names): read as Camunda's for the same reason, so nothing of it that runs code loads.

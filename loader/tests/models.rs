@@ -1048,7 +1048,12 @@ fn pull_task_loads() {
 #[test]
 fn user_abstract_and_manual_tasks_load() {
     for (xml, kind) in [
-        (r#"<userTask id="t"/>"#, TaskKind::User),
+        (
+            r#"<userTask id="t"/>"#,
+            TaskKind::User {
+                assignment: Box::default(),
+            },
+        ),
         (r#"<task id="t"/>"#, TaskKind::PassThrough),
         (r#"<manualTask id="t"/>"#, TaskKind::PassThrough),
     ] {
@@ -1579,4 +1584,188 @@ fn a_sequence_flow_without_an_id_gets_a_stable_derived_one() {
         .map(|f| f.id.as_str())
         .collect();
     assert_eq!(ids, ids_again);
+}
+
+// ---------------------------------------------------------------- user-task assignment (L8)
+
+/// The assignment of user task `t` of a model that must load.
+fn assignment_of(xml: &str) -> Assignment {
+    let l = loads(xml);
+    match &task(only(&l), "t").kind {
+        TaskKind::User { assignment } => (**assignment).clone(),
+        other => panic!("`t` is not a user task: {other:?}"),
+    }
+}
+
+/// The names of static sources, and `=<cel>` for expressions.
+fn shown(sources: &[NameSource]) -> Vec<String> {
+    sources
+        .iter()
+        .map(|s| match s {
+            NameSource::Static(n) => n.clone(),
+            NameSource::Expression(e) => format!("={}", e.source()),
+        })
+        .collect()
+}
+
+fn zeebe_user_task(attrs: &str) -> String {
+    around(&format!(
+        r#"<userTask id="t"><extensionElements><zeebe:assignmentDefinition {attrs}/></extensionElements></userTask>"#
+    ))
+}
+
+#[test]
+fn camunda_static_assignment_loads() {
+    let a = assignment_of(&around(
+        r#"<userTask id="t" camunda:assignee="kermit" camunda:candidateGroups="sales, management" camunda:candidateUsers="fozzie,gonzo"/>"#,
+    ));
+    assert_eq!(shown(a.assignee.as_slice()), vec!["kermit"]);
+    assert_eq!(shown(&a.candidate_groups), vec!["sales", "management"]);
+    assert_eq!(shown(&a.candidate_users), vec!["fozzie", "gonzo"]);
+}
+
+#[test]
+fn camunda_expressions_become_cel() {
+    let a = assignment_of(&around(
+        r##"<userTask id="t" camunda:assignee="${initiator}" camunda:candidateGroups="${order.team}, sales" camunda:candidateUsers="#{reviewers}"/>"##,
+    ));
+    assert_eq!(shown(a.assignee.as_slice()), vec!["=initiator"]);
+    assert_eq!(shown(&a.candidate_groups), vec!["=order.team", "sales"]);
+    assert_eq!(shown(&a.candidate_users), vec!["=reviewers"]);
+}
+
+#[test]
+fn activiti_and_flowable_assignments_read_as_camunda() {
+    for ns in ["http://activiti.org/bpmn", "http://flowable.org/bpmn"] {
+        let xml = around(r#"<userTask id="t" v:assignee="kermit" v:candidateGroups="sales"/>"#)
+            .replace("<definitions ", &format!("<definitions xmlns:v=\"{ns}\" "));
+        let a = assignment_of(&xml);
+        assert_eq!(shown(a.assignee.as_slice()), vec!["kermit"], "{ns}");
+        assert_eq!(shown(&a.candidate_groups), vec!["sales"], "{ns}");
+    }
+}
+
+#[test]
+fn zeebe_static_assignment_loads() {
+    let a = assignment_of(&zeebe_user_task(
+        r#"assignee="demo" candidateGroups="sales, operations" candidateUsers="ann""#,
+    ));
+    assert_eq!(shown(a.assignee.as_slice()), vec!["demo"]);
+    assert_eq!(shown(&a.candidate_groups), vec!["sales", "operations"]);
+    assert_eq!(shown(&a.candidate_users), vec!["ann"]);
+}
+
+#[test]
+fn zeebe_feel_expressions_become_cel() {
+    let a = assignment_of(&zeebe_user_task(
+        r#"assignee="= book.author" candidateGroups="=reviewerGroups""#,
+    ));
+    assert_eq!(shown(a.assignee.as_slice()), vec!["=book.author"]);
+    assert_eq!(shown(&a.candidate_groups), vec!["=reviewerGroups"]);
+    assert!(a.candidate_users.is_empty());
+}
+
+#[test]
+fn empty_assignment_values_name_nobody() {
+    let a = assignment_of(&around(
+        r#"<userTask id="t" camunda:assignee=" " camunda:candidateGroups=""/>"#,
+    ));
+    assert!(a.is_empty());
+}
+
+#[test]
+fn q210_camunda_method_call() {
+    let d = refused(
+        &around(r#"<userTask id="t" ¶camunda:assignee="${userService.manager(initiator)}"/>"#),
+        "Q210",
+    );
+    assert!(d.message.contains("assignee"), "{}", d.message);
+}
+
+#[test]
+fn q210_camunda_composite_expression() {
+    refused(
+        &around(r#"<userTask id="t" ¶camunda:candidateUsers="kermit, user-${id}"/>"#),
+        "Q210",
+    );
+}
+
+#[test]
+fn q210_zeebe_function_call() {
+    refused(
+        &around(
+            r#"<userTask id="t"><extensionElements><zeebe:assignmentDefinition ¶candidateUsers="= remove(reviewers, book.author)"/></extensionElements></userTask>"#,
+        ),
+        "Q210",
+    );
+}
+
+#[test]
+fn q210_unclosed_expression_in_a_camunda_list() {
+    refused(
+        &around(r#"<userTask id="t" ¶camunda:candidateGroups="sales, ${team"/>"#),
+        "Q210",
+    );
+}
+
+#[test]
+fn q211_name_over_the_bound() {
+    let long = "n".repeat(ASSIGNMENT_NAME_CHARS_MAX + 1);
+    refused(
+        &around(&format!(r#"<userTask id="t" ¶camunda:assignee="{long}"/>"#)),
+        "Q211",
+    );
+    // At the bound it loads.
+    let ok = "n".repeat(ASSIGNMENT_NAME_CHARS_MAX);
+    assignment_of(&around(&format!(
+        r#"<userTask id="t" camunda:assignee="{ok}"/>"#
+    )));
+}
+
+#[test]
+fn q211_too_many_candidate_groups() {
+    let groups: Vec<String> = (0..=CANDIDATES_MAX).map(|i| format!("g{i}")).collect();
+    refused(
+        &zeebe_user_task(&format!("¶candidateGroups=\"{}\"", groups.join(","))),
+        "Q211",
+    );
+    let at_bound = groups[..CANDIDATES_MAX].join(",");
+    let a = assignment_of(&zeebe_user_task(&format!("candidateGroups=\"{at_bound}\"")));
+    assert_eq!(a.candidate_groups.len(), CANDIDATES_MAX);
+}
+
+#[test]
+fn q211_empty_name_in_a_list() {
+    refused(
+        &around(r#"<userTask id="t" ¶camunda:candidateUsers="kermit,,gonzo"/>"#),
+        "Q211",
+    );
+}
+
+#[test]
+fn q211_control_character_in_a_name() {
+    refused(
+        &around(r#"<userTask id="t" ¶camunda:assignee="ker&#x9;mit"/>"#),
+        "Q211",
+    );
+}
+
+#[test]
+fn q211_assignee_given_twice() {
+    refused(
+        &around(
+            r#"<userTask id="t" camunda:assignee="kermit"><extensionElements><zeebe:assignmentDefinition ¶assignee="demo"/></extensionElements></userTask>"#,
+        ),
+        "Q211",
+    );
+}
+
+#[test]
+fn q211_two_assignment_definitions() {
+    refused(
+        &around(
+            r#"<userTask id="t"><extensionElements><zeebe:assignmentDefinition assignee="a"/>¶<zeebe:assignmentDefinition candidateGroups="b"/></extensionElements></userTask>"#,
+        ),
+        "Q211",
+    );
 }

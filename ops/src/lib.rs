@@ -17,9 +17,11 @@
 //! [`Ops::with_runtime`] (the server's) starts them; one on a bare store (the CLI's)
 //! refuses, saying so.
 //!
-//! Not here yet (issue 10): message correlation by key, incident resolution by hand.
+//! User tasks (the task list: list, claim, unclaim, complete) are in [`user_tasks`];
+//! external workers' pull tasks in [`pull`].
 
 pub mod pull;
+pub mod user_tasks;
 
 use std::sync::Arc;
 
@@ -37,6 +39,7 @@ mod models;
 
 pub use models::NodeInfo;
 pub use qflow_loader::explain::{self, Timeline};
+pub use user_tasks::{Backfilled, UserTaskDetail, UserTaskListQuery, UserTaskView};
 
 pub mod json {
     //! JSON input helpers shared by the front ends.
@@ -993,12 +996,15 @@ impl Ops {
             ));
         }
         let timers = self.store().timers(id).await?;
+        // The task list's rows, which the step withdraws unless it offers them again.
+        let user_tasks = self.store().instance_user_tasks(id).await?;
         let input = Input::Migrate {
             mapping: plan.mapping.clone(),
             timers: timers
                 .iter()
                 .map(|t| (t.name.to_string(), t.due_at_ms))
                 .collect(),
+            user_tasks: user_tasks.into_iter().map(|r| r.node).collect(),
         };
         let audit = AuditEntry {
             actor: self.actor.to_string(),
@@ -1203,23 +1209,6 @@ impl Ops {
         };
         self.apply(id, Input::RetryNow { node }, "retry_now", detail)
             .await
-    }
-
-    /// Completes the user task `node` of an instance with `variables` (merged into the
-    /// instance's). Refused when that task is not waiting.
-    pub async fn complete_user_task(
-        &self,
-        id: InstanceId,
-        node: &str,
-        variables: qflow_core::Variables,
-    ) -> Result<Applied> {
-        check_variables(&variables)?;
-        let detail = format!("node={node} variables={}", variables.len());
-        let input = Input::UserTaskCompleted {
-            node: node.to_owned(),
-            variables,
-        };
-        self.apply(id, input, "complete_user_task", detail).await
     }
 
     /// Delivers the message `name` to an instance: the first receive task or message

@@ -10,7 +10,7 @@ use qflow_store::{
     Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
     DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
     NewOutboxRow, OutboxRecord, OutboxState, PullTaskRecord, PurgeRequest, StoreError, StoreResult,
-    SubscriptionRecord, TimerName, TimerRecord, PURGE_LIMIT_MAX,
+    SubscriptionRecord, TimerName, TimerRecord, UserTaskQuery, UserTaskRecord, PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -27,6 +27,10 @@ pub(crate) const ATTEMPT_COLUMNS: &str =
     "instance, node, attempt, started_at_ms, finished_at_ms, outcome, code, message, worker";
 pub(crate) const PULL_COLUMNS: &str =
     "instance, node, topic, attempt, worker, lock_until_ms, offered_at_ms";
+/// The columns of a `user_tasks` row, qualified by the alias `t` every task-list query
+/// gives the table.
+pub(crate) const USER_TASK_COLUMNS: &str = "t.instance, t.node, t.deployment, t.assignee, \
+     t.candidate_groups, t.candidate_users, t.created_at_ms";
 
 pub(crate) const OUTBOX_COLUMNS: &str = "key, instance, node, channel, attempt, call_id, body, \
      created_at_ms, state, deliveries, due_at_ms, last_error";
@@ -302,6 +306,201 @@ pub(crate) fn first_emit_per_key<'a, W: Copy>(
         }
     }
     out
+}
+
+/// Reads `USER_TASK_COLUMNS`; the candidate lists are JSON arrays of names.
+pub(crate) fn user_task_from_row(row: &impl StoreRow) -> StoreResult<UserTaskRecord> {
+    let names = |column: &str| -> StoreResult<Vec<String>> {
+        let text: String = row.field(column)?;
+        serde_json::from_str(&text)
+            .map_err(|e| StoreError::Corrupt(format!("user_tasks.{column} {text:?}: {e}")))
+    };
+    Ok(UserTaskRecord {
+        instance: row.instance_id("instance")?,
+        node: row.field("node")?,
+        deployment: DeploymentId(row.field("deployment")?),
+        assignee: row.field("assignee")?,
+        candidate_groups: names("candidate_groups")?,
+        candidate_users: names("candidate_users")?,
+        created_at_ms: row.field("created_at_ms")?,
+    })
+}
+
+/// A candidate list as the `user_tasks` row stores it.
+pub(crate) fn names_to_db(names: &[String]) -> String {
+    serde_json::to_string(names).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// The user-task rows of a commit to upsert: the last offer per node, so one statement
+/// never names a row twice.
+pub(crate) fn last_task_offer_per_node(commit: &Commit) -> Vec<&UserTaskRecord> {
+    let mut out: Vec<&UserTaskRecord> = Vec::with_capacity(commit.user_tasks.offer.len());
+    for row in commit.user_tasks.offer.iter().rev() {
+        if !out.iter().any(|r| r.node == row.node) {
+            out.push(row);
+        }
+    }
+    out.reverse();
+    out
+}
+
+/// The assignee changes of a commit: the last per node.
+pub(crate) fn last_assign_per_node(commit: &Commit) -> Vec<(&str, Option<&str>)> {
+    let mut out: Vec<(&str, Option<&str>)> = Vec::new();
+    for (node, assignee) in commit.user_tasks.assign.iter().rev() {
+        if !out.iter().any(|(n, _)| n == node) {
+            out.push((node.as_str(), assignee.as_deref()));
+        }
+    }
+    out.reverse();
+    out
+}
+
+/// The index a task-list query walks: the most selective one its filters name. The
+/// other filters are conditions on the rows the walk meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskWalk<'q> {
+    Assignee(&'q str),
+    /// `user_task_candidates` by `(kind, name)`.
+    Candidate {
+        kind: &'static str,
+        name: &'q str,
+    },
+    Deployment(i64),
+    Created,
+}
+
+/// The walks a query takes: one, or one per candidate group (merged by the caller with
+/// [`qflow_store::merge_user_tasks`]).
+pub(crate) fn task_walks(q: &UserTaskQuery) -> Vec<TaskWalk<'_>> {
+    if let Some(a) = &q.assignee {
+        return vec![TaskWalk::Assignee(a)];
+    }
+    if let Some(u) = &q.candidate_user {
+        return vec![TaskWalk::Candidate {
+            kind: "user",
+            name: u,
+        }];
+    }
+    if !q.candidate_groups.is_empty() {
+        let mut groups: Vec<&str> = q.candidate_groups.iter().map(String::as_str).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        return groups
+            .into_iter()
+            .map(|name| TaskWalk::Candidate {
+                kind: "group",
+                name,
+            })
+            .collect();
+    }
+    match q.deployment {
+        Some(d) => vec![TaskWalk::Deployment(d.0)],
+        None => vec![TaskWalk::Created],
+    }
+}
+
+/// `SELECT USER_TASK_COLUMNS` of one walk of a task-list query, in the listing order
+/// after the query's cursor, at most its limit. `join` joins the candidates to their
+/// tasks (`CROSS JOIN` on SQLite, which keeps the candidates as the outer loop, `JOIN`
+/// on PostgreSQL); `id_type` is the SQL type an id given as text is cast to; `explain`
+/// is put before the statement (`EXPLAIN QUERY PLAN `, for the plan tests) or empty.
+pub(crate) fn user_tasks_query<'q, DB>(
+    q: &'q UserTaskQuery,
+    walk: TaskWalk<'q>,
+    join: &str,
+    id_type: &str,
+    explain: &str,
+) -> QueryBuilder<'q, DB>
+where
+    DB: Database,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> String: Encode<'a, DB> + Type<DB>,
+{
+    // The walked table: its columns carry the order and the cursor.
+    let (mut query, by) = match walk {
+        TaskWalk::Candidate { kind, name } => {
+            let mut query = QueryBuilder::new(format!(
+                "{explain}SELECT {USER_TASK_COLUMNS} FROM user_task_candidates AS c {join} user_tasks AS t \
+                 ON t.instance = c.instance AND t.node = c.node WHERE c.kind = "
+            ));
+            query.push_bind(kind).push(" AND c.name = ").push_bind(name);
+            (query, "c")
+        }
+        walk => {
+            let mut query = QueryBuilder::new(format!(
+                "{explain}SELECT {USER_TASK_COLUMNS} FROM user_tasks AS t WHERE 1 = 1"
+            ));
+            match walk {
+                TaskWalk::Assignee(a) => {
+                    query.push(" AND t.assignee = ").push_bind(a);
+                }
+                TaskWalk::Deployment(d) => {
+                    query.push(" AND t.deployment = ").push_bind(d);
+                }
+                _ => {}
+            }
+            (query, "t")
+        }
+    };
+    let walked_assignee = matches!(walk, TaskWalk::Assignee(_));
+    let walked_user = matches!(walk, TaskWalk::Candidate { kind: "user", .. });
+    let walked_group = matches!(walk, TaskWalk::Candidate { kind: "group", .. });
+    if let (Some(a), false) = (&q.assignee, walked_assignee) {
+        query.push(" AND t.assignee = ").push_bind(a.as_str());
+    }
+    match q.assigned {
+        Some(true) => {
+            query.push(" AND t.assignee IS NOT NULL");
+        }
+        Some(false) => {
+            query.push(" AND t.assignee IS NULL");
+        }
+        None => {}
+    }
+    if let (Some(d), false) = (q.deployment, matches!(walk, TaskWalk::Deployment(_))) {
+        query.push(" AND t.deployment = ").push_bind(d.0);
+    }
+    // Each EXISTS is a lookup by the candidates' `(instance, node)` index.
+    if let (Some(u), false) = (&q.candidate_user, walked_user) {
+        query
+            .push(
+                " AND EXISTS (SELECT 1 FROM user_task_candidates AS u WHERE u.instance = \
+                 t.instance AND u.node = t.node AND u.kind = 'user' AND u.name = ",
+            )
+            .push_bind(u.as_str())
+            .push(")");
+    }
+    if !q.candidate_groups.is_empty() && !walked_group {
+        query.push(
+            " AND EXISTS (SELECT 1 FROM user_task_candidates AS g WHERE g.instance = \
+             t.instance AND g.node = t.node AND g.kind = 'group' AND g.name IN (",
+        );
+        let mut names = query.separated(", ");
+        for g in &q.candidate_groups {
+            names.push_bind(g.as_str());
+        }
+        query.push("))");
+    }
+    if let Some((at, id, node)) = &q.after {
+        query
+            .push(format!(
+                " AND ({by}.created_at_ms, {by}.instance, {by}.node) > ("
+            ))
+            .push_bind(*at)
+            .push(", CAST(")
+            .push_bind(id.to_string())
+            .push(format!(" AS {id_type}), "))
+            .push_bind(node.as_str())
+            .push(")");
+    }
+    query
+        .push(format!(
+            " ORDER BY {by}.created_at_ms, {by}.instance, {by}.node LIMIT "
+        ))
+        .push_bind(i64::from(q.effective_limit()));
+    query
 }
 
 /// The timers a claim's `RETURNING` gave, earliest due first as the contract says

@@ -30,7 +30,8 @@ use qflow_store::{
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
     InstanceId, InstanceRecord, InstanceStatus, NewDeployment, OutboxRecord, PullQuery,
     PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult,
-    SubscriptionRecord, TimerClaim, TimerRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
+    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -45,6 +46,10 @@ use crate::common::{
     StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
     INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, OUTBOX_COLUMNS, PULL_COLUMNS, SUBSCRIPTION_COLUMNS,
     TIMER_COLUMNS,
+};
+use crate::common::{
+    last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
+    user_tasks_query, USER_TASK_COLUMNS,
 };
 use crate::Error;
 
@@ -375,6 +380,10 @@ fn purge_sql(by_deployment: bool) -> String {
              WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
          outbox_gone AS (DELETE FROM outbox WHERE instance IN (SELECT id FROM doomed) \
              RETURNING 1), \
+         candidates_gone AS (DELETE FROM user_task_candidates \
+             WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
+         user_tasks_gone AS (DELETE FROM user_tasks \
+             WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
          instances_gone AS (DELETE FROM instances WHERE id IN (SELECT id FROM doomed) \
              RETURNING 1) \
          SELECT (SELECT count(*) FROM instances_gone) AS instances, \
@@ -382,7 +391,7 @@ fn purge_sql(by_deployment: bool) -> String {
                 (SELECT count(*) FROM incidents_gone) AS incidents, \
                 (SELECT count(*) FROM audit_gone) AS audit, \
                 (SELECT count(*) FROM timers_gone) + (SELECT count(*) FROM pulls_gone) \
-                    AS timers, \
+                    + (SELECT count(*) FROM user_tasks_gone) AS timers, \
                 (SELECT count(*) FROM subscriptions_gone) AS subscriptions, \
                 (SELECT count(*) FROM outbox_gone) AS outbox"
     )
@@ -444,7 +453,157 @@ async fn apply_round(
     apply_attempts(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
+    apply_user_tasks(tx, &winners).await?;
     apply_audit(tx, &winners).await
+}
+
+/// Column arrays of `user_tasks` rows, for one `UNNEST`.
+#[derive(Default)]
+struct UserTaskColumns<'a> {
+    instance: Vec<InstanceId>,
+    node: Vec<&'a str>,
+    deployment: Vec<i64>,
+    assignee: Vec<Option<&'a str>>,
+    groups: Vec<String>,
+    users: Vec<String>,
+    at: Vec<i64>,
+}
+
+/// Column arrays of `user_task_candidates` rows, for one `UNNEST`.
+#[derive(Default)]
+struct CandidateColumns<'a> {
+    kind: Vec<&'static str>,
+    name: Vec<&'a str>,
+    at: Vec<i64>,
+    instance: Vec<InstanceId>,
+    node: Vec<&'a str>,
+}
+
+/// Writes the winners' user-task rows, one `UNNEST` statement per kind of row: the
+/// candidates of withdrawn and offered tasks deleted, the withdrawn tasks deleted, the
+/// offers upserted, their candidates inserted, the assignee changes applied. Most
+/// commits have none and send nothing.
+async fn apply_user_tasks(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    if winners.iter().all(|c| c.user_tasks.is_empty()) {
+        return Ok(());
+    }
+    let unnest_delete = |table: &str| {
+        format!(
+            "DELETE FROM {table} AS d USING UNNEST($1::uuid[], $2::text[]) AS v(instance, node) \
+             WHERE d.instance = v.instance AND d.node = v.node"
+        )
+    };
+    let (mut instance, mut node) = (Vec::new(), Vec::new());
+    let (mut gone_instance, mut gone_node) = (Vec::new(), Vec::new());
+    let mut offers: Vec<(InstanceId, &UserTaskRecord)> = Vec::new();
+    for commit in winners {
+        for n in &commit.user_tasks.withdraw {
+            instance.push(commit.instance);
+            node.push(n.as_str());
+            gone_instance.push(commit.instance);
+            gone_node.push(n.as_str());
+        }
+        for row in last_task_offer_per_node(commit) {
+            instance.push(commit.instance);
+            node.push(row.node.as_str());
+            offers.push((commit.instance, row));
+        }
+    }
+    for (table, ids, nodes) in [
+        ("user_task_candidates", &instance, &node),
+        ("user_tasks", &gone_instance, &gone_node),
+    ] {
+        if ids.is_empty() {
+            continue;
+        }
+        sqlx::query(&unnest_delete(table))
+            .bind(ids)
+            .bind(nodes)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+    }
+    if !offers.is_empty() {
+        let mut cols = UserTaskColumns::default();
+        let mut cand = CandidateColumns::default();
+        for (id, row) in &offers {
+            cols.instance.push(*id);
+            cols.node.push(row.node.as_str());
+            cols.deployment.push(row.deployment.0);
+            cols.assignee.push(row.assignee.as_deref());
+            cols.groups.push(names_to_db(&row.candidate_groups));
+            cols.users.push(names_to_db(&row.candidate_users));
+            cols.at.push(row.created_at_ms);
+            for (kind, names) in [
+                ("group", &row.candidate_groups),
+                ("user", &row.candidate_users),
+            ] {
+                for name in names {
+                    cand.kind.push(kind);
+                    cand.name.push(name.as_str());
+                    cand.at.push(row.created_at_ms);
+                    cand.instance.push(*id);
+                    cand.node.push(row.node.as_str());
+                }
+            }
+        }
+        sqlx::query(
+            "INSERT INTO user_tasks (instance, node, deployment, assignee, candidate_groups, \
+             candidate_users, created_at_ms) \
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], \
+                                  $6::text[], $7::bigint[]) \
+             ON CONFLICT (instance, node) DO UPDATE SET deployment = EXCLUDED.deployment, \
+             assignee = EXCLUDED.assignee, candidate_groups = EXCLUDED.candidate_groups, \
+             candidate_users = EXCLUDED.candidate_users, created_at_ms = EXCLUDED.created_at_ms",
+        )
+        .bind(&cols.instance)
+        .bind(&cols.node)
+        .bind(&cols.deployment)
+        .bind(&cols.assignee)
+        .bind(&cols.groups)
+        .bind(&cols.users)
+        .bind(&cols.at)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if !cand.kind.is_empty() {
+            sqlx::query(
+                "INSERT INTO user_task_candidates (kind, name, created_at_ms, instance, node) \
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::uuid[], \
+                                      $5::text[])",
+            )
+            .bind(&cand.kind)
+            .bind(&cand.name)
+            .bind(&cand.at)
+            .bind(&cand.instance)
+            .bind(&cand.node)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+    }
+    let (mut instance, mut node, mut assignee) = (Vec::new(), Vec::new(), Vec::new());
+    for commit in winners {
+        for (n, a) in last_assign_per_node(commit) {
+            instance.push(commit.instance);
+            node.push(n);
+            assignee.push(a);
+        }
+    }
+    if !instance.is_empty() {
+        sqlx::query(
+            "UPDATE user_tasks AS t SET assignee = v.assignee \
+             FROM UNNEST($1::uuid[], $2::text[], $3::text[]) AS v(instance, node, assignee) \
+             WHERE t.instance = v.instance AND t.node = v.node",
+        )
+        .bind(&instance)
+        .bind(&node)
+        .bind(&assignee)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    Ok(())
 }
 
 /// Writes the winners' outbox rows: the withdrawals in one `UNNEST` delete (pending and
@@ -1329,6 +1488,32 @@ impl Store for PgStore {
         );
         let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
         map_all(rows.await, pull_from_row)
+    }
+
+    /// One indexed range walk per walk of the query (`common::task_walks`), each
+    /// stopping at the limit, merged.
+    async fn user_tasks(&self, query: &UserTaskQuery) -> StoreResult<Vec<UserTaskRecord>> {
+        let walks = task_walks(query);
+        let merging = walks.len() > 1;
+        let mut out = Vec::new();
+        for walk in walks {
+            let mut q = user_tasks_query::<Postgres>(query, walk, "JOIN", "UUID", "");
+            let rows = q.build().fetch_all(&self.pool).await;
+            out.extend(map_all(rows, user_task_from_row)?);
+        }
+        Ok(if merging {
+            qflow_store::merge_user_tasks(out, query.effective_limit())
+        } else {
+            out
+        })
+    }
+
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>> {
+        let sql = format!(
+            "SELECT {USER_TASK_COLUMNS} FROM user_tasks AS t WHERE t.instance = $1 ORDER BY t.node"
+        );
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
+        map_all(rows.await, user_task_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

@@ -30,7 +30,7 @@ use qflow_store::{
     InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident, NewOutboxRow,
     NewSubscription, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
     RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
-    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -49,6 +49,10 @@ use crate::common::{
     subscription_from_row, timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS,
     AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
     OUTBOX_COLUMNS, PULL_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+};
+use crate::common::{
+    last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
+    user_tasks_query, USER_TASK_COLUMNS,
 };
 use crate::Error;
 
@@ -305,6 +309,27 @@ impl SqliteStore {
         Ok(lines)
     }
 
+    /// The query plans SQLite picks for a task-list query, one line per plan step of
+    /// each of its walks: the evidence that a page by assignee, candidate or deployment
+    /// walks an index in the listing order rather than the table or the instances.
+    pub async fn explain_user_tasks(&self, query: &UserTaskQuery) -> StoreResult<Vec<String>> {
+        let mut lines = Vec::new();
+        for walk in task_walks(query) {
+            let mut q = user_tasks_query::<Sqlite>(
+                query,
+                walk,
+                "CROSS JOIN",
+                "TEXT",
+                "EXPLAIN QUERY PLAN ",
+            );
+            let rows = q.build().fetch_all(&self.readers).await.map_err(backend)?;
+            for row in &rows {
+                lines.push(row.field("detail")?);
+            }
+        }
+        Ok(lines)
+    }
+
     /// The durability settings the writer connection actually runs with, as SQLite
     /// reports them: `(journal_mode, synchronous, foreign_keys)`, e.g. `("wal", 2, 1)`
     /// (2 = FULL).
@@ -440,6 +465,7 @@ async fn apply_round(
     apply_attempts(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
+    apply_user_tasks(tx, &winners).await?;
     apply_audit(tx, &winners).await
 }
 
@@ -494,6 +520,108 @@ async fn apply_outbox(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> Stor
         " ON CONFLICT (key) DO NOTHING",
     )
     .await
+}
+
+/// Writes the winners' user-task rows: each withdrawal deletes the task's candidates,
+/// then the task (indexed deletes); each offer deletes the candidates the row had, then
+/// upserts the rows and inserts the new candidates as multi-row statements; assignee
+/// changes are one keyed update each. Most commits have none and cost nothing here.
+async fn apply_user_tasks(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    let mut offers: Vec<(&str, &UserTaskRecord)> = Vec::new();
+    let mut candidates: Vec<(&str, &str, i64, &str, &str)> = Vec::new();
+    for &(id, commit) in winners {
+        if commit.user_tasks.is_empty() {
+            continue;
+        }
+        let offered = last_task_offer_per_node(commit);
+        let cleared = commit
+            .user_tasks
+            .withdraw
+            .iter()
+            .map(String::as_str)
+            .chain(offered.iter().map(|r| r.node.as_str()));
+        for node in cleared {
+            sqlx::query("DELETE FROM user_task_candidates WHERE instance = ? AND node = ?")
+                .bind(id)
+                .bind(node)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+        for node in &commit.user_tasks.withdraw {
+            sqlx::query("DELETE FROM user_tasks WHERE instance = ? AND node = ?")
+                .bind(id)
+                .bind(node)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+        for row in offered {
+            offers.push((id, row));
+            for (kind, names) in [
+                ("group", &row.candidate_groups),
+                ("user", &row.candidate_users),
+            ] {
+                for name in names {
+                    candidates.push((kind, name, row.created_at_ms, id, &row.node));
+                }
+            }
+        }
+    }
+    let groups: Vec<String> = offers
+        .iter()
+        .map(|(_, r)| names_to_db(&r.candidate_groups))
+        .collect();
+    let users: Vec<String> = offers
+        .iter()
+        .map(|(_, r)| names_to_db(&r.candidate_users))
+        .collect();
+    let rows: Vec<(usize, &(&str, &UserTaskRecord))> = offers.iter().enumerate().collect();
+    insert_rows(
+        tx,
+        "INSERT INTO user_tasks (instance, node, deployment, assignee, candidate_groups, \
+         candidate_users, created_at_ms) ",
+        &rows,
+        |mut b, (i, (id, row))| {
+            b.push_bind(*id)
+                .push_bind(row.node.as_str())
+                .push_bind(row.deployment.0)
+                .push_bind(row.assignee.as_deref())
+                .push_bind(groups[*i].as_str())
+                .push_bind(users[*i].as_str())
+                .push_bind(row.created_at_ms);
+        },
+        " ON CONFLICT (instance, node) DO UPDATE SET deployment = excluded.deployment, \
+         assignee = excluded.assignee, candidate_groups = excluded.candidate_groups, \
+         candidate_users = excluded.candidate_users, created_at_ms = excluded.created_at_ms",
+    )
+    .await?;
+    insert_rows(
+        tx,
+        "INSERT INTO user_task_candidates (kind, name, created_at_ms, instance, node) ",
+        &candidates,
+        |mut b, (kind, name, at, id, node)| {
+            b.push_bind(*kind)
+                .push_bind(*name)
+                .push_bind(*at)
+                .push_bind(*id)
+                .push_bind(*node);
+        },
+        "",
+    )
+    .await?;
+    for &(id, commit) in winners {
+        for (node, assignee) in last_assign_per_node(commit) {
+            sqlx::query("UPDATE user_tasks SET assignee = ? WHERE instance = ? AND node = ?")
+                .bind(assignee)
+                .bind(id)
+                .bind(node)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes the winners' pull-task rows: the withdrawals, one indexed delete per row, then
@@ -1263,7 +1391,11 @@ impl Store for SqliteStore {
             incidents: delete_where_in(&mut tx, "incidents", "instance", &ids).await?,
             audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
             timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
-                + delete_where_in(&mut tx, "pull_tasks", "instance", &ids).await?,
+                + delete_where_in(&mut tx, "pull_tasks", "instance", &ids).await?
+                + {
+                    delete_where_in(&mut tx, "user_task_candidates", "instance", &ids).await?;
+                    delete_where_in(&mut tx, "user_tasks", "instance", &ids).await?
+                },
             subscriptions: delete_where_in(&mut tx, "subscriptions", "instance", &ids).await?,
             outbox: delete_where_in(&mut tx, "outbox", "instance", &ids).await?,
             instances: delete_where_in(&mut tx, "instances", "id", &ids).await?,
@@ -1302,6 +1434,34 @@ impl Store for SqliteStore {
             .bind(id_text(instance))
             .fetch_all(&self.readers);
         map_all(rows.await, pull_from_row)
+    }
+
+    /// One indexed range walk per walk of the query (`common::task_walks`), each
+    /// stopping at the limit, merged.
+    async fn user_tasks(&self, query: &UserTaskQuery) -> StoreResult<Vec<UserTaskRecord>> {
+        let walks = task_walks(query);
+        let merging = walks.len() > 1;
+        let mut out = Vec::new();
+        for walk in walks {
+            let mut q = user_tasks_query::<Sqlite>(query, walk, "CROSS JOIN", "TEXT", "");
+            let rows = q.build().fetch_all(&self.readers).await;
+            out.extend(map_all(rows, user_task_from_row)?);
+        }
+        Ok(if merging {
+            qflow_store::merge_user_tasks(out, query.effective_limit())
+        } else {
+            out
+        })
+    }
+
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>> {
+        let sql = format!(
+            "SELECT {USER_TASK_COLUMNS} FROM user_tasks AS t WHERE t.instance = ? ORDER BY t.node"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(id_text(instance))
+            .fetch_all(&self.readers);
+        map_all(rows.await, user_task_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

@@ -15,7 +15,7 @@ use qflow_loader::model::Definition;
 use qflow_store::{
     AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState,
     InstanceStatus, NewIncident, NewOutboxRow, NewSubscription, PullTaskRecord, Store, TimerRecord,
-    TimerRef,
+    TimerRef, UserTaskRecord,
 };
 
 use crate::handlers::TaskCall;
@@ -389,6 +389,43 @@ fn carry_out(
         Effect::WithdrawPullTask { node } => {
             commit.pull.offer.retain(|r| r.node != node);
             commit.pull.withdraw.push(node);
+        }
+        // One row write per node per commit here too: the last effect on a node wins (an
+        // assignment after an offer of the same commit goes into the offered row).
+        Effect::OfferUserTask {
+            node,
+            assignee,
+            candidate_groups,
+            candidate_users,
+        } => {
+            let tasks = &mut commit.user_tasks;
+            tasks.offer.retain(|r| r.node != node);
+            tasks.assign.retain(|(n, _)| *n != node);
+            tasks.offer.push(UserTaskRecord {
+                instance: commit.instance,
+                node,
+                deployment: commit.deployment,
+                assignee,
+                candidate_groups,
+                candidate_users,
+                created_at_ms: now,
+            });
+        }
+        Effect::AssignUserTask { node, assignee } => {
+            let tasks = &mut commit.user_tasks;
+            match tasks.offer.iter_mut().find(|r| r.node == node) {
+                Some(row) => row.assignee = assignee,
+                None => {
+                    tasks.assign.retain(|(n, _)| *n != node);
+                    tasks.assign.push((node, assignee));
+                }
+            }
+        }
+        Effect::WithdrawUserTask { node } => {
+            let tasks = &mut commit.user_tasks;
+            tasks.offer.retain(|r| r.node != node);
+            tasks.assign.retain(|(n, _)| *n != node);
+            tasks.withdraw.push(node);
         }
         Effect::OpenIncident {
             node,

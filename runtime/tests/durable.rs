@@ -215,6 +215,7 @@ async fn claim_and_step_moves_an_instance_outside_the_lanes() {
     let complete = qflow_runtime::Input::UserTaskCompleted {
         node: "approve".into(),
         variables: Default::default(),
+        assignee: None,
     };
     let stepped = rt
         .claim_and_step(id, complete.clone())

@@ -529,35 +529,6 @@ pub struct VariablesBody {
     pub variables: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Completes a waiting user task with variables.
-#[utoipa::path(post, path = "/v1/instances/{id}/user-tasks/{node}/complete", tag = "instances",
-    params(
-        ("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)"),
-        ("node" = String, Path, description = "The user task's id in the model"),
-    ),
-    request_body = VariablesBody,
-    responses(
-        (status = 200, description = "Completed", body = Applied),
-        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "That user task is not waiting", body = Problem, content_type = "application/problem+json"),
-    ),
-    security(("bearer" = ["operate"])))]
-pub async fn complete_user_task(
-    State(state): State<AppState>,
-    caller: Caller<OperateScope>,
-    Path((id, node)): Path<(String, String)>,
-    JsonBody(body): JsonBody<VariablesBody>,
-) -> Result<Json<Applied>> {
-    let id = instance_id(&id)?;
-    state
-        .ops
-        .as_actor(&caller.name)
-        .complete_user_task(id, &node, body.variables.into_iter().collect())
-        .await
-        .map(Json)
-        .map_err(|e| Problem::from_ops(e, Place::Body))
-}
-
 /// Delivers a message to an instance: the first receive task or message catch event
 /// waiting for it there completes with the variables.
 #[utoipa::path(post, path = "/v1/instances/{id}/messages/{name}", tag = "instances",

@@ -132,21 +132,24 @@ where
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Problem> {
-        let query = parts.uri.query().unwrap_or("");
-        let de = serde_urlencoded_de(query);
-        serde_path_to_error::deserialize(de)
-            .map(QueryParams)
-            .map_err(|e| {
-                let parameter = e.path().to_string();
-                let detail = e.inner().to_string();
-                let problem = Problem::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid",
-                    format!("query parameter `{parameter}`: {detail}"),
-                );
-                problem.at(Place::Query, &parameter, detail)
-            })
+        query_params(parts.uri.query().unwrap_or("")).map(QueryParams)
     }
+}
+
+/// Parses a query string as `T`, or says which parameter is wrong (a handler that takes
+/// a repeated parameter out first, then parses the rest).
+pub fn query_params<T: DeserializeOwned>(query: &str) -> Result<T, Problem> {
+    let de = serde_urlencoded_de(query);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let parameter = e.path().to_string();
+        let detail = e.inner().to_string();
+        let problem = Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("query parameter `{parameter}`: {detail}"),
+        );
+        problem.at(Place::Query, &parameter, detail)
+    })
 }
 
 fn serde_urlencoded_de(query: &str) -> serde_urlencoded::Deserializer<'_> {

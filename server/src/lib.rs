@@ -22,6 +22,7 @@ pub mod config;
 pub mod console;
 pub mod metrics;
 pub mod problem;
+pub mod user_tasks;
 pub mod workers;
 pub mod zeebe;
 
@@ -84,6 +85,7 @@ impl auth::HasTokens for AppState {
         (name = "instances", description = "Start, list, inspect, repair, migrate"),
         (name = "incidents", description = "Open and resolved incidents"),
         (name = "audit", description = "Who changed what"),
+        (name = "user tasks", description = "The task list: user tasks by assignee, candidate group or user; claim, unclaim, complete (docs/workers.md, User tasks)"),
         (name = "external tasks", description = "Pull tasks for external workers: fetch and lock by topic, complete, fail, BPMN error, extend or give up the lock"),
         (name = "channels", description = "Answers of channel calls relayed by their counterparts, with the engine's verdict (docs/channels.md)"),
         (name = "zeebe jobs", description = "Camunda 8 job endpoints over pull tasks, where they map one to one (docs/workers.md)"),
@@ -103,7 +105,11 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::resume))
         .routes(routes!(api::retry_now))
         .routes(routes!(api::cancel))
-        .routes(routes!(api::complete_user_task))
+        .routes(routes!(user_tasks::list))
+        .routes(routes!(user_tasks::show))
+        .routes(routes!(user_tasks::claim))
+        .routes(routes!(user_tasks::unclaim))
+        .routes(routes!(user_tasks::complete))
         .routes(routes!(api::deliver_message))
         .routes(routes!(api::correlate))
         .routes(routes!(api::relay_answer))

@@ -615,8 +615,8 @@ async fn a_user_task_and_a_message_move_an_instance_to_its_end() {
     let id = r.body["instance"].as_str().unwrap().to_owned();
     let before = w.state_of(&id).await;
 
-    // Out of order: nothing waits for the message yet, and only `approve` is a user task
-    // that waits. Both are refused and change nothing.
+    // Out of order: nothing waits for the message yet (refused), and `signed` is no user
+    // task of the model (not found). Neither changes anything.
     let message = format!("/v1/instances/{id}/messages/contract-signed");
     let r = w
         .send(Method::POST, &message, Some(ADMIN), Some(json!({})))
@@ -626,7 +626,7 @@ async fn a_user_task_and_a_message_move_an_instance_to_its_end() {
     let r = w
         .send(Method::POST, &wrong, Some(ADMIN), Some(json!({})))
         .await;
-    assert_problem(&r, StatusCode::CONFLICT, "refused");
+    assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
     let deep = (0..40).fold(json!(1), |v, _| json!([v]));
     let approve = format!("/v1/instances/{id}/user-tasks/approve/complete");
     let r = w

@@ -27,7 +27,8 @@ use crate::{
     DeliveryRecord, DeploymentId, InstanceFilter, InstanceId, InstanceState, InstanceStatus,
     NewDeployment, NewIncident, NewOutboxRow, NewSubscription, OutboxRecord, OutboxState,
     PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
-    TimerClaim, TimerName, TimerRecord, TimerRef, POISONED_INCIDENT_CODE,
+    TimerClaim, TimerName, TimerRecord, TimerRef, UserTaskQuery, UserTaskRecord,
+    POISONED_INCIDENT_CODE,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -135,6 +136,11 @@ macro_rules! conformance_tests {
             outbox_lists_an_instances_rows_oldest_first_then_by_key,
             purge_takes_every_outbox_row_of_a_purged_instance_only,
             poisons_racing_withdrawals_never_deadlock,
+            user_tasks_are_offered_assigned_and_withdrawn_with_their_commit,
+            user_tasks_filter_by_assignee_candidates_and_deployment,
+            user_task_listing_pages_by_keyset_without_skips_or_repeats,
+            an_offered_again_user_task_replaces_its_candidates,
+            user_task_rows_go_with_a_purged_instance,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -3143,5 +3149,440 @@ pub async fn poisons_racing_withdrawals_never_deadlock(ctx: Ctx) -> Result<()> {
             "row {n}: poison applied {applied}, {incidents} incidents"
         );
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- user tasks (the task list)
+
+/// A user-task row of `instance` at `node` on `deployment`, offered at `at_ms`.
+pub fn user_task(
+    instance: InstanceId,
+    node: &str,
+    deployment: DeploymentId,
+    at_ms: i64,
+    assignee: Option<&str>,
+    groups: &[&str],
+    users: &[&str],
+) -> UserTaskRecord {
+    UserTaskRecord {
+        instance,
+        node: node.into(),
+        deployment,
+        assignee: assignee.map(str::to_owned),
+        candidate_groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        candidate_users: users.iter().map(|u| (*u).to_owned()).collect(),
+        created_at_ms: at_ms,
+    }
+}
+
+fn tasks_seen(rows: &[UserTaskRecord]) -> Vec<(InstanceId, String)> {
+    rows.iter().map(|r| (r.instance, r.node.clone())).collect()
+}
+
+/// Offers `rows` (all of one instance, created by this commit at `at_ms`).
+async fn offer_tasks(
+    s: &dyn Store,
+    instance: InstanceId,
+    fence: Option<u64>,
+    deployment: DeploymentId,
+    at_ms: i64,
+    rows: Vec<UserTaskRecord>,
+) -> Result<CommitOutcome> {
+    let mut c = commit(instance, fence, deployment);
+    c.now_ms = at_ms;
+    c.user_tasks.offer = rows;
+    commit_one(s, c).await
+}
+
+/// An offered row is read back whole, by instance and through the task list; an
+/// assignment changes its assignee and nothing else; withdrawn and offered again in one
+/// commit it is offered; withdrawn it is gone; a commit that loses its compare-and-swap
+/// writes no row; withdrawing or assigning a missing row is no error.
+pub async fn user_tasks_are_offered_assigned_and_withdrawn_with_their_commit(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let row = user_task(
+        id(1),
+        "approve",
+        dep,
+        T0,
+        Some("ann"),
+        &["sales", "emea"],
+        &["bo"],
+    );
+    let out = offer_tasks(s, id(1), None, dep, T0, vec![row.clone()]).await?;
+    ensure!(out == CommitOutcome::Applied { fence: 1 }, "{out:?}");
+    ensure!(ctx.second.instance_user_tasks(id(1)).await? == vec![row.clone()]);
+    let all = ctx.second.user_tasks(&UserTaskQuery::default()).await?;
+    ensure!(all == vec![row.clone()], "{all:?}");
+    // A loser writes nothing.
+    let mut lost = commit(id(1), Some(7), dep);
+    lost.user_tasks.withdraw = vec!["approve".into()];
+    lost.user_tasks.assign = vec![("approve".into(), Some("zed".into()))];
+    ensure!(matches!(
+        commit_one(s, lost).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    ensure!(s.instance_user_tasks(id(1)).await? == vec![row.clone()]);
+    // Claimed by bo: only the assignee moves; the offer's instant stays.
+    let mut c = commit(id(1), Some(1), dep);
+    c.now_ms = T0 + 50;
+    c.user_tasks.assign = vec![
+        ("approve".into(), Some("bo".into())),
+        ("never".into(), Some("x".into())),
+    ];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 2 });
+    let claimed = UserTaskRecord {
+        assignee: Some("bo".into()),
+        ..row.clone()
+    };
+    ensure!(s.instance_user_tasks(id(1)).await? == vec![claimed]);
+    // Unclaimed.
+    let mut c = commit(id(1), Some(2), dep);
+    c.user_tasks.assign = vec![("approve".into(), None)];
+    commit_one(s, c).await?;
+    let free = s.instance_user_tasks(id(1)).await?;
+    ensure!(free[0].assignee.is_none(), "{free:?}");
+    // Withdrawn and offered again in one commit (a loop back to the task): offered anew.
+    let again = user_task(id(1), "approve", dep, T0 + 100, None, &["legal"], &[]);
+    let mut c = commit(id(1), Some(3), dep);
+    c.now_ms = T0 + 100;
+    c.user_tasks.withdraw = vec!["approve".into()];
+    c.user_tasks.offer = vec![again.clone()];
+    commit_one(s, c).await?;
+    ensure!(s.instance_user_tasks(id(1)).await? == vec![again]);
+    // Withdrawn: gone everywhere; a missing row is no error.
+    let mut c = commit(id(1), Some(4), dep);
+    c.user_tasks.withdraw = vec!["approve".into(), "never".into()];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 5 });
+    ensure!(s.instance_user_tasks(id(1)).await?.is_empty());
+    ensure!(s.user_tasks(&UserTaskQuery::default()).await?.is_empty());
+    let by_group = UserTaskQuery {
+        candidate_groups: vec!["legal".into()],
+        ..UserTaskQuery::default()
+    };
+    ensure!(s.user_tasks(&by_group).await?.is_empty());
+    Ok(())
+}
+
+/// Every filter of the task list, alone and together, in the listing order
+/// `(created_at_ms, instance, node)`.
+pub async fn user_tasks_filter_by_assignee_candidates_and_deployment(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let d1 = deploy(s, "h1").await?;
+    let d2 = deploy(s, "h2").await?;
+    let rows = [
+        user_task(id(1), "a", d1, T0 + 30, Some("ann"), &["sales"], &["bo"]),
+        user_task(id(2), "a", d1, T0 + 10, None, &["sales", "emea"], &[]),
+        user_task(
+            id(3),
+            "a",
+            d2,
+            T0 + 20,
+            Some("bo"),
+            &["emea"],
+            &["ann", "bo"],
+        ),
+        user_task(id(4), "a", d2, T0 + 20, None, &[], &["cy"]),
+    ];
+    for row in &rows {
+        let out = offer_tasks(
+            s,
+            row.instance,
+            None,
+            row.deployment,
+            row.created_at_ms,
+            vec![row.clone()],
+        )
+        .await?;
+        ensure!(out == CommitOutcome::Applied { fence: 1 }, "{out:?}");
+    }
+    // Two tasks of one instance, one offered before the other.
+    let five = vec![
+        user_task(id(5), "y", d1, T0 + 5, None, &["sales"], &[]),
+        user_task(id(5), "x", d1, T0 + 5, Some("ann"), &["legal"], &[]),
+    ];
+    offer_tasks(s, id(5), None, d1, T0 + 5, five).await?;
+    let n = |i: u128, node: &str| (id(i), node.to_owned());
+    let check = |label: &'static str, q: UserTaskQuery, want: Vec<(InstanceId, String)>| {
+        let store = ctx.second.clone();
+        async move {
+            let got = tasks_seen(&store.user_tasks(&q).await?);
+            ensure!(got == want, "{label}: {got:?}, wanted {want:?}");
+            Ok::<(), anyhow::Error>(())
+        }
+    };
+    let q = UserTaskQuery::default;
+    check(
+        "everything, oldest first (then instance, then node)",
+        q(),
+        vec![
+            n(5, "x"),
+            n(5, "y"),
+            n(2, "a"),
+            n(3, "a"),
+            n(4, "a"),
+            n(1, "a"),
+        ],
+    )
+    .await?;
+    check(
+        "assignee",
+        UserTaskQuery {
+            assignee: Some("ann".into()),
+            ..q()
+        },
+        vec![n(5, "x"), n(1, "a")],
+    )
+    .await?;
+    check(
+        "one candidate group",
+        UserTaskQuery {
+            candidate_groups: vec!["sales".into()],
+            ..q()
+        },
+        vec![n(5, "y"), n(2, "a"), n(1, "a")],
+    )
+    .await?;
+    check(
+        "any of two groups, each task once",
+        UserTaskQuery {
+            candidate_groups: vec!["emea".into(), "sales".into()],
+            ..q()
+        },
+        vec![n(5, "y"), n(2, "a"), n(3, "a"), n(1, "a")],
+    )
+    .await?;
+    check(
+        "candidate user",
+        UserTaskQuery {
+            candidate_user: Some("bo".into()),
+            ..q()
+        },
+        vec![n(3, "a"), n(1, "a")],
+    )
+    .await?;
+    check(
+        "deployment",
+        UserTaskQuery {
+            deployment: Some(d2),
+            ..q()
+        },
+        vec![n(3, "a"), n(4, "a")],
+    )
+    .await?;
+    check(
+        "nobody holds it",
+        UserTaskQuery {
+            assigned: Some(false),
+            ..q()
+        },
+        vec![n(5, "y"), n(2, "a"), n(4, "a")],
+    )
+    .await?;
+    check(
+        "somebody holds it",
+        UserTaskQuery {
+            assigned: Some(true),
+            ..q()
+        },
+        vec![n(5, "x"), n(3, "a"), n(1, "a")],
+    )
+    .await?;
+    check(
+        "a group's tasks nobody holds (a group inbox)",
+        UserTaskQuery {
+            candidate_groups: vec!["sales".into(), "emea".into()],
+            assigned: Some(false),
+            ..q()
+        },
+        vec![n(5, "y"), n(2, "a")],
+    )
+    .await?;
+    check(
+        "assignee and candidate user together",
+        UserTaskQuery {
+            assignee: Some("bo".into()),
+            candidate_user: Some("ann".into()),
+            ..q()
+        },
+        vec![n(3, "a")],
+    )
+    .await?;
+    check(
+        "candidate user and group together",
+        UserTaskQuery {
+            candidate_user: Some("bo".into()),
+            candidate_groups: vec!["sales".into()],
+            ..q()
+        },
+        vec![n(1, "a")],
+    )
+    .await?;
+    check(
+        "group and deployment together",
+        UserTaskQuery {
+            candidate_groups: vec!["emea".into()],
+            deployment: Some(d1),
+            ..q()
+        },
+        vec![n(2, "a")],
+    )
+    .await?;
+    check(
+        "nobody matches",
+        UserTaskQuery {
+            assignee: Some("nobody".into()),
+            ..q()
+        },
+        vec![],
+    )
+    .await?;
+    check(
+        "the limit",
+        UserTaskQuery { limit: 2, ..q() },
+        vec![n(5, "x"), n(5, "y")],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Paging with the last row of each page as the cursor visits every row once, whatever
+/// the filter; rows with equal instants are ordered by instance, then node; a row
+/// offered behind the cursor is not seen, one ahead of it is.
+pub async fn user_task_listing_pages_by_keyset_without_skips_or_repeats(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut expected = Vec::new();
+    for i in 1..=7u128 {
+        // Three instants, several rows each, two nodes per instance.
+        let at = T0 + (i as i64 % 3);
+        let rows = vec![
+            user_task(id(i), "b", dep, at, None, &["g"], &[]),
+            user_task(id(i), "a", dep, at, None, &["g"], &[]),
+        ];
+        offer_tasks(s, id(i), None, dep, at, rows).await?;
+        expected.push((at, id(i), "a".to_owned()));
+        expected.push((at, id(i), "b".to_owned()));
+    }
+    expected.sort();
+    for groups in [vec![], vec!["g".to_owned()]] {
+        let mut seen = Vec::new();
+        let mut after = None;
+        for _ in 0..20 {
+            let page = s
+                .user_tasks(&UserTaskQuery {
+                    candidate_groups: groups.clone(),
+                    after: after.clone(),
+                    limit: 3,
+                    ..UserTaskQuery::default()
+                })
+                .await?;
+            ensure!(page.len() <= 3);
+            let Some(last) = page.last() else { break };
+            after = Some((last.created_at_ms, last.instance, last.node.clone()));
+            seen.extend(
+                page.iter()
+                    .map(|r| (r.created_at_ms, r.instance, r.node.clone())),
+            );
+        }
+        ensure!(seen == expected, "groups {groups:?}: {seen:?}");
+    }
+    // A cursor in the middle: a row offered later (ahead of it) is seen, the rows
+    // before it are not.
+    let cursor = expected[5].clone();
+    offer_tasks(
+        s,
+        id(99),
+        None,
+        dep,
+        T0 + 10,
+        vec![user_task(id(99), "a", dep, T0 + 10, None, &["g"], &[])],
+    )
+    .await?;
+    let rest = s
+        .user_tasks(&UserTaskQuery {
+            after: Some(cursor),
+            ..UserTaskQuery::default()
+        })
+        .await?;
+    let mut want: Vec<(InstanceId, String)> = expected[6..]
+        .iter()
+        .map(|(_, i, n)| (*i, n.clone()))
+        .collect();
+    want.push((id(99), "a".to_owned()));
+    ensure!(tasks_seen(&rest) == want, "{:?}", tasks_seen(&rest));
+    Ok(())
+}
+
+/// A task offered again (a migration onto another deployment, a resume) is one row:
+/// its deployment, instant and candidates are the new offer's, and the old candidates
+/// no longer find it.
+pub async fn an_offered_again_user_task_replaces_its_candidates(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let d1 = deploy(s, "h1").await?;
+    let d2 = deploy(s, "h2").await?;
+    let first = user_task(id(1), "approve", d1, T0, None, &["sales"], &["ann"]);
+    offer_tasks(s, id(1), None, d1, T0, vec![first]).await?;
+    let mut moved = commit(id(1), Some(1), d2);
+    moved.now_ms = T0 + 9;
+    moved.moves = true;
+    let second = user_task(
+        id(1),
+        "approve",
+        d2,
+        T0 + 9,
+        Some("bo"),
+        &["legal"],
+        &["cy"],
+    );
+    moved.user_tasks.offer = vec![second.clone()];
+    ensure!(commit_one(s, moved).await? == CommitOutcome::Applied { fence: 2 });
+    ensure!(s.instance_user_tasks(id(1)).await? == vec![second.clone()]);
+    let by = |groups: &[&str], user: Option<&str>| UserTaskQuery {
+        candidate_groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        candidate_user: user.map(str::to_owned),
+        ..UserTaskQuery::default()
+    };
+    ensure!(s.user_tasks(&by(&["sales"], None)).await?.is_empty());
+    ensure!(s.user_tasks(&by(&[], Some("ann"))).await?.is_empty());
+    ensure!(s.user_tasks(&by(&["legal"], Some("cy"))).await? == vec![second]);
+    ensure!(s
+        .user_tasks(&UserTaskQuery {
+            deployment: Some(d1),
+            ..UserTaskQuery::default()
+        })
+        .await?
+        .is_empty());
+    Ok(())
+}
+
+/// User-task rows left on an ended instance are residue; the purge takes them along
+/// (counted with the timer residue) and no query finds them again.
+pub async fn user_task_rows_go_with_a_purged_instance(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let row = user_task(id(1), "approve", dep, T0, Some("ann"), &["sales"], &["bo"]);
+    offer_tasks(s, id(1), None, dep, T0, vec![row]).await?;
+    let kept = user_task(id(2), "approve", dep, T0, None, &["sales"], &[]);
+    offer_tasks(s, id(2), None, dep, T0, vec![kept.clone()]).await?;
+    let mut end = commit(id(1), Some(1), dep);
+    end.state.status = InstanceStatus::Completed;
+    commit_one(s, end).await?;
+    let out = s.purge_finished(purge(T0 + 1, 10)).await?;
+    ensure!(out.instances == 1 && out.timers == 1, "{out:?}");
+    ensure!(s.instance_user_tasks(id(1)).await?.is_empty());
+    let sales = UserTaskQuery {
+        candidate_groups: vec!["sales".into()],
+        ..UserTaskQuery::default()
+    };
+    ensure!(s.user_tasks(&sales).await? == vec![kept]);
+    let ann = UserTaskQuery {
+        assignee: Some("ann".into()),
+        ..UserTaskQuery::default()
+    };
+    ensure!(s.user_tasks(&ann).await?.is_empty());
     Ok(())
 }

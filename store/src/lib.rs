@@ -244,6 +244,114 @@ pub struct PullQuery<'a> {
 
 /// The most rows one [`Store::offered_pull_tasks`] call returns.
 pub const PULL_QUERY_LIMIT_MAX: u32 = 1_000;
+
+/// A user task in the task list: one row per `(instance, node)` while a token waits at
+/// a user task of a running instance (issue 11, item 5). Written by the step that offers,
+/// assigns or withdraws it, in the step's transaction. The snapshot has the last word on
+/// the assignee (`h/<node>`); the row mirrors it, and holds the candidates the offer
+/// evaluated, so that a task list finds work by assignee or candidate without reading
+/// snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserTaskRecord {
+    pub instance: InstanceId,
+    pub node: String,
+    /// The deployment the instance was on when the task was offered (a migration offers
+    /// it again on the target).
+    pub deployment: DeploymentId,
+    pub assignee: Option<String>,
+    /// In the order the model gives them, each once.
+    pub candidate_groups: Vec<String>,
+    pub candidate_users: Vec<String>,
+    /// The instant of the commit that offered it: when the token entered, or when a
+    /// resume or a migration offered it again. An assignment never moves it.
+    pub created_at_ms: i64,
+}
+
+/// User-task rows a commit writes: withdrawals first, then offers, then assignee
+/// changes, so a task withdrawn and offered again in one commit ends up offered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserTaskWrites {
+    /// Deleted by `(instance, node)`, candidates and all; a missing row is no error.
+    pub withdraw: Vec<String>,
+    /// Upserted by `(instance, node)`: the whole row, candidates replaced.
+    pub offer: Vec<UserTaskRecord>,
+    /// `(node, assignee)`: only the assignee of an existing row changes (a claim, or an
+    /// unclaim with `None`); a missing row is no error.
+    pub assign: Vec<(String, Option<String>)>,
+}
+
+impl UserTaskWrites {
+    pub fn is_empty(&self) -> bool {
+        self.withdraw.is_empty() && self.offer.is_empty() && self.assign.is_empty()
+    }
+}
+
+/// What [`Store::user_tasks`] is given: a task list's query. Every filter given must
+/// hold (`candidate_groups` holds when the task has any of them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserTaskQuery {
+    /// Only tasks this person holds.
+    pub assignee: Option<String>,
+    /// Only tasks offered to any of these groups (at most [`CANDIDATE_GROUPS_QUERY_MAX`]).
+    pub candidate_groups: Vec<String>,
+    /// Only tasks offered to this person by name.
+    pub candidate_user: Option<String>,
+    pub deployment: Option<DeploymentId>,
+    /// `Some(false)`: only tasks nobody holds; `Some(true)`: only held ones.
+    pub assigned: Option<bool>,
+    /// Keyset pagination: only rows strictly after this `(created_at_ms, instance, node)`
+    /// position in the listing order — the last row of the previous page.
+    pub after: Option<(i64, InstanceId, String)>,
+    /// At most this many rows, ordered by `(created_at_ms, instance, node)`; stores cap
+    /// it at [`USER_TASKS_LIMIT_MAX`], and 0 means the cap.
+    pub limit: u32,
+}
+
+/// The most rows one [`Store::user_tasks`] call returns.
+pub const USER_TASKS_LIMIT_MAX: u32 = 1_000;
+/// The most candidate groups one [`UserTaskQuery`] names: each is one index walk.
+pub const CANDIDATE_GROUPS_QUERY_MAX: usize = 32;
+
+impl UserTaskQuery {
+    /// The effective row limit: 0 and anything over the cap are the cap.
+    pub fn effective_limit(&self) -> u32 {
+        match self.limit {
+            0 => USER_TASKS_LIMIT_MAX,
+            n => n.min(USER_TASKS_LIMIT_MAX),
+        }
+    }
+
+    /// Whether `row` passes every filter but the cursor.
+    pub fn matches(&self, row: &UserTaskRecord) -> bool {
+        self.assignee
+            .as_ref()
+            .is_none_or(|a| row.assignee.as_ref() == Some(a))
+            && (self.candidate_groups.is_empty()
+                || self
+                    .candidate_groups
+                    .iter()
+                    .any(|g| row.candidate_groups.contains(g)))
+            && self
+                .candidate_user
+                .as_ref()
+                .is_none_or(|u| row.candidate_users.contains(u))
+            && self.deployment.is_none_or(|d| row.deployment == d)
+            && self
+                .assigned
+                .is_none_or(|held| row.assignee.is_some() == held)
+    }
+}
+
+/// Rows of several index walks (one per candidate group) as one page: in the listing
+/// order, each task once, at most `limit`.
+pub fn merge_user_tasks(mut rows: Vec<UserTaskRecord>, limit: u32) -> Vec<UserTaskRecord> {
+    rows.sort_by(|a, b| {
+        (a.created_at_ms, a.instance, &a.node).cmp(&(b.created_at_ms, b.instance, &b.node))
+    });
+    rows.dedup_by(|a, b| a.instance == b.instance && a.node == b.node);
+    rows.truncate(limit as usize);
+    rows
+}
 /// A message subscription (correlation by name and key): the instance waits at `node`
 /// for a message `message` published with `key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -471,6 +579,8 @@ pub struct Commit {
     pub pull: PullWrites,
     /// Channel-call requests emitted and withdrawn (C1, C6).
     pub outbox: OutboxWrites,
+    /// User-task rows (the task list): offered, assigned, withdrawn.
+    pub user_tasks: UserTaskWrites,
     /// The update may move the instance onto another deployment (a migration): the
     /// store checks, atomically with `retire`, that `deployment` is not retired, as it
     /// does for a creation. Ordinary steps leave it `false` and take no such lock.
@@ -525,6 +635,7 @@ impl Commit {
             audit: Vec::new(),
             pull: PullWrites::default(),
             outbox: OutboxWrites::default(),
+            user_tasks: UserTaskWrites::default(),
             moves: false,
         }
     }
@@ -650,9 +761,9 @@ pub struct PurgeOutcome {
     pub attempts: u64,
     pub incidents: u64,
     pub audit: u64,
-    /// Timer and pull-task rows of ended instances: there should be none (an ended
-    /// instance arms nothing and its last commit resolves and withdraws what it held),
-    /// so anything here is residue.
+    /// Timer, pull-task and user-task rows of ended instances: there should be none (an
+    /// ended instance arms nothing and its last commit resolves and withdraws what it
+    /// held), so anything here is residue.
     pub timers: u64,
     /// Subscription rows of ended instances: residue too, for the same reason.
     pub subscriptions: u64,
@@ -829,4 +940,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// The outbox rows of one instance, oldest first (then by key, compared as bytes).
     async fn outbox(&self, instance: InstanceId) -> StoreResult<Vec<OutboxRecord>>;
+    /// The task list: user tasks matching `query`, in `(created_at_ms, instance, node)`
+    /// order after its cursor, at most its limit ([`USER_TASKS_LIMIT_MAX`]). A hint, read
+    /// without a claim (a claim or a completion steps the instance, and the core judges
+    /// it). Cost grows with the rows of the most selective index the query names — the
+    /// assignee's tasks, a candidate's tasks (one walk per group, merged), a deployment's
+    /// tasks — never with instances that wait elsewhere or not at all.
+    async fn user_tasks(&self, query: &UserTaskQuery) -> StoreResult<Vec<UserTaskRecord>>;
+
+    /// The user-task rows of one instance, by node.
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>>;
 }

@@ -21,8 +21,9 @@ use crate::{
     InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident,
     OutboxRecord, OutboxState, OutboxWrites, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome,
     PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord,
-    SubscriptionWrites, TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites,
-    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX, SUBSCRIPTIONS_LIMIT_MAX,
+    SubscriptionWrites, TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites, UserTaskQuery,
+    UserTaskRecord, UserTaskWrites, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -85,6 +86,10 @@ struct State {
     outbox: BTreeMap<String, OutboxRow>,
     outbox_due: BTreeSet<(i64, String)>,
     outbox_by_node: BTreeSet<(InstanceId, String, String)>,
+    /// The task list: user-task rows by `(instance, node)`, and every row by
+    /// `(created_at_ms, instance, node)`: the listing order.
+    user_tasks: BTreeMap<(InstanceId, String), UserTaskRecord>,
+    user_tasks_by_created: BTreeSet<(i64, InstanceId, String)>,
     /// Row ids handed out so far; ids are never reused, even after a purge.
     incident_ids: i64,
     audit_ids: i64,
@@ -224,6 +229,7 @@ impl State {
         self.apply_attempts(commit.instance, commit.attempts);
         self.apply_pull(commit.instance, commit.pull);
         self.apply_outbox(commit.instance, commit.outbox, commit.now_ms);
+        self.apply_user_tasks(commit.instance, commit.user_tasks);
         self.apply_audit(
             commit.instance,
             commit.audit,
@@ -426,6 +432,17 @@ impl State {
             for k in &rows {
                 self.remove_outbox(k);
             }
+            // User-task rows too: the ending commit withdrew them.
+            let tasks: Vec<(InstanceId, String)> = self
+                .user_tasks
+                .range((key.1, String::new())..)
+                .take_while(|((i, _), _)| *i == key.1)
+                .map(|(k, _)| k.clone())
+                .collect();
+            out.timers += tasks.len() as u64;
+            for k in &tasks {
+                self.remove_user_task(k);
+            }
         }
         let before = self.incidents.len();
         self.incidents.retain(|i| !ids.contains(&i.instance));
@@ -452,7 +469,7 @@ impl State {
                     .map(|(key, _)| key.clone())
             })
             .collect();
-        out.timers = residue.len() as u64;
+        out.timers += residue.len() as u64;
         for key in &residue {
             self.remove_timer(key);
         }
@@ -478,6 +495,35 @@ impl State {
                 ));
             }
             self.pull.insert(key, PullTaskRecord { instance, ..row });
+        }
+    }
+
+    fn apply_user_tasks(&mut self, instance: InstanceId, writes: UserTaskWrites) {
+        if writes.is_empty() {
+            return;
+        }
+        for node in writes.withdraw {
+            self.remove_user_task(&(instance, node));
+        }
+        for row in writes.offer {
+            let key = (instance, row.node.clone());
+            self.remove_user_task(&key);
+            self.user_tasks_by_created
+                .insert((row.created_at_ms, instance, row.node.clone()));
+            self.user_tasks
+                .insert(key, UserTaskRecord { instance, ..row });
+        }
+        for (node, assignee) in writes.assign {
+            if let Some(row) = self.user_tasks.get_mut(&(instance, node)) {
+                row.assignee = assignee;
+            }
+        }
+    }
+
+    fn remove_user_task(&mut self, key: &(InstanceId, String)) {
+        if let Some(old) = self.user_tasks.remove(key) {
+            self.user_tasks_by_created
+                .remove(&(old.created_at_ms, key.0, key.1.clone()));
         }
     }
 
@@ -953,6 +999,35 @@ impl Store for MemoryStore {
         let state = self.lock();
         Ok(state
             .pull
+            .range((instance, String::new())..)
+            .take_while(|((i, _), _)| *i == instance)
+            .map(|(_, row)| row.clone())
+            .collect())
+    }
+
+    /// Walks the listing order from the cursor and filters: a test store, so the walk
+    /// may pass rows the durable stores' indexes skip.
+    async fn user_tasks(&self, query: &UserTaskQuery) -> StoreResult<Vec<UserTaskRecord>> {
+        use std::ops::Bound;
+        let state = self.lock();
+        let from = match &query.after {
+            Some((at, id, node)) => Bound::Excluded((*at, *id, node.clone())),
+            None => Bound::Unbounded,
+        };
+        Ok(state
+            .user_tasks_by_created
+            .range((from, Bound::Unbounded))
+            .filter_map(|(_, id, node)| state.user_tasks.get(&(*id, node.clone())))
+            .filter(|row| query.matches(row))
+            .take(query.effective_limit() as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>> {
+        let state = self.lock();
+        Ok(state
+            .user_tasks
             .range((instance, String::new())..)
             .take_while(|((i, _), _)| *i == instance)
             .map(|(_, row)| row.clone())

@@ -546,11 +546,13 @@ const EVENT_FIELDS: &[&str] = &[
     "correlation_key",
     "target",
     "mapping",
+    "assignee",
+    "force",
 ];
 const EVENTS: &[Kind] = &[
     Kind {
         name: "complete_user_task",
-        fields: &["at_ms", "node", "variables"],
+        fields: &["at_ms", "node", "variables", "assignee"],
     },
     Kind {
         name: "message",
@@ -583,6 +585,14 @@ const EVENTS: &[Kind] = &[
     Kind {
         name: "channel",
         fields: &["at_ms", "input"],
+    },
+    Kind {
+        name: "claim_user_task",
+        fields: &["at_ms", "node", "assignee", "force"],
+    },
+    Kind {
+        name: "unclaim_user_task",
+        fields: &["at_ms", "node", "assignee"],
     },
 ];
 const FIRE_TIMER: usize = 3;
@@ -622,6 +632,8 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut correlation_key = None;
         let mut target = None;
         let mut mapping = None;
+        let mut assignee: Option<String> = None;
+        let mut force = None;
         let mut seen = Vec::new();
         loop {
             let field = Field::tagged(EVENT, EVENT_FIELDS, EVENTS, kind, &mut seen);
@@ -657,26 +669,39 @@ impl<'de> Visitor<'de> for EventVisitor {
                 "correlation_key" => correlation_key = map.next_value::<Option<String>>()?,
                 "target" => target = Some(map.next_value::<String>()?),
                 "mapping" => mapping = Some(map.next_value_seed(Renames)?),
+                "assignee" => assignee = Some(map.next_value::<String>()?),
+                "force" => force = Some(map.next_value::<bool>()?),
                 _ => unreachable!("Field only yields names from EVENT_FIELDS"),
             }
         }
         let kind = kind.ok_or_else(|| de::Error::missing_field(EVENT))?;
         let at_ms = at_ms.ok_or_else(|| de::Error::missing_field("at_ms"))?;
         let variables = variables.unwrap_or_default();
+        let user_task = |node: Option<Option<String>>| match node {
+            Some(Some(node)) => Ok(node),
+            Some(None) => Err(de::Error::invalid_type(
+                de::Unexpected::Option,
+                &"a user task's node id",
+            )),
+            None => Err(de::Error::missing_field("node")),
+        };
         Ok(match EVENTS[kind].name {
             "complete_user_task" => ScriptedEvent::CompleteUserTask {
                 at_ms,
-                node: match node {
-                    Some(Some(node)) => node,
-                    Some(None) => {
-                        return Err(de::Error::invalid_type(
-                            de::Unexpected::Option,
-                            &"a user task's node id",
-                        ))
-                    }
-                    None => return Err(de::Error::missing_field("node")),
-                },
+                node: user_task(node)?,
                 variables,
+                assignee,
+            },
+            "claim_user_task" => ScriptedEvent::ClaimUserTask {
+                at_ms,
+                node: user_task(node)?,
+                assignee: assignee.ok_or_else(|| de::Error::missing_field("assignee"))?,
+                force: force.unwrap_or(false),
+            },
+            "unclaim_user_task" => ScriptedEvent::UnclaimUserTask {
+                at_ms,
+                node: user_task(node)?,
+                assignee,
             },
             "message" => ScriptedEvent::Message {
                 at_ms,

@@ -14,6 +14,7 @@
 //! default flows, [`vendor`] the Camunda and Zeebe dialects, and [`extensions`] the `q:`
 //! extensions of a task.
 
+mod assignment;
 mod events;
 mod extensions;
 mod flows;

@@ -26,7 +26,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 }
                 self.vendor_runner_on_non_service(el, &ext);
                 match other {
-                    "userTask" => TaskKind::User,
+                    "userTask" => TaskKind::User {
+                        assignment: Box::new(self.assignment(el)),
+                    },
                     "sendTask" => TaskKind::Send {
                         message: match el.attr("messageRef") {
                             Some(_) => Some(self.message_ref(el)?),
@@ -265,7 +267,7 @@ fn kind_name(k: &TaskKind) -> &'static str {
         TaskKind::Registered { .. } => "registered (q:task)",
         TaskKind::Channel { .. } => "channel-call (q:channel)",
         TaskKind::Pull { .. } => "pull (q:topic)",
-        TaskKind::User => "user",
+        TaskKind::User { .. } => "user",
         TaskKind::PassThrough => "pass-through",
         TaskKind::Send { .. } => "send",
         TaskKind::Receive { .. } => "receive",

@@ -559,4 +559,20 @@ impl Store for FaultyStore {
         self.tick();
         self.inner.outbox(instance).await
     }
+
+    async fn user_tasks(
+        &self,
+        query: &qflow_store::UserTaskQuery,
+    ) -> StoreResult<Vec<qflow_store::UserTaskRecord>> {
+        self.tick();
+        self.inner.user_tasks(query).await
+    }
+
+    async fn instance_user_tasks(
+        &self,
+        instance: InstanceId,
+    ) -> StoreResult<Vec<qflow_store::UserTaskRecord>> {
+        self.tick();
+        self.inner.instance_user_tasks(instance).await
+    }
 }
