@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{ensure, Result};
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_store::conformance::{
-    attempt, commit, commit_one, create, deploy, id, outbox_request, poll, timer, Ctx, Opened, T0,
+    attempt, commit, commit_one, create, deploy, id, poll, timer, Ctx, Opened, T0,
 };
 use qflow_store::memory::MemoryStore;
 use qflow_store::{CommitOutcome, InstanceFilter, InstanceStatus, NewIncident, Store};
