@@ -55,6 +55,8 @@ pub struct Delivery {
     pub nth_of_key: u32,
     /// How many deliveries of this call (any attempt), this one included.
     pub nth_of_call: u32,
+    /// When it arrived, on the counterpart's monotonic clock.
+    pub at: std::time::Instant,
 }
 
 impl Delivery {
@@ -444,6 +446,7 @@ fn admit(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, 
         request,
         nth_of_key,
         nth_of_call,
+        at: std::time::Instant::now(),
     };
     log.deliveries.push(delivery.clone());
     Ok(delivery)
