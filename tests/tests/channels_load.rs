@@ -1,11 +1,12 @@
-//! The counterpart simulator under load (issue 9, SPEC C1–C9): 1,200 instances of a
+//! The counterpart simulator under load (issue 9, SPEC C1–C9): 1,400 instances of a
 //! channel call with `q:retry maxAttempts=3` (1 s per attempt, 1 s between attempts),
 //! delivered by the real outbox dispatcher through the real webhook adapter — signed,
 //! over loopback HTTP — to a counterpart that, by a deterministic function of each
 //! instance's variables, answers at once, answers late (through the engine's HTTP relay
 //! endpoint, after the attempt's timeout, in the backoff window or while the retry is in
-//! flight), fails the delivery n times first, never answers attempt 1, or never answers
-//! at all.
+//! flight), fails the delivery n times first, fails every delivery of attempt 1 (so its
+//! request is still pending when the attempt times out), never answers attempt 1, or
+//! never answers at all.
 //!
 //! In-process rather than against `qflow serve`: the checks need the store — every
 //! instance's outbox rows and attempt history — at the end of the run and, for the
@@ -50,7 +51,8 @@ use qflow_tests::counterpart::{Counterpart, Delivery, Engine, Relayed, Reply, TE
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-const INSTANCES: usize = 1_200;
+const SCRIPTS: usize = 7;
+const INSTANCES: usize = SCRIPTS * 200;
 /// Most instances running at once: the starts wait below it, so the load is steady
 /// rather than one burst that the first timeouts would all land in.
 const LIVE_MAX: u64 = 300;
@@ -72,6 +74,9 @@ enum Script {
     LateInWindow,
     /// The first n deliveries of the call fail with `500`; then every delivery is answered.
     Flaky(u32),
+    /// Every delivery of attempt 1 fails with `500`, so its row is still pending when the
+    /// attempt times out and must be withdrawn with it (C6); attempt 2 on are answered.
+    DownFirst,
     /// Attempt 1 is accepted and never answered; attempt 2 on are answered at once.
     NeverFirst,
     /// Every attempt is accepted and never answered: FAILED with `TIMEOUT`.
@@ -80,12 +85,13 @@ enum Script {
 
 impl Script {
     fn of(i: usize) -> Script {
-        match i % 6 {
+        match i % SCRIPTS {
             0 => Script::Now,
             1 => Script::Late,
             2 => Script::LateInWindow,
-            3 => Script::Flaky(1 + (i / 6 % 3) as u32),
-            4 => Script::NeverFirst,
+            3 => Script::Flaky(1 + (i / SCRIPTS % 3) as u32),
+            4 => Script::DownFirst,
+            5 => Script::NeverFirst,
             _ => Script::Never,
         }
     }
@@ -96,6 +102,7 @@ impl Script {
             Script::Late => ("late", 0),
             Script::LateInWindow => ("late_in_window", 0),
             Script::Flaky(n) => ("flaky", n),
+            Script::DownFirst => ("down_first", 0),
             Script::NeverFirst => ("never_first", 0),
             Script::Never => ("never", 0),
         };
@@ -115,6 +122,7 @@ impl Script {
             Some("late") => Script::Late,
             Some("late_in_window") => Script::LateInWindow,
             Some("flaky") => Script::Flaky(fails),
+            Some("down_first") => Script::DownFirst,
             Some("never_first") => Script::NeverFirst,
             _ => Script::Never,
         }
@@ -124,7 +132,7 @@ impl Script {
     fn first_answered(self) -> Option<u32> {
         match self {
             Script::Now | Script::Flaky(_) => Some(1),
-            Script::Late | Script::LateInWindow | Script::NeverFirst => Some(2),
+            Script::Late | Script::LateInWindow | Script::DownFirst | Script::NeverFirst => Some(2),
             Script::Never => None,
         }
     }
@@ -163,6 +171,8 @@ impl Sim {
             Script::Now => answer(attempt),
             Script::Flaky(n) if d.nth_of_call <= n => Reply::Fail(500),
             Script::Flaky(_) => answer(attempt),
+            Script::DownFirst if attempt == 1 => Reply::Fail(500),
+            Script::DownFirst => answer(attempt),
             Script::NeverFirst if attempt == 1 => Reply::Accepted,
             Script::NeverFirst => answer(attempt),
             Script::Never => Reply::Accepted,
@@ -401,7 +411,7 @@ async fn a_counterpart_that_answers_late_fails_or_never_answers_under_load() {
         failures.len(),
         &failures[..failures.len().min(20)]
     );
-    let late = INSTANCES / 6 * 2;
+    let late = INSTANCES / SCRIPTS * 2;
     assert_eq!(
         tally.superseded_in_flight + tally.superseded_in_window,
         late,
@@ -556,7 +566,7 @@ async fn check(
     }
     // The main path's deliveries, exactly.
     if m == script.first_answered().unwrap_or(MAX_ATTEMPTS) {
-        let want: Vec<(u32, Vec<u16>)> = match script {
+        let mut want: Vec<(u32, Vec<u16>)> = match script {
             Script::Now => vec![(1, vec![200])],
             Script::Flaky(n) => {
                 let mut r = vec![500; n as usize];
@@ -566,15 +576,34 @@ async fn check(
             Script::Late | Script::LateInWindow | Script::NeverFirst => {
                 vec![(1, vec![202]), (2, vec![200])]
             }
+            // Attempt 1 is tried along the curve until it dies, however many times that is.
+            Script::DownFirst => vec![(2, vec![200])],
             Script::Never => vec![(1, vec![202]), (2, vec![202]), (3, vec![202])],
         };
-        let got: Vec<(u32, Vec<u16>)> = by_key
+        let mut got: Vec<(u32, Vec<u16>)> = by_key
             .values()
             .map(|ds| {
                 let replies = ds.iter().map(|d| cp.reply_of(d.seq).unwrap_or(0)).collect();
                 (ds[0].attempt(), replies)
             })
             .collect();
+        if script == Script::DownFirst {
+            let first = got.first().filter(|(a, _)| *a == 1).map(|(_, r)| r.clone());
+            match first {
+                Some(r) if r.iter().all(|s| *s == 500) => {
+                    got.remove(0);
+                }
+                // Never delivered before it died: tallied above.
+                None => {}
+                Some(_) => want.insert(0, (1, vec![500])),
+            }
+            let withdrawn = format!("{call_id}/1");
+            if rows.iter().any(|r| r.key == withdrawn) {
+                return Err(format!(
+                    "the dead attempt's pending row was not withdrawn: {rows:?}"
+                ));
+            }
+        }
         if got != want {
             return Err(format!(
                 "deliveries {got:?}, the script's main path {want:?}"
