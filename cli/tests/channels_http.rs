@@ -505,6 +505,8 @@ async fn a_timed_out_attempt_is_retried_under_a_fresh_key_and_its_late_answer_is
     )
     .await;
     let server = serve(dir.path(), &cp).await;
+    // Short windows keep the test quick; the one thing they ask is that attempt 2 is
+    // delivered and answered (a loopback round trip) within its 1 s.
     let model = channel_model("pay_retry", &["charge"], "PT1S", Some((2, "PT1S")));
     let id = server.start(&model, json!({})).await;
     let view = server.until_status(&id, "completed").await;
