@@ -77,6 +77,10 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    // Before anything is opened or written: a start refused for a channel's settings
+    // (a secret's variable unset) must leave no store behind, and above all no admin
+    // token whose hash is kept but which was never printed.
+    let channels = build_channels(&config, args.config.as_deref())?;
     let (store, token_file): (Arc<dyn Store>, PathBuf) = match &args.database_url {
         Some(url) => {
             // The URL is not repeated in the error: it may carry a password.
@@ -104,7 +108,6 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     if let Some(ms) = args.retention {
         config.retention.default_ms = ms;
     }
-    let channels = build_channels(&config, args.config.as_deref())?;
     let runtime_config = RuntimeConfig {
         lanes: args.lanes.max(1),
         retention: Some(config.retention.clone()),

@@ -1,10 +1,12 @@
 //! Shared pieces of the cross-crate tests: the flaky model, its scripted handler, and
-//! the checks every durable-runtime test makes on the attempt history.
+//! the checks every durable-runtime test makes on the attempt history; the channel-call
+//! model and the loopback webhook counterpart (`counterpart`) the channel tests drive.
 //!
 //! The script lives in the instance's own variables (`fail`: how many attempts of `flaky`
 //! fail before one succeeds), so a test can read back what each instance was told to do
 //! from the store alone, and a restarted process needs no memory of the first.
 
+pub mod counterpart;
 pub mod fault_sim;
 
 use std::sync::Arc;
@@ -55,6 +57,53 @@ pub fn one_task_model() -> String {
   </process>
 </definitions>"#
         .to_owned()
+}
+
+/// Channel calls to `payments` in sequence, one per id in `calls`, between a start and
+/// an end (process `process_id`). Each waits `timeout` (an ISO-8601 duration) per
+/// attempt; with `retry = Some((max_attempts, initial_interval))` a timed-out attempt is
+/// retried on a constant curve without jitter, so a test can say when.
+pub fn channel_model(
+    process_id: &str,
+    calls: &[&str],
+    timeout: &str,
+    retry: Option<(u32, &str)>,
+) -> String {
+    let policy = retry.map_or_else(String::new, |(max, initial)| {
+        format!(
+            r#"<q:retry maxAttempts="{max}" initialInterval="{initial}" backoffMultiplier="1" jitter="none"/>"#
+        )
+    });
+    let mut nodes = String::new();
+    let mut flows = String::new();
+    let mut from = "start".to_owned();
+    for (i, call) in calls.iter().enumerate() {
+        nodes.push_str(&format!(
+            r#"
+    <serviceTask id="{call}" q:channel="payments">
+      <extensionElements>
+        {policy}
+        <q:timeout duration="{timeout}"/>
+      </extensionElements>
+    </serviceTask>"#
+        ));
+        flows.push_str(&format!(
+            r#"
+    <sequenceFlow id="f{i}" sourceRef="{from}" targetRef="{call}"/>"#
+        ));
+        from = (*call).to_owned();
+    }
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1"
+             id="defs" targetNamespace="urn:qflow:tests">
+  <process id="{process_id}" isExecutable="true">
+    <startEvent id="start"/>{nodes}
+    <endEvent id="end"/>{flows}
+    <sequenceFlow id="f_end" sourceRef="{from}" targetRef="end"/>
+  </process>
+</definitions>"#
+    )
 }
 
 fn format_secs(ms: u64) -> String {

@@ -4,17 +4,24 @@
 //!
 //! ```text
 //! qflow-server-host (--db FILE | --database-url URL [--schema S]) --listen ADDR
-//!                   [--fast-recovery] [--lanes K]
+//!                   [--fast-recovery] [--lanes K] [--channel-url URL]
 //! ```
 //!
 //! The bearer token comes from `QFLOW_HOST_TOKEN` (all scopes). On start it deploys the
 //! flaky model (process `flaky`, retrying task `retrying`) and a one-task model (`one`), prints `listening ADDR` and serves
 //! until SIGTERM or SIGINT.
+//!
+//! With `--channel-url`, the host also has a webhook channel `payments` posting to that
+//! URL, built from the same settings a `[channels.payments]` table gives `qflow serve`,
+//! its signing secret from `QFLOW_HOST_CHANNEL_SECRET`, and runs the outbox dispatcher.
+//! With `--fast-recovery` the dispatcher's lease is short (2 s, over the channel's 1 s
+//! response timeout), so the rows a killed host held are delivered again within seconds.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use qflow_channels::{ChannelSettings, Channels, DeliveryCurve, Dispatcher, DispatcherConfig};
 use qflow_ops::Ops;
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_runtime::{Runtime, RuntimeConfig, SystemClock};
@@ -26,7 +33,7 @@ use qflow_tests::{fast_recovery_config, flaky_model, handlers, one_task_model};
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut db, mut url, mut schema, mut listen) = (None, None, None, None);
-    let (mut fast, mut lanes) = (false, 2usize);
+    let (mut fast, mut lanes, mut channel_url) = (false, 2usize, None);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--db" => db = args.next(),
@@ -35,6 +42,7 @@ async fn main() -> anyhow::Result<()> {
             "--listen" => listen = args.next(),
             "--fast-recovery" => fast = true,
             "--lanes" => lanes = args.next().context("--lanes K")?.parse()?,
+            "--channel-url" => channel_url = Some(args.next().context("--channel-url URL")?),
             other => bail!("unknown argument {other}"),
         }
     }
@@ -62,7 +70,7 @@ async fn main() -> anyhow::Result<()> {
         sha256,
         scopes: Scope::ALL.into_iter().collect(),
     }]);
-    let config = if fast {
+    let mut config = if fast {
         fast_recovery_config(lanes)
     } else {
         RuntimeConfig {
@@ -70,12 +78,26 @@ async fn main() -> anyhow::Result<()> {
             ..RuntimeConfig::default()
         }
     };
+    let channels = match &channel_url {
+        Some(url) => payments(url)?,
+        None => Channels::new(),
+    };
+    config.channels = channels.names();
     let runtime = Arc::new(Runtime::start(
         store,
         handlers(),
         Arc::new(SystemClock),
         config,
     ));
+    let dispatcher = (!channels.is_empty()).then(|| {
+        let lease_ms = if fast { 2_000 } else { 60_000 };
+        let dispatcher_config = DispatcherConfig {
+            lease_ms,
+            poll_interval_ms: 20,
+            ..DispatcherConfig::default()
+        };
+        Dispatcher::start(runtime.clone(), Arc::new(channels), dispatcher_config)
+    });
     let ops = Ops::with_runtime(runtime.clone(), "host");
     ops.deploy(&flaky_model("flaky", "retrying", 100), None)
         .await?;
@@ -94,8 +116,41 @@ async fn main() -> anyhow::Result<()> {
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;
+    if let Some(dispatcher) = dispatcher {
+        dispatcher.shutdown().await;
+    }
     if let Ok(runtime) = Arc::try_unwrap(runtime) {
         runtime.shutdown().await;
     }
     Ok(())
+}
+
+/// The webhook channel `payments` to `url`, through the settings `qflow serve` reads
+/// from `[channels.payments]`: a 1 s response timeout and a delivery curve of 50 ms
+/// doubling to 500 ms, without a ceiling.
+fn payments(url: &str) -> anyhow::Result<Channels> {
+    let settings = ChannelSettings {
+        adapter: "webhook".to_owned(),
+        url: Some(url.to_owned()),
+        connect_timeout_ms: 500,
+        response_timeout_ms: 1_000,
+        secret_env: Some("QFLOW_HOST_CHANNEL_SECRET".to_owned()),
+        secret_file: None,
+        delivery: DeliveryCurve {
+            initial_ms: 50,
+            multiplier_milli: 2_000,
+            max_ms: 500,
+            ceiling: None,
+        },
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let now_s = Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    });
+    let channel = settings.build("payments", &env, now_s)?;
+    let mut channels = Channels::new();
+    channels.add(channel);
+    Ok(channels)
 }
