@@ -82,4 +82,9 @@ impl Channels {
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
+
+    /// The channels, by name.
+    pub fn into_channels(self) -> impl Iterator<Item = Channel> {
+        self.by_name.into_values()
+    }
 }

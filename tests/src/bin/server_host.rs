@@ -5,6 +5,7 @@
 //! ```text
 //! qflow-server-host (--db FILE | --database-url URL [--schema S]) --listen ADDR
 //!                   [--fast-recovery] [--lanes K] [--channel-url URL]
+//!                   [--lifecycle-url URL]
 //! ```
 //!
 //! The bearer token comes from `QFLOW_HOST_TOKEN` (all scopes). On start it deploys the
@@ -16,6 +17,8 @@
 //! its signing secret from `QFLOW_HOST_CHANNEL_SECRET`, and runs the outbox dispatcher.
 //! With `--fast-recovery` the dispatcher's lease is short (2 s, over the channel's 1 s
 //! response timeout), so the rows a killed host held are delivered again within seconds.
+//! With `--lifecycle-url`, a second webhook channel `events` posts to that URL and is the
+//! lifecycle channel (C10): every committed retry transition is sent there.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +37,7 @@ async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut db, mut url, mut schema, mut listen) = (None, None, None, None);
     let (mut fast, mut lanes, mut channel_url) = (false, 2usize, None);
+    let mut lifecycle_url: Option<String> = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--db" => db = args.next(),
@@ -43,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
             "--fast-recovery" => fast = true,
             "--lanes" => lanes = args.next().context("--lanes K")?.parse()?,
             "--channel-url" => channel_url = Some(args.next().context("--channel-url URL")?),
+            "--lifecycle-url" => lifecycle_url = Some(args.next().context("--lifecycle-url URL")?),
             other => bail!("unknown argument {other}"),
         }
     }
@@ -78,10 +83,16 @@ async fn main() -> anyhow::Result<()> {
             ..RuntimeConfig::default()
         }
     };
-    let channels = match &channel_url {
-        Some(url) => payments(url)?,
+    let mut channels = match &channel_url {
+        Some(url) => webhook("payments", url)?,
         None => Channels::new(),
     };
+    if let Some(url) = &lifecycle_url {
+        for channel in webhook("events", url)?.into_channels() {
+            channels.add(channel);
+        }
+        config.lifecycle_channel = Some("events".to_owned());
+    }
     config.channels = channels.names();
     let runtime = Arc::new(Runtime::start(
         store,
@@ -125,10 +136,10 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The webhook channel `payments` to `url`, through the settings `qflow serve` reads
-/// from `[channels.payments]`: a 1 s response timeout and a delivery curve of 50 ms
-/// doubling to 500 ms, without a ceiling.
-fn payments(url: &str) -> anyhow::Result<Channels> {
+/// The webhook channel `name` to `url`, through the settings `qflow serve` reads from
+/// `[channels.<name>]`: a 1 s response timeout and a delivery curve of 50 ms doubling to
+/// 500 ms, without a ceiling.
+fn webhook(name: &str, url: &str) -> anyhow::Result<Channels> {
     let settings = ChannelSettings {
         adapter: "webhook".to_owned(),
         url: Some(url.to_owned()),
@@ -149,7 +160,7 @@ fn payments(url: &str) -> anyhow::Result<Channels> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64)
     });
-    let channel = settings.build("payments", &env, now_s)?;
+    let channel = settings.build(name, &env, now_s)?;
     let mut channels = Channels::new();
     channels.add(channel);
     Ok(channels)
