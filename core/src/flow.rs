@@ -305,10 +305,13 @@ impl<'a> Run<'a> {
 
     fn apply_input(&mut self, input: Input) -> Result<(), Error> {
         match input {
-            Input::Start { variables } => {
+            Input::Start { mut variables } => {
                 let starts: Vec<NodeIdx> = self.p.start_events(None).collect();
                 if starts.is_empty() {
                     return Err(Error::NoStartEvent(self.def.id.clone()));
+                }
+                if let Some(name) = &self.def.initiator {
+                    variables.entry(name.clone()).or_insert(Json::Null);
                 }
                 self.snap.status = Status::Running;
                 self.snap.vars = variables;

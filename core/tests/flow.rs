@@ -777,3 +777,38 @@ fn a_receive_task_without_a_message_waits_until_completed_like_a_user_task() {
     assert_eq!(trace.summary.status, "completed");
     assert_eq!(last(&trace).variables()["ok"], json!(true));
 }
+
+/// `camunda:initiator` names a variable Camunda sets to the user who started the
+/// instance; qflow knows no users, so it is the start's variable when given and null
+/// otherwise — an assignee `${initiator}` then leaves the task unassigned instead of
+/// failing on an unknown variable.
+#[test]
+fn the_initiator_variable_is_null_unless_the_start_gives_it() {
+    let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:camunda="http://camunda.org/schema/1.0/bpmn" id="d" targetNamespace="t">
+  <process id="p" isExecutable="true">
+    <startEvent id="s" camunda:initiator="initiator"/>
+    <userTask id="review" camunda:assignee="${initiator}"/>
+    <endEvent id="e"/>
+    <sequenceFlow id="f0" sourceRef="s" targetRef="review"/>
+    <sequenceFlow id="f1" sourceRef="review" targetRef="e"/>
+  </process>
+</definitions>"#;
+    let def = qflow_loader::load_str(xml).unwrap().definitions.remove(0);
+    assert_eq!(def.initiator.as_deref(), Some("initiator"));
+    let anonymous = common::run_scenario(&def, r#"{}"#);
+    let snap = common::last(&anonymous);
+    assert_eq!(
+        snap.status(),
+        qflow_core::Status::Running,
+        "waits at the task"
+    );
+    assert_eq!(
+        snap.variables().get("initiator"),
+        Some(&serde_json::Value::Null)
+    );
+    assert_eq!(snap.assignee("review"), None);
+    let named = common::run_scenario(&def, r#"{"variables": {"initiator": "kermit"}}"#);
+    assert_eq!(common::last(&named).assignee("review"), Some("kermit"));
+}

@@ -58,6 +58,12 @@ pub struct Definition {
     /// `zeebe:subscription`). A token waiting for such a message opens a subscription
     /// under the key's value, and a message published with that name and key reaches it.
     pub correlation_keys: BTreeMap<String, crate::expr::Expression>,
+    /// `camunda:initiator` of the process's start event: the variable Camunda sets to the
+    /// user who started the instance. qflow's core knows no users, so it is the start's
+    /// variable of that name when given, and null otherwise — a model whose assignee is
+    /// `${initiator}` then starts with the task unassigned, as Camunda does for an
+    /// anonymous start, instead of failing on an unknown variable.
+    pub initiator: Option<String>,
     /// The L7 classification.
     pub class: Classification,
 }

@@ -248,6 +248,13 @@ pub(crate) fn build(
                     errors: errors.clone(),
                     messages: messages.clone(),
                     correlation_keys: correlation_keys.clone(),
+                    initiator: p
+                        .children
+                        .iter()
+                        .filter(|c| c.local == "startEvent")
+                        .find_map(|c| c.attr_ns(Ns::Camunda, "initiator"))
+                        .map(|a| a.value.trim().to_owned())
+                        .filter(|v| !v.is_empty()),
                     class: Classification::Stateless,
                 },
                 meta,
