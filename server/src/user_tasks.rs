@@ -27,6 +27,24 @@ const LIMIT_DEFAULT: u32 = 100;
 /// The most one page holds.
 const LIMIT_MAX: u32 = 1_000;
 
+/// A candidate group's name as the task list takes it: the schema of one
+/// `candidate_group` occurrence (1 to 128 characters, no control characters).
+pub struct GroupName;
+
+impl utoipa::PartialSchema for GroupName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+        ObjectBuilder::new()
+            .schema_type(SchemaType::Type(Type::String))
+            .min_length(Some(1))
+            .max_length(Some(128))
+            .pattern(Some("^[^\\u0000-\\u001f\\u007f-\\u009f]*$"))
+            .into()
+    }
+}
+
+impl ToSchema for GroupName {}
+
 /// The repeatable parameter: each occurrence names one more group.
 const GROUP_PARAM: &str = "candidate_group";
 
@@ -37,16 +55,27 @@ const GROUP_PARAM: &str = "candidate_group";
 #[into_params(parameter_in = Query)]
 pub struct UserTaskParams {
     /// Only tasks this person holds (1 to 128 characters).
-    #[param(min_length = 1, max_length = 128)]
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub assignee: Option<String>,
     /// Only tasks offered to this person by name.
-    #[param(min_length = 1, max_length = 128)]
+    #[param(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub candidate_user: Option<String>,
     /// Only tasks of instances on this deployment version.
     pub deployment: Option<i64>,
     /// `false`: only tasks nobody holds (a group's inbox); `true`: only held ones.
     pub assigned: Option<bool>,
     /// The `next` of the previous page.
+    #[param(
+        pattern = "^-?[0-9]{1,18}\\.[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\\..+$"
+    )]
     pub cursor: Option<String>,
     /// Page size, at most 1,000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
@@ -61,7 +90,7 @@ fn instance_id(raw: &str) -> Result<qflow_store::InstanceId> {
 #[utoipa::path(get, path = "/v1/user-tasks", tag = "user tasks",
     params(
         UserTaskParams,
-        ("candidate_group" = Option<Vec<String>>, Query, style = Form, explode,
+        ("candidate_group" = inline(Option<Vec<GroupName>>), Query, style = Form, explode,
             description = "Only tasks offered to this group (1 to 128 characters); repeat the \
                            parameter for tasks offered to any of several (at most 32)"),
     ),
@@ -173,7 +202,7 @@ pub struct UnclaimBody {
 /// The completion of a user task.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CompleteBody {
+pub struct UserTaskCompleteBody {
     /// Merged into the instance's variables (or through the task's output mappings).
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -257,7 +286,7 @@ pub async fn unclaim(
         ("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)"),
         ("node" = String, Path, description = "The user task's id in the model"),
     ),
-    request_body = CompleteBody,
+    request_body = UserTaskCompleteBody,
     responses(
         (status = 200, description = "Completed", body = Applied),
         (status = 404, description = "No such instance, or no such user task in its model", body = Problem, content_type = "application/problem+json"),
@@ -268,7 +297,7 @@ pub async fn complete(
     State(state): State<AppState>,
     caller: Caller<OperateScope>,
     Path((id, node)): Path<(String, String)>,
-    JsonBody(body): JsonBody<CompleteBody>,
+    JsonBody(body): JsonBody<UserTaskCompleteBody>,
 ) -> Result<Json<Applied>> {
     let id = instance_id(&id)?;
     state
