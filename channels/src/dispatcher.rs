@@ -191,10 +191,15 @@ async fn poll(
         if full {
             continue;
         }
+        // The claim took every due row nobody holds: a due row left is leased (a delivery
+        // in flight, here or on another replica), so only a row due later, a prompt or
+        // the poll interval is worth waking for — not a claim per millisecond that finds
+        // nothing and takes the store's writer from the lanes.
         let next_due = runtime.store().next_outbox_due().await.ok().flatten();
-        let wake_at = next_due
-            .map_or(now + interval_ms, |d| d.clamp(now, now + interval_ms))
-            .max(now + 1);
+        let wake_at = match next_due {
+            Some(d) if d > now => d.min(now + interval_ms),
+            _ => now + interval_ms,
+        };
         // `biased`, like the timer poller: on a manual clock the order of ready branches
         // must not come from tokio's random source.
         tokio::select! {

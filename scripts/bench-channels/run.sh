@@ -22,5 +22,6 @@ for adapter in in_process webhook; do
 done
 if [ -n "${PEER_DIR:-}" ]; then
   echo "== restate, linear10 (ten ctx.run steps per invocation), its bench.sh"
-  (cd "$PEER_DIR" && ./bench.sh)
+  # A server left by an earlier run would answer instead of the fresh one bench.sh starts.
+  (cd "$PEER_DIR" && { ./stop.sh > /dev/null 2>&1 || true; } && ./bench.sh; ./stop.sh > /dev/null 2>&1 || true)
 fi
