@@ -165,6 +165,7 @@ pub(crate) fn build(
     check_unique_ids(root, diags);
     let errors = collect_errors(root);
     let messages = collect_messages(root);
+    let escalations = collect_escalations(root);
     let correlation_keys = collect_correlation_keys(root, opts, diags);
 
     let processes: Vec<&Element> = root.children_named(Ns::Bpmn, "process").collect();
@@ -225,6 +226,7 @@ pub(crate) fn build(
         opts,
         errors: &errors,
         messages: &messages,
+        escalations: &escalations,
         default_language: root
             .value("expressionLanguage")
             .map(|l| l.trim().to_ascii_lowercase())
@@ -305,6 +307,20 @@ fn collect_errors(root: &Element) -> BTreeMap<String, ErrorDef> {
                         .map(str::to_string),
                 },
             ))
+        })
+        .collect()
+}
+
+/// Escalation id → its `escalationCode` (trimmed; `None` when absent or empty).
+fn collect_escalations(root: &Element) -> BTreeMap<String, Option<String>> {
+    root.children_named(Ns::Bpmn, "escalation")
+        .filter_map(|e| {
+            let code = e
+                .value("escalationCode")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string);
+            Some((e.value("id")?.to_string(), code))
         })
         .collect()
 }
@@ -427,6 +443,8 @@ struct Ctx<'a> {
     default_language: Option<String>,
     errors: &'a BTreeMap<String, ErrorDef>,
     messages: &'a BTreeMap<String, String>,
+    /// Escalation id → its `escalationCode`, if it declares one.
+    escalations: &'a BTreeMap<String, Option<String>>,
 }
 
 struct ProcessBuilder<'a, 'd> {
@@ -436,6 +454,9 @@ struct ProcessBuilder<'a, 'd> {
     by_id: BTreeMap<String, NodeIdx>,
     flow_els: Vec<(&'a Element, Option<NodeIdx>)>,
     boundary_els: Vec<(NodeIdx, &'a Element)>,
+    /// Link throw and catch events with their `<linkEventDefinition>`, paired by
+    /// `resolve_links`.
+    link_els: Vec<(NodeIdx, &'a Element)>,
     defaults: Vec<(NodeIdx, &'a Attr)>,
     flows: Vec<Flow>,
     meta: Meta,
@@ -450,6 +471,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             by_id: BTreeMap::new(),
             flow_els: Vec::new(),
             boundary_els: Vec::new(),
+            link_els: Vec::new(),
             defaults: Vec::new(),
             flows: Vec::new(),
             meta: Meta::default(),
@@ -605,8 +627,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 k
             }
             "endEvent" => self.end_event(el),
-            "intermediateCatchEvent" => self.catch_event(el),
-            "intermediateThrowEvent" => self.throw_event(el),
+            "intermediateCatchEvent" => self.catch_event(el, idx),
+            "intermediateThrowEvent" => self.throw_event(el, idx),
             "boundaryEvent" => {
                 let k = self.boundary_event(el, idx);
                 if k.is_none() {
@@ -668,10 +690,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     // ----- resolution of references -----
 
     /// Once every node is known: boundary hosts (`events`), then flow ends and conditions,
-    /// then gateway defaults (`flows`).
+    /// then link pairs (`events`), then gateway defaults (`flows`).
     fn resolve(&mut self) {
         self.resolve_boundaries();
         self.resolve_flows();
+        self.resolve_links();
         self.resolve_defaults();
     }
 
