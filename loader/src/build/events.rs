@@ -143,6 +143,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 Some(name.to_string())
             }
             None => {
+                self.nameless_links.push(idx);
                 self.help(
                     "Q102",
                     d.pos,
@@ -454,6 +455,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             match catches.get(&(scope, name.clone())) {
                 Some(first) => {
                     let first = self.nodes[first.0 as usize].id.clone();
+                    // No throw can reach this catch; counted reachable so that the one
+                    // error is the name, not a cascade of unreachable nodes.
+                    self.meta.refused.insert(*idx);
                     self.help(
                         "Q122",
                         d.attr("name").map_or(d.pos, |a| a.pos),
@@ -464,6 +468,17 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 None => {
                     catches.insert((scope, name), *idx);
                 }
+            }
+        }
+        // A catch that a nameless (refused) throw of its scope may have meant is counted
+        // reachable, so that the one error is the missing name, not a cascade.
+        let nameless: Vec<Option<NodeIdx>> = std::mem::take(&mut self.nameless_links)
+            .iter()
+            .map(|t| self.nodes[t.0 as usize].scope)
+            .collect();
+        for ((scope, _), catch) in &catches {
+            if nameless.contains(scope) {
+                self.meta.refused.insert(*catch);
             }
         }
         let mut targets = Vec::new();

@@ -457,6 +457,8 @@ struct ProcessBuilder<'a, 'd> {
     /// Link throw and catch events with their `<linkEventDefinition>`, paired by
     /// `resolve_links`.
     link_els: Vec<(NodeIdx, &'a Element)>,
+    /// Link events refused for a missing name (see `resolve_links`).
+    nameless_links: Vec<NodeIdx>,
     defaults: Vec<(NodeIdx, &'a Attr)>,
     flows: Vec<Flow>,
     meta: Meta,
@@ -472,6 +474,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             flow_els: Vec::new(),
             boundary_els: Vec::new(),
             link_els: Vec::new(),
+            nameless_links: Vec::new(),
             defaults: Vec::new(),
             flows: Vec::new(),
             meta: Meta::default(),
