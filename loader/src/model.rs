@@ -243,9 +243,10 @@ pub enum BoundaryTrigger {
         name: String,
     },
     /// Catches an escalation thrown inside its sub-process (or call activity). `code =
-    /// None` is catch-all. Interrupting unless `cancelActivity="false"`: the attribute's
-    /// schema default is `true` for every boundary event (BPMN 2.0.2 §10.5.3, Table
-    /// 10.95), escalation included.
+    /// None` is catch-all. Interrupting unless `cancelActivity="false"`: BPMN 2.0.2
+    /// gives `tBoundaryEvent`'s `cancelActivity` one schema default, `true`, for every
+    /// trigger, escalation included (the spec allows both kinds for escalation; it does
+    /// not make non-interrupting the default).
     Escalation {
         code: Option<String>,
     },

@@ -251,7 +251,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             },
             Some(d) if d.local == "escalationEventDefinition" => {
                 // `cancelActivity` keeps its schema default `true` here as on every
-                // boundary event (§10.5.3); `false` makes the catch non-interrupting.
+                // boundary event (`tBoundaryEvent` in the BPMN 2.0.2 schema); `false` makes the catch non-interrupting.
                 let code = match d.attr("escalationRef") {
                     None => None,
                     Some(a) => match self.escalation_code(d).ok()? {
