@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use qflow_loader::model::{
     Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind,
-    Process, Task, TaskKind, TimerDef, Variables,
+    Process, Task, TaskKind, ThrowTrigger, TimerDef, Variables,
 };
 use serde_json::Value as Json;
 
@@ -685,6 +685,21 @@ impl<'a> Run<'a> {
                 let message = format!("error end event `{}`", node.id);
                 self.propagate_error(idx, node.scope, code, message, codes::UNCAUGHT_BPMN_ERROR);
             }
+            // The token ends here whether or not a boundary caught the escalation.
+            NodeKind::EndEvent(EndKind::Escalation { code }) => {
+                self.escalate(node.scope, code.as_deref());
+            }
+            NodeKind::IntermediateThrow(ThrowTrigger::Escalation { code }) => {
+                if self.escalate(node.scope, code.as_deref()) {
+                    self.leave(idx);
+                }
+            }
+            // The token moves to the link's catch in this same step: no wait, nothing
+            // written but where the token goes next.
+            NodeKind::IntermediateThrow(ThrowTrigger::Link { target, .. }) => {
+                self.queue.push_back((*target, None));
+            }
+            NodeKind::IntermediateCatch(CatchTrigger::Link { .. }) => self.leave(idx),
             NodeKind::Task(task) => self.enter_task(idx, task),
             NodeKind::ExclusiveGateway { default } => self.route_exclusive(idx, *default),
             NodeKind::InclusiveGateway { default } => {

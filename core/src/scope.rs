@@ -1,11 +1,14 @@
-//! Scopes and abnormal endings: sub-process completion, BPMN errors and their
-//! boundaries, interruption, terminate end events, and the FAILED/completed endings.
+//! Scopes and abnormal endings: sub-process completion, BPMN errors and escalations and
+//! their boundaries, interruption, terminate end events, and the FAILED/completed endings.
 //!
 //! An error looks for a catching boundary on the activity that raised it (exact code
 //! first, then catch-all), then on each enclosing sub-process outwards; uncaught, the
-//! instance is FAILED with a structured code. Nothing here reads the clock or does I/O.
+//! instance is FAILED with a structured code. An escalation looks the same way, from the
+//! sub-process the throw event is in outwards; uncaught it is no failure (§10.5.5: an
+//! escalation is a notice to the enclosing level, not an error), and the throw goes on.
+//! Nothing here reads the clock or does I/O.
 
-use qflow_loader::model::{BoundaryTrigger, NodeIdx, NodeKind, Process};
+use qflow_loader::model::{Boundary, BoundaryTrigger, NodeIdx, NodeKind, Process};
 
 use super::flow::Run;
 use super::{codes, AttemptOutcome, Effect};
@@ -86,20 +89,55 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn catching_boundary(&self, host: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
-        let mut catch_all = None;
-        for b in self.p.boundaries_of(host) {
-            let NodeKind::Boundary(bd) = &self.p.node(b).kind else {
-                continue;
-            };
-            match &bd.trigger {
-                BoundaryTrigger::Error { code: Some(c) } if Some(c.as_str()) == code => {
-                    return Some(b)
+        catching(
+            self.p,
+            host,
+            |t| match t {
+                BoundaryTrigger::Error { code: c } => Some(c.as_deref()),
+                _ => None,
+            },
+            code,
+        )
+    }
+
+    /// An escalation with `code` thrown by an event in `scope`: the nearest enclosing
+    /// sub-process with a catching escalation boundary (exact code first, then
+    /// catch-all) takes it, the shape errors propagate in. An interrupting boundary ends
+    /// that sub-process (the throwing token with it); a non-interrupting one starts its
+    /// path beside the running sub-process. Returns whether the throwing token lives on:
+    /// `false` only when an interrupting boundary ended its scope. Uncaught, nothing
+    /// happens: an escalation is never a failure.
+    pub(super) fn escalate(&mut self, mut scope: Option<NodeIdx>, code: Option<&str>) -> bool {
+        while let Some(sp) = scope {
+            if let Some(b) = self.escalation_boundary(sp, code) {
+                let interrupting = matches!(
+                    self.p.node(b).kind,
+                    NodeKind::Boundary(Boundary {
+                        interrupting: true,
+                        ..
+                    })
+                );
+                if interrupting {
+                    self.interrupt(sp);
                 }
-                BoundaryTrigger::Error { code: None } if catch_all.is_none() => catch_all = Some(b),
-                _ => {}
+                self.leave(b);
+                return !interrupting;
             }
+            scope = self.p.node(sp).scope;
         }
-        catch_all
+        true
+    }
+
+    fn escalation_boundary(&self, host: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
+        catching(
+            self.p,
+            host,
+            |t| match t {
+                BoundaryTrigger::Escalation { code: c } => Some(c.as_deref()),
+                _ => None,
+            },
+            code,
+        )
     }
 
     /// Ends the activity at `idx` without completing it: its token, timers and retry
@@ -259,6 +297,29 @@ impl<'a> Run<'a> {
         self.snap.status = Status::Completed;
         self.effects.push(Effect::Completed);
     }
+}
+
+/// The boundary of `host` that catches `code`: the first (in document order) whose code
+/// `code_of` reads as equal, else the first catch-all (`Some(None)`); boundaries of
+/// another kind read as `None`.
+fn catching(
+    p: &Process,
+    host: NodeIdx,
+    code_of: impl Fn(&BoundaryTrigger) -> Option<Option<&str>>,
+    code: Option<&str>,
+) -> Option<NodeIdx> {
+    let mut catch_all = None;
+    for b in p.boundaries_of(host) {
+        let NodeKind::Boundary(bd) = &p.node(b).kind else {
+            continue;
+        };
+        match code_of(&bd.trigger) {
+            Some(Some(c)) if Some(c) == code => return Some(b),
+            Some(None) if catch_all.is_none() => catch_all = Some(b),
+            _ => {}
+        }
+    }
+    catch_all
 }
 
 pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {

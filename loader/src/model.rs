@@ -160,6 +160,9 @@ pub enum NodeKind {
     ParallelGateway,
     EventBasedGateway,
     IntermediateCatch(CatchTrigger),
+    /// An intermediate throw event with an event definition (a none throw is a
+    /// pass-through task).
+    IntermediateThrow(ThrowTrigger),
     Boundary(Boundary),
     /// An embedded sub-process; its children carry `scope = Some(this)`.
     SubProcess,
@@ -176,6 +179,12 @@ pub enum EndKind {
     Error {
         error: Option<String>,
     },
+    /// Throws an escalation with this `escalationCode` (`None`: the escalation declares
+    /// no code, or the event names none; only a catch-all boundary catches it). Caught or
+    /// not, the token ends here; an uncaught escalation is not a failure (§10.5.5).
+    Escalation {
+        code: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -185,6 +194,25 @@ pub enum CatchTrigger {
     Message {
         name: String,
     },
+    /// The catching half of a link pair (§10.5.6): it has no incoming flows, and a token
+    /// arrives here only from a link throw event of the same name in the same scope. It
+    /// passes straight through.
+    Link {
+        name: String,
+    },
+}
+
+/// What an intermediate throw event throws.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThrowTrigger {
+    /// The throwing half of a link pair: a token entering it moves straight to `target`,
+    /// the link catch event of the same `name` in the same scope (resolved and checked by
+    /// the loader; the throw has no outgoing flows).
+    Link { name: String, target: NodeIdx },
+    /// Throws an escalation with this `escalationCode` to the enclosing sub-processes,
+    /// then continues over its outgoing flows unless an interrupting boundary caught it
+    /// (which ends the throwing scope).
+    Escalation { code: Option<String> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,6 +247,14 @@ pub enum BoundaryTrigger {
     /// when the message declares one); interrupting or not.
     Message {
         name: String,
+    },
+    /// Catches an escalation thrown inside its sub-process (or call activity). `code =
+    /// None` is catch-all. Interrupting unless `cancelActivity="false"`: BPMN 2.0.2
+    /// gives `tBoundaryEvent`'s `cancelActivity` one schema default, `true`, for every
+    /// trigger, escalation included (the spec allows both kinds for escalation; it does
+    /// not make non-interrupting the default).
+    Escalation {
+        code: Option<String>,
     },
 }
 

@@ -109,7 +109,7 @@ fn starts(
 }
 
 /// Every node reachable from a process start; entering a sub-process reaches its starts;
-/// an activity reaches its boundary events.
+/// an activity reaches its boundary events; a link throw reaches its link catch.
 fn reachability(
     p: &Process,
     ix: &Index,
@@ -128,6 +128,10 @@ fn reachability(
         seen[i] = true;
         let node = &p.nodes[i];
         work.extend(node.outgoing.iter().map(|f| p.flow(*f).target));
+        // A link throw reaches its catch, which has no incoming flow of its own.
+        if let NodeKind::IntermediateThrow(ThrowTrigger::Link { target, .. }) = &node.kind {
+            work.push(*target);
+        }
         if matches!(node.kind, NodeKind::SubProcess) {
             work.extend(ix.starts(Some(n)));
             work.extend(ix.refused_roots(Some(n)));
@@ -178,6 +182,8 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
                     .with_help("remove the incoming sequence flows"),
                 );
             }
+            // A link throw continues at its catch; `resolve_links` refused outgoing flows.
+            NodeKind::IntermediateThrow(ThrowTrigger::Link { .. }) => {}
             _ if n.outgoing.is_empty() => diags.push(
                 Diagnostic::error(
                     "Q108",

@@ -1769,3 +1769,220 @@ fn q211_two_assignment_definitions() {
         "Q211",
     );
 }
+
+// ---------------------------------------------------------------- link and escalation events
+
+/// start → `t` (a pass-through) → link throw `x`; link catch `x` → end.
+fn link_pair(throw_name: &str, catch_name: &str) -> String {
+    process(&format!(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="go"/>
+<intermediateThrowEvent id="go"><linkEventDefinition {throw_name}/></intermediateThrowEvent>
+<intermediateCatchEvent id="land"><linkEventDefinition {catch_name}/></intermediateCatchEvent>
+<sequenceFlow id="f2" sourceRef="land" targetRef="end"/>
+<endEvent id="end"/>"#
+    ))
+}
+
+#[test]
+fn link_pair_loads_and_the_throw_names_its_catch() {
+    let l = loads(&link_pair(r#"name="x""#, r#"name="x""#));
+    let d = only(&l);
+    let go = d.process.node(d.process.find("go").unwrap());
+    let land = d.process.find("land").unwrap();
+    assert!(matches!(
+        &go.kind,
+        NodeKind::IntermediateThrow(ThrowTrigger::Link { name, target }) if name == "x" && *target == land
+    ));
+    assert!(!d.class.is_stateful());
+}
+
+#[test]
+fn q121_link_throw_without_catch() {
+    refused(&link_pair(r#"¶name="x""#, r#"name="y""#).replace(
+        r#"<sequenceFlow id="f2""#,
+        r#"<intermediateThrowEvent id="go2"><linkEventDefinition name="y"/></intermediateThrowEvent>
+<sequenceFlow id="f0" sourceRef="start" targetRef="go2"/>
+<sequenceFlow id="f2""#,
+    ), "Q121");
+}
+
+#[test]
+fn q122_two_link_catches_with_one_name() {
+    refused(
+        &link_pair(r#"name="x""#, r#"name="x""#).replace(
+            r#"<endEvent id="end"/>"#,
+            r#"<endEvent id="end"/>
+<intermediateCatchEvent id="land2"><linkEventDefinition ¶name="x"/></intermediateCatchEvent>
+<sequenceFlow id="f3" sourceRef="land2" targetRef="end"/>"#,
+        ),
+        "Q122",
+    );
+}
+
+#[test]
+fn q123_link_catch_with_incoming_flow() {
+    refused(
+        &link_pair(r#"name="x""#, r#"name="x""#)
+            .replace(
+                r#"<intermediateCatchEvent id="land">"#,
+                r#"¶<intermediateCatchEvent id="land">"#,
+            )
+            .replace(
+                r#"<endEvent id="end"/>"#,
+                r#"<endEvent id="end"/>
+<sequenceFlow id="f9" sourceRef="start" targetRef="land"/>"#,
+            ),
+        "Q123",
+    );
+}
+
+#[test]
+fn q123_link_throw_with_outgoing_flow() {
+    refused(
+        &link_pair(r#"name="x""#, r#"name="x""#)
+            .replace(
+                r#"<intermediateThrowEvent id="go">"#,
+                r#"¶<intermediateThrowEvent id="go">"#,
+            )
+            .replace(
+                r#"<endEvent id="end"/>"#,
+                r#"<endEvent id="end"/>
+<sequenceFlow id="f9" sourceRef="go" targetRef="end"/>"#,
+            ),
+        "Q123",
+    );
+}
+
+#[test]
+fn q124_link_across_scopes() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="sp"/>
+<subProcess id="sp">
+  <startEvent id="in"/>
+  <sequenceFlow id="s1" sourceRef="in" targetRef="out"/>
+  <intermediateThrowEvent id="out"><linkEventDefinition ¶name="x"/></intermediateThrowEvent>
+</subProcess>
+<sequenceFlow id="f2" sourceRef="sp" targetRef="go"/>
+<intermediateThrowEvent id="go"><linkEventDefinition name="x"/></intermediateThrowEvent>
+<intermediateCatchEvent id="land"><linkEventDefinition name="x"/></intermediateCatchEvent>
+<sequenceFlow id="f3" sourceRef="land" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q124",
+    );
+}
+
+#[test]
+fn link_without_name_is_q102() {
+    refused(
+        &link_pair(r#"name="x""#, r#"name="x""#).replace(
+            r#"<intermediateThrowEvent id="go"><linkEventDefinition name="x"/>"#,
+            r#"<intermediateThrowEvent id="go">¶<linkEventDefinition/>"#,
+        ),
+        "Q102",
+    );
+}
+
+const ESCALATIONS: &str = r#"<escalation id="late" escalationCode="LATE"/>
+<escalation id="vague"/>"#;
+
+/// start → sub-process `sp` (start → `inner` → end) → end, with `boundary` on `sp`.
+fn escalating(inner: &str, boundary: &str) -> String {
+    file(
+        ESCALATIONS,
+        &format!(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="sp"/>
+<subProcess id="sp">
+  <startEvent id="in"/>
+  <sequenceFlow id="s1" sourceRef="in" targetRef="raise"/>
+  {inner}
+  <sequenceFlow id="s2" sourceRef="raise" targetRef="spEnd"/>
+  <endEvent id="spEnd"/>
+</subProcess>
+{boundary}
+<sequenceFlow id="f2" sourceRef="sp" targetRef="end"/>
+<endEvent id="end"/>"#
+        ),
+    )
+}
+
+const RAISE_LATE: &str = r#"<intermediateThrowEvent id="raise"><escalationEventDefinition escalationRef="late"/></intermediateThrowEvent>"#;
+
+#[test]
+fn escalation_throw_end_and_boundaries_load() {
+    let l = loads(&escalating(
+        RAISE_LATE,
+        r#"<boundaryEvent id="b" attachedToRef="sp" cancelActivity="false"><escalationEventDefinition escalationRef="late"/></boundaryEvent>
+<boundaryEvent id="all" attachedToRef="sp"><escalationEventDefinition/></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>
+<sequenceFlow id="f4" sourceRef="all" targetRef="end"/>"#,
+    ));
+    let d = only(&l);
+    let kind = |id: &str| &d.process.node(d.process.find(id).unwrap()).kind;
+    assert!(matches!(
+        kind("raise"),
+        NodeKind::IntermediateThrow(ThrowTrigger::Escalation { code: Some(c) }) if c == "LATE"
+    ));
+    assert!(matches!(
+        kind("b"),
+        NodeKind::Boundary(Boundary { interrupting: false, trigger: BoundaryTrigger::Escalation { code: Some(c) }, .. }) if c == "LATE"
+    ));
+    // cancelActivity's schema default is true, for escalation boundaries as for all.
+    assert!(matches!(
+        kind("all"),
+        NodeKind::Boundary(Boundary {
+            interrupting: true,
+            trigger: BoundaryTrigger::Escalation { code: None },
+            ..
+        })
+    ));
+    // A throw of an escalation without a code loads; only a catch-all catches it.
+    loads(&escalating(
+        r#"<intermediateThrowEvent id="raise"><escalationEventDefinition escalationRef="vague"/></intermediateThrowEvent>"#,
+        "",
+    ));
+}
+
+#[test]
+fn q125_unknown_escalation_ref() {
+    refused(
+        &escalating(
+            r#"<intermediateThrowEvent id="raise"><escalationEventDefinition ¶escalationRef="nope"/></intermediateThrowEvent>"#,
+            "",
+        ),
+        "Q125",
+    );
+}
+
+#[test]
+fn q126_escalation_boundary_on_a_task() {
+    refused(
+        &file(
+            ESCALATIONS,
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<task id="t"/>
+<boundaryEvent id="b" ¶attachedToRef="t"><escalationEventDefinition/></boundaryEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q126",
+    );
+}
+
+#[test]
+fn escalation_boundary_on_an_escalation_without_code_is_q102() {
+    refused(
+        &escalating(
+            RAISE_LATE,
+            r#"<boundaryEvent id="b" attachedToRef="sp"><escalationEventDefinition ¶escalationRef="vague"/></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>"#,
+        ),
+        "Q102",
+    );
+}

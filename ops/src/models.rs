@@ -15,7 +15,8 @@ use crate::{Error, Ops, Result};
 pub struct NodeInfo {
     pub id: String,
     pub name: Option<String>,
-    /// `task`, `start`, `end`, `gateway`, `catch`, `boundary`, `subprocess`, `call`.
+    /// `task`, `start`, `end`, `gateway`, `catch`, `throw`, `boundary`, `subprocess`,
+    /// `call`.
     pub kind: &'static str,
 }
 
@@ -29,6 +30,7 @@ fn kind_of(kind: &NodeKind) -> &'static str {
         | NodeKind::ParallelGateway
         | NodeKind::EventBasedGateway => "gateway",
         NodeKind::IntermediateCatch(_) => "catch",
+        NodeKind::IntermediateThrow(_) => "throw",
         NodeKind::Boundary(_) => "boundary",
         NodeKind::SubProcess => "subprocess",
         NodeKind::CallActivity { .. } => "call",

@@ -1,6 +1,9 @@
 //! Events: start, end, intermediate catch/throw and boundary events, their single event
-//! definition, error and message references, timers, and attaching boundary events to
-//! their host activity once every node is known.
+//! definition, error, message and escalation references, timers, attaching boundary
+//! events to their host activity once every node is known, and pairing link throw events
+//! with their catch events (§10.5.6) once every flow is known.
+
+use std::collections::BTreeMap;
 
 use crate::iso8601;
 use crate::model::*;
@@ -34,7 +37,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "Q103",
             def.pos,
             format!("a {trigger} {what} (<{}>) is not supported", def.local),
-            "use a none, error, terminate, timer or message event as SPEC L2 lists",
+            "use a none, error, terminate, timer, message, link or escalation event (docs/bpmn-coverage.md)",
         );
         let _ = el;
     }
@@ -64,6 +67,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     None => None,
                 };
                 Some(NodeKind::EndEvent(EndKind::Error { error }))
+            }
+            Some(d) if d.local == "escalationEventDefinition" => {
+                let code = self.escalation_code(d).ok()?;
+                Some(NodeKind::EndEvent(EndKind::Escalation { code }))
             }
             Some(d) => {
                 self.unsupported_event(el, d, "end event");
@@ -107,8 +114,53 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
     }
 
-    pub(super) fn catch_event(&mut self, el: &'a Element) -> Option<NodeKind> {
+    /// The escalation code an `<escalationEventDefinition>` names: `Ok(None)` without an
+    /// `escalationRef` or when the escalation declares no code; `Err` (reported) when the
+    /// reference names no declared `<escalation>`.
+    fn escalation_code(&mut self, d: &Element) -> Result<Option<String>, ()> {
+        let Some(a) = d.attr("escalationRef") else {
+            return Ok(None);
+        };
+        match self.ctx.escalations.get(a.value.trim()) {
+            Some(code) => Ok(code.clone()),
+            None => {
+                self.help(
+                    "Q125",
+                    a.pos,
+                    format!("escalationRef `{}` names no declared <escalation>", a.value),
+                    "declare <escalation id=\"…\" escalationCode=\"…\"/> under <definitions>, or fix the reference",
+                );
+                Err(())
+            }
+        }
+    }
+
+    /// The `name` of a `<linkEventDefinition>`, which pairs a throw with its catch.
+    fn link_name(&mut self, d: &'a Element, idx: NodeIdx) -> Option<String> {
+        match d.value("name").map(str::trim).filter(|n| !n.is_empty()) {
+            Some(name) => {
+                self.link_els.push((idx, d));
+                Some(name.to_string())
+            }
+            None => {
+                self.nameless_links.push(idx);
+                self.help(
+                    "Q102",
+                    d.pos,
+                    "a <linkEventDefinition> has no name",
+                    "name the link, e.g. <linkEventDefinition name=\"retry\"/>; a throw jumps to the catch of the same name",
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn catch_event(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
         match self.event_definition(el).ok()? {
+            Some(d) if d.local == "linkEventDefinition" => {
+                let name = self.link_name(d, idx)?;
+                Some(NodeKind::IntermediateCatch(CatchTrigger::Link { name }))
+            }
             Some(d) if d.local == "timerEventDefinition" => {
                 let t = self.timer(d)?;
                 Some(NodeKind::IntermediateCatch(CatchTrigger::Timer(t)))
@@ -125,18 +177,33 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.help(
                     "Q102",
                     el.pos,
-                    "an intermediate catch event needs a timer or message event definition",
-                    "add <timerEventDefinition> or <messageEventDefinition>",
+                    "an intermediate catch event needs a timer, message or link event definition",
+                    "add <timerEventDefinition>, <messageEventDefinition> or <linkEventDefinition>",
                 );
                 None
             }
         }
     }
 
-    pub(super) fn throw_event(&mut self, el: &'a Element) -> Option<NodeKind> {
+    pub(super) fn throw_event(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
         match self.event_definition(el).ok()? {
             // A none intermediate throw event is a milestone marker: it passes through.
             None => Some(Self::placeholder()),
+            Some(d) if d.local == "linkEventDefinition" => {
+                let name = self.link_name(d, idx)?;
+                // The target is resolved once every node and flow is known
+                // (`resolve_links`).
+                Some(NodeKind::IntermediateThrow(ThrowTrigger::Link {
+                    name,
+                    target: idx,
+                }))
+            }
+            Some(d) if d.local == "escalationEventDefinition" => {
+                let code = self.escalation_code(d).ok()?;
+                Some(NodeKind::IntermediateThrow(ThrowTrigger::Escalation {
+                    code,
+                }))
+            }
             Some(d) => {
                 self.unsupported_event(el, d, "intermediate throw event");
                 None
@@ -182,6 +249,26 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "messageEventDefinition" => BoundaryTrigger::Message {
                 name: self.message_ref(d)?,
             },
+            Some(d) if d.local == "escalationEventDefinition" => {
+                // `cancelActivity` keeps its schema default `true` here as on every
+                // boundary event (`tBoundaryEvent` in the BPMN 2.0.2 schema); `false` makes the catch non-interrupting.
+                let code = match d.attr("escalationRef") {
+                    None => None,
+                    Some(a) => match self.escalation_code(d).ok()? {
+                        Some(code) => Some(code),
+                        None => {
+                            self.help(
+                                "Q102",
+                                a.pos,
+                                format!("escalation `{}` has no escalationCode, so this boundary could never match", a.value.trim()),
+                                "add escalationCode=\"…\" to the <escalation>, or drop escalationRef to catch every escalation",
+                            );
+                            return None;
+                        }
+                    },
+                };
+                BoundaryTrigger::Escalation { code }
+            }
             Some(d) => {
                 self.unsupported_event(el, d, "boundary event");
                 return None;
@@ -190,8 +277,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.help(
                     "Q102",
                     el.pos,
-                    "a boundary event needs a timer, error or message event definition",
-                    "add <timerEventDefinition>, <errorEventDefinition> or <messageEventDefinition>",
+                    "a boundary event needs a timer, error, message or escalation event definition",
+                    "add <timerEventDefinition>, <errorEventDefinition>, <messageEventDefinition> or <escalationEventDefinition>",
                 );
                 return None;
             }
@@ -293,6 +380,25 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             if host_ok != Some(true) {
                 self.meta.refused_roots.push(idx);
             }
+            let escalation = matches!(
+                self.nodes[idx.0 as usize].kind,
+                NodeKind::Boundary(Boundary {
+                    trigger: BoundaryTrigger::Escalation { .. },
+                    ..
+                })
+            );
+            if let (Some(h), Some(true), true) = (host, host_ok, escalation) {
+                if matches!(self.nodes[h.0 as usize].kind, NodeKind::Task(_)) {
+                    // A task throws no escalation in qflow (a handler ends with a result, a
+                    // failure or a BPMN error), so such a boundary could never fire.
+                    self.help(
+                        "Q126",
+                        a.pos,
+                        format!("an escalation boundary event is attached to task `{}`, which can never throw an escalation", a.value.trim()),
+                        "attach it to the sub-process (or call activity) whose inside throws the escalation",
+                    );
+                }
+            }
             match (host, host_ok) {
                 (Some(h), Some(true)) => {
                     let host_scope = self.nodes[h.0 as usize].scope;
@@ -317,6 +423,104 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     ),
                     "attach the boundary event to an activity",
                 ),
+            }
+        }
+    }
+}
+
+impl<'a, 'd> ProcessBuilder<'a, 'd> {
+    /// Pairs every link throw with the link catch of the same name in its scope (BPMN
+    /// 2.0.2 §10.5.6: a link connects two sections of one process level; it never crosses
+    /// a sub-process boundary). Runs after `resolve_flows`, so the flows are known: a link
+    /// catch has no incoming flows and a link throw no outgoing ones.
+    pub(super) fn resolve_links(&mut self) {
+        let links = std::mem::take(&mut self.link_els);
+        let mut catches: BTreeMap<(Option<NodeIdx>, String), NodeIdx> = BTreeMap::new();
+        let mut catch_scopes: BTreeMap<String, NodeIdx> = BTreeMap::new();
+        for (idx, d) in &links {
+            let node = &self.nodes[idx.0 as usize];
+            let NodeKind::IntermediateCatch(CatchTrigger::Link { name }) = &node.kind else {
+                continue;
+            };
+            let (id, name, scope) = (node.id.clone(), name.clone(), node.scope);
+            if !node.incoming.is_empty() {
+                self.help(
+                    "Q123",
+                    node.pos,
+                    format!("link catch event `{id}` has incoming sequence flows"),
+                    "a link catch is reached only through its link throw; remove the incoming flows",
+                );
+            }
+            catch_scopes.entry(name.clone()).or_insert(*idx);
+            match catches.get(&(scope, name.clone())) {
+                Some(first) => {
+                    let first = self.nodes[first.0 as usize].id.clone();
+                    // No throw can reach this catch; counted reachable so that the one
+                    // error is the name, not a cascade of unreachable nodes.
+                    self.meta.refused.insert(*idx);
+                    self.help(
+                        "Q122",
+                        d.attr("name").map_or(d.pos, |a| a.pos),
+                        format!("link catch event `{id}` has the link name `{name}` of `{first}` in the same scope"),
+                        "give each link catch of one process level its own name",
+                    );
+                }
+                None => {
+                    catches.insert((scope, name), *idx);
+                }
+            }
+        }
+        // A catch that a nameless (refused) throw of its scope may have meant is counted
+        // reachable, so that the one error is the missing name, not a cascade.
+        let nameless: Vec<Option<NodeIdx>> = std::mem::take(&mut self.nameless_links)
+            .iter()
+            .map(|t| self.nodes[t.0 as usize].scope)
+            .collect();
+        for ((scope, _), catch) in &catches {
+            if nameless.contains(scope) {
+                self.meta.refused.insert(*catch);
+            }
+        }
+        let mut targets = Vec::new();
+        for (idx, d) in &links {
+            let node = &self.nodes[idx.0 as usize];
+            let NodeKind::IntermediateThrow(ThrowTrigger::Link { name, .. }) = &node.kind else {
+                continue;
+            };
+            let (id, name, scope, pos) = (node.id.clone(), name.clone(), node.scope, node.pos);
+            if !node.outgoing.is_empty() {
+                self.help(
+                    "Q123",
+                    pos,
+                    format!("link throw event `{id}` has outgoing sequence flows"),
+                    "a link throw continues at its link catch; remove the outgoing flows",
+                );
+            }
+            let at = d.attr("name").map_or(d.pos, |a| a.pos);
+            if let Some(target) = catches.get(&(scope, name.clone())) {
+                targets.push((*idx, *target));
+            } else if let Some(other) = catch_scopes.get(&name) {
+                let other = self.nodes[other.0 as usize].id.clone();
+                self.help(
+                    "Q124",
+                    at,
+                    format!("link throw event `{id}` names link `{name}`, whose catch `{other}` is in another scope"),
+                    "a link stays inside one process level; put the catch beside the throw, or use sequence flows",
+                );
+            } else {
+                self.help(
+                    "Q121",
+                    at,
+                    format!("link throw event `{id}` names link `{name}`, and no link catch event of that name is in its scope"),
+                    "add an intermediate catch event with <linkEventDefinition name=\"…\"/> of the same name beside it",
+                );
+            }
+        }
+        for (throw, target) in targets {
+            if let NodeKind::IntermediateThrow(ThrowTrigger::Link { target: t, .. }) =
+                &mut self.nodes[throw.0 as usize].kind
+            {
+                *t = target;
             }
         }
     }

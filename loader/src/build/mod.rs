@@ -165,6 +165,7 @@ pub(crate) fn build(
     check_unique_ids(root, diags);
     let errors = collect_errors(root);
     let messages = collect_messages(root);
+    let escalations = collect_escalations(root);
     let correlation_keys = collect_correlation_keys(root, opts, diags);
 
     let processes: Vec<&Element> = root.children_named(Ns::Bpmn, "process").collect();
@@ -225,6 +226,7 @@ pub(crate) fn build(
         opts,
         errors: &errors,
         messages: &messages,
+        escalations: &escalations,
         default_language: root
             .value("expressionLanguage")
             .map(|l| l.trim().to_ascii_lowercase())
@@ -312,6 +314,20 @@ fn collect_errors(root: &Element) -> BTreeMap<String, ErrorDef> {
                         .map(str::to_string),
                 },
             ))
+        })
+        .collect()
+}
+
+/// Escalation id → its `escalationCode` (trimmed; `None` when absent or empty).
+fn collect_escalations(root: &Element) -> BTreeMap<String, Option<String>> {
+    root.children_named(Ns::Bpmn, "escalation")
+        .filter_map(|e| {
+            let code = e
+                .value("escalationCode")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string);
+            Some((e.value("id")?.to_string(), code))
         })
         .collect()
 }
@@ -434,6 +450,8 @@ struct Ctx<'a> {
     default_language: Option<String>,
     errors: &'a BTreeMap<String, ErrorDef>,
     messages: &'a BTreeMap<String, String>,
+    /// Escalation id → its `escalationCode`, if it declares one.
+    escalations: &'a BTreeMap<String, Option<String>>,
 }
 
 struct ProcessBuilder<'a, 'd> {
@@ -443,6 +461,11 @@ struct ProcessBuilder<'a, 'd> {
     by_id: BTreeMap<String, NodeIdx>,
     flow_els: Vec<(&'a Element, Option<NodeIdx>)>,
     boundary_els: Vec<(NodeIdx, &'a Element)>,
+    /// Link throw and catch events with their `<linkEventDefinition>`, paired by
+    /// `resolve_links`.
+    link_els: Vec<(NodeIdx, &'a Element)>,
+    /// Link events refused for a missing name (see `resolve_links`).
+    nameless_links: Vec<NodeIdx>,
     defaults: Vec<(NodeIdx, &'a Attr)>,
     flows: Vec<Flow>,
     meta: Meta,
@@ -457,6 +480,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             by_id: BTreeMap::new(),
             flow_els: Vec::new(),
             boundary_els: Vec::new(),
+            link_els: Vec::new(),
+            nameless_links: Vec::new(),
             defaults: Vec::new(),
             flows: Vec::new(),
             meta: Meta::default(),
@@ -612,8 +637,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 k
             }
             "endEvent" => self.end_event(el),
-            "intermediateCatchEvent" => self.catch_event(el),
-            "intermediateThrowEvent" => self.throw_event(el),
+            "intermediateCatchEvent" => self.catch_event(el, idx),
+            "intermediateThrowEvent" => self.throw_event(el, idx),
             "boundaryEvent" => {
                 let k = self.boundary_event(el, idx);
                 if k.is_none() {
@@ -675,10 +700,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     // ----- resolution of references -----
 
     /// Once every node is known: boundary hosts (`events`), then flow ends and conditions,
-    /// then gateway defaults (`flows`).
+    /// then link pairs (`events`), then gateway defaults (`flows`).
     fn resolve(&mut self) {
         self.resolve_boundaries();
         self.resolve_flows();
+        self.resolve_links();
         self.resolve_defaults();
     }
 
