@@ -122,11 +122,15 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         runtime_config,
     ));
     // The outbox is delivered by this process (and by any other replica on the store).
-    let dispatcher = Dispatcher::start(
-        runtime.clone(),
-        Arc::new(channels),
-        DispatcherConfig::default(),
-    );
+    // Without channels nothing can be delivered (a deployment naming one is refused), and
+    // an idle dispatcher would still poll the store's single writer every 50 ms.
+    let dispatcher = (!channels.is_empty()).then(|| {
+        Dispatcher::start(
+            runtime.clone(),
+            Arc::new(channels),
+            DispatcherConfig::default(),
+        )
+    });
     let ops = Ops::with_runtime(runtime.clone(), "qflow-serve");
     if args.demo {
         let d = ops
@@ -195,7 +199,9 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     // The router (and every `Ops` clone in it) is gone; the dispatcher finishes the
     // deliveries in flight (a row whose try is not recorded is tried again on the next
     // start), then the runtime lets its handlers finish and commits their outcomes.
-    dispatcher.shutdown().await;
+    if let Some(dispatcher) = dispatcher {
+        dispatcher.shutdown().await;
+    }
     match Arc::try_unwrap(runtime) {
         Ok(runtime) => runtime.shutdown().await,
         Err(_) => bail!("the runtime was still in use at shutdown"),
