@@ -4,7 +4,7 @@
 //! come later.
 
 use qflow_core::{CallKey, Input, Verdict};
-use qflow_runtime::{Runtime, Stepper};
+use qflow_runtime::Runtime;
 use uuid::Uuid;
 
 use crate::adapter::Answer;
@@ -83,14 +83,15 @@ pub async fn relay(runtime: &Runtime, key: &str, answer: Answer) -> Result<Relay
 }
 
 /// The verdict of the stored state on attempt `k`, read under no claim (the step that
-/// refused the answer already had it; this only puts its refusal into words).
+/// refused the answer already had it; this only puts its refusal into words). Read
+/// through the runtime, so the definition comes from its cache instead of being parsed
+/// again for every refused answer.
 async fn judge(
     runtime: &Runtime,
     instance: Uuid,
     k: &CallKey,
 ) -> Result<Option<Relayed>, RelayError> {
-    let stepper = Stepper::new(runtime.store().clone());
-    let claim = match stepper.claim(instance).await {
+    let claim = match runtime.claim(instance).await {
         Ok(claim) => claim,
         Err(qflow_runtime::Error::UnknownInstance(_)) => return Ok(None),
         Err(e) => return Err(RelayError::Runtime(e)),

@@ -856,6 +856,13 @@ impl Runtime {
         Ok((id, watch))
     }
 
+    /// Reads `instance` as it stands in the store — its deployment's definition (from
+    /// this runtime's cache of loaded definitions), decoded snapshot and fence — without
+    /// stepping it.
+    pub async fn claim(&self, instance: InstanceId) -> Result<claim::Claim, Error> {
+        claim::Claim::read(&*self.shared.store, &self.shared.defs, instance).await
+    }
+
     /// Steps `instance` with `input` outside the lanes — read, step, commit under the
     /// fence, re-derive on a lost compare-and-swap — and returns once the step is
     /// durable. The operation operator repairs are built on. Handler calls the step asks
