@@ -173,8 +173,8 @@ impl World {
         .await;
     }
 
-    /// Waits until the instance has a timer of this name, then moves the clock onto it.
-    async fn fire(&self, id: InstanceId, name: &str) {
+    /// Waits until the instance has a timer row of this name (`r:charge`: a backoff park).
+    async fn until_timer(&self, id: InstanceId, name: &str) {
         let name = name.to_owned();
         self.until(&format!("timer {name}"), |s| {
             let name = name.clone();
@@ -187,6 +187,11 @@ impl World {
             }
         })
         .await;
+    }
+
+    /// Waits until the instance has a timer of this name, then moves the clock onto it.
+    async fn fire(&self, id: InstanceId, name: &str) {
+        self.until_timer(id, name).await;
         let due = self
             .store
             .timers(id)
@@ -311,14 +316,7 @@ async fn a_late_answer_to_a_dead_attempt_is_superseded_and_each_attempt_has_one_
     );
     // Attempt 2 times out as well; in its backoff window a late answer is superseded too.
     w.fire(id, "t:charge").await;
-    w.until("attempt 2 parked", |s| async move {
-        s.timers(id)
-            .await
-            .unwrap()
-            .iter()
-            .any(|t| t.name.as_str() == "r:charge")
-    })
-    .await;
+    w.until_timer(id, "r:charge").await;
     let late = relay(
         &w.runtime,
         &format!("{id}/1/2"),
@@ -386,14 +384,7 @@ async fn failed_deliveries_follow_the_curve_and_a_poison_fails_the_attempt_witho
     w.clock.advance_ms(200);
     w.until_seen(3).await;
     // The poison opened its incident and the prompt failed attempt 1: a backoff park.
-    w.until("attempt 1 parked", |s| async move {
-        s.timers(id)
-            .await
-            .unwrap()
-            .iter()
-            .any(|t| t.name.as_str() == "r:charge")
-    })
-    .await;
+    w.until_timer(id, "r:charge").await;
     let incidents = w.store.incidents(Some(id)).await.unwrap();
     assert!(
         incidents
@@ -452,14 +443,7 @@ async fn a_lost_poison_wake_is_recovered_by_the_timeout() {
     // Nobody prompts the instance: it waits until its timeout says the attempt failed.
     assert_eq!(w.status(id).await, InstanceStatus::Running);
     w.fire(id, "t:charge").await;
-    w.until("attempt 1 parked", |s| async move {
-        s.timers(id)
-            .await
-            .unwrap()
-            .iter()
-            .any(|t| t.name.as_str() == "r:charge")
-    })
-    .await;
+    w.until_timer(id, "r:charge").await;
     let history = w.store.attempts(id).await.unwrap();
     assert_eq!(history[0].outcome, AttemptOutcome::TimedOut);
     assert!(
