@@ -287,6 +287,48 @@ impl SqliteStore {
         rows.iter().map(|row| row.field("detail")).collect()
     }
 
+    /// The query plans SQLite picks for the commit path's keyed deletes of timer and
+    /// pull-task rows (`delete_keyed`), with `rows` terms each, one line per plan step:
+    /// the evidence that every term is a primary-key search, not a scan.
+    pub async fn explain_keyed_deletes(&self, rows: usize) -> StoreResult<Vec<String>> {
+        let timers: Vec<(String, String, i64)> = (0..rows)
+            .map(|i| (format!("i{i}"), format!("n{i}"), 1))
+            .collect();
+        let pulls: Vec<(String, String)> = (0..rows)
+            .map(|i| (format!("i{i}"), format!("n{i}")))
+            .collect();
+        let mut timer_q = keyed_delete_query(
+            &format!("EXPLAIN QUERY PLAN {TIMER_DELETE}"),
+            &timers,
+            &mut |q, (id, name, incarnation)| {
+                q.push("instance = ")
+                    .push_bind(id.as_str())
+                    .push(" AND name = ")
+                    .push_bind(name.as_str())
+                    .push(" AND incarnation = ")
+                    .push_bind(*incarnation);
+            },
+        );
+        let mut pull_q = keyed_delete_query(
+            &format!("EXPLAIN QUERY PLAN {PULL_DELETE}"),
+            &pulls,
+            &mut |q, (id, node)| {
+                q.push("instance = ")
+                    .push_bind(id.as_str())
+                    .push(" AND node = ")
+                    .push_bind(node.as_str());
+            },
+        );
+        let mut lines = Vec::new();
+        for q in [&mut timer_q, &mut pull_q] {
+            let plan = q.build().fetch_all(&self.readers).await.map_err(backend)?;
+            for row in &plan {
+                lines.push(row.field("detail")?);
+            }
+        }
+        Ok(lines)
+    }
+
     /// The query plans SQLite picks for a purge's choice of instances, of every
     /// deployment and of one, one line per plan step: the evidence that retention walks
     /// the ended-instance indexes rather than the table.
@@ -487,17 +529,23 @@ async fn apply_outbox(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> Stor
             .map_err(backend)?;
         }
     }
-    for &(_, commit) in winners {
-        for key in &commit.outbox.answered {
-            sqlx::query(
-                "UPDATE outbox SET state = 'delivered', deliveries = deliveries + 1, \
-                 lease_owner = NULL, lease_until_ms = NULL WHERE key = ? AND state = 'pending'",
-            )
-            .bind(key)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+    // The answered rows by key, many to a statement (`key IN (…)` searches the primary
+    // key once per key): a synchronous channel call has one in every answer's commit.
+    let answered: Vec<&str> = winners
+        .iter()
+        .flat_map(|&(_, commit)| commit.outbox.answered.iter().map(String::as_str))
+        .collect();
+    for chunk in answered.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "UPDATE outbox SET state = 'delivered', deliveries = deliveries + 1, \
+             lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending' AND key IN (",
+        );
+        let mut keys = query.separated(", ");
+        for key in chunk {
+            keys.push_bind(*key);
         }
+        query.push(")");
+        query.build().execute(&mut *tx).await.map_err(backend)?;
     }
     let emits: Vec<(&str, &Commit, &NewOutboxRow)> = first_emit_per_key(winners.iter().copied());
     insert_rows(
@@ -624,24 +672,25 @@ async fn apply_user_tasks(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> 
     Ok(())
 }
 
-/// Writes the winners' pull-task rows: the withdrawals, one indexed delete per row, then
-/// the offers as multi-row upserts. Most commits have none and cost nothing here.
+/// Writes the winners' pull-task rows: the withdrawals as keyed multi-row deletes
+/// ([`delete_keyed`]), then the offers as multi-row upserts. Most commits have none and cost nothing here.
 async fn apply_pull(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
     let mut offers: Vec<(&str, &PullTaskRecord)> = Vec::new();
+    let mut withdrawn: Vec<(&str, &str)> = Vec::new();
     for &(id, commit) in winners {
         if commit.pull.is_empty() {
             continue;
         }
-        for node in &commit.pull.withdraw {
-            sqlx::query("DELETE FROM pull_tasks WHERE instance = ? AND node = ?")
-                .bind(id)
-                .bind(node)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        }
+        withdrawn.extend(commit.pull.withdraw.iter().map(|node| (id, node.as_str())));
         offers.extend(last_offer_per_node(commit).into_iter().map(|row| (id, row)));
     }
+    delete_keyed(tx, PULL_DELETE, &withdrawn, |q, (id, node)| {
+        q.push("instance = ")
+            .push_bind(*id)
+            .push(" AND node = ")
+            .push_bind(*node);
+    })
+    .await?;
     insert_rows(
         tx,
         "INSERT INTO pull_tasks (instance, node, topic, attempt, worker, lock_until_ms, \
@@ -773,44 +822,29 @@ async fn apply_state<'a>(
             .map_err(backend)?;
         won.extend(created);
     }
-    for chunk in updates.chunks(ROWS_PER_STATEMENT) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, v_snapshot, \
-             v_now_ms) AS (",
-        );
-        let mut fences = Vec::with_capacity(chunk.len());
-        for &index in chunk {
-            let expected = batch[index].expected_fence.unwrap_or(0);
-            fences.push(fence_to_db(expected)?);
-        }
-        query.push_values(chunk.iter().zip(&fences), |mut row, (&index, &fence)| {
-            let commit = &batch[index];
-            row.push_bind(ids[index].as_str())
-                .push_bind(fence)
-                .push_bind(commit.deployment.0)
-                .push_bind(commit.state.status.as_str())
-                .push_bind(commit.state.failure_code.as_deref())
-                .push_bind(commit.state.snapshot.as_slice())
-                .push_bind(commit.now_ms);
-        });
-        query.push(format!(
-            ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
-             status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
-             updated_at_ms = v_now_ms, ended_at_ms = {} \
-             FROM v WHERE id = v_id AND fence = v_fence \
-             AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
-                 SELECT 1 FROM instances AS o \
-                 WHERE o.deployment = v_deployment AND o.business_key = instances.business_key)) \
-             RETURNING id",
-            ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
-        ));
-        let updated: Vec<String> = query
-            .build_query_scalar()
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
-        won.extend(updated);
-    }
+    // Most updates keep the row's deployment, status and failure code (a step of a
+    // running instance): they set only the fence, snapshot and update instant, which no
+    // index holds. SQLite rewrites the entries of every index over a column an UPDATE
+    // sets, changed or not, and seven indexes hold those three columns, so a full update
+    // costs them all. The light statement takes the rows that still match; the rest
+    // (an ending, a failure, a migration, a repair, or a lost CAS) take the full one.
+    let (light, mut full): (Vec<usize>, Vec<usize>) = updates.iter().partition(|&&index| {
+        !matches!(
+            batch[index].state.status,
+            InstanceStatus::Completed | InstanceStatus::Cancelled
+        )
+    });
+    let lightly: HashSet<String> = update_instances(tx, batch, ids, &light, true)
+        .await?
+        .into_iter()
+        .collect();
+    full.extend(
+        light
+            .iter()
+            .filter(|&&index| !lightly.contains(&ids[index])),
+    );
+    won.extend(lightly);
+    won.extend(update_instances(tx, batch, ids, &full, false).await?);
 
     let mut winners = Vec::with_capacity(won.len());
     for &index in round {
@@ -865,20 +899,91 @@ async fn refused(
     Ok(refusal(commit, stored_fence, holder))
 }
 
+/// The fence CAS of the updates `rows` (indexes into `batch`), `ROWS_PER_STATEMENT` a
+/// statement; returns the ids whose CAS won. `light`: only rows whose deployment, status
+/// and failure code stay as stored are updated, and only their fence, snapshot and
+/// update instant are set (see `apply_state`); the others are left for the full update.
+async fn update_instances(
+    tx: &mut SqliteConnection,
+    batch: &[Commit],
+    ids: &[String],
+    rows: &[usize],
+    light: bool,
+) -> StoreResult<Vec<String>> {
+    let mut won = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, v_snapshot, \
+             v_now_ms) AS (",
+        );
+        let mut fences = Vec::with_capacity(chunk.len());
+        for &index in chunk {
+            let expected = batch[index].expected_fence.unwrap_or(0);
+            fences.push(fence_to_db(expected)?);
+        }
+        query.push_values(chunk.iter().zip(&fences), |mut row, (&index, &fence)| {
+            let commit = &batch[index];
+            row.push_bind(ids[index].as_str())
+                .push_bind(fence)
+                .push_bind(commit.deployment.0)
+                .push_bind(commit.state.status.as_str())
+                .push_bind(commit.state.failure_code.as_deref())
+                .push_bind(commit.state.snapshot.as_slice())
+                .push_bind(commit.now_ms);
+        });
+        if light {
+            query.push(
+                ") UPDATE instances SET fence = fence + 1, snapshot = v_snapshot, \
+                 updated_at_ms = v_now_ms \
+                 FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
+                 AND status = v_status AND failure_code IS v_failure_code \
+                 RETURNING id",
+            );
+        } else {
+            query.push(format!(
+                ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
+                 status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
+                 updated_at_ms = v_now_ms, ended_at_ms = {} \
+                 FROM v WHERE id = v_id AND fence = v_fence \
+                 AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
+                     SELECT 1 FROM instances AS o \
+                     WHERE o.deployment = v_deployment AND o.business_key = instances.business_key)) \
+                 RETURNING id",
+                ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
+            ));
+        }
+        let updated: Vec<String> = query
+            .build_query_scalar()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        won.extend(updated);
+    }
+    Ok(won)
+}
+
 /// Writes the winners' `timers`: the resolves, one indexed delete per row, then the arms
 /// as multi-row upserts, so a step that resolves and re-arms a name keeps the new timer.
 async fn apply_timers(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    for (id, commit) in winners {
-        for timer in &commit.timers.resolve {
-            sqlx::query("DELETE FROM timers WHERE instance = ? AND name = ? AND incarnation = ?")
-                .bind(*id)
-                .bind(timer.name.as_str())
-                .bind(i64::from(timer.incarnation))
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        }
-    }
+    let resolved: Vec<(&str, &str, i64)> = winners
+        .iter()
+        .flat_map(|&(id, commit)| {
+            commit
+                .timers
+                .resolve
+                .iter()
+                .map(move |t| (id, t.name.as_str(), i64::from(t.incarnation)))
+        })
+        .collect();
+    delete_keyed(tx, TIMER_DELETE, &resolved, |q, (id, name, incarnation)| {
+        q.push("instance = ")
+            .push_bind(*id)
+            .push(" AND name = ")
+            .push_bind(*name)
+            .push(" AND incarnation = ")
+            .push_bind(*incarnation);
+    })
+    .await?;
     let arms: Vec<(&str, &TimerRecord)> = winners
         .iter()
         .flat_map(|&(id, commit)| {
@@ -998,6 +1103,49 @@ async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> St
         "",
     )
     .await
+}
+
+/// The statement heads of [`delete_keyed`]: a timer row by `(instance, name)` and the
+/// incarnation it was armed with, a pull-task row by `(instance, node)`.
+const TIMER_DELETE: &str = "DELETE FROM timers WHERE ";
+const PULL_DELETE: &str = "DELETE FROM pull_tasks WHERE ";
+
+/// Deletes `rows` by their keys, `ROWS_PER_STATEMENT` rows a statement:
+/// `head (k1 = ? AND k2 = ?) OR (…)`, each term written by `term`. A commit batch's
+/// deletes were one statement per row, and each statement is a round trip to sqlx's
+/// SQLite worker thread (on the one writer connection, the engine's critical path):
+/// the bulk of a pull-task batch's statements. SQLite answers such an `OR` of key
+/// equalities with one primary-key search per term (a multi-index OR; a row-value
+/// `IN (VALUES …)` would scan the table instead), which `explain_keyed_deletes` shows
+/// and a test checks.
+async fn delete_keyed<'a, T>(
+    tx: &mut SqliteConnection,
+    head: &str,
+    rows: &'a [T],
+    mut term: impl FnMut(&mut QueryBuilder<'a, Sqlite>, &'a T),
+) -> StoreResult<()> {
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let mut query = keyed_delete_query(head, chunk, &mut term);
+        query.build().execute(&mut *tx).await.map_err(backend)?;
+    }
+    Ok(())
+}
+
+fn keyed_delete_query<'a, T>(
+    head: &str,
+    rows: &'a [T],
+    term: &mut impl FnMut(&mut QueryBuilder<'a, Sqlite>, &'a T),
+) -> QueryBuilder<'a, Sqlite> {
+    let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(head);
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            query.push(" OR ");
+        }
+        query.push("(");
+        term(&mut query, row);
+        query.push(")");
+    }
+    query
 }
 
 /// Runs `insert` + `VALUES` of `rows` + `tail`, `ROWS_PER_STATEMENT` rows a statement;

@@ -229,6 +229,34 @@ async fn sqlite_claim_plan_uses_the_due_index() -> Result<()> {
     Ok(())
 }
 
+/// The commit path deletes timer and pull-task rows many to a statement; every term of
+/// such a delete is a primary-key search, at one term and at a full statement's 128.
+#[tokio::test]
+async fn sqlite_keyed_deletes_search_the_primary_keys() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open(dir.path().join("plan.db")).await?;
+    for rows in [1, 128] {
+        let plan = store.explain_keyed_deletes(rows).await?;
+        ensure!(
+            !plan.iter().any(|line| line.starts_with("SCAN")),
+            "a keyed delete of {rows} rows scans: {plan:?}"
+        );
+        let timers = plan
+            .iter()
+            .filter(|l| l.contains("SEARCH timers USING INDEX sqlite_autoindex_timers_1"))
+            .count();
+        let pulls = plan
+            .iter()
+            .filter(|l| l.contains("SEARCH pull_tasks USING PRIMARY KEY"))
+            .count();
+        ensure!(
+            timers == rows && pulls == rows,
+            "{rows} rows: {timers} timer and {pulls} pull-task key searches: {plan:?}"
+        );
+    }
+    Ok(())
+}
+
 /// A dispatcher's claim walks the pending rows' due index (`outbox_due`), never the table.
 #[tokio::test]
 async fn sqlite_outbox_claim_plan_uses_the_due_index() -> Result<()> {

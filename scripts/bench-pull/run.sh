@@ -15,19 +15,25 @@
 #
 # Bounded: every node mode exits past its own deadline; the server is killed on exit.
 # Needs node (20+) and a release build (`cargo build --release -p qflow-cli`; the script
-# builds it, honouring CARGO_TARGET_DIR).
+# builds it, honouring CARGO_TARGET_DIR). QFLOW_BIN=path runs that binary instead and
+# builds nothing: how two builds are compared in one session (A/B).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tasks="${1:-50000}" workers="${2:-4}" batch="${3:-100}" lanes="${4:-2}" rounds="${5:-50}"
 target="${CARGO_TARGET_DIR:-target}"
-nice cargo build --release --locked -q -p qflow-cli
+if [ -n "${QFLOW_BIN:-}" ]; then
+  qflow="$QFLOW_BIN"
+else
+  nice cargo build --release --locked -q -p qflow-cli
+  qflow="$target/release/qflow"
+fi
 work="$(mktemp -d)"
 port=18091
 url="http://127.0.0.1:$port"
 bench="node scripts/bench-pull/bench.mjs"
 
 start_server() { # db
-  "$target/release/qflow" serve --listen "127.0.0.1:$port" --db "$1" --lanes "$lanes" \
+  "$qflow" serve --listen "127.0.0.1:$port" --db "$1" --lanes "$lanes" \
     > /dev/null 2> "$work/serve.log" &
   server=$!
   for _ in $(seq 1 100); do curl -fs "$url/healthz" > /dev/null 2>&1 && break; sleep 0.1; done
