@@ -20,7 +20,7 @@
 //! Must never: build SQL from caller strings (the only interpolated name is the schema,
 //! checked to be a plain identifier), or leave the fence check outside the row lock.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 
 use async_trait::async_trait;
@@ -1316,6 +1316,15 @@ impl Store for PgStore {
         let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = $1");
         let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool);
         map_optional(row.await, instance_from_row)
+    }
+
+    /// One `= ANY($1)` over the primary key.
+    async fn instances_by_id(&self, ids: &[InstanceId]) -> StoreResult<Vec<InstanceRecord>> {
+        let ids: BTreeSet<InstanceId> = ids.iter().copied().collect();
+        let ids: Vec<InstanceId> = ids.into_iter().collect();
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ANY($1)");
+        let rows = sqlx::query(&sql).bind(&ids).fetch_all(&self.pool);
+        map_all(rows.await, instance_from_row)
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {

@@ -17,7 +17,7 @@
 //! Must never: keep a write transaction open across anything but its own statements, or
 //! read from the reader pool inside a write (it would not see the transaction's rows).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -1370,6 +1370,26 @@ impl Store for SqliteStore {
             .bind(id_text(id))
             .fetch_optional(&self.readers);
         map_optional(row.await, instance_from_row)
+    }
+
+    /// `IN` lists of at most `ROWS_PER_STATEMENT` ids, each a primary-key search.
+    async fn instances_by_id(&self, ids: &[InstanceId]) -> StoreResult<Vec<InstanceRecord>> {
+        let texts: BTreeSet<String> = ids.iter().map(|&id| id_text(id)).collect();
+        let texts: Vec<String> = texts.into_iter().collect();
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(ROWS_PER_STATEMENT) {
+            let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
+                "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("
+            ));
+            let mut list = query.separated(", ");
+            for text in chunk {
+                list.push_bind(text.as_str());
+            }
+            query.push(")");
+            let rows = query.build().fetch_all(&self.readers).await;
+            out.extend(map_all(rows, instance_from_row)?);
+        }
+        Ok(out)
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {

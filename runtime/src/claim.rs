@@ -13,9 +13,9 @@ use std::sync::Arc;
 use qflow_core::{any_attempt_in_flight, Effect, Input, Snapshot, Status, TimerKind, TimerName};
 use qflow_loader::model::Definition;
 use qflow_store::{
-    AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceState,
-    InstanceStatus, NewIncident, NewOutboxRow, NewSubscription, PullTaskRecord, Store, TimerRecord,
-    TimerRef, UserTaskRecord,
+    AttemptRecord, AuditEntry, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceRecord,
+    InstanceState, InstanceStatus, NewIncident, NewOutboxRow, NewSubscription, PullTaskRecord,
+    Store, TimerRecord, TimerRef, UserTaskRecord,
 };
 
 use crate::handlers::TaskCall;
@@ -64,9 +64,17 @@ impl Claim {
             .instance(id)
             .await?
             .ok_or_else(|| Error::UnknownInstance(id.to_string()))?;
+        Claim::of_record(defs, record).await
+    }
+
+    /// The claim a stored instance row gives.
+    pub(crate) async fn of_record(
+        defs: &Definitions,
+        record: InstanceRecord,
+    ) -> Result<Claim, Error> {
         let def = defs.get(record.deployment).await?;
         Ok(Claim {
-            instance: id,
+            instance: record.id,
             deployment: record.deployment,
             def,
             fence: Some(record.fence),

@@ -405,8 +405,10 @@ impl Lane {
     }
 }
 
-/// Reads the claims of `ids` side by side; at most one read per request of a round, so
-/// bounded by `batch_max`. One id (or none) is left to the step itself.
+/// Reads the claims of `ids` in one store read (`Store::instances_by_id`); at most one
+/// id per request of a round, so bounded by `batch_max`. One id (or none) is left to the
+/// step itself. If the read fails, each id is read on its own, so each gets its own
+/// answer.
 async fn read_claims(
     shared: Arc<Shared>,
     ids: Vec<InstanceId>,
@@ -414,11 +416,29 @@ async fn read_claims(
     if ids.len() < 2 {
         return HashMap::new();
     }
-    let reads = ids
-        .iter()
-        .map(|id| Claim::read(&*shared.store, &shared.defs, *id));
-    let claims = futures::future::join_all(reads).await;
-    ids.into_iter().zip(claims).collect()
+    let mut out = HashMap::with_capacity(ids.len());
+    match shared.store.instances_by_id(&ids).await {
+        Ok(records) => {
+            let mut found: HashMap<InstanceId, _> =
+                records.into_iter().map(|r| (r.id, r)).collect();
+            for id in ids {
+                let claim = match found.remove(&id) {
+                    Some(record) => Claim::of_record(&shared.defs, record).await,
+                    None => Err(Error::UnknownInstance(id.to_string())),
+                };
+                out.insert(id, claim);
+            }
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "a round's claims read one by one");
+            let reads = ids
+                .iter()
+                .map(|id| Claim::read(&*shared.store, &shared.defs, *id));
+            let claims = futures::future::join_all(reads).await;
+            out.extend(ids.into_iter().zip(claims));
+        }
+    }
+    out
 }
 
 /// Answers the caller, if there is one. Work nobody waits for (handler outcomes, timers)

@@ -82,6 +82,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $open;
             deploy_is_idempotent_by_content_hash_and_versions_increase,
             create_and_cas_commit_advance_the_fence,
+            instances_by_id_reads_many_at_once,
             stale_fence_conflicts_and_writes_nothing,
             conflict_in_a_batch_skips_only_the_loser,
             unknown_deployment_fails_the_whole_batch,
@@ -294,6 +295,47 @@ pub async fn create_and_cas_commit_advance_the_fence(ctx: Ctx) -> Result<()> {
     ensure!(seen == stepped);
     let outcome = commit_one(&*ctx.second, commit(id(1), Some(2), dep)).await?;
     ensure!(outcome == CommitOutcome::Applied { fence: 3 });
+    Ok(())
+}
+
+/// [`Store::instances_by_id`] gives what [`Store::instance`] gives for each id, each
+/// once, and leaves out ids without an instance; more ids than one statement holds
+/// (SQLite's 128) are read too.
+pub async fn instances_by_id_reads_many_at_once(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let batch: Vec<Commit> = (1..=300).map(|n| commit(id(n), None, dep)).collect();
+    ensure!(s
+        .commit(batch)
+        .await?
+        .iter()
+        .all(|o| matches!(o, CommitOutcome::Applied { .. })));
+    let mut step = commit(id(7), Some(1), dep);
+    step.state.snapshot = vec![7; 40];
+    step.state.status = InstanceStatus::Failed;
+    step.state.failure_code = Some("X".to_owned());
+    ensure!(commit_one(s, step).await? == CommitOutcome::Applied { fence: 2 });
+    ensure!(s.instances_by_id(&[]).await?.is_empty());
+    let mut asked: Vec<InstanceId> = (1..=300).rev().map(id).collect();
+    asked.push(id(7));
+    asked.push(id(999));
+    let mut got = s.instances_by_id(&asked).await?;
+    got.sort_by_key(|r| r.id);
+    ensure!(got.len() == 300, "{} records", got.len());
+    for record in &got {
+        let one = s.instance(record.id).await?;
+        ensure!(
+            one.as_ref() == Some(record),
+            "{} differs from instance()",
+            record.id
+        );
+    }
+    let seven = got
+        .iter()
+        .find(|r| r.id == id(7))
+        .ok_or_else(|| anyhow!("id 7"))?;
+    ensure!(seven.fence == 2 && seven.status == InstanceStatus::Failed);
+    ensure!(ctx.second.instances_by_id(&[id(999), id(3)]).await?.len() == 1);
     Ok(())
 }
 

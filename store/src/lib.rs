@@ -819,6 +819,22 @@ pub trait Store: Send + Sync + 'static {
     async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>>;
 
     async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>>;
+
+    /// The stored instances among `ids`, each once, in no particular order; an id with
+    /// no instance is left out. One read for many (a lane reads the claims of a round's
+    /// instances so); the default reads them one by one.
+    async fn instances_by_id(&self, ids: &[InstanceId]) -> StoreResult<Vec<InstanceRecord>> {
+        let mut out = Vec::with_capacity(ids.len());
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
+        for &id in ids {
+            if seen.insert(id) {
+                if let Some(record) = self.instance(id).await? {
+                    out.push(record);
+                }
+            }
+        }
+        Ok(out)
+    }
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>>;
 
     /// Leases up to `limit` timers with `due_at_ms <= now_ms` whose lease is free or has
