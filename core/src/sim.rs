@@ -686,6 +686,7 @@ pub fn steps_with<'a>(
         undelivered: BTreeMap::new(),
         tries: BTreeMap::new(),
         tried: Vec::new(),
+        failing_rows: BTreeMap::new(),
     };
     for (i, e) in scenario.events.iter().enumerate() {
         let due = Due {
@@ -831,6 +832,10 @@ struct Sim<'a> {
     tries: BTreeMap<(i64, u64), DeliveryTry>,
     /// Failed tries already made, waiting for the step they are shown with.
     tried: Vec<DeliveryTry>,
+    /// Rows with scripted failures not yet delivered or poisoned, by key: their node and
+    /// the instant their tries end. The core emitting such a key again (a resume) finds
+    /// the row in place, as a store's emission of an existing key does nothing.
+    failing_rows: BTreeMap<String, (String, i64)>,
 }
 
 impl<'a> Sim<'a> {
@@ -1027,6 +1032,7 @@ impl<'a> Sim<'a> {
                     self.results.remove(&d);
                 }
                 self.tries.retain(|_, t| t.node != *node);
+                self.failing_rows.retain(|_, (n, _)| n != node);
             }
             Effect::OfferUserTask { node, .. } => {
                 self.user_tasks.insert(node.clone());
@@ -1062,6 +1068,13 @@ impl<'a> Sim<'a> {
             return;
         };
         let (call, attempt) = (id.call, id.attempt);
+        if self
+            .failing_rows
+            .get(key)
+            .is_some_and(|(_, until)| *until > now_ms)
+        {
+            return;
+        }
         let answer = self.answer(node, attempt);
         let curve = self
             .scenario
@@ -1088,6 +1101,8 @@ impl<'a> Sim<'a> {
                 poisoned: next.is_none(),
             };
             self.tries.insert((at, self.seq), failed);
+            self.failing_rows
+                .insert(key.to_owned(), (node.to_owned(), next.unwrap_or(at)));
             match next {
                 Some(next) => at = next,
                 None => {

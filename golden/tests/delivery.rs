@@ -444,3 +444,59 @@ fn the_documented_refusals_read_as_the_text_says() {
         ]
     );
 }
+
+/// A call waiting beside a task that fails the instance: the resume emits the live
+/// attempt's request again under its key, and — as a store ignores the emission of a key
+/// it holds — the row's failing tries go on as they were, once.
+#[test]
+fn a_resume_does_not_restart_the_tries_of_a_row_still_failing() {
+    const SPLIT: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:test">
+  <process id="split" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="fork"/>
+    <parallelGateway id="fork"/>
+    <sequenceFlow id="f2" sourceRef="fork" targetRef="charge"/>
+    <sequenceFlow id="f3" sourceRef="fork" targetRef="boom"/>
+    <serviceTask id="charge" q:channel="payments">
+      <extensionElements><q:timeout duration="PT30S"/></extensionElements>
+    </serviceTask>
+    <serviceTask id="boom" q:task="boom"/>
+    <sequenceFlow id="f4" sourceRef="charge" targetRef="join"/>
+    <sequenceFlow id="f5" sourceRef="boom" targetRef="join"/>
+    <parallelGateway id="join"/>
+    <sequenceFlow id="f6" sourceRef="join" targetRef="end"/>
+    <endEvent id="end"/>
+  </process>
+</definitions>"#;
+    let def = qflow_golden::load_model(SPLIT).unwrap();
+    let text = json!({
+        "instance": "i-6",
+        "tasks": { "boom": [{ "outcome": "fail", "code": "X", "after_ms": 100 }, { "outcome": "ok" }] },
+        "channels": { "charge": [ok(3, 0)] },
+        "events": [{ "event": "resume", "at_ms": 700 }]
+    })
+    .to_string();
+    let parsed = scenario::parse(&text, &def).unwrap();
+    let trace = qflow_golden::simulate(&def, &parsed).unwrap();
+    let resumed = trace
+        .steps
+        .iter()
+        .find(|s| matches!(s.input, Input::Resume { .. }))
+        .expect("the resume is taken");
+    let instants: Vec<i64> = tries(&trace).iter().map(|(_, t)| t.at_ms).collect();
+    assert_eq!(
+        instants,
+        [0, 500, 1500],
+        "resumed with {:?}",
+        resumed.effects
+    );
+    let answers = trace
+        .steps
+        .iter()
+        .filter(|s| matches!(s.input, Input::ChannelAnswered { .. }))
+        .count();
+    assert_eq!(answers, 1);
+    assert_eq!(trace.summary.status, "completed");
+}
