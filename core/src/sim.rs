@@ -565,8 +565,9 @@ pub fn validate_with(
     Ok(())
 }
 
-/// The problems of a scenario's delivery scripting, as (JSON path, message), in file
-/// order: a `delivery_fails` over [`DELIVERY_FAILS_MAX`], a curve for a channel no
+/// The problems of a scenario's delivery scripting, as (JSON path, message), the
+/// answers' first and then the curves', each by name: a `delivery_fails` over
+/// [`DELIVERY_FAILS_MAX`], a curve for a channel no
 /// channel-call task of the model (or of a target) names, a curve the configuration file
 /// would refuse. `qflow_golden::scenario` reports them all; [`validate`] the first.
 pub fn delivery_problems(
