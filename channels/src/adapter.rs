@@ -110,7 +110,8 @@ pub const RESPONSE_BYTES_MAX: usize = 1 << 20;
 /// any other 2xx is the answer, its body an [`Answer`] object (an empty body: no
 /// variables). Anything else — a status outside 2xx, a connection error, a timeout, an
 /// answer that is not an [`Answer`] — is a failed try. TLS is rustls with the web PKI's
-/// roots.
+/// roots, and any extra roots the channel is given ([`WebhookBuilder::trust`]): a server
+/// whose certificate chains to none of them fails the try at the handshake.
 pub struct Webhook {
     url: reqwest::Url,
     client: reqwest::Client,
@@ -118,7 +119,15 @@ pub struct Webhook {
     now_s: Arc<dyn Fn() -> i64 + Send + Sync>,
 }
 
+/// The default time a webhook has to open its connection.
+pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+
+/// Most root certificates one channel may be given to trust beside the web PKI's.
+pub const EXTRA_ROOTS_MAX: usize = 100;
+
 impl Webhook {
+    /// A webhook with a signing secret (or none) and the web PKI's roots only; the same
+    /// as [`Webhook::builder`] with each setting given.
     pub fn new(
         url: &str,
         connect_timeout: Duration,
@@ -126,24 +135,168 @@ impl Webhook {
         secret: Option<Secret>,
         now_s: Arc<dyn Fn() -> i64 + Send + Sync>,
     ) -> Result<Webhook, String> {
-        let url = reqwest::Url::parse(url).map_err(|e| format!("url: {e}"))?;
+        Webhook::builder(url)
+            .connect_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .secret(secret)
+            .clock(now_s)
+            .build()
+    }
+
+    /// Starts a webhook for `url` (`http://` or `https://`, checked by
+    /// [`WebhookBuilder::build`]).
+    pub fn builder(url: &str) -> WebhookBuilder {
+        WebhookBuilder {
+            url: url.to_owned(),
+            connect_timeout: Duration::from_millis(CONNECT_TIMEOUT_MS_DEFAULT),
+            response_timeout: Duration::from_millis(crate::RESPONSE_TIMEOUT_MS_DEFAULT),
+            secret: None,
+            now_s: Arc::new(system_now_s),
+            roots: None,
+        }
+    }
+}
+
+/// Unix seconds from the system clock: the default `webhook-timestamp`.
+fn system_now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The settings of a [`Webhook`], each with its default.
+pub struct WebhookBuilder {
+    url: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    secret: Option<Secret>,
+    now_s: Arc<dyn Fn() -> i64 + Send + Sync>,
+    roots: Option<ExtraRoots>,
+}
+
+impl WebhookBuilder {
+    /// How long opening the connection (and the TLS handshake's TCP part) may take.
+    /// Default 2,000 ms.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one delivery try may take, end to end. Default 10,000 ms
+    /// ([`crate::RESPONSE_TIMEOUT_MS_DEFAULT`]).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The key that signs every request (Standard Webhooks). Default: none, and requests
+    /// carry no `webhook-*` headers.
+    pub fn secret(mut self, secret: Option<Secret>) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    /// Where `webhook-timestamp` comes from, in Unix seconds. Default: the system clock.
+    pub fn clock(mut self, now_s: Arc<dyn Fn() -> i64 + Send + Sync>) -> Self {
+        self.now_s = now_s;
+        self
+    }
+
+    /// Also trust these root certificates — a private CA's — beside the web PKI's.
+    /// Default: none, only the web PKI's roots. Given twice, the second set replaces the
+    /// first.
+    pub fn trust(mut self, roots: ExtraRoots) -> Self {
+        self.roots = Some(roots);
+        self
+    }
+
+    /// The webhook; `Err` names what is wrong (`url: …`).
+    pub fn build(self) -> Result<Webhook, String> {
+        let url = reqwest::Url::parse(&self.url).map_err(|e| format!("url: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!("url: `{}` is not http or https", url.scheme()));
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .timeout(response_timeout)
+        let mut client = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .timeout(self.response_timeout)
             .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("qflow/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("qflow/", env!("CARGO_PKG_VERSION")));
+        for cert in self.roots.iter().flat_map(|r| r.0.iter()) {
+            client = client.add_root_certificate(cert.clone());
+        }
+        let client = client
             .build()
-            .map_err(|e| format!("the HTTP client: {e}"))?;
+            .map_err(|e| format!("the HTTP client: {}", innermost(&e)))?;
         Ok(Webhook {
             url,
             client,
-            secret,
-            now_s,
+            secret: self.secret,
+            now_s: self.now_s,
         })
     }
+}
+
+/// Root certificates a webhook trusts beside the web PKI's (`ca_file` in `qflow.toml`):
+/// read from PEM and checked once, when the channel is built, so that a bad file is an
+/// error at start rather than a failed delivery at the first request.
+#[derive(Clone)]
+pub struct ExtraRoots(Vec<reqwest::Certificate>);
+
+impl std::fmt::Debug for ExtraRoots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExtraRoots({} certificates)", self.0.len())
+    }
+}
+
+impl ExtraRoots {
+    /// Every `CERTIFICATE` block of `pem` (other blocks, such as a key, are skipped): at
+    /// least one and at most [`EXTRA_ROOTS_MAX`], each a certificate rustls takes as a
+    /// trust anchor.
+    pub fn from_pem(pem: &[u8]) -> Result<ExtraRoots, String> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| format!("is not PEM certificates: {}", innermost(&e)))?;
+        if certs.is_empty() {
+            return Err("holds no PEM `CERTIFICATE` block".to_owned());
+        }
+        if certs.len() > EXTRA_ROOTS_MAX {
+            return Err(format!(
+                "holds {} certificates; at most {EXTRA_ROOTS_MAX} are read",
+                certs.len()
+            ));
+        }
+        // rustls parses a root only when a client is built: build one now, so that a
+        // certificate it refuses is refused here, naming the file, not at the first try.
+        let mut probe = reqwest::Client::builder();
+        for cert in &certs {
+            probe = probe.add_root_certificate(cert.clone());
+        }
+        probe.build().map_err(|e| {
+            format!(
+                "holds a certificate rustls cannot take as a root: {}",
+                innermost(&e)
+            )
+        })?;
+        Ok(ExtraRoots(certs))
+    }
+
+    /// How many root certificates there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true for roots read by [`ExtraRoots::from_pem`].
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The innermost cause of an error: what reqwest's own wrapping hides.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last: &dyn std::error::Error = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
 }
 
 impl Adapter for Webhook {

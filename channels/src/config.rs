@@ -1,7 +1,8 @@
 //! Channels as the configuration file names them (`[channels.<name>]` in `qflow.toml`):
-//! the adapter, its URL and timeouts, the delivery curve, and where the signing secret
-//! comes from — an environment variable or a file, never the file itself, so that a
-//! configuration can be shown or logged without leaking it.
+//! the adapter, its URL and timeouts, the delivery curve, extra root certificates for a
+//! counterpart behind a private CA, and where the signing secret comes from — an
+//! environment variable or a file, never the file itself, so that a configuration can be
+//! shown or logged without leaking it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,9 +10,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::adapter::{ExtraRoots, CONNECT_TIMEOUT_MS_DEFAULT};
 use crate::curve::DeliveryCurve;
 use crate::signature::Secret;
 use crate::{Channel, Webhook, RESPONSE_TIMEOUT_MS_DEFAULT};
+
+/// The largest `ca_file` read: a bundle of a hundred certificates fits many times over.
+pub const CA_FILE_BYTES_MAX: u64 = 1 << 20;
 
 /// One `[channels.<name>]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -33,6 +38,11 @@ pub struct ChannelSettings {
     pub secret_env: Option<String>,
     /// The file holding the signing secret.
     pub secret_file: Option<PathBuf>,
+    /// A PEM file of root certificates to trust beside the web PKI's, for a counterpart
+    /// whose certificate a private CA issued; read at start. Only for an `https://` url.
+    /// Default: none.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
     #[serde(default)]
     pub delivery: DeliveryCurve,
 }
@@ -42,7 +52,7 @@ fn webhook() -> String {
 }
 
 fn connect_timeout_ms() -> u64 {
-    2_000
+    CONNECT_TIMEOUT_MS_DEFAULT
 }
 
 fn response_timeout_ms() -> u64 {
@@ -126,14 +136,22 @@ impl ChannelSettings {
             }
             (None, None) => None,
         };
-        let adapter = Webhook::new(
-            url,
-            Duration::from_millis(self.connect_timeout_ms),
-            Duration::from_millis(self.response_timeout_ms),
-            secret,
-            now_s,
-        )
-        .map_err(|m| err("url", m))?;
+        let mut webhook = Webhook::builder(url)
+            .connect_timeout(Duration::from_millis(self.connect_timeout_ms))
+            .response_timeout(Duration::from_millis(self.response_timeout_ms))
+            .secret(secret)
+            .clock(now_s);
+        if let Some(path) = &self.ca_file {
+            if !url.starts_with("https://") {
+                return Err(err(
+                    "ca_file",
+                    "extra root certificates are for an https:// url; this channel's is not"
+                        .to_owned(),
+                ));
+            }
+            webhook = webhook.trust(read_roots(path).map_err(|m| err("ca_file", m))?);
+        }
+        let adapter = webhook.build().map_err(|m| err("url", m))?;
         Ok(Channel {
             name: name.to_owned(),
             adapter: Arc::new(adapter),
@@ -141,6 +159,22 @@ impl ChannelSettings {
             response_timeout_ms: self.response_timeout_ms,
         })
     }
+}
+
+/// Reads and checks a `ca_file`; the message names the file.
+fn read_roots(path: &std::path::Path) -> Result<ExtraRoots, String> {
+    use std::io::Read;
+    let shown = path.display();
+    let mut pem = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(CA_FILE_BYTES_MAX + 1).read_to_end(&mut pem))
+        .map_err(|e| format!("`{shown}` cannot be read: {e}"))?;
+    if pem.len() as u64 > CA_FILE_BYTES_MAX {
+        return Err(format!(
+            "`{shown}` is longer than {CA_FILE_BYTES_MAX} bytes"
+        ));
+    }
+    ExtraRoots::from_pem(&pem).map_err(|m| format!("`{shown}` {m}"))
 }
 
 #[cfg(test)]
@@ -214,5 +248,62 @@ mod tests {
             assert!(!e.to_string().contains("MfKQ9r8"), "{e}");
         }
         assert!(toml::from_str::<ChannelSettings>("url = \"http://x\"\nsecrett = 1").is_err());
+    }
+
+    /// Builds `payments` with `ca_file` holding `pem` (`None`: a path that does not
+    /// exist) and `url`.
+    fn with_ca_file(url: &str, pem: Option<&str>) -> Result<Channel, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        if let Some(pem) = pem {
+            std::fs::write(&path, pem).unwrap();
+        }
+        let text = format!(
+            "url = \"{url}\"\nca_file = {:?}",
+            path.display().to_string()
+        );
+        build(&settings(&text))
+    }
+
+    #[test]
+    fn a_ca_file_of_a_generated_ca_builds() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&key).unwrap();
+        // A key beside the certificate is skipped, as in a combined PEM file.
+        let pem = format!("{}{}", key.serialize_pem(), ca.pem());
+        assert!(with_ca_file("https://pay.example/qflow", Some(&pem)).is_ok());
+        assert_eq!(ExtraRoots::from_pem(pem.as_bytes()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_bad_ca_file_is_refused_with_its_field_and_what_is_wrong() {
+        let not_der = "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n";
+        let not_base64 = "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n";
+        let cases = [
+            ("https://x", None, "cannot be read"),
+            (
+                "https://x",
+                Some("no certificate here\n"),
+                "holds no PEM `CERTIFICATE` block",
+            ),
+            ("https://x", Some(""), "holds no PEM `CERTIFICATE` block"),
+            ("https://x", Some(not_base64), "is not PEM certificates"),
+            (
+                "https://x",
+                Some(not_der),
+                "holds a certificate rustls cannot take as a root",
+            ),
+            ("http://x", Some(not_der), "for an https:// url"),
+        ];
+        for (url, pem, says) in cases {
+            let e = match with_ca_file(url, pem) {
+                Ok(_) => panic!("{pem:?} built"),
+                Err(e) => e,
+            };
+            assert_eq!(e.field, "channels.payments.ca_file", "{e}");
+            assert!(e.message.contains(says), "{pem:?}: {e}");
+        }
     }
 }

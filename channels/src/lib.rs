@@ -18,7 +18,10 @@ pub mod signature;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use adapter::{Adapter, Answer, BpmnError, DeliveryError, InProcess, Reply, Request, Webhook};
+pub use adapter::{
+    Adapter, Answer, BpmnError, DeliveryError, ExtraRoots, InProcess, Reply, Request, Webhook,
+    WebhookBuilder,
+};
 pub use config::{ChannelSettings, ConfigError};
 pub use curve::DeliveryCurve;
 pub use dispatcher::{DispatchStats, Dispatcher, DispatcherConfig};

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use qflow_core::sim::{Summary, TraceStep};
+use qflow_core::sim::{DeliveryTry, Summary, TraceStep};
 use qflow_core::{Attempt, Effect, Input};
 use qflow_golden::scenario;
 use qflow_loader::diag::Diagnostic;
@@ -146,6 +146,9 @@ struct TraceLine<'a> {
     node: Option<&'a str>,
     attempt: Option<Attempt>,
     effects: &'a [Effect],
+    /// The failed delivery tries of channel requests since the previous step.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    deliveries: &'a [DeliveryTry],
     snapshot_bytes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     snapshot: Option<String>,
@@ -159,6 +162,7 @@ fn trace_line(step: &TraceStep, with_bytes: bool) -> TraceLine<'_> {
         node: step.node.as_deref(),
         attempt: attempt_of(step),
         effects: &step.effects,
+        deliveries: &step.deliveries,
         snapshot_bytes: step.snapshot.len(),
         snapshot: with_bytes.then(|| hex_text(&step.snapshot)),
     }

@@ -685,3 +685,46 @@ fn a_migrate_event_moves_the_run_onto_the_target_given_on_the_command_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NAME=FILE"));
 }
+
+/// The golden case `channel_delivery_fails_then_answers` through the binary: the failed
+/// delivery tries are printed on the line of the step after them (instant, try number,
+/// next due), and a step without any prints no `deliveries` field.
+#[test]
+fn failed_delivery_tries_are_printed_with_the_step_after_them() {
+    let case = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../golden/cases/channel_delivery_fails_then_answers");
+    let model = std::fs::read_to_string(case.join("model.bpmn")).unwrap();
+    let scenario = std::fs::read_to_string(case.join("scenario.json")).unwrap();
+    let (lines, summary) = run_ok("delivery-fails", &model, &scenario);
+    assert_eq!(summary["status"], "completed");
+    assert!(lines[0].get("deliveries").is_none(), "{}", lines[0]);
+    assert_eq!(lines[1]["at_ms"], 4250);
+    assert_eq!(
+        lines[1]["deliveries"],
+        serde_json::json!([
+            { "at_ms": 0, "node": "charge", "key": "charge-df1/1/1", "try": 1, "next_due_ms": 1000 },
+            { "at_ms": 1000, "node": "charge", "key": "charge-df1/1/1", "try": 2, "next_due_ms": 4000 }
+        ])
+    );
+}
+
+#[test]
+fn a_bad_delivery_curve_is_refused_with_its_path() {
+    let case = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../golden/cases/channel_delivery_fails_then_answers");
+    let model = std::fs::read_to_string(case.join("model.bpmn")).unwrap();
+    let (status, stderr) = run_refused(
+        "delivery-curve-refused",
+        &model,
+        r#"{"delivery_curves": {"payments": {"ceiling": 0}, "paymnts": {}}}"#,
+    );
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: at delivery_curves.payments.ceiling: must be at least 1"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("error: at delivery_curves.paymnts: no channel-call task"),
+        "{stderr}"
+    );
+}

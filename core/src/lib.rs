@@ -27,8 +27,10 @@
 //! inputs and moves tokens; `gateway.rs` routes and joins; `scope.rs` handles
 //! sub-processes, BPMN errors, interruption and the instance's endings; `retry.rs`
 //! decides what a failed attempt means (E4–E8); `timers.rs` names, arms and resolves
-//! timers; `redrive.rs` re-emits in-flight attempts after a crash (C7a).
+//! timers; `redrive.rs` re-emits in-flight attempts after a crash (C7a); `delivery.rs`
+//! is a channel's delivery curve, the one arithmetic the dispatcher and the simulator share.
 
+pub mod delivery;
 pub mod error;
 pub mod handler;
 pub mod limits;

@@ -18,6 +18,7 @@ use qflow_loader::model::{Definition, NodeKind, TaskKind, Variables};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::delivery::{AfterFailure, DeliveryCurve};
 use crate::error::Error;
 use crate::handler::{call_input, run_handler, CallEnded, TaskContext, TaskOutcome};
 use crate::snapshot::{Snapshot, Status};
@@ -31,6 +32,9 @@ pub const STEPS_DEFAULT_MAX: u32 = 10_000;
 pub const STEPS_LIMIT: u32 = 1_000_000;
 /// The horizon when a scenario gives none: one day of virtual time after the start.
 pub const HORIZON_DEFAULT_MS: i64 = 86_400_000;
+/// Most failed delivery tries one scripted answer may ask for (`delivery_fails`): each is
+/// a line of the trace, and the curve's arithmetic is walked once per try.
+pub const DELIVERY_FAILS_MAX: u32 = 1_000;
 
 /// A scripted run of one instance.
 ///
@@ -62,8 +66,16 @@ pub struct Scenario {
     pub tasks: BTreeMap<String, Vec<Scripted>>,
     /// What the counterpart of each channel-call task does, by node id, one entry per
     /// attempt (the last repeats); a call without an entry is answered at once with no
-    /// variables. Requests are delivered the instant they are emitted.
+    /// variables. A request's first delivery try is the instant it is emitted; an
+    /// answer's `delivery_fails` makes that many tries fail first, along the channel's
+    /// curve in `delivery_curves`.
     pub channels: BTreeMap<String, Vec<ScriptedAnswer>>,
+    /// The outbox's delivery curve of each channel, by the name `q:channel` gives it — the
+    /// `[channels.<name>.delivery]` table of `qflow.toml`, with its defaults and checks. A
+    /// channel without one has the default curve (try for ever, from 500 ms doubling to a
+    /// minute).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub delivery_curves: BTreeMap<String, DeliveryCurve>,
     /// External events at fixed virtual instants, in any order.
     pub events: Vec<ScriptedEvent>,
     /// No event after this instant is processed. Default `start_at_ms` + one day.
@@ -111,18 +123,31 @@ pub enum Scripted {
 }
 
 /// What a channel call's counterpart (and the outbox) does with one attempt's request.
-/// `after_ms` counts from the request's emission.
+///
+/// `delivery_fails` (default 0) is how many delivery tries of the request fail before one
+/// reaches the counterpart: the tries follow the channel's [`DeliveryCurve`], the first
+/// at the request's emission, and `after_ms` counts from the try that delivers it. When
+/// the failures reach the curve's ceiling the row is poisoned at the last failed try
+/// (with a wake) and no answer follows. Without failures, `after_ms` counts from the
+/// emission, as it always did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 pub enum ScriptedAnswer {
     /// The counterpart answers with these variables (a late answer, after the attempt
     /// timed out, is judged `superseded` or `already_completed`).
-    Ok { outputs: Variables, after_ms: u64 },
+    Ok {
+        outputs: Variables,
+        after_ms: u64,
+        #[serde(skip_serializing_if = "is_zero")]
+        delivery_fails: u32,
+    },
     /// The counterpart answers with a BPMN error.
     BpmnError {
         code: String,
         message: String,
         after_ms: u64,
+        #[serde(skip_serializing_if = "is_zero")]
+        delivery_fails: u32,
     },
     /// The outbox gives up delivering after `after_ms`: the row is poisoned. With `wake`
     /// (the default) the engine is told at once; without, the wake is lost and only the
@@ -132,8 +157,27 @@ pub enum ScriptedAnswer {
         after_ms: u64,
         wake: bool,
     },
-    /// The counterpart never answers.
-    Never,
+    /// The counterpart never answers (once the request reaches it).
+    Never {
+        #[serde(skip_serializing_if = "is_zero")]
+        delivery_fails: u32,
+    },
+}
+
+impl ScriptedAnswer {
+    /// The delivery tries that fail before the request reaches the counterpart.
+    pub fn delivery_fails(&self) -> u32 {
+        match self {
+            ScriptedAnswer::Ok { delivery_fails, .. }
+            | ScriptedAnswer::BpmnError { delivery_fails, .. }
+            | ScriptedAnswer::Never { delivery_fails } => *delivery_fails,
+            ScriptedAnswer::Poison { .. } => 0,
+        }
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Something from outside the engine at a fixed virtual instant.
@@ -308,9 +352,36 @@ pub struct TraceStep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<Attempt>,
     pub effects: Vec<Effect>,
+    /// The failed delivery tries the outbox made since the previous step, at instants up
+    /// to this step's, in the order they were made (a try due at the same instant as the
+    /// step is made before it). Empty for every request delivered at its first try.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<DeliveryTry>,
     /// The persisted snapshot after the step, as lowercase hex.
     #[serde(serialize_with = "as_hex")]
     pub snapshot: Vec<u8>,
+}
+
+/// One failed delivery try of a channel request (a scripted `delivery_fails`): what the
+/// dispatcher records as a failed try in production.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveryTry {
+    /// The virtual instant of the try.
+    pub at_ms: i64,
+    /// The channel-call node whose request it is.
+    pub node: String,
+    /// The request's idempotency key (the attempt's).
+    pub key: String,
+    /// 1-based: the how-manieth try of this request.
+    #[serde(rename = "try")]
+    pub try_number: u32,
+    /// When the next try is due, along the channel's curve; absent when this try reached
+    /// the ceiling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_due_ms: Option<i64>,
+    /// This try reached the curve's ceiling: the row is poisoned now.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub poisoned: bool,
 }
 
 fn as_hex<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
@@ -415,6 +486,9 @@ pub fn validate_with(
             )));
         }
     }
+    if let Some((path, message)) = delivery_problems(def, scenario, targets).into_iter().next() {
+        return Err(Error::Scenario(format!("{path}: {message}")));
+    }
     for (i, e) in scenario.events.iter().enumerate() {
         if let ScriptedEvent::Channel { input, .. } = e {
             let channel = matches!(
@@ -491,6 +565,57 @@ pub fn validate_with(
     Ok(())
 }
 
+/// The problems of a scenario's delivery scripting, as (JSON path, message), the
+/// answers' first and then the curves', each by name: a `delivery_fails` over
+/// [`DELIVERY_FAILS_MAX`], a curve for a channel no
+/// channel-call task of the model (or of a target) names, a curve the configuration file
+/// would refuse. `qflow_golden::scenario` reports them all; [`validate`] the first.
+pub fn delivery_problems(
+    def: &Definition,
+    scenario: &Scenario,
+    targets: &Targets,
+) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    for (node, list) in &scenario.channels {
+        for (i, answer) in list.iter().enumerate() {
+            let n = answer.delivery_fails();
+            if n > DELIVERY_FAILS_MAX {
+                problems.push((
+                    format!("channels.{node}[{i}].delivery_fails"),
+                    format!("{n} is over the limit of {DELIVERY_FAILS_MAX} failed tries"),
+                ));
+            }
+        }
+    }
+    let names_channel = |d: &Definition, name: &str| {
+        d.process.nodes.iter().any(|n| {
+            matches!(&n.kind, NodeKind::Task(t)
+                if matches!(&t.kind, TaskKind::Channel { name: c } if c == name))
+        })
+    };
+    for (name, curve) in &scenario.delivery_curves {
+        let path = format!("delivery_curves.{name}");
+        if !(names_channel(def, name) || targets.values().any(|t| names_channel(t, name))) {
+            problems.push((
+                path.clone(),
+                format!(
+                    "no channel-call task of process `{}` names the channel `{name}` \
+                     (q:channel=\"{name}\")",
+                    def.id
+                ),
+            ));
+        }
+        if let Err(message) = curve.validate() {
+            // The message starts with the field it is about: `ceiling: must be …`.
+            match message.split_once(": ") {
+                Some((field, rest)) => problems.push((format!("{path}.{field}"), rest.into())),
+                None => problems.push((path, message)),
+            }
+        }
+    }
+    problems
+}
+
 /// A scheduled delivery to the instance. Ordering: by instant, then task results (in
 /// the order their `RunTask` was emitted), then scripted events (in file order), then
 /// timers (by name).
@@ -559,6 +684,10 @@ pub fn steps_with<'a>(
         migrations: BTreeMap::new(),
         target: None,
         poisons: BTreeMap::new(),
+        undelivered: BTreeMap::new(),
+        tries: BTreeMap::new(),
+        tried: Vec::new(),
+        failing_rows: BTreeMap::new(),
     };
     for (i, e) in scenario.events.iter().enumerate() {
         let due = Due {
@@ -643,6 +772,7 @@ impl Steps<'_> {
                 Some((due, input)) => {
                     // A date timer in the past fires now: the clock never runs backwards.
                     self.now_ms = self.now_ms.max(due.at_ms);
+                    self.sim.make_tries(self.now_ms);
                     self.sim.take(&due);
                     let input = match (due.class, input) {
                         (1, Input::Migrate { mapping, .. }) => {
@@ -694,6 +824,19 @@ struct Sim<'a> {
     /// Scheduled poison wakes, by the node whose request they poison: a withdrawal
     /// deletes the row, and with it the poison to come.
     poisons: BTreeMap<Due, String>,
+    /// Scheduled answers to requests not delivered yet (`delivery_fails`): the node and
+    /// the instant of the try that delivers the request. A withdrawal before that instant
+    /// deletes the row, so the counterpart never gets the request and never answers.
+    undelivered: BTreeMap<Due, (String, i64)>,
+    /// Failed delivery tries still to come, by (instant, order made): a withdrawal
+    /// cancels those of its node.
+    tries: BTreeMap<(i64, u64), DeliveryTry>,
+    /// Failed tries already made, waiting for the step they are shown with.
+    tried: Vec<DeliveryTry>,
+    /// Rows with scripted failures not yet delivered or poisoned, by key: their node and
+    /// the instant their tries end. The core emitting such a key again (a resume) finds
+    /// the row in place, as a store's emission of an existing key does nothing.
+    failing_rows: BTreeMap<String, (String, i64)>,
 }
 
 impl<'a> Sim<'a> {
@@ -768,6 +911,18 @@ impl<'a> Sim<'a> {
         } else {
             self.results.remove(due);
             self.poisons.remove(due);
+            self.undelivered.remove(due);
+        }
+    }
+
+    /// Makes the failed delivery tries due by `at_ms` (inclusive: the outbox tries before
+    /// the step of the same instant), to be shown with the next step.
+    fn make_tries(&mut self, at_ms: i64) {
+        while let Some(entry) = self.tries.first_entry() {
+            if entry.key().0 > at_ms {
+                break;
+            }
+            self.tried.push(entry.remove());
         }
     }
 
@@ -795,6 +950,7 @@ impl<'a> Sim<'a> {
             node,
             attempt,
             effects: out.effects,
+            deliveries: std::mem::take(&mut self.tried),
             snapshot: self.bytes.clone(),
         })
     }
@@ -841,61 +997,15 @@ impl<'a> Sim<'a> {
                 }
             }
             Effect::SendRequest {
-                node, attempt, key, ..
+                node,
+                channel,
+                attempt,
+                key,
+                ..
             } => {
                 let seen = self.attempts.entry(node.clone()).or_default();
                 *seen = (*seen).max(attempt.get());
-                let Some(id) = crate::CallKey::parse(key) else {
-                    return;
-                };
-                let (call, attempt) = (id.call, id.attempt);
-                let answer = self.answer(node, attempt);
-                let (after_ms, input) = match answer {
-                    ScriptedAnswer::Never | ScriptedAnswer::Poison { wake: false, .. } => return,
-                    ScriptedAnswer::Ok { outputs, after_ms } => (
-                        after_ms,
-                        Input::ChannelAnswered {
-                            call,
-                            attempt,
-                            variables: outputs,
-                        },
-                    ),
-                    ScriptedAnswer::BpmnError {
-                        code,
-                        message,
-                        after_ms,
-                    } => (
-                        after_ms,
-                        Input::ChannelBpmnError {
-                            call,
-                            attempt,
-                            code,
-                            message,
-                            variables: Variables::new(),
-                        },
-                    ),
-                    ScriptedAnswer::Poison {
-                        message, after_ms, ..
-                    } => (
-                        after_ms,
-                        Input::ChannelPoisoned {
-                            call,
-                            attempt,
-                            message,
-                        },
-                    ),
-                };
-                self.seq += 1;
-                let due = Due {
-                    at_ms: now_ms.saturating_add(i64::try_from(after_ms).unwrap_or(i64::MAX)),
-                    class: 0,
-                    seq: self.seq,
-                    name: String::new(),
-                };
-                if matches!(input, Input::ChannelPoisoned { .. }) {
-                    self.poisons.insert(due.clone(), node.clone());
-                }
-                self.results.insert(due, input);
+                self.send_request(node, channel, key, now_ms);
             }
             Effect::WithdrawRequests { node } => {
                 // The rows are deleted: a poison still to come for them cannot happen.
@@ -910,6 +1020,20 @@ impl<'a> Sim<'a> {
                     self.poisons.remove(&d);
                     self.results.remove(&d);
                 }
+                // A request not delivered yet is never delivered: its remaining tries
+                // and the answer it would have had go with the row.
+                let undelivered: Vec<Due> = self
+                    .undelivered
+                    .iter()
+                    .filter(|(_, (n, delivered_at))| n == node && *delivered_at > now_ms)
+                    .map(|(d, _)| d.clone())
+                    .collect();
+                for d in undelivered {
+                    self.undelivered.remove(&d);
+                    self.results.remove(&d);
+                }
+                self.tries.retain(|_, t| t.node != *node);
+                self.failing_rows.retain(|_, (n, _)| n != node);
             }
             Effect::OfferUserTask { node, .. } => {
                 self.user_tasks.insert(node.clone());
@@ -937,6 +1061,126 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Carries out one `send_request` emitted at `now_ms`: the request's delivery tries
+    /// along its channel's curve (the scripted failures first), then what the counterpart
+    /// does once it has the request — or the poison, when the failures reach the ceiling.
+    fn send_request(&mut self, node: &str, channel: &str, key: &str, now_ms: i64) {
+        let Some(id) = crate::CallKey::parse(key) else {
+            return;
+        };
+        let (call, attempt) = (id.call, id.attempt);
+        if self
+            .failing_rows
+            .get(key)
+            .is_some_and(|(_, until)| *until > now_ms)
+        {
+            return;
+        }
+        let answer = self.answer(node, attempt);
+        let curve = self
+            .scenario
+            .delivery_curves
+            .get(channel)
+            .cloned()
+            .unwrap_or_default();
+        // Try k fails at `at`; the next is due along the curve, or the row is poisoned.
+        let mut at = now_ms;
+        for k in 1..=answer.delivery_fails() {
+            let next = match curve.after_failure(k) {
+                AfterFailure::RetryIn(ms) => {
+                    Some(at.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+                }
+                AfterFailure::Poison => None,
+            };
+            self.seq += 1;
+            let failed = DeliveryTry {
+                at_ms: at,
+                node: node.to_owned(),
+                key: key.to_owned(),
+                try_number: k,
+                next_due_ms: next,
+                poisoned: next.is_none(),
+            };
+            self.tries.insert((at, self.seq), failed);
+            self.failing_rows
+                .insert(key.to_owned(), (node.to_owned(), next.unwrap_or(at)));
+            match next {
+                Some(next) => at = next,
+                None => {
+                    let input = Input::ChannelPoisoned {
+                        call,
+                        attempt,
+                        message: format!("a scripted delivery failure (after {k} delivery tries)"),
+                    };
+                    let due = self.schedule(at, 0, input);
+                    self.poisons.insert(due, node.to_owned());
+                    return;
+                }
+            }
+        }
+        // `at` is now the instant of the try that reaches the counterpart.
+        let delivered_at = at;
+        let (after_ms, input) = match answer {
+            ScriptedAnswer::Never { .. } | ScriptedAnswer::Poison { wake: false, .. } => return,
+            ScriptedAnswer::Ok {
+                outputs, after_ms, ..
+            } => (
+                after_ms,
+                Input::ChannelAnswered {
+                    call,
+                    attempt,
+                    variables: outputs,
+                },
+            ),
+            ScriptedAnswer::BpmnError {
+                code,
+                message,
+                after_ms,
+                ..
+            } => (
+                after_ms,
+                Input::ChannelBpmnError {
+                    call,
+                    attempt,
+                    code,
+                    message,
+                    variables: Variables::new(),
+                },
+            ),
+            ScriptedAnswer::Poison {
+                message, after_ms, ..
+            } => {
+                let input = Input::ChannelPoisoned {
+                    call,
+                    attempt,
+                    message,
+                };
+                let due = self.schedule(delivered_at, after_ms, input);
+                self.poisons.insert(due, node.to_owned());
+                return;
+            }
+        };
+        let due = self.schedule(delivered_at, after_ms, input);
+        if delivered_at > now_ms {
+            self.undelivered
+                .insert(due, (node.to_owned(), delivered_at));
+        }
+    }
+
+    /// Schedules `input` `after_ms` after `from_ms`, after everything scheduled before it
+    /// for the same instant.
+    fn schedule(&mut self, from_ms: i64, after_ms: u64, input: Input) -> Due {
+        self.seq += 1;
+        let due = Due {
+            at_ms: from_ms.saturating_add(i64::try_from(after_ms).unwrap_or(i64::MAX)),
+            class: 0,
+            seq: self.seq,
+            name: String::new(),
+        };
+        self.results.insert(due.clone(), input);
+        due
+    }
+
     fn scripted(&self, node: &str, attempt: Attempt) -> Scripted {
         let list = self.scenario.tasks.get(node);
         let entry = list.and_then(|l| {
@@ -958,6 +1202,7 @@ impl<'a> Sim<'a> {
         entry.cloned().unwrap_or(ScriptedAnswer::Ok {
             outputs: Variables::new(),
             after_ms: 0,
+            delivery_fails: 0,
         })
     }
 

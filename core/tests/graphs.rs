@@ -177,6 +177,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
                 .map(|(i, s)| (format!("n{i}"), s))
                 .collect::<BTreeMap<_, _>>(),
             channels: BTreeMap::new(),
+            delivery_curves: BTreeMap::new(),
             events: users
                 .iter()
                 .zip(times)

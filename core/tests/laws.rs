@@ -107,6 +107,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 variables: Variables::from([("x".to_owned(), 0.into())]),
                 tasks: BTreeMap::from([("a".to_owned(), a), ("b".to_owned(), b)]),
                 channels: BTreeMap::new(),
+                delivery_curves: BTreeMap::new(),
                 events,
                 horizon_ms: Some(600_000),
                 max_steps: None,

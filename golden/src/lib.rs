@@ -258,7 +258,7 @@ pub fn readable(run: &Trace) -> serde_json::Value {
         .steps
         .iter()
         .map(|step| {
-            serde_json::json!({
+            let mut line = serde_json::json!({
                 "seq": step.seq,
                 "at_ms": step.at_ms,
                 "input": step.input,
@@ -267,7 +267,13 @@ pub fn readable(run: &Trace) -> serde_json::Value {
                 "effects": step.effects,
                 "snapshot_bytes": step.snapshot.len(),
                 "snapshot": view::decode(&step.snapshot),
-            })
+            });
+            // Only steps after failed delivery tries show them, so the views of every
+            // case without `delivery_fails` keep their text.
+            if !step.deliveries.is_empty() {
+                line["deliveries"] = serde_json::json!(step.deliveries);
+            }
+            line
         })
         .collect();
     serde_json::json!({ "steps": steps, "summary": run.summary })

@@ -183,6 +183,9 @@ pub fn validate_with(
             );
         }
     }
+    for (path, message) in qflow_core::sim::delivery_problems(definition, s, targets) {
+        problem(path, message);
+    }
     if s.events.len() > EVENTS_MAX {
         problem("events".into(), format!("at most {EVENTS_MAX} events"));
     }

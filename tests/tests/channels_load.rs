@@ -244,6 +244,7 @@ fn payments(url: &str) -> Channels {
         response_timeout_ms: 10_000,
         secret_env: Some("QFLOW_LOAD_SECRET".to_owned()),
         secret_file: None,
+        ca_file: None,
         delivery: DeliveryCurve {
             initial_ms: 20,
             multiplier_milli: 2_000,

@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
 use super::{default_instance, Scenario, Scripted, ScriptedAnswer, ScriptedEvent};
+use crate::delivery::DeliveryCurve;
 use crate::{Budget, TimerName};
 
 const SCENARIO_FIELDS: &[&str] = &[
@@ -34,6 +35,7 @@ const SCENARIO_FIELDS: &[&str] = &[
     "variables",
     "tasks",
     "channels",
+    "delivery_curves",
     "events",
     "horizon_ms",
     "max_steps",
@@ -61,6 +63,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
             variables: Variables::new(),
             tasks: BTreeMap::new(),
             channels: BTreeMap::new(),
+            delivery_curves: BTreeMap::new(),
             events: Vec::new(),
             horizon_ms: None,
             max_steps: None,
@@ -73,6 +76,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
                 "variables" => s.variables = map.next_value_seed(Object)?,
                 "tasks" => s.tasks = map.next_value_seed(Tasks)?,
                 "channels" => s.channels = map.next_value_seed(Channels)?,
+                "delivery_curves" => s.delivery_curves = map.next_value_seed(Curves)?,
                 "events" => s.events = map.next_value()?,
                 "horizon_ms" => s.horizon_ms = map.next_value()?,
                 "max_steps" => s.max_steps = map.next_value()?,
@@ -140,6 +144,73 @@ impl<'de> Visitor<'de> for Channels {
             channels.insert(node, answers);
         }
         Ok(channels)
+    }
+}
+
+/// `delivery_curves`: channel name → curve, one channel at most once.
+struct Curves;
+
+impl<'de> DeserializeSeed<'de> for Curves {
+    type Value = BTreeMap<String, DeliveryCurve>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Curves {
+    type Value = BTreeMap<String, DeliveryCurve>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of channel name → delivery curve")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut curves = BTreeMap::new();
+        loop {
+            let name = map.next_key_seed(FreshKey(&|k| curves.contains_key(k)))?;
+            let Some(name) = name else { break };
+            let curve = map.next_value_seed(Curve)?;
+            curves.insert(name, curve);
+        }
+        Ok(curves)
+    }
+}
+
+/// One delivery curve: the fields of `[channels.<name>.delivery]`, each defaulted as
+/// there (`DeliveryCurve::default`); `ceiling` may be `null` (no ceiling).
+struct Curve;
+
+const CURVE_FIELDS: &[&str] = &["initial_ms", "multiplier_milli", "max_ms", "ceiling"];
+
+impl<'de> DeserializeSeed<'de> for Curve {
+    type Value = DeliveryCurve;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<DeliveryCurve, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Curve {
+    type Value = DeliveryCurve;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a delivery curve object (`{\"initial_ms\": 500, \"ceiling\": 8}`)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DeliveryCurve, A::Error> {
+        let mut curve = DeliveryCurve::default();
+        let mut seen = Vec::new();
+        while let Some(field) = map.next_key_seed(Field::of(CURVE_FIELDS, &mut seen))? {
+            match field {
+                "initial_ms" => curve.initial_ms = map.next_value()?,
+                "multiplier_milli" => curve.multiplier_milli = map.next_value()?,
+                "max_ms" => curve.max_ms = map.next_value()?,
+                "ceiling" => curve.ceiling = map.next_value()?,
+                _ => unreachable!("Field only yields names from CURVE_FIELDS"),
+            }
+        }
+        Ok(curve)
     }
 }
 
@@ -443,23 +514,33 @@ impl<'de> Visitor<'de> for ScriptedVisitor {
 // ScriptedAnswer: `{"answer": ..., fields}`.
 
 const ANSWER: &str = "answer";
-const ANSWER_FIELDS: &[&str] = &["answer", "outputs", "after_ms", "code", "message", "wake"];
+const ANSWER_FIELDS: &[&str] = &[
+    "answer",
+    "outputs",
+    "after_ms",
+    "code",
+    "message",
+    "wake",
+    "delivery_fails",
+];
 const ANSWERS: &[Kind] = &[
     Kind {
         name: "ok",
-        fields: &["outputs", "after_ms"],
+        fields: &["outputs", "after_ms", "delivery_fails"],
     },
     Kind {
         name: "bpmn_error",
-        fields: &["code", "message", "after_ms"],
+        fields: &["code", "message", "after_ms", "delivery_fails"],
     },
+    // A poison is the outbox giving up by itself: it takes no scripted failures (a
+    // ceiling reached by `delivery_fails` poisons the row the same way).
     Kind {
         name: "poison",
         fields: &["message", "after_ms", "wake"],
     },
     Kind {
         name: "never",
-        fields: &[],
+        fields: &["delivery_fails"],
     },
 ];
 
@@ -485,6 +566,7 @@ impl<'de> Visitor<'de> for AnswerVisitor {
         let mut code = None;
         let mut message = None;
         let mut wake = None;
+        let mut delivery_fails = None;
         let mut seen = Vec::new();
         loop {
             let field = Field::tagged(ANSWER, ANSWER_FIELDS, ANSWERS, kind, &mut seen);
@@ -504,28 +586,32 @@ impl<'de> Visitor<'de> for AnswerVisitor {
                 "code" => code = Some(map.next_value::<String>()?),
                 "message" => message = Some(map.next_value::<String>()?),
                 "wake" => wake = Some(map.next_value::<bool>()?),
+                "delivery_fails" => delivery_fails = Some(map.next_value::<u32>()?),
                 _ => unreachable!("Field only yields names from ANSWER_FIELDS"),
             }
         }
         let kind = kind.ok_or_else(|| de::Error::missing_field(ANSWER))?;
         let after_ms = after_ms.unwrap_or(0);
         let message = message.unwrap_or_default();
+        let delivery_fails = delivery_fails.unwrap_or(0);
         Ok(match ANSWERS[kind].name {
             "ok" => ScriptedAnswer::Ok {
                 outputs: outputs.unwrap_or_default(),
                 after_ms,
+                delivery_fails,
             },
             "bpmn_error" => ScriptedAnswer::BpmnError {
                 code: code.ok_or_else(|| de::Error::missing_field("code"))?,
                 message,
                 after_ms,
+                delivery_fails,
             },
             "poison" => ScriptedAnswer::Poison {
                 message,
                 after_ms,
                 wake: wake.unwrap_or(true),
             },
-            _ => ScriptedAnswer::Never,
+            _ => ScriptedAnswer::Never { delivery_fails },
         })
     }
 }

@@ -147,6 +147,7 @@ fn webhook(name: &str, url: &str) -> anyhow::Result<Channels> {
         response_timeout_ms: 1_000,
         secret_env: Some("QFLOW_HOST_CHANNEL_SECRET".to_owned()),
         secret_file: None,
+        ca_file: None,
         delivery: DeliveryCurve {
             initial_ms: 50,
             multiplier_milli: 2_000,
