@@ -14,6 +14,7 @@ use qflow_loader::model::{
     Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind,
     Process, Task, TaskKind, ThrowTrigger, TimerDef, Variables,
 };
+use qflow_loader::Expression;
 use serde_json::Value as Json;
 
 use super::timers::{TimerKind, TimerName};
@@ -753,6 +754,7 @@ impl<'a> Run<'a> {
     pub(super) fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {
         match &task.kind {
             TaskKind::PassThrough => self.leave(idx),
+            TaskKind::Script { expression, result } => self.run_script(idx, expression, result),
             TaskKind::Registered { .. } => {
                 self.add_token(idx);
                 self.arm_boundaries(idx);
@@ -784,6 +786,27 @@ impl<'a> Run<'a> {
             }
             TaskKind::Send { .. } => self.unsupported(idx, "send task"),
         }
+    }
+
+    /// A script task: its expression over the instance variables, the value written to
+    /// `result` (within the variable limits), and on. No token waits here, so nothing of
+    /// the script is in the snapshot but its result. An expression that does not
+    /// evaluate, or a value over the limits, fails the instance at the task.
+    fn run_script(&mut self, idx: NodeIdx, expression: &Expression, result: &str) {
+        let value = match expression.eval(&self.snap.vars) {
+            Ok(v) => v,
+            Err(e) => {
+                let message = format!("the script of `{}`: {e}", self.id(idx));
+                return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+            }
+        };
+        let one = Variables::from([(result.to_owned(), value)]);
+        if let Err(why) = crate::limits::check_variables(&one) {
+            let message = format!("the script of `{}` gives `{result}`: {why}", self.id(idx));
+            return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+        }
+        self.snap.vars.extend(one);
+        self.leave(idx);
     }
 
     /// Emits the `RunTask` of `attempt` and opens its timeout window.

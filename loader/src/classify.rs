@@ -34,7 +34,7 @@ fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
                 }
                 TaskKind::User { .. } => out.push("user task (waits for the API)"),
                 TaskKind::Send { .. } => out.push("send task (outbox)"),
-                TaskKind::Registered { .. } | TaskKind::PassThrough => {}
+                TaskKind::Registered { .. } | TaskKind::PassThrough | TaskKind::Script { .. } => {}
             }
             if t.retry.is_some() {
                 out.push("q:retry");

@@ -291,6 +291,15 @@ pub enum TaskKind {
     User { assignment: Box<Assignment> },
     /// Abstract `task` and `manualTask`: pass straight through.
     PassThrough,
+    /// `scriptTask` whose script is a CEL expression (`q:script`, or `zeebe:script` in
+    /// the FEEL subset translated to CEL): evaluated over the instance variables when a
+    /// token enters, its value written to `result`, and the token moves on in the same
+    /// step. An expression that does not evaluate fails the instance
+    /// (`EXPRESSION_FAILED`) at the task.
+    Script {
+        expression: Expression,
+        result: String,
+    },
     /// `sendTask`: emits a message and continues.
     Send { message: Option<String> },
     /// `receiveTask`: waits for a message with this name. Without a `messageRef` it is a

@@ -179,8 +179,109 @@ fn q102_message_catch_without_message_ref() {
 }
 
 #[test]
-fn q103_script_task() {
-    refused(&around(r#"¶<scriptTask id="t"/>"#), "Q103");
+fn q103_script_task_in_a_foreign_language() {
+    let d = refused(
+        &around(
+            r#"<scriptTask id="t" scriptFormat="groovy">¶<script>total = price * qty</script></scriptTask>"#,
+        ),
+        "Q103",
+    );
+    assert!(d.message.contains("`groovy` script"), "{}", d.message);
+    assert!(d.help.unwrap().contains("q:script"));
+    // A CEL script beside a foreign one is still refused: the <script> would be ignored.
+    refused(
+        &around(
+            r#"¶<scriptTask id="t" scriptFormat="javascript"><extensionElements><q:script expression="1" resultVariable="x"/></extensionElements></scriptTask>"#,
+        ),
+        "Q103",
+    );
+    refused(
+        &around(r#"¶<scriptTask id="t" camunda:resource="deployment://total.groovy"/>"#),
+        "Q103",
+    );
+}
+
+#[test]
+fn q102_script_task_without_a_script() {
+    refused(&around(r#"¶<scriptTask id="t"/>"#), "Q102");
+    refused(
+        &around(
+            r#"<scriptTask id="t"><extensionElements>¶<q:script expression="1"/></extensionElements></scriptTask>"#,
+        ),
+        "Q102",
+    );
+    refused(
+        &around(
+            r#"<scriptTask id="t"><extensionElements>¶<q:script resultVariable="x"/></extensionElements></scriptTask>"#,
+        ),
+        "Q102",
+    );
+}
+
+#[test]
+fn script_task_refusals_name_the_field() {
+    refused(
+        &around(
+            r#"<scriptTask id="t"><extensionElements><q:script expression="1" ¶resultVariable="a-b"/></extensionElements></scriptTask>"#,
+        ),
+        "Q208",
+    );
+    // A script on anything but a script task.
+    refused(
+        &around(
+            r#"<userTask id="t"><extensionElements>¶<q:script expression="1" resultVariable="x"/></extensionElements></userTask>"#,
+        ),
+        "Q307",
+    );
+    // Retries and timeouts mean nothing for a script: it is an evaluation, not an attempt.
+    refused(
+        &around(
+            r#"<scriptTask id="t"><extensionElements><q:script expression="1" resultVariable="x"/>¶<q:retry maxAttempts="3" initialInterval="PT1S"/></extensionElements></scriptTask>"#,
+        ),
+        "Q307",
+    );
+    refused(
+        &around(
+            r#"<scriptTask id="t"><extensionElements><q:script expression="1" resultVariable="x"/>¶<q:script expression="2" resultVariable="y"/></extensionElements></scriptTask>"#,
+        ),
+        "Q308",
+    );
+    // Zeebe's script is FEEL: `=` first, in the subset that maps onto CEL.
+    refused(
+        &around(
+            r#"<scriptTask id="t"><extensionElements><zeebe:script ¶expression="total" resultVariable="x"/></extensionElements></scriptTask>"#,
+        ),
+        "Q203",
+    );
+}
+
+#[test]
+fn script_tasks_load_from_cel_and_from_zeebe_feel() {
+    let l = loads(&around(
+        r#"<scriptTask id="t"><extensionElements><q:script expression="price * qty" resultVariable="total"/></extensionElements></scriptTask>"#,
+    ));
+    match &task(only(&l), "t").kind {
+        TaskKind::Script { expression, result } => {
+            assert_eq!(expression.source(), "price * qty");
+            assert_eq!(result, "total");
+        }
+        other => panic!("not a script task: {other:?}"),
+    }
+    let l = loads(&around(
+        r#"<scriptTask id="t"><extensionElements><zeebe:script expression="=order.total" resultVariable="total"/></extensionElements></scriptTask>"#,
+    ));
+    assert!(matches!(
+        &task(only(&l), "t").kind,
+        TaskKind::Script { result, .. } if result == "total"
+    ));
+    // Camunda 8 can also run a script task as a job: then it is a pull task.
+    let l = loads(&around(
+        r#"<scriptTask id="t"><extensionElements><zeebe:taskDefinition type="scripts"/></extensionElements></scriptTask>"#,
+    ));
+    assert!(matches!(
+        &task(only(&l), "t").kind,
+        TaskKind::Pull { topic, .. } if topic == "scripts"
+    ));
 }
 
 #[test]
@@ -1291,7 +1392,7 @@ fn every_diagnostic_is_collected_in_position_order() {
     let xml = process(
         r#"<startEvent id="start"/>
 <sequenceFlow id="f1" sourceRef="start" targetRef="a"/>
-<scriptTask id="a"/>
+<businessRuleTask id="a"/>
 <sequenceFlow id="f2" sourceRef="a" targetRef="b"/>
 <serviceTask id="b" q:channel="bank"/>
 <sequenceFlow id="f3" sourceRef="b" targetRef="end"/>

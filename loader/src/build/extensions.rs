@@ -23,6 +23,11 @@ pub(super) struct Extensions {
     pub(super) zeebe_attempted: bool,
     /// `q:respond="true"`, with its position.
     pub(super) respond: Option<Pos>,
+    /// `q:script` or `zeebe:script`: the expression (CEL, FEEL translated) and the
+    /// result variable, with the element's position.
+    pub(super) script: Option<(Expression, String, Pos)>,
+    /// A `q:script` or `zeebe:script` was present, valid or not.
+    pub(super) script_attempted: bool,
 }
 
 impl Extensions {
@@ -106,6 +111,10 @@ impl Extensions {
                     },
                 }
             }
+            "script" => {
+                check_q_attrs(pb, c, &["expression", "resultVariable"]);
+                self.read_script(pb, c, false);
+            }
             "input" | "output" => {
                 check_q_attrs(pb, c, &["target", "source"]);
                 if let Some(m) = parse_mapping(pb, c) {
@@ -120,8 +129,92 @@ impl Extensions {
                 "Q309",
                 c.pos,
                 format!("unknown element q:{other}"),
-                "the q: elements are retry, timeout, input and output",
+                "the q: elements are retry, timeout, input, output and script",
             ),
+        }
+    }
+}
+
+impl Extensions {
+    /// A script task's script: `<q:script expression="CEL" resultVariable="x"/>`, or
+    /// Zeebe's `<zeebe:script expression="=FEEL" resultVariable="x"/>` (`feel`), whose
+    /// FEEL must be in the subset that maps onto CEL.
+    pub(super) fn read_script(&mut self, pb: &mut ProcessBuilder<'_, '_>, c: &Element, feel: bool) {
+        let what = if feel { "zeebe:script" } else { "q:script" };
+        if self.script_attempted {
+            pb.help(
+                "Q308",
+                c.pos,
+                format!("{what}: the task has two scripts"),
+                "keep one q:script or zeebe:script",
+            );
+            return;
+        }
+        self.script_attempted = true;
+        let result = match c.attr("resultVariable") {
+            Some(a) if is_identifier(a.value.trim()) => a.value.trim().to_string(),
+            Some(a) => {
+                pb.help(
+                    "Q208",
+                    a.pos,
+                    format!("{what} resultVariable `{}` is not a variable name", a.value),
+                    "use letters, digits and _ (not starting with a digit)",
+                );
+                return;
+            }
+            None => {
+                pb.help(
+                    "Q102",
+                    c.pos,
+                    format!("{what} has no resultVariable"),
+                    "name the variable the script's value goes to: resultVariable=\"total\"",
+                );
+                return;
+            }
+        };
+        let Some(src) = c.attr("expression") else {
+            pb.help(
+                "Q102",
+                c.pos,
+                format!("{what} has no expression"),
+                if feel {
+                    "add expression=\"=<FEEL expression>\""
+                } else {
+                    "add expression=\"<CEL expression>\""
+                },
+            );
+            return;
+        };
+        let pos = value_pos(src, "expression".len());
+        let text = src.value.trim();
+        let cel = if feel {
+            let Some(body) = text.strip_prefix('=') else {
+                pb.help(
+                    "Q203",
+                    src.pos,
+                    format!("zeebe:script expression `{text}` is not a FEEL expression (it does not start with `=`)"),
+                    "write expression=\"=<FEEL expression>\", or use q:script with CEL",
+                );
+                return;
+            };
+            match crate::feel::feel_to_cel(body) {
+                Ok(cel) => cel,
+                Err(why) => {
+                    pb.help(
+                        "Q203",
+                        src.pos,
+                        format!("FEEL script `{text}`: {why}"),
+                        "keep to the FEEL subset qflow translates, or write the script in CEL with q:script",
+                    );
+                    return;
+                }
+            }
+        } else {
+            text.to_string()
+        };
+        match Expression::compile(&cel, pos, pb.ctx.opts.max_expr_len) {
+            Ok(expression) => self.script = Some((expression, result, c.pos)),
+            Err(e) => pb.help(e.code, e.pos, e.message, "fix the script's expression"),
         }
     }
 }

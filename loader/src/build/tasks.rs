@@ -10,9 +10,10 @@ use super::ProcessBuilder;
 
 impl<'a, 'd> ProcessBuilder<'a, 'd> {
     pub(super) fn task(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
-        let ext = Extensions::read(self, el);
+        let mut ext = Extensions::read(self, el);
         let kind = match el.local.as_str() {
             "serviceTask" => self.service_kind(el, &ext)?,
+            "scriptTask" => self.script_kind(el, &mut ext)?,
             other => {
                 for a in ["task", "channel", "topic"] {
                     if let Some(attr) = el.attr_ns(Ns::Q, a) {
@@ -45,6 +46,17 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 }
             }
         };
+        if let (Some((_, _, pos)), false) = (&ext.script, matches!(kind, TaskKind::Script { .. })) {
+            self.help(
+                "Q307",
+                *pos,
+                format!(
+                    "a script is only allowed on a scriptTask, not on <{}>",
+                    el.local
+                ),
+                "move the script to a scriptTask",
+            );
+        }
         let retry = ext.retry.and_then(|(policy, pos)| {
             let allowed = match &kind {
                 TaskKind::Registered { .. } | TaskKind::Channel { .. } => true,
@@ -86,7 +98,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             }
         });
         let respond = ext.respond.is_some_and(|pos| match &kind {
-            TaskKind::PassThrough | TaskKind::Send { .. } => {
+            TaskKind::PassThrough | TaskKind::Send { .. } | TaskKind::Script { .. } => {
                 self.help(
                     "Q311",
                     pos,
@@ -109,6 +121,43 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             outputs: ext.outputs,
             respond,
         }))
+    }
+
+    /// A script task runs when its script is CEL (`q:script`, or `zeebe:script` in the
+    /// FEEL subset); a script in any other language (`scriptFormat` with a `<script>` body
+    /// or `camunda:resource`) is foreign code and refused.
+    fn script_kind(&mut self, el: &'a Element, ext: &mut Extensions) -> Option<TaskKind> {
+        let format = el.attr("scriptFormat").map(|a| a.value.trim());
+        let body = el.child(Ns::Bpmn, "script");
+        let resource = el.attr_ns(Ns::Camunda, "resource");
+        if format.is_some() || body.is_some() || resource.is_some() {
+            let what = format.map_or_else(|| "a script".to_owned(), |f| format!("a `{f}` script"));
+            let at = body.map_or(el.pos, |b| b.pos);
+            self.help(
+                "Q103",
+                at,
+                format!("<scriptTask> with {what}: qflow runs no foreign code"),
+                "write the script as a CEL expression: <extensionElements><q:script expression=\"…\" resultVariable=\"…\"/></extensionElements>, and remove scriptFormat and <script>; or make it a serviceTask with q:task",
+            );
+            return None;
+        }
+        match ext.script.take() {
+            Some((expression, result, _)) => Some(TaskKind::Script { expression, result }),
+            // Camunda 8 also runs a script task as a job (`zeebe:taskDefinition`): a pull
+            // task, as on a service task.
+            None if ext.zeebe_job.is_some() => ext.zeebe_job.take().map(|(kind, _)| kind),
+            None => {
+                if !ext.script_attempted && !ext.zeebe_attempted {
+                    self.help(
+                        "Q102",
+                        el.pos,
+                        "<scriptTask> has no script",
+                        "add <extensionElements><q:script expression=\"<CEL>\" resultVariable=\"<variable>\"/></extensionElements>",
+                    );
+                }
+                None
+            }
+        }
     }
 
     fn service_kind(&mut self, el: &'a Element, ext: &Extensions) -> Option<TaskKind> {
@@ -269,6 +318,7 @@ fn kind_name(k: &TaskKind) -> &'static str {
         TaskKind::Pull { .. } => "pull (q:topic)",
         TaskKind::User { .. } => "user",
         TaskKind::PassThrough => "pass-through",
+        TaskKind::Script { .. } => "script",
         TaskKind::Send { .. } => "send",
         TaskKind::Receive { .. } => "receive",
     }

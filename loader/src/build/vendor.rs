@@ -165,7 +165,6 @@ const ZEEBE_REFUSED: &[(&str, &str)] = &[
         "taskListeners",
         "listeners run code qflow does not have; remove them",
     ),
-    ("script", "qflow runs no scripts"),
     ("calledDecision", "qflow does not evaluate DMN"),
     ("loopCharacteristics", "multi-instance is not supported"),
 ];
@@ -191,6 +190,9 @@ impl Extensions {
     pub(super) fn read_zeebe(&mut self, pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
         if refuse_vendor_child(pb, c, "zeebe", ZEEBE_REFUSED) {
             return;
+        }
+        if c.local == "script" {
+            return self.read_script(pb, c, true);
         }
         if c.local == "taskDefinition" {
             let topic = c.value("type").map(str::trim).unwrap_or_default();
