@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use qflow_loader::model::{
     Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind,
-    Process, Task, TaskKind, ThrowTrigger, TimerDef, Variables,
+    Process, Task, TaskKind, ThrowTrigger, TimeKind, TimerDef, Variables,
 };
 use qflow_loader::Expression;
 use serde_json::Value as Json;
@@ -558,15 +558,30 @@ impl<'a> Run<'a> {
         };
         if b.interrupting {
             self.interrupt(b.attached_to);
-        } else if let BoundaryTrigger::Timer(TimerDef::Cycle {
-            repetitions,
-            interval,
-        }) = &b.trigger
+        } else if let BoundaryTrigger::Timer(
+            timer @ (TimerDef::Cycle { .. }
+            | TimerDef::Computed {
+                kind: TimeKind::Cycle,
+                ..
+            }),
+        ) = &b.trigger
         {
+            // A computed cycle is evaluated again for each repetition, over the variables
+            // as they are when it fires.
+            let (repetitions, interval) = match self.resolve_timer(timer) {
+                Ok(TimerDef::Cycle {
+                    repetitions,
+                    interval,
+                }) => (repetitions, interval),
+                Ok(_) => return,
+                Err(message) => {
+                    return self.fail(codes::EXPRESSION_FAILED, Some(boundary), None, message)
+                }
+            };
             let fired = self.snap.cycles.get(name.as_str()).copied().unwrap_or(0) + 1;
             if repetitions.is_none_or(|r| (fired as u64) < r as u64) {
                 self.snap.cycles.insert(name.as_str().to_owned(), fired);
-                let due = self.after(*interval);
+                let due = self.after(interval);
                 self.arm(name, due);
             } else {
                 self.snap.cycles.remove(name.as_str());
@@ -719,14 +734,18 @@ impl<'a> Run<'a> {
                 }
             }
             NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) => {
+                let Some(due) = self.due_at(idx, timer) else {
+                    return;
+                };
                 self.add_token(idx);
-                let due = self.due_at(timer);
                 self.arm(TimerName::new(TimerKind::Catch, &node.id), due);
             }
             NodeKind::IntermediateCatch(CatchTrigger::Message { .. }) => self.add_token(idx),
             NodeKind::SubProcess => {
                 self.add_token(idx);
-                self.arm_boundaries(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
                 let starts: Vec<NodeIdx> = self.p.start_events(Some(idx)).collect();
                 for s in starts {
                     self.queue.push_back((s, None));
@@ -736,15 +755,21 @@ impl<'a> Run<'a> {
                 // The token waits at the gateway; the events after it race. Their timers
                 // are armed now, named after the catch events.
                 self.add_token(idx);
+                let mut dues = Vec::new();
                 for f in &node.outgoing {
                     let target = self.p.flow(*f).target;
                     if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
                         &self.p.node(target).kind
                     {
-                        let due = self.due_at(timer);
-                        let name = TimerName::new(TimerKind::Catch, self.id(target));
-                        self.arm(name, due);
+                        let Some(due) = self.due_at(target, timer) else {
+                            return;
+                        };
+                        dues.push((target, due));
                     }
+                }
+                for (target, due) in dues {
+                    let name = TimerName::new(TimerKind::Catch, self.id(target));
+                    self.arm(name, due);
                 }
             }
             NodeKind::CallActivity { .. } => self.unsupported(idx, "call activity"),
@@ -757,30 +782,40 @@ impl<'a> Run<'a> {
             TaskKind::Script { expression, result } => self.run_script(idx, expression, result),
             TaskKind::Registered { .. } => {
                 self.add_token(idx);
-                self.arm_boundaries(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
                 self.snap.clear_retry_state(self.id(idx));
                 self.run_attempt(idx, Attempt::FIRST);
             }
             TaskKind::User { .. } => {
                 self.add_token(idx);
-                self.arm_boundaries(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
                 self.arm_timeout(idx, task);
                 self.user_tasks_entered.push(idx);
             }
             TaskKind::Receive { .. } => {
                 self.add_token(idx);
-                self.arm_boundaries(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
                 self.arm_timeout(idx, task);
             }
             TaskKind::Channel { .. } => {
                 self.add_token(idx);
-                self.arm_boundaries(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
                 self.snap.clear_retry_state(self.id(idx));
                 self.send_request(idx, Attempt::FIRST);
             }
             TaskKind::Pull { .. } => {
                 self.add_token(idx);
-                self.arm_boundaries(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
                 self.snap.clear_retry_state(self.id(idx));
                 self.offer_pull(idx, Attempt::FIRST);
             }

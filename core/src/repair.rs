@@ -83,7 +83,9 @@ impl Run<'_> {
         if !self.snap.tokens.iter().any(|t| t == node) {
             self.add_token(idx);
         }
-        self.arm_boundaries(idx);
+        if !self.arm_boundaries(idx) {
+            return;
+        }
         let next = self.snap.attempt_in_progress(node).next();
         self.snap.markers.remove(node);
         if budget == Budget::Reset {
@@ -112,7 +114,9 @@ impl Run<'_> {
     fn wait_again(&mut self, idx: NodeIdx) {
         match &self.p.node(idx).kind {
             NodeKind::Task(task) => {
-                self.arm_boundaries(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
                 match &task.kind {
                     TaskKind::Registered { .. } | TaskKind::Pull { .. } => {
                         let node = self.id(idx);
@@ -124,10 +128,13 @@ impl Run<'_> {
                     _ => self.arm_timeout(idx, task),
                 }
             }
-            NodeKind::SubProcess => self.arm_boundaries(idx),
+            NodeKind::SubProcess => {
+                let _armed = self.arm_boundaries(idx);
+            }
             NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) => {
-                let due = self.due_at(timer);
-                self.arm(TimerName::new(TimerKind::Catch, self.id(idx)), due);
+                if let Some(due) = self.due_at(idx, timer) {
+                    self.arm(TimerName::new(TimerKind::Catch, self.id(idx)), due);
+                }
             }
             NodeKind::EventBasedGateway => {
                 for f in &self.p.node(idx).outgoing {
@@ -135,7 +142,9 @@ impl Run<'_> {
                     if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
                         &self.p.node(target).kind
                     {
-                        let due = self.due_at(timer);
+                        let Some(due) = self.due_at(target, timer) else {
+                            return;
+                        };
                         self.arm(TimerName::new(TimerKind::Catch, self.id(target)), due);
                     }
                 }

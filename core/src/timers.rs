@@ -5,11 +5,12 @@
 //! event (the id is the boundary's), `c` an intermediate timer catch event. The node id
 //! follows the first colon verbatim, so ids containing colons round-trip.
 
-use qflow_loader::model::{BoundaryTrigger, DurationMs, NodeIdx, NodeKind, TimerDef};
+use qflow_loader::iso8601;
+use qflow_loader::model::{BoundaryTrigger, DurationMs, NodeIdx, NodeKind, TimeKind, TimerDef};
 use serde::{Deserialize, Serialize};
 
 use super::flow::Run;
-use super::Effect;
+use super::{codes, Effect};
 
 /// Which machinery a timer belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -198,24 +199,73 @@ impl Run<'_> {
             .saturating_add(i64::try_from(span.0).unwrap_or(i64::MAX))
     }
 
-    pub(super) fn due_at(&self, timer: &TimerDef) -> i64 {
-        match timer {
-            TimerDef::Duration(d) => self.after(*d),
-            TimerDef::Date { epoch_ms } => *epoch_ms,
-            TimerDef::Cycle { interval, .. } => self.after(*interval),
+    /// The timer's definition as it stands now: a computed one evaluated over the
+    /// instance variables and read as the ISO-8601 text of its kind.
+    pub(super) fn resolve_timer(&self, timer: &TimerDef) -> Result<TimerDef, String> {
+        let TimerDef::Computed { kind, expression } = timer else {
+            return Ok(timer.clone());
+        };
+        let source = expression.source();
+        let text = match expression.eval(&self.snap.vars) {
+            Ok(serde_json::Value::String(text)) => text,
+            Ok(other) => {
+                return Err(format!(
+                    "the timer expression `{source}` gave {other}, not ISO-8601 text"
+                ))
+            }
+            Err(e) => return Err(format!("the timer expression `{source}`: {e}")),
+        };
+        let read = match kind {
+            TimeKind::Duration => iso8601::parse_duration(&text).map(TimerDef::Duration),
+            TimeKind::Date => {
+                iso8601::parse_date_time(&text).map(|epoch_ms| TimerDef::Date { epoch_ms })
+            }
+            TimeKind::Cycle => {
+                iso8601::parse_cycle(&text).map(|(repetitions, interval)| TimerDef::Cycle {
+                    repetitions,
+                    interval,
+                })
+            }
+        };
+        read.map_err(|why| format!("the timer expression `{source}` gave `{text}`: {why}"))
+    }
+
+    /// When `timer`, armed now at node `at`, is due; `None` when a computed timer does
+    /// not evaluate, after failing the instance at `at` (`EXPRESSION_FAILED`).
+    pub(super) fn due_at(&mut self, at: NodeIdx, timer: &TimerDef) -> Option<i64> {
+        match self.resolve_timer(timer) {
+            Ok(TimerDef::Duration(d)) => Some(self.after(d)),
+            Ok(TimerDef::Date { epoch_ms }) => Some(epoch_ms),
+            Ok(TimerDef::Cycle { interval, .. }) => Some(self.after(interval)),
+            Ok(TimerDef::Computed { .. }) => None,
+            Err(message) => {
+                self.fail(codes::EXPRESSION_FAILED, Some(at), None, message);
+                None
+            }
         }
     }
 
-    pub(super) fn arm_boundaries(&mut self, host: NodeIdx) {
+    /// Arms the timer boundaries of `host`. All their dues are worked out first: if a
+    /// computed one does not evaluate, the instance has failed, nothing is armed, and the
+    /// caller must stop (`false`).
+    #[must_use]
+    pub(super) fn arm_boundaries(&mut self, host: NodeIdx) -> bool {
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(host).collect();
+        let mut dues = Vec::new();
         for b in boundaries {
             if let NodeKind::Boundary(bd) = &self.p.node(b).kind {
                 if let BoundaryTrigger::Timer(timer) = &bd.trigger {
-                    let due = self.due_at(timer);
-                    self.arm(TimerName::new(TimerKind::Boundary, self.id(b)), due);
+                    match self.due_at(b, timer) {
+                        Some(due) => dues.push((b, due)),
+                        None => return false,
+                    }
                 }
             }
         }
+        for (b, due) in dues {
+            self.arm(TimerName::new(TimerKind::Boundary, self.id(b)), due);
+        }
+        true
     }
 
     /// Arms (or re-arms) the timer `name` with a fresh incarnation.

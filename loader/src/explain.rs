@@ -17,7 +17,9 @@
 
 use serde::Serialize;
 
-use crate::model::{BoundaryTrigger, Definition, Jitter, NodeIdx, NodeKind, RetryPolicy, TimerDef};
+use crate::model::{
+    BoundaryTrigger, Definition, Jitter, NodeIdx, NodeKind, RetryPolicy, TimeKind, TimerDef,
+};
 
 /// The largest full-jitter factor `jitter_ppb` can return (it is `< 1e9`).
 pub const MAX_JITTER_PPB: u32 = 999_999_999;
@@ -151,6 +153,14 @@ fn timer_text(timer: &TimerDef) -> String {
             Some(n) => format!("every {}, {n} times", human_ms(interval.0)),
             None => format!("every {}", human_ms(interval.0)),
         },
+        TimerDef::Computed { kind, expression } => {
+            let what = match kind {
+                TimeKind::Duration => "after",
+                TimeKind::Date => "at",
+                TimeKind::Cycle => "every",
+            };
+            format!("{what} `{}`, computed when armed", expression.source())
+        }
     }
 }
 

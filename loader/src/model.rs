@@ -226,6 +226,23 @@ pub enum TimerDef {
         repetitions: Option<u32>,
         interval: DurationMs,
     },
+    /// A value computed when the timer is armed (Zeebe's `=…` FEEL, Camunda's `${…}`
+    /// JUEL, each in the subset that maps onto CEL): the expression, evaluated over the
+    /// instance variables, must give the ISO-8601 text of `kind` (`PT5M`,
+    /// `2026-03-01T09:00:00Z`, `R3/PT10M`); anything else fails the instance
+    /// (`EXPRESSION_FAILED`) at the timer.
+    Computed {
+        kind: TimeKind,
+        expression: Expression,
+    },
+}
+
+/// Which of the three a computed timer gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeKind {
+    Duration,
+    Date,
+    Cycle,
 }
 
 #[derive(Debug, Clone)]

@@ -2087,3 +2087,57 @@ fn escalation_boundary_on_an_escalation_without_code_is_q102() {
         "Q102",
     );
 }
+
+/// The timer of the catch event `w` in `start → w → end`.
+fn catch_timer(timer: &str) -> String {
+    process(&format!(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="w"/>
+<intermediateCatchEvent id="w"><timerEventDefinition>{timer}</timerEventDefinition></intermediateCatchEvent>
+<sequenceFlow id="f2" sourceRef="w" targetRef="end"/>
+<endEvent id="end"/>"#
+    ))
+}
+
+#[test]
+fn timers_computed_by_feel_or_juel_load_as_expressions() {
+    for (timer, kind, source) in [
+        (
+            "<timeDuration>=cooloff</timeDuration>",
+            TimeKind::Duration,
+            "cooloff",
+        ),
+        (
+            "<timeDate>${follow_up.at}</timeDate>",
+            TimeKind::Date,
+            "follow_up.at",
+        ),
+        (
+            "<timeCycle>=reminders</timeCycle>",
+            TimeKind::Cycle,
+            "reminders",
+        ),
+    ] {
+        let l = loads(&catch_timer(timer));
+        let d = only(&l);
+        match &d.process.node(d.process.find("w").unwrap()).kind {
+            NodeKind::IntermediateCatch(CatchTrigger::Timer(TimerDef::Computed {
+                kind: k,
+                expression,
+            })) => {
+                assert_eq!(*k, kind, "{timer}");
+                assert_eq!(expression.source(), source, "{timer}");
+            }
+            other => panic!("{timer}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn q203_timer_expression_beyond_the_subset() {
+    let d = refused(
+        &catch_timer(r#"<timeDuration>¶=duration("PT1H") * 2</timeDuration>"#),
+        "Q203",
+    );
+    assert!(d.message.contains("timer expression"), "{}", d.message);
+}

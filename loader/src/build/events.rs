@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::expr::Expression;
 use crate::iso8601;
 use crate::model::*;
 use crate::xml::{Attr, Element, Ns};
@@ -322,13 +323,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             return None;
         }
         if text.starts_with('=') || text.starts_with("${") || text.starts_with("#{") {
-            self.help(
-                "Q401",
-                p.text_pos,
-                format!("a timer computed by an expression (`{text}`) is not supported"),
-                "write a literal ISO-8601 value",
-            );
-            return None;
+            return self.computed_timer(p, text);
         }
         let res = match p.local.as_str() {
             "timeDuration" => iso8601::parse_duration(text)
@@ -353,6 +348,40 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     m,
                     "write an ISO-8601 value, e.g. PT30S, 2026-03-01T09:00:00Z or R3/PT10M",
                 );
+                None
+            }
+        }
+    }
+
+    /// A timer whose value an expression computes when it is armed: FEEL (`=…`) or JUEL
+    /// (`${…}`, `#{…}`) in the subset that maps onto CEL; beyond it, refused.
+    fn computed_timer(&mut self, p: &Element, text: &str) -> Option<TimerDef> {
+        let kind = match p.local.as_str() {
+            "timeDuration" => TimeKind::Duration,
+            "timeDate" => TimeKind::Date,
+            _ => TimeKind::Cycle,
+        };
+        let cel = if let Some(feel) = text.strip_prefix('=') {
+            crate::feel::feel_to_cel(feel)
+        } else {
+            crate::feel::juel_to_cel(text)
+        };
+        let cel = match cel {
+            Ok(cel) => cel,
+            Err(why) => {
+                self.help(
+                    "Q203",
+                    p.text_pos,
+                    format!("the timer expression `{text}`: {why}"),
+                    "keep to literals and variable paths (`=reminder`, `${reminder}`), or write a literal ISO-8601 value",
+                );
+                return None;
+            }
+        };
+        match Expression::compile(&cel, p.text_pos, self.ctx.opts.max_expr_len) {
+            Ok(expression) => Some(TimerDef::Computed { kind, expression }),
+            Err(e) => {
+                self.help(e.code, e.pos, e.message, "fix the timer expression");
                 None
             }
         }
