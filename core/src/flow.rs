@@ -17,6 +17,7 @@ use qflow_loader::model::{
 use qflow_loader::Expression;
 use serde_json::Value as Json;
 
+use super::path::{EventKind, PathEvent};
 use super::timers::{TimerKind, TimerName};
 use super::{codes, Attempt, AttemptOutcome, Effect, FailureKind, Input, Step};
 use crate::error::Error;
@@ -258,6 +259,9 @@ pub(super) struct Run<'a> {
     pub(super) user_tasks_entered: Vec<NodeIdx>,
     /// A migration's rows of the task list, by old ids: withdrawn unless offered again.
     pub(super) user_tasks_migrated: Option<Vec<String>>,
+    /// The path the step takes, when the caller asked for it (`path`); `None` on the
+    /// runtime's hot path, where recording costs a branch and allocates nothing.
+    pub(super) path: Option<Vec<PathEvent>>,
 }
 
 impl<'a> Run<'a> {
@@ -266,6 +270,7 @@ impl<'a> Run<'a> {
         instance: &'a str,
         snap: Snapshot,
         now_ms: i64,
+        trace: bool,
     ) -> Run<'a> {
         let snap_running = snap.status == Status::Running;
         let user_tasks_before = super::user_tasks::offered_user_tasks(def, &snap);
@@ -283,14 +288,17 @@ impl<'a> Run<'a> {
             user_tasks_before,
             user_tasks_entered: Vec::new(),
             user_tasks_migrated: None,
+            path: trace.then(Vec::new),
         }
     }
 
-    pub(super) fn finish(self) -> Step {
-        Step {
+    /// The step, and the path it took (empty unless recorded).
+    pub(super) fn finish(self) -> (Step, Vec<PathEvent>) {
+        let step = Step {
             snapshot: self.snap,
             effects: self.effects,
-        }
+        };
+        (step, self.path.unwrap_or_default())
     }
 
     /// Applies a non-stale input, then moves tokens until the instance waits again, and
@@ -372,10 +380,13 @@ impl<'a> Run<'a> {
                     // subscription opens again with the key evaluated afresh.
                     self.close_subscription(self.id(idx));
                     if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
+                        let on = Some((b.attached_to, b.interrupting));
+                        self.record_catch(EventKind::Message, idx, on, None, Some(&name));
                         self.message_boundary(idx, b.attached_to, b.interrupting, variables);
                     } else {
+                        self.record_catch(EventKind::Message, idx, None, None, Some(&name));
                         if let Some(gw) = gateway {
-                            self.end_race(gw);
+                            self.end_race(gw, idx);
                         }
                         self.complete_activity(idx, variables);
                     }
@@ -537,9 +548,11 @@ impl<'a> Run<'a> {
         match name.kind() {
             TimerKind::Catch => {
                 if self.remove_token(idx) {
+                    self.record_catch(EventKind::Timer, idx, None, None, Some(name.as_str()));
                     self.leave(idx);
                 } else if let Some(gw) = self.racing_gateway(idx) {
-                    self.end_race(gw);
+                    self.record_catch(EventKind::Timer, idx, None, None, Some(name.as_str()));
+                    self.end_race(gw, idx);
                     self.leave(idx);
                 }
             }
@@ -556,6 +569,8 @@ impl<'a> Run<'a> {
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
         };
+        let on = Some((b.attached_to, b.interrupting));
+        self.record_catch(EventKind::Timer, boundary, on, None, Some(name.as_str()));
         if b.interrupting {
             self.interrupt(b.attached_to);
         } else if let BoundaryTrigger::Timer(
@@ -689,6 +704,9 @@ impl<'a> Run<'a> {
 
     pub(super) fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
         let node = self.p.node(idx);
+        if let NodeKind::EndEvent(kind) = &node.kind {
+            self.record_end(idx, kind);
+        }
         match &node.kind {
             NodeKind::StartEvent | NodeKind::Boundary(_) => self.leave(idx),
             NodeKind::EndEvent(EndKind::None) => {}
@@ -699,23 +717,28 @@ impl<'a> Run<'a> {
                     .and_then(|id| self.def.errors.get(id))
                     .and_then(|e| e.code.clone());
                 let message = format!("error end event `{}`", node.id);
+                self.record_throw(EventKind::Error, idx, code.as_deref(), None);
                 self.propagate_error(idx, node.scope, code, message, codes::UNCAUGHT_BPMN_ERROR);
             }
             // The token ends here whether or not a boundary caught the escalation.
             NodeKind::EndEvent(EndKind::Escalation { code }) => {
-                self.escalate(node.scope, code.as_deref());
+                self.escalate(idx, node.scope, code.as_deref());
             }
             NodeKind::IntermediateThrow(ThrowTrigger::Escalation { code }) => {
-                if self.escalate(node.scope, code.as_deref()) {
+                if self.escalate(idx, node.scope, code.as_deref()) {
                     self.leave(idx);
                 }
             }
             // The token moves to the link's catch in this same step: no wait, nothing
             // written but where the token goes next.
-            NodeKind::IntermediateThrow(ThrowTrigger::Link { target, .. }) => {
+            NodeKind::IntermediateThrow(ThrowTrigger::Link { target, name }) => {
+                self.record_throw(EventKind::Link, idx, None, Some(name));
                 self.queue.push_back((*target, None));
             }
-            NodeKind::IntermediateCatch(CatchTrigger::Link { .. }) => self.leave(idx),
+            NodeKind::IntermediateCatch(CatchTrigger::Link { name }) => {
+                self.record_catch(EventKind::Link, idx, None, None, Some(name));
+                self.leave(idx);
+            }
             NodeKind::Task(task) => self.enter_task(idx, task),
             NodeKind::ExclusiveGateway { default } => self.route_exclusive(idx, *default),
             NodeKind::InclusiveGateway { default } => {
@@ -897,12 +920,18 @@ impl<'a> Run<'a> {
                 );
                 self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
             }
-            Ok(flows) => flows.into_iter().for_each(|f| self.take(f)),
+            Ok(flows) => {
+                if self.tracing() && outgoing.iter().any(|f| self.p.flow(*f).condition.is_some()) {
+                    self.record_decision(idx, &flows, false);
+                }
+                flows.into_iter().for_each(|f| self.take(f));
+            }
             Err(e) => self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
         }
     }
 
     pub(super) fn take(&mut self, flow: FlowIdx) {
+        self.record_flow(flow);
         let target = self.p.flow(flow).target;
         self.queue.push_back((target, Some(flow)));
     }

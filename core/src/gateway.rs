@@ -23,13 +23,19 @@ impl Run<'_> {
                 continue;
             }
             match self.condition_holds(*f) {
-                Ok(true) => return self.take(*f),
+                Ok(true) => {
+                    self.record_decision(idx, &[*f], false);
+                    return self.take(*f);
+                }
                 Ok(false) => {}
                 Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
             }
         }
         match default {
-            Some(d) => self.take(d),
+            Some(d) => {
+                self.record_decision(idx, &[d], true);
+                self.take(d)
+            }
             None => {
                 let message = format!(
                     "exclusive gateway `{}`: no condition is true and there is no default flow",
@@ -45,9 +51,15 @@ impl Run<'_> {
     pub(super) fn route_inclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
         let outgoing = &self.p.node(idx).outgoing;
         match self.true_flows(outgoing, default) {
-            Ok(flows) if !flows.is_empty() => flows.into_iter().for_each(|f| self.take(f)),
+            Ok(flows) if !flows.is_empty() => {
+                self.record_decision(idx, &flows, false);
+                flows.into_iter().for_each(|f| self.take(f));
+            }
             Ok(_) => match default {
-                Some(d) => self.take(d),
+                Some(d) => {
+                    self.record_decision(idx, &[d], true);
+                    self.take(d)
+                }
                 None => {
                     let message = format!(
                         "inclusive gateway `{}`: no condition is true and there is no default flow",
@@ -91,6 +103,14 @@ impl Run<'_> {
         if arrivals.is_empty() {
             self.snap.joins.remove(&node.id);
         }
+        self.record(|r| super::path::PathEvent::Join {
+            node: r.id(idx).to_owned(),
+            flows: node
+                .incoming
+                .iter()
+                .map(|f| r.p.flow(*f).id.clone())
+                .collect(),
+        });
         self.take_all(idx);
     }
 
@@ -107,7 +127,11 @@ impl Run<'_> {
         let Some((idx, default)) = ready else {
             return false;
         };
-        self.take_one_arrival_per_flow(idx);
+        let flows = self.take_one_arrival_per_flow(idx);
+        self.record(|r| super::path::PathEvent::Join {
+            node: r.id(idx).to_owned(),
+            flows,
+        });
         self.route_inclusive(idx, default);
         true
     }
@@ -136,11 +160,12 @@ impl Run<'_> {
 
     /// Consumes one arrival of each flow the join `idx` holds arrivals on (one token per
     /// incoming flow; an arrival over no incoming flow, as a resumed join re-enters, is
-    /// a flow of its own), and forgets the join once nothing is left.
-    fn take_one_arrival_per_flow(&mut self, idx: NodeIdx) {
+    /// a flow of its own), and forgets the join once nothing is left. Returns the flows
+    /// consumed (an arrival over no flow is an empty id).
+    fn take_one_arrival_per_flow(&mut self, idx: NodeIdx) -> Vec<String> {
         let gw = self.id(idx);
         let Some(arrivals) = self.snap.joins.get_mut(gw) else {
-            return;
+            return Vec::new();
         };
         let mut taken: Vec<String> = Vec::new();
         arrivals.retain(|a| {
@@ -153,6 +178,7 @@ impl Run<'_> {
         if arrivals.is_empty() {
             self.snap.joins.remove(gw);
         }
+        taken
     }
 
     /// Which nodes every token, and every other join's arrivals, can still reach, without

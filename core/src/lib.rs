@@ -28,12 +28,14 @@
 //! sub-processes, BPMN errors, interruption and the instance's endings; `retry.rs`
 //! decides what a failed attempt means (E4–E8); `timers.rs` names, arms and resolves
 //! timers; `redrive.rs` re-emits in-flight attempts after a crash (C7a); `delivery.rs`
-//! is a channel's delivery curve, the one arithmetic the dispatcher and the simulator share.
+//! is a channel's delivery curve, the one arithmetic the dispatcher and the simulator share;
+//! `path.rs` records, when asked ([`step_traced`]), the path a step took.
 
 pub mod delivery;
 pub mod error;
 pub mod handler;
 pub mod limits;
+pub mod path;
 pub mod sim;
 pub mod snapshot;
 
@@ -60,6 +62,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
+pub use crate::path::PathEvent;
 pub use crate::snapshot::{Snapshot, Status};
 pub use channel::{verdict, CallKey, Verdict};
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
@@ -646,6 +649,32 @@ pub fn step(
     input: Input,
     now_ms: i64,
 ) -> Result<Step, Error> {
+    step_recording(def, instance_id, snapshot, input, now_ms, false).map(|(step, _)| step)
+}
+
+/// [`step`], also returning the path the step took: the flows taken, each gateway's
+/// decision, the events thrown and caught, the end events reached ([`PathEvent`], in the
+/// order they happened; empty for a stale input). The snapshot and the effects are those
+/// [`step`] returns, byte for byte: the path is derived, never persisted. What `qflow
+/// simulate` prints; the runtime calls [`step`], which records nothing.
+pub fn step_traced(
+    def: &Definition,
+    instance_id: &str,
+    snapshot: Snapshot,
+    input: Input,
+    now_ms: i64,
+) -> Result<(Step, Vec<PathEvent>), Error> {
+    step_recording(def, instance_id, snapshot, input, now_ms, true)
+}
+
+fn step_recording(
+    def: &Definition,
+    instance_id: &str,
+    snapshot: Snapshot,
+    input: Input,
+    now_ms: i64,
+    trace: bool,
+) -> Result<(Step, Vec<PathEvent>), Error> {
     match (&input, snapshot.status()) {
         (Input::Start { .. }, Status::New) => {}
         (Input::Start { .. }, _) => return Err(Error::AlreadyStarted),
@@ -657,7 +686,7 @@ pub fn step(
         | (Input::ResolveIncident { .. }, _) => {}
         (_, s) if s.is_terminal() => {
             let reason = format!("instance is {}", s.as_str());
-            return Ok(stale(snapshot, reason));
+            return Ok((stale(snapshot, reason), Vec::new()));
         }
         _ => {}
     }
@@ -674,9 +703,9 @@ pub fn step(
         limits::check_variables(variables).map_err(Error::VariablesRefused)?;
     }
     if let Some(reason) = flow::staleness(def, &snapshot, &input, now_ms) {
-        return Ok(stale(snapshot, reason));
+        return Ok((stale(snapshot, reason), Vec::new()));
     }
-    let mut run = flow::Run::new(def, instance_id, snapshot, now_ms);
+    let mut run = flow::Run::new(def, instance_id, snapshot, now_ms, trace);
     run.apply(input)?;
     Ok(run.finish())
 }

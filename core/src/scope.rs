@@ -11,6 +11,7 @@
 use qflow_loader::model::{Boundary, BoundaryTrigger, NodeIdx, NodeKind, Process};
 
 use super::flow::Run;
+use super::path::EventKind;
 use super::{codes, AttemptOutcome, Effect};
 use crate::snapshot::{Failure, Status};
 
@@ -53,7 +54,10 @@ impl<'a> Run<'a> {
         message: String,
         uncaught: &str,
     ) {
+        self.record_throw(EventKind::Error, idx, code.as_deref(), None);
         if let Some(b) = self.catching_boundary(idx, code.as_deref()) {
+            let on = Some((idx, true));
+            self.record_catch(EventKind::Error, b, on, code.as_deref(), None);
             self.interrupt(idx);
             return self.leave(b);
         }
@@ -71,11 +75,14 @@ impl<'a> Run<'a> {
     ) {
         while let Some(sp) = scope {
             if let Some(b) = self.catching_boundary(sp, code.as_deref()) {
+                let on = Some((sp, true));
+                self.record_catch(EventKind::Error, b, on, code.as_deref(), None);
                 self.interrupt(sp);
                 return self.leave(b);
             }
             scope = self.p.node(sp).scope;
         }
+        self.record_uncaught(EventKind::Error, origin, code.as_deref());
         let detail = if uncaught == codes::UNCAUGHT_BPMN_ERROR {
             code.clone()
         } else {
@@ -100,14 +107,20 @@ impl<'a> Run<'a> {
         )
     }
 
-    /// An escalation with `code` thrown by an event in `scope`: the nearest enclosing
+    /// An escalation with `code` thrown by the event `origin` in `scope`: the nearest enclosing
     /// sub-process with a catching escalation boundary (exact code first, then
     /// catch-all) takes it, the shape errors propagate in. An interrupting boundary ends
     /// that sub-process (the throwing token with it); a non-interrupting one starts its
     /// path beside the running sub-process. Returns whether the throwing token lives on:
     /// `false` only when an interrupting boundary ended its scope. Uncaught, nothing
     /// happens: an escalation is never a failure.
-    pub(super) fn escalate(&mut self, mut scope: Option<NodeIdx>, code: Option<&str>) -> bool {
+    pub(super) fn escalate(
+        &mut self,
+        origin: NodeIdx,
+        mut scope: Option<NodeIdx>,
+        code: Option<&str>,
+    ) -> bool {
+        self.record_throw(EventKind::Escalation, origin, code, None);
         while let Some(sp) = scope {
             if let Some(b) = self.escalation_boundary(sp, code) {
                 let interrupting = matches!(
@@ -117,6 +130,13 @@ impl<'a> Run<'a> {
                         ..
                     })
                 );
+                self.record_catch(
+                    EventKind::Escalation,
+                    b,
+                    Some((sp, interrupting)),
+                    code,
+                    None,
+                );
                 if interrupting {
                     self.interrupt(sp);
                 }
@@ -125,6 +145,7 @@ impl<'a> Run<'a> {
             }
             scope = self.p.node(sp).scope;
         }
+        self.record_uncaught(EventKind::Escalation, origin, code);
         true
     }
 
@@ -237,9 +258,10 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// One event after the gateway `gw` happened: the token leaves the gateway and the
-    /// other events' timers are resolved.
-    pub(super) fn end_race(&mut self, gw: NodeIdx) {
+    /// The event `winner` after the gateway `gw` happened: the token leaves the gateway
+    /// and the other events' timers are resolved.
+    pub(super) fn end_race(&mut self, gw: NodeIdx, winner: NodeIdx) {
+        self.record_race(gw, winner);
         self.remove_token(gw);
         self.disarm(gw);
     }

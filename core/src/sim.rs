@@ -6,7 +6,9 @@
 //! the snapshot is encoded to bytes after each step and decoded from those bytes before
 //! the next, and the trace records those exact bytes. The driver never reads the clock,
 //! never sleeps, and orders simultaneous events by a fixed rule (see [`run`]), so a
-//! scenario always produces the same trace.
+//! scenario always produces the same trace. Each step is taken with
+//! [`crate::step_traced`], so the trace also says the path it took (flows, decisions,
+//! events, ends); the snapshot and effects are those [`crate::step`] gives.
 //!
 //! The scenario types are the file format of `qflow simulate`, read by the strict
 //! deserializers in `sim/de.rs` (objects only, no duplicate keys, no field a kind does not
@@ -22,7 +24,7 @@ use crate::delivery::{AfterFailure, DeliveryCurve};
 use crate::error::Error;
 use crate::handler::{call_input, run_handler, CallEnded, TaskContext, TaskOutcome};
 use crate::snapshot::{Snapshot, Status};
-use crate::{step, Attempt, Budget, Effect, Input, TimerName};
+use crate::{step_traced, Attempt, Budget, Effect, Input, PathEvent, TimerName};
 
 mod de;
 
@@ -352,6 +354,11 @@ pub struct TraceStep {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<Attempt>,
     pub effects: Vec<Effect>,
+    /// The path the step took: flows, gateway decisions, events thrown and caught, end
+    /// events reached ([`crate::step_traced`]). Derived, never persisted; empty for a
+    /// stale input.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<PathEvent>,
     /// The failed delivery tries the outbox made since the previous step, at instants up
     /// to this step's, in the order they were made (a try due at the same instant as the
     /// step is made before it). Empty for every request delivered at its first try.
@@ -930,7 +937,7 @@ impl<'a> Sim<'a> {
         let snap = Snapshot::decode(&self.bytes)?;
         let node = input.node().map(str::to_owned);
         let attempt = input.attempt();
-        let out = step(
+        let (out, path) = step_traced(
             self.def,
             &self.scenario.instance,
             snap,
@@ -950,6 +957,7 @@ impl<'a> Sim<'a> {
             node,
             attempt,
             effects: out.effects,
+            path,
             deliveries: std::mem::take(&mut self.tried),
             snapshot: self.bytes.clone(),
         })

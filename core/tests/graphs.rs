@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use common::build::{registered, Builder};
 use proptest::prelude::*;
 use qflow_core::sim::{self, Scenario, Scripted, ScriptedEvent};
-use qflow_core::Snapshot;
+use qflow_core::{PathEvent, Snapshot};
 use qflow_loader::model::{
     Boundary, BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, NodeKind,
     RetryPolicy, Task, TaskKind, TimerDef, Variables,
@@ -211,6 +211,43 @@ proptest! {
             for s in &trace.steps {
                 let snap = Snapshot::decode(&s.snapshot).unwrap();
                 prop_assert_eq!(snap.encode(), s.snapshot.clone());
+            }
+        }
+    }
+
+    /// The simulator steps with `step_traced`; replaying its inputs through the untraced
+    /// `step` the runtime calls gives the same bytes and effects, so recording the path
+    /// changes nothing the shell sees. And the path names only what the model has: every
+    /// flow with its own ends, every end an end event.
+    #[test]
+    fn recording_the_path_changes_no_byte_and_no_effect(
+        (shape, sc) in shape().prop_flat_map(|s| { let sc = scenario(&s); (Just(s), sc) })
+    ) {
+        let def = build(&shape);
+        let Ok(trace) = sim::run(&def, &sc) else { return Ok(()); };
+        let mut bytes = Snapshot::new().encode();
+        for s in &trace.steps {
+            let snap = Snapshot::decode(&bytes).unwrap();
+            let out = qflow_core::step(&def, &sc.instance, snap, s.input.clone(), s.at_ms).unwrap();
+            bytes = out.snapshot.encode();
+            prop_assert_eq!(&bytes, &s.snapshot, "step {}", s.seq);
+            prop_assert_eq!(&out.effects, &s.effects, "step {}", s.seq);
+            let p = &def.process;
+            for e in &s.path {
+                match e {
+                    PathEvent::Flow { flow, from, to } => {
+                        let f = p.flows.iter().find(|f| f.id == *flow);
+                        prop_assert!(f.is_some(), "no flow {}", flow);
+                        let f = f.unwrap();
+                        prop_assert_eq!(&p.node(f.source).id, from);
+                        prop_assert_eq!(&p.node(f.target).id, to);
+                    }
+                    PathEvent::End { node, .. } => {
+                        let idx = p.find(node).unwrap();
+                        prop_assert!(matches!(p.node(idx).kind, NodeKind::EndEvent(_)));
+                    }
+                    _ => {}
+                }
             }
         }
     }
