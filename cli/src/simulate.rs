@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use qflow_core::sim::{DeliveryTry, Summary, TraceStep};
-use qflow_core::{Attempt, Effect, Input};
+use qflow_core::{Attempt, Effect, Input, PathEvent};
 use qflow_golden::scenario;
 use qflow_loader::diag::Diagnostic;
 use qflow_loader::model::Definition;
@@ -32,9 +32,14 @@ const MODEL_MAX_BYTES: u64 = 16 << 20;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The BPMN 2.0 model (one executable process).
+    /// The BPMN 2.0 model: one executable process, or several (a collaboration) with
+    /// `--process` naming the one to run.
     #[arg(value_name = "MODEL")]
     model: PathBuf,
+    /// The id of the process to simulate, when the model (or a `--target` model) has
+    /// several executable processes. Default: the model's only process.
+    #[arg(long, value_name = "ID")]
+    process: Option<String>,
     /// The scenario file (JSON): start variables, handler outcomes per attempt, events,
     /// horizon.
     #[arg(long, value_name = "FILE")]
@@ -68,7 +73,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Ok(text) => text,
         Err(err) => return Ok(usage_error(&args.model, err)),
     };
-    let definition = match load_model(&args.model, &model_text) {
+    let process = args.process.as_deref();
+    let definition = match load_model(&args.model, &model_text, Pick::Model(process)) {
         Ok(def) => def,
         Err(code) => return Ok(code),
     };
@@ -78,7 +84,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Ok(text) => text,
             Err(err) => return Ok(usage_error(path, err)),
         };
-        match load_model(path, &text) {
+        match load_model(path, &text, Pick::Target(process)) {
             Ok(def) => {
                 if targets.insert(name.clone(), def).is_some() {
                     eprintln!("qflow: --target {name}: given twice");
@@ -113,15 +119,29 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut steps =
         qflow_core::sim::steps_with(&definition, &scenario, &targets).with_context(simulating)?;
     let mut out = BufWriter::new(io::stdout().lock());
+    // The end events reached, each once, in the order first reached: bounded by the
+    // model's size however many steps run.
+    let mut ends: Vec<String> = Vec::new();
     for step in &mut steps {
         let step = step.with_context(simulating)?;
+        for event in &step.path {
+            if let PathEvent::End { node, .. } = event {
+                if !ends.contains(node) {
+                    ends.push(node.clone());
+                }
+            }
+        }
         if !args.summary_only {
             write_line(&mut out, &trace_line(&step, args.snapshots))?;
         }
     }
     let summary = steps.finish().with_context(simulating)?;
     if !args.trace_only {
-        write_line(&mut out, &SummaryLine { summary: &summary })?;
+        let summary = SummaryFields {
+            summary: &summary,
+            ends: &ends,
+        };
+        write_line(&mut out, &SummaryLine { summary })?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -146,6 +166,8 @@ struct TraceLine<'a> {
     node: Option<&'a str>,
     attempt: Option<Attempt>,
     effects: &'a [Effect],
+    /// The path the step took: flows, decisions, events thrown and caught, ends reached.
+    path: &'a [PathEvent],
     /// The failed delivery tries of channel requests since the previous step.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     deliveries: &'a [DeliveryTry],
@@ -162,16 +184,26 @@ fn trace_line(step: &TraceStep, with_bytes: bool) -> TraceLine<'_> {
         node: step.node.as_deref(),
         attempt: attempt_of(step),
         effects: &step.effects,
+        path: &step.path,
         deliveries: &step.deliveries,
         snapshot_bytes: step.snapshot.len(),
         snapshot: with_bytes.then(|| hex_text(&step.snapshot)),
     }
 }
 
-/// The last line: `{"summary": {...}}`, fields in the engine's order.
+/// The last line: `{"summary": {...}}`, fields in the engine's order, then the end
+/// events the run reached.
 #[derive(Serialize)]
 struct SummaryLine<'a> {
+    summary: SummaryFields<'a>,
+}
+
+#[derive(Serialize)]
+struct SummaryFields<'a> {
+    #[serde(flatten)]
     summary: &'a Summary,
+    /// Every end event a token reached, once each, in the order first reached.
+    ends: &'a [String],
 }
 
 /// The attempt a step reports on (a handler result) or, failing that, the attempt it
@@ -194,26 +226,30 @@ fn hex_text(bytes: &[u8]) -> String {
     s
 }
 
-/// Loads the model; on refusal prints the diagnostics compiler-style (as `qflow check`
-/// does) and returns the exit code to use.
-fn load_model(path: &Path, text: &str) -> Result<Definition, ExitCode> {
+/// Which process of a file to run, as `--process` says.
+#[derive(Clone, Copy)]
+enum Pick<'a> {
+    /// The model: the process named, else its only one.
+    Model(Option<&'a str>),
+    /// A `--target` model: its only process whatever its id (a migration may move onto
+    /// a process of another id), else the one named.
+    Target(Option<&'a str>),
+}
+
+/// Loads the model and picks the process to run; on refusal prints the diagnostics
+/// compiler-style (as `qflow check` does) and returns the exit code to use.
+fn load_model(path: &Path, text: &str, pick: Pick<'_>) -> Result<Definition, ExitCode> {
     let shown = path.display();
     match qflow_loader::load_str(text) {
         Ok(loaded) => {
             for warning in &loaded.warnings {
                 print_diagnostic(&shown.to_string(), text, warning);
             }
-            let mut defs = loaded.definitions;
-            if defs.len() == 1 {
-                Ok(defs.remove(0))
-            } else {
-                eprintln!(
-                    "{shown}: error: a simulation runs exactly one process; this model has {} \
-                     executable processes",
-                    defs.len()
-                );
-                Err(ExitCode::from(EXIT_REFUSED))
-            }
+            choose_process(loaded.definitions, pick).map_err(|why| {
+                // Process ids are the model's text.
+                eprintln!("{shown}: error: {}", escape(&why));
+                ExitCode::from(EXIT_USAGE)
+            })
         }
         Err(diagnostics) => {
             for d in &diagnostics {
@@ -223,6 +259,38 @@ fn load_model(path: &Path, text: &str) -> Result<Definition, ExitCode> {
             eprintln!("{shown}: refused: {}", plural(errors, "error"));
             Err(ExitCode::from(EXIT_REFUSED))
         }
+    }
+}
+
+/// The process a simulation runs (see [`Pick`]). `Err` says why none can be chosen,
+/// naming every executable process of the file.
+fn choose_process(mut defs: Vec<Definition>, pick: Pick<'_>) -> Result<Definition, String> {
+    let process = match pick {
+        Pick::Target(_) if defs.len() == 1 => return Ok(defs.remove(0)),
+        Pick::Model(p) | Pick::Target(p) => p,
+    };
+    let ids = || {
+        defs.iter()
+            .map(|d| format!("`{}`", d.id))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match process {
+        Some(id) => match defs.iter().position(|d| d.id == id) {
+            Some(at) => Ok(defs.swap_remove(at)),
+            None => Err(format!(
+                "--process {id}: the model has no executable process `{id}`; its executable \
+                 processes: {}",
+                ids()
+            )),
+        },
+        None if defs.len() == 1 => Ok(defs.remove(0)),
+        None => Err(format!(
+            "a simulation runs one process and this model has {} executable processes: {}; \
+             choose one with --process ID",
+            defs.len(),
+            ids()
+        )),
     }
 }
 

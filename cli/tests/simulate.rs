@@ -728,3 +728,243 @@ fn a_bad_delivery_curve_is_refused_with_its_path() {
         "{stderr}"
     );
 }
+
+/// Issue 13, item 4: an exclusive gateway with a condition and a default, a parallel split
+/// and join, an error boundary and three end events — every way the path can go.
+const ROUTES: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:test">
+  <error id="errRejected" errorCode="REJECTED"/>
+  <process id="routes" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="check"/>
+    <serviceTask id="check" q:task="check"/>
+    <boundaryEvent id="onRejected" attachedToRef="check">
+      <errorEventDefinition errorRef="errRejected"/>
+    </boundaryEvent>
+    <sequenceFlow id="fRejected" sourceRef="onRejected" targetRef="rejected"/>
+    <endEvent id="rejected"/>
+    <sequenceFlow id="f2" sourceRef="check" targetRef="decide"/>
+    <exclusiveGateway id="decide" default="toSlow"/>
+    <sequenceFlow id="toFast" sourceRef="decide" targetRef="split">
+      <conditionExpression xsi:type="tFormalExpression">amount &lt; 100</conditionExpression>
+    </sequenceFlow>
+    <sequenceFlow id="toSlow" sourceRef="decide" targetRef="review"/>
+    <serviceTask id="review" q:task="review"/>
+    <sequenceFlow id="fReviewed" sourceRef="review" targetRef="reviewed"/>
+    <endEvent id="reviewed"/>
+    <parallelGateway id="split"/>
+    <sequenceFlow id="fa" sourceRef="split" targetRef="pack"/>
+    <sequenceFlow id="fb" sourceRef="split" targetRef="bill"/>
+    <serviceTask id="pack" q:task="pack"/>
+    <serviceTask id="bill" q:task="bill"/>
+    <sequenceFlow id="fa2" sourceRef="pack" targetRef="join"/>
+    <sequenceFlow id="fb2" sourceRef="bill" targetRef="join"/>
+    <parallelGateway id="join"/>
+    <sequenceFlow id="fDone" sourceRef="join" targetRef="done"/>
+    <endEvent id="done"/>
+  </process>
+</definitions>
+"#;
+
+/// The `path` of every step, in order: (seq, path entry).
+fn path_of(trace: &[Value]) -> Vec<(u64, Value)> {
+    trace
+        .iter()
+        .flat_map(|line| {
+            let seq = line["seq"].as_u64().unwrap();
+            let path = line["path"].as_array().expect("every line has a path");
+            path.iter().map(move |e| (seq, e.clone()))
+        })
+        .collect()
+}
+
+fn flow(id: &str, from: &str, to: &str) -> Value {
+    serde_json::json!({ "type": "flow", "flow": id, "from": from, "to": to })
+}
+
+#[test]
+fn the_trace_names_the_flows_the_condition_that_held_the_join_and_the_end_reached() {
+    let scenario = r#"{ "variables": { "amount": 50 }, "tasks": { "bill": [{ "outcome": "ok", "after_ms": 10 }] } }"#;
+    let (trace, summary) = run_ok("path-fast", ROUTES, scenario);
+    let want = vec![
+        (1, flow("f1", "start", "check")),
+        (2, flow("f2", "check", "decide")),
+        (
+            2,
+            serde_json::json!({
+                "type": "decision", "node": "decide",
+                "taken": [{ "flow": "toFast", "condition": "amount < 100" }]
+            }),
+        ),
+        (2, flow("toFast", "decide", "split")),
+        (2, flow("fa", "split", "pack")),
+        (2, flow("fb", "split", "bill")),
+        (3, flow("fa2", "pack", "join")),
+        (4, flow("fb2", "bill", "join")),
+        (
+            4,
+            serde_json::json!({ "type": "join", "node": "join", "flows": ["fa2", "fb2"] }),
+        ),
+        (4, flow("fDone", "join", "done")),
+        (
+            4,
+            serde_json::json!({ "type": "end", "node": "done", "kind": "none" }),
+        ),
+    ];
+    assert_eq!(path_of(&trace), want);
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(summary["ends"], serde_json::json!(["done"]));
+}
+
+#[test]
+fn the_trace_says_the_default_flow_was_taken() {
+    let scenario = r#"{ "variables": { "amount": 500 } }"#;
+    let (trace, summary) = run_ok("path-default", ROUTES, scenario);
+    let path: Vec<Value> = path_of(&trace).into_iter().map(|(_, e)| e).collect();
+    let decision = serde_json::json!({
+        "type": "decision", "node": "decide",
+        "taken": [{ "flow": "toSlow", "default": true }]
+    });
+    assert!(path.contains(&decision), "{path:#?}");
+    assert!(path.contains(&flow("toSlow", "decide", "review")));
+    assert!(!path.iter().any(|e| e["flow"] == "toFast"), "{path:#?}");
+    let end = serde_json::json!({ "type": "end", "node": "reviewed", "kind": "none" });
+    assert_eq!(path.last(), Some(&end));
+    assert_eq!(summary["ends"], serde_json::json!(["reviewed"]));
+}
+
+#[test]
+fn the_trace_names_the_error_thrown_the_boundary_that_caught_it_and_the_end_reached() {
+    let scenario = r#"{ "tasks": { "check": [{ "outcome": "bpmn_error", "code": "REJECTED" }] } }"#;
+    let (trace, summary) = run_ok("path-error", ROUTES, scenario);
+    let step2: Vec<Value> = path_of(&trace)
+        .into_iter()
+        .filter(|(seq, _)| *seq == 2)
+        .map(|(_, e)| e)
+        .collect();
+    let want = vec![
+        serde_json::json!({ "type": "throw", "event": "error", "node": "check", "code": "REJECTED" }),
+        serde_json::json!({
+            "type": "catch", "event": "error", "node": "onRejected", "on": "check",
+            "interrupting": true, "code": "REJECTED"
+        }),
+        flow("fRejected", "onRejected", "rejected"),
+        serde_json::json!({ "type": "end", "node": "rejected", "kind": "none" }),
+    ];
+    assert_eq!(step2, want);
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(summary["ends"], serde_json::json!(["rejected"]));
+}
+
+#[test]
+fn an_uncaught_error_is_named_in_the_path_before_the_failure() {
+    // `review` has no boundary: the error is uncaught and the instance fails.
+    let scenario = r#"{ "variables": { "amount": 500 }, "tasks": { "review": [{ "outcome": "bpmn_error", "code": "LOST" }] } }"#;
+    let (trace, summary) = run_ok("path-uncaught", ROUTES, scenario);
+    let last = trace.last().unwrap();
+    let want = serde_json::json!([
+        { "type": "throw", "event": "error", "node": "review", "code": "LOST" },
+        { "type": "uncaught", "event": "error", "node": "review", "code": "LOST" }
+    ]);
+    assert_eq!(last["path"], want);
+    assert_eq!(summary["status"], "failed");
+    assert_eq!(summary["ends"], serde_json::json!([]));
+}
+
+/// Two executable processes in one collaboration: a buyer and a seller.
+const COLLABORATION: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:test">
+  <collaboration id="trade">
+    <participant id="pBuyer" name="Buyer" processRef="buyer"/>
+    <participant id="pSeller" name="Seller" processRef="seller"/>
+    <messageFlow id="orderFlow" sourceRef="order" targetRef="ship"/>
+  </collaboration>
+  <process id="buyer" isExecutable="true">
+    <startEvent id="buyerStart"/>
+    <sequenceFlow id="b1" sourceRef="buyerStart" targetRef="order"/>
+    <serviceTask id="order" q:task="order"/>
+    <sequenceFlow id="b2" sourceRef="order" targetRef="ordered"/>
+    <endEvent id="ordered"/>
+  </process>
+  <process id="seller" isExecutable="true">
+    <startEvent id="sellerStart"/>
+    <sequenceFlow id="s1" sourceRef="sellerStart" targetRef="ship"/>
+    <serviceTask id="ship" q:task="ship"/>
+    <sequenceFlow id="s2" sourceRef="ship" targetRef="shipped"/>
+    <endEvent id="shipped"/>
+  </process>
+</definitions>
+"#;
+
+#[test]
+fn process_selects_one_process_of_a_collaboration() {
+    let scratch = Scratch::new("collab");
+    let model = scratch.file("trade.bpmn", COLLABORATION);
+    let buyer = scratch.file(
+        "buyer.json",
+        r#"{ "tasks": { "order": [{ "outcome": "ok", "outputs": { "po": "po-1" } }] } }"#,
+    );
+    let seller = scratch.file(
+        "seller.json",
+        r#"{ "tasks": { "ship": [{ "outcome": "ok" }] } }"#,
+    );
+    for (id, scenario, task, end) in [
+        ("buyer", &buyer, "order", "ordered"),
+        ("seller", &seller, "ship", "shipped"),
+    ] {
+        let out = simulate(&model, scenario, &["--process", id]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{id}: {stderr}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary = &lines.last().unwrap()["summary"];
+        assert_eq!(summary["status"], "completed", "{id}");
+        assert_eq!(summary["attempts"], serde_json::json!({ task: 1 }), "{id}");
+        assert_eq!(summary["ends"], serde_json::json!([end]), "{id}");
+    }
+    // The scenario is checked against the process chosen: the seller has no `order`.
+    let out = simulate(&model, &buyer, &["--process", "seller"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("tasks.order"), "{stderr}");
+}
+
+#[test]
+fn process_is_required_for_several_processes_and_an_unknown_id_is_refused_with_the_ids() {
+    let scratch = Scratch::new("collab-errors");
+    let model = scratch.file("trade.bpmn", COLLABORATION);
+    let scenario = scratch.file("scenario.json", "{}");
+
+    let out = simulate(&model, &scenario, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing is simulated");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("this model has 2 executable processes: `buyer`, `seller`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--process ID"), "{stderr}");
+
+    let out = simulate(&model, &scenario, &["--process", "broker"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing is simulated");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("no executable process `broker`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`buyer`, `seller`"), "{stderr}");
+
+    // A one-process model and --process naming another id: refused the same way.
+    let single = scratch.file("payment.bpmn", PAYMENT);
+    let out = simulate(&single, &scenario, &["--process", "buyer"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("`payment`"), "{stderr}");
+}
