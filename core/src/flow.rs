@@ -292,13 +292,16 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The step, and the path it took (empty unless recorded).
-    pub(super) fn finish(self) -> (Step, Vec<PathEvent>) {
-        let step = Step {
+    pub(super) fn finish(self) -> Step {
+        Step {
             snapshot: self.snap,
             effects: self.effects,
-        };
-        (step, self.path.unwrap_or_default())
+        }
+    }
+
+    /// The path recorded so far (empty unless recording), leaving none.
+    pub(super) fn take_path(&mut self) -> Vec<PathEvent> {
+        self.path.take().unwrap_or_default()
     }
 
     /// Applies a non-stale input, then moves tokens until the instance waits again, and

@@ -649,7 +649,7 @@ pub fn step(
     input: Input,
     now_ms: i64,
 ) -> Result<Step, Error> {
-    step_recording(def, instance_id, snapshot, input, now_ms, false).map(|(step, _)| step)
+    step_recording(def, instance_id, snapshot, input, now_ms, None)
 }
 
 /// [`step`], also returning the path the step took: the flows taken, each gateway's
@@ -664,7 +664,9 @@ pub fn step_traced(
     input: Input,
     now_ms: i64,
 ) -> Result<(Step, Vec<PathEvent>), Error> {
-    step_recording(def, instance_id, snapshot, input, now_ms, true)
+    let mut path = Vec::new();
+    let step = step_recording(def, instance_id, snapshot, input, now_ms, Some(&mut path))?;
+    Ok((step, path))
 }
 
 fn step_recording(
@@ -673,8 +675,8 @@ fn step_recording(
     snapshot: Snapshot,
     input: Input,
     now_ms: i64,
-    trace: bool,
-) -> Result<(Step, Vec<PathEvent>), Error> {
+    path: Option<&mut Vec<PathEvent>>,
+) -> Result<Step, Error> {
     match (&input, snapshot.status()) {
         (Input::Start { .. }, Status::New) => {}
         (Input::Start { .. }, _) => return Err(Error::AlreadyStarted),
@@ -686,7 +688,7 @@ fn step_recording(
         | (Input::ResolveIncident { .. }, _) => {}
         (_, s) if s.is_terminal() => {
             let reason = format!("instance is {}", s.as_str());
-            return Ok((stale(snapshot, reason), Vec::new()));
+            return Ok(stale(snapshot, reason));
         }
         _ => {}
     }
@@ -703,10 +705,13 @@ fn step_recording(
         limits::check_variables(variables).map_err(Error::VariablesRefused)?;
     }
     if let Some(reason) = flow::staleness(def, &snapshot, &input, now_ms) {
-        return Ok((stale(snapshot, reason), Vec::new()));
+        return Ok(stale(snapshot, reason));
     }
-    let mut run = flow::Run::new(def, instance_id, snapshot, now_ms, trace);
+    let mut run = flow::Run::new(def, instance_id, snapshot, now_ms, path.is_some());
     run.apply(input)?;
+    if let Some(path) = path {
+        *path = run.take_path();
+    }
     Ok(run.finish())
 }
 
