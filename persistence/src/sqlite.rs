@@ -673,7 +673,8 @@ async fn apply_user_tasks(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> 
 }
 
 /// Writes the winners' pull-task rows: the withdrawals as keyed multi-row deletes
-/// ([`delete_keyed`]), then the offers as multi-row upserts. Most commits have none and cost nothing here.
+/// ([`delete_keyed`]), then the offers as multi-row upserts. Most commits have none and
+/// cost nothing here.
 async fn apply_pull(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
     let mut offers: Vec<(&str, &PullTaskRecord)> = Vec::new();
     let mut withdrawn: Vec<(&str, &str)> = Vec::new();
@@ -962,8 +963,9 @@ async fn update_instances(
     Ok(won)
 }
 
-/// Writes the winners' `timers`: the resolves, one indexed delete per row, then the arms
-/// as multi-row upserts, so a step that resolves and re-arms a name keeps the new timer.
+/// Writes the winners' `timers`: the resolves as keyed multi-row deletes
+/// ([`delete_keyed`]), then the arms as multi-row upserts, so a step that resolves and
+/// re-arms a name keeps the new timer.
 async fn apply_timers(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
     let resolved: Vec<(&str, &str, i64)> = winners
         .iter()
