@@ -694,7 +694,7 @@ pub fn steps_with<'a>(
         undelivered: BTreeMap::new(),
         tries: BTreeMap::new(),
         tried: Vec::new(),
-        failing_rows: BTreeMap::new(),
+        rows: BTreeMap::new(),
     };
     for (i, e) in scenario.events.iter().enumerate() {
         let due = Due {
@@ -840,10 +840,12 @@ struct Sim<'a> {
     tries: BTreeMap<(i64, u64), DeliveryTry>,
     /// Failed tries already made, waiting for the step they are shown with.
     tried: Vec<DeliveryTry>,
-    /// Rows with scripted failures not yet delivered or poisoned, by key: their node and
-    /// the instant their tries end. The core emitting such a key again (a resume) finds
-    /// the row in place, as a store's emission of an existing key does nothing.
-    failing_rows: BTreeMap<String, (String, i64)>,
+    /// The outbox rows that exist, by key: their node and the instant their request
+    /// reaches the counterpart (`None`: never, the row is poisoned). As in a store, the
+    /// core emitting a key whose row exists writes nothing and schedules nothing (a
+    /// resume emits the call's in-flight request again under its key), and a withdrawal
+    /// deletes the pending and poisoned rows of its node while a delivered row stays.
+    rows: BTreeMap<String, (String, Option<i64>)>,
 }
 
 impl<'a> Sim<'a> {
@@ -1041,7 +1043,9 @@ impl<'a> Sim<'a> {
                     self.results.remove(&d);
                 }
                 self.tries.retain(|_, t| t.node != *node);
-                self.failing_rows.retain(|_, (n, _)| n != node);
+                self.rows.retain(|_, (n, delivered)| {
+                    n != node || delivered.is_some_and(|at| at <= now_ms)
+                });
             }
             Effect::OfferUserTask { node, .. } => {
                 self.user_tasks.insert(node.clone());
@@ -1077,13 +1081,10 @@ impl<'a> Sim<'a> {
             return;
         };
         let (call, attempt) = (id.call, id.attempt);
-        if self
-            .failing_rows
-            .get(key)
-            .is_some_and(|(_, until)| *until > now_ms)
-        {
+        if self.rows.contains_key(key) {
             return;
         }
+        self.rows.insert(key.to_owned(), (node.to_owned(), None));
         let answer = self.answer(node, attempt);
         let curve = self
             .scenario
@@ -1110,8 +1111,6 @@ impl<'a> Sim<'a> {
                 poisoned: next.is_none(),
             };
             self.tries.insert((at, self.seq), failed);
-            self.failing_rows
-                .insert(key.to_owned(), (node.to_owned(), next.unwrap_or(at)));
             match next {
                 Some(next) => at = next,
                 None => {
@@ -1128,6 +1127,11 @@ impl<'a> Sim<'a> {
         }
         // `at` is now the instant of the try that reaches the counterpart.
         let delivered_at = at;
+        let poisoned_on_the_way = matches!(answer, ScriptedAnswer::Poison { .. });
+        if !poisoned_on_the_way {
+            self.rows
+                .insert(key.to_owned(), (node.to_owned(), Some(delivered_at)));
+        }
         let (after_ms, input) = match answer {
             ScriptedAnswer::Never { .. } | ScriptedAnswer::Poison { wake: false, .. } => return,
             ScriptedAnswer::Ok {
