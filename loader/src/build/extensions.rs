@@ -152,16 +152,10 @@ impl Extensions {
         }
         self.script_attempted = true;
         let result = match c.attr("resultVariable") {
-            Some(a) if is_identifier(a.value.trim()) => a.value.trim().to_string(),
-            Some(a) => {
-                pb.help(
-                    "Q208",
-                    a.pos,
-                    format!("{what} resultVariable `{}` is not a variable name", a.value),
-                    "use letters, digits and _ (not starting with a digit)",
-                );
-                return;
-            }
+            Some(a) => match variable_name(pb, a, &format!("{what} resultVariable")) {
+                Some(name) => name,
+                None => return,
+            },
             None => {
                 pb.help(
                     "Q102",
@@ -238,6 +232,23 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// The variable `a` names (trimmed), or `None` after a Q208 saying that the `what` is not
+/// a variable name: a mapping's target and a script's result variable are both written
+/// into the instance variables.
+fn variable_name(pb: &mut ProcessBuilder<'_, '_>, a: &Attr, what: &str) -> Option<String> {
+    let name = a.value.trim();
+    if is_identifier(name) {
+        return Some(name.to_string());
+    }
+    pb.help(
+        "Q208",
+        a.pos,
+        format!("{what} `{}` is not a variable name", a.value),
+        "use letters, digits and _ (not starting with a digit)",
+    );
+    None
+}
+
 /// Where an attribute's value starts, assuming `name="value"` without spaces around `=`.
 fn value_pos(a: &Attr, qualified_len: usize) -> Pos {
     Pos {
@@ -248,16 +259,7 @@ fn value_pos(a: &Attr, qualified_len: usize) -> Pos {
 
 fn parse_mapping(pb: &mut ProcessBuilder<'_, '_>, c: &Element) -> Option<Mapping> {
     let target = match c.attr("target") {
-        Some(a) if is_identifier(a.value.trim()) => a.value.trim().to_string(),
-        Some(a) => {
-            pb.help(
-                "Q208",
-                a.pos,
-                format!("mapping target `{}` is not a variable name", a.value),
-                "use letters, digits and _ (not starting with a digit)",
-            );
-            return None;
-        }
+        Some(a) => variable_name(pb, a, "mapping target")?,
         None => {
             pb.help(
                 "Q208",
