@@ -12,10 +12,12 @@ use qflow_channels::{
 };
 use qflow_core::Verdict;
 use qflow_persistence::SqliteStore;
-use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig};
+use qflow_runtime::{AsyncHandlers, ManualClock, Runtime};
 use qflow_store::{
     AttemptOutcome, DeliveryRecord, InstanceId, InstanceStatus, OutboxState, Store, TimerClaim,
 };
+
+mod support;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -96,28 +98,8 @@ async fn world(curve: DeliveryCurve, script: Script, dispatch: bool) -> World {
         let reply = script(&r, tries);
         async move { reply }.boxed()
     });
-    let config = RuntimeConfig {
-        lanes: 1,
-        poll_interval_ms: 1,
-        channels: channels.names(),
-        ..RuntimeConfig::default()
-    };
-    let runtime = Arc::new(Runtime::start(
-        store.clone(),
-        AsyncHandlers::new(),
-        clock.clone(),
-        config,
-    ));
-    let dispatcher = dispatch.then(|| {
-        Dispatcher::start(
-            runtime.clone(),
-            Arc::new(channels),
-            DispatcherConfig {
-                poll_interval_ms: 1,
-                ..DispatcherConfig::default()
-            },
-        )
-    });
+    let runtime = support::runtime(&store, &clock, &channels, AsyncHandlers::new(), |_| {});
+    let dispatcher = dispatch.then(|| support::dispatcher(&runtime, channels));
     World {
         _dir: dir,
         store,

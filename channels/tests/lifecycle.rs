@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
-use qflow_channels::{Channels, DeliveryCurve, Dispatcher, DispatcherConfig, Reply, Request};
+use qflow_channels::{Channels, DeliveryCurve, Reply, Request};
 use qflow_core::{Budget, Input};
 use qflow_persistence::SqliteStore;
-use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig, TaskOutcome};
+use qflow_runtime::{AsyncHandlers, ManualClock, TaskOutcome};
 use qflow_store::{InstanceStatus, Store};
+
+mod support;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -67,27 +69,10 @@ async fn every_committed_retry_transition_is_one_event_delivered_in_fence_order(
                 TaskOutcome::Ok(Default::default())
             }
         });
-    let config = RuntimeConfig {
-        lanes: 1,
-        poll_interval_ms: 1,
-        channels: channels.names(),
-        lifecycle_channel: Some("retry-events".into()),
-        ..RuntimeConfig::default()
-    };
-    let runtime = Arc::new(Runtime::start(
-        store.clone(),
-        handlers,
-        clock.clone(),
-        config,
-    ));
-    let dispatcher = Dispatcher::start(
-        runtime.clone(),
-        Arc::new(channels),
-        DispatcherConfig {
-            poll_interval_ms: 1,
-            ..DispatcherConfig::default()
-        },
-    );
+    let runtime = support::runtime(&store, &clock, &channels, handlers, |c| {
+        c.lifecycle_channel = Some("retry-events".into());
+    });
+    let dispatcher = support::dispatcher(&runtime, channels);
     let dep = runtime.deploy(PAY, None).await.unwrap();
     let id = runtime
         .start_instance(dep.id, Default::default())

@@ -13,9 +13,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use qflow_channels::{ChannelSettings, Channels, Dispatcher, DispatcherConfig, Secret};
+use qflow_channels::{ChannelSettings, Channels, Dispatcher, Secret};
 use qflow_persistence::SqliteStore;
-use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig};
+use qflow_runtime::{AsyncHandlers, ManualClock, Runtime};
 use qflow_store::{InstanceId, InstanceStatus, OutboxRecord, OutboxState, Store};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
@@ -26,6 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio_rustls::TlsAcceptor;
+
+mod support;
 
 const T0: i64 = 1_700_000_000_000;
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -255,26 +257,8 @@ async fn world(url: &str, ca_pem: Option<&str>) -> World {
         .expect("the channel builds");
     let mut channels = Channels::new();
     channels.add(channel);
-    let config = RuntimeConfig {
-        lanes: 1,
-        poll_interval_ms: 1,
-        channels: channels.names(),
-        ..RuntimeConfig::default()
-    };
-    let runtime = Arc::new(Runtime::start(
-        store.clone(),
-        AsyncHandlers::new(),
-        clock.clone(),
-        config,
-    ));
-    let dispatcher = Dispatcher::start(
-        runtime.clone(),
-        Arc::new(channels),
-        DispatcherConfig {
-            poll_interval_ms: 1,
-            ..DispatcherConfig::default()
-        },
-    );
+    let runtime = support::runtime(&store, &clock, &channels, AsyncHandlers::new(), |_| {});
+    let dispatcher = support::dispatcher(&runtime, channels);
     World {
         _dir: dir,
         store,
