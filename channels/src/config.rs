@@ -85,6 +85,14 @@ impl ChannelSettings {
             field: format!("channels.{name}.{field}"),
             message,
         };
+        if name.starts_with("qflow:") {
+            return Err(ConfigError {
+                field: format!("channels.{name}"),
+                message: "channel names starting with `qflow:` are the engine's own (signal \
+                          throws travel as `qflow:signal`); choose another name"
+                    .to_owned(),
+            });
+        }
         if self.adapter != "webhook" {
             return Err(err(
                 "adapter",

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use qflow_core::{CallKey, Input, Variables};
+use qflow_runtime::signals::{signal_of, SIGNAL_CHANNEL};
 use qflow_runtime::Runtime;
 use qflow_store::{DeliveryRecord, OutboxRecord, OutboxState, TimerClaim};
 use tokio::sync::{watch, Semaphore};
@@ -224,7 +225,11 @@ impl Delivery {
         self.stats.tries.fetch_add(1, Ordering::Relaxed);
         let clock = self.runtime.clock();
         let channel = self.channels.get(&row.channel);
+        let signal = row.channel == SIGNAL_CHANNEL;
         let outcome = match (channel, serde_json::from_str::<Variables>(&row.body)) {
+            // A signal thrown by an instance: this engine broadcasts it itself, and the
+            // row is delivered once every wait and start it reaches is durable.
+            _ if signal => self.broadcast(&row).await.map(|()| Reply::Accepted),
             (None, _) => Err(format!(
                 "no channel `{}` is configured on this engine",
                 row.channel
@@ -298,6 +303,26 @@ impl Delivery {
                     }
                 }
             }
+        }
+    }
+
+    /// Broadcasts the signal of a signal row (`qflow_runtime::signals`), named by the
+    /// row's key so that a redelivery starts no instance twice.
+    async fn broadcast(&self, row: &OutboxRecord) -> Result<(), String> {
+        let Some(name) = signal_of(&row.body) else {
+            return Err("the stored signal row names no signal".to_owned());
+        };
+        match self
+            .runtime
+            .broadcast_signal(&name, &Variables::new(), &row.key)
+            .await
+        {
+            Ok(done) => {
+                tracing::debug!(key = %row.key, signal = %name, caught = done.caught.len(),
+                    started = done.started.len(), "signal broadcast");
+                Ok(())
+            }
+            Err(e) => Err(format!("broadcasting signal `{name}`: {e}")),
         }
     }
 

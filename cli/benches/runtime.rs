@@ -514,6 +514,17 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<SubscriptionRecord>> {
         self.inner.subscriptions(message, key, limit).await
     }
+    async fn subscriptions_after(
+        &self,
+        message: &str,
+        key: &str,
+        after: &SubscriptionRecord,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.inner
+            .subscriptions_after(message, key, after, limit)
+            .await
+    }
     async fn instance_subscriptions(
         &self,
         instance: InstanceId,

@@ -121,16 +121,20 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         Arc::new(SystemClock),
         runtime_config,
     ));
-    // The outbox is delivered by this process (and by any other replica on the store).
-    // Without channels nothing can be delivered (a deployment naming one is refused), and
-    // an idle dispatcher would still poll the store's single writer every 50 ms.
-    let dispatcher = (!channels.is_empty()).then(|| {
-        Dispatcher::start(
-            runtime.clone(),
-            Arc::new(channels),
-            DispatcherConfig::default(),
-        )
-    });
+    // The outbox is delivered by this process (and by any other replica on the store):
+    // channel requests, and the signals instances throw. Without channels only signal
+    // rows can be there; this process prompts the dispatcher after every commit that
+    // writes one, so a slow poll (another replica's throws) keeps the idle dispatcher
+    // from taking the store's single writer every 50 ms.
+    let dispatcher_config = if channels.is_empty() {
+        DispatcherConfig {
+            poll_interval_ms: 1_000,
+            ..DispatcherConfig::default()
+        }
+    } else {
+        DispatcherConfig::default()
+    };
+    let dispatcher = Dispatcher::start(runtime.clone(), Arc::new(channels), dispatcher_config);
     let ops = Ops::with_runtime(runtime.clone(), "qflow-serve");
     if args.demo {
         let d = ops
@@ -199,9 +203,7 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     // The router (and every `Ops` clone in it) is gone; the dispatcher finishes the
     // deliveries in flight (a row whose try is not recorded is tried again on the next
     // start), then the runtime lets its handlers finish and commits their outcomes.
-    if let Some(dispatcher) = dispatcher {
-        dispatcher.shutdown().await;
-    }
+    dispatcher.shutdown().await;
     match Arc::try_unwrap(runtime) {
         Ok(runtime) => runtime.shutdown().await,
         Err(_) => bail!("the runtime was still in use at shutdown"),

@@ -23,7 +23,10 @@ fn vars() -> Variables {
 /// previous bytes and encodes the next. Returns the number of steps.
 fn run_instance(def: &qflow_loader::model::Definition, n: usize) -> usize {
     let mut bytes = Snapshot::new().encode();
-    let mut input = Input::Start { variables: vars() };
+    let mut input = Input::Start {
+        variables: vars(),
+        start: None,
+    };
     let mut steps = 0;
     loop {
         let snap = Snapshot::decode(&bytes).expect("decodes");
@@ -72,7 +75,10 @@ fn bench_linear(c: &mut Criterion) {
         &def,
         "bench-instance",
         Snapshot::new(),
-        Input::Start { variables: vars() },
+        Input::Start {
+            variables: vars(),
+            start: None,
+        },
         0,
     )
     .expect("starts")
@@ -98,7 +104,10 @@ fn report_sizes(_: &mut Criterion) {
             &def,
             "bench-instance",
             Snapshot::new(),
-            Input::Start { variables: vars },
+            Input::Start {
+                variables: vars,
+                start: None,
+            },
             0,
         )
         .expect("starts")
@@ -121,7 +130,10 @@ fn report_sizes(_: &mut Criterion) {
         &retry_def,
         "bench-instance",
         Snapshot::new(),
-        Input::Start { variables: vars() },
+        Input::Start {
+            variables: vars(),
+            start: None,
+        },
         0,
     )
     .expect("starts");

@@ -24,6 +24,9 @@ pub enum Error {
     /// The process has no none start event at process level.
     #[error("process `{0}` has no none start event")]
     NoStartEvent(String),
+    /// `Start` named a start event the process does not have as a triggered start.
+    #[error("process `{process}` has no start event `{start}` with a trigger")]
+    UnknownStart { process: String, start: String },
     /// Variables an input brings are over a bound of `crate::limits`; nothing changed.
     #[error("variables refused: {0}")]
     VariablesRefused(String),

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use qflow_loader::model::{
     Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind,
-    Process, Task, TaskKind, ThrowTrigger, TimeKind, TimerDef, Variables,
+    Process, StartTrigger, Task, TaskKind, ThrowTrigger, TimeKind, TimerDef, Variables,
 };
 use qflow_loader::Expression;
 use serde_json::Value as Json;
@@ -136,6 +136,15 @@ pub(super) fn staleness(
                     .and_then(|a| super::user_tasks::completion_staleness(snap, node, a))
             }
         }
+        Input::SignalReceived { name, node, .. } => signal_waiters(p, snap, name, node.as_deref())
+            .is_empty()
+            .then(|| {
+                let at = node
+                    .as_ref()
+                    .map(|n| format!(" at `{n}`"))
+                    .unwrap_or_default();
+                format!("nothing waits{at} for signal `{name}`")
+            }),
         Input::MessageReceived {
             name,
             correlation_key,
@@ -195,10 +204,21 @@ pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
     }
 }
 
-/// The waits a token at `idx` holds open, in order: the node itself (a receive task or
-/// message catch), the message catches racing after it (an event-based gateway), then its
-/// message boundary events (an activity).
-pub(super) fn message_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
+/// The signal a signal catch event or signal boundary event at `idx` waits for.
+pub(super) fn awaited_signal(p: &Process, idx: NodeIdx) -> Option<&str> {
+    match &p.node(idx).kind {
+        NodeKind::IntermediateCatch(CatchTrigger::Signal { name }) => Some(name),
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Signal { name },
+            ..
+        }) => Some(name),
+        _ => None,
+    }
+}
+
+/// The nodes a token at `idx` may wait at, in order: the node itself, the catches racing
+/// after it (an event-based gateway), then its boundary events (an activity).
+fn waits_of(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
     let node = p.node(idx);
     let mut waits: Vec<NodeIdx> = if matches!(node.kind, NodeKind::EventBasedGateway) {
         node.outgoing.iter().map(|f| p.flow(*f).target).collect()
@@ -206,8 +226,53 @@ pub(super) fn message_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
         vec![idx]
     };
     waits.extend(p.boundaries_of(idx));
+    waits
+}
+
+/// The message waits a token at `idx` holds open, in [`waits_of`] order.
+pub(super) fn message_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
+    let mut waits = waits_of(p, idx);
     waits.retain(|w| awaited_message(p, *w).is_some());
     waits
+}
+
+/// The signal waits a token at `idx` holds open, in [`waits_of`] order.
+pub(super) fn signal_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
+    let mut waits = waits_of(p, idx);
+    waits.retain(|w| awaited_signal(p, *w).is_some());
+    waits
+}
+
+/// Every wait for the signal `name` (only the one at `at`, when given), in frontier
+/// order: the node that catches it, and the event-based gateway the token sits at when
+/// it waits there. Only the first catch racing after one gateway takes part: the race
+/// ends at the first.
+fn signal_waiters(
+    p: &Process,
+    snap: &Snapshot,
+    name: &str,
+    at: Option<&str>,
+) -> Vec<(NodeIdx, Option<NodeIdx>)> {
+    let mut found = Vec::new();
+    for t in &snap.tokens {
+        let Some(idx) = p.find(t) else { continue };
+        let gateway = matches!(p.node(idx).kind, NodeKind::EventBasedGateway);
+        let mut raced = false;
+        for w in signal_waits(p, idx) {
+            if awaited_signal(p, w) != Some(name) || at.is_some_and(|n| p.node(w).id != n) {
+                continue;
+            }
+            let racing = gateway && w != idx;
+            if racing && raced {
+                continue;
+            }
+            raced |= racing;
+            if !found.iter().any(|(i, _)| *i == w) {
+                found.push((w, racing.then_some(idx)));
+            }
+        }
+    }
+    found
 }
 
 /// The first token (in frontier order) waiting for the message `name` — with `key`,
@@ -317,8 +382,25 @@ impl<'a> Run<'a> {
 
     fn apply_input(&mut self, input: Input) -> Result<(), Error> {
         match input {
-            Input::Start { mut variables } => {
-                let starts: Vec<NodeIdx> = self.p.start_events(None).collect();
+            Input::Start {
+                mut variables,
+                start,
+            } => {
+                let starts: Vec<NodeIdx> = match start {
+                    // A triggered start begins the instance at that event alone.
+                    Some(id) => match self.p.find(&id) {
+                        Some(i) if matches!(self.p.node(i).kind, NodeKind::TriggeredStart(_)) => {
+                            vec![i]
+                        }
+                        _ => {
+                            return Err(Error::UnknownStart {
+                                process: self.def.id.clone(),
+                                start: id,
+                            })
+                        }
+                    },
+                    None => self.p.start_events(None).collect(),
+                };
                 if starts.is_empty() {
                     return Err(Error::NoStartEvent(self.def.id.clone()));
                 }
@@ -392,6 +474,53 @@ impl<'a> Run<'a> {
                             self.end_race(gw, idx);
                         }
                         self.complete_activity(idx, variables);
+                    }
+                }
+            }
+            Input::SignalReceived {
+                name,
+                node,
+                variables,
+            } => {
+                // Every wait for the signal catches it (one broadcast, many catchers):
+                // those of one token first, boundaries after the token's own wait.
+                let waits = signal_waiters(self.p, &self.snap, &name, node.as_deref());
+                for (idx, gateway) in waits {
+                    let host_gone = match &self.p.node(idx).kind {
+                        NodeKind::Boundary(b) => {
+                            !self.snap.tokens.iter().any(|t| t == self.id(b.attached_to))
+                        }
+                        _ => {
+                            let at = gateway.unwrap_or(idx);
+                            !self.snap.tokens.iter().any(|t| t == self.id(at))
+                        }
+                    };
+                    if host_gone {
+                        // An earlier catch of this same signal ended this wait.
+                        continue;
+                    }
+                    if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
+                        // A non-interrupting boundary goes on waiting: its subscription
+                        // row stays as it is (the broadcast walking the rows must not
+                        // meet it again as a new one).
+                        if b.interrupting {
+                            self.close_subscription(self.id(idx));
+                        }
+                        let on = Some((b.attached_to, b.interrupting));
+                        self.record_catch(EventKind::Signal, idx, on, None, Some(&name));
+                        self.message_boundary(
+                            idx,
+                            b.attached_to,
+                            b.interrupting,
+                            variables.clone(),
+                        );
+                    } else {
+                        self.close_subscription(self.id(idx));
+                        self.record_catch(EventKind::Signal, idx, None, None, Some(&name));
+                        if let Some(gw) = gateway {
+                            self.end_race(gw, idx);
+                        }
+                        self.complete_activity(idx, variables.clone());
                     }
                 }
             }
@@ -535,6 +664,20 @@ impl<'a> Run<'a> {
         }
         self.snap.vars.extend(variables);
         self.leave(boundary);
+    }
+
+    /// A signal throw (intermediate or end): one broadcast, through the outbox under a
+    /// key of its own (a number drawn from the instance's sequence). Nothing waits for
+    /// it here: the token goes on, or ends, in this step.
+    fn throw_signal(&mut self, idx: NodeIdx, name: &str) {
+        let n = self.snap.incarnation.saturating_add(1);
+        self.snap.incarnation = n;
+        self.record_throw(EventKind::Signal, idx, None, Some(name));
+        self.effects.push(Effect::ThrowSignal {
+            node: self.id(idx).to_owned(),
+            name: name.to_owned(),
+            key: format!("{}/{n}", self.instance),
+        });
     }
 
     pub(super) fn timer_fired(&mut self, name: TimerName, incarnation: u32) {
@@ -712,6 +855,21 @@ impl<'a> Run<'a> {
         }
         match &node.kind {
             NodeKind::StartEvent | NodeKind::Boundary(_) => self.leave(idx),
+            NodeKind::TriggeredStart(trigger) => {
+                let (kind, name) = match trigger {
+                    StartTrigger::Message { name } => (EventKind::Message, Some(name.as_str())),
+                    StartTrigger::Signal { name } => (EventKind::Signal, Some(name.as_str())),
+                    StartTrigger::Timer(_) => (EventKind::Timer, None),
+                };
+                self.record_catch(kind, idx, None, None, name);
+                self.leave(idx);
+            }
+            NodeKind::EndEvent(EndKind::Signal { name }) => self.throw_signal(idx, name),
+            NodeKind::IntermediateThrow(ThrowTrigger::Signal { name }) => {
+                self.throw_signal(idx, name);
+                self.leave(idx);
+            }
+            NodeKind::IntermediateCatch(CatchTrigger::Signal { .. }) => self.add_token(idx),
             NodeKind::EndEvent(EndKind::None) => {}
             NodeKind::EndEvent(EndKind::Terminate) => self.terminate(node.scope),
             NodeKind::EndEvent(EndKind::Error { error }) => {
@@ -982,8 +1140,10 @@ impl<'a> Run<'a> {
         // afresh: the sync after the step evaluates its key over the variables as they
         // are now.
         if !self.snap.subscriptions.is_empty() {
-            for w in message_waits(self.p, idx) {
-                self.close_subscription(self.id(w));
+            for w in waits_of(self.p, idx) {
+                if awaited_message(self.p, w).is_some() || awaited_signal(self.p, w).is_some() {
+                    self.close_subscription(self.id(w));
+                }
             }
         }
     }

@@ -210,6 +210,11 @@ pub enum Input {
     Start {
         #[serde(default)]
         variables: Variables,
+        /// The start event with a trigger the instance starts at (a message correlated
+        /// to the deployment, a signal, a timer of its schedule); `None`: the none start
+        /// events, as a plain start.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start: Option<String>,
     },
     /// A registered task's handler returned a result for `attempt`.
     TaskCompleted {
@@ -272,6 +277,16 @@ pub enum Input {
         correlation_key: Option<String>,
         /// Only the wait at this node takes it (a correlation found its subscription
         /// there); `None`: any wait for `name`, first in frontier order.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// A signal named `name` was broadcast (an instance threw it, or the API). The wait
+    /// at `node` catches it — the broadcast found its subscription there — or, with
+    /// `node` `None`, every wait of the instance for `name` does.
+    SignalReceived {
+        name: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<String>,
         #[serde(default)]
@@ -431,6 +446,7 @@ impl Input {
             Input::ResolveIncident { node } => Some(node),
             Input::Start { .. }
             | Input::MessageReceived { .. }
+            | Input::SignalReceived { .. }
             | Input::Cancel
             | Input::Resume { .. }
             | Input::Migrate { .. }
@@ -568,6 +584,16 @@ pub enum Effect {
     /// Delete the outbox rows of `node`'s dead attempt, pending and poisoned (C6): the
     /// one exception to "an undelivered row is never deleted". Delivered rows stay.
     WithdrawRequests { node: String },
+    /// Broadcast the signal `name`, thrown at `node`, durably: the shell writes it to
+    /// the outbox under `key` (`<instance>/<n>`, `n` drawn from the instance's
+    /// sequence, so each throw has its own) in this step's transaction, and the outbox
+    /// delivers it to every wait for the signal and every signal start of a live
+    /// deployment.
+    ThrowSignal {
+        node: String,
+        name: String,
+        key: String,
+    },
     /// Upsert the user-task row of `node` (the task list): a token waits there, offered
     /// with its assignment evaluated — entered, entered again, resumed or migrated.
     OfferUserTask {
@@ -694,9 +720,10 @@ fn step_recording(
     }
     // Values from outside are bounded where they enter (limits): over a bound, the
     // input is refused and nothing changes.
-    if let Input::Start { variables }
+    if let Input::Start { variables, .. }
     | Input::UserTaskCompleted { variables, .. }
     | Input::MessageReceived { variables, .. }
+    | Input::SignalReceived { variables, .. }
     | Input::PullCompleted { variables, .. }
     | Input::PullBpmnError { variables, .. }
     | Input::ChannelAnswered { variables, .. }

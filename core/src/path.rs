@@ -104,6 +104,7 @@ pub enum EventKind {
     Message,
     Timer,
     Link,
+    Signal,
 }
 
 /// What kind of end event a token reached.
@@ -114,6 +115,7 @@ pub enum EndEventKind {
     Terminate,
     Error,
     Escalation,
+    Signal,
 }
 
 impl From<&EndKind> for EndEventKind {
@@ -123,6 +125,7 @@ impl From<&EndKind> for EndEventKind {
             EndKind::Terminate => EndEventKind::Terminate,
             EndKind::Error { .. } => EndEventKind::Error,
             EndKind::Escalation { .. } => EndEventKind::Escalation,
+            EndKind::Signal { .. } => EndEventKind::Signal,
         }
     }
 }

@@ -62,6 +62,10 @@ pub struct Scenario {
     pub start_at_ms: i64,
     /// Start variables. Default none.
     pub variables: Variables,
+    /// The start event with a trigger (message, signal, timer) the instance starts at, as
+    /// when its trigger fires; `None` (the default): the none start events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_event: Option<String>,
     /// Outcomes of registered tasks, by task node id, one entry per attempt (the first
     /// entry is attempt 1). The last entry repeats for later attempts; a task without
     /// an entry completes at once with no outputs.
@@ -218,6 +222,13 @@ pub enum ScriptedEvent {
         correlation_key: Option<String>,
         variables: Variables,
     },
+    /// A signal broadcast from outside (the API): every wait of the instance for `name`
+    /// catches it.
+    Signal {
+        at_ms: i64,
+        name: String,
+        variables: Variables,
+    },
     Cancel {
         at_ms: i64,
     },
@@ -271,6 +282,7 @@ impl ScriptedEvent {
             | ScriptedEvent::ClaimUserTask { at_ms, .. }
             | ScriptedEvent::UnclaimUserTask { at_ms, .. }
             | ScriptedEvent::Message { at_ms, .. }
+            | ScriptedEvent::Signal { at_ms, .. }
             | ScriptedEvent::Cancel { at_ms }
             | ScriptedEvent::FireTimer { at_ms, .. }
             | ScriptedEvent::Resume { at_ms, .. }
@@ -315,6 +327,13 @@ impl ScriptedEvent {
             } => Input::MessageReceived {
                 name: name.clone(),
                 correlation_key: correlation_key.clone(),
+                node: None,
+                variables: variables.clone(),
+            },
+            ScriptedEvent::Signal {
+                name, variables, ..
+            } => Input::SignalReceived {
+                name: name.clone(),
                 node: None,
                 variables: variables.clone(),
             },
@@ -682,6 +701,7 @@ pub fn steps_with<'a>(
         scenario,
         bytes: Snapshot::new().encode(),
         results: BTreeMap::new(),
+        signal_waits: BTreeMap::new(),
         timers: BTreeMap::new(),
         user_tasks: std::collections::BTreeSet::new(),
         seq: 0,
@@ -752,6 +772,7 @@ impl Iterator for Steps<'_> {
             self.started = true;
             let start = Input::Start {
                 variables: self.sim.scenario.variables.clone(),
+                start: self.sim.scenario.start_event.clone(),
             };
             self.sim.step(start, self.sim.scenario.start_at_ms)
         };
@@ -846,6 +867,8 @@ struct Sim<'a> {
     /// resume emits the call's in-flight request again under its key), and a withdrawal
     /// deletes the pending and poisoned rows of its node while a delivered row stays.
     rows: BTreeMap<String, (String, Option<i64>)>,
+    /// The open signal subscriptions, as a store keeps them: node → signal name.
+    signal_waits: BTreeMap<String, String>,
 }
 
 impl<'a> Sim<'a> {
@@ -950,6 +973,34 @@ impl<'a> Sim<'a> {
         for effect in &out.effects {
             self.carry_out(effect, now_ms);
         }
+        // A signal thrown in the step reaches, as the outbox's broadcast does once the
+        // step is committed, every wait for it open then — this instance's own included —
+        // one delivery per subscription row, in node order.
+        for effect in &out.effects {
+            if let Effect::ThrowSignal { name, .. } = effect {
+                let waits: Vec<String> = self
+                    .signal_waits
+                    .iter()
+                    .filter(|(_, n)| *n == name)
+                    .map(|(node, _)| node.clone())
+                    .collect();
+                for node in waits {
+                    self.seq += 1;
+                    let due = Due {
+                        at_ms: now_ms,
+                        class: 0,
+                        seq: self.seq,
+                        name: String::new(),
+                    };
+                    let input = Input::SignalReceived {
+                        name: name.clone(),
+                        node: Some(node),
+                        variables: Variables::new(),
+                    };
+                    self.results.insert(due, input);
+                }
+            }
+        }
         self.taken += 1;
         self.last_at_ms = now_ms;
         Ok(TraceStep {
@@ -1050,6 +1101,15 @@ impl<'a> Sim<'a> {
             Effect::OfferUserTask { node, .. } => {
                 self.user_tasks.insert(node.clone());
             }
+            // A signal's subscription is the one with the empty key.
+            Effect::Subscribe { node, message, key } if key.is_empty() => {
+                self.signal_waits.insert(node.clone(), message.clone());
+            }
+            Effect::Unsubscribe { node } => {
+                self.signal_waits.remove(node);
+            }
+            // Broadcast once the step's effects are all carried out (`step`).
+            Effect::ThrowSignal { .. } => {}
             Effect::WithdrawUserTask { node } => {
                 self.user_tasks.remove(node);
             }
@@ -1065,7 +1125,6 @@ impl<'a> Sim<'a> {
             | Effect::WithdrawPullTask { .. }
             | Effect::AssignUserTask { .. }
             | Effect::Subscribe { .. }
-            | Effect::Unsubscribe { .. }
             | Effect::Completed
             | Effect::Failed { .. }
             | Effect::Cancelled

@@ -19,13 +19,19 @@
 //! subscription there, without each of those paths knowing about messages. A resumed
 //! instance opens its waits' subscriptions again, with keys evaluated afresh.
 //!
-//! A definition without correlation keys never reaches past the first check: its
-//! snapshots and effects are exactly what they were before subscriptions existed.
+//! A signal wait — a signal catch event, a signal catch racing after an event-based
+//! gateway, an activity's signal boundary — holds a subscription too, under the empty
+//! key (a message's key never is empty): a broadcast of the signal finds every waiting
+//! instance by the name alone.
+//!
+//! A definition without correlation keys and signal waits never reaches past the first
+//! check: its snapshots and effects are exactly what they were before subscriptions
+//! existed.
 
 use qflow_loader::model::NodeIdx;
 use serde_json::Value as Json;
 
-use super::flow::{awaited_message, message_waits, Run};
+use super::flow::{awaited_message, awaited_signal, message_waits, signal_waits, Run};
 use super::{codes, Effect};
 
 /// The longest correlation key, in characters (so at most 256 bytes of UTF-8: keys are
@@ -33,12 +39,25 @@ use super::{codes, Effect};
 /// refuses them, so a wait subscribed under one could never be reached.
 pub const CORRELATION_KEY_CHARS_MAX: usize = 64;
 
+/// What a subscription row waits for.
+#[derive(Clone, Copy)]
+enum Wait<'a> {
+    /// A message with a correlation key: the row has the key's value.
+    Message(&'a str),
+    /// A signal: the row has the empty key (a correlation key is never empty), so a
+    /// broadcast finds every wait for the signal by `(name, "")`.
+    Signal(&'a str),
+}
+
 impl<'a> Run<'a> {
     /// Makes the open subscriptions exactly the keyed message waits of the instance (none
     /// unless it is running): closes the others, opens the missing ones. A key that does
     /// not evaluate fails the instance (`EXPRESSION_FAILED`), which then has none.
     pub(super) fn sync_subscriptions(&mut self) {
-        if self.def.correlation_keys.is_empty() && self.snap.subscriptions.is_empty() {
+        if self.def.correlation_keys.is_empty()
+            && !self.def.waits_for_signals
+            && self.snap.subscriptions.is_empty()
+        {
             return;
         }
         let mut wanted = if self.running() {
@@ -47,10 +66,18 @@ impl<'a> Run<'a> {
             Vec::new()
         };
         let mut opened = Vec::new();
-        for (idx, message) in &wanted {
+        for (idx, wait) in &wanted {
             if self.snap.subscriptions.contains_key(self.id(*idx)) {
                 continue;
             }
+            let message = match wait {
+                // A signal's subscription has the empty key, which no message has.
+                Wait::Signal(name) => {
+                    opened.push((*idx, *name, String::new()));
+                    continue;
+                }
+                Wait::Message(message) => message,
+            };
             match self.correlation_key(message) {
                 Ok(key) => opened.push((*idx, *message, key)),
                 Err(why) => {
@@ -92,22 +119,25 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The waits for a message with a correlation key, in frontier order, one per node:
-    /// a token at a receive task or message catch, or at an event-based gateway for each
-    /// message catch after it.
-    fn keyed_waits(&self) -> Vec<(NodeIdx, &'a str)> {
+    /// The waits a subscription row stands for, in frontier order, one per node: a
+    /// message with a correlation key — a token at a receive task or message catch, at
+    /// an event-based gateway for each message catch after it, at an activity for its
+    /// message boundaries — and likewise every signal wait.
+    fn keyed_waits(&self) -> Vec<(NodeIdx, Wait<'a>)> {
         let keyed = |idx: NodeIdx| {
             awaited_message(self.p, idx)
                 .filter(|m| self.def.correlation_keys.contains_key(*m))
-                .map(|m| (idx, m))
+                .map(|m| (idx, Wait::Message(m)))
         };
-        let mut waits: Vec<(NodeIdx, &'a str)> = Vec::new();
+        let signal = |idx: NodeIdx| awaited_signal(self.p, idx).map(|s| (idx, Wait::Signal(s)));
+        let mut waits: Vec<(NodeIdx, Wait<'a>)> = Vec::new();
         for token in &self.snap.tokens {
             let Some(idx) = self.p.find(token) else {
                 continue;
             };
-            let found = message_waits(self.p, idx).into_iter().filter_map(keyed);
-            for w in found {
+            let messages = message_waits(self.p, idx).into_iter().filter_map(keyed);
+            let signals = signal_waits(self.p, idx).into_iter().filter_map(signal);
+            for w in messages.chain(signals) {
                 if !waits.iter().any(|(i, _)| *i == w.0) {
                     waits.push(w);
                 }

@@ -132,6 +132,7 @@ fn misuse_is_an_error_and_terminal_instances_ignore_inputs() {
     let def = linear_def(1, None);
     let start = || Input::Start {
         variables: Variables::new(),
+        start: None,
     };
     let cancel_new = step(&def, "i", Snapshot::new(), Input::Cancel, 0);
     assert_eq!(cancel_new, Err(Error::NotStarted));
@@ -180,7 +181,10 @@ fn a_waiting_single_token_instance_with_a_few_small_variables_fits_128_bytes() {
         &def,
         "i",
         Snapshot::new(),
-        Input::Start { variables: vars },
+        Input::Start {
+            variables: vars,
+            start: None,
+        },
         0,
     )
     .unwrap();

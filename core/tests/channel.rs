@@ -52,7 +52,10 @@ fn started(def: &Definition, id: &str) -> Snapshot {
         def,
         id,
         Snapshot::new(),
-        Input::Start { variables: vars },
+        Input::Start {
+            variables: vars,
+            start: None,
+        },
         0,
     )
     .unwrap()

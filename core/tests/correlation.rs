@@ -394,6 +394,7 @@ fn a_message_naming_its_node_reaches_only_that_wait() {
         qflow_core::Snapshot::new(),
         qflow_core::Input::Start {
             variables: serde_json::from_str(r#"{"order": {"id": "A"}}"#).unwrap(),
+            start: None,
         },
         0,
     )
@@ -439,6 +440,7 @@ fn a_step_that_fails_part_way_asks_for_no_handler() {
         qflow_core::Snapshot::new(),
         qflow_core::Input::Start {
             variables: Default::default(),
+            start: None,
         },
         0,
     )

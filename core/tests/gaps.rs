@@ -124,6 +124,7 @@ fn readoption_skips_a_parked_task_and_names_the_retried_attempt() {
     );
     let start = Input::Start {
         variables: Default::default(),
+        start: None,
     };
     let s = step(&def, "i", Snapshot::new(), start, 0).unwrap().snapshot;
     let fail = Input::TaskFailed {
@@ -228,6 +229,7 @@ fn a_budget_base_beyond_the_attempt_counts_one_attempt() {
         Snapshot::new(),
         Input::Start {
             variables: Default::default(),
+            start: None,
         },
         0,
     )

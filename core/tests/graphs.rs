@@ -171,6 +171,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
             instance: "g".into(),
             start_at_ms: 0,
             variables: Variables::new(),
+            start_event: None,
             tasks: services
                 .iter()
                 .zip(scripts)

@@ -105,6 +105,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 instance,
                 start_at_ms: 0,
                 variables: Variables::from([("x".to_owned(), 0.into())]),
+                start_event: None,
                 tasks: BTreeMap::from([("a".to_owned(), a), ("b".to_owned(), b)]),
                 channels: BTreeMap::new(),
                 delivery_curves: BTreeMap::new(),
@@ -330,7 +331,7 @@ proptest! {
         vars in proptest::collection::btree_map("[a-zA-Z_]{1,8}", json_value(), 0..6)
     ) {
         let def = common::build::linear_def(1, None);
-        let out = step(&def, "i", Snapshot::new(), Input::Start { variables: vars.clone() }, 0).unwrap();
+        let out = step(&def, "i", Snapshot::new(), Input::Start { variables: vars.clone(), start: None }, 0).unwrap();
         let bytes = out.snapshot.encode();
         let back = Snapshot::decode(&bytes).unwrap();
         prop_assert_eq!(back.variables(), &vars);

@@ -24,7 +24,10 @@ fn vars(v: Value) -> Variables {
 }
 
 fn start(variables: Variables) -> Input {
-    Input::Start { variables }
+    Input::Start {
+        variables,
+        start: None,
+    }
 }
 
 #[test]

@@ -268,6 +268,7 @@ fn answers_from_the_wrong_worker_or_after_expiry_are_refused_with_the_reason() {
     let def = pull_model();
     let start = Input::Start {
         variables: Default::default(),
+        start: None,
     };
     let s = step(&def, "i", Snapshot::new(), start, 0).unwrap().snapshot;
     let complete = |worker: &str, attempt: u32| Input::PullCompleted {

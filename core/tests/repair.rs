@@ -40,6 +40,7 @@ fn resume_is_refused_unless_the_instance_is_failed() {
         Snapshot::new(),
         Input::Start {
             variables: Default::default(),
+            start: None,
         },
         0,
     )
@@ -219,6 +220,7 @@ fn an_attempt_re_adopted_past_the_limit_fails_with_evidence() {
     ] {
         let start = Input::Start {
             variables: Default::default(),
+            start: None,
         };
         let mut snap = step(&def, "i", Snapshot::new(), start, 0).unwrap().snapshot;
         for n in 1..=READOPTIONS_MAX {
@@ -289,6 +291,7 @@ fn migrate_renames_what_travels_and_refuses_what_does_not_fit() {
     let mapping = BTreeMap::from([("pay".to_owned(), "charge".to_owned())]);
     let start = Input::Start {
         variables: Default::default(),
+        start: None,
     };
     let running = step(&v1, "i", Snapshot::new(), start, 0).unwrap().snapshot;
 

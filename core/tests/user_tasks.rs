@@ -52,7 +52,17 @@ fn approve(attrs: &str) -> qflow_loader::model::Definition {
 
 fn started(def: &qflow_loader::model::Definition, vars: serde_json::Value) -> qflow_core::Step {
     let variables = serde_json::from_value(vars).unwrap();
-    step(def, "i", Snapshot::new(), Input::Start { variables }, 0).unwrap()
+    step(
+        def,
+        "i",
+        Snapshot::new(),
+        Input::Start {
+            variables,
+            start: None,
+        },
+        0,
+    )
+    .unwrap()
 }
 
 fn stale_reason(step: &qflow_core::Step) -> &str {

@@ -186,6 +186,23 @@ pub fn validate_with(
     for (path, message) in qflow_core::sim::delivery_problems(definition, s, targets) {
         problem(path, message);
     }
+    if let Some(start) = &s.start_event {
+        let triggered = definition
+            .process
+            .find(start)
+            .map(|i| &definition.process.node(i).kind);
+        match triggered {
+            None => problem("start_event".into(), no_node(definition, start)),
+            Some(NodeKind::TriggeredStart(_)) => {}
+            Some(_) => problem(
+                "start_event".into(),
+                format!(
+                    "node `{start}` is not a start event with a trigger (message, signal, \
+                     timer); leave start_event out to start at the none start events"
+                ),
+            ),
+        }
+    }
     if s.events.len() > EVENTS_MAX {
         problem("events".into(), format!("at most {EVENTS_MAX} events"));
     }
@@ -267,6 +284,7 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
         | ScriptedEvent::ClaimUserTask { at_ms, .. }
         | ScriptedEvent::UnclaimUserTask { at_ms, .. }
         | ScriptedEvent::Message { at_ms, .. }
+        | ScriptedEvent::Signal { at_ms, .. }
         | ScriptedEvent::Cancel { at_ms }
         | ScriptedEvent::FireTimer { at_ms, .. }
         | ScriptedEvent::Resume { at_ms, .. }

@@ -53,6 +53,22 @@ fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
             trigger: BoundaryTrigger::Message { .. },
             ..
         }) => out.push("message boundary (waits)"),
+        NodeKind::IntermediateCatch(CatchTrigger::Signal { .. }) => out.push("signal wait"),
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Signal { .. },
+            ..
+        }) => out.push("signal boundary (waits)"),
+        NodeKind::IntermediateThrow(ThrowTrigger::Signal { .. })
+        | NodeKind::EndEvent(EndKind::Signal { .. }) => out.push("signal throw (outbox)"),
+        NodeKind::TriggeredStart(StartTrigger::Message { .. }) => {
+            out.push("message start (deployment subscription)")
+        }
+        NodeKind::TriggeredStart(StartTrigger::Signal { .. }) => {
+            out.push("signal start (deployment subscription)")
+        }
+        NodeKind::TriggeredStart(StartTrigger::Timer(_)) => {
+            out.push("timer start (deployment schedule)")
+        }
         NodeKind::EventBasedGateway => out.push("event-based gateway (waits)"),
         NodeKind::CallActivity { .. } => out.push("call activity (child instance)"),
         _ => {}

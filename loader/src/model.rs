@@ -58,6 +58,9 @@ pub struct Definition {
     /// `zeebe:subscription`). A token waiting for such a message opens a subscription
     /// under the key's value, and a message published with that name and key reaches it.
     pub correlation_keys: BTreeMap<String, crate::expr::Expression>,
+    /// Whether a node waits for a signal (a signal catch or boundary event): only then
+    /// does a step look for signal waits to subscribe.
+    pub waits_for_signals: bool,
     /// `camunda:initiator` of the process's start event: the variable Camunda sets to the
     /// user who started the instance. qflow's core knows no users, so it is the start's
     /// variable of that name when given, and null otherwise — a model whose assignee is
@@ -119,6 +122,28 @@ impl Process {
                 .then_some(NodeIdx(i as u32))
         })
     }
+    /// The start events with a trigger (all at process level), in document order.
+    pub fn triggered_starts(&self) -> impl Iterator<Item = (NodeIdx, &StartTrigger)> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match &n.kind {
+                NodeKind::TriggeredStart(t) => Some((NodeIdx(i as u32), t)),
+                _ => None,
+            })
+    }
+    /// The start event a message named `name` starts an instance at, if there is one.
+    pub fn message_start(&self, name: &str) -> Option<NodeIdx> {
+        self.triggered_starts().find_map(|(i, t)| {
+            matches!(t, StartTrigger::Message { name: n } if n == name).then_some(i)
+        })
+    }
+    /// The start event a signal named `name` starts an instance at, if there is one.
+    pub fn signal_start(&self, name: &str) -> Option<NodeIdx> {
+        self.triggered_starts().find_map(|(i, t)| {
+            matches!(t, StartTrigger::Signal { name: n } if n == name).then_some(i)
+        })
+    }
     /// Boundary events attached to `host`, in document order.
     pub fn boundaries_of(&self, host: NodeIdx) -> impl Iterator<Item = NodeIdx> + '_ {
         self.nodes
@@ -147,8 +172,12 @@ pub struct Node {
 
 #[derive(Debug, Clone)]
 pub enum NodeKind {
-    /// A none start event (message/timer start events are refused by the loader).
+    /// A none start event: where `Input::Start` puts the first token.
     StartEvent,
+    /// A process-level start event with a trigger (§10.5.2): an instance starts here when
+    /// the trigger fires — a message correlated to the deployment, a signal broadcast, a
+    /// timer of the deployment's schedule. It is never where a plain start begins.
+    TriggeredStart(StartTrigger),
     EndEvent(EndKind),
     Task(Task),
     ExclusiveGateway {
@@ -185,6 +214,24 @@ pub enum EndKind {
     Escalation {
         code: Option<String>,
     },
+    /// Broadcasts a signal with this name (durably, through the outbox); the token ends.
+    Signal {
+        name: String,
+    },
+}
+
+/// What starts an instance at a [`NodeKind::TriggeredStart`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartTrigger {
+    /// A message with this name, correlated to the deployment rather than to a waiting
+    /// instance: it starts one instance, whose business key is the message's
+    /// correlation key.
+    Message { name: String },
+    /// A signal with this name, broadcast: every live deployment with such a start event
+    /// starts one instance.
+    Signal { name: String },
+    /// The deployment's schedule: a date, a duration after deployment, or a cycle.
+    Timer(TimerDef),
 }
 
 #[derive(Debug, Clone)]
@@ -192,6 +239,11 @@ pub enum CatchTrigger {
     Timer(TimerDef),
     /// Waits for a message with this name.
     Message {
+        name: String,
+    },
+    /// Waits for a signal with this name, broadcast by an instance's throw or through
+    /// the API; every waiting token catches it.
+    Signal {
         name: String,
     },
     /// The catching half of a link pair (§10.5.6): it has no incoming flows, and a token
@@ -213,6 +265,8 @@ pub enum ThrowTrigger {
     /// then continues over its outgoing flows unless an interrupting boundary caught it
     /// (which ends the throwing scope).
     Escalation { code: Option<String> },
+    /// Broadcasts a signal with this name (durably, through the outbox) and continues.
+    Signal { name: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,6 +326,11 @@ pub enum BoundaryTrigger {
     /// not make non-interrupting the default).
     Escalation {
         code: Option<String>,
+    },
+    /// Waits, while its activity runs, for a broadcast signal with this name;
+    /// interrupting or not.
+    Signal {
+        name: String,
     },
 }
 

@@ -44,6 +44,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q124", "a link throw event names a link whose catch event is in another scope (a link never crosses a sub-process boundary)"),
     ("Q125", "an escalationRef names no declared escalation"),
     ("Q126", "an escalation boundary event is attached to a task, which can never throw an escalation"),
+    ("Q127", "a signalRef names no declared <signal>"),
     ("Q201", "a condition or mapping expression does not compile (CEL)"),
     ("Q202", "a condition is written in an unsupported language (JUEL `${...}`, JavaScript, ...)"),
     ("Q203", "a Zeebe FEEL condition uses more than the supported comparison/boolean subset"),

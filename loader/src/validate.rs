@@ -48,7 +48,9 @@ impl Index {
         };
         for (i, n) in p.nodes.iter().enumerate() {
             match &n.kind {
-                NodeKind::StartEvent => ix.starts.entry(n.scope).or_default().push(idx(i)),
+                NodeKind::StartEvent | NodeKind::TriggeredStart(_) => {
+                    ix.starts.entry(n.scope).or_default().push(idx(i))
+                }
                 NodeKind::Boundary(b) if b.attached_to != idx(i) => {
                     if let Some(list) = ix.boundaries.get_mut(b.attached_to.0 as usize) {
                         list.push(idx(i));
@@ -169,7 +171,9 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
                 );
             }
             NodeKind::EndEvent(_) => {}
-            NodeKind::StartEvent | NodeKind::Boundary(_) if !n.incoming.is_empty() => {
+            NodeKind::StartEvent | NodeKind::TriggeredStart(_) | NodeKind::Boundary(_)
+                if !n.incoming.is_empty() =>
+            {
                 diags.push(
                     Diagnostic::error(
                         "Q116",

@@ -293,25 +293,123 @@ fn q103_multi_instance() {
 }
 
 #[test]
-fn q103_signal_catch_event() {
+fn q103_conditional_catch_event() {
     refused(
         &around(
-            r#"<intermediateCatchEvent id="t">¶<signalEventDefinition/></intermediateCatchEvent>"#,
+            r#"<intermediateCatchEvent id="t">¶<conditionalEventDefinition/></intermediateCatchEvent>"#,
         ),
         "Q103",
     );
 }
 
 #[test]
-fn q103_message_start_event() {
+fn q103_conditional_start_event() {
     refused(
         &process(
-            r#"<startEvent id="start">¶<messageEventDefinition/></startEvent>
+            r#"<startEvent id="start">¶<conditionalEventDefinition/></startEvent>
 <sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
 <endEvent id="end"/>"#,
         ),
         "Q103",
     );
+}
+
+const SIGNAL: &str = r#"<signal id="sig" name="price-changed"/>"#;
+
+#[test]
+fn q102_signal_event_without_a_signal_ref() {
+    refused(
+        &around(
+            r#"<intermediateCatchEvent id="t">¶<signalEventDefinition/></intermediateCatchEvent>"#,
+        ),
+        "Q102",
+    );
+}
+
+#[test]
+fn q127_signal_ref_names_no_signal() {
+    let body = r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<intermediateThrowEvent id="t"><signalEventDefinition ¶signalRef="nope"/></intermediateThrowEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#;
+    let d = refused(&file(SIGNAL, body), "Q127");
+    assert!(d.message.contains("`nope`"), "{}", d.message);
+}
+
+#[test]
+fn signal_events_load_in_every_position() {
+    let body = r#"<startEvent id="start"/>
+<startEvent id="by_signal"><signalEventDefinition signalRef="sig"/></startEvent>
+<sequenceFlow id="f0" sourceRef="by_signal" targetRef="wait"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="throw"/>
+<intermediateThrowEvent id="throw"><signalEventDefinition signalRef="sig"/></intermediateThrowEvent>
+<sequenceFlow id="f2" sourceRef="throw" targetRef="wait"/>
+<intermediateCatchEvent id="wait"><signalEventDefinition signalRef="sig"/></intermediateCatchEvent>
+<sequenceFlow id="f3" sourceRef="wait" targetRef="work"/>
+<userTask id="work"/>
+<boundaryEvent id="stop" attachedToRef="work" cancelActivity="false"><signalEventDefinition signalRef="sig"/></boundaryEvent>
+<sequenceFlow id="f4" sourceRef="work" targetRef="end"/>
+<sequenceFlow id="f5" sourceRef="stop" targetRef="shout"/>
+<endEvent id="shout"><signalEventDefinition signalRef="sig"/></endEvent>
+<endEvent id="end"/>"#;
+    let loaded = loads(&file(SIGNAL, body));
+    let def = &loaded.definitions[0];
+    let p = &def.process;
+    let kind = |id: &str| &p.node(p.find(id).unwrap()).kind;
+    let name = "price-changed".to_owned();
+    assert!(
+        matches!(kind("by_signal"), NodeKind::TriggeredStart(StartTrigger::Signal { name: n }) if *n == name)
+    );
+    assert!(
+        matches!(kind("throw"), NodeKind::IntermediateThrow(ThrowTrigger::Signal { name: n }) if *n == name)
+    );
+    assert!(
+        matches!(kind("wait"), NodeKind::IntermediateCatch(CatchTrigger::Signal { name: n }) if *n == name)
+    );
+    assert!(
+        matches!(kind("stop"), NodeKind::Boundary(Boundary { interrupting: false, trigger: BoundaryTrigger::Signal { name: n }, .. }) if *n == name)
+    );
+    assert!(matches!(kind("shout"), NodeKind::EndEvent(EndKind::Signal { name: n }) if *n == name));
+    assert!(def.waits_for_signals);
+    assert_eq!(p.signal_start("price-changed"), p.find("by_signal"));
+    assert_eq!(p.signal_start("other"), None);
+}
+
+#[test]
+fn a_process_with_only_a_message_start_loads() {
+    let body = r#"<startEvent id="start"><messageEventDefinition messageRef="m"/></startEvent>
+<sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
+<endEvent id="end"/>"#;
+    let loaded = loads(&file(r#"<message id="m" name="order-placed"/>"#, body));
+    let p = &loaded.definitions[0].process;
+    assert_eq!(p.message_start("order-placed"), p.find("start"));
+    assert_eq!(p.start_events(None).count(), 0);
+    assert!(!loaded.definitions[0].waits_for_signals);
+}
+
+#[test]
+fn q103_triggered_start_inside_a_sub_process() {
+    let body = r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="sub"/>
+<subProcess id="sub">
+  <startEvent id="s0"/>
+  <startEvent id="s1">¶<signalEventDefinition signalRef="sig"/></startEvent>
+  <sequenceFlow id="g1" sourceRef="s0" targetRef="e0"/>
+  <sequenceFlow id="g2" sourceRef="s1" targetRef="e0"/>
+  <endEvent id="e0"/>
+</subProcess>
+<sequenceFlow id="f2" sourceRef="sub" targetRef="end"/>
+<endEvent id="end"/>"#;
+    refused(&file(SIGNAL, body), "Q103");
+}
+
+#[test]
+fn q207_a_timer_start_computed_from_variables() {
+    let body = r#"<startEvent id="start">¶<timerEventDefinition><timeDuration>=wait</timeDuration></timerEventDefinition></startEvent>
+<sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
+<endEvent id="end"/>"#;
+    refused(&process(body), "Q207");
 }
 
 #[test]

@@ -607,7 +607,11 @@ pub struct Delivery {
     pub instance: String,
     /// The node that waited.
     pub node: String,
-    /// `delivered`, or `refused` (the wait ended before the message reached it).
+    /// `delivered`, `refused` (the wait ended before the message reached it),
+    /// `started` (no instance waited: the message started one at its message start
+    /// event, `node`, with the correlation key as business key) or `already_started`
+    /// (an instance of the deployment holds that business key: a repeated publication
+    /// starts nothing new).
     pub outcome: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -629,6 +633,62 @@ impl Delivery {
             applied,
         }
     }
+}
+
+/// A signal to broadcast (`POST /v1/signals`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    /// The signal name (the `name` of its `<signal>` declaration).
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub name: String,
+    /// Merged into each catching instance's variables; the start variables of each
+    /// instance a signal start event starts.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub variables: qflow_core::Variables,
+    /// Names the broadcast, so that repeating it (an answer lost) starts no instance
+    /// twice. Default: a fresh id, returned.
+    #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub id: Option<String>,
+}
+
+/// Longest broadcast id the API takes, in characters.
+pub const SIGNAL_ID_CHARS_MAX: usize = 128;
+
+/// What a broadcast reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SignalBroadcast {
+    pub name: String,
+    /// The broadcast's id: the one given, or the one drawn.
+    pub id: String,
+    /// The waits that caught it, in the order they were reached.
+    pub caught: Vec<SignalCatch>,
+    /// The instances signal start events started (or had started, for a repeated id).
+    pub started: Vec<SignalStart>,
+    /// Subscriptions whose wait had ended before the signal reached it.
+    pub ended_waits: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SignalCatch {
+    pub instance: String,
+    pub node: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SignalStart {
+    pub deployment: i64,
+    pub instance: String,
 }
 
 /// What an operation that steps an instance did.
@@ -1311,7 +1371,21 @@ impl Ops {
         if message.all {
             let subscribers = self.store().subscriptions(name, key, 0).await?;
             if subscribers.is_empty() {
-                return Err(no_subscriber(name, key));
+                // Nothing waits: the message starts an instance of every process whose
+                // newest live deployment has a message start event for it.
+                if self.shared.runtime.is_none() {
+                    return Err(no_subscriber(name, key));
+                }
+                let started = self.message_starts(&message).await?;
+                if started.is_empty() {
+                    return Err(no_subscriber(name, key));
+                }
+                return Ok(Correlated {
+                    name: message.name,
+                    correlation_key: message.correlation_key,
+                    deliveries: started,
+                    truncated: false,
+                });
             }
             let truncated = subscribers.len() as u32 >= qflow_store::SUBSCRIPTIONS_LIMIT_MAX;
             for s in subscribers {
@@ -1340,7 +1414,39 @@ impl Ops {
                 .iter()
                 .find(|s| s.instance != subscribers[0].instance);
             match (subscribers.first(), other) {
-                (None, _) => return Err(no_subscriber(name, key)),
+                (None, _) => {
+                    // Nothing waits: a message start event takes it, when exactly one
+                    // process has one for it (`all` starts each).
+                    // Without a runtime here (the CLI on a store) nothing could run
+                    // a started instance: no start, as before message starts.
+                    let Some(runtime) = &self.shared.runtime else {
+                        return Err(no_subscriber(name, key));
+                    };
+                    let starts = runtime.message_starts(name).await?;
+                    if starts.len() > 1 {
+                        return Err(Error::Refused(format!(
+                            "no instance waits for message `{name}` with key `{key}`, and \
+                             {} processes start on it (deployments {}); set `all` to start \
+                             each",
+                            starts.len(),
+                            starts
+                                .iter()
+                                .map(|(d, _)| d.0.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                    let started = self.message_starts(&message).await?;
+                    if started.is_empty() {
+                        return Err(no_subscriber(name, key));
+                    }
+                    return Ok(Correlated {
+                        name: message.name,
+                        correlation_key: message.correlation_key,
+                        deliveries: started,
+                        truncated: false,
+                    });
+                }
                 (Some(one), None) => {
                     let outcome =
                         self.apply(one.instance, input(&one.node), "correlate", detail.clone());
@@ -1371,6 +1477,102 @@ impl Ops {
             "the waits for message `{name}` with key `{key}` kept ending under the \
              correlation; try again"
         )))
+    }
+
+    /// Starts an instance at each message start event `message` reaches (per process,
+    /// its newest live deployment's), the correlation key as its business key: a
+    /// deployment already holding an instance under that key starts nothing new
+    /// (`already_started`), so a publication repeated after a lost answer does not start
+    /// a second instance.
+    async fn message_starts(&self, message: &MessageRequest) -> Result<Vec<Delivery>> {
+        let runtime = runtime_of(self)?;
+        let (name, key) = (message.name.as_str(), message.correlation_key.as_str());
+        let mut started = Vec::new();
+        for (deployment, node) in runtime.message_starts(name).await? {
+            let outcome = runtime
+                .start_triggered(
+                    None,
+                    deployment,
+                    &node,
+                    message.variables.clone(),
+                    Some(key.to_owned()),
+                )
+                .await;
+            let (instance, outcome, reason) = match outcome {
+                Ok(id) => (id.to_string(), "started", None),
+                Err(qflow_runtime::Error::DuplicateBusinessKey { existing }) => (
+                    existing.to_string(),
+                    "already_started",
+                    Some(format!(
+                        "deployment {} already has instance {existing} under business key \
+                         `{key}`",
+                        deployment.0
+                    )),
+                ),
+                // Retired since it was listed.
+                Err(qflow_runtime::Error::Refused { why, .. }) => {
+                    (String::new(), "refused", Some(why))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            started.push(Delivery {
+                instance,
+                node,
+                outcome,
+                reason,
+                applied: None,
+            });
+        }
+        Ok(started)
+    }
+
+    /// Broadcasts a signal (BPMN's "to whom it may concern"): every instance waiting for
+    /// it catches it — a signal catch event, a signal boundary event, a catch racing
+    /// after an event-based gateway — and every process whose newest live deployment has
+    /// a signal start event for it starts an instance. `id` names the broadcast: the
+    /// same id again starts no instance twice, so a caller that lost the answer repeats
+    /// the request with its id (the waits that caught the first are no longer waiting;
+    /// a non-interrupting boundary still open catches the repetition too). Without an id
+    /// the engine draws one.
+    pub async fn broadcast_signal(&self, signal: SignalRequest) -> Result<SignalBroadcast> {
+        let runtime = runtime_of(self)?;
+        check_text(
+            "name",
+            &signal.name,
+            qflow_runtime::signals::SIGNAL_NAME_CHARS_MAX,
+        )?;
+        check_variables(&signal.variables)?;
+        let id = match signal.id {
+            Some(id) => {
+                check_text("id", &id, SIGNAL_ID_CHARS_MAX)?;
+                id
+            }
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let done = runtime
+            .broadcast_signal(&signal.name, &signal.variables, &format!("api/{id}"))
+            .await?;
+        Ok(SignalBroadcast {
+            name: signal.name,
+            id,
+            caught: done
+                .caught
+                .into_iter()
+                .map(|(instance, node)| SignalCatch {
+                    instance: instance.to_string(),
+                    node,
+                })
+                .collect(),
+            started: done
+                .started
+                .into_iter()
+                .map(|(deployment, instance)| SignalStart {
+                    deployment: deployment.0,
+                    instance: instance.to_string(),
+                })
+                .collect(),
+            ended_waits: done.stale,
+        })
     }
 
     /// Resolves the open incidents of an instance on `node` by hand (O4), audited.
@@ -1485,6 +1687,10 @@ fn check_business_key(key: Option<&str>) -> Result<()> {
         field: "business_key",
         why,
     })
+}
+
+fn runtime_of(ops: &Ops) -> Result<&Arc<Runtime>> {
+    ops.shared.runtime.as_ref().ok_or_else(no_runtime)
 }
 
 fn no_runtime() -> Error {

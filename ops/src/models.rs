@@ -22,7 +22,7 @@ pub struct NodeInfo {
 
 fn kind_of(kind: &NodeKind) -> &'static str {
     match kind {
-        NodeKind::StartEvent => "start",
+        NodeKind::StartEvent | NodeKind::TriggeredStart(_) => "start",
         NodeKind::EndEvent(_) => "end",
         NodeKind::Task(_) => "task",
         NodeKind::ExclusiveGateway { .. }

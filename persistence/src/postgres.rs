@@ -1373,6 +1373,30 @@ impl Store for PgStore {
         map_all(rows.await, subscription_from_row)
     }
 
+    async fn subscriptions_after(
+        &self,
+        message: &str,
+        key: &str,
+        after: &SubscriptionRecord,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions \
+             WHERE message = $1 AND correlation_key = $2 \
+             AND (opened_at_ms, instance, node) > ($3, $4, $5) \
+             ORDER BY opened_at_ms, instance, node LIMIT $6"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(message)
+            .bind(key)
+            .bind(after.opened_at_ms)
+            .bind(after.instance)
+            .bind(after.node.as_str())
+            .bind(i64::from(effective_subscriptions_limit(limit)))
+            .fetch_all(&self.pool);
+        map_all(rows.await, subscription_from_row)
+    }
+
     async fn instance_subscriptions(
         &self,
         instance: InstanceId,

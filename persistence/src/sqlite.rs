@@ -1443,6 +1443,30 @@ impl Store for SqliteStore {
         map_all(rows.await, subscription_from_row)
     }
 
+    async fn subscriptions_after(
+        &self,
+        message: &str,
+        key: &str,
+        after: &SubscriptionRecord,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions \
+             WHERE message = ? AND correlation_key = ? \
+             AND (opened_at_ms, instance, node) > (?, ?, ?) \
+             ORDER BY opened_at_ms, instance, node LIMIT ?"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(message)
+            .bind(key)
+            .bind(after.opened_at_ms)
+            .bind(id_text(after.instance))
+            .bind(after.node.as_str())
+            .bind(i64::from(effective_subscriptions_limit(limit)))
+            .fetch_all(&self.readers);
+        map_all(rows.await, subscription_from_row)
+    }
+
     async fn instance_subscriptions(
         &self,
         instance: InstanceId,

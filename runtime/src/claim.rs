@@ -464,6 +464,13 @@ fn carry_out(
                 body: serde_json::to_string(&body).unwrap_or_else(|_| "{}".to_owned()),
             });
         }
+        Effect::ThrowSignal { node, name, key } => {
+            then.outbox = true;
+            commit
+                .outbox
+                .emit
+                .push(crate::signals::signal_row(node, &name, key));
+        }
         // Applied before the commit's emissions: a node whose dead attempt is withdrawn
         // keeps the request of the attempt emitted after it.
         Effect::WithdrawRequests { node } => commit.outbox.withdraw.push(node),

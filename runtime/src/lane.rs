@@ -193,9 +193,12 @@ impl Lane {
             }
         };
         let (input, fired) = match &req.work {
-            Work::Start { variables, .. } => (
+            Work::Start {
+                variables, start, ..
+            } => (
                 Input::Start {
                     variables: variables.clone(),
+                    start: start.clone(),
                 },
                 None,
             ),

@@ -31,6 +31,7 @@ pub mod lifecycle;
 mod poller;
 pub mod pull;
 pub mod retention;
+pub mod signals;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -192,6 +193,8 @@ pub(crate) enum Work {
         variables: Variables,
         /// Unique per deployment when given (the store refuses a duplicate).
         business_key: Option<String>,
+        /// The start event with a trigger to start at; `None`: the none start events.
+        start: Option<String>,
     },
     Input(Input),
     /// A claimed timer row came due.
@@ -199,6 +202,13 @@ pub(crate) enum Work {
         name: TimerName,
         incarnation: u32,
     },
+}
+
+/// How an instance starts: its business key, and the triggered start event it starts
+/// at (`None`: the none start events).
+struct Start {
+    business_key: Option<String>,
+    event: Option<String>,
 }
 
 pub(crate) struct Request {
@@ -795,7 +805,11 @@ impl Runtime {
         deployment: DeploymentId,
         variables: Variables,
     ) -> Result<(), Error> {
-        self.start_with(id, deployment, variables, None, false)
+        let start = Start {
+            business_key: None,
+            event: None,
+        };
+        self.start_with(id, deployment, variables, start, false)
             .await
             .map(|_| ())
     }
@@ -808,8 +822,35 @@ impl Runtime {
         watched: bool,
     ) -> Result<(InstanceId, Option<Watch>), Error> {
         let id = new_instance_id(self.shared.clock.now_ms());
-        self.start_with(id, deployment, variables, business_key, watched)
+        let start = Start {
+            business_key,
+            event: None,
+        };
+        self.start_with(id, deployment, variables, start, watched)
             .await
+    }
+
+    /// Starts an instance on `deployment` at the start event `event`, which has a
+    /// trigger (a message correlated to the deployment, a signal, a timer of its
+    /// schedule): under `id` when given (a second start of it is refused with
+    /// [`Error::Conflict`] and writes nothing, so a redelivered trigger starts nothing
+    /// new), with a business key when given. Returns once the first step is durable.
+    pub async fn start_triggered(
+        &self,
+        id: Option<InstanceId>,
+        deployment: DeploymentId,
+        event: &str,
+        variables: Variables,
+        business_key: Option<String>,
+    ) -> Result<InstanceId, Error> {
+        let id = id.unwrap_or_else(|| new_instance_id(self.shared.clock.now_ms()));
+        let start = Start {
+            business_key,
+            event: Some(event.to_owned()),
+        };
+        self.start_with(id, deployment, variables, start, false)
+            .await
+            .map(|(id, _)| id)
     }
 
     async fn start_with(
@@ -817,7 +858,7 @@ impl Runtime {
         id: InstanceId,
         deployment: DeploymentId,
         variables: Variables,
-        business_key: Option<String>,
+        start: Start,
         watched: bool,
     ) -> Result<(InstanceId, Option<Watch>), Error> {
         if !self.shared.defs.known_live(deployment) {
@@ -843,7 +884,8 @@ impl Runtime {
                 Work::Start {
                     deployment,
                     variables,
-                    business_key,
+                    business_key: start.business_key,
+                    start: start.event,
                 },
             )
             .await;

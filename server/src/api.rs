@@ -9,8 +9,8 @@ use qflow_core::Budget;
 use qflow_ops::{
     parse_instance_id, Applied, AttemptView, AuditView, ChannelAnswerRequest, Correlated,
     DeploymentSummary, IncidentView, InstanceCounts, InstanceQuery, InstanceSummary, InstanceView,
-    MessageRequest, MigrationPlan, MigrationResult, Page, RelayVerdict, StartRequest, Started,
-    StartedAndWaited,
+    MessageRequest, MigrationPlan, MigrationResult, Page, RelayVerdict, SignalBroadcast,
+    SignalRequest, StartRequest, Started, StartedAndWaited,
 };
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
@@ -581,6 +581,32 @@ pub async fn correlate(
         .ops
         .as_actor(&caller.name)
         .correlate(body)
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
+/// Broadcasts a signal: every instance waiting for it catches it (signal catch events,
+/// signal boundary events, catches racing after an event-based gateway), and every
+/// process whose newest live deployment has a signal start event for it starts an
+/// instance. Answers once every step is durable. A broadcast reaching nothing is not an
+/// error (a signal is "to whom it may concern"). Give an `id` to make a repetition safe:
+/// the same id starts no instance twice.
+#[utoipa::path(post, path = "/v1/signals", tag = "instances",
+    request_body = SignalRequest,
+    responses(
+        (status = 200, description = "Broadcast; the waits it reached and the instances it started", body = SignalBroadcast),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn broadcast_signal(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    JsonBody(body): JsonBody<SignalRequest>,
+) -> Result<Json<SignalBroadcast>> {
+    state
+        .ops
+        .as_actor(&caller.name)
+        .broadcast_signal(body)
         .await
         .map(Json)
         .map_err(|e| Problem::from_ops(e, Place::Body))

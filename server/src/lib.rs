@@ -112,6 +112,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(user_tasks::complete))
         .routes(routes!(api::deliver_message))
         .routes(routes!(api::correlate))
+        .routes(routes!(api::broadcast_signal))
         .routes(routes!(api::relay_answer))
         .routes(routes!(api::instance_counts))
         .routes(routes!(api::migrate))

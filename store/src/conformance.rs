@@ -115,6 +115,7 @@ macro_rules! conformance_tests {
             concurrent_purges_take_each_instance_once,
             subscriptions_open_close_and_are_found_by_message_and_key,
             subscriptions_follow_the_fence_and_are_purged_with_their_instance,
+            subscriptions_are_walked_page_by_page_past_a_cursor,
             instances_filter_by_node_and_end,
             instance_counts_cover_every_status,
             open_incidents_move_with_their_node_resolved_ones_stay,
@@ -1900,6 +1901,61 @@ pub async fn subscriptions_open_close_and_are_found_by_message_and_key(ctx: Ctx)
         "the second handle sees them: {of_two:?}"
     );
     ensure!(s.instance_subscriptions(id(9)).await?.is_empty());
+    Ok(())
+}
+
+/// A signal's broadcast walks every subscription of a name under the empty key, page by
+/// page: each row once, in `(opened_at_ms, instance, node)` order, the rows that stay
+/// open behind the cursor not read again, and nothing of other names or keys.
+pub async fn subscriptions_are_walked_page_by_page_past_a_cursor(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "walk").await?;
+    // Seven waits for `halt` (two instants tie; instance 3 waits at two nodes), one for
+    // another signal, one message under a key.
+    for (n, at, nodes, name, key) in [
+        (1, T0 + 2, vec!["a"], "halt", ""),
+        (2, T0 + 1, vec!["a"], "halt", ""),
+        (3, T0 + 1, vec!["b", "a"], "halt", ""),
+        (4, T0 + 3, vec!["a"], "halt", ""),
+        (5, T0, vec!["a"], "halt", ""),
+        (6, T0 + 4, vec!["a"], "halt", ""),
+        (7, T0, vec!["a"], "resume", ""),
+        (8, T0, vec!["a"], "halt", "k-1"),
+    ] {
+        let mut c = commit(id(n), None, dep);
+        c.now_ms = at;
+        for node in nodes {
+            c.subscriptions.open.push(subscribe(node, name, key));
+        }
+        ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 1 });
+    }
+    let mut walked = Vec::new();
+    let mut page = s.subscriptions("halt", "", 2).await?;
+    while let Some(last) = page.last().cloned() {
+        ensure!(page.len() <= 2, "a page holds at most its limit: {page:?}");
+        walked.extend(page.iter().map(|r| (r.instance, r.node.clone())));
+        page = ctx.second.subscriptions_after("halt", "", &last, 2).await?;
+    }
+    let want: Vec<(InstanceId, String)> = [
+        (5, "a"),
+        (2, "a"),
+        (3, "a"),
+        (3, "b"),
+        (1, "a"),
+        (4, "a"),
+        (6, "a"),
+    ]
+    .into_iter()
+    .map(|(n, node)| (id(n), node.to_owned()))
+    .collect();
+    ensure!(walked == want, "walked {walked:?}");
+    // Past the last row there is nothing; a cursor of another name finds this name's
+    // rows after it by the same order.
+    let last = s.subscriptions("halt", "", 0).await?.pop().expect("rows");
+    ensure!(s
+        .subscriptions_after("halt", "", &last, 0)
+        .await?
+        .is_empty());
     Ok(())
 }
 

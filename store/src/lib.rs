@@ -866,6 +866,18 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<SubscriptionRecord>>;
 
+    /// [`Store::subscriptions`] past `after` — the subscription a previous page ended
+    /// with, compared by `(opened_at_ms, instance, node)` — so that a walk over every
+    /// subscription of a name and key (a signal's broadcast: the empty key) reads each
+    /// row once, however many there are and whichever stay open behind it.
+    async fn subscriptions_after(
+        &self,
+        message: &str,
+        key: &str,
+        after: &SubscriptionRecord,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>>;
+
     /// The open subscriptions of one instance, by node.
     async fn instance_subscriptions(
         &self,

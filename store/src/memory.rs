@@ -922,6 +922,34 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn subscriptions_after(
+        &self,
+        message: &str,
+        key: &str,
+        after: &SubscriptionRecord,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        use std::ops::Bound;
+        let limit = effective_subscriptions_limit(limit) as usize;
+        let state = self.lock();
+        let from = (
+            message.to_owned(),
+            key.to_owned(),
+            after.opened_at_ms,
+            after.instance,
+            after.node.clone(),
+        );
+        Ok(state
+            .subscriptions_by_key
+            .range((Bound::Excluded(from), Bound::Unbounded))
+            .take_while(|(m, k, ..)| m == message && k == key)
+            .take(limit)
+            .filter_map(|(_, _, _, instance, node)| {
+                state.subscriptions.get(&(*instance, node.clone())).cloned()
+            })
+            .collect())
+    }
+
     async fn instance_subscriptions(
         &self,
         instance: InstanceId,

@@ -33,6 +33,7 @@ const SCENARIO_FIELDS: &[&str] = &[
     "instance",
     "start_at_ms",
     "variables",
+    "start_event",
     "tasks",
     "channels",
     "delivery_curves",
@@ -61,6 +62,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
             instance: default_instance(),
             start_at_ms: 0,
             variables: Variables::new(),
+            start_event: None,
             tasks: BTreeMap::new(),
             channels: BTreeMap::new(),
             delivery_curves: BTreeMap::new(),
@@ -74,6 +76,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
                 "instance" => s.instance = map.next_value()?,
                 "start_at_ms" => s.start_at_ms = map.next_value()?,
                 "variables" => s.variables = map.next_value_seed(Object)?,
+                "start_event" => s.start_event = Some(map.next_value::<String>()?),
                 "tasks" => s.tasks = map.next_value_seed(Tasks)?,
                 "channels" => s.channels = map.next_value_seed(Channels)?,
                 "delivery_curves" => s.delivery_curves = map.next_value_seed(Curves)?,
@@ -680,6 +683,10 @@ const EVENTS: &[Kind] = &[
         name: "unclaim_user_task",
         fields: &["at_ms", "node", "assignee"],
     },
+    Kind {
+        name: "signal",
+        fields: &["at_ms", "name", "variables"],
+    },
 ];
 const FIRE_TIMER: usize = 3;
 const RETRY_NOW: usize = 5;
@@ -797,6 +804,15 @@ impl<'de> Visitor<'de> for EventVisitor {
                     None => return Err(de::Error::missing_field("name")),
                 },
                 correlation_key,
+                variables,
+            },
+            "signal" => ScriptedEvent::Signal {
+                at_ms,
+                name: match name {
+                    Some(NameField::Text(name)) => name,
+                    Some(NameField::Timer(timer)) => timer.as_str().to_owned(),
+                    None => return Err(de::Error::missing_field("name")),
+                },
                 variables,
             },
             "cancel" => ScriptedEvent::Cancel { at_ms },

@@ -61,6 +61,7 @@ impl Builder {
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),
             correlation_keys: BTreeMap::new(),
+            waits_for_signals: false,
             initiator: None,
             class: Classification::Stateless,
         }

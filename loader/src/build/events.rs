@@ -38,16 +38,91 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "Q103",
             def.pos,
             format!("a {trigger} {what} (<{}>) is not supported", def.local),
-            "use a none, error, terminate, timer, message, link or escalation event (docs/bpmn-coverage.md)",
+            "use a none, error, terminate, timer, message, signal, link or escalation event (docs/bpmn-coverage.md)",
         );
         let _ = el;
     }
 
-    pub(super) fn start_event(&mut self, el: &'a Element) -> Option<NodeKind> {
-        match self.event_definition(el).ok()? {
-            None => Some(NodeKind::StartEvent),
-            Some(d) => {
+    pub(super) fn start_event(
+        &mut self,
+        el: &'a Element,
+        scope: Option<NodeIdx>,
+    ) -> Option<NodeKind> {
+        let d = match self.event_definition(el).ok()? {
+            None => return Some(NodeKind::StartEvent),
+            Some(d) => d,
+        };
+        let trigger = match d.local.as_str() {
+            "messageEventDefinition" => StartTrigger::Message {
+                name: self.message_ref(d)?,
+            },
+            "signalEventDefinition" => StartTrigger::Signal {
+                name: self.signal_ref(d)?,
+            },
+            "timerEventDefinition" => StartTrigger::Timer(self.start_timer(d)?),
+            _ => {
                 self.unsupported_event(el, d, "start event");
+                return None;
+            }
+        };
+        if scope.is_some() {
+            // Inside an embedded sub-process a triggered start only makes sense in an
+            // event sub-process, which is refused on its own.
+            self.help(
+                "Q103",
+                d.pos,
+                format!(
+                    "a {} start event inside a sub-process is not supported",
+                    d.local.trim_end_matches("EventDefinition")
+                ),
+                "an embedded sub-process starts at a none start event",
+            );
+            return None;
+        }
+        Some(NodeKind::TriggeredStart(trigger))
+    }
+
+    /// A timer start event's timer: a date, a duration (after the deployment) or a
+    /// cycle. Computed from an expression it cannot be: there are no instance variables
+    /// before the instance.
+    fn start_timer(&mut self, d: &Element) -> Option<TimerDef> {
+        let t = self.timer(d)?;
+        if let TimerDef::Computed { expression, .. } = &t {
+            self.help(
+                "Q207",
+                d.pos,
+                format!(
+                    "a timer start event's time is computed from `{}`, but there are no variables before the instance starts",
+                    expression.source()
+                ),
+                "write the date, duration or cycle as an ISO-8601 literal",
+            );
+            return None;
+        }
+        Some(t)
+    }
+
+    /// The signal name a `<signalEventDefinition>` names through `signalRef` (a signal
+    /// without a name is known by its id).
+    pub(super) fn signal_ref(&mut self, d: &Element) -> Option<String> {
+        let Some(a) = d.attr("signalRef") else {
+            self.help(
+                "Q102",
+                d.pos,
+                "a <signalEventDefinition> has no signalRef",
+                "reference a <signal id=\"…\" name=\"…\"/> declared under <definitions>",
+            );
+            return None;
+        };
+        match self.ctx.signals.get(a.value.trim()) {
+            Some(name) => Some(name.clone()),
+            None => {
+                self.help(
+                    "Q127",
+                    a.pos,
+                    format!("signalRef `{}` names no declared <signal>", a.value),
+                    "declare <signal id=\"…\" name=\"…\"/> under <definitions>, or fix the reference",
+                );
                 None
             }
         }
@@ -72,6 +147,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "escalationEventDefinition" => {
                 let code = self.escalation_code(d).ok()?;
                 Some(NodeKind::EndEvent(EndKind::Escalation { code }))
+            }
+            Some(d) if d.local == "signalEventDefinition" => {
+                let name = self.signal_ref(d)?;
+                Some(NodeKind::EndEvent(EndKind::Signal { name }))
             }
             Some(d) => {
                 self.unsupported_event(el, d, "end event");
@@ -170,6 +249,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 let name = self.message_ref(d)?;
                 Some(NodeKind::IntermediateCatch(CatchTrigger::Message { name }))
             }
+            Some(d) if d.local == "signalEventDefinition" => {
+                let name = self.signal_ref(d)?;
+                Some(NodeKind::IntermediateCatch(CatchTrigger::Signal { name }))
+            }
             Some(d) => {
                 self.unsupported_event(el, d, "intermediate catch event");
                 None
@@ -178,8 +261,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.help(
                     "Q102",
                     el.pos,
-                    "an intermediate catch event needs a timer, message or link event definition",
-                    "add <timerEventDefinition>, <messageEventDefinition> or <linkEventDefinition>",
+                    "an intermediate catch event needs a timer, message, signal or link event definition",
+                    "add <timerEventDefinition>, <messageEventDefinition>, <signalEventDefinition> or <linkEventDefinition>",
                 );
                 None
             }
@@ -204,6 +287,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 Some(NodeKind::IntermediateThrow(ThrowTrigger::Escalation {
                     code,
                 }))
+            }
+            Some(d) if d.local == "signalEventDefinition" => {
+                let name = self.signal_ref(d)?;
+                Some(NodeKind::IntermediateThrow(ThrowTrigger::Signal { name }))
             }
             Some(d) => {
                 self.unsupported_event(el, d, "intermediate throw event");
@@ -250,6 +337,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "messageEventDefinition" => BoundaryTrigger::Message {
                 name: self.message_ref(d)?,
             },
+            Some(d) if d.local == "signalEventDefinition" => BoundaryTrigger::Signal {
+                name: self.signal_ref(d)?,
+            },
             Some(d) if d.local == "escalationEventDefinition" => {
                 // `cancelActivity` keeps its schema default `true` here as on every
                 // boundary event (`tBoundaryEvent` in the BPMN 2.0.2 schema); `false` makes the catch non-interrupting.
@@ -278,8 +368,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.help(
                     "Q102",
                     el.pos,
-                    "a boundary event needs a timer, error, message or escalation event definition",
-                    "add <timerEventDefinition>, <errorEventDefinition>, <messageEventDefinition> or <escalationEventDefinition>",
+                    "a boundary event needs a timer, error, message, signal or escalation event definition",
+                    "add <timerEventDefinition>, <errorEventDefinition>, <messageEventDefinition>, <signalEventDefinition> or <escalationEventDefinition>",
                 );
                 return None;
             }

@@ -167,6 +167,7 @@ pub(crate) fn build(
     let errors = collect_errors(root);
     let messages = collect_messages(root);
     let escalations = collect_escalations(root);
+    let signals = collect_signals(root);
     let correlation_keys = collect_correlation_keys(root, opts, diags);
 
     let processes: Vec<&Element> = root.children_named(Ns::Bpmn, "process").collect();
@@ -228,6 +229,7 @@ pub(crate) fn build(
         errors: &errors,
         messages: &messages,
         escalations: &escalations,
+        signals: &signals,
         default_language: root
             .value("expressionLanguage")
             .map(|l| l.trim().to_ascii_lowercase())
@@ -242,6 +244,16 @@ pub(crate) fn build(
             pb.walk_scope(p, None);
             pb.resolve();
             let (process, meta) = pb.finish();
+            let waits_for_signals = process.nodes.iter().any(|n| {
+                matches!(
+                    n.kind,
+                    NodeKind::IntermediateCatch(CatchTrigger::Signal { .. })
+                        | NodeKind::Boundary(Boundary {
+                            trigger: BoundaryTrigger::Signal { .. },
+                            ..
+                        })
+                )
+            });
             Built {
                 def: Definition {
                     id: p.value("id").unwrap_or_default().to_string(),
@@ -251,6 +263,7 @@ pub(crate) fn build(
                     errors: errors.clone(),
                     messages: messages.clone(),
                     correlation_keys: correlation_keys.clone(),
+                    waits_for_signals,
                     initiator: p
                         .children
                         .iter()
@@ -329,6 +342,22 @@ fn collect_escalations(root: &Element) -> BTreeMap<String, Option<String>> {
                 .filter(|c| !c.is_empty())
                 .map(str::to_string);
             Some((e.value("id")?.to_string(), code))
+        })
+        .collect()
+}
+
+/// Signal id → name; a signal without a name is known by its id.
+fn collect_signals(root: &Element) -> BTreeMap<String, String> {
+    root.children_named(Ns::Bpmn, "signal")
+        .filter_map(|m| {
+            let id = m.value("id")?.to_string();
+            let name = m
+                .value("name")
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .unwrap_or(&id)
+                .to_string();
+            Some((id, name))
         })
         .collect()
 }
@@ -453,6 +482,8 @@ struct Ctx<'a> {
     messages: &'a BTreeMap<String, String>,
     /// Escalation id → its `escalationCode`, if it declares one.
     escalations: &'a BTreeMap<String, Option<String>>,
+    /// Signal id → its name.
+    signals: &'a BTreeMap<String, String>,
 }
 
 struct ProcessBuilder<'a, 'd> {
@@ -558,7 +589,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         if !TASKS.contains(&el.local.as_str()) {
             check_other_extensions(self, el);
         }
-        let kind = self.node_kind(el, idx);
+        let kind = self.node_kind(el, idx, scope);
         self.nodes.push(Node {
             id: id.clone(),
             name: el.value("name").map(str::to_string),
@@ -630,11 +661,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         })
     }
 
-    fn node_kind(&mut self, el: &'a Element, idx: NodeIdx) -> NodeKind {
+    fn node_kind(&mut self, el: &'a Element, idx: NodeIdx, scope: Option<NodeIdx>) -> NodeKind {
         let local = el.local.as_str();
         let kind = match local {
             "startEvent" => {
-                let k = self.start_event(el);
+                let k = self.start_event(el, scope);
                 if k.is_none() {
                     self.meta.refused_roots.push(idx);
                 }

@@ -1,0 +1,201 @@
+//! Signals (BPMN §10.5.4): a broadcast every wait for the signal catches, and every live
+//! deployment with a signal start event starts an instance on.
+//!
+//! A signal thrown inside an instance (an intermediate throw or an end event) is an
+//! outbox row written in the throwing step's transaction ([`signal_row`], channel
+//! [`SIGNAL_CHANNEL`]), so a throw is never lost between the commit and the broadcast:
+//! the outbox's dispatcher claims the row and runs [`Runtime::broadcast_signal`], and
+//! records the row delivered only once the broadcast is done. A broadcast through the API
+//! runs the same function.
+//!
+//! What one broadcast does, in order:
+//!
+//! 1. every open signal subscription of the name (the empty key, see
+//!    `qflow_core::subscriptions`) is walked page by page past a cursor
+//!    ([`qflow_store::Store::subscriptions_after`]), and the wait at each row is stepped with
+//!    `Input::SignalReceived` naming its node, each wait once. A wait that ended before
+//!    its step (its instance moved on) is stale and skipped: a signal reaches the waits
+//!    open when the broadcast begins, never one that opens later (a row opened after
+//!    the broadcast's start instant is not read; replicas' clocks are assumed to agree
+//!    within the time a broadcast takes);
+//! 2. for every process with a live deployment, the newest live deployment of it with a
+//!    signal start event of the name starts an instance there, under an id derived from
+//!    the broadcast's key and the deployment: a redelivered broadcast (the dispatcher
+//!    died before it recorded the row) finds the instance there and starts nothing new.
+//!
+//! A redelivered broadcast steps the waits still open again: a catch event or an
+//! interrupting boundary that took the first one no longer waits, so it is caught once;
+//! a non-interrupting boundary still open catches the redelivery too (at least once,
+//! documented in `docs/signals.md`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use qflow_core::{Input, Variables};
+use qflow_store::{DeploymentId, InstanceId, NewOutboxRow, SubscriptionRecord};
+use sha2::{Digest, Sha256};
+
+use crate::{Error, Runtime};
+
+/// The outbox channel of signal throws. The dispatcher takes rows of this channel for
+/// itself and broadcasts them; no adapter ever receives one (a configuration file may not
+/// name a channel `qflow:…`).
+pub const SIGNAL_CHANNEL: &str = "qflow:signal";
+
+/// The longest signal name a broadcast takes, in characters (subscription rows keep it
+/// as their message name).
+pub const SIGNAL_NAME_CHARS_MAX: usize = 128;
+
+/// Subscriptions read per page of a broadcast's walk.
+const PAGE: u32 = 256;
+
+/// The outbox row of a signal thrown at `node`: keyed `<key>/1`, the call id `key` (the
+/// throw's own number in the instance's sequence), its body the signal's name.
+pub fn signal_row(node: String, name: &str, key: String) -> NewOutboxRow {
+    NewOutboxRow {
+        key: format!("{key}/1"),
+        node,
+        channel: SIGNAL_CHANNEL.to_owned(),
+        attempt: qflow_core::Attempt::FIRST,
+        call_id: key,
+        body: serde_json::json!({ "signal": name }).to_string(),
+    }
+}
+
+/// The signal name a signal row's body carries.
+pub fn signal_of(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    value.get("signal")?.as_str().map(str::to_owned)
+}
+
+/// What one broadcast did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Broadcast {
+    /// The waits that caught it: instance and node, in the walk's order.
+    pub caught: Vec<(InstanceId, String)>,
+    /// The instances a signal start event started (or had started, on a redelivery).
+    pub started: Vec<(DeploymentId, InstanceId)>,
+    /// Subscription rows whose wait had ended by the time the step came.
+    pub stale: u32,
+}
+
+impl Runtime {
+    /// Broadcasts the signal `name` with `variables` (written into each catching
+    /// instance, and the start variables of each instance it starts). `origin` names the
+    /// broadcast — the outbox key of a throw, or an id the API caller chose — and makes
+    /// its starts idempotent. Returns once every step is durable; on a store error the
+    /// steps so far are committed and the rest are not tried (the caller repeats the
+    /// broadcast, which reaches the waits still open).
+    pub async fn broadcast_signal(
+        &self,
+        name: &str,
+        variables: &Variables,
+        origin: &str,
+    ) -> Result<Broadcast, Error> {
+        let store = self.store().clone();
+        let began = self.clock().now_ms();
+        let mut done = Broadcast::default();
+        // Each wait at most once per broadcast, and none opened after it began: a wait
+        // that catches the signal and loops back to wait again in the same step opens a
+        // new row, which a walk in opening order would otherwise meet for ever.
+        let mut reached: BTreeSet<(InstanceId, String)> = BTreeSet::new();
+        let mut page = store.subscriptions(name, "", PAGE).await?;
+        'walk: while let Some(last) = page.last().cloned() {
+            for row in &page {
+                if row.opened_at_ms > began {
+                    break 'walk;
+                }
+                if reached.insert((row.instance, row.node.clone())) {
+                    self.deliver_signal(name, variables, row, &mut done).await?;
+                }
+            }
+            page = store.subscriptions_after(name, "", &last, PAGE).await?;
+        }
+        for (deployment, start) in self.signal_starts(name).await? {
+            let id = derived_instance_id(origin, deployment);
+            let started = self
+                .start_triggered(Some(id), deployment, &start, variables.clone(), None)
+                .await;
+            match started {
+                Ok(_) => done.started.push((deployment, id)),
+                // Started by an earlier delivery of this same broadcast.
+                Err(Error::Conflict(_)) => done.started.push((deployment, id)),
+                // Retired since it was listed: it starts nothing any more.
+                Err(Error::Refused { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    async fn deliver_signal(
+        &self,
+        name: &str,
+        variables: &Variables,
+        row: &SubscriptionRecord,
+        done: &mut Broadcast,
+    ) -> Result<(), Error> {
+        let input = Input::SignalReceived {
+            name: name.to_owned(),
+            node: Some(row.node.clone()),
+            variables: variables.clone(),
+        };
+        match self.claim_and_step(row.instance, input).await {
+            Ok(_) => done.caught.push((row.instance, row.node.clone())),
+            // The wait ended before the step (a stale input writes nothing), or the
+            // instance is gone with its row.
+            Err(Error::Refused { .. }) | Err(Error::UnknownInstance(_)) => done.stale += 1,
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// The start events a signal `name` starts instances at: per process, on its newest
+    /// live deployment, when that one has a signal start event of the name.
+    async fn signal_starts(&self, name: &str) -> Result<Vec<(DeploymentId, String)>, Error> {
+        self.triggered_starts(|p| p.signal_start(name)).await
+    }
+
+    /// The start events a message `name` correlated to no waiting instance starts one at:
+    /// per process, on its newest live deployment, when that one has a message start
+    /// event of the name.
+    pub async fn message_starts(&self, name: &str) -> Result<Vec<(DeploymentId, String)>, Error> {
+        self.triggered_starts(|p| p.message_start(name)).await
+    }
+
+    /// Per process, its newest live deployment's start event that `find` picks.
+    async fn triggered_starts(
+        &self,
+        find: impl Fn(&qflow_loader::model::Process) -> Option<qflow_loader::model::NodeIdx>,
+    ) -> Result<Vec<(DeploymentId, String)>, Error> {
+        let mut newest: BTreeMap<String, DeploymentId> = BTreeMap::new();
+        for d in self.store().deployments().await? {
+            if !d.retired {
+                // Oldest first: the last one of each process is its newest.
+                newest.insert(d.process_id, d.id);
+            }
+        }
+        let mut starts = Vec::new();
+        for deployment in newest.into_values() {
+            let def = self.shared.defs.get(deployment).await?;
+            if let Some(idx) = find(&def.process) {
+                starts.push((deployment, def.process.node(idx).id.clone()));
+            }
+        }
+        Ok(starts)
+    }
+}
+
+/// The id of the instance a broadcast `origin` starts on `deployment`: the same for
+/// every delivery of the broadcast, distinct across broadcasts and deployments (the first
+/// 16 bytes of a SHA-256, shaped as a version-8 UUID).
+pub fn derived_instance_id(origin: &str, deployment: DeploymentId) -> InstanceId {
+    let mut hash = Sha256::new();
+    hash.update(b"qflow signal start\0");
+    hash.update(origin.as_bytes());
+    hash.update([0]);
+    hash.update(deployment.0.to_be_bytes());
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes).into_uuid()
+}

@@ -1,0 +1,412 @@
+//! Signal broadcasts and message start events, durably, on SQLite and on PostgreSQL
+//! (issue 13): instances waiting for a signal across a restart catch it when another
+//! instance throws it — the throw is an outbox row written before the restart and
+//! broadcast after it — a signal start event starts one instance per broadcast however
+//! often the broadcast is delivered, a non-interrupting boundary catches each broadcast
+//! through the API, and a message start event starts one instance per correlation key.
+//!
+//! The PostgreSQL half needs `QFLOW_TEST_PG_URL`; without it that half says it is
+//! skipped and passes.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
+use qflow_ops::{MessageRequest, Ops, SignalRequest};
+use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use qflow_runtime::Runtime;
+use qflow_store::{DeploymentId, InstanceFilter, InstanceId, InstanceStatus, OutboxState, Store};
+use qflow_tests::{fast_recovery_config, start_runtime};
+
+/// Waits at a signal catch, then at a user task with a non-interrupting signal boundary.
+const WAITER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <signal id="go" name="stock-ready"/>
+  <signal id="ping" name="price-changed"/>
+  <process id="waiter" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="wait_stock"/>
+    <intermediateCatchEvent id="wait_stock"><signalEventDefinition signalRef="go"/></intermediateCatchEvent>
+    <sequenceFlow id="f2" sourceRef="wait_stock" targetRef="review"/>
+    <userTask id="review"/>
+    <boundaryEvent id="repriced" attachedToRef="review" cancelActivity="false"><signalEventDefinition signalRef="ping"/></boundaryEvent>
+    <sequenceFlow id="f3" sourceRef="review" targetRef="done"/>
+    <endEvent id="done"/>
+    <sequenceFlow id="f4" sourceRef="repriced" targetRef="noted"/>
+    <endEvent id="noted"/>
+  </process>
+</definitions>"#;
+
+/// Throws `stock-ready` and ends.
+const THROWER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <signal id="go" name="stock-ready"/>
+  <process id="thrower" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="announce"/>
+    <endEvent id="announce"><signalEventDefinition signalRef="go"/></endEvent>
+  </process>
+</definitions>"#;
+
+/// Started by `stock-ready`; waits at a user task.
+const STARTER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <signal id="go" name="stock-ready"/>
+  <process id="restock" isExecutable="true">
+    <startEvent id="on_stock"><signalEventDefinition signalRef="go"/></startEvent>
+    <sequenceFlow id="f1" sourceRef="on_stock" targetRef="count"/>
+    <userTask id="count"/>
+    <sequenceFlow id="f2" sourceRef="count" targetRef="done"/>
+    <endEvent id="done"/>
+  </process>
+</definitions>"#;
+
+/// Started by the message `order-placed`; waits at a user task.
+const ORDERS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <message id="placed" name="order-placed"/>
+  <process id="orders" isExecutable="true">
+    <startEvent id="on_order"><messageEventDefinition messageRef="placed"/></startEvent>
+    <sequenceFlow id="f1" sourceRef="on_order" targetRef="pack"/>
+    <userTask id="pack"/>
+    <sequenceFlow id="f2" sourceRef="pack" targetRef="done"/>
+    <endEvent id="done"/>
+  </process>
+</definitions>"#;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// One engine on the store: a runtime, and (when `deliver`) the outbox's dispatcher
+/// with no channels, which broadcasts the signal rows.
+struct Engine {
+    runtime: Arc<Runtime>,
+    dispatcher: Option<Dispatcher>,
+    ops: Ops,
+}
+
+impl Engine {
+    fn start(store: Arc<dyn Store>, deliver: bool) -> Engine {
+        let runtime = Arc::new(start_runtime(store, fast_recovery_config(1)));
+        let dispatcher = deliver.then(|| {
+            let config = DispatcherConfig {
+                poll_interval_ms: 20,
+                ..DispatcherConfig::default()
+            };
+            Dispatcher::start(runtime.clone(), Arc::new(Channels::new()), config)
+        });
+        let ops = Ops::with_runtime(runtime.clone(), "signals-test");
+        Engine {
+            runtime,
+            dispatcher,
+            ops,
+        }
+    }
+
+    async fn stop(self) {
+        if let Some(d) = self.dispatcher {
+            d.shutdown().await;
+        }
+        drop(self.ops);
+        match Arc::try_unwrap(self.runtime) {
+            Ok(rt) => rt.shutdown().await,
+            Err(_) => panic!("the runtime is still in use"),
+        }
+    }
+}
+
+async fn tokens(store: &dyn Store, id: InstanceId) -> Vec<String> {
+    let record = store.instance(id).await.expect("read").expect("exists");
+    let snap = qflow_core::Snapshot::decode(&record.snapshot).expect("decodes");
+    snap.tokens().to_vec()
+}
+
+async fn eventually<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let began = Instant::now();
+    while !check().await {
+        assert!(began.elapsed() < LIMIT, "{what}: not within {LIMIT:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn instances_of(store: &dyn Store, deployment: DeploymentId) -> Vec<InstanceId> {
+    let filter = InstanceFilter {
+        deployment: Some(deployment),
+        limit: 100,
+        ..InstanceFilter::default()
+    };
+    store
+        .instances(&filter)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
+}
+
+/// The whole story on one store; `open` opens it again after a restart.
+async fn story<F, Fut>(open: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Store>>,
+{
+    // Before the restart: three waiters wait at the catch; a thrower throws, but no
+    // dispatcher runs, so its signal stays an outbox row.
+    let store = open().await;
+    let engine = Engine::start(store.clone(), false);
+    let deploy = |src: &'static str| {
+        let ops = engine.ops.clone();
+        async move { DeploymentId(ops.deploy(src, None).await.expect("deploys").id) }
+    };
+    let waiter = deploy(WAITER).await;
+    let thrower = deploy(THROWER).await;
+    let starter = deploy(STARTER).await;
+    let orders = deploy(ORDERS).await;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let id = engine
+            .runtime
+            .start_instance(waiter, Default::default())
+            .await
+            .expect("starts");
+        waiters.push(id);
+    }
+    let thrown = engine
+        .runtime
+        .start_instance(thrower, Default::default())
+        .await
+        .expect("starts");
+    for id in &waiters {
+        assert_eq!(tokens(&*store, *id).await, vec!["wait_stock".to_owned()]);
+        let subs = store.instance_subscriptions(*id).await.expect("subs");
+        assert_eq!(subs.len(), 1, "{subs:?}");
+        assert_eq!(
+            (subs[0].message.as_str(), subs[0].key.as_str()),
+            ("stock-ready", "")
+        );
+    }
+    let rows = store.outbox(thrown).await.expect("rows");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].channel, qflow_runtime::signals::SIGNAL_CHANNEL);
+    assert_eq!(rows[0].state, OutboxState::Pending);
+    let ended = store.instance(thrown).await.expect("read").expect("there");
+    assert_eq!(
+        ended.status,
+        InstanceStatus::Completed,
+        "the thrower ends at once"
+    );
+    // A message start: the correlation key becomes the business key; repeated, it
+    // starts nothing new.
+    let order = |key: &str| MessageRequest {
+        name: "order-placed".into(),
+        correlation_key: key.into(),
+        variables: [("sku".to_owned(), serde_json::json!("K-9"))].into(),
+        all: false,
+    };
+    let first = engine.ops.correlate(order("o-1")).await.expect("starts");
+    assert_eq!(first.deliveries.len(), 1, "{first:?}");
+    assert_eq!(first.deliveries[0].outcome, "started");
+    assert_eq!(first.deliveries[0].node, "on_order");
+    let order_id: InstanceId = first.deliveries[0].instance.parse().expect("an id");
+    assert_eq!(tokens(&*store, order_id).await, vec!["pack".to_owned()]);
+    let record = store
+        .instance(order_id)
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!(record.business_key.as_deref(), Some("o-1"));
+    engine.stop().await;
+    drop(store);
+
+    // After the restart: the dispatcher broadcasts the row written before it.
+    let store = open().await;
+    let engine = Engine::start(store.clone(), true);
+    let again = engine.ops.correlate(order("o-1")).await.expect("answers");
+    assert_eq!(again.deliveries[0].outcome, "already_started", "{again:?}");
+    assert_eq!(again.deliveries[0].instance, order_id.to_string());
+    let other = engine.ops.correlate(order("o-2")).await.expect("starts");
+    assert_eq!(other.deliveries[0].outcome, "started");
+    assert_eq!(instances_of(&*store, orders).await.len(), 2);
+
+    for id in &waiters {
+        eventually("a waiter catches the thrown signal", || async {
+            tokens(&*store, *id).await == vec!["review".to_owned()]
+        })
+        .await;
+    }
+    eventually("the signal row is delivered", || async {
+        store.outbox(thrown).await.expect("rows")[0].state == OutboxState::Delivered
+    })
+    .await;
+    let started = instances_of(&*store, starter).await;
+    assert_eq!(started.len(), 1, "one start per broadcast: {started:?}");
+    assert_eq!(tokens(&*store, started[0]).await, vec!["count".to_owned()]);
+
+    // Through the API: each broadcast reaches every non-interrupting boundary; the same
+    // id again starts nothing twice (there is no start for this signal: the three
+    // boundaries catch it, and the instances keep waiting at `review`).
+    let ping = |id: &str| SignalRequest {
+        name: "price-changed".into(),
+        variables: [("price".to_owned(), serde_json::json!(99))].into(),
+        id: Some(id.into()),
+    };
+    let b = engine
+        .ops
+        .broadcast_signal(ping("p-1"))
+        .await
+        .expect("broadcasts");
+    assert_eq!(b.caught.len(), 3, "{b:?}");
+    assert!(b.caught.iter().all(|c| c.node == "repriced"));
+    assert!(b.started.is_empty());
+    for id in &waiters {
+        assert_eq!(tokens(&*store, *id).await, vec!["review".to_owned()]);
+        let record = store.instance(*id).await.expect("read").expect("there");
+        let snap = qflow_core::Snapshot::decode(&record.snapshot).expect("decodes");
+        assert_eq!(snap.variables()["price"], serde_json::json!(99));
+    }
+    // A signal start is idempotent by broadcast id: the same `stock-ready` id twice
+    // starts one instance.
+    let stock = |id: &str| SignalRequest {
+        name: "stock-ready".into(),
+        variables: Default::default(),
+        id: Some(id.into()),
+    };
+    let s1 = engine
+        .ops
+        .broadcast_signal(stock("s-1"))
+        .await
+        .expect("broadcasts");
+    let s2 = engine
+        .ops
+        .broadcast_signal(stock("s-1"))
+        .await
+        .expect("broadcasts");
+    assert_eq!(s1.started.len(), 1, "{s1:?}");
+    assert_eq!(
+        s1.started, s2.started,
+        "the same id starts the same instance"
+    );
+    assert!(
+        s1.caught.is_empty(),
+        "nothing waits at the catch any more: {s1:?}"
+    );
+    assert_eq!(instances_of(&*store, starter).await.len(), 2);
+    // Done: the waiters complete their review.
+    for id in &waiters {
+        engine
+            .ops
+            .complete_user_task(*id, "review", Default::default(), None)
+            .await
+            .expect("completes");
+        let record = store.instance(*id).await.expect("read").expect("there");
+        assert_eq!(record.status, InstanceStatus::Completed);
+        assert!(store
+            .instance_subscriptions(*id)
+            .await
+            .expect("subs")
+            .is_empty());
+    }
+    let none = engine
+        .ops
+        .broadcast_signal(ping("p-2"))
+        .await
+        .expect("broadcasts");
+    assert!(
+        none.caught.is_empty() && none.started.is_empty(),
+        "{none:?}"
+    );
+    engine.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_and_message_starts_on_sqlite_across_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("signals.sqlite");
+    story(|| {
+        let path = path.clone();
+        async move {
+            let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.expect("open"));
+            store
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_and_message_starts_on_postgres_across_a_restart() {
+    let url = match std::env::var("QFLOW_TEST_PG_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            eprintln!("skipped: QFLOW_TEST_PG_URL not set");
+            return;
+        }
+    };
+    let schema = format!("signals_{}", uuid::Uuid::new_v4().simple());
+    story(|| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move {
+            let config = PgConfig {
+                schema: Some(schema),
+                max_connections: 6,
+            };
+            let store: Arc<dyn Store> =
+                Arc::new(PgStore::connect_with(&url, config).await.expect("connect"));
+            store
+        }
+    })
+    .await;
+}
+
+/// Catches `tick`, passes a task and a gateway, and waits at the catch again — all in
+/// the step that caught it.
+const LOOPER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <signal id="tick" name="tick"/>
+  <process id="looper" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
+    <intermediateCatchEvent id="wait"><signalEventDefinition signalRef="tick"/></intermediateCatchEvent>
+    <sequenceFlow id="f2" sourceRef="wait" targetRef="count"/>
+    <task id="count"/>
+    <sequenceFlow id="f3" sourceRef="count" targetRef="again"/>
+    <exclusiveGateway id="again" default="f4"/>
+    <sequenceFlow id="f4" sourceRef="again" targetRef="wait"/>
+    <sequenceFlow id="f5" sourceRef="again" targetRef="end"><conditionExpression>false</conditionExpression></sequenceFlow>
+    <endEvent id="end"/>
+  </process>
+</definitions>"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_catches_and_waits_again_in_one_step_catches_each_broadcast_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(dir.path().join("loop.sqlite"))
+            .await
+            .expect("open"),
+    );
+    let engine = Engine::start(store.clone(), false);
+    let dep = DeploymentId(engine.ops.deploy(LOOPER, None).await.expect("deploys").id);
+    let id = engine
+        .runtime
+        .start_instance(dep, Default::default())
+        .await
+        .expect("starts");
+    for n in 1..=3 {
+        let tick = SignalRequest {
+            name: "tick".into(),
+            variables: [("n".to_owned(), serde_json::json!(n))].into(),
+            id: None,
+        };
+        let b = engine.ops.broadcast_signal(tick).await.expect("broadcasts");
+        assert_eq!(b.caught.len(), 1, "broadcast {n}: {b:?}");
+        assert_eq!(tokens(&*store, id).await, vec!["wait".to_owned()]);
+        let record = store.instance(id).await.expect("read").expect("there");
+        let snap = qflow_core::Snapshot::decode(&record.snapshot).expect("decodes");
+        assert_eq!(snap.variables()["n"], serde_json::json!(n));
+    }
+    engine.stop().await;
+}
