@@ -255,10 +255,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     /// The mappings a task runs with: its `q:input` / `q:output` (`q`), or the vendor's,
     /// with the vendor's semantics. Both on one task is refused: their meanings differ.
+    /// A send task keeps its vendor mappings too: it loads (and is refused at deploy, as
+    /// any send task is), and the mappings mean what they say once send tasks run.
     pub(super) fn task_mappings(
         &mut self,
-        el: &Element,
-        kind: &TaskKind,
         q: (Vec<Mapping>, Vec<Mapping>),
         vendor: Option<VendorIo>,
         q_pos: Option<Pos>,
@@ -278,15 +278,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             );
             return (q.0, q.1, MappingStyle::Q);
         }
-        if matches!(kind, TaskKind::Send { .. }) {
-            self.help(
-                "Q401",
-                io.pos,
-                format!("{} on a <{}> is not supported", io.what(), el.local),
-                "qflow does not run send tasks; see docs/bpmn-coverage.md",
-            );
-            return (Vec::new(), Vec::new(), MappingStyle::Q);
-        }
         if !io.complete {
             return (Vec::new(), Vec::new(), MappingStyle::Q);
         }
@@ -294,22 +285,29 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     }
 
     /// A vendor mapping element on something that is not a task: kept on a none start,
-    /// none intermediate throw or none end event where the vendor allows it there,
-    /// refused (Q401, with the vendor's rule) everywhere else.
+    /// none intermediate throw or none end event where the vendor allows it there (and
+    /// Camunda's on a signal throw), refused (Q401, with the vendor's rule) everywhere
+    /// else.
     pub(super) fn event_io(&mut self, el: &Element, c: &Element) {
         let io = if c.ns == Ns::Zeebe {
             self.read_zeebe_io(c)
         } else {
             self.read_camunda_io(c)
         };
-        let none_event = matches!(
-            el.local.as_str(),
-            "startEvent" | "intermediateThrowEvent" | "endEvent"
-        ) && el.ns == Ns::Bpmn
-            && !el
-                .children
-                .iter()
-                .any(|d| d.ns == Ns::Bpmn && d.local.ends_with("EventDefinition"));
+        let definitions: Vec<&str> = el
+            .children
+            .iter()
+            .filter(|d| d.ns == Ns::Bpmn && d.local.ends_with("EventDefinition"))
+            .map(|d| d.local.as_str())
+            .collect();
+        // A Camunda 7 signal throw passes no variables with its signal (that takes
+        // `camunda:in`, refused), so its mappings are a none throw's: locals, and outputs
+        // written as the token passes. (Zeebe's inputs on a signal throw are the signal's
+        // variables: not the same meaning, refused.)
+        let none_event = definitions.is_empty()
+            || (io.style == MappingStyle::Camunda
+                && el.local == "intermediateThrowEvent"
+                && definitions == ["signalEventDefinition"]);
         let refusal = match (io.style, el.local.as_str()) {
             _ if !matches!(
                 el.local.as_str(),

@@ -114,8 +114,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             _ => true,
         });
         let (inputs, outputs, mapping_style) = self.task_mappings(
-            el,
-            &kind,
             (ext.inputs, ext.outputs),
             ext.vendor_io.take(),
             ext.q_mapping,
