@@ -1059,7 +1059,8 @@ impl<'a> Run<'a> {
     }
 
     /// Writes a task's result into the instance variables: through the output mappings
-    /// (which see the result as `result`), or merged whole when there are none.
+    /// (which see the result as `result`), or merged whole when there are none; with
+    /// vendor mappings, by the vendor's rules (`vendor_io::complete`).
     pub(super) fn map_outputs(&mut self, task: &Task, result: Variables) -> Result<(), String> {
         if task.mapping_style != MappingStyle::Q {
             let vars = &mut self.snap.vars;

@@ -200,3 +200,34 @@ fn a_failing_vendor_mapping_fails_the_instance_at_the_node() {
     );
     assert_eq!(trace.summary.failure_node.as_deref(), Some("t"));
 }
+
+#[test]
+fn a_zeebe_job_worker_fetches_the_variables_with_the_locals_and_completes_through_the_outputs() {
+    let def = model(&format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="t"/>
+      <serviceTask id="t" {ZEEBE}><extensionElements><zeebe:taskDefinition type="ship"/><zeebe:ioMapping>
+        <zeebe:input source="=order.id" target="orderId"/>
+        <zeebe:output source="=trackingNo" target="tracking"/>
+      </zeebe:ioMapping></extensionElements></serviceTask>
+      <sequenceFlow id="f1" sourceRef="t" targetRef="e"/><endEvent id="e"/>"#
+    ));
+    let waiting = run_scenario(&def, r#"{"variables": {"order": {"id": "o-1"}}}"#);
+    let fetched = qflow_core::pull_inputs(&def, &last(&waiting), "t").unwrap();
+    assert_eq!(
+        serde_json::to_value(fetched).unwrap(),
+        json!({"order": {"id": "o-1"}, "orderId": "o-1"})
+    );
+    let done = run_scenario(
+        &def,
+        r#"{"variables": {"order": {"id": "o-1"}},
+            "events": [
+              {"event": "pull", "at_ms": 10, "input": {"type": "pull_locked", "node": "t", "attempt": 1, "worker": "w", "lock_ms": 30000}},
+              {"event": "pull", "at_ms": 20, "input": {"type": "pull_completed", "node": "t", "attempt": 1, "worker": "w",
+                                                      "variables": {"trackingNo": "T-9", "carrier": "dhl"}}}
+            ]}"#,
+    );
+    assert_eq!(
+        final_vars(&done),
+        json!({"order": {"id": "o-1"}, "tracking": "T-9"})
+    );
+}
