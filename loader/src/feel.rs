@@ -145,7 +145,7 @@ fn show(t: &Tok) -> String {
 
 fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
     let subset = match dialect {
-        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, paths)",
+        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, paths, whole-number sums)",
         Dialect::Juel => "the supported JUEL subset (comparisons, &&/||/!, literals, paths)",
     };
     let chars: Vec<(usize, char)> = src.char_indices().collect();
