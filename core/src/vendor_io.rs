@@ -14,7 +14,9 @@
 use qflow_loader::model::{Mapping, MappingStyle, Variables};
 
 /// The locals `inputs` make over `vars`: Zeebe evaluates each input over the variables
-/// and the inputs before it; Camunda 7 each over the variables alone.
+/// and the inputs before it; Camunda 7 each over the variables alone. (The loader refuses
+/// a Zeebe mapping that reads an earlier one's target, so for Zeebe the order never
+/// shows: its versions differ on it.)
 pub(crate) fn locals(
     style: MappingStyle,
     inputs: &[Mapping],

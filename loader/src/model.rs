@@ -311,13 +311,13 @@ pub enum MappingStyle {
     /// `result`; without outputs the result is merged whole.
     #[default]
     Q,
-    /// `zeebe:ioMapping`: each input, evaluated in order over the instance variables and
-    /// the inputs before it, is a local variable of the task; the task is given the
-    /// instance variables with its locals over them. With outputs, the result is local
-    /// too and is not merged: each output, in order, is evaluated over the instance
-    /// variables, the locals, the result and the outputs before it, and only the outputs
-    /// reach the instance. Without outputs the result is merged, except the names of
-    /// locals (those stay local and end with the task).
+    /// `zeebe:ioMapping`: each input, evaluated over the instance variables, is a local
+    /// variable of the task; the task is given the instance variables with its locals
+    /// over them. With outputs, the result is local too and is not merged: each output is
+    /// evaluated over the instance variables, the locals and the result, and only the
+    /// outputs reach the instance. Without outputs the result is merged, except the names
+    /// of locals (those stay local and end with the task). (No mapping reads an earlier
+    /// one's target: the loader refuses it, as Zeebe versions disagree on what it sees.)
     Zeebe,
     /// `camunda:inputOutput`: each input is evaluated over the instance variables (not
     /// over the inputs before it) and is a local variable of the task; the task is given

@@ -1203,6 +1203,15 @@ fn q401_vendor_mappings_beyond_what_maps_one_to_one() {
     let nested =
         r#"<zeebe:ioMapping><zeebe:output source="=a" ¶target="order.total"/></zeebe:ioMapping>"#;
     refused(&user(nested), "Q401");
+    // Zeebe versions differ on whether a mapping sees the ones before it.
+    let chained = r#"<zeebe:ioMapping><zeebe:input source="=a" target="x"/>¶<zeebe:input source="=x + 1" target="y"/></zeebe:ioMapping>"#;
+    assert!(refused(&user(chained), "Q401").message.contains("earlier"));
+    let same = r#"<zeebe:ioMapping><zeebe:output source="=a" target="x"/>¶<zeebe:output source="=b" target="x"/></zeebe:ioMapping>"#;
+    refused(&user(same), "Q401");
+    // Camunda 7's order is one: an output sees the outputs before it.
+    loads(&user(
+        r#"<camunda:inputOutput><camunda:outputParameter name="x">${a}</camunda:outputParameter><camunda:outputParameter name="y">${x}</camunda:outputParameter></camunda:inputOutput>"#,
+    ));
     let unknown = r#"<zeebe:ioMapping>¶<zeebe:inpt source="=a" target="b"/></zeebe:ioMapping>"#;
     refused(&user(unknown), "Q401");
     let mixed = r#"<q:output target="a" source="b"/>¶<zeebe:ioMapping><zeebe:output source="=a" target="b"/></zeebe:ioMapping>"#;

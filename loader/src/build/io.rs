@@ -58,7 +58,11 @@ pub(super) fn cel_string(text: &str) -> String {
 impl<'a, 'd> ProcessBuilder<'a, 'd> {
     /// `<zeebe:ioMapping>`: `<zeebe:input source="…" target="…"/>` and
     /// `<zeebe:output …/>`. A source starting with `=` is FEEL (in the subset); any other
-    /// text is a static string; no source is null (as Zeebe reads them).
+    /// text is a static string; no source is null (as Zeebe reads them). A mapping that
+    /// reads or writes the target of an earlier one of its kind is refused: Zeebe has
+    /// evaluated the list both as one FEEL context (no mapping sees another) and one by
+    /// one (each sees the ones before), by version and engine setting, so its meaning is
+    /// not one.
     pub(super) fn read_zeebe_io(&mut self, c: &Element) -> VendorIo {
         let mut io = VendorIo {
             style: MappingStyle::Zeebe,
@@ -82,10 +86,34 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     continue;
                 }
             };
-            match self.zeebe_mapping(m) {
-                Some(mapping) if output => io.outputs.push(mapping),
-                Some(mapping) => io.inputs.push(mapping),
-                None => io.complete = false,
+            let Some(mapping) = self.zeebe_mapping(m) else {
+                io.complete = false;
+                continue;
+            };
+            let earlier = if output { &io.outputs } else { &io.inputs };
+            if let Some(e) = earlier
+                .iter()
+                .find(|e| e.target == mapping.target || mapping.source.reads_variable(&e.target))
+            {
+                self.help(
+                    "Q401",
+                    m.pos,
+                    format!(
+                        "zeebe:{} `{}` {} `{}`, the target of an earlier mapping: Zeebe versions differ on whether a mapping sees the ones before it",
+                        m.local,
+                        mapping.target,
+                        if e.target == mapping.target { "writes" } else { "reads" },
+                        e.target
+                    ),
+                    "give each mapping its own target and read only variables the element sees",
+                );
+                io.complete = false;
+                continue;
+            }
+            if output {
+                io.outputs.push(mapping);
+            } else {
+                io.inputs.push(mapping);
             }
         }
         io
