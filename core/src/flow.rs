@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 
 use qflow_loader::model::{
-    Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, NodeIdx, NodeKind,
-    Process, StartTrigger, Task, TaskKind, ThrowTrigger, TimeKind, TimerDef, Variables,
+    Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, MappingStyle, NodeIdx,
+    NodeKind, Process, StartTrigger, Task, TaskKind, ThrowTrigger, TimeKind, TimerDef, Variables,
 };
 use qflow_loader::Expression;
 use serde_json::Value as Json;
@@ -850,6 +850,19 @@ impl<'a> Run<'a> {
 
     pub(super) fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
         let node = self.p.node(idx);
+        // Vendor output mappings of an event the token passes through (L8): written as it
+        // arrives, before it moves on (or ends the instance).
+        if !self.p.event_mappings.is_empty() {
+            if let Some(m) = self.p.event_mappings.get(&idx) {
+                let vars = &mut self.snap.vars;
+                if let Err(e) =
+                    crate::vendor_io::complete(m.style, &m.inputs, &m.outputs, vars, None)
+                {
+                    let message = format!("the mappings of `{}`: {e}", node.id);
+                    return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+                }
+            }
+        }
         if let NodeKind::EndEvent(kind) = &node.kind {
             self.record_end(idx, kind);
         }
@@ -962,7 +975,19 @@ impl<'a> Run<'a> {
 
     pub(super) fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {
         match &task.kind {
+            TaskKind::PassThrough if task.mapping_style != MappingStyle::Q => {
+                let vars = &mut self.snap.vars;
+                let (style, inputs, outputs) = (task.mapping_style, &task.inputs, &task.outputs);
+                if let Err(e) = crate::vendor_io::complete(style, inputs, outputs, vars, None) {
+                    let message = format!("the mappings of `{}`: {e}", self.id(idx));
+                    return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+                }
+                self.leave(idx)
+            }
             TaskKind::PassThrough => self.leave(idx),
+            TaskKind::Script { expression, result } if task.mapping_style != MappingStyle::Q => {
+                self.run_vendor_script(idx, task, expression, result)
+            }
             TaskKind::Script { expression, result } => self.run_script(idx, expression, result),
             TaskKind::Registered { .. } => {
                 self.add_token(idx);
@@ -1025,6 +1050,36 @@ impl<'a> Run<'a> {
             return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
         }
         self.snap.vars.extend(one);
+        self.leave(idx);
+    }
+
+    /// A script task with vendor mappings: its expression over the instance variables
+    /// with the task's locals over them; its value is the task's result, which the
+    /// vendor's output rules write (`vendor_io::complete`).
+    fn run_vendor_script(
+        &mut self,
+        idx: NodeIdx,
+        task: &Task,
+        expression: &Expression,
+        result: &str,
+    ) {
+        let value = crate::vendor_io::visible(task.mapping_style, &task.inputs, &self.snap.vars)
+            .and_then(|scope| expression.eval(&scope).map_err(|e| e.to_string()));
+        let value = match value {
+            Ok(v) => v,
+            Err(e) => {
+                let message = format!("the script of `{}`: {e}", self.id(idx));
+                return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+            }
+        };
+        let one = Variables::from([(result.to_owned(), value)]);
+        if let Err(why) = crate::limits::check_variables(&one) {
+            let message = format!("the script of `{}` gives `{result}`: {why}", self.id(idx));
+            return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+        }
+        if let Err(e) = self.map_outputs(task, one) {
+            return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
+        }
         self.leave(idx);
     }
 
@@ -1164,8 +1219,14 @@ impl<'a> Run<'a> {
     }
 
     /// Writes a task's result into the instance variables: through the output mappings
-    /// (which see the result as `result`), or merged whole when there are none.
+    /// (which see the result as `result`), or merged whole when there are none; with
+    /// vendor mappings, by the vendor's rules (`vendor_io::complete`).
     pub(super) fn map_outputs(&mut self, task: &Task, result: Variables) -> Result<(), String> {
+        if task.mapping_style != MappingStyle::Q {
+            let vars = &mut self.snap.vars;
+            let (style, inputs, outputs) = (task.mapping_style, &task.inputs, &task.outputs);
+            return crate::vendor_io::complete(style, inputs, outputs, vars, Some(result));
+        }
         if task.outputs.is_empty() {
             self.snap.vars.extend(result);
             return Ok(());
@@ -1191,8 +1252,14 @@ impl<'a> Run<'a> {
 }
 
 /// A task's inputs: its input mappings evaluated over `vars`, or every instance variable
-/// when it has none. Shared by the first emission and re-adoption so both see the same.
+/// when it has none; with vendor mappings, every instance variable with the task's locals
+/// over them. Shared by the first emission, re-adoption, pull fetches and the task list,
+/// so all see the same.
 pub(super) fn task_inputs(task: &Task, vars: &Variables) -> Result<Variables, String> {
+    if task.mapping_style != MappingStyle::Q {
+        // A vendor's inputs are locals over the variables, not a replacement of them.
+        return crate::vendor_io::visible(task.mapping_style, &task.inputs, vars);
+    }
     if task.inputs.is_empty() {
         return Ok(vars.clone());
     }

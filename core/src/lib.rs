@@ -52,6 +52,7 @@ mod subscriptions;
 mod support;
 mod timers;
 mod user_tasks;
+mod vendor_io;
 
 use std::num::NonZeroU32;
 

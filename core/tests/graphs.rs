@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use qflow_core::sim::{self, Scenario, Scripted, ScriptedEvent};
 use qflow_core::{PathEvent, Snapshot};
 use qflow_loader::model::{
-    Boundary, BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, NodeKind,
-    RetryPolicy, Task, TaskKind, TimerDef, Variables,
+    Boundary, BoundaryTrigger, CatchTrigger, Definition, DurationMs, EndKind, MappingStyle,
+    NodeKind, RetryPolicy, Task, TaskKind, TimerDef, Variables,
 };
 
 #[derive(Debug, Clone)]
@@ -90,6 +90,7 @@ fn build(shape: &Shape) -> Definition {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 respond: false,
+                mapping_style: MappingStyle::Q,
             }),
             Kind::Pass => NodeKind::Task(Task {
                 kind: TaskKind::PassThrough,
@@ -98,6 +99,7 @@ fn build(shape: &Shape) -> Definition {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 respond: false,
+                mapping_style: MappingStyle::Q,
             }),
             Kind::Exclusive => NodeKind::ExclusiveGateway { default: None },
             Kind::Parallel => NodeKind::ParallelGateway,

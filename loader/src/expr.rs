@@ -126,6 +126,13 @@ impl Expression {
         Expression::compile_checked(source, pos, max_len, false)
     }
 
+    /// Whether the expression reads the top-level variable `name`.
+    pub(crate) fn reads_variable(&self, name: &str) -> bool {
+        self.reads
+            .binary_search_by(|r| r.as_str().cmp(name))
+            .is_ok()
+    }
+
     /// The names the expression reads, sorted (only these are bound at evaluation).
     #[cfg(feature = "fuzzing")]
     pub fn reads(&self) -> &[String] {

@@ -2,10 +2,20 @@
 //! (`${expr}`) → CEL, for the subset that maps one-to-one (L8).
 //!
 //! FEEL accepted: literals (numbers, strings, `true`, `false`, `null`), variable paths
-//! (`order.total`), comparisons (`=`, `!=`, `<`, `<=`, `>`, `>=`), `and`, `or`, `not(…)`
-//! and parentheses. Everything else — arithmetic (FEEL numbers are decimals, CEL's are
-//! not), function calls, ranges, `in`, `between`, quantifiers, `if`, names with spaces —
-//! is refused with a message, never approximated.
+//! (`order.total`), comparisons (`=`, `!=`, `<`, `<=`, `>`, `>=`), `and`, `or`, `not(…)`,
+//! parentheses, and `+` / `-` between variable paths and whole-number literals
+//! (`loopAmount + 1`). Everything else — other arithmetic, decimal literals in a sum,
+//! function calls, ranges, `in`, `between`, quantifiers, `if`, names with spaces — is
+//! refused with a message, never approximated.
+//!
+//! Sums are exact or fail, never a different value: FEEL numbers are decimals, CEL's
+//! `int` and `double` are not, and JSON integers reach CEL as `int` (`crate::expr`). So a
+//! sum is translated under a guard that every path in it holds an `int`: `a + 1` becomes
+//! `(type(a) == int) ? (a + 1) : feel_sum_needs_whole_numbers()`. On whole numbers CEL's
+//! checked `int` arithmetic gives FEEL's value; a decimal, a string, null or a value past
+//! the 64-bit range fails the evaluation (`EXPRESSION_FAILED`) where FEEL would give a
+//! value (a decimal sum, or null) — the one function in the else branch does not exist,
+//! so the failure names it.
 //!
 //! JUEL accepted, inside one `${…}` (or `#{…}`) that is the whole condition: the same
 //! literals (strings in single or double quotes), variable paths, comparisons (`==`,
@@ -23,6 +33,9 @@
 
 /// Most nested parentheses (and JUEL negations) accepted (mirrors the CEL bracket cap).
 const MAX_NESTING: usize = 16;
+
+/// Most terms in one FEEL sum (`a + b - 1` has three).
+const MAX_SUM_TERMS: usize = 8;
 
 /// Longest FEEL or JUEL text translated, in bytes: the translation is checked against
 /// the loader's expression length cap only after it is made, so the input is bounded
@@ -56,6 +69,8 @@ enum Tok {
     Not,
     /// JUEL's prefix negation, `!` or `not`.
     Bang,
+    /// FEEL's binary `+` or `-`.
+    Arith(char),
     LParen,
     RParen,
     True,
@@ -119,6 +134,7 @@ fn show(t: &Tok) -> String {
         Tok::Or => "or".into(),
         Tok::Not => "not".into(),
         Tok::Bang => "!".into(),
+        Tok::Arith(c) => c.to_string(),
         Tok::LParen => "(".into(),
         Tok::RParen => ")".into(),
         Tok::True => "true".into(),
@@ -129,7 +145,7 @@ fn show(t: &Tok) -> String {
 
 fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
     let subset = match dialect {
-        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, paths)",
+        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, paths, whole-number sums)",
         Dialect::Juel => "the supported JUEL subset (comparisons, &&/||/!, literals, paths)",
     };
     let chars: Vec<(usize, char)> = src.char_indices().collect();
@@ -143,7 +159,24 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
         }
         let two = chars.get(i + 1).map(|x| x.1);
         let juel = dialect == Dialect::Juel;
+        // After an operand, FEEL's `-` subtracts (`a -1` is `a - 1`).
+        let after_operand = matches!(
+            out.last(),
+            Some(
+                Tok::Num(_)
+                    | Tok::Str(_)
+                    | Tok::Path(_)
+                    | Tok::RParen
+                    | Tok::True
+                    | Tok::False
+                    | Tok::Null
+            )
+        );
         let (tok, len) = match c {
+            '+' if !juel => (Tok::Arith('+'), 1),
+            '-' if !juel && (after_operand || !two.is_some_and(|d| d.is_ascii_digit())) => {
+                (Tok::Arith('-'), 1)
+            }
             '(' => (Tok::LParen, 1),
             ')' => (Tok::RParen, 1),
             '=' if juel && two == Some('=') => (Tok::Op("=="), 2),
@@ -303,16 +336,70 @@ impl P<'_> {
     }
 
     fn cmp(&mut self) -> Result<String, String> {
-        let left = self.atom()?;
+        let left = self.sum()?;
         if let Some(Tok::Op(op)) = self.peek().cloned() {
             self.i += 1;
-            let right = self.atom()?;
+            let right = self.sum()?;
             if let Some(Tok::Op(_)) = self.peek() {
                 return Err("chained comparisons are not supported; use `and`".into());
             }
             return Ok(format!("{left} {op} {right}"));
         }
         Ok(left)
+    }
+
+    /// An atom, or a FEEL sum of paths and whole-number literals under the guard the
+    /// module doc describes.
+    fn sum(&mut self) -> Result<String, String> {
+        let start = self.i;
+        let first = self.atom()?;
+        if !matches!(self.peek(), Some(Tok::Arith(_))) {
+            return Ok(first);
+        }
+        let mut paths: Vec<String> = Vec::new();
+        let mut text = self.term(start, first, &mut paths)?;
+        let mut terms = 1;
+        while let Some(Tok::Arith(op)) = self.peek().cloned() {
+            self.i += 1;
+            terms += 1;
+            if terms > MAX_SUM_TERMS {
+                return Err(format!(
+                    "a sum of more than {MAX_SUM_TERMS} terms is not supported"
+                ));
+            }
+            let at = self.i;
+            let atom = self.atom()?;
+            let term = self.term(at, atom, &mut paths)?;
+            text = format!("{text} {op} {term}");
+        }
+        if paths.is_empty() {
+            return Ok(format!("({text})"));
+        }
+        let guard: Vec<String> = paths.iter().map(|p| format!("type({p}) == int")).collect();
+        Ok(format!(
+            "({} ? ({text}) : feel_sum_needs_whole_numbers())",
+            guard.join(" && ")
+        ))
+    }
+
+    /// One term of a sum, the atom parsed from token `at`: a variable path (remembered in
+    /// `paths`) or a whole-number literal; anything else is refused.
+    fn term(&self, at: usize, atom: String, paths: &mut Vec<String>) -> Result<String, String> {
+        match &self.toks[at] {
+            Tok::Path(p) if self.i == at + 1 => {
+                if !paths.contains(p) {
+                    paths.push(p.clone());
+                }
+                Ok(atom)
+            }
+            Tok::Num(n) if self.i == at + 1 && !n.contains('.') => Ok(atom),
+            Tok::Num(n) if self.i == at + 1 => Err(format!(
+                "`{n}` in a sum: only whole numbers are added exactly (FEEL decimals are not CEL doubles)"
+            )),
+            _ => Err(
+                "`+` and `-` take variable paths and whole-number literals only".to_owned(),
+            ),
+        }
     }
 
     fn atom(&mut self) -> Result<String, String> {
@@ -408,7 +495,12 @@ mod tests {
     #[test]
     fn everything_else_is_refused() {
         for feel in [
-            "x + 1 > 2",
+            "x * 2 > 2",
+            "x + 0.5",
+            "x + \"a\"",
+            "(a + b) + c",
+            "a + (b)",
+            "-x",
             "count(items) > 0",
             "x in [1,2]",
             "x between 1 and 3",
@@ -499,6 +591,50 @@ mod tests {
         assert_eq!(eval("${approved != 'true'}").ok(), Some(true));
         assert!(eval("${n < 'x'}").is_err());
         assert!(eval("${order.discount == null}").is_err());
+    }
+
+    /// A sum gives FEEL's value on whole numbers and fails on anything else: never a
+    /// different value.
+    #[test]
+    fn sums_are_exact_on_whole_numbers_and_fail_otherwise() {
+        use crate::expr::Expression;
+        assert_eq!(
+            feel_to_cel("loopAmount + 1").as_deref(),
+            Ok("(type(loopAmount) == int ? (loopAmount + 1) : feel_sum_needs_whole_numbers())")
+        );
+        let eval = |feel: &str, vars: &str| {
+            let cel = feel_to_cel(feel).unwrap();
+            let vars: crate::model::Variables = serde_json::from_str(vars).unwrap();
+            Expression::compile(&cel, crate::model::Pos::default(), 4096)
+                .unwrap_or_else(|e| panic!("{cel}: {e:?}"))
+                .eval(&vars)
+        };
+        let n = |v: i64| Ok(serde_json::json!(v));
+        assert_eq!(eval("loopAmount + 1", r#"{"loopAmount": 0}"#), n(1));
+        assert_eq!(eval("a - b - 1", r#"{"a": 10, "b": 3}"#), n(6));
+        assert_eq!(eval("a -1", r#"{"a": 10}"#), n(9));
+        assert_eq!(eval("a - -1", r#"{"a": 10}"#), n(11));
+        assert_eq!(eval("o.n + o.n", r#"{"o": {"n": 2}}"#), n(4));
+        assert_eq!(eval("2 + 3", "{}"), n(5));
+        assert_eq!(
+            eval("a + 1 > 2 and b - 1 = 0", r#"{"a": 2, "b": 1}"#),
+            Ok(serde_json::json!(true))
+        );
+        for vars in [
+            r#"{"a": 1.5}"#,
+            r#"{"a": 1.0}"#,
+            r#"{"a": "x"}"#,
+            r#"{"a": null}"#,
+            r#"{"a": [1]}"#,
+            r#"{"a": 9223372036854775807}"#,
+            r#"{"a": 18446744073709551615}"#,
+            "{}",
+        ] {
+            assert!(eval("a + 1", vars).is_err(), "a + 1 over {vars}");
+        }
+        assert!(feel_to_cel(&["a"; 9].join(" + ")).is_err());
+        assert!(feel_to_cel(&["a"; 8].join(" + ")).is_ok());
+        assert!(juel_to_cel("${a + 1}").is_err());
     }
 
     #[test]

@@ -103,6 +103,10 @@ pub struct Process {
     pub flows: Vec<Flow>,
     /// Node ids → index, for lookups by name.
     pub by_id: BTreeMap<String, NodeIdx>,
+    /// Vendor mappings on events a token passes through (a none start, a none
+    /// intermediate throw, a none end event): `zeebe:ioMapping` outputs, or
+    /// `camunda:inputOutput` where Camunda 7 allows it. Empty for almost every model.
+    pub event_mappings: BTreeMap<NodeIdx, EventMappings>,
 }
 
 impl Process {
@@ -351,6 +355,47 @@ pub struct Task {
     /// `q:respond="true"`: a caller that started the instance and asked to wait is
     /// answered once a token stands here (R6).
     pub respond: bool,
+    /// Whose rules `inputs` and `outputs` follow: `q:` mappings, or a vendor's
+    /// (`zeebe:ioMapping`, `camunda:inputOutput`), whose inputs are local variables of
+    /// the task and whose outputs decide what reaches the instance.
+    pub mapping_style: MappingStyle,
+}
+
+/// Whose semantics a list of mappings has (L8; `docs/bpmn-coverage.md`, "Vendor
+/// mappings").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MappingStyle {
+    /// `q:input` / `q:output`: the inputs, when there are any, are all the handler is
+    /// given; the outputs are evaluated over the instance variables and the result as
+    /// `result`; without outputs the result is merged whole.
+    #[default]
+    Q,
+    /// `zeebe:ioMapping`: each input, evaluated over the instance variables, is a local
+    /// variable of the task; the task is given the instance variables with its locals
+    /// over them. With outputs, the result is local too and is not merged: each output is
+    /// evaluated over the instance variables, the locals and the result, and only the
+    /// outputs reach the instance. Without outputs the result is merged, except the names
+    /// of locals (those stay local and end with the task). (No mapping reads an earlier
+    /// one's target: the loader refuses it, as Zeebe versions disagree on what it sees.)
+    Zeebe,
+    /// `camunda:inputOutput`: each input is evaluated over the instance variables (not
+    /// over the inputs before it) and is a local variable of the task; the task is given
+    /// the instance variables with its locals over them. The result is merged into the
+    /// instance, except the names of locals; then each output, in order, is evaluated
+    /// over the instance variables (as the outputs before it left them) with the locals
+    /// over them, and written to the instance.
+    Camunda,
+}
+
+/// Mappings on an event a token passes through, in a vendor's dialect: the inputs are
+/// local variables of the event (evaluated as [`MappingStyle`] says), the outputs are
+/// evaluated over the instance variables with the locals over them and written to the
+/// instance, when the token passes.
+#[derive(Debug, Clone)]
+pub struct EventMappings {
+    pub style: MappingStyle,
+    pub inputs: Vec<Mapping>,
+    pub outputs: Vec<Mapping>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

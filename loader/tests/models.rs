@@ -1132,21 +1132,254 @@ fn q309_unknown_q_element() {
 
 // ---------------------------------------------------------------- vendors (Q4xx, L8)
 
+/// A task's mappings as `target = CEL source`, inputs then outputs.
+fn mapping_lines(t: &Task) -> (Vec<String>, Vec<String>) {
+    let show = |ms: &[Mapping]| {
+        ms.iter()
+            .map(|m| format!("{} = {}", m.target, m.source.source()))
+            .collect()
+    };
+    (show(&t.inputs), show(&t.outputs))
+}
+
 #[test]
-fn q401_camunda_input_output() {
-    refused(
-        &around(
-            r#"<userTask id="t"><extensionElements>¶<camunda:inputOutput/></extensionElements></userTask>"#,
-        ),
-        "Q401",
+fn zeebe_io_mapping_loads_with_zeebe_semantics() {
+    let l = loads(&around(
+        r#"<serviceTask id="t"><extensionElements><zeebe:taskDefinition type="pay"/><zeebe:ioMapping>
+  <zeebe:input source="=order.total" target="amount"/>
+  <zeebe:input source="Peter" target="sender"/>
+  <zeebe:input target="nothing"/>
+  <zeebe:input source="= count - 1" target="left"/>
+  <zeebe:output source="=status" target="paymentStatus"/>
+</zeebe:ioMapping></extensionElements></serviceTask>"#,
+    ));
+    let t = task(only(&l), "t");
+    assert_eq!(t.mapping_style, MappingStyle::Zeebe);
+    assert!(matches!(t.kind, TaskKind::Pull { .. }));
+    let (inputs, outputs) = mapping_lines(t);
+    assert_eq!(
+        inputs,
+        [
+            "amount = order.total",
+            "sender = \"Peter\"",
+            "nothing = null",
+            "left = (type(count) == int ? (count - 1) : feel_sum_needs_whole_numbers())",
+        ]
+    );
+    assert_eq!(outputs, ["paymentStatus = status"]);
+}
+
+#[test]
+fn camunda_input_output_loads_with_camunda_semantics() {
+    let l = loads(&around(
+        r#"<userTask id="t"><extensionElements><camunda:inputOutput>
+  <camunda:inputParameter name="start">${order.start}</camunda:inputParameter>
+  <camunda:inputParameter name="label">  foo bar  </camunda:inputParameter>
+  <camunda:inputParameter name="willBeNull"/>
+  <camunda:outputParameter name="approved">${decision == 'yes'}</camunda:outputParameter>
+  <camunda:outputParameter name="cleared"></camunda:outputParameter>
+</camunda:inputOutput></extensionElements></userTask>"#,
+    ));
+    let t = task(only(&l), "t");
+    assert_eq!(t.mapping_style, MappingStyle::Camunda);
+    let (inputs, outputs) = mapping_lines(t);
+    assert_eq!(
+        inputs,
+        [
+            "start = order.start",
+            "label = \"foo bar\"",
+            "willBeNull = null"
+        ]
+    );
+    assert_eq!(
+        outputs,
+        ["approved = decision == \"yes\"", "cleared = null"]
     );
 }
 
 #[test]
-fn q401_zeebe_io_mapping() {
+fn vendor_mappings_load_on_every_task_qflow_runs() {
+    for el in [
+        r#"<serviceTask id="t" q:task="pay">"#,
+        r#"<serviceTask id="t" q:channel="pay">"#,
+        r#"<serviceTask id="t" camunda:type="external" camunda:topic="pay">"#,
+        r#"<userTask id="t">"#,
+        r#"<receiveTask id="t">"#,
+        r#"<manualTask id="t">"#,
+        r#"<sendTask id="t">"#,
+    ] {
+        let close = format!("</{}>", &el[1..el.find(' ').unwrap()]);
+        let timeout = if el.contains("q:channel") {
+            r#"<q:timeout duration="PT1M"/>"#
+        } else {
+            ""
+        };
+        let xml = around(&format!(
+            r#"{el}<extensionElements>{timeout}<camunda:inputOutput><camunda:inputParameter name="x">${{a}}</camunda:inputParameter><camunda:outputParameter name="y">${{x}}</camunda:outputParameter></camunda:inputOutput></extensionElements>{close}"#
+        ));
+        let l = loads(&xml);
+        assert_eq!(
+            task(only(&l), "t").mapping_style,
+            MappingStyle::Camunda,
+            "{el}"
+        );
+    }
+    let l = loads(&around(
+        r#"<scriptTask id="t"><extensionElements><zeebe:script expression="=x" resultVariable="r"/><zeebe:ioMapping><zeebe:input source="=1" target="x"/><zeebe:output source="=r" target="out"/></zeebe:ioMapping></extensionElements></scriptTask>"#,
+    ));
+    assert_eq!(task(only(&l), "t").mapping_style, MappingStyle::Zeebe);
+}
+
+#[test]
+fn event_mappings_load_where_the_vendor_allows_them() {
+    let l = loads(&process(
+        r#"<startEvent id="s"><extensionElements><zeebe:ioMapping><zeebe:output source="= 0" target="loopAmount"/></zeebe:ioMapping></extensionElements></startEvent>
+<sequenceFlow id="f1" sourceRef="s" targetRef="th"/>
+<intermediateThrowEvent id="th"><extensionElements><camunda:inputOutput><camunda:inputParameter name="x">mapped</camunda:inputParameter><camunda:outputParameter name="out">${x}</camunda:outputParameter></camunda:inputOutput></extensionElements></intermediateThrowEvent>
+<sequenceFlow id="f2" sourceRef="th" targetRef="e"/>
+<endEvent id="e"><extensionElements><camunda:inputOutput><camunda:inputParameter name="x">${out}</camunda:inputParameter></camunda:inputOutput></extensionElements></endEvent>"#,
+    ));
+    let p = &only(&l).process;
+    let at = |id: &str| &p.event_mappings[&p.find(id).unwrap()];
+    assert_eq!(at("s").style, MappingStyle::Zeebe);
+    assert_eq!(at("s").outputs[0].source.source(), "0");
+    assert_eq!(at("th").style, MappingStyle::Camunda);
+    assert_eq!((at("th").inputs.len(), at("th").outputs.len()), (1, 1));
+    assert_eq!((at("e").inputs.len(), at("e").outputs.len()), (1, 0));
+    assert_eq!(p.event_mappings.len(), 3);
+}
+
+/// A Camunda 7 signal throw passes no variables with its signal, so its mappings are a
+/// none throw's: they are kept (whether the signal throw itself loads is another rule's).
+#[test]
+fn camunda_mappings_on_a_signal_throw_are_not_refused() {
+    let xml = file(
+        r#"<signal id="sig" name="price"/>"#,
+        r#"<startEvent id="s"/><sequenceFlow id="f1" sourceRef="s" targetRef="t"/>
+<intermediateThrowEvent id="t"><extensionElements><camunda:inputOutput><camunda:inputParameter name="price">${spot}</camunda:inputParameter><camunda:outputParameter name="last">${price}</camunda:outputParameter></camunda:inputOutput></extensionElements><signalEventDefinition signalRef="sig"/></intermediateThrowEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let codes: Vec<&str> = match &load_str(&xml) {
+        Ok(l) => {
+            let p = &only(l).process;
+            assert_eq!(
+                p.event_mappings[&p.find("t").unwrap()].style,
+                MappingStyle::Camunda
+            );
+            Vec::new()
+        }
+        Err(d) => d.iter().map(|d| d.code).collect(),
+    };
+    assert!(!codes.contains(&"Q401"), "{codes:?}");
+    // Zeebe's inputs on a signal throw are the signal's variables: refused.
+    let zeebe = xml
+        .replace(
+            r#"<camunda:inputOutput><camunda:inputParameter name="price">${spot}</camunda:inputParameter><camunda:outputParameter name="last">${price}</camunda:outputParameter></camunda:inputOutput>"#,
+            r#"<zeebe:ioMapping><zeebe:input source="=spot" target="price"/></zeebe:ioMapping>"#,
+        );
+    let codes: Vec<&str> = load_str(&zeebe)
+        .err()
+        .map(|d| d.iter().map(|d| d.code).collect())
+        .unwrap_or_default();
+    assert!(codes.contains(&"Q401"), "{codes:?}");
+}
+
+#[test]
+fn q401_vendor_mappings_beyond_what_maps_one_to_one() {
+    let user = |io: &str| {
+        around(&format!(
+            r#"<userTask id="t"><extensionElements>{io}</extensionElements></userTask>"#
+        ))
+    };
+    let list = r#"<camunda:inputOutput><camunda:inputParameter name="x">¶<camunda:list><camunda:value>a</camunda:value></camunda:list></camunda:inputParameter></camunda:inputOutput>"#;
+    let d = refused(&user(list), "Q401");
+    assert!(d.message.contains("<list>"), "{}", d.message);
+    let map = r#"<camunda:inputOutput><camunda:outputParameter name="x">¶<camunda:map><camunda:entry key="a">b</camunda:entry></camunda:map></camunda:outputParameter></camunda:inputOutput>"#;
+    refused(&user(map), "Q401");
+    let script = r#"<camunda:inputOutput><camunda:inputParameter name="x">¶<camunda:script scriptFormat="groovy">1</camunda:script></camunda:inputParameter></camunda:inputOutput>"#;
+    assert!(refused(&user(script), "Q401").message.contains("<script>"));
+    let nested =
+        r#"<zeebe:ioMapping><zeebe:output source="=a" ¶target="order.total"/></zeebe:ioMapping>"#;
+    refused(&user(nested), "Q401");
+    // Zeebe versions differ on whether a mapping sees the ones before it.
+    let chained = r#"<zeebe:ioMapping><zeebe:input source="=a" target="x"/>¶<zeebe:input source="=x + 1" target="y"/></zeebe:ioMapping>"#;
+    assert!(refused(&user(chained), "Q401").message.contains("earlier"));
+    let same = r#"<zeebe:ioMapping><zeebe:output source="=a" target="x"/>¶<zeebe:output source="=b" target="x"/></zeebe:ioMapping>"#;
+    refused(&user(same), "Q401");
+    // Camunda 7's order is one: an output sees the outputs before it.
+    loads(&user(
+        r#"<camunda:inputOutput><camunda:outputParameter name="x">${a}</camunda:outputParameter><camunda:outputParameter name="y">${x}</camunda:outputParameter></camunda:inputOutput>"#,
+    ));
+    let unknown = r#"<zeebe:ioMapping>¶<zeebe:inpt source="=a" target="b"/></zeebe:ioMapping>"#;
+    refused(&user(unknown), "Q401");
+    let mixed = r#"<q:output target="a" source="b"/>¶<zeebe:ioMapping><zeebe:output source="=a" target="b"/></zeebe:ioMapping>"#;
+    refused(&user(mixed), "Q401");
+    let twice = r#"<zeebe:ioMapping/>¶<camunda:inputOutput/>"#;
+    refused(&user(twice), "Q308");
+}
+
+#[test]
+fn q203_vendor_mapping_sources_beyond_the_subsets() {
+    let user = |io: &str| {
+        around(&format!(
+            r#"<userTask id="t"><extensionElements>{io}</extensionElements></userTask>"#
+        ))
+    };
+    for juel in ["${a + 1}", "x ${a}", "${a.equals(b)}"] {
+        let io = format!(
+            r#"<camunda:inputOutput><camunda:inputParameter name="x">¶{juel}</camunda:inputParameter></camunda:inputOutput>"#
+        );
+        assert!(
+            refused(&user(&io), "Q203").message.contains("JUEL"),
+            "{juel}"
+        );
+    }
+    for feel in ["=count(xs)", "=a * 2", "=a + 0.5"] {
+        let io = format!(
+            r#"<zeebe:ioMapping><zeebe:input ¶source="{feel}" target="x"/></zeebe:ioMapping>"#
+        );
+        refused(&user(&io), "Q203");
+    }
+}
+
+#[test]
+fn q401_vendor_mappings_where_the_vendor_refuses_them() {
+    let io = r#"<extensionElements>¶<camunda:inputOutput><camunda:outputParameter name="x">${a}</camunda:outputParameter></camunda:inputOutput></extensionElements>"#;
+    let d = refused(
+        &around(&format!(
+            r#"<exclusiveGateway id="t">{io}</exclusiveGateway>"#
+        )),
+        "Q401",
+    );
+    assert!(d.message.contains("exclusiveGateway"), "{}", d.message);
     refused(
-        &around(
-            r#"<serviceTask id="t"><extensionElements><zeebe:taskDefinition type="pay"/>¶<zeebe:ioMapping/></extensionElements></serviceTask>"#,
+        &process(&format!(
+            r#"<startEvent id="s">{io}</startEvent><sequenceFlow id="f" sourceRef="s" targetRef="e"/><endEvent id="e"/>"#
+        )),
+        "Q401",
+    );
+    refused(
+        &process(&format!(
+            r#"<startEvent id="s"/><sequenceFlow id="f" sourceRef="s" targetRef="e"/><endEvent id="e">{io}</endEvent>"#
+        )),
+        "Q401",
+    );
+    // An event with a trigger: the vendor's mapping there would map its payload.
+    refused(
+        &around(&format!(
+            r#"<intermediateCatchEvent id="t">{}<timerEventDefinition><timeDuration>PT1M</timeDuration></timerEventDefinition></intermediateCatchEvent>"#,
+            io.replace("camunda:inputOutput", "zeebe:ioMapping")
+                .replace(
+                    r#"<camunda:outputParameter name="x">${a}</camunda:outputParameter>"#,
+                    r#"<zeebe:output source="=a" target="x"/>"#
+                )
+        )),
+        "Q401",
+    );
+    // Zeebe: an event passed through takes outputs only.
+    refused(
+        &process(
+            r#"<startEvent id="s"><extensionElements>¶<zeebe:ioMapping><zeebe:input source="=a" target="x"/></zeebe:ioMapping></extensionElements></startEvent><sequenceFlow id="f" sourceRef="s" targetRef="e"/><endEvent id="e"/>"#,
         ),
         "Q401",
     );

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use qflow_loader::model::{
-    Classification, Definition, Flow, FlowIdx, Node, NodeIdx, NodeKind, Pos, Process, RetryPolicy,
-    Task, TaskKind,
+    Classification, Definition, Flow, FlowIdx, MappingStyle, Node, NodeIdx, NodeKind, Pos, Process,
+    RetryPolicy, Task, TaskKind,
 };
 
 #[derive(Default)]
@@ -57,6 +57,7 @@ impl Builder {
                 nodes: self.nodes,
                 flows: self.flows,
                 by_id,
+                event_mappings: BTreeMap::new(),
             },
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),
@@ -78,6 +79,7 @@ pub fn registered(name: &str, retry: Option<RetryPolicy>) -> NodeKind {
         inputs: Vec::new(),
         outputs: Vec::new(),
         respond: false,
+        mapping_style: MappingStyle::Q,
     })
 }
 

@@ -7,6 +7,7 @@ use crate::iso8601;
 use crate::model::*;
 use crate::xml::{Attr, Element, Ns};
 
+use super::io::VendorIo;
 use super::vendor::camunda_child;
 use super::ProcessBuilder;
 
@@ -28,6 +29,10 @@ pub(super) struct Extensions {
     pub(super) script: Option<(Expression, String, Pos)>,
     /// A `q:script` or `zeebe:script` was present, valid or not.
     pub(super) script_attempted: bool,
+    /// `zeebe:ioMapping` or `camunda:inputOutput`, read with its vendor's semantics.
+    pub(super) vendor_io: Option<VendorIo>,
+    /// Where the first `q:input` / `q:output` is, if there is one.
+    pub(super) q_mapping: Option<Pos>,
 }
 
 impl Extensions {
@@ -60,12 +65,40 @@ impl Extensions {
         for c in &x.children {
             match c.ns {
                 Ns::Q => ext.read_q(pb, c),
-                Ns::Camunda => camunda_child(pb, c),
+                Ns::Camunda => ext.read_camunda(pb, c),
                 Ns::Zeebe => ext.read_zeebe(pb, c),
                 _ => {}
             }
         }
         ext
+    }
+
+    /// A Camunda extension of a task: `camunda:inputOutput` is read as mappings; the
+    /// rest is refused or ignored as `super::vendor` says.
+    fn read_camunda(&mut self, pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
+        if c.local == "inputOutput" {
+            let io = pb.read_camunda_io(c);
+            self.set_vendor_io(pb, io);
+        } else {
+            camunda_child(pb, c);
+        }
+    }
+
+    /// Keeps the task's one vendor mapping element (a second is Q308).
+    pub(super) fn set_vendor_io(&mut self, pb: &mut ProcessBuilder<'_, '_>, io: VendorIo) {
+        if let Some(first) = &self.vendor_io {
+            pb.help(
+                "Q308",
+                io.pos,
+                format!(
+                    "a second vendor mapping element (the first at {})",
+                    first.pos
+                ),
+                "keep one zeebe:ioMapping or camunda:inputOutput",
+            );
+            return;
+        }
+        self.vendor_io = Some(io);
     }
 
     fn read_q(&mut self, pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
@@ -117,6 +150,7 @@ impl Extensions {
             }
             "input" | "output" => {
                 check_q_attrs(pb, c, &["target", "source"]);
+                self.q_mapping.get_or_insert(c.pos);
                 if let Some(m) = parse_mapping(pb, c) {
                     if c.local == "input" {
                         self.inputs.push(m);

@@ -11,13 +11,14 @@
 //! [`ProcessBuilder`] with its element walk, the id checks and the `<error>` /
 //! `<message>` collection; [`events`] maps events and timers, [`tasks`] task kinds,
 //! sub-processes and call activities, [`flows`] sequence flows, conditions, gateways and
-//! default flows, [`vendor`] the Camunda and Zeebe dialects, and [`extensions`] the `q:`
-//! extensions of a task.
+//! default flows, [`vendor`] the Camunda and Zeebe dialects (with [`io`], their
+//! input/output mappings), and [`extensions`] the `q:` extensions of a task.
 
 mod assignment;
 mod events;
 mod extensions;
 mod flows;
+mod io;
 mod tasks;
 mod vendor;
 
@@ -500,6 +501,8 @@ struct ProcessBuilder<'a, 'd> {
     nameless_links: Vec<NodeIdx>,
     defaults: Vec<(NodeIdx, &'a Attr)>,
     flows: Vec<Flow>,
+    /// Vendor mappings on events (`io`), by node.
+    event_mappings: BTreeMap<NodeIdx, EventMappings>,
     meta: Meta,
 }
 
@@ -516,6 +519,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             nameless_links: Vec::new(),
             defaults: Vec::new(),
             flows: Vec::new(),
+            event_mappings: BTreeMap::new(),
             meta: Meta::default(),
         }
     }
@@ -658,6 +662,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             inputs: Vec::new(),
             outputs: Vec::new(),
             respond: false,
+            mapping_style: MappingStyle::Q,
         })
     }
 
@@ -746,6 +751,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 nodes: self.nodes,
                 flows: self.flows,
                 by_id: self.by_id,
+                event_mappings: self.event_mappings,
             },
             self.meta,
         )

@@ -113,13 +113,19 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             }
             _ => true,
         });
+        let (inputs, outputs, mapping_style) = self.task_mappings(
+            (ext.inputs, ext.outputs),
+            ext.vendor_io.take(),
+            ext.q_mapping,
+        );
         Some(NodeKind::Task(Task {
             kind,
             retry,
             timeout,
-            inputs: ext.inputs,
-            outputs: ext.outputs,
+            inputs,
+            outputs,
             respond,
+            mapping_style,
         }))
     }
 

@@ -1,7 +1,8 @@
 //! Vendor dialects (L8): Camunda 7 and Zeebe extension elements and attributes, refused
 //! where they would change behaviour, ignored (with a warning, or silently for tooling
 //! metadata) where they would not; `zeebe:taskDefinition` read as a pull task; the
-//! extensions allowed on anything that is not a task.
+//! extensions allowed on anything that is not a task. `zeebe:ioMapping` and
+//! `camunda:inputOutput` are handed to [`super::io`].
 
 use crate::diag::Diagnostic;
 use crate::model::*;
@@ -118,6 +119,9 @@ pub(super) fn check_other_extensions(pb: &mut ProcessBuilder<'_, '_>, el: &Eleme
                 format!("q:{} is not supported on <{}>", c.local, el.local),
                 "q:retry, q:timeout, q:input and q:output belong in a task's extensionElements",
             ),
+            Ns::Camunda | Ns::Zeebe if matches!(c.local.as_str(), "inputOutput" | "ioMapping") => {
+                pb.event_io(el, c)
+            }
             Ns::Camunda => camunda_child(pb, c),
             Ns::Zeebe => zeebe_child(pb, c),
             _ => {}
@@ -127,7 +131,6 @@ pub(super) fn check_other_extensions(pb: &mut ProcessBuilder<'_, '_>, el: &Eleme
 
 /// Camunda 7 extensions that carry behaviour qflow would silently drop.
 const CAMUNDA_REFUSED: &[(&str, &str)] = &[
-    ("inputOutput", "use q:input / q:output mappings"),
     (
         "executionListener",
         "listeners run code qflow does not have; remove it",
@@ -156,7 +159,6 @@ const CAMUNDA_REFUSED: &[(&str, &str)] = &[
 
 /// Zeebe extensions that carry behaviour qflow would silently drop.
 const ZEEBE_REFUSED: &[(&str, &str)] = &[
-    ("ioMapping", "use q:input / q:output mappings"),
     (
         "executionListeners",
         "listeners run code qflow does not have; remove them",
@@ -193,6 +195,10 @@ impl Extensions {
         }
         if c.local == "script" {
             return self.read_script(pb, c, true);
+        }
+        if c.local == "ioMapping" {
+            let io = pb.read_zeebe_io(c);
+            return self.set_vendor_io(pb, io);
         }
         if c.local == "taskDefinition" {
             let topic = c.value("type").map(str::trim).unwrap_or_default();

@@ -1,0 +1,135 @@
+//! Vendor mappings at run time (L8): `zeebe:ioMapping` and `camunda:inputOutput` with
+//! their vendor's semantics ([`MappingStyle`]), beside the `q:` mappings `flow` applies
+//! itself. Pure functions of the mappings and the variables handed in.
+//!
+//! An input mapping makes a *local* variable of the task: the task (its handler, worker,
+//! task-list entry or request body) is given the instance variables with the locals over
+//! them, and the output mappings see the locals — but the locals never reach the
+//! instance variables. qflow keeps no local scope in the snapshot: the locals are
+//! evaluated again from the instance variables whenever they are needed (when the task is
+//! offered, run or re-adopted, and when it completes), so they are the vendor's as long as
+//! the variables their sources read do not change while the task waits
+//! (`docs/bpmn-coverage.md`, "Vendor mappings").
+
+use qflow_loader::model::{Mapping, MappingStyle, Variables};
+
+/// The locals `inputs` make over `vars`: Zeebe evaluates each input over the variables
+/// and the inputs before it; Camunda 7 each over the variables alone. (The loader refuses
+/// a Zeebe mapping that reads an earlier one's target, so for Zeebe the order never
+/// shows: its versions differ on it.)
+pub(crate) fn locals(
+    style: MappingStyle,
+    inputs: &[Mapping],
+    vars: &Variables,
+) -> Result<Variables, String> {
+    let mut locals = Variables::new();
+    if inputs.is_empty() {
+        return Ok(locals);
+    }
+    let mut scope = match style {
+        MappingStyle::Zeebe => Some(vars.clone()),
+        _ => None,
+    };
+    for m in inputs {
+        let v = m
+            .source
+            .eval(scope.as_ref().unwrap_or(vars))
+            .map_err(|e| format!("input mapping `{}`: {e}", m.target))?;
+        let one = Variables::from([(m.target.clone(), v)]);
+        crate::limits::check_variables(&one)
+            .map_err(|why| format!("input mapping `{}`: {why}", m.target))?;
+        if let Some(scope) = scope.as_mut() {
+            scope.extend(one.clone());
+        }
+        locals.extend(one);
+    }
+    Ok(locals)
+}
+
+/// What the task is given: the instance variables with its locals over them.
+pub(crate) fn visible(
+    style: MappingStyle,
+    inputs: &[Mapping],
+    vars: &Variables,
+) -> Result<Variables, String> {
+    let locals = locals(style, inputs, vars)?;
+    let mut all = vars.clone();
+    all.extend(locals);
+    Ok(all)
+}
+
+/// What a task's end (`result`: its completion variables; `None` for an event a token
+/// passes through) writes into `vars`, by the vendor's rules:
+///
+/// - Zeebe, with outputs: the result is local (over the input locals); each output, in
+///   order, is evaluated over the variables, the locals, the result and the outputs
+///   before it; only the outputs are written. Without outputs: the result is merged,
+///   except the names of locals (those set the local, which ends with the task).
+/// - Camunda 7: the result is merged, except the names of locals, which set the local;
+///   then each output, in order, is evaluated over the variables (as the outputs before
+///   it left them) with the locals over them, and written.
+pub(crate) fn complete(
+    style: MappingStyle,
+    inputs: &[Mapping],
+    outputs: &[Mapping],
+    vars: &mut Variables,
+    result: Option<Variables>,
+) -> Result<(), String> {
+    let mut locals = locals(style, inputs, vars)?;
+    // A completion variable named like a local sets the local (it ends with the task);
+    // every other one is merged into the instance.
+    let merge = |vars: &mut Variables, locals: &mut Variables, result: Variables| {
+        for (k, v) in result {
+            match locals.get_mut(&k) {
+                Some(local) => *local = v,
+                None => {
+                    vars.insert(k, v);
+                }
+            }
+        }
+    };
+    if style == MappingStyle::Zeebe {
+        if outputs.is_empty() {
+            if let Some(result) = result {
+                merge(vars, &mut locals, result);
+            }
+            return Ok(());
+        }
+        let mut scope = vars.clone();
+        scope.extend(locals.clone());
+        scope.extend(result.unwrap_or_default());
+        let mut written = Variables::new();
+        for m in outputs {
+            let one = output(m, &scope)?;
+            scope.extend(one.clone());
+            written.extend(one);
+        }
+        vars.extend(written);
+        return Ok(());
+    }
+    if let Some(result) = result {
+        merge(vars, &mut locals, result);
+    }
+    let mut scope = vars.clone();
+    scope.extend(locals.clone());
+    for m in outputs {
+        let one = output(m, &scope)?;
+        // A local of the same name keeps covering the instance variable in the scope.
+        if !locals.contains_key(&m.target) {
+            scope.extend(one.clone());
+        }
+        vars.extend(one);
+    }
+    Ok(())
+}
+
+fn output(m: &Mapping, scope: &Variables) -> Result<Variables, String> {
+    let v = m
+        .source
+        .eval(scope)
+        .map_err(|e| format!("output mapping `{}`: {e}", m.target))?;
+    let one = Variables::from([(m.target.clone(), v)]);
+    crate::limits::check_variables(&one)
+        .map_err(|why| format!("output mapping `{}`: {why}", m.target))?;
+    Ok(one)
+}

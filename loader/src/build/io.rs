@@ -1,0 +1,433 @@
+//! Vendor input/output mappings (L8): Zeebe's `zeebe:ioMapping` and Camunda 7's
+//! `camunda:inputOutput`, read into [`Mapping`]s that keep the vendor's semantics
+//! ([`MappingStyle`]) — on the tasks qflow runs, and on the events a token passes
+//! through where the vendor allows them there.
+//!
+//! A source is mapped only when its meaning is one to one: a literal, a variable path,
+//! or an expression in the FEEL or JUEL subset `crate::feel` translates. Everything
+//! else (`camunda:list`, `camunda:map`, `camunda:script`, text around a `${…}`, a
+//! nested target, FEEL or JUEL beyond the subset) is refused with its position, never
+//! approximated. Where the vendor itself refuses a mapping (Camunda 7 on gateways,
+//! start and boundary events, outputs on end events) it is refused here too.
+
+use crate::expr::Expression;
+use crate::model::*;
+use crate::xml::{Element, Ns};
+
+use super::ProcessBuilder;
+
+/// The mappings one `zeebe:ioMapping` or `camunda:inputOutput` element gives.
+pub(super) struct VendorIo {
+    pub(super) style: MappingStyle,
+    pub(super) inputs: Vec<Mapping>,
+    pub(super) outputs: Vec<Mapping>,
+    /// The mapping element's position.
+    pub(super) pos: Pos,
+    /// Every input and output parsed (none was refused): only then is the list used.
+    pub(super) complete: bool,
+}
+
+impl VendorIo {
+    fn what(&self) -> &'static str {
+        match self.style {
+            MappingStyle::Camunda => "camunda:inputOutput",
+            _ => "zeebe:ioMapping",
+        }
+    }
+}
+
+/// A CEL string literal of `text`: what a static vendor value is.
+pub(super) fn cel_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for ch in text.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl<'a, 'd> ProcessBuilder<'a, 'd> {
+    /// `<zeebe:ioMapping>`: `<zeebe:input source="…" target="…"/>` and
+    /// `<zeebe:output …/>`. A source starting with `=` is FEEL (in the subset); any other
+    /// text is a static string; no source is null (as Zeebe reads them). A mapping that
+    /// reads or writes the target of an earlier one of its kind is refused: Zeebe has
+    /// evaluated the list both as one FEEL context (no mapping sees another) and one by
+    /// one (each sees the ones before), by version and engine setting, so its meaning is
+    /// not one.
+    pub(super) fn read_zeebe_io(&mut self, c: &Element) -> VendorIo {
+        let mut io = VendorIo {
+            style: MappingStyle::Zeebe,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            pos: c.pos,
+            complete: true,
+        };
+        for m in &c.children {
+            let output = match (m.ns, m.local.as_str()) {
+                (Ns::Zeebe, "input") => false,
+                (Ns::Zeebe, "output") => true,
+                _ => {
+                    self.help(
+                        "Q401",
+                        m.pos,
+                        format!("<{}> inside zeebe:ioMapping is not supported", m.local),
+                        "a zeebe:ioMapping holds zeebe:input and zeebe:output elements",
+                    );
+                    io.complete = false;
+                    continue;
+                }
+            };
+            let Some(mapping) = self.zeebe_mapping(m) else {
+                io.complete = false;
+                continue;
+            };
+            let earlier = if output { &io.outputs } else { &io.inputs };
+            if let Some(e) = earlier
+                .iter()
+                .find(|e| e.target == mapping.target || mapping.source.reads_variable(&e.target))
+            {
+                self.help(
+                    "Q401",
+                    m.pos,
+                    format!(
+                        "zeebe:{} `{}` {} `{}`, the target of an earlier mapping: Zeebe versions differ on whether a mapping sees the ones before it",
+                        m.local,
+                        mapping.target,
+                        if e.target == mapping.target { "writes" } else { "reads" },
+                        e.target
+                    ),
+                    "give each mapping its own target and read only variables the element sees",
+                );
+                io.complete = false;
+                continue;
+            }
+            if output {
+                io.outputs.push(mapping);
+            } else {
+                io.inputs.push(mapping);
+            }
+        }
+        io
+    }
+
+    fn zeebe_mapping(&mut self, m: &Element) -> Option<Mapping> {
+        let what = format!("zeebe:{}", m.local);
+        let target = self.vendor_target(m, "target", &what)?;
+        let (cel, pos) = match m.attr("source") {
+            None => ("null".to_owned(), m.pos),
+            Some(a) => {
+                let text = a.value.trim();
+                match text.strip_prefix('=') {
+                    Some(body) => match crate::feel::feel_to_cel(body) {
+                        Ok(cel) => (cel, a.pos),
+                        Err(why) => {
+                            self.help(
+                                "Q203",
+                                a.pos,
+                                format!("{what} source `{text}`: {why}"),
+                                "keep to literals, variable paths and the FEEL subset (docs/diagnostics.md, Q203), or map it with q:input / q:output in CEL",
+                            );
+                            return None;
+                        }
+                    },
+                    None => (cel_string(&a.value), a.pos),
+                }
+            }
+        };
+        let source = self.mapping_expression(&cel, pos, &what)?;
+        Some(Mapping { target, source })
+    }
+
+    /// `<camunda:inputOutput>`: `<camunda:inputParameter name="…">` and
+    /// `<camunda:outputParameter name="…">`, whose text is a JUEL `${…}` (in the subset),
+    /// a constant string, or nothing (null), as Camunda 7 reads it.
+    pub(super) fn read_camunda_io(&mut self, c: &Element) -> VendorIo {
+        let mut io = VendorIo {
+            style: MappingStyle::Camunda,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            pos: c.pos,
+            complete: true,
+        };
+        for m in &c.children {
+            let output = match (m.ns, m.local.as_str()) {
+                (Ns::Camunda, "inputParameter") => false,
+                (Ns::Camunda, "outputParameter") => true,
+                _ => {
+                    self.help(
+                        "Q401",
+                        m.pos,
+                        format!("<{}> inside camunda:inputOutput is not supported", m.local),
+                        "a camunda:inputOutput holds camunda:inputParameter and camunda:outputParameter elements",
+                    );
+                    io.complete = false;
+                    continue;
+                }
+            };
+            match self.camunda_parameter(m) {
+                Some(mapping) if output => io.outputs.push(mapping),
+                Some(mapping) => io.inputs.push(mapping),
+                None => io.complete = false,
+            }
+        }
+        io
+    }
+
+    fn camunda_parameter(&mut self, m: &Element) -> Option<Mapping> {
+        let what = format!("camunda:{}", m.local);
+        let target = self.vendor_target(m, "name", &what)?;
+        if let Some(inner) = m.children.first() {
+            let help = match inner.local.as_str() {
+                "list" | "map" => "build the value in the worker or handler, or map single values",
+                "script" => "qflow runs no scripts; map a path or a literal",
+                _ => "a parameter holds a `${…}` expression, a constant, or nothing",
+            };
+            self.help(
+                "Q401",
+                inner.pos,
+                format!(
+                    "{what} `{target}`: a <{}> value is not supported",
+                    inner.local
+                ),
+                help,
+            );
+            return None;
+        }
+        let text = m.text.trim();
+        let cel = if text.is_empty() {
+            "null".to_owned()
+        } else if text.contains("${") || text.contains("#{") {
+            match crate::feel::juel_to_cel(text) {
+                Ok(cel) => cel,
+                Err(why) => {
+                    self.help(
+                        "Q203",
+                        m.text_pos,
+                        format!("{what} `{target}`: JUEL `{text}`: {why}"),
+                        "keep to one `${…}` with literals, variable paths and the JUEL subset (docs/diagnostics.md, Q203), or map it with q:input / q:output in CEL",
+                    );
+                    return None;
+                }
+            }
+        } else {
+            cel_string(text)
+        };
+        let source = self.mapping_expression(&cel, m.text_pos, &what)?;
+        Some(Mapping { target, source })
+    }
+
+    /// The variable a vendor mapping writes: a plain name (Q208 otherwise); a nested
+    /// target such as `order.total` is refused (Q401) — qflow maps whole variables.
+    fn vendor_target(&mut self, m: &Element, attr: &str, what: &str) -> Option<String> {
+        let Some(a) = m.attr(attr) else {
+            self.help(
+                "Q208",
+                m.pos,
+                format!("{what} has no {attr}"),
+                &format!("add {attr}=\"<variable>\""),
+            );
+            return None;
+        };
+        let name = a.value.trim();
+        let plain = |s: &str| {
+            let mut chars = s.chars();
+            matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if plain(name) {
+            return Some(name.to_owned());
+        }
+        if name.contains('.') && name.split('.').all(plain) {
+            self.help(
+                "Q401",
+                a.pos,
+                format!("{what} {attr} `{name}` writes a nested property, which is not supported"),
+                "map to a whole variable, and build the object in the worker or handler",
+            );
+        } else {
+            self.help(
+                "Q208",
+                a.pos,
+                format!("{what} {attr} `{}` is not a variable name", a.value),
+                "use letters, digits and _ (not starting with a digit)",
+            );
+        }
+        None
+    }
+
+    /// Compiles a translated source: its columns are not the file's, so an error points
+    /// at the source's start.
+    fn mapping_expression(&mut self, cel: &str, pos: Pos, what: &str) -> Option<Expression> {
+        match Expression::compile(cel, pos, self.ctx.opts.max_expr_len) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                self.help(
+                    e.code,
+                    pos,
+                    format!("{what}: {}", e.message),
+                    "simplify the mapping's source",
+                );
+                None
+            }
+        }
+    }
+
+    /// The mappings a task runs with: its `q:input` / `q:output` (`q`), or the vendor's,
+    /// with the vendor's semantics. Both on one task is refused: their meanings differ.
+    /// A send task keeps its vendor mappings too: it loads (and is refused at deploy, as
+    /// any send task is), and the mappings mean what they say once send tasks run.
+    pub(super) fn task_mappings(
+        &mut self,
+        q: (Vec<Mapping>, Vec<Mapping>),
+        vendor: Option<VendorIo>,
+        q_pos: Option<Pos>,
+    ) -> (Vec<Mapping>, Vec<Mapping>, MappingStyle) {
+        let Some(io) = vendor else {
+            return (q.0, q.1, MappingStyle::Q);
+        };
+        if let Some(at) = q_pos {
+            self.help(
+                "Q401",
+                io.pos,
+                format!(
+                    "{} beside q:input / q:output (at {at}): the two mean different things",
+                    io.what()
+                ),
+                "keep one of them",
+            );
+            return (q.0, q.1, MappingStyle::Q);
+        }
+        if !io.complete {
+            return (Vec::new(), Vec::new(), MappingStyle::Q);
+        }
+        (io.inputs, io.outputs, io.style)
+    }
+
+    /// A vendor mapping element on something that is not a task: kept on a none start,
+    /// none intermediate throw or none end event where the vendor allows it there (and
+    /// Camunda's on a signal throw), refused (Q401, with the vendor's rule) everywhere
+    /// else.
+    pub(super) fn event_io(&mut self, el: &Element, c: &Element) {
+        let io = if c.ns == Ns::Zeebe {
+            self.read_zeebe_io(c)
+        } else {
+            self.read_camunda_io(c)
+        };
+        let definitions: Vec<&str> = el
+            .children
+            .iter()
+            .filter(|d| d.ns == Ns::Bpmn && d.local.ends_with("EventDefinition"))
+            .map(|d| d.local.as_str())
+            .collect();
+        // A Camunda 7 signal throw passes no variables with its signal (that takes
+        // `camunda:in`, refused), so its mappings are a none throw's: locals, and outputs
+        // written as the token passes. (Zeebe's inputs on a signal throw are the signal's
+        // variables: not the same meaning, refused.)
+        let none_event = definitions.is_empty()
+            || (io.style == MappingStyle::Camunda
+                && el.local == "intermediateThrowEvent"
+                && definitions == ["signalEventDefinition"]);
+        let refusal = match (io.style, el.local.as_str()) {
+            _ if !matches!(
+                el.local.as_str(),
+                "startEvent" | "intermediateThrowEvent" | "endEvent"
+            ) =>
+            {
+                Some(format!(
+                    "{} on a <{}> is not supported{}",
+                    io.what(),
+                    el.local,
+                    if io.style == MappingStyle::Camunda
+                        && (el.local.ends_with("Gateway") || el.local == "boundaryEvent")
+                    {
+                        " (Camunda 7 refuses it there too)"
+                    } else {
+                        ""
+                    }
+                ))
+            }
+            _ if !none_event => Some(format!(
+                "{} on a <{}> with an event definition is not supported",
+                io.what(),
+                el.local
+            )),
+            (MappingStyle::Camunda, "startEvent") => Some(
+                "camunda:inputOutput on a <startEvent> is not supported (Camunda 7 refuses it there too)"
+                    .to_owned(),
+            ),
+            (MappingStyle::Camunda, "endEvent") if !io.outputs.is_empty() => Some(
+                "camunda:outputParameter on an <endEvent> is not supported (Camunda 7 refuses it there too)"
+                    .to_owned(),
+            ),
+            (MappingStyle::Zeebe, _) if !io.inputs.is_empty() => Some(format!(
+                "zeebe:input on a <{}> is not supported: an event passed through has output mappings only",
+                el.local
+            )),
+            _ => None,
+        };
+        if let Some(message) = refusal {
+            self.help(
+                "Q401",
+                c.pos,
+                message,
+                "move the mapping to a task, or remove it",
+            );
+            return;
+        }
+        if !io.complete {
+            return;
+        }
+        let idx = NodeIdx(self.nodes.len() as u32);
+        if self.event_mappings.contains_key(&idx) {
+            self.help(
+                "Q308",
+                c.pos,
+                format!("{} appears twice", io.what()),
+                "keep one mapping element",
+            );
+            return;
+        }
+        self.event_mappings.insert(
+            idx,
+            EventMappings {
+                style: io.style,
+                inputs: io.inputs,
+                outputs: io.outputs,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_values_become_cel_strings() {
+        for text in [
+            "Peter",
+            "a \"quoted\" \\ word",
+            "two\nlines\tand\r",
+            "\u{1}",
+            "",
+        ] {
+            let cel = cel_string(text);
+            let e = Expression::compile(&cel, Pos::default(), 4096)
+                .unwrap_or_else(|e| panic!("{cel}: {e:?}"));
+            assert_eq!(
+                e.eval(&Variables::new()).unwrap(),
+                serde_json::Value::String(text.to_owned()),
+                "{cel}"
+            );
+        }
+    }
+}
