@@ -54,6 +54,27 @@ def escape(cell):
     return str(cell).replace("|", "\\|")
 
 
+# Refusals of code qflow will never run: a file with one of them stays refused whatever
+# else qflow learns to run, so it is the construct that blocks the file.
+FOREIGN_WORDS = ("foreign code", "Java", "listener", "connector", "camunda:field", "camunda:script")
+
+
+def foreign(d):
+    if d["code"] == "Q202":
+        return True
+    return d["code"] in ("Q103", "Q114", "Q401") and any(w in d["message"] for w in FOREIGN_WORDS)
+
+
+def blocking(errors):
+    """The one construct that blocks a refused file: its first refusal of foreign code,
+    else its first error in document order."""
+    ordered = sorted(errors, key=lambda d: (d["line"], d["col"]))
+    for d in ordered:
+        if foreign(d):
+            return d
+    return ordered[0]
+
+
 def render(files):
     out = []
     by_folder = collections.OrderedDict()
@@ -122,16 +143,23 @@ def render(files):
     out.append("")
     out.append("<details><summary>Per file</summary>")
     out.append("")
-    out.append("| file | verdict | error codes |")
-    out.append("|---|---|---|")
+    out.append("| file | verdict | error codes | what blocks it |")
+    out.append("|---|---|---|---|")
     for f in sorted(files, key=lambda f: f["file"]):
-        codes = sorted({d["code"] for d in f["diagnostics"] if d["severity"] == "error"})
+        errors = [d for d in f["diagnostics"] if d["severity"] == "error"]
+        codes = sorted({d["code"] for d in errors})
         verdict = f["status"]
         if verdict == "loaded":
             procs = ", ".join(f"`{p['id']}`" for p in f["processes"])
             verdict = f"loaded ({procs})"
+        blocker = ""
+        if errors:
+            d = blocking(errors)
+            blocker = f"{d['code']} at {d['line']}:{d['col']}: {d['message']}"
         name = f["file"][2:] if f["file"].startswith("./") else f["file"]
-        out.append(f"| `{escape(name)}` | {escape(verdict)} | {' '.join(codes)} |")
+        out.append(
+            f"| `{escape(name)}` | {escape(verdict)} | {' '.join(codes)} | {escape(blocker)} |"
+        )
     out.append("")
     out.append("</details>")
     return "\n".join(out) + "\n"

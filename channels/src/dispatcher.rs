@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use qflow_core::{CallKey, Input, Variables};
-use qflow_runtime::signals::{signal_of, SIGNAL_CHANNEL};
+use qflow_runtime::signals::{message_of, signal_of, MESSAGE_CHANNEL, SIGNAL_CHANNEL};
 use qflow_runtime::Runtime;
 use qflow_store::{DeliveryRecord, OutboxRecord, OutboxState, TimerClaim};
 use tokio::sync::{watch, Semaphore};
@@ -226,10 +226,13 @@ impl Delivery {
         let clock = self.runtime.clock();
         let channel = self.channels.get(&row.channel);
         let signal = row.channel == SIGNAL_CHANNEL;
+        let message = row.channel == MESSAGE_CHANNEL;
         let outcome = match (channel, serde_json::from_str::<Variables>(&row.body)) {
             // A signal thrown by an instance: this engine broadcasts it itself, and the
             // row is delivered once every wait and start it reaches is durable.
             _ if signal => self.broadcast(&row).await.map(|()| Reply::Accepted),
+            // A message an instance publishes inside the engine: likewise.
+            _ if message => self.publish(&row).await.map(|()| Reply::Accepted),
             (None, _) => Err(format!(
                 "no channel `{}` is configured on this engine",
                 row.channel
@@ -323,6 +326,25 @@ impl Delivery {
                 Ok(())
             }
             Err(e) => Err(format!("broadcasting signal `{name}`: {e}")),
+        }
+    }
+
+    /// Publishes the message of a message row inside the engine
+    /// (`Runtime::publish_message`), named by the row's key.
+    async fn publish(&self, row: &OutboxRecord) -> Result<(), String> {
+        let Some((name, key, variables)) = message_of(&row.body) else {
+            return Err("the stored message row names no message".to_owned());
+        };
+        match self
+            .runtime
+            .publish_message(&name, key.as_deref(), &variables, &row.key)
+            .await
+        {
+            Ok(published) => {
+                tracing::debug!(key = %row.key, message = %name, ?published, "message published");
+                Ok(())
+            }
+            Err(e) => Err(format!("publishing message `{name}`: {e}")),
         }
     }
 

@@ -117,6 +117,20 @@ pub(super) fn staleness(
             )),
             None => Some(format!("timer `{name}` is not armed")),
         },
+        Input::UserTaskBpmnError { node, .. } => waiting_user_task(p, snap, node),
+        Input::UserTaskEscalated { node, code, .. } => {
+            waiting_user_task(p, snap, node).or_else(|| {
+                let idx = p.find(node)?;
+                super::scope::escalation_catcher(p, idx, Some(code))
+                    .is_none()
+                    .then(|| {
+                        format!(
+                            "no escalation boundary catches `{code}` from user task `{node}` \
+                         (on the task or an enclosing sub-process)"
+                        )
+                    })
+            })
+        }
         Input::UserTaskCompleted { node, assignee, .. } => {
             // A receive task without a message is a plain wait state, completed the same way.
             let is_user = p.find(node).is_some_and(|i| {
@@ -184,6 +198,20 @@ pub(super) fn retryable_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
             Some(t)
         }
         _ => None,
+    }
+}
+
+/// Why `node` is not a user task of `p` a token waits at, if it is not.
+fn waiting_user_task(p: &Process, snap: &Snapshot, node: &str) -> Option<String> {
+    let is_user = p.find(node).is_some_and(
+        |i| matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::User { .. })),
+    );
+    if !is_user {
+        Some(format!("`{node}` is not a user task of this definition"))
+    } else if !snap.tokens.iter().any(|t| t == node) {
+        Some(format!("user task `{node}` is not pending"))
+    } else {
+        None
     }
 }
 
@@ -438,6 +466,30 @@ impl<'a> Run<'a> {
                 let idx = self.idx(&node);
                 self.complete_activity(idx, variables);
             }
+            Input::UserTaskBpmnError {
+                node,
+                code,
+                message,
+                variables,
+            } => {
+                let idx = self.idx(&node);
+                self.snap.vars.extend(variables);
+                let message = if message.is_empty() {
+                    format!("user task `{node}`")
+                } else {
+                    format!("user task `{node}`: {message}")
+                };
+                self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
+            }
+            Input::UserTaskEscalated {
+                node,
+                code,
+                variables,
+            } => {
+                let idx = self.idx(&node);
+                self.snap.vars.extend(variables);
+                self.escalate_from_activity(idx, &code);
+            }
             Input::UserTaskClaimed { node, assignee, .. } => {
                 // Bookkeeping only: no token moves, nothing to settle.
                 self.assign_user_task(&node, Some(assignee));
@@ -680,6 +732,42 @@ impl<'a> Run<'a> {
         });
     }
 
+    /// A message throw (intermediate, end, send task): one publication through the
+    /// outbox, under a key of its own. The correlation key, when the message declares
+    /// one, is evaluated now over the sender's variables; one that does not evaluate
+    /// fails the instance (`EXPRESSION_FAILED`) and nothing is published. Whether the
+    /// token may go on.
+    fn publish_message(&mut self, idx: NodeIdx, name: &str, variables: Variables) -> bool {
+        let correlation_key = if self.def.correlation_keys.contains_key(name) {
+            match self.correlation_key(name) {
+                Ok(key) => Some(key),
+                Err(why) => {
+                    let message = format!("the correlation key of message `{name}`: {why}");
+                    self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+                    return false;
+                }
+            }
+        } else {
+            None
+        };
+        if let Err(why) = crate::limits::check_variables(&variables) {
+            let message = format!("the variables of message `{name}`: {why}");
+            self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+            return false;
+        }
+        let n = self.snap.incarnation.saturating_add(1);
+        self.snap.incarnation = n;
+        self.record_throw(EventKind::Message, idx, None, Some(name));
+        self.effects.push(Effect::PublishMessage {
+            node: self.id(idx).to_owned(),
+            name: name.to_owned(),
+            correlation_key,
+            key: format!("{}/{n}", self.instance),
+            variables,
+        });
+        true
+    }
+
     pub(super) fn timer_fired(&mut self, name: TimerName, incarnation: u32) {
         self.snap.timers.remove(name.as_str());
         let Some(idx) = name.node().and_then(|node| self.p.find(node)) else {
@@ -883,6 +971,14 @@ impl<'a> Run<'a> {
                 self.leave(idx);
             }
             NodeKind::IntermediateCatch(CatchTrigger::Signal { .. }) => self.add_token(idx),
+            NodeKind::EndEvent(EndKind::Message { name }) => {
+                self.publish_message(idx, name, Variables::new());
+            }
+            NodeKind::IntermediateThrow(ThrowTrigger::Message { name }) => {
+                if self.publish_message(idx, name, Variables::new()) {
+                    self.leave(idx);
+                }
+            }
             NodeKind::EndEvent(EndKind::None) => {}
             NodeKind::EndEvent(EndKind::Terminate) => self.terminate(node.scope),
             NodeKind::EndEvent(EndKind::Error { error }) => {
@@ -1028,7 +1124,22 @@ impl<'a> Run<'a> {
                 self.snap.clear_retry_state(self.id(idx));
                 self.offer_pull(idx, Attempt::FIRST);
             }
-            TaskKind::Send { .. } => self.unsupported(idx, "send task"),
+            TaskKind::Send {
+                message: Some(name),
+            } => {
+                // The message's variables are the task's inputs (its mappings, or every
+                // instance variable), as a channel call's request body is.
+                let variables = match self.map_inputs(task) {
+                    Ok(v) => v,
+                    Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
+                };
+                if self.publish_message(idx, name, variables) {
+                    self.leave(idx);
+                }
+            }
+            TaskKind::Send { message: None } => {
+                self.unsupported(idx, "send task without a message")
+            }
         }
     }
 

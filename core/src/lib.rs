@@ -254,6 +254,29 @@ pub enum Input {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         assignee: Option<String>,
     },
+    /// The waiting user task `node` ends with a BPMN error (Camunda 7's
+    /// `TaskService#handleBpmnError`): `variables` are merged into the instance, then the
+    /// error routes like a handler's — to the task's error boundary, outwards, or it
+    /// fails the instance with `UNCAUGHT_BPMN_ERROR`.
+    UserTaskBpmnError {
+        node: String,
+        code: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// The waiting user task `node` raises an escalation (Camunda 7's
+    /// `TaskService#handleEscalation`): `variables` are merged into the instance, then
+    /// the task's own escalation boundary catches it, or the nearest enclosing
+    /// sub-process's. Refused (stale) when nothing would catch it: the task list learns
+    /// its escalation went nowhere, and nothing changes.
+    UserTaskEscalated {
+        node: String,
+        code: String,
+        #[serde(default)]
+        variables: Variables,
+    },
     /// `assignee` claims the waiting user task `node`: it becomes the task's assignee.
     /// Refused while somebody else holds it, unless `force` (a supervisor's reassignment).
     UserTaskClaimed {
@@ -434,6 +457,8 @@ impl Input {
             | Input::TaskFailed { node, .. }
             | Input::TaskBpmnError { node, .. }
             | Input::UserTaskCompleted { node, .. }
+            | Input::UserTaskBpmnError { node, .. }
+            | Input::UserTaskEscalated { node, .. }
             | Input::UserTaskClaimed { node, .. }
             | Input::UserTaskUnclaimed { node, .. }
             | Input::PullLocked { node, .. }
@@ -595,6 +620,21 @@ pub enum Effect {
         name: String,
         key: String,
     },
+    /// Publish the message `name`, thrown at `node` (an intermediate throw, an end
+    /// event, a send task), durably: the shell writes it to the outbox under `key`
+    /// (`<instance>/<n>`, as a signal throw's) in this step's transaction, and the outbox
+    /// publishes it inside the engine — to the oldest wait subscribed under
+    /// `correlation_key` (the message's key, evaluated over the sender's variables at the
+    /// throw), else to a message start event.
+    PublishMessage {
+        node: String,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        correlation_key: Option<String>,
+        key: String,
+        #[serde(default, skip_serializing_if = "Variables::is_empty")]
+        variables: Variables,
+    },
     /// Upsert the user-task row of `node` (the task list): a token waits there, offered
     /// with its assignment evaluated — entered, entered again, resumed or migrated.
     OfferUserTask {
@@ -723,6 +763,8 @@ fn step_recording(
     // input is refused and nothing changes.
     if let Input::Start { variables, .. }
     | Input::UserTaskCompleted { variables, .. }
+    | Input::UserTaskBpmnError { variables, .. }
+    | Input::UserTaskEscalated { variables, .. }
     | Input::MessageReceived { variables, .. }
     | Input::SignalReceived { variables, .. }
     | Input::PullCompleted { variables, .. }

@@ -116,6 +116,7 @@ pub enum EndEventKind {
     Error,
     Escalation,
     Signal,
+    Message,
 }
 
 impl From<&EndKind> for EndEventKind {
@@ -126,6 +127,7 @@ impl From<&EndKind> for EndEventKind {
             EndKind::Error { .. } => EndEventKind::Error,
             EndKind::Escalation { .. } => EndEventKind::Escalation,
             EndKind::Signal { .. } => EndEventKind::Signal,
+            EndKind::Message { .. } => EndEventKind::Message,
         }
     }
 }

@@ -149,6 +149,30 @@ impl<'a> Run<'a> {
         true
     }
 
+    /// An escalation a waiting activity raises itself (a user task, through the task
+    /// list): its own escalation boundary first, then the enclosing sub-processes', as
+    /// [`Run::escalate`] goes. The caller checked that something catches it.
+    pub(super) fn escalate_from_activity(&mut self, idx: NodeIdx, code: &str) {
+        if let Some(b) = self.escalation_boundary(idx, Some(code)) {
+            self.record_throw(EventKind::Escalation, idx, Some(code), None);
+            let interrupting = matches!(
+                self.p.node(b).kind,
+                NodeKind::Boundary(Boundary {
+                    interrupting: true,
+                    ..
+                })
+            );
+            let on = Some((idx, interrupting));
+            self.record_catch(EventKind::Escalation, b, on, Some(code), None);
+            if interrupting {
+                self.interrupt(idx);
+            }
+            return self.leave(b);
+        }
+        let scope = self.p.node(idx).scope;
+        self.escalate(idx, scope, Some(code));
+    }
+
     fn escalation_boundary(&self, host: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
         catching(
             self.p,
@@ -342,6 +366,25 @@ fn catching(
         }
     }
     catch_all
+}
+
+/// The escalation boundary that catches `code` raised by the activity `idx` itself: its
+/// own, else the nearest enclosing sub-process's.
+pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
+    fn of(t: &BoundaryTrigger) -> Option<Option<&str>> {
+        match t {
+            BoundaryTrigger::Escalation { code: c } => Some(c.as_deref()),
+            _ => None,
+        }
+    }
+    let mut host = Some(idx);
+    while let Some(h) = host {
+        if let Some(b) = catching(p, h, of, code) {
+            return Some(b);
+        }
+        host = p.node(h).scope;
+    }
+    None
 }
 
 pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {

@@ -222,6 +222,21 @@ pub enum ScriptedEvent {
         correlation_key: Option<String>,
         variables: Variables,
     },
+    /// The task list ends the waiting user task `node` with a BPMN error.
+    UserTaskBpmnError {
+        at_ms: i64,
+        node: String,
+        code: String,
+        message: String,
+        variables: Variables,
+    },
+    /// The task list raises an escalation from the waiting user task `node`.
+    EscalateUserTask {
+        at_ms: i64,
+        node: String,
+        code: String,
+        variables: Variables,
+    },
     /// A signal broadcast from outside (the API): every wait of the instance for `name`
     /// catches it.
     Signal {
@@ -283,6 +298,8 @@ impl ScriptedEvent {
             | ScriptedEvent::UnclaimUserTask { at_ms, .. }
             | ScriptedEvent::Message { at_ms, .. }
             | ScriptedEvent::Signal { at_ms, .. }
+            | ScriptedEvent::UserTaskBpmnError { at_ms, .. }
+            | ScriptedEvent::EscalateUserTask { at_ms, .. }
             | ScriptedEvent::Cancel { at_ms }
             | ScriptedEvent::FireTimer { at_ms, .. }
             | ScriptedEvent::Resume { at_ms, .. }
@@ -328,6 +345,28 @@ impl ScriptedEvent {
                 name: name.clone(),
                 correlation_key: correlation_key.clone(),
                 node: None,
+                variables: variables.clone(),
+            },
+            ScriptedEvent::UserTaskBpmnError {
+                node,
+                code,
+                message,
+                variables,
+                ..
+            } => Input::UserTaskBpmnError {
+                node: node.clone(),
+                code: code.clone(),
+                message: message.clone(),
+                variables: variables.clone(),
+            },
+            ScriptedEvent::EscalateUserTask {
+                node,
+                code,
+                variables,
+                ..
+            } => Input::UserTaskEscalated {
+                node: node.clone(),
+                code: code.clone(),
                 variables: variables.clone(),
             },
             ScriptedEvent::Signal {
@@ -702,6 +741,7 @@ pub fn steps_with<'a>(
         bytes: Snapshot::new().encode(),
         results: BTreeMap::new(),
         signal_waits: BTreeMap::new(),
+        message_waits: BTreeMap::new(),
         timers: BTreeMap::new(),
         user_tasks: std::collections::BTreeSet::new(),
         seq: 0,
@@ -869,6 +909,8 @@ struct Sim<'a> {
     rows: BTreeMap<String, (String, Option<i64>)>,
     /// The open signal subscriptions, as a store keeps them: node → signal name.
     signal_waits: BTreeMap<String, String>,
+    /// The open message subscriptions: node → (message, key, order opened).
+    message_waits: BTreeMap<String, (String, String, u64)>,
 }
 
 impl<'a> Sim<'a> {
@@ -1001,6 +1043,42 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+        // A message published in the step with a correlation key reaches, as the
+        // outbox's publication does, the oldest wait subscribed under that name and key
+        // — here, one of this instance's own. Without a key (or without such a wait) it
+        // is for a message start event or another instance: nothing here.
+        for effect in &out.effects {
+            if let Effect::PublishMessage {
+                name,
+                correlation_key: Some(key),
+                variables,
+                ..
+            } = effect
+            {
+                let oldest = self
+                    .message_waits
+                    .iter()
+                    .filter(|(_, (n, k, _))| n == name && k == key)
+                    .min_by_key(|(_, (_, _, seq))| *seq)
+                    .map(|(node, _)| node.clone());
+                if let Some(node) = oldest {
+                    self.seq += 1;
+                    let due = Due {
+                        at_ms: now_ms,
+                        class: 0,
+                        seq: self.seq,
+                        name: String::new(),
+                    };
+                    let input = Input::MessageReceived {
+                        name: name.clone(),
+                        correlation_key: Some(key.clone()),
+                        node: Some(node),
+                        variables: variables.clone(),
+                    };
+                    self.results.insert(due, input);
+                }
+            }
+        }
         self.taken += 1;
         self.last_at_ms = now_ms;
         Ok(TraceStep {
@@ -1105,11 +1183,17 @@ impl<'a> Sim<'a> {
             Effect::Subscribe { node, message, key } if key.is_empty() => {
                 self.signal_waits.insert(node.clone(), message.clone());
             }
+            Effect::Subscribe { node, message, key } => {
+                self.seq += 1;
+                let wait = (message.clone(), key.clone(), self.seq);
+                self.message_waits.insert(node.clone(), wait);
+            }
             Effect::Unsubscribe { node } => {
                 self.signal_waits.remove(node);
+                self.message_waits.remove(node);
             }
-            // Broadcast once the step's effects are all carried out (`step`).
-            Effect::ThrowSignal { .. } => {}
+            // Delivered once the step's effects are all carried out (`step`).
+            Effect::ThrowSignal { .. } | Effect::PublishMessage { .. } => {}
             Effect::WithdrawUserTask { node } => {
                 self.user_tasks.remove(node);
             }
@@ -1124,7 +1208,6 @@ impl<'a> Sim<'a> {
             | Effect::OfferPullTask { .. }
             | Effect::WithdrawPullTask { .. }
             | Effect::AssignUserTask { .. }
-            | Effect::Subscribe { .. }
             | Effect::Completed
             | Effect::Failed { .. }
             | Effect::Cancelled

@@ -148,7 +148,7 @@ impl<'a> Run<'a> {
 
     /// The correlation key of `message`, evaluated over the instance variables: a string
     /// as it is, an integer in decimal; anything else is refused.
-    fn correlation_key(&self, message: &str) -> Result<String, String> {
+    pub(super) fn correlation_key(&self, message: &str) -> Result<String, String> {
         let Some(expr) = self.def.correlation_keys.get(message) else {
             return Err("the message declares no correlation key".to_owned());
         };

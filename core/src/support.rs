@@ -21,7 +21,7 @@ pub fn unsupported_elements(def: &Definition) -> Vec<(String, &'static str)> {
                 // start an instance.
                 NodeKind::TriggeredStart(StartTrigger::Timer(_)) => "timer start event",
                 NodeKind::Task(t) => match t.kind {
-                    TaskKind::Send { .. } => "send task",
+                    TaskKind::Send { message: None } => "send task without a message",
                     _ => return None,
                 },
                 _ => return None,

@@ -244,7 +244,9 @@ pub fn validate_with(
             }
         }
         if let ScriptedEvent::ClaimUserTask { node, .. }
-        | ScriptedEvent::UnclaimUserTask { node, .. } = event
+        | ScriptedEvent::UnclaimUserTask { node, .. }
+        | ScriptedEvent::UserTaskBpmnError { node, .. }
+        | ScriptedEvent::EscalateUserTask { node, .. } = event
         {
             let path = format!("events[{i}].node");
             let in_target = targets.values().find(|t| task_kind(t, node).is_some());
@@ -285,6 +287,8 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
         | ScriptedEvent::UnclaimUserTask { at_ms, .. }
         | ScriptedEvent::Message { at_ms, .. }
         | ScriptedEvent::Signal { at_ms, .. }
+        | ScriptedEvent::UserTaskBpmnError { at_ms, .. }
+        | ScriptedEvent::EscalateUserTask { at_ms, .. }
         | ScriptedEvent::Cancel { at_ms }
         | ScriptedEvent::FireTimer { at_ms, .. }
         | ScriptedEvent::Resume { at_ms, .. }

@@ -60,6 +60,8 @@ fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
         }) => out.push("signal boundary (waits)"),
         NodeKind::IntermediateThrow(ThrowTrigger::Signal { .. })
         | NodeKind::EndEvent(EndKind::Signal { .. }) => out.push("signal throw (outbox)"),
+        NodeKind::IntermediateThrow(ThrowTrigger::Message { .. })
+        | NodeKind::EndEvent(EndKind::Message { .. }) => out.push("message throw (outbox)"),
         NodeKind::TriggeredStart(StartTrigger::Message { .. }) => {
             out.push("message start (deployment subscription)")
         }

@@ -222,6 +222,10 @@ pub enum EndKind {
     Signal {
         name: String,
     },
+    /// Publishes a message with this name (durably, through the outbox); the token ends.
+    Message {
+        name: String,
+    },
 }
 
 /// What starts an instance at a [`NodeKind::TriggeredStart`].
@@ -271,6 +275,8 @@ pub enum ThrowTrigger {
     Escalation { code: Option<String> },
     /// Broadcasts a signal with this name (durably, through the outbox) and continues.
     Signal { name: String },
+    /// Publishes a message with this name (durably, through the outbox) and continues.
+    Message { name: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -421,7 +427,9 @@ pub enum TaskKind {
         expression: Expression,
         result: String,
     },
-    /// `sendTask`: emits a message and continues.
+    /// `sendTask`: publishes its message (durably, through the outbox) with the task's
+    /// inputs as the message's variables, and continues. Without a `messageRef` there is
+    /// nothing to publish: it loads, and a runtime refuses to deploy it.
     Send { message: Option<String> },
     /// `receiveTask`: waits for a message with this name. Without a `messageRef` it is a
     /// plain wait state, completed through the API like a user task (as Camunda 7,

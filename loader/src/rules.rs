@@ -43,7 +43,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q123", "a link catch event has incoming sequence flows, or a link throw event has outgoing ones"),
     ("Q124", "a link throw event names a link whose catch event is in another scope (a link never crosses a sub-process boundary)"),
     ("Q125", "an escalationRef names no declared escalation"),
-    ("Q126", "an escalation boundary event is attached to a task, which can never throw an escalation"),
+    ("Q126", "an escalation boundary event is attached to a task other than a user task, which can never throw an escalation"),
     ("Q127", "a signalRef names no declared <signal>"),
     ("Q201", "a condition or mapping expression does not compile (CEL)"),
     ("Q202", "a condition is written in an unsupported language (JUEL `${...}`, JavaScript, ...)"),

@@ -19,10 +19,14 @@ const MUST_LOAD: &[&str] = &[
     "miwg/A.4.0.bpmn",
     "miwg/A.4.1.bpmn",
     "miwg/C.9.1.bpmn",
+    "miwg/C.2.0.bpmn",
     "bpmn-engine/boundary-non-interupting-timer.bpmn",
     "bpmn-engine/call-activity.bpmn",
     "bpmn-engine/issue-139.bpmn",
     "bpmn-engine/timer-event.bpmn",
+    "bpmn-engine/forms.bpmn",
+    "bpmn-engine/messaging.bpmn",
+    "bpmn-engine/send-signal.bpmn",
 ];
 
 #[path = "support/corpus.rs"]

@@ -2408,6 +2408,27 @@ fn q126_escalation_boundary_on_a_task() {
 }
 
 #[test]
+fn an_escalation_boundary_on_a_user_task_loads() {
+    let body = r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<userTask id="t"/>
+<boundaryEvent id="b" attachedToRef="t" cancelActivity="false"><escalationEventDefinition/></boundaryEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>
+<endEvent id="end"/>"#;
+    let loaded = loads(&file(ESCALATIONS, body));
+    let p = &loaded.definitions[0].process;
+    assert!(matches!(
+        &p.node(p.find("b").unwrap()).kind,
+        NodeKind::Boundary(Boundary {
+            interrupting: false,
+            trigger: BoundaryTrigger::Escalation { code: None },
+            ..
+        })
+    ));
+}
+
+#[test]
 fn escalation_boundary_on_an_escalation_without_code_is_q102() {
     refused(
         &escalating(
@@ -2471,4 +2492,33 @@ fn q203_timer_expression_beyond_the_subset() {
         "Q203",
     );
     assert!(d.message.contains("timer expression"), "{}", d.message);
+}
+
+#[test]
+fn message_throw_and_end_events_load() {
+    let body = r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="tell"/>
+<intermediateThrowEvent id="tell"><messageEventDefinition messageRef="m"/></intermediateThrowEvent>
+<sequenceFlow id="f2" sourceRef="tell" targetRef="bye"/>
+<endEvent id="bye"><messageEventDefinition messageRef="m"/></endEvent>"#;
+    let loaded = loads(&file(r#"<message id="m" name="order-placed"/>"#, body));
+    let p = &loaded.definitions[0].process;
+    let kind = |id: &str| &p.node(p.find(id).unwrap()).kind;
+    assert!(
+        matches!(kind("tell"), NodeKind::IntermediateThrow(ThrowTrigger::Message { name }) if name == "order-placed")
+    );
+    assert!(
+        matches!(kind("bye"), NodeKind::EndEvent(EndKind::Message { name }) if name == "order-placed")
+    );
+    assert!(loaded.definitions[0].class.is_stateful());
+}
+
+#[test]
+fn q102_message_throw_without_a_message_ref() {
+    refused(
+        &around(
+            r#"<intermediateThrowEvent id="t">¶<messageEventDefinition/></intermediateThrowEvent>"#,
+        ),
+        "Q102",
+    );
 }

@@ -266,6 +266,63 @@ impl Ops {
         self.apply(id, input, "complete_user_task", detail).await
     }
 
+    /// Ends a waiting user task with a BPMN error (Camunda 7's `handleBpmnError`):
+    /// `variables` join the instance's, then the error routes to the task's error
+    /// boundary, outwards, or fails the instance (`UNCAUGHT_BPMN_ERROR`). Audited.
+    pub async fn bpmn_error_user_task(
+        &self,
+        id: InstanceId,
+        node: &str,
+        code: &str,
+        message: &str,
+        variables: Variables,
+    ) -> Result<Applied> {
+        check_variables(&variables)?;
+        crate::check_text("code", code, crate::MESSAGE_NAME_CHARS_MAX)?;
+        if message.chars().count() > crate::BPMN_MESSAGE_CHARS_MAX {
+            return Err(Error::Invalid {
+                field: "message",
+                why: format!(
+                    "is longer than {} characters",
+                    crate::BPMN_MESSAGE_CHARS_MAX
+                ),
+            });
+        }
+        self.check_wait(id, node, Wait::UserTask).await?;
+        let detail = format!("node={node} code={code} variables={}", variables.len());
+        let input = Input::UserTaskBpmnError {
+            node: node.to_owned(),
+            code: code.to_owned(),
+            message: message.to_owned(),
+            variables,
+        };
+        self.apply(id, input, "bpmn_error_user_task", detail).await
+    }
+
+    /// Raises an escalation from a waiting user task (Camunda 7's `handleEscalation`):
+    /// `variables` join the instance's, then the task's escalation boundary catches it
+    /// (or the nearest enclosing sub-process's) — non-interrupting, the task keeps
+    /// waiting. Refused, with nothing changed, when no boundary would catch the code.
+    /// Audited.
+    pub async fn escalate_user_task(
+        &self,
+        id: InstanceId,
+        node: &str,
+        code: &str,
+        variables: Variables,
+    ) -> Result<Applied> {
+        check_variables(&variables)?;
+        crate::check_text("code", code, crate::MESSAGE_NAME_CHARS_MAX)?;
+        self.check_wait(id, node, Wait::UserTask).await?;
+        let detail = format!("node={node} code={code} variables={}", variables.len());
+        let input = Input::UserTaskEscalated {
+            node: node.to_owned(),
+            code: code.to_owned(),
+            variables,
+        };
+        self.apply(id, input, "escalate_user_task", detail).await
+    }
+
     /// Offers again every waiting user task that has no row in the task list — the
     /// repair after an upgrade, for instances that wait at a user task since before the
     /// task list existed (`Input::OfferUserTasks`, audited as `offer_user_tasks`). Reads

@@ -5,13 +5,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use qflow_core::Budget;
+use qflow_core::{Budget, Snapshot};
 use qflow_ops::{Error, Ops};
 use qflow_persistence::SqliteStore;
 use qflow_runtime::{
     AsyncHandlers, Clock, ManualClock, Runtime, RuntimeConfig, TaskContext, TaskOutcome,
 };
-use qflow_store::{InstanceId, Store};
+use qflow_store::{InstanceId, InstanceStatus, Store};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -432,4 +432,92 @@ async fn after_a_migration_a_reset_budget_gets_the_whole_policy_again() {
         "completed"
     );
     w.rt.shutdown().await;
+}
+
+/// A user task with a non-interrupting escalation boundary and an error boundary, as in
+/// Camunda 7's embedded-forms example (`invoicePayment.bpmn`).
+const INVOICE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <error id="unspecified" errorCode="invoice-error"/>
+  <escalation id="suspicious" escalationCode="invoice-escalate"/>
+  <process id="invoice" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="pay"/>
+    <userTask id="pay"/>
+    <sequenceFlow id="f2" sourceRef="pay" targetRef="paid"/>
+    <endEvent id="paid"/>
+    <boundaryEvent id="escalated" attachedToRef="pay" cancelActivity="false"><escalationEventDefinition escalationRef="suspicious"/></boundaryEvent>
+    <sequenceFlow id="f3" sourceRef="escalated" targetRef="inform"/>
+    <userTask id="inform"/>
+    <sequenceFlow id="f4" sourceRef="inform" targetRef="informed"/>
+    <endEvent id="informed"/>
+    <boundaryEvent id="amount_missing" attachedToRef="pay"><errorEventDefinition errorRef="unspecified"/></boundaryEvent>
+    <sequenceFlow id="f5" sourceRef="amount_missing" targetRef="archived"/>
+    <endEvent id="archived"/>
+  </process>
+</definitions>"#;
+
+#[tokio::test]
+async fn the_task_list_raises_escalations_and_bpmn_errors_from_a_user_task() {
+    let w = world().await;
+    let dep = w.rt.deploy(INVOICE, None).await.expect("deploys");
+    let id =
+        w.rt.start_instance(dep.id, Default::default())
+            .await
+            .expect("starts");
+    let tokens = |w: &World| {
+        let store = w.store.clone();
+        async move {
+            let rec = store.instance(id).await.expect("reads").expect("exists");
+            let snap = Snapshot::decode(&rec.snapshot).expect("decodes");
+            (rec.status, snap.tokens().to_vec(), snap.variables().clone())
+        }
+    };
+    // Caught by the non-interrupting boundary: `inform` is offered, `pay` still waits.
+    let vars = [("sender".to_owned(), serde_json::json!("unknown"))].into();
+    w.ops
+        .escalate_user_task(id, "pay", "invoice-escalate", vars)
+        .await
+        .expect("caught");
+    let (_, t, v) = tokens(&w).await;
+    assert_eq!(t, ["inform", "pay"]);
+    assert_eq!(v["sender"], serde_json::json!("unknown"));
+    // A code nothing catches is refused, and nothing changes.
+    let fence = w.fence(id).await;
+    let refused = w
+        .ops
+        .escalate_user_task(id, "pay", "not-modelled", Default::default())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(refused, Error::Refused(ref why) if why.contains("not-modelled")),
+        "{refused}"
+    );
+    assert_eq!(w.fence(id).await, fence);
+    // Not a user task: refused before stepping.
+    let wrong = w
+        .ops
+        .escalate_user_task(id, "paid", "invoice-escalate", Default::default())
+        .await
+        .expect_err("refused");
+    assert_eq!(wrong.code(), "not_found", "{wrong}");
+    // The BPMN error ends `pay` through its boundary; `inform` waits on.
+    w.ops
+        .bpmn_error_user_task(id, "pay", "invoice-error", "no amount", Default::default())
+        .await
+        .expect("routed");
+    let (status, t, _) = tokens(&w).await;
+    assert_eq!(
+        (status, t),
+        (InstanceStatus::Running, vec!["inform".to_owned()])
+    );
+    let audit = w.ops.audit(Some(id), 10).await.expect("audit");
+    let actions: Vec<&str> = audit.iter().map(|a| a.action.as_str()).collect();
+    assert!(actions.contains(&"escalate_user_task"), "{actions:?}");
+    assert!(actions.contains(&"bpmn_error_user_task"), "{actions:?}");
+    w.ops
+        .complete_user_task(id, "inform", Default::default(), None)
+        .await
+        .expect("completes");
+    assert_eq!(tokens(&w).await.0, InstanceStatus::Completed);
 }

@@ -464,6 +464,17 @@ fn carry_out(
                 body: serde_json::to_string(&body).unwrap_or_else(|_| "{}".to_owned()),
             });
         }
+        Effect::PublishMessage {
+            node,
+            name,
+            correlation_key,
+            key,
+            variables,
+        } => {
+            then.outbox = true;
+            let row = crate::signals::message_row(node, &name, correlation_key, key, &variables);
+            commit.outbox.emit.push(row);
+        }
         Effect::ThrowSignal { node, name, key } => {
             then.outbox = true;
             commit

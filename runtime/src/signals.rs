@@ -1,5 +1,7 @@
 //! Signals (BPMN §10.5.4): a broadcast every wait for the signal catches, and every live
-//! deployment with a signal start event starts an instance on.
+//! deployment with a signal start event starts an instance on; and messages an instance
+//! publishes inside the engine (a message throw, end event or send task), which reach one
+//! waiting instance or start one.
 //!
 //! A signal thrown inside an instance (an intermediate throw or an end event) is an
 //! outbox row written in the throwing step's transaction ([`signal_row`], channel
@@ -41,6 +43,10 @@ use crate::{Error, Runtime};
 /// name a channel `qflow:…`).
 pub const SIGNAL_CHANNEL: &str = "qflow:signal";
 
+/// The outbox channel of message throws (intermediate, end, send task) published inside
+/// the engine; like [`SIGNAL_CHANNEL`], the dispatcher's own.
+pub const MESSAGE_CHANNEL: &str = "qflow:message";
+
 /// The longest signal name a broadcast takes, in characters (subscription rows keep it
 /// as their message name).
 pub const SIGNAL_NAME_CHARS_MAX: usize = 128;
@@ -59,6 +65,57 @@ pub fn signal_row(node: String, name: &str, key: String) -> NewOutboxRow {
         call_id: key,
         body: serde_json::json!({ "signal": name }).to_string(),
     }
+}
+
+/// The outbox row of a message published at `node`: keyed `<key>/1`, its body the
+/// message's name, correlation key (when it declares one) and variables.
+pub fn message_row(
+    node: String,
+    name: &str,
+    correlation_key: Option<String>,
+    key: String,
+    variables: &Variables,
+) -> NewOutboxRow {
+    NewOutboxRow {
+        key: format!("{key}/1"),
+        node,
+        channel: MESSAGE_CHANNEL.to_owned(),
+        attempt: qflow_core::Attempt::FIRST,
+        call_id: key,
+        body: serde_json::json!({
+            "message": name,
+            "correlation_key": correlation_key,
+            "variables": variables,
+        })
+        .to_string(),
+    }
+}
+
+/// A message row's name, correlation key and variables.
+pub fn message_of(body: &str) -> Option<(String, Option<String>, Variables)> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let name = value.get("message")?.as_str()?.to_owned();
+    let key = value
+        .get("correlation_key")
+        .and_then(|k| k.as_str())
+        .map(str::to_owned);
+    let variables = match value.get("variables") {
+        Some(serde_json::Value::Object(m)) => m.clone().into_iter().collect(),
+        _ => Variables::new(),
+    };
+    Some((name, key, variables))
+}
+
+/// What publishing a message inside the engine did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// The wait at this instance and node took it.
+    Caught(InstanceId, String),
+    /// A message start event started (or, on a redelivery, had started) this instance.
+    Started(DeploymentId, InstanceId),
+    /// Nothing waited for it and no process starts on it: it is dropped (a message is
+    /// never buffered).
+    Dropped,
 }
 
 /// The signal name a signal row's body carries.
@@ -125,6 +182,62 @@ impl Runtime {
             }
         }
         Ok(done)
+    }
+
+    /// Publishes a message thrown by an instance (`origin`: its outbox key): with a
+    /// correlation key, to the oldest wait subscribed under it — a wait that ends before
+    /// the step is looked past — else, or when nothing waits, to a message start event
+    /// (exactly one process must start on it), under an id derived from `origin` so that
+    /// a redelivery starts nothing twice, the correlation key as business key.
+    pub async fn publish_message(
+        &self,
+        name: &str,
+        correlation_key: Option<&str>,
+        variables: &Variables,
+        origin: &str,
+    ) -> Result<Published, Error> {
+        if let Some(key) = correlation_key {
+            for row in self.store().subscriptions(name, key, 16).await? {
+                let input = Input::MessageReceived {
+                    name: name.to_owned(),
+                    correlation_key: Some(key.to_owned()),
+                    node: Some(row.node.clone()),
+                    variables: variables.clone(),
+                };
+                match self.claim_and_step(row.instance, input).await {
+                    Ok(_) => return Ok(Published::Caught(row.instance, row.node)),
+                    Err(Error::Refused { .. }) | Err(Error::UnknownInstance(_)) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let starts = self.message_starts(name).await?;
+        let [(deployment, start)] = starts.as_slice() else {
+            if starts.len() > 1 {
+                tracing::warn!(message = %name, processes = starts.len(),
+                    "a published message starts more than one process; none is started");
+            }
+            return Ok(Published::Dropped);
+        };
+        let id = derived_instance_id(origin, *deployment);
+        let business_key = correlation_key.map(str::to_owned);
+        match self
+            .start_triggered(
+                Some(id),
+                *deployment,
+                start,
+                variables.clone(),
+                business_key,
+            )
+            .await
+        {
+            Ok(_) | Err(Error::Conflict(_)) => Ok(Published::Started(*deployment, id)),
+            Err(Error::DuplicateBusinessKey { existing }) => {
+                Ok(Published::Started(*deployment, existing))
+            }
+            Err(Error::Refused { .. }) => Ok(Published::Dropped),
+            Err(e) => Err(e),
+        }
     }
 
     async fn deliver_signal(

@@ -292,7 +292,7 @@ async fn a_model_with_elements_the_engine_cannot_run_is_refused_at_deploy() {
     <sequenceFlow id="f1" sourceRef="notify" targetRef="end"/>
   </process>
 </definitions>"#;
-    assert_deploy_refused(SEND, "deployment", "`notify` (send task)").await;
+    assert_deploy_refused(SEND, "deployment", "`notify` (send task without a message)").await;
 }
 
 #[tokio::test]

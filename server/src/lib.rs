@@ -110,6 +110,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(user_tasks::claim))
         .routes(routes!(user_tasks::unclaim))
         .routes(routes!(user_tasks::complete))
+        .routes(routes!(user_tasks::bpmn_error))
+        .routes(routes!(user_tasks::escalation))
         .routes(routes!(api::deliver_message))
         .routes(routes!(api::correlate))
         .routes(routes!(api::broadcast_signal))

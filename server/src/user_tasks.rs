@@ -278,6 +278,113 @@ pub async fn unclaim(
         .map_err(|e| Problem::from_ops(e, Place::Body))
 }
 
+/// A BPMN error raised from a waiting user task.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserTaskBpmnErrorBody {
+    /// The error code an error boundary matches (`errorCode` of an `<error>`).
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub code: String,
+    /// For people: kept with the failure when nothing catches the error.
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub message: String,
+    /// Merged into the instance's variables before the error routes.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub variables: serde_json::Map<String, serde_json::Value>,
+}
+
+/// An escalation raised from a waiting user task.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserTaskEscalationBody {
+    /// The escalation code a boundary matches (`escalationCode` of an `<escalation>`).
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub code: String,
+    /// Merged into the instance's variables before the boundary's path runs.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub variables: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Ends a waiting user task with a BPMN error (Camunda 7's `handleBpmnError`): it routes
+/// to the task's error boundary, outwards, or fails the instance with
+/// `UNCAUGHT_BPMN_ERROR`.
+#[utoipa::path(post, path = "/v1/instances/{id}/user-tasks/{node}/bpmn-error", tag = "user tasks",
+    params(
+        ("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)"),
+        ("node" = String, Path, description = "The user task's id in the model"),
+    ),
+    request_body = UserTaskBpmnErrorBody,
+    responses(
+        (status = 200, description = "The error was thrown", body = Applied),
+        (status = 404, description = "No such instance, or no such user task in its model", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "That user task is not waiting", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn bpmn_error(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    Path((id, node)): Path<(String, String)>,
+    JsonBody(body): JsonBody<UserTaskBpmnErrorBody>,
+) -> Result<Json<Applied>> {
+    let id = instance_id(&id)?;
+    state
+        .ops
+        .as_actor(&caller.name)
+        .bpmn_error_user_task(
+            id,
+            &node,
+            &body.code,
+            &body.message,
+            body.variables.into_iter().collect(),
+        )
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
+/// Raises an escalation from a waiting user task (Camunda 7's `handleEscalation`): the
+/// task's escalation boundary catches it, or the nearest enclosing sub-process's; a
+/// non-interrupting one leaves the task waiting. `409` when no boundary catches the
+/// code, and nothing changed.
+#[utoipa::path(post, path = "/v1/instances/{id}/user-tasks/{node}/escalation", tag = "user tasks",
+    params(
+        ("id" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The instance id (a UUID)"),
+        ("node" = String, Path, description = "The user task's id in the model"),
+    ),
+    request_body = UserTaskEscalationBody,
+    responses(
+        (status = 200, description = "The escalation was caught", body = Applied),
+        (status = 404, description = "No such instance, or no such user task in its model", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "That user task is not waiting, or nothing catches the escalation", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn escalation(
+    State(state): State<AppState>,
+    caller: Caller<OperateScope>,
+    Path((id, node)): Path<(String, String)>,
+    JsonBody(body): JsonBody<UserTaskEscalationBody>,
+) -> Result<Json<Applied>> {
+    let id = instance_id(&id)?;
+    state
+        .ops
+        .as_actor(&caller.name)
+        .escalate_user_task(id, &node, &body.code, body.variables.into_iter().collect())
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Body))
+}
+
 /// Completes a waiting user task with variables (also a receive task without a
 /// message, the same kind of wait); with `assignee`, refused while somebody else holds
 /// it.

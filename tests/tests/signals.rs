@@ -3,7 +3,9 @@
 //! instance throws it — the throw is an outbox row written before the restart and
 //! broadcast after it — a signal start event starts one instance per broadcast however
 //! often the broadcast is delivered, a non-interrupting boundary catches each broadcast
-//! through the API, and a message start event starts one instance per correlation key.
+//! through the API, and a message start event starts one instance per correlation key —
+//! published through the API, or by another instance's message end event before the
+//! restart.
 //!
 //! The PostgreSQL half needs `QFLOW_TEST_PG_URL`; without it that half says it is
 //! skipped and passes.
@@ -72,6 +74,17 @@ const ORDERS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
     <userTask id="pack"/>
     <sequenceFlow id="f2" sourceRef="pack" targetRef="done"/>
     <endEvent id="done"/>
+  </process>
+</definitions>"#;
+
+/// Publishes `order-placed` under the key `order_no` at its end event.
+const NOTIFIER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d" targetNamespace="t">
+  <message id="placed" name="order-placed" q:correlationKey="order_no"/>
+  <process id="notifier" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="placed_end"/>
+    <endEvent id="placed_end"><messageEventDefinition messageRef="placed"/></endEvent>
   </process>
 </definitions>"#;
 
@@ -166,6 +179,7 @@ where
     let thrower = deploy(THROWER).await;
     let starter = deploy(STARTER).await;
     let orders = deploy(ORDERS).await;
+    let notifier = deploy(NOTIFIER).await;
     let mut waiters = Vec::new();
     for _ in 0..3 {
         let id = engine
@@ -219,6 +233,18 @@ where
         .expect("read")
         .expect("there");
     assert_eq!(record.business_key.as_deref(), Some("o-1"));
+    // A message published by an instance's end event, before the restart: an outbox row
+    // on `qflow:message`, still pending.
+    let vars = [("order_no".to_owned(), serde_json::json!("o-4"))].into();
+    let notified = engine
+        .runtime
+        .start_instance(notifier, vars)
+        .await
+        .expect("starts");
+    let rows = store.outbox(notified).await.expect("rows");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].channel, qflow_runtime::signals::MESSAGE_CHANNEL);
+    assert_eq!(rows[0].state, OutboxState::Pending);
     engine.stop().await;
     drop(store);
 
@@ -230,7 +256,22 @@ where
     assert_eq!(again.deliveries[0].instance, order_id.to_string());
     let other = engine.ops.correlate(order("o-2")).await.expect("starts");
     assert_eq!(other.deliveries[0].outcome, "started");
-    assert_eq!(instances_of(&*store, orders).await.len(), 2);
+    // The message published before the restart starts its instance now, under its key.
+    eventually("the published message starts an order", || async {
+        instances_of(&*store, orders).await.len() == 3
+    })
+    .await;
+    let mut keys = Vec::new();
+    for id in instances_of(&*store, orders).await {
+        let record = store.instance(id).await.expect("read").expect("there");
+        keys.push(record.business_key.unwrap_or_default());
+    }
+    keys.sort();
+    assert_eq!(keys, ["o-1", "o-2", "o-4"]);
+    eventually("the message row is delivered", || async {
+        store.outbox(notified).await.expect("rows")[0].state == OutboxState::Delivered
+    })
+    .await;
 
     for id in &waiters {
         eventually("a waiter catches the thrown signal", || async {

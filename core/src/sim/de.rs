@@ -637,6 +637,8 @@ const EVENT_FIELDS: &[&str] = &[
     "mapping",
     "assignee",
     "force",
+    "code",
+    "message",
 ];
 const EVENTS: &[Kind] = &[
     Kind {
@@ -687,6 +689,14 @@ const EVENTS: &[Kind] = &[
         name: "signal",
         fields: &["at_ms", "name", "variables"],
     },
+    Kind {
+        name: "user_task_bpmn_error",
+        fields: &["at_ms", "node", "code", "message", "variables"],
+    },
+    Kind {
+        name: "escalate_user_task",
+        fields: &["at_ms", "node", "code", "variables"],
+    },
 ];
 const FIRE_TIMER: usize = 3;
 const RETRY_NOW: usize = 5;
@@ -727,6 +737,8 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut mapping = None;
         let mut assignee: Option<String> = None;
         let mut force = None;
+        let mut code: Option<String> = None;
+        let mut message: Option<String> = None;
         let mut seen = Vec::new();
         loop {
             let field = Field::tagged(EVENT, EVENT_FIELDS, EVENTS, kind, &mut seen);
@@ -764,6 +776,8 @@ impl<'de> Visitor<'de> for EventVisitor {
                 "mapping" => mapping = Some(map.next_value_seed(Renames)?),
                 "assignee" => assignee = Some(map.next_value::<String>()?),
                 "force" => force = Some(map.next_value::<bool>()?),
+                "code" => code = Some(map.next_value::<String>()?),
+                "message" => message = Some(map.next_value::<String>()?),
                 _ => unreachable!("Field only yields names from EVENT_FIELDS"),
             }
         }
@@ -804,6 +818,19 @@ impl<'de> Visitor<'de> for EventVisitor {
                     None => return Err(de::Error::missing_field("name")),
                 },
                 correlation_key,
+                variables,
+            },
+            "user_task_bpmn_error" => ScriptedEvent::UserTaskBpmnError {
+                at_ms,
+                node: user_task(node)?,
+                code: code.ok_or_else(|| de::Error::missing_field("code"))?,
+                message: message.unwrap_or_default(),
+                variables,
+            },
+            "escalate_user_task" => ScriptedEvent::EscalateUserTask {
+                at_ms,
+                node: user_task(node)?,
+                code: code.ok_or_else(|| de::Error::missing_field("code"))?,
                 variables,
             },
             "signal" => ScriptedEvent::Signal {

@@ -152,6 +152,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 let name = self.signal_ref(d)?;
                 Some(NodeKind::EndEvent(EndKind::Signal { name }))
             }
+            Some(d) if d.local == "messageEventDefinition" => {
+                let name = self.message_ref(d)?;
+                Some(NodeKind::EndEvent(EndKind::Message { name }))
+            }
             Some(d) => {
                 self.unsupported_event(el, d, "end event");
                 None
@@ -291,6 +295,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "signalEventDefinition" => {
                 let name = self.signal_ref(d)?;
                 Some(NodeKind::IntermediateThrow(ThrowTrigger::Signal { name }))
+            }
+            Some(d) if d.local == "messageEventDefinition" => {
+                let name = self.message_ref(d)?;
+                Some(NodeKind::IntermediateThrow(ThrowTrigger::Message { name }))
             }
             Some(d) => {
                 self.unsupported_event(el, d, "intermediate throw event");
@@ -507,9 +515,18 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 })
             );
             if let (Some(h), Some(true), true) = (host, host_ok, escalation) {
-                if matches!(self.nodes[h.0 as usize].kind, NodeKind::Task(_)) {
+                let user_task = matches!(
+                    &self.nodes[h.0 as usize].kind,
+                    NodeKind::Task(Task {
+                        kind: TaskKind::User { .. },
+                        ..
+                    })
+                );
+                if matches!(self.nodes[h.0 as usize].kind, NodeKind::Task(_)) && !user_task {
                     // A task throws no escalation in qflow (a handler ends with a result, a
-                    // failure or a BPMN error), so such a boundary could never fire.
+                    // failure or a BPMN error), so such a boundary could never fire. A
+                    // user task can: the task list raises one (Camunda 7's
+                    // `TaskService#handleEscalation`).
                     self.help(
                         "Q126",
                         a.pos,
