@@ -566,13 +566,21 @@ impl<'a> Run<'a> {
                             b.interrupting,
                             variables.clone(),
                         );
-                    } else {
+                    } else if let Some(gw) = gateway {
                         self.close_subscription(self.id(idx));
                         self.record_catch(EventKind::Signal, idx, None, None, Some(&name));
-                        if let Some(gw) = gateway {
-                            self.end_race(gw, idx);
-                        }
+                        self.end_race(gw, idx);
                         self.complete_activity(idx, variables.clone());
+                    } else {
+                        // Every token standing at the catch takes the one broadcast (two
+                        // tokens there share the node's subscription row).
+                        self.close_subscription(self.id(idx));
+                        let id = self.id(idx);
+                        let waiting = self.snap.tokens.iter().filter(|t| *t == id).count();
+                        for _ in 0..waiting {
+                            self.record_catch(EventKind::Signal, idx, None, None, Some(&name));
+                            self.complete_activity(idx, variables.clone());
+                        }
                     }
                 }
             }
@@ -1127,15 +1135,32 @@ impl<'a> Run<'a> {
             TaskKind::Send {
                 message: Some(name),
             } => {
-                // The message's variables are the task's inputs (its mappings, or every
-                // instance variable), as a channel call's request body is.
+                // The message's variables are what a handler of the task would be given:
+                // the instance variables (with a vendor mapping's locals over them), or
+                // only the `q:input` mappings when it has them — as a channel call's
+                // request body is.
                 let variables = match self.map_inputs(task) {
                     Ok(v) => v,
                     Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
                 };
-                if self.publish_message(idx, name, variables) {
-                    self.leave(idx);
+                if !self.publish_message(idx, name, variables) {
+                    return;
                 }
+                // Sent: the task completes with no result of its own, through its output
+                // mappings as any task does.
+                let done = if task.mapping_style == MappingStyle::Q {
+                    self.map_outputs(task, Variables::new())
+                } else {
+                    let vars = &mut self.snap.vars;
+                    let (style, inputs, outputs) =
+                        (task.mapping_style, &task.inputs, &task.outputs);
+                    crate::vendor_io::complete(style, inputs, outputs, vars, None)
+                };
+                if let Err(e) = done {
+                    let message = format!("the mappings of `{}`: {e}", self.id(idx));
+                    return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+                }
+                self.leave(idx);
             }
             TaskKind::Send { message: None } => {
                 self.unsupported(idx, "send task without a message")

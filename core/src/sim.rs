@@ -907,8 +907,9 @@ struct Sim<'a> {
     /// resume emits the call's in-flight request again under its key), and a withdrawal
     /// deletes the pending and poisoned rows of its node while a delivered row stays.
     rows: BTreeMap<String, (String, Option<i64>)>,
-    /// The open signal subscriptions, as a store keeps them: node → signal name.
-    signal_waits: BTreeMap<String, String>,
+    /// The open signal subscriptions, as a store keeps them: node → (signal name, order
+    /// opened).
+    signal_waits: BTreeMap<String, (String, u64)>,
     /// The open message subscriptions: node → (message, key, order opened).
     message_waits: BTreeMap<String, (String, String, u64)>,
 }
@@ -1017,15 +1018,18 @@ impl<'a> Sim<'a> {
         }
         // A signal thrown in the step reaches, as the outbox's broadcast does once the
         // step is committed, every wait for it open then — this instance's own included —
-        // one delivery per subscription row, in node order.
+        // one delivery per subscription row, in the order the rows opened.
         for effect in &out.effects {
             if let Effect::ThrowSignal { name, .. } = effect {
-                let waits: Vec<String> = self
+                // In the order the waits opened, as the store's walk goes.
+                let mut waits: Vec<(u64, String)> = self
                     .signal_waits
                     .iter()
-                    .filter(|(_, n)| *n == name)
-                    .map(|(node, _)| node.clone())
+                    .filter(|(_, (n, _))| n == name)
+                    .map(|(node, (_, seq))| (*seq, node.clone()))
                     .collect();
+                waits.sort();
+                let waits = waits.into_iter().map(|(_, node)| node);
                 for node in waits {
                     self.seq += 1;
                     let due = Due {
@@ -1181,7 +1185,9 @@ impl<'a> Sim<'a> {
             }
             // A signal's subscription is the one with the empty key.
             Effect::Subscribe { node, message, key } if key.is_empty() => {
-                self.signal_waits.insert(node.clone(), message.clone());
+                self.seq += 1;
+                self.signal_waits
+                    .insert(node.clone(), (message.clone(), self.seq));
             }
             Effect::Subscribe { node, message, key } => {
                 self.seq += 1;

@@ -169,6 +169,11 @@ impl From<qflow_runtime::Error> for Error {
             },
             R::Conflict(why) => Error::Conflict(why),
             R::DuplicateBusinessKey { .. } => Error::Refused(e.to_string()),
+            // A plain start of a process that starts only on its triggers, or a start
+            // naming no triggered start event: the request's fault, not the store's.
+            R::Core(
+                qflow_core::Error::NoStartEvent(_) | qflow_core::Error::UnknownStart { .. },
+            ) => Error::Refused(e.to_string()),
             other => Error::Store(other.to_string()),
         }
     }
@@ -677,6 +682,10 @@ pub struct SignalBroadcast {
     pub started: Vec<SignalStart>,
     /// Subscriptions whose wait had ended before the signal reached it.
     pub ended_waits: u32,
+    /// Waits the signal did not reach because their instance kept changing under the
+    /// step (rare; logged). Broadcasting again would reach them — and every
+    /// non-interrupting boundary again.
+    pub missed: Vec<SignalCatch>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -1572,6 +1581,14 @@ impl Ops {
                 })
                 .collect(),
             ended_waits: done.stale,
+            missed: done
+                .missed
+                .into_iter()
+                .map(|(instance, node)| SignalCatch {
+                    instance: instance.to_string(),
+                    node,
+                })
+                .collect(),
         })
     }
 

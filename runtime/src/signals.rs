@@ -15,11 +15,12 @@
 //! 1. every open signal subscription of the name (the empty key, see
 //!    `qflow_core::subscriptions`) is walked page by page past a cursor
 //!    ([`qflow_store::Store::subscriptions_after`]), and the wait at each row is stepped with
-//!    `Input::SignalReceived` naming its node, each wait once. A wait that ended before
-//!    its step (its instance moved on) is stale and skipped: a signal reaches the waits
-//!    open when the broadcast begins, never one that opens later (a row opened after
-//!    the broadcast's start instant is not read; replicas' clocks are assumed to agree
-//!    within the time a broadcast takes);
+//!    `Input::SignalReceived` naming its node, each wait once. The waits are read in
+//!    full before the first step, so a signal reaches the waits open when the broadcast
+//!    begins, never one that opens later (a loop back to the catch, the next catch of
+//!    the same signal). A wait that ended before its step (its instance moved on) is
+//!    stale and skipped; one whose instance kept changing under the step is reported
+//!    (`missed`) and the others still get the signal;
 //! 2. for every process with a live deployment, the newest live deployment of it with a
 //!    signal start event of the name starts an instance there, under an id derived from
 //!    the broadcast's key and the deployment: a redelivered broadcast (the dispatcher
@@ -30,10 +31,10 @@
 //! a non-interrupting boundary still open catches the redelivery too (at least once,
 //! documented in `docs/signals.md`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use qflow_core::{Input, Variables};
-use qflow_store::{DeploymentId, InstanceId, NewOutboxRow, SubscriptionRecord};
+use qflow_store::{DeploymentId, InstanceId, NewOutboxRow};
 use sha2::{Digest, Sha256};
 
 use crate::{Error, Runtime};
@@ -133,6 +134,9 @@ pub struct Broadcast {
     pub started: Vec<(DeploymentId, InstanceId)>,
     /// Subscription rows whose wait had ended by the time the step came.
     pub stale: u32,
+    /// Waits the signal did not reach because their instance kept changing under the
+    /// step (a conflict past the retries); logged.
+    pub missed: Vec<(InstanceId, String)>,
 }
 
 impl Runtime {
@@ -149,26 +153,23 @@ impl Runtime {
         origin: &str,
     ) -> Result<Broadcast, Error> {
         let store = self.store().clone();
-        let began = self.clock().now_ms();
         let mut done = Broadcast::default();
-        // Each wait at most once per broadcast, and none opened after it began: a wait
-        // that catches the signal and loops back to wait again in the same step opens a
-        // new row, which a walk in opening order would otherwise meet for ever.
-        let mut reached: BTreeSet<(InstanceId, String)> = BTreeSet::new();
+        // First every wait open now, then the steps: a step that catches the signal and
+        // waits for it again (a loop, or the next catch of the same signal) opens rows
+        // the broadcast must not reach, and a walk that stepped as it read would meet
+        // them on a later page. Only ids are kept, a page at a time from the store.
+        let mut waits: Vec<(InstanceId, String)> = Vec::new();
         let mut page = store.subscriptions(name, "", PAGE).await?;
-        'walk: while let Some(last) = page.last().cloned() {
-            for row in &page {
-                if row.opened_at_ms > began {
-                    break 'walk;
-                }
-                if reached.insert((row.instance, row.node.clone())) {
-                    self.deliver_signal(name, variables, row, &mut done).await?;
-                }
-            }
+        while let Some(last) = page.last().cloned() {
+            waits.extend(page.into_iter().map(|r| (r.instance, r.node)));
             page = store.subscriptions_after(name, "", &last, PAGE).await?;
         }
+        for (instance, node) in waits {
+            self.deliver_signal(name, variables, instance, node, &mut done)
+                .await?;
+        }
         for (deployment, start) in self.signal_starts(name).await? {
-            let id = derived_instance_id(origin, deployment);
+            let id = derived_instance_id("signal", name, origin, deployment);
             let started = self
                 .start_triggered(Some(id), deployment, &start, variables.clone(), None)
                 .await;
@@ -219,7 +220,7 @@ impl Runtime {
             }
             return Ok(Published::Dropped);
         };
-        let id = derived_instance_id(origin, *deployment);
+        let id = derived_instance_id("message", name, origin, *deployment);
         let business_key = correlation_key.map(str::to_owned);
         match self
             .start_triggered(
@@ -244,19 +245,28 @@ impl Runtime {
         &self,
         name: &str,
         variables: &Variables,
-        row: &SubscriptionRecord,
+        instance: InstanceId,
+        node: String,
         done: &mut Broadcast,
     ) -> Result<(), Error> {
         let input = Input::SignalReceived {
             name: name.to_owned(),
-            node: Some(row.node.clone()),
+            node: Some(node.clone()),
             variables: variables.clone(),
         };
-        match self.claim_and_step(row.instance, input).await {
-            Ok(_) => done.caught.push((row.instance, row.node.clone())),
+        match self.claim_and_step(instance, input).await {
+            Ok(_) => done.caught.push((instance, node)),
             // The wait ended before the step (a stale input writes nothing), or the
             // instance is gone with its row.
             Err(Error::Refused { .. }) | Err(Error::UnknownInstance(_)) => done.stale += 1,
+            // The instance kept changing under the step: the others still get the
+            // signal, and this one is reported, not retried (a repeated broadcast would
+            // reach every non-interrupting wait again).
+            Err(Error::Conflict(why)) => {
+                tracing::warn!(%instance, %node, signal = %name, %why,
+                    "a signal did not reach a wait: the instance kept changing");
+                done.missed.push((instance, node));
+            }
             Err(e) => return Err(e),
         }
         Ok(())
@@ -298,14 +308,26 @@ impl Runtime {
     }
 }
 
-/// The id of the instance a broadcast `origin` starts on `deployment`: the same for
-/// every delivery of the broadcast, distinct across broadcasts and deployments (the first
-/// 16 bytes of a SHA-256, shaped as a version-8 UUID).
-pub fn derived_instance_id(origin: &str, deployment: DeploymentId) -> InstanceId {
+/// The id of the instance the trigger `kind` (`signal`, `message`) named `name` starts on
+/// `deployment` for the publication `origin`: the same for every delivery of it, distinct
+/// across publications, names and deployments (the first 16 bytes of a SHA-256, shaped
+/// as a version-8 UUID).
+pub fn derived_instance_id(
+    kind: &str,
+    name: &str,
+    origin: &str,
+    deployment: DeploymentId,
+) -> InstanceId {
     let mut hash = Sha256::new();
-    hash.update(b"qflow signal start\0");
-    hash.update(origin.as_bytes());
-    hash.update([0]);
+    for part in [
+        b"qflow start".as_slice(),
+        kind.as_bytes(),
+        name.as_bytes(),
+        origin.as_bytes(),
+    ] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
     hash.update(deployment.0.to_be_bytes());
     let digest = hash.finalize();
     let mut bytes = [0u8; 16];

@@ -283,8 +283,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     /// The mappings a task runs with: its `q:input` / `q:output` (`q`), or the vendor's,
     /// with the vendor's semantics. Both on one task is refused: their meanings differ.
-    /// A send task keeps its vendor mappings too: it loads (and is refused at deploy, as
-    /// any send task is), and the mappings mean what they say once send tasks run.
+    /// A send task keeps its vendor mappings too: its message carries the variables with
+    /// the input locals over them, and the outputs run as it completes.
     pub(super) fn task_mappings(
         &mut self,
         q: (Vec<Mapping>, Vec<Mapping>),
