@@ -521,3 +521,29 @@ async fn the_task_list_raises_escalations_and_bpmn_errors_from_a_user_task() {
         .expect("completes");
     assert_eq!(tokens(&w).await.0, InstanceStatus::Completed);
 }
+
+#[tokio::test]
+async fn a_plain_start_of_a_process_that_starts_only_on_a_message_is_refused() {
+    const ORDERS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <message id="placed" name="order-placed"/>
+  <process id="orders" isExecutable="true">
+    <startEvent id="on_order"><messageEventDefinition messageRef="placed"/></startEvent>
+    <sequenceFlow id="f1" sourceRef="on_order" targetRef="done"/>
+    <endEvent id="done"/>
+  </process>
+</definitions>"#;
+    let w = world().await;
+    let dep = w.rt.deploy(ORDERS, None).await.expect("deploys");
+    let ops = Ops::with_runtime(Arc::new(w.rt), "alice");
+    let request = qflow_ops::StartRequest {
+        deployment: Some(dep.id.0),
+        ..Default::default()
+    };
+    let refused = ops.start(request).await.expect_err("refused");
+    assert_eq!(refused.code(), "refused", "{refused}");
+    assert!(
+        refused.to_string().contains("no none start event"),
+        "{refused}"
+    );
+}
