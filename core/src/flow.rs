@@ -1080,19 +1080,17 @@ impl<'a> Run<'a> {
     pub(super) fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {
         match &task.kind {
             TaskKind::PassThrough if task.mapping_style != MappingStyle::Q => {
-                let vars = &mut self.snap.vars;
-                let (style, inputs, outputs) = (task.mapping_style, &task.inputs, &task.outputs);
-                if let Err(e) = crate::vendor_io::complete(style, inputs, outputs, vars, None) {
+                // Passed through: the task completes with no result of its own.
+                if let Err(e) = self.map_outputs(task, Variables::new()) {
                     let message = format!("the mappings of `{}`: {e}", self.id(idx));
                     return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
                 }
                 self.leave(idx)
             }
             TaskKind::PassThrough => self.leave(idx),
-            TaskKind::Script { expression, result } if task.mapping_style != MappingStyle::Q => {
-                self.run_vendor_script(idx, task, expression, result)
+            TaskKind::Script { expression, result } => {
+                self.run_script(idx, task, expression, result)
             }
-            TaskKind::Script { expression, result } => self.run_script(idx, expression, result),
             TaskKind::Registered { .. } => {
                 self.add_token(idx);
                 if !self.arm_boundaries(idx) {
@@ -1148,15 +1146,7 @@ impl<'a> Run<'a> {
                 }
                 // Sent: the task completes with no result of its own, through its output
                 // mappings as any task does.
-                let done = if task.mapping_style == MappingStyle::Q {
-                    self.map_outputs(task, Variables::new())
-                } else {
-                    let vars = &mut self.snap.vars;
-                    let (style, inputs, outputs) =
-                        (task.mapping_style, &task.inputs, &task.outputs);
-                    crate::vendor_io::complete(style, inputs, outputs, vars, None)
-                };
-                if let Err(e) = done {
+                if let Err(e) = self.map_outputs(task, Variables::new()) {
                     let message = format!("the mappings of `{}`: {e}", self.id(idx));
                     return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
                 }
@@ -1168,39 +1158,19 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// A script task: its expression over the instance variables, the value written to
-    /// `result` (within the variable limits), and on. No token waits here, so nothing of
-    /// the script is in the snapshot but its result. An expression that does not
-    /// evaluate, or a value over the limits, fails the instance at the task.
-    fn run_script(&mut self, idx: NodeIdx, expression: &Expression, result: &str) {
-        let value = match expression.eval(&self.snap.vars) {
-            Ok(v) => v,
-            Err(e) => {
-                let message = format!("the script of `{}`: {e}", self.id(idx));
-                return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
-            }
+    /// A script task: its expression over the instance variables (with a vendor
+    /// mapping's locals over them), the value written to `result` (within the variable
+    /// limits) — directly, or through the vendor's output rules (`map_outputs`) — and
+    /// on. No token waits here, so nothing of the script is in the snapshot but its
+    /// result. An expression that does not evaluate, or a value over the limits, fails
+    /// the instance at the task.
+    fn run_script(&mut self, idx: NodeIdx, task: &Task, expression: &Expression, result: &str) {
+        let value = if task.mapping_style == MappingStyle::Q {
+            expression.eval(&self.snap.vars).map_err(|e| e.to_string())
+        } else {
+            crate::vendor_io::visible(task.mapping_style, &task.inputs, &self.snap.vars)
+                .and_then(|scope| expression.eval(&scope).map_err(|e| e.to_string()))
         };
-        let one = Variables::from([(result.to_owned(), value)]);
-        if let Err(why) = crate::limits::check_variables(&one) {
-            let message = format!("the script of `{}` gives `{result}`: {why}", self.id(idx));
-            return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
-        }
-        self.snap.vars.extend(one);
-        self.leave(idx);
-    }
-
-    /// A script task with vendor mappings: its expression over the instance variables
-    /// with the task's locals over them; its value is the task's result, which the
-    /// vendor's output rules write (`vendor_io::complete`).
-    fn run_vendor_script(
-        &mut self,
-        idx: NodeIdx,
-        task: &Task,
-        expression: &Expression,
-        result: &str,
-    ) {
-        let value = crate::vendor_io::visible(task.mapping_style, &task.inputs, &self.snap.vars)
-            .and_then(|scope| expression.eval(&scope).map_err(|e| e.to_string()));
         let value = match value {
             Ok(v) => v,
             Err(e) => {
@@ -1213,7 +1183,9 @@ impl<'a> Run<'a> {
             let message = format!("the script of `{}` gives `{result}`: {why}", self.id(idx));
             return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
         }
-        if let Err(e) = self.map_outputs(task, one) {
+        if task.mapping_style == MappingStyle::Q {
+            self.snap.vars.extend(one);
+        } else if let Err(e) = self.map_outputs(task, one) {
             return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
         }
         self.leave(idx);
