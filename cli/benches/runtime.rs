@@ -479,6 +479,18 @@ impl Store for TimedStore {
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
         self.inner.instances(filter).await
     }
+    async fn claim_due_schedules(
+        &self,
+        claim: TimerClaim<'_>,
+    ) -> StoreResult<Vec<qflow_store::ScheduleRecord>> {
+        self.inner.claim_due_schedules(claim).await
+    }
+    async fn schedules(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<qflow_store::ScheduleRecord>> {
+        self.inner.schedules(deployment).await
+    }
     async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>> {
         let mut claimed = self.inner.claim_due_timers(claim).await?;
         if self.what_if.ordered_ids {
@@ -975,6 +987,7 @@ async fn measure_polls(kind: StoreKind, o: &Options) -> Result<Vec<PollCost>> {
             content_hash: "bench-parked-timers",
             source: MODEL,
             deployed_at_ms: now_ms,
+            schedules: &[],
         })
         .await?
         .id;

@@ -6,7 +6,7 @@
 //! time. (A channel call runs; whether its channel is configured is the deploying
 //! runtime's question.)
 
-use qflow_loader::model::{Definition, NodeKind, StartTrigger, TaskKind};
+use qflow_loader::model::{Definition, NodeKind, TaskKind};
 
 /// The nodes of `def` this engine cannot execute, as `(node id, what it is)`, in
 /// document order. Empty when the whole definition runs.
@@ -17,9 +17,6 @@ pub fn unsupported_elements(def: &Definition) -> Vec<(String, &'static str)> {
         .filter_map(|n| {
             let what = match &n.kind {
                 NodeKind::CallActivity { .. } => "call activity",
-                // Nothing keeps a deployment's schedule yet: deployed, it would never
-                // start an instance.
-                NodeKind::TriggeredStart(StartTrigger::Timer(_)) => "timer start event",
                 NodeKind::Task(t) => match t.kind {
                     TaskKind::Send { message: None } => "send task without a message",
                     _ => return None,

@@ -10,7 +10,7 @@ use qflow_loader::model::{BoundaryTrigger, DurationMs, NodeIdx, NodeKind, TimeKi
 use serde::{Deserialize, Serialize};
 
 use super::flow::Run;
-use super::{codes, Effect};
+use super::{codes, Effect, Variables};
 
 /// Which machinery a timer belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -191,6 +191,37 @@ impl<'de> Deserialize<'de> for TimerName {
     }
 }
 
+/// The timer's definition as it stands over `vars`: a computed one evaluated and read as
+/// the ISO-8601 text of its kind; any other as it is.
+pub(crate) fn resolve(timer: &TimerDef, vars: &Variables) -> Result<TimerDef, String> {
+    let TimerDef::Computed { kind, expression } = timer else {
+        return Ok(timer.clone());
+    };
+    let source = expression.source();
+    let text = match expression.eval(vars) {
+        Ok(serde_json::Value::String(text)) => text,
+        Ok(other) => {
+            return Err(format!(
+                "the timer expression `{source}` gave {other}, not ISO-8601 text"
+            ))
+        }
+        Err(e) => return Err(format!("the timer expression `{source}`: {e}")),
+    };
+    let read = match kind {
+        TimeKind::Duration => iso8601::parse_duration(&text).map(TimerDef::Duration),
+        TimeKind::Date => {
+            iso8601::parse_date_time(&text).map(|epoch_ms| TimerDef::Date { epoch_ms })
+        }
+        TimeKind::Cycle => {
+            iso8601::parse_cycle(&text).map(|(repetitions, interval)| TimerDef::Cycle {
+                repetitions,
+                interval,
+            })
+        }
+    };
+    read.map_err(|why| format!("the timer expression `{source}` gave `{text}`: {why}"))
+}
+
 /// Arming and resolving timers of a step in progress.
 impl Run<'_> {
     /// `now + span`, saturating: a span beyond the i64 range lands at the end of time.
@@ -202,32 +233,7 @@ impl Run<'_> {
     /// The timer's definition as it stands now: a computed one evaluated over the
     /// instance variables and read as the ISO-8601 text of its kind.
     pub(super) fn resolve_timer(&self, timer: &TimerDef) -> Result<TimerDef, String> {
-        let TimerDef::Computed { kind, expression } = timer else {
-            return Ok(timer.clone());
-        };
-        let source = expression.source();
-        let text = match expression.eval(&self.snap.vars) {
-            Ok(serde_json::Value::String(text)) => text,
-            Ok(other) => {
-                return Err(format!(
-                    "the timer expression `{source}` gave {other}, not ISO-8601 text"
-                ))
-            }
-            Err(e) => return Err(format!("the timer expression `{source}`: {e}")),
-        };
-        let read = match kind {
-            TimeKind::Duration => iso8601::parse_duration(&text).map(TimerDef::Duration),
-            TimeKind::Date => {
-                iso8601::parse_date_time(&text).map(|epoch_ms| TimerDef::Date { epoch_ms })
-            }
-            TimeKind::Cycle => {
-                iso8601::parse_cycle(&text).map(|(repetitions, interval)| TimerDef::Cycle {
-                    repetitions,
-                    interval,
-                })
-            }
-        };
-        read.map_err(|why| format!("the timer expression `{source}` gave `{text}`: {why}"))
+        resolve(timer, &self.snap.vars)
     }
 
     /// When `timer`, armed now at node `at`, is due; `None` when a computed timer does

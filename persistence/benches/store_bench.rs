@@ -168,6 +168,7 @@ async fn bench_store(
             content_hash: &format!("bench-{label}"),
             source: "<definitions/>",
             deployed_at_ms: T0,
+            schedules: &[],
         })
         .await?
         .id;

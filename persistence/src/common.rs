@@ -9,8 +9,9 @@ use qflow_store::memory::{effective_instances_limit, node_timer_names};
 use qflow_store::{
     Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
     DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    NewOutboxRow, OutboxRecord, OutboxState, PullTaskRecord, PurgeRequest, StoreError, StoreResult,
-    SubscriptionRecord, TimerName, TimerRecord, UserTaskQuery, UserTaskRecord, PURGE_LIMIT_MAX,
+    NewOutboxRow, OutboxRecord, OutboxState, PullTaskRecord, PurgeRequest, ScheduleRecord,
+    StoreError, StoreResult, SubscriptionRecord, TimerName, TimerRecord, UserTaskQuery,
+    UserTaskRecord, PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -123,6 +124,33 @@ pub(crate) fn timer_from_row(row: &impl StoreRow) -> StoreResult<TimerRecord> {
         due_at_ms: row.field("due_at_ms")?,
         incarnation: u32_from_db("incarnation", row.field("incarnation")?)?,
     })
+}
+
+/// The columns [`schedule_from_row`] reads.
+pub(crate) const SCHEDULE_COLUMNS: &str = "deployment, node, due_at_ms, remaining";
+
+/// Reads `SCHEDULE_COLUMNS`.
+pub(crate) fn schedule_from_row(row: &impl StoreRow) -> StoreResult<ScheduleRecord> {
+    let remaining: Option<i64> = row.field("remaining")?;
+    Ok(ScheduleRecord {
+        deployment: DeploymentId(row.field("deployment")?),
+        node: row.field("node")?,
+        due_at_ms: row.field("due_at_ms")?,
+        remaining: remaining.map(|r| u32_from_db("remaining", r)).transpose()?,
+    })
+}
+
+/// Claimed schedules in the contract's order: earliest due first, then by deployment
+/// and node (a `RETURNING` clause gives rows in no promised order).
+pub(crate) fn claimed_schedules(rows: &[impl StoreRow]) -> StoreResult<Vec<ScheduleRecord>> {
+    let mut claimed = rows
+        .iter()
+        .map(schedule_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+    claimed.sort_by(|a, b| {
+        (a.due_at_ms, a.deployment, &a.node).cmp(&(b.due_at_ms, b.deployment, &b.node))
+    });
+    Ok(claimed)
 }
 
 /// Reads `INCIDENT_COLUMNS`.
@@ -636,7 +664,14 @@ pub(crate) fn batch_deployments(batch: &[Commit]) -> Vec<i64> {
 /// one's row exists when the next is inserted, and the store's key check refuses it
 /// (one statement never inserts two rows with one key). Creations on a `retired`
 /// deployment are in no round; their outcome is already `DeploymentRetired`.
-pub(crate) fn plan(batch: &[Commit], retired: &[i64]) -> (Vec<CommitOutcome>, Vec<Vec<usize>>) {
+///
+/// `stale` are the indexes of commits whose schedule advance (`Commit::schedule`) no
+/// longer matches the stored schedule: refused as conflicts, like a lost CAS.
+pub(crate) fn plan(
+    batch: &[Commit],
+    retired: &[i64],
+    stale: &[usize],
+) -> (Vec<CommitOutcome>, Vec<Vec<usize>>) {
     let mut outcomes = vec![
         CommitOutcome::Conflict {
             current_fence: None
@@ -664,6 +699,9 @@ pub(crate) fn plan(batch: &[Commit], retired: &[i64]) -> (Vec<CommitOutcome>, Ve
         next_by_instance.insert(commit.instance, round + 1);
         if (creation || commit.moves) && retired.contains(&commit.deployment.0) {
             outcomes[index] = CommitOutcome::DeploymentRetired;
+            continue;
+        }
+        if stale.contains(&index) {
             continue;
         }
         if let Some(k) = key {

@@ -28,24 +28,24 @@ use qflow_store::memory::{effective_instances_limit, effective_subscriptions_lim
 use qflow_store::{
     effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
-    InstanceId, InstanceRecord, InstanceStatus, NewDeployment, OutboxRecord, PullQuery,
-    PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError, StoreResult,
-    SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
-    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewSchedule, OutboxRecord,
+    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleRecord, Store,
+    StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery,
+    UserTaskRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
-    claimed_outbox, claimed_timers, contested_key, deliveries_from_db, deployment_from_row,
-    ended_at_update, fence_from_db, fence_to_db, first_emit_per_key, incident_from_row,
-    instance_from_row, instances_query, last_arm_per_name, last_offer_per_node, map_all,
-    map_optional, merge_offered, outbox_from_row, plan, pull_from_row, purge_choice, purge_limit,
-    refusal, status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
-    INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, OUTBOX_COLUMNS, PULL_COLUMNS, SUBSCRIPTION_COLUMNS,
-    TIMER_COLUMNS,
+    claimed_outbox, claimed_schedules, claimed_timers, contested_key, deliveries_from_db,
+    deployment_from_row, ended_at_update, fence_from_db, fence_to_db, first_emit_per_key,
+    incident_from_row, instance_from_row, instances_query, last_arm_per_name, last_offer_per_node,
+    map_all, map_optional, merge_offered, outbox_from_row, plan, pull_from_row, purge_choice,
+    purge_limit, refusal, schedule_from_row, status_count_from_row, subscription_from_row,
+    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, OUTBOX_COLUMNS,
+    PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
@@ -454,8 +454,99 @@ async fn apply_round(
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
+    apply_schedules(tx, &winners).await?;
     apply_audit(tx, &winners).await
 }
+
+/// A new deployment's schedules replace those of the process's other deployments (the
+/// caller holds the process's deployment lock).
+async fn replace_schedules(
+    tx: &mut PgConnection,
+    record: &DeploymentRecord,
+    schedules: &[NewSchedule],
+) -> StoreResult<()> {
+    sqlx::query(
+        "DELETE FROM schedules WHERE deployment IN \
+         (SELECT id FROM deployments WHERE process_id = $1 AND id <> $2)",
+    )
+    .bind(&record.process_id)
+    .bind(record.id.0)
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
+    for s in schedules {
+        sqlx::query(
+            "INSERT INTO schedules (deployment, node, due_at_ms, remaining) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(record.id.0)
+        .bind(&s.node)
+        .bind(s.due_at_ms)
+        .bind(s.remaining.map(i64::from))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// The indexes of the batch's commits whose schedule advance names an occurrence the
+/// stored schedule is no longer due at (started elsewhere, replaced, retired). The row
+/// is locked `FOR UPDATE`: a concurrent commit of the same occurrence waits for this
+/// transaction and then reads the moved row, so it is refused.
+async fn stale_schedules(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<Vec<usize>> {
+    let mut stale = Vec::new();
+    for (index, commit) in batch.iter().enumerate() {
+        let Some(advance) = &commit.schedule else {
+            continue;
+        };
+        let due: Option<i64> = sqlx::query_scalar(
+            "SELECT due_at_ms FROM schedules WHERE deployment = $1 AND node = $2 FOR UPDATE",
+        )
+        .bind(commit.deployment.0)
+        .bind(&advance.node)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if due != Some(advance.fired_at_ms) {
+            stale.push(index);
+        }
+    }
+    Ok(stale)
+}
+
+/// Moves the winners' schedules on (dropping the lease), or deletes a schedule whose
+/// last start this was.
+async fn apply_schedules(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    for commit in winners {
+        let Some(advance) = &commit.schedule else {
+            continue;
+        };
+        let query = match advance.next {
+            Some((due_at_ms, remaining)) => sqlx::query(
+                "UPDATE schedules SET due_at_ms = $1, remaining = $2, lease_owner = NULL, \
+                 leased_until_ms = NULL WHERE deployment = $3 AND node = $4",
+            )
+            .bind(due_at_ms)
+            .bind(remaining.map(i64::from))
+            .bind(commit.deployment.0)
+            .bind(&advance.node),
+            None => sqlx::query("DELETE FROM schedules WHERE deployment = $1 AND node = $2")
+                .bind(commit.deployment.0)
+                .bind(&advance.node),
+        };
+        query.execute(&mut *tx).await.map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// Leases due schedules whose lease is free or expired, earliest due first, as
+/// [`CLAIM_SQL`] does timers (`SKIP LOCKED`, the lease re-checked on the locked row).
+const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = $1, leased_until_ms = $2 \
+     WHERE ctid = ANY(ARRAY(SELECT ctid FROM schedules \
+         WHERE due_at_ms <= $3 AND (leased_until_ms IS NULL OR leased_until_ms < $3) \
+         ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED)) \
+     RETURNING deployment, node, due_at_ms, remaining";
 
 /// Column arrays of `user_tasks` rows, for one `UNNEST`.
 #[derive(Default)]
@@ -1221,6 +1312,14 @@ impl Store for PgStore {
             tx.commit().await.map_err(backend)?;
             return Ok(record);
         }
+        // Deployments of one process are serialised from here to the commit, so that the
+        // version numbers and the schedules' replacement happen in one order: the newest
+        // deployment's schedules are the ones left.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))")
+            .bind(new.process_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         let inserted = sqlx::query(&format!(
             "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (content_hash) DO NOTHING \
@@ -1233,6 +1332,7 @@ impl Store for PgStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
+        let fresh = inserted.is_some();
         let row = match inserted {
             Some(row) => row,
             None => sqlx::query(&format!(
@@ -1244,6 +1344,9 @@ impl Store for PgStore {
             .map_err(backend)?,
         };
         let record = deployment_from_row(&row)?;
+        if fresh {
+            replace_schedules(&mut tx, &record, new.schedules).await?;
+        }
         tx.commit().await.map_err(backend)?;
         self.known_deployments.insert(record.id);
         Ok(record)
@@ -1293,6 +1396,11 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+        sqlx::query("DELETE FROM schedules WHERE deployment = $1")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok(RetireOutcome::Retired)
     }
@@ -1304,7 +1412,8 @@ impl Store for PgStore {
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
         self.check_deployments(&mut tx, &batch).await?;
         let retired = retired_deployments(&mut tx, &batch).await?;
-        let (mut outcomes, rounds) = plan(&batch, &retired);
+        let stale = stale_schedules(&mut tx, &batch).await?;
+        let (mut outcomes, rounds) = plan(&batch, &retired, &stale);
         for round in rounds {
             apply_round(&mut tx, &batch, &round, &mut outcomes).await?;
         }
@@ -1337,6 +1446,36 @@ impl Store for PgStore {
             return Ok(Vec::new());
         }
         claimed_timers(&self.relaxed_claim(CLAIM_SQL, claim, claim.limit).await?)
+    }
+
+    async fn claim_due_schedules(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<ScheduleRecord>> {
+        // Most databases have no schedule due: a read settles that without a write.
+        let due: Option<i64> = sqlx::query_scalar("SELECT min(due_at_ms) FROM schedules")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)?;
+        if claim.limit == 0 || due.is_none_or(|due| due > claim.now_ms) {
+            return Ok(Vec::new());
+        }
+        claimed_schedules(
+            &self
+                .relaxed_claim(SCHEDULE_CLAIM_SQL, claim, claim.limit)
+                .await?,
+        )
+    }
+
+    async fn schedules(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<ScheduleRecord>> {
+        let sql = format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules \
+             WHERE $1::BIGINT IS NULL OR deployment = $1 ORDER BY deployment, node COLLATE \"C\""
+        );
+        let rows = sqlx::query(&sql)
+            .bind(deployment.map(|d| d.0))
+            .fetch_all(&self.pool);
+        map_all(rows.await, schedule_from_row)
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {

@@ -28,9 +28,10 @@ use qflow_store::{
     effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
     InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident, NewOutboxRow,
-    NewSubscription, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
-    RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
-    UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    NewSchedule, NewSubscription, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome,
+    PurgeRequest, RetireOutcome, ScheduleRecord, Store, StoreError, StoreResult,
+    SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
+    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
@@ -41,14 +42,15 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 use crate::common::{
     all_counts, applied, attempt_from_row, audit_fences, audit_from_row, backend,
-    batch_deployments, claimed_outbox, claimed_timers, contested_key, deliveries_from_db,
-    deployment_from_row, ended_at_creation, ended_at_update, fence_from_db, fence_to_db,
-    first_emit_per_key, incident_from_row, instance_from_row, instances_query, last_arm_per_name,
-    last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row, plan,
-    pull_from_row, purge_choice, purge_limit, refusal, status_count_from_row,
-    subscription_from_row, timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS,
-    AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
-    OUTBOX_COLUMNS, PULL_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    batch_deployments, claimed_outbox, claimed_schedules, claimed_timers, contested_key,
+    deliveries_from_db, deployment_from_row, ended_at_creation, ended_at_update, fence_from_db,
+    fence_to_db, first_emit_per_key, incident_from_row, instance_from_row, instances_query,
+    last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row,
+    plan, pull_from_row, purge_choice, purge_limit, refusal, schedule_from_row,
+    status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
+    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
+    INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, OUTBOX_COLUMNS, PULL_COLUMNS, SCHEDULE_COLUMNS,
+    SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
@@ -483,6 +485,93 @@ async fn retired_deployments(tx: &mut SqliteConnection, batch: &[Commit]) -> Sto
     Ok(retired)
 }
 
+/// A new deployment's schedules replace those of the process's other deployments.
+async fn replace_schedules(
+    tx: &mut SqliteConnection,
+    record: &DeploymentRecord,
+    schedules: &[NewSchedule],
+) -> StoreResult<()> {
+    sqlx::query(
+        "DELETE FROM schedules WHERE deployment IN \
+         (SELECT id FROM deployments WHERE process_id = ? AND id <> ?)",
+    )
+    .bind(&record.process_id)
+    .bind(record.id.0)
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
+    for s in schedules {
+        sqlx::query(
+            "INSERT INTO schedules (deployment, node, due_at_ms, remaining) VALUES (?, ?, ?, ?)",
+        )
+        .bind(record.id.0)
+        .bind(&s.node)
+        .bind(s.due_at_ms)
+        .bind(s.remaining.map(i64::from))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// The indexes of the batch's commits whose schedule advance names an occurrence the
+/// stored schedule is no longer due at (started elsewhere, replaced, retired). Read in
+/// the write transaction, so atomic with every other writer.
+async fn stale_schedules(tx: &mut SqliteConnection, batch: &[Commit]) -> StoreResult<Vec<usize>> {
+    let mut stale = Vec::new();
+    for (index, commit) in batch.iter().enumerate() {
+        let Some(advance) = &commit.schedule else {
+            continue;
+        };
+        let due: Option<i64> =
+            sqlx::query_scalar("SELECT due_at_ms FROM schedules WHERE deployment = ? AND node = ?")
+                .bind(commit.deployment.0)
+                .bind(&advance.node)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        if due != Some(advance.fired_at_ms) {
+            stale.push(index);
+        }
+    }
+    Ok(stale)
+}
+
+/// Moves the winners' schedules on (dropping the lease), or deletes a schedule whose
+/// last start this was. Only creations that start an occurrence have one.
+async fn apply_schedules(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    for &(_, commit) in winners {
+        let Some(advance) = &commit.schedule else {
+            continue;
+        };
+        let query = match advance.next {
+            Some((due_at_ms, remaining)) => sqlx::query(
+                "UPDATE schedules SET due_at_ms = ?, remaining = ?, lease_owner = NULL, \
+                 leased_until_ms = NULL WHERE deployment = ? AND node = ?",
+            )
+            .bind(due_at_ms)
+            .bind(remaining.map(i64::from)),
+            None => sqlx::query("DELETE FROM schedules WHERE deployment = ? AND node = ?"),
+        };
+        query
+            .bind(commit.deployment.0)
+            .bind(&advance.node)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// Leases due schedules whose lease is free or expired, earliest due first, as
+/// [`CLAIM_SQL`] does timers.
+const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_until_ms = ?2 \
+     WHERE rowid IN (SELECT rowid FROM schedules \
+         WHERE due_at_ms <= ?3 AND (leased_until_ms IS NULL OR leased_until_ms < ?3) \
+         ORDER BY due_at_ms LIMIT ?4) \
+     RETURNING deployment, node, due_at_ms, remaining";
+
 /// Rows per multi-row statement. At most 9 parameters a row (an outbox row) keeps a
 /// statement far below SQLite's 32,766-parameter limit, and a batch of up to this many
 /// commits needs one statement per kind of row instead of one per row.
@@ -508,6 +597,7 @@ async fn apply_round(
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
+    apply_schedules(tx, &winners).await?;
     apply_audit(tx, &winners).await
 }
 
@@ -1287,6 +1377,7 @@ impl Store for SqliteStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
+        let fresh = inserted.is_some();
         let row = match inserted {
             Some(row) => row,
             None => sqlx::query(&format!(
@@ -1298,6 +1389,9 @@ impl Store for SqliteStore {
             .map_err(backend)?,
         };
         let record = deployment_from_row(&row)?;
+        if fresh {
+            replace_schedules(&mut tx, &record, new.schedules).await?;
+        }
         tx.commit().await.map_err(backend)?;
         self.known_deployments.insert(record.id);
         Ok(record)
@@ -1345,6 +1439,11 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+        sqlx::query("DELETE FROM schedules WHERE deployment = ?")
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok(RetireOutcome::Retired)
     }
@@ -1357,7 +1456,8 @@ impl Store for SqliteStore {
         self.check_deployments(&mut tx, &batch).await?;
         // The single writer (BEGIN IMMEDIATE) makes this read atomic with `retire`.
         let retired = retired_deployments(&mut tx, &batch).await?;
-        let (mut outcomes, rounds) = plan(&batch, &retired);
+        let stale = stale_schedules(&mut tx, &batch).await?;
+        let (mut outcomes, rounds) = plan(&batch, &retired, &stale);
         let ids: Vec<String> = batch.iter().map(|c| id_text(c.instance)).collect();
         for round in rounds {
             apply_round(&mut tx, &batch, &ids, &round, &mut outcomes).await?;
@@ -1407,6 +1507,37 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         claimed_timers(&self.relaxed_claim(CLAIM_SQL, claim, claim.limit).await?)
+    }
+
+    async fn claim_due_schedules(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<ScheduleRecord>> {
+        // Most databases have no schedule due: a read settles that without the write
+        // lock the lease would take.
+        let due: Option<i64> = sqlx::query_scalar("SELECT min(due_at_ms) FROM schedules")
+            .fetch_one(&self.readers)
+            .await
+            .map_err(backend)?;
+        if claim.limit == 0 || due.is_none_or(|due| due > claim.now_ms) {
+            return Ok(Vec::new());
+        }
+        claimed_schedules(
+            &self
+                .relaxed_claim(SCHEDULE_CLAIM_SQL, claim, claim.limit)
+                .await?,
+        )
+    }
+
+    async fn schedules(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<ScheduleRecord>> {
+        let sql = format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE ?1 IS NULL OR deployment = ?1 \
+             ORDER BY deployment, node"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(deployment.map(|d| d.0))
+            .fetch_all(&self.readers);
+        map_all(rows.await, schedule_from_row)
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {

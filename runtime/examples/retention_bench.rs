@@ -141,6 +141,7 @@ async fn fill(path: &Path, n: u64) -> Result<()> {
             content_hash: "retention-bench-old",
             source: "<definitions id='old'/>",
             deployed_at_ms: 0,
+            schedules: &[],
         })
         .await?
         .id;

@@ -258,9 +258,15 @@ impl Lane {
                     crate::lifecycle::add_events(&mut planned.commit, channel, cause, finished);
                     planned.then.outbox |= !planned.commit.outbox.emit.is_empty();
                 }
-                if let Work::Start { business_key, .. } = &req.work {
+                if let Work::Start {
+                    business_key,
+                    schedule,
+                    ..
+                } = &req.work
+                {
                     // Written with the creation only; the store keeps it from then on.
                     planned.commit.state.business_key = business_key.clone();
+                    planned.commit.schedule = schedule.clone();
                 }
                 Some((
                     Prepared {

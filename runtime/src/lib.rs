@@ -31,6 +31,7 @@ pub mod lifecycle;
 mod poller;
 pub mod pull;
 pub mod retention;
+pub mod schedules;
 pub mod signals;
 mod watch;
 
@@ -45,7 +46,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use qflow_store::{
-    DeploymentId, DeploymentRecord, InstanceId, NewDeployment, RetireOutcome, Store,
+    DeploymentId, DeploymentRecord, InstanceId, NewDeployment, NewSchedule, RetireOutcome, Store,
 };
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -195,6 +196,9 @@ pub(crate) enum Work {
         business_key: Option<String>,
         /// The start event with a trigger to start at; `None`: the none start events.
         start: Option<String>,
+        /// The occurrence of a timer start event's schedule this start is, moved on by
+        /// the creation's commit (`schedules`).
+        schedule: Option<qflow_store::ScheduleAdvance>,
     },
     Input(Input),
     /// A claimed timer row came due.
@@ -509,6 +513,7 @@ async fn deploy(
             });
         }
     }
+    let schedules = schedules_of(&def, now_ms)?;
     let mut hasher = Sha256::new();
     hasher.update(def.id.as_bytes());
     hasher.update([0u8]);
@@ -520,6 +525,7 @@ async fn deploy(
             content_hash: &hash,
             source,
             deployed_at_ms: now_ms,
+            schedules: &schedules,
         })
         .await?;
     defs.loaded
@@ -528,6 +534,33 @@ async fn deploy(
         .entry(record.id)
         .or_insert_with(|| Arc::new(def));
     Ok(record)
+}
+
+/// The schedules of `def`'s timer start events, deployed at `now_ms`
+/// (`qflow_core::schedule`). A computed timer that gives no time refuses the deployment.
+fn schedules_of(def: &Definition, now_ms: i64) -> Result<Vec<NewSchedule>, Error> {
+    let mut schedules = Vec::new();
+    for (idx, trigger) in def.process.triggered_starts() {
+        let qflow_loader::model::StartTrigger::Timer(timer) = trigger else {
+            continue;
+        };
+        let node = def.process.node(idx);
+        let first = qflow_core::schedule::first(timer, now_ms).map_err(|why| Error::Refused {
+            what: "deployment".to_owned(),
+            why: format!(
+                "process `{}`: the timer start event `{}` at {} has no schedule: {why}",
+                def.id, node.id, node.pos
+            ),
+        })?;
+        if let Some(first) = first {
+            schedules.push(NewSchedule {
+                node: node.id.clone(),
+                due_at_ms: first.due_at_ms,
+                remaining: first.remaining,
+            });
+        }
+    }
+    Ok(schedules)
 }
 
 /// Loads `source` and picks the executable process `process_id`, or the only one when
@@ -886,6 +919,7 @@ impl Runtime {
                     variables,
                     business_key: start.business_key,
                     start: start.event,
+                    schedule: None,
                 },
             )
             .await;

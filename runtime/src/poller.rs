@@ -1,4 +1,5 @@
-//! The timer poller (SPEC R3): claims due timer rows and hands them to their lanes.
+//! The timer poller (SPEC R3): claims due timer rows and hands them to their lanes, and
+//! the due occurrences of timer start events' schedules (`schedules`).
 //!
 //! It asks the store for due rows only (an index on the due instant), so its cost grows
 //! with due timers, not with parked ones. A claim leases the rows to this replica; a row
@@ -56,6 +57,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 // The lane is gone (shutdown); the lease lapses and someone claims it again.
                 return;
             }
+        }
+        if !crate::schedules::fire_due(&shared, now).await {
+            return;
         }
         if full {
             continue;

@@ -25,10 +25,10 @@ use anyhow::{anyhow, ensure, Result};
 use crate::{
     poisoned_message, Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome,
     DeliveryRecord, DeploymentId, InstanceFilter, InstanceId, InstanceState, InstanceStatus,
-    NewDeployment, NewIncident, NewOutboxRow, NewSubscription, OutboxRecord, OutboxState,
-    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, Store, StoreError,
-    TimerClaim, TimerName, TimerRecord, TimerRef, UserTaskQuery, UserTaskRecord,
-    POISONED_INCIDENT_CODE,
+    NewDeployment, NewIncident, NewOutboxRow, NewSchedule, NewSubscription, OutboxRecord,
+    OutboxState, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome,
+    ScheduleAdvance, ScheduleRecord, Store, StoreError, TimerClaim, TimerName, TimerRecord,
+    TimerRef, UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -143,6 +143,11 @@ macro_rules! conformance_tests {
             user_task_listing_pages_by_keyset_without_skips_or_repeats,
             an_offered_again_user_task_replaces_its_candidates,
             user_task_rows_go_with_a_purged_instance,
+            schedules_are_recorded_with_a_new_deployment_and_replaced_by_the_next,
+            schedule_claims_take_due_rows_earliest_first_and_lease_them,
+            a_start_moves_its_schedule_on_and_a_stale_one_writes_nothing,
+            the_last_start_deletes_its_schedule_and_retirement_deletes_the_rest,
+            replicas_racing_one_occurrence_start_one_instance,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -212,6 +217,7 @@ pub fn new_deployment<'a>(hash: &'a str, source: &'a str, at_ms: i64) -> NewDepl
         content_hash: hash,
         source,
         deployed_at_ms: at_ms,
+        schedules: &[],
     }
 }
 
@@ -3682,5 +3688,349 @@ pub async fn user_task_rows_go_with_a_purged_instance(ctx: Ctx) -> Result<()> {
         ..UserTaskQuery::default()
     };
     ensure!(s.user_tasks(&ann).await?.is_empty());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Timer start schedules
+
+fn schedule(node: &str, due_at_ms: i64, remaining: Option<u32>) -> NewSchedule {
+    NewSchedule {
+        node: node.to_owned(),
+        due_at_ms,
+        remaining,
+    }
+}
+
+/// Deploys process `process` with content `hash` and these schedules.
+async fn deploy_scheduled(
+    store: &dyn Store,
+    process: &str,
+    hash: &str,
+    schedules: &[NewSchedule],
+) -> Result<DeploymentId> {
+    let source = format!("<definitions id='{hash}'/>");
+    Ok(store
+        .deploy(NewDeployment {
+            process_id: process,
+            content_hash: hash,
+            source: &source,
+            deployed_at_ms: T0,
+            schedules,
+        })
+        .await?
+        .id)
+}
+
+/// `(deployment, node, due, remaining)` of every schedule.
+async fn schedule_rows(s: &dyn Store) -> Result<Vec<(i64, String, i64, Option<u32>)>> {
+    Ok(s.schedules(None)
+        .await?
+        .into_iter()
+        .map(|r| (r.deployment.0, r.node, r.due_at_ms, r.remaining))
+        .collect())
+}
+
+/// The creation of `instance` that starts the occurrence of `node` due at `fired`.
+fn scheduled_start(
+    instance: InstanceId,
+    deployment: DeploymentId,
+    node: &str,
+    fired: i64,
+    next: Option<(i64, Option<u32>)>,
+) -> Commit {
+    let mut c = commit(instance, None, deployment);
+    c.schedule = Some(ScheduleAdvance {
+        node: node.to_owned(),
+        fired_at_ms: fired,
+        next,
+    });
+    c
+}
+
+/// A new deployment records its schedules; a newer deployment of the same process
+/// replaces them (even with none of its own), the same content again changes nothing,
+/// and another process's schedules are left alone.
+pub async fn schedules_are_recorded_with_a_new_deployment_and_replaced_by_the_next(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let v1 = deploy_scheduled(
+        s,
+        "report",
+        "r1",
+        &[
+            schedule("nightly", T0 + 100, None),
+            schedule("once", T0 + 50, Some(1)),
+        ],
+    )
+    .await?;
+    let other = deploy_scheduled(s, "billing", "b1", &[schedule("tick", T0 + 10, Some(3))]).await?;
+    ensure!(
+        schedule_rows(s).await?
+            == vec![
+                (v1.0, "nightly".to_owned(), T0 + 100, None),
+                (v1.0, "once".to_owned(), T0 + 50, Some(1)),
+                (other.0, "tick".to_owned(), T0 + 10, Some(3)),
+            ],
+        "rows as deployed, by deployment then node: {:?}",
+        schedule_rows(s).await?
+    );
+    let only_v1 = s.schedules(Some(v1)).await?;
+    ensure!(only_v1.len() == 2 && only_v1.iter().all(|r| r.deployment == v1));
+
+    // The same content again: the same deployment, and its rows as they were (the
+    // schedules given this time are not looked at).
+    let again = deploy_scheduled(s, "report", "r1", &[schedule("nightly", T0 + 999, None)]).await?;
+    ensure!(again == v1);
+    ensure!(s.schedules(Some(v1)).await?.len() == 2);
+
+    let v2 = deploy_scheduled(s, "report", "r2", &[schedule("nightly", T0 + 200, None)]).await?;
+    ensure!(
+        schedule_rows(ctx.second.as_ref()).await?
+            == vec![
+                (other.0, "tick".to_owned(), T0 + 10, Some(3)),
+                (v2.0, "nightly".to_owned(), T0 + 200, None),
+            ],
+        "v2 replaced v1's rows: {:?}",
+        schedule_rows(s).await?
+    );
+    deploy_scheduled(s, "report", "r3", &[]).await?;
+    ensure!(
+        schedule_rows(s).await? == vec![(other.0, "tick".to_owned(), T0 + 10, Some(3))],
+        "a newer deployment without timer starts leaves the process none"
+    );
+    Ok(())
+}
+
+/// A claim takes the rows due at its instant, earliest first, up to its limit, and
+/// leases them: no other claim gets them until the lease lapses.
+pub async fn schedule_claims_take_due_rows_earliest_first_and_lease_them(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let a = deploy_scheduled(
+        s,
+        "a",
+        "a1",
+        &[
+            schedule("late", T0 + 300, None),
+            schedule("early", T0 + 100, None),
+        ],
+    )
+    .await?;
+    let b = deploy_scheduled(s, "b", "b1", &[schedule("mid", T0 + 200, Some(2))]).await?;
+    ensure!(s
+        .claim_due_schedules(poll(T0 + 99, 1_000, "r1", 10))
+        .await?
+        .is_empty());
+    let first = s
+        .claim_due_schedules(poll(T0 + 250, 1_000, "r1", 1))
+        .await?;
+    ensure!(
+        first
+            == vec![ScheduleRecord {
+                deployment: a,
+                node: "early".to_owned(),
+                due_at_ms: T0 + 100,
+                remaining: None,
+            }],
+        "the earliest due row, within the limit: {first:?}"
+    );
+    let rest = ctx
+        .second
+        .claim_due_schedules(poll(T0 + 250, 1_000, "r2", 10))
+        .await?;
+    ensure!(
+        rest.iter()
+            .map(|r| (r.deployment, r.node.as_str()))
+            .collect::<Vec<_>>()
+            == vec![(b, "mid")],
+        "the leased row is not claimed again; the not-yet-due one is not claimed: {rest:?}"
+    );
+    ensure!(rest[0].remaining == Some(2));
+    // A lease holds up to and including its end, then lapses.
+    let now_due = s
+        .claim_due_schedules(poll(T0 + 1_250, 1_000, "r2", 10))
+        .await?;
+    ensure!(
+        now_due.iter().map(|r| r.node.as_str()).collect::<Vec<_>>() == vec!["late"],
+        "only the row due since the first claims, the others leased up to now: {now_due:?}"
+    );
+    let lapsed = s
+        .claim_due_schedules(poll(T0 + 1_251, 1_000, "r2", 10))
+        .await?;
+    ensure!(
+        lapsed.iter().map(|r| r.node.as_str()).collect::<Vec<_>>() == vec!["early", "mid"],
+        "lapsed leases are claimable again, earliest first: {lapsed:?}"
+    );
+    ensure!(s
+        .claim_due_schedules(poll(T0, 1_000, "r1", 0))
+        .await?
+        .is_empty());
+    Ok(())
+}
+
+/// A creation carrying a schedule advance moves the row on (and frees its lease) with
+/// the instance; one naming an occurrence the row is no longer at is a conflict that
+/// writes nothing at all, in a batch whose other commits still apply.
+pub async fn a_start_moves_its_schedule_on_and_a_stale_one_writes_nothing(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy_scheduled(s, "report", "r1", &[schedule("tick", T0 + 100, Some(3))]).await?;
+    ensure!(
+        s.claim_due_schedules(poll(T0 + 100, 60_000, "r1", 10))
+            .await?
+            .len()
+            == 1
+    );
+    let start = scheduled_start(id(1), dep, "tick", T0 + 100, Some((T0 + 200, Some(2))));
+    ensure!(matches!(
+        commit_one(s, start).await?,
+        CommitOutcome::Applied { fence: 1 }
+    ));
+    ensure!(
+        schedule_rows(s).await? == vec![(dep.0, "tick".to_owned(), T0 + 200, Some(2))],
+        "moved on"
+    );
+    // The lease went with the move: the next occurrence is claimable when due.
+    ensure!(
+        s.claim_due_schedules(poll(T0 + 200, 60_000, "r2", 10))
+            .await?
+            .len()
+            == 1
+    );
+
+    // A replica that claimed the first occurrence late starts it again: refused.
+    let mut timer_row = scheduled_start(id(2), dep, "tick", T0 + 100, Some((T0 + 200, Some(2))));
+    timer_row.timers.arm = vec![timer(id(2), "t:a", T0 + 5_000, 1)];
+    let plain = commit(id(3), None, dep);
+    let outcomes = s.commit(vec![timer_row, plain]).await?;
+    ensure!(
+        matches!(
+            outcomes[0],
+            CommitOutcome::Conflict {
+                current_fence: None
+            }
+        ) && matches!(outcomes[1], CommitOutcome::Applied { .. }),
+        "the stale start conflicts, the other commit applies: {outcomes:?}"
+    );
+    ensure!(
+        s.instance(id(2)).await?.is_none(),
+        "no instance of the stale start"
+    );
+    ensure!(
+        s.timers(id(2)).await?.is_empty(),
+        "no rows of the stale start"
+    );
+    ensure!(
+        schedule_rows(s).await? == vec![(dep.0, "tick".to_owned(), T0 + 200, Some(2))],
+        "the schedule is where the first start left it"
+    );
+    // A start naming a node with no schedule is refused the same way.
+    let unknown = scheduled_start(id(4), dep, "nope", T0 + 100, None);
+    ensure!(matches!(
+        commit_one(s, unknown).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    ensure!(s.instance(id(4)).await?.is_none());
+    Ok(())
+}
+
+/// The start of a schedule's last occurrence deletes its row; a retirement deletes the
+/// deployment's rows, and a start racing it afterwards is refused.
+pub async fn the_last_start_deletes_its_schedule_and_retirement_deletes_the_rest(
+    ctx: Ctx,
+) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy_scheduled(
+        s,
+        "report",
+        "r1",
+        &[
+            schedule("once", T0 + 10, Some(1)),
+            schedule("tick", T0 + 20, None),
+        ],
+    )
+    .await?;
+    let last = scheduled_start(id(1), dep, "once", T0 + 10, None);
+    ensure!(matches!(
+        commit_one(s, last).await?,
+        CommitOutcome::Applied { .. }
+    ));
+    ensure!(schedule_rows(s).await? == vec![(dep.0, "tick".to_owned(), T0 + 20, None)]);
+    // Retirement waits for no schedule, only for instances: end the one started.
+    let mut done = commit(id(1), Some(1), dep);
+    done.state.status = InstanceStatus::Completed;
+    ensure!(matches!(
+        commit_one(s, done).await?,
+        CommitOutcome::Applied { .. }
+    ));
+    ensure!(s.retire(dep).await? == RetireOutcome::Retired);
+    ensure!(
+        schedule_rows(ctx.second.as_ref()).await?.is_empty(),
+        "retired with its rows"
+    );
+    let late = scheduled_start(id(2), dep, "tick", T0 + 20, Some((T0 + 40, None)));
+    ensure!(!matches!(
+        commit_one(s, late).await?,
+        CommitOutcome::Applied { .. }
+    ));
+    ensure!(s.instance(id(2)).await?.is_none());
+    Ok(())
+}
+
+/// Two replicas claim and start the occurrences of one schedule as fast as they can:
+/// every occurrence starts exactly one instance, each instance id derived from its
+/// occurrence as the runtime derives it, and the schedule ends after its last start.
+pub async fn replicas_racing_one_occurrence_start_one_instance(ctx: Ctx) -> Result<()> {
+    const STARTS: u32 = 40;
+    let dep = deploy_scheduled(
+        &*ctx.store,
+        "report",
+        "r1",
+        &[schedule("tick", T0 + 1, Some(STARTS))],
+    )
+    .await?;
+    let replica = |store: Arc<dyn Store>, owner: &'static str| {
+        tokio::spawn(async move {
+            let mut started = Vec::new();
+            // Each claim's lease is shorter than the clock's step, so the replicas
+            // keep claiming the same occurrences: only the commit keeps them apart.
+            for round in 0..(STARTS as i64 * 8) {
+                let now = T0 + 1 + round;
+                for row in store.claim_due_schedules(poll(now, 0, owner, 4)).await? {
+                    let remaining = row.remaining.expect("bounded");
+                    let next = (remaining > 1).then(|| (row.due_at_ms + 1, Some(remaining - 1)));
+                    let instance = id(row.due_at_ms as u128);
+                    let start = scheduled_start(instance, dep, &row.node, row.due_at_ms, next);
+                    let outcome = store.commit(vec![start]).await?;
+                    if matches!(outcome[0], CommitOutcome::Applied { .. }) {
+                        started.push(row.due_at_ms);
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, StoreError>(started)
+        })
+    };
+    let a = replica(ctx.store.clone(), "replica-a");
+    let b = replica(ctx.second.clone(), "replica-b");
+    let (a, b) = (a.await??, b.await??);
+    let mut all: Vec<i64> = a.iter().chain(b.iter()).copied().collect();
+    all.sort();
+    let expected: Vec<i64> = (0..STARTS as i64).map(|n| T0 + 1 + n).collect();
+    ensure!(
+        all == expected,
+        "each occurrence started once: {} starts for {STARTS} occurrences",
+        all.len()
+    );
+    ensure!(
+        schedule_rows(&*ctx.store).await?.is_empty(),
+        "ended after its last start"
+    );
+    println!(
+        "{:?}: replica a started {}, replica b {}",
+        ctx.label,
+        a.len(),
+        b.len()
+    );
     Ok(())
 }

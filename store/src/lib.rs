@@ -59,6 +59,54 @@ pub struct NewDeployment<'a> {
     /// The BPMN XML as deployed.
     pub source: &'a str,
     pub deployed_at_ms: i64,
+    /// The schedules of the process's timer start events (one per event; empty for a
+    /// process without one). A deployment the store records anew replaces, in the same
+    /// transaction, every schedule of the process's other deployments with these: the
+    /// newest deployment of a process is the one its timers start (hot-deploy), and an
+    /// older one never starts again, even if the newer one is retired later. The same
+    /// content deployed again returns the existing deployment and changes no schedule.
+    pub schedules: &'a [NewSchedule],
+}
+
+/// A timer start event's schedule to record with a deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSchedule {
+    /// The timer start event's BPMN id.
+    pub node: String,
+    /// When it first starts an instance.
+    pub due_at_ms: i64,
+    /// How many starts are left, this one included (`None`: unbounded, a cycle without
+    /// a repetition count). A row whose last start commits is deleted by that commit.
+    pub remaining: Option<u32>,
+}
+
+/// A timer start event's schedule as stored: the deployment's start event `node` next
+/// starts an instance at `due_at_ms`. Claimed like a timer
+/// ([`Store::claim_due_schedules`]) and moved on only by the commit that creates the
+/// instance of its occurrence ([`Commit::schedule`]), so one occurrence starts one
+/// instance, whichever replicas claim it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleRecord {
+    pub deployment: DeploymentId,
+    pub node: String,
+    pub due_at_ms: i64,
+    /// Starts left, the due one included; `None`: unbounded.
+    pub remaining: Option<u32>,
+}
+
+/// What a creation commit does to the schedule whose occurrence it starts: applied only
+/// if the schedule of `(commit.deployment, node)` is still due at `fired_at_ms`
+/// (compare-and-swap, checked in the commit's transaction); otherwise the whole commit
+/// is refused as a [`CommitOutcome::Conflict`] and writes nothing — another replica
+/// started this occurrence, or the schedule was replaced or retired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleAdvance {
+    pub node: String,
+    /// The due instant of the occurrence this commit starts.
+    pub fired_at_ms: i64,
+    /// The next occurrence and the starts left from it; `None`: this was the last one,
+    /// and the row is deleted.
+    pub next: Option<(i64, Option<u32>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -581,6 +629,10 @@ pub struct Commit {
     pub outbox: OutboxWrites,
     /// User-task rows (the task list): offered, assigned, withdrawn.
     pub user_tasks: UserTaskWrites,
+    /// A creation that starts an occurrence of a timer start event's schedule moves the
+    /// schedule on, atomically with the creation (see [`ScheduleAdvance`]). `None` for
+    /// every other commit.
+    pub schedule: Option<ScheduleAdvance>,
     /// The update may move the instance onto another deployment (a migration): the
     /// store checks, atomically with `retire`, that `deployment` is not retired, as it
     /// does for a creation. Ordinary steps leave it `false` and take no such lock.
@@ -636,6 +688,7 @@ impl Commit {
             pull: PullWrites::default(),
             outbox: OutboxWrites::default(),
             user_tasks: UserTaskWrites::default(),
+            schedule: None,
             moves: false,
         }
     }
@@ -807,7 +860,8 @@ pub trait Store: Send + Sync + 'static {
     async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>>;
     /// All deployments, oldest first.
     async fn deployments(&self) -> StoreResult<Vec<DeploymentRecord>>;
-    /// Refused while a running or FAILED instance references the deployment (R5).
+    /// Refused while a running or FAILED instance references the deployment (R5). A
+    /// retirement deletes the deployment's schedules in the same transaction.
     async fn retire(&self, id: DeploymentId) -> StoreResult<RetireOutcome>;
 
     /// Applies a batch of commits for distinct instances in one transaction (one fsync:
@@ -842,6 +896,16 @@ pub trait Store: Send + Sync + 'static {
     /// this concurrently never receive the same row while its lease holds. Cost grows with
     /// due timers, not with parked ones (an index on `due_at_ms`).
     async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>>;
+    /// Leases up to `limit` timer start schedules due at or before `now_ms` whose lease
+    /// is free or has expired, earliest due first, as [`Store::claim_due_timers`] does
+    /// timers. A lease only keeps other replicas from starting the same occurrence at
+    /// the same time; what makes one occurrence start one instance is the commit's
+    /// [`ScheduleAdvance`]. A claimed row stays claimed until its lease lapses or a
+    /// commit advances it (which drops the lease).
+    async fn claim_due_schedules(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<ScheduleRecord>>;
+    /// The schedules of `deployment`, or of every deployment, by deployment and node.
+    async fn schedules(&self, deployment: Option<DeploymentId>)
+        -> StoreResult<Vec<ScheduleRecord>>;
     /// The earliest due instant of any timer, leased or not.
     async fn next_timer_due(&self) -> StoreResult<Option<i64>>;
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>>;

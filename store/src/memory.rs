@@ -20,10 +20,10 @@ use crate::{
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, IncidentWrites,
     InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident,
     OutboxRecord, OutboxState, OutboxWrites, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome,
-    PurgeRequest, RetireOutcome, Store, StoreError, StoreResult, SubscriptionRecord,
-    SubscriptionWrites, TimerClaim, TimerKind, TimerName, TimerRecord, TimerWrites, UserTaskQuery,
-    UserTaskRecord, UserTaskWrites, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
-    SUBSCRIPTIONS_LIMIT_MAX,
+    PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult,
+    SubscriptionRecord, SubscriptionWrites, TimerClaim, TimerKind, TimerName, TimerRecord,
+    TimerWrites, UserTaskQuery, UserTaskRecord, UserTaskWrites, POISONED_INCIDENT_CODE,
+    PULL_QUERY_LIMIT_MAX, SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -44,6 +44,15 @@ struct TimerRow {
 }
 
 type TimerKey = (InstanceId, TimerName);
+
+/// A timer start event's schedule with its claim lease. Schedules are few — one per
+/// timer start event of a process's newest deployment — so a claim walks them all.
+#[derive(Debug, Clone)]
+struct ScheduleRow {
+    due_at_ms: i64,
+    remaining: Option<u32>,
+    leased_until_ms: Option<i64>,
+}
 
 /// An outbox row with its claim lease, which the contract's record does not show.
 #[derive(Debug, Clone)]
@@ -90,6 +99,8 @@ struct State {
     /// `(created_at_ms, instance, node)`: the listing order.
     user_tasks: BTreeMap<(InstanceId, String), UserTaskRecord>,
     user_tasks_by_created: BTreeSet<(i64, InstanceId, String)>,
+    /// Timer start schedules by `(deployment, node)`.
+    schedules: BTreeMap<(DeploymentId, String), ScheduleRow>,
     /// Row ids handed out so far; ids are never reused, even after a purge.
     incident_ids: i64,
     audit_ids: i64,
@@ -172,6 +183,14 @@ impl State {
             (Some(expected), Some(current)) if expected == current => current + 1,
             _ => return CommitOutcome::Conflict { current_fence },
         };
+        if let Some(advance) = &commit.schedule {
+            let row = self
+                .schedules
+                .get(&(commit.deployment, advance.node.clone()));
+            if row.is_none_or(|r| r.due_at_ms != advance.fired_at_ms) {
+                return CommitOutcome::Conflict { current_fence };
+            }
+        }
         let created_at_ms = stored.map_or(commit.now_ms, |i| i.created_at_ms);
         // The first commit that ends the instance sets the end; later ones keep it.
         let ended_at_ms = commit
@@ -208,6 +227,9 @@ impl State {
                 self.business_keys.insert(slot, commit.instance);
             }
         }
+        if let Some(advance) = commit.schedule {
+            self.advance_schedule(commit.deployment, advance);
+        }
         self.instances.insert(
             commit.instance,
             InstanceRecord {
@@ -238,6 +260,27 @@ impl State {
             commit.now_ms,
         );
         CommitOutcome::Applied { fence }
+    }
+
+    /// Moves a schedule on to its next occurrence, or deletes it after its last (the
+    /// caller has checked that the fired occurrence is the row's).
+    fn advance_schedule(&mut self, deployment: DeploymentId, advance: ScheduleAdvance) {
+        let key = (deployment, advance.node);
+        match advance.next {
+            Some((due_at_ms, remaining)) => {
+                self.schedules.insert(
+                    key,
+                    ScheduleRow {
+                        due_at_ms,
+                        remaining,
+                        leased_until_ms: None,
+                    },
+                );
+            }
+            None => {
+                self.schedules.remove(&key);
+            }
+        }
     }
 
     fn apply_timers(&mut self, instance: InstanceId, timers: TimerWrites) {
@@ -726,6 +769,25 @@ impl Store for MemoryStore {
             deployed_at_ms: new.deployed_at_ms,
             retired: false,
         };
+        let same_process: BTreeSet<DeploymentId> = state
+            .deployments
+            .iter()
+            .filter(|d| d.process_id == new.process_id)
+            .map(|d| d.id)
+            .collect();
+        state
+            .schedules
+            .retain(|(deployment, _), _| !same_process.contains(deployment));
+        for s in new.schedules {
+            state.schedules.insert(
+                (record.id, s.node.clone()),
+                ScheduleRow {
+                    due_at_ms: s.due_at_ms,
+                    remaining: s.remaining,
+                    leased_until_ms: None,
+                },
+            );
+        }
         state.deployments.push(record.clone());
         Ok(record)
     }
@@ -753,6 +815,9 @@ impl Store for MemoryStore {
         }
         let index = (id.0 - 1) as usize;
         state.deployments[index].retired = true;
+        state
+            .schedules
+            .retain(|(deployment, _), _| *deployment != id);
         Ok(RetireOutcome::Retired)
     }
 
@@ -819,6 +884,52 @@ impl Store for MemoryStore {
         rows.sort_by_key(|i| (i.created_at_ms, i.id));
         rows.truncate(effective_instances_limit(filter.limit) as usize);
         Ok(rows.into_iter().cloned().collect())
+    }
+
+    async fn claim_due_schedules(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<ScheduleRecord>> {
+        let mut state = self.lock();
+        let mut due: Vec<(i64, DeploymentId, String)> = state
+            .schedules
+            .iter()
+            .filter(|(_, row)| row.due_at_ms <= claim.now_ms)
+            // A lease holds up to and including `leased_until_ms`.
+            .filter(|(_, row)| row.leased_until_ms.is_none_or(|until| until < claim.now_ms))
+            .map(|((deployment, node), row)| (row.due_at_ms, *deployment, node.clone()))
+            .collect();
+        due.sort();
+        due.truncate(claim.limit as usize);
+        let mut claimed = Vec::with_capacity(due.len());
+        for (due_at_ms, deployment, node) in due {
+            let key = (deployment, node);
+            if let Some(row) = state.schedules.get_mut(&key) {
+                row.leased_until_ms = Some(claim.now_ms.saturating_add(claim.lease_ms));
+                claimed.push(ScheduleRecord {
+                    deployment,
+                    node: key.1,
+                    due_at_ms,
+                    remaining: row.remaining,
+                });
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn schedules(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<ScheduleRecord>> {
+        let state = self.lock();
+        Ok(state
+            .schedules
+            .iter()
+            .filter(|((d, _), _)| deployment.is_none_or(|want| *d == want))
+            .map(|((d, node), row)| ScheduleRecord {
+                deployment: *d,
+                node: node.clone(),
+                due_at_ms: row.due_at_ms,
+                remaining: row.remaining,
+            })
+            .collect())
     }
 
     async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>> {

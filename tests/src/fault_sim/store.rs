@@ -423,6 +423,18 @@ impl Store for FaultyStore {
         self.inner.instances(filter).await
     }
 
+    async fn claim_due_schedules(
+        &self,
+        claim: TimerClaim<'_>,
+    ) -> StoreResult<Vec<qflow_store::ScheduleRecord>> {
+        self.inner.claim_due_schedules(claim).await
+    }
+    async fn schedules(
+        &self,
+        deployment: Option<DeploymentId>,
+    ) -> StoreResult<Vec<qflow_store::ScheduleRecord>> {
+        self.inner.schedules(deployment).await
+    }
     async fn claim_due_timers(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<TimerRecord>> {
         self.tick();
         if self.read_fails() {

@@ -1,0 +1,128 @@
+//! Timer start events (BPMN §10.5.2; SPEC L2): a deployment's schedule of starts, kept
+//! durably in the store and fired by the timer poller, on every replica, never twice.
+//!
+//! A deployment records the first occurrence of each of its timer start events
+//! (`qflow_core::schedule::first`) with the deployment itself; a newer deployment of the
+//! process replaces the older one's schedules in the same transaction (hot-deploy), and
+//! a retirement deletes them. The poller claims due schedules as it claims timers
+//! (`Store::claim_due_schedules`, a lease), and hands each occurrence to the lane of the
+//! instance it starts:
+//!
+//! - the instance's id is derived from the deployment, the event and the occurrence's
+//!   due instant ([`occurrence_instance_id`]), so the same occurrence always means the
+//!   same instance;
+//! - its creation commit carries the schedule's move to the next occurrence
+//!   (`Commit::schedule`), applied only if the row is still due at this occurrence: a
+//!   replica that claimed the same occurrence after a lease lapsed, or a start racing a
+//!   hot-deploy or a retirement, writes nothing.
+//!
+//! So one occurrence starts one instance whatever the replicas do, and a crash between
+//! the claim and the commit only delays the start until the lease lapses.
+
+use std::sync::Arc;
+
+use qflow_core::schedule::{self, Occurrence};
+use qflow_loader::model::{NodeKind, StartTrigger};
+use qflow_store::{DeploymentId, InstanceId, ScheduleAdvance, ScheduleRecord, TimerClaim};
+
+use super::{Request, Shared, Work};
+
+/// The most schedules one poll claims.
+const CLAIM_MAX: u32 = 64;
+
+/// The instance the occurrence of `node`'s schedule due at `due_at_ms` starts on
+/// `deployment`: the same for every replica and every claim of the occurrence.
+pub fn occurrence_instance_id(deployment: DeploymentId, node: &str, due_at_ms: i64) -> InstanceId {
+    crate::signals::derived_instance_id("timer", node, &due_at_ms.to_string(), deployment)
+}
+
+/// Claims the schedules due at `now` and sends each occurrence's start to its lane.
+/// Returns `false` when the lanes are gone (shutdown).
+pub(crate) async fn fire_due(shared: &Arc<Shared>, now: i64) -> bool {
+    let claimed = match shared
+        .store
+        .claim_due_schedules(TimerClaim {
+            now_ms: now,
+            lease_ms: shared.config.timer_lease_ms,
+            owner: &shared.config.replica_id,
+            limit: CLAIM_MAX,
+        })
+        .await
+    {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(error = %e, "schedule poll failed; trying again next interval");
+            return true;
+        }
+    };
+    for row in claimed {
+        let Some(work) = start_of(shared, &row, now).await else {
+            continue;
+        };
+        let instance = occurrence_instance_id(row.deployment, &row.node, row.due_at_ms);
+        let req = Request {
+            instance,
+            work,
+            started_ms: None,
+            reply: None,
+            retries: 0,
+        };
+        let lane = shared.lane_of(instance);
+        if shared.lanes[lane].send(req).await.is_err() {
+            // Shutting down: the lease lapses and a replica claims it again.
+            return false;
+        }
+    }
+    true
+}
+
+/// The start of `row`'s occurrence, with the schedule's move to the next one; `None`
+/// (logged) when the deployment cannot be read now — the lease lapses and the
+/// occurrence is claimed again.
+async fn start_of(shared: &Arc<Shared>, row: &ScheduleRecord, now: i64) -> Option<Work> {
+    let def = match shared.defs.get(row.deployment).await {
+        Ok(def) => def,
+        Err(e) => {
+            tracing::warn!(deployment = row.deployment.0, node = %row.node, error = %e,
+                "a timer start could not read its deployment; trying again later");
+            return None;
+        }
+    };
+    let timer = def
+        .process
+        .find(&row.node)
+        .and_then(|idx| match &def.process.node(idx).kind {
+            NodeKind::TriggeredStart(StartTrigger::Timer(timer)) => Some(timer.clone()),
+            _ => None,
+        });
+    let fired = Occurrence {
+        due_at_ms: row.due_at_ms,
+        remaining: row.remaining,
+    };
+    let next = match timer.as_ref().map(|t| schedule::next(t, fired, now)) {
+        Some(Ok(next)) => next,
+        Some(Err(why)) => {
+            tracing::warn!(deployment = row.deployment.0, node = %row.node, %why,
+                "a timer start cycle no longer gives a cycle; this is its last start");
+            None
+        }
+        // The store names an event the deployment does not have: start nothing, and
+        // end the schedule (the instance's step would refuse the start anyway).
+        None => {
+            tracing::warn!(deployment = row.deployment.0, node = %row.node,
+                "a schedule names no timer start event of its deployment");
+            None
+        }
+    };
+    Some(Work::Start {
+        deployment: row.deployment,
+        variables: Default::default(),
+        business_key: None,
+        start: Some(row.node.clone()),
+        schedule: Some(ScheduleAdvance {
+            node: row.node.clone(),
+            fired_at_ms: row.due_at_ms,
+            next: next.map(|n| (n.due_at_ms, n.remaining)),
+        }),
+    })
+}
