@@ -19,7 +19,9 @@ pub fn unsupported_elements(def: &Definition) -> Vec<(String, &'static str)> {
                 NodeKind::CallActivity { .. } => "call activity",
                 // Nothing keeps a deployment's schedule yet: deployed, it would never
                 // start an instance.
-                NodeKind::TriggeredStart(StartTrigger::Timer(_)) => "timer start event",
+                NodeKind::TriggeredStart(StartTrigger::Timer(_)) if n.scope.is_none() => {
+                    "timer start event"
+                }
                 NodeKind::Task(t) => match t.kind {
                     TaskKind::Send { message: None } => "send task without a message",
                     _ => return None,
