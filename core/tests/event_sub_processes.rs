@@ -410,3 +410,51 @@ fn a_resumed_instance_arms_its_process_level_event_sub_processes_again() {
         .map(|s| s.at_ms);
     assert_eq!(fired, Some(3_601_000));
 }
+
+#[test]
+fn an_attempt_in_flight_is_reported_interrupted_and_its_late_answer_is_stale() {
+    let def = model_with(
+        DECLS,
+        &format!(
+            r#"<startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="pay"/>
+    <serviceTask id="pay" q:task="pay">
+      <extensionElements><q:retry maxAttempts="3"/></extensionElements>
+    </serviceTask>
+    <sequenceFlow id="f2" sourceRef="pay" targetRef="e"/>
+    <endEvent id="e"/>
+    {}"#,
+            r#"<subProcess id="cancelled" triggeredByEvent="true">
+      <startEvent id="cancelled_start"><messageEventDefinition messageRef="msg"/></startEvent>
+      <sequenceFlow id="c1" sourceRef="cancelled_start" targetRef="confirm"/>
+      <userTask id="confirm"/>
+      <sequenceFlow id="c2" sourceRef="confirm" targetRef="cancelled_end"/>
+      <endEvent id="cancelled_end"/>
+    </subProcess>"#
+        ),
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{ "variables": { "order_id": "A-1" },
+          "tasks": { "pay": [{ "outcome": "ok", "outputs": { "paid": true }, "after_ms": 5000 }] },
+          "events": [
+            { "event": "message", "at_ms": 1000, "name": "order-cancelled", "correlation_key": "A-1" },
+            { "event": "complete_user_task", "at_ms": 10000, "node": "confirm" }
+          ] }"#,
+    );
+    let at_message = trace.steps.iter().find(|s| s.at_ms == 1000).unwrap();
+    assert!(at_message.effects.iter().any(|e| matches!(
+        e,
+        Effect::AttemptFinished { node, outcome: qflow_core::AttemptOutcome::Interrupted, .. } if node == "pay"
+    )));
+    // The handler's answer at 5 s comes for a task the event sub-process ended.
+    let late = trace.steps.iter().find(|s| s.at_ms == 5000).unwrap();
+    assert!(
+        matches!(late.effects.as_slice(), [Effect::Stale { reason }] if reason.contains("not pending")),
+        "{:?}",
+        late.effects
+    );
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert!(!end.variables().contains_key("paid"));
+}
