@@ -784,10 +784,14 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     fn finish(self) -> (Process, Meta) {
         // An event sub-process with several starts was refused (Q128); only one with
         // exactly one is listed.
-        let starts = &self.event_starts;
-        let event_sub_processes = starts
+        let mut count: BTreeMap<NodeIdx, usize> = BTreeMap::new();
+        for (esp, ..) in &self.event_starts {
+            *count.entry(*esp).or_default() += 1;
+        }
+        let event_sub_processes = self
+            .event_starts
             .iter()
-            .filter(|(esp, ..)| starts.iter().filter(|(e, ..)| e == esp).count() == 1)
+            .filter(|(esp, ..)| count.get(esp) == Some(&1))
             .map(|&(node, start, interrupting)| EventSubProcess {
                 node,
                 start,
