@@ -458,3 +458,77 @@ fn an_attempt_in_flight_is_reported_interrupted_and_its_late_answer_is_stale() {
     assert_eq!(end.status(), Status::Completed);
     assert!(!end.variables().contains_key("paid"));
 }
+
+#[test]
+fn a_non_interrupting_message_event_sub_process_takes_every_message_of_its_key() {
+    let def = waiting_beside(&esp(
+        "noted",
+        r#" isInterrupting="false""#,
+        r#"<messageEventDefinition messageRef="msg"/>"#,
+    ));
+    let trace = run_scenario(
+        &def,
+        r#"{ "variables": { "order_id": "A-1" }, "events": [
+          { "event": "message", "at_ms": 10, "name": "order-cancelled", "correlation_key": "A-1", "variables": { "n": 1 } },
+          { "event": "message", "at_ms": 20, "name": "order-cancelled", "correlation_key": "B-2" },
+          { "event": "message", "at_ms": 30, "name": "order-cancelled", "correlation_key": "A-1", "variables": { "n": 2 } },
+          { "event": "complete_user_task", "at_ms": 40, "node": "wait" }
+        ] }"#,
+    );
+    assert_eq!(esp_catches(&trace).len(), 2);
+    assert!(matches!(
+        trace.steps[2].effects.as_slice(),
+        [Effect::Stale { .. }]
+    ));
+    // Each catch closes the row and the sync opens it again under the key.
+    let opened = effects(&trace)
+        .iter()
+        .filter(|(_, e)| matches!(e, Effect::Subscribe { node, key, .. } if node == "noted_start" && key == "A-1"))
+        .count();
+    assert_eq!(opened, 3);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert_eq!(end.variables().get("n"), Some(&serde_json::json!(2)));
+    assert!(end.subscriptions().is_empty());
+}
+
+#[test]
+fn an_event_sub_process_inside_an_event_sub_process_is_armed_while_its_parent_runs() {
+    let def = waiting_beside(
+        r#"<subProcess id="halted" triggeredByEvent="true">
+      <startEvent id="halted_start"><signalEventDefinition signalRef="sig"/></startEvent>
+      <sequenceFlow id="h1" sourceRef="halted_start" targetRef="review"/>
+      <userTask id="review"/>
+      <sequenceFlow id="h2" sourceRef="review" targetRef="halted_end"/>
+      <endEvent id="halted_end"/>
+      <subProcess id="nag" triggeredByEvent="true">
+        <startEvent id="nag_start" isInterrupting="false"><timerEventDefinition><timeCycle>R2/PT1H</timeCycle></timerEventDefinition></startEvent>
+        <sequenceFlow id="n1" sourceRef="nag_start" targetRef="nag_end"/>
+        <endEvent id="nag_end"/>
+      </subProcess>
+    </subProcess>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{ "events": [
+          { "event": "signal", "at_ms": 1000, "name": "halt" },
+          { "event": "complete_user_task", "at_ms": 10000000, "node": "review" }
+        ] }"#,
+    );
+    let first = Snapshot::decode(&trace.steps[0].snapshot).unwrap();
+    assert!(!first.timers().contains_key("b:nag_start"));
+    let halted = Snapshot::decode(&trace.steps[1].snapshot).unwrap();
+    assert_eq!(halted.tokens(), ["halted", "review"]);
+    assert!(halted.timers().contains_key("b:nag_start"));
+    assert_eq!(
+        esp_catches(&trace),
+        [
+            ("halted_start".to_owned(), "halted".to_owned(), true),
+            ("nag_start".to_owned(), "nag".to_owned(), false),
+            ("nag_start".to_owned(), "nag".to_owned(), false),
+        ]
+    );
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert!(end.timers().is_empty());
+}
