@@ -532,3 +532,68 @@ fn an_event_sub_process_inside_an_event_sub_process_is_armed_while_its_parent_ru
     assert_eq!(end.status(), Status::Completed);
     assert!(end.timers().is_empty());
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// Law: whenever an interrupting timer event sub-process fires — while an attempt is
+    /// in flight or in a backoff park — the instance completes, nothing of the task runs
+    /// after the instant it fired, and no timer or retry key is left; when it does not
+    /// fire, the task succeeded (completed) or exhausted its budget (FAILED) first, and
+    /// no timer is left either.
+    #[test]
+    fn an_interrupting_timer_leaves_nothing_of_the_task_behind(
+        deadline_s in 1u64..200,
+        outcomes in proptest::collection::vec((proptest::bool::ANY, 0u64..30_000), 1..6),
+    ) {
+        let def = model_with(
+            DECLS,
+            &format!(
+                r#"<startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="pay"/>
+    <serviceTask id="pay" q:task="pay">
+      <extensionElements><q:retry maxAttempts="6" initialInterval="PT10S" maxInterval="PT40S" jitter="none"/></extensionElements>
+    </serviceTask>
+    <sequenceFlow id="f2" sourceRef="pay" targetRef="e"/>
+    <endEvent id="e"/>
+    {}"#,
+                esp(
+                    "late",
+                    "",
+                    &format!("<timerEventDefinition><timeDuration>PT{deadline_s}S</timeDuration></timerEventDefinition>")
+                )
+            ),
+        );
+        let tasks: Vec<serde_json::Value> = outcomes
+            .iter()
+            .map(|(ok, after)| {
+                if *ok {
+                    serde_json::json!({ "outcome": "ok", "outputs": {}, "after_ms": after })
+                } else {
+                    serde_json::json!({ "outcome": "fail", "code": "DOWN", "message": "down", "after_ms": after })
+                }
+            })
+            .collect();
+        let scenario = serde_json::json!({ "tasks": { "pay": tasks } }).to_string();
+        let trace = run_scenario(&def, &scenario);
+        let end = last(&trace);
+        let fired = trace.steps.iter().find(|s| {
+            matches!(&s.input, Input::TimerFired { name, .. } if name.as_str() == "b:late_start")
+        });
+        proptest::prop_assert!(end.timers().is_empty());
+        if end.status() == Status::Failed {
+            // Every attempt failed before the deadline: FAILED resolved the timer too.
+            proptest::prop_assert!(fired.is_none());
+            proptest::prop_assert_eq!(end.failure().unwrap().code, "DOWN");
+        } else {
+            proptest::prop_assert_eq!(end.status(), Status::Completed);
+        }
+        if let Some(fired) = fired {
+            proptest::prop_assert_eq!(end.attempt("pay"), 0);
+            let at = fired.at_ms;
+            let after: Vec<_> = runs_of(&trace, "pay").into_iter().filter(|(t, _)| *t > at).collect();
+            proptest::prop_assert!(after.is_empty(), "{:?}", after);
+            proptest::prop_assert!(!end.variables().contains_key("paid"));
+        }
+    }
+}
