@@ -215,10 +215,13 @@ fn waiting_user_task(p: &Process, snap: &Snapshot, node: &str) -> Option<String>
     }
 }
 
-/// The message a receive task, message catch event or message boundary event at `idx`
-/// waits for.
+/// The message a receive task, message catch event, message boundary event or message
+/// start of an event sub-process at `idx` waits for.
 pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
     match &p.node(idx).kind {
+        NodeKind::TriggeredStart(StartTrigger::Message { name }) if p.node(idx).scope.is_some() => {
+            Some(name)
+        }
         NodeKind::Task(Task {
             kind: TaskKind::Receive { message },
             ..
@@ -232,9 +235,13 @@ pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
     }
 }
 
-/// The signal a signal catch event or signal boundary event at `idx` waits for.
+/// The signal a signal catch event, signal boundary event or signal start of an event
+/// sub-process at `idx` waits for.
 pub(super) fn awaited_signal(p: &Process, idx: NodeIdx) -> Option<&str> {
     match &p.node(idx).kind {
+        NodeKind::TriggeredStart(StartTrigger::Signal { name }) if p.node(idx).scope.is_some() => {
+            Some(name)
+        }
         NodeKind::IntermediateCatch(CatchTrigger::Signal { name }) => Some(name),
         NodeKind::Boundary(Boundary {
             trigger: BoundaryTrigger::Signal { name },
@@ -300,6 +307,12 @@ fn signal_waiters(
             }
         }
     }
+    // Then the event sub-processes armed for it, after every token's own waits.
+    for s in super::event_sub::armed_starts(p, snap) {
+        if awaited_signal(p, s) == Some(name) && at.is_none_or(|n| p.node(s).id == n) {
+            found.push((s, None));
+        }
+    }
     found
 }
 
@@ -320,13 +333,20 @@ fn message_waiter(
                 snap.subscriptions.get(&p.node(idx).id).map(String::as_str) == Some(k)
             })
     };
-    snap.tokens.iter().find_map(|t| {
+    let token_wait = snap.tokens.iter().find_map(|t| {
         let idx = p.find(t)?;
         let gateway = matches!(p.node(idx).kind, NodeKind::EventBasedGateway);
         message_waits(p, idx)
             .into_iter()
             .find(|w| receives(*w))
             .map(|w| (w, (gateway && w != idx).then_some(idx)))
+    });
+    // Then the event sub-processes armed for it, after every token's own waits.
+    token_wait.or_else(|| {
+        super::event_sub::armed_starts(p, snap)
+            .into_iter()
+            .find(|s| receives(*s))
+            .map(|s| (s, None))
     })
 }
 
@@ -415,9 +435,13 @@ impl<'a> Run<'a> {
                 start,
             } => {
                 let starts: Vec<NodeIdx> = match start {
-                    // A triggered start begins the instance at that event alone.
+                    // A triggered start begins the instance at that event alone (an event
+                    // sub-process's start is not where an instance begins).
                     Some(id) => match self.p.find(&id) {
-                        Some(i) if matches!(self.p.node(i).kind, NodeKind::TriggeredStart(_)) => {
+                        Some(i)
+                            if matches!(self.p.node(i).kind, NodeKind::TriggeredStart(_))
+                                && self.p.node(i).scope.is_none() =>
+                        {
                             vec![i]
                         }
                         _ => {
@@ -437,8 +461,11 @@ impl<'a> Run<'a> {
                 }
                 self.snap.status = Status::Running;
                 self.snap.vars = variables;
-                for s in starts {
-                    self.queue.push_back((s, None));
+                // The process's event sub-processes are armed for the instance's life.
+                if self.arm_event_starts(None) {
+                    for s in starts {
+                        self.queue.push_back((s, None));
+                    }
                 }
             }
             Input::TaskCompleted {
@@ -516,7 +543,10 @@ impl<'a> Run<'a> {
                     // The wait is over: should the token come back here in this step, its
                     // subscription opens again with the key evaluated afresh.
                     self.close_subscription(self.id(idx));
-                    if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
+                    if let Some(esp) = self.p.event_start(idx) {
+                        self.record_event_start(EventKind::Message, esp, None, Some(&name));
+                        self.start_event_sub_process(esp, variables);
+                    } else if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
                         let on = Some((b.attached_to, b.interrupting));
                         self.record_catch(EventKind::Message, idx, on, None, Some(&name));
                         self.message_boundary(idx, b.attached_to, b.interrupting, variables);
@@ -538,6 +568,21 @@ impl<'a> Run<'a> {
                 // those of one token first, boundaries after the token's own wait.
                 let waits = signal_waiters(self.p, &self.snap, &name, node.as_deref());
                 for (idx, gateway) in waits {
+                    if let Some(esp) = self.p.event_start(idx) {
+                        let scope = self.p.node(esp.node).scope;
+                        if !super::event_sub::armed(self.p, &self.snap, scope) {
+                            // An earlier catch of this same signal ended or disarmed the
+                            // scope.
+                            continue;
+                        }
+                        // A non-interrupting one goes on waiting, its row as it is.
+                        if esp.interrupting {
+                            self.close_subscription(self.id(idx));
+                        }
+                        self.record_event_start(EventKind::Signal, esp, None, Some(&name));
+                        self.start_event_sub_process(esp, variables.clone());
+                        continue;
+                    }
                     let host_gone = match &self.p.node(idx).kind {
                         NodeKind::Boundary(b) => {
                             !self.snap.tokens.iter().any(|t| t == self.id(b.attached_to))
@@ -808,6 +853,11 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn boundary_timer_fired(&mut self, boundary: NodeIdx, name: TimerName) {
+        // `b:` also names the timer start of an event sub-process: a boundary on its
+        // enclosing scope in all but name.
+        if let Some(esp) = self.p.event_start(boundary) {
+            return self.event_timer_fired(esp.clone(), name);
+        }
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
         };
@@ -815,36 +865,50 @@ impl<'a> Run<'a> {
         self.record_catch(EventKind::Timer, boundary, on, None, Some(name.as_str()));
         if b.interrupting {
             self.interrupt(b.attached_to);
-        } else if let BoundaryTrigger::Timer(
-            timer @ (TimerDef::Cycle { .. }
-            | TimerDef::Computed {
-                kind: TimeKind::Cycle,
-                ..
-            }),
-        ) = &b.trigger
-        {
-            // A computed cycle is evaluated again for each repetition, over the variables
-            // as they are when it fires.
-            let (repetitions, interval) = match self.resolve_timer(timer) {
-                Ok(TimerDef::Cycle {
-                    repetitions,
-                    interval,
-                }) => (repetitions, interval),
-                Ok(_) => return,
-                Err(message) => {
-                    return self.fail(codes::EXPRESSION_FAILED, Some(boundary), None, message)
-                }
-            };
-            let fired = self.snap.cycles.get(name.as_str()).copied().unwrap_or(0) + 1;
-            if repetitions.is_none_or(|r| (fired as u64) < r as u64) {
-                self.snap.cycles.insert(name.as_str().to_owned(), fired);
-                let due = self.after(interval);
-                self.arm(name, due);
-            } else {
-                self.snap.cycles.remove(name.as_str());
+        } else if let BoundaryTrigger::Timer(timer) = &b.trigger {
+            if !self.rearm_cycle(boundary, timer, name) {
+                return;
             }
         }
         self.leave(boundary);
+    }
+
+    /// A non-interrupting timer at `node` named `name` fired: a cycle is armed again
+    /// while repetitions are left (a computed cycle evaluated again, over the variables
+    /// as they are when it fires); any other timer fires once. `false` when a computed
+    /// cycle failed the instance.
+    pub(super) fn rearm_cycle(&mut self, node: NodeIdx, timer: &TimerDef, name: TimerName) -> bool {
+        let cycle = matches!(
+            timer,
+            TimerDef::Cycle { .. }
+                | TimerDef::Computed {
+                    kind: TimeKind::Cycle,
+                    ..
+                }
+        );
+        if !cycle {
+            return true;
+        }
+        let (repetitions, interval) = match self.resolve_timer(timer) {
+            Ok(TimerDef::Cycle {
+                repetitions,
+                interval,
+            }) => (repetitions, interval),
+            Ok(_) => return false,
+            Err(message) => {
+                self.fail(codes::EXPRESSION_FAILED, Some(node), None, message);
+                return false;
+            }
+        };
+        let fired = self.snap.cycles.get(name.as_str()).copied().unwrap_or(0) + 1;
+        if repetitions.is_none_or(|r| (fired as u64) < r as u64) {
+            self.snap.cycles.insert(name.as_str().to_owned(), fired);
+            let due = self.after(interval);
+            self.arm(name, due);
+        } else {
+            self.snap.cycles.remove(name.as_str());
+        }
+        true
     }
 
     /// A route-less `q:timeout` fired while the task's attempt was in flight.
@@ -964,11 +1028,16 @@ impl<'a> Run<'a> {
         }
         match &node.kind {
             NodeKind::StartEvent | NodeKind::Boundary(_) => self.leave(idx),
+            // An event sub-process's start: its trigger's catch was recorded as it fired.
+            NodeKind::TriggeredStart(_) if node.scope.is_some() => self.leave(idx),
             NodeKind::TriggeredStart(trigger) => {
                 let (kind, name) = match trigger {
                     StartTrigger::Message { name } => (EventKind::Message, Some(name.as_str())),
                     StartTrigger::Signal { name } => (EventKind::Signal, Some(name.as_str())),
                     StartTrigger::Timer(_) => (EventKind::Timer, None),
+                    // Only an event sub-process's start catches these (the arm above).
+                    StartTrigger::Error { .. } => (EventKind::Error, None),
+                    StartTrigger::Escalation { .. } => (EventKind::Escalation, None),
                 };
                 self.record_catch(kind, idx, None, None, name);
                 self.leave(idx);

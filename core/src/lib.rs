@@ -29,7 +29,8 @@
 //! decides what a failed attempt means (E4–E8); `timers.rs` names, arms and resolves
 //! timers; `redrive.rs` re-emits in-flight attempts after a crash (C7a); `delivery.rs`
 //! is a channel's delivery curve, the one arithmetic the dispatcher and the simulator share;
-//! `path.rs` records, when asked ([`step_traced`]), the path a step took.
+//! `path.rs` records, when asked ([`step_traced`]), the path a step took;
+//! `event_sub.rs` arms and starts event sub-processes.
 
 pub mod delivery;
 pub mod error;
@@ -41,6 +42,7 @@ pub mod sim;
 pub mod snapshot;
 
 mod channel;
+mod event_sub;
 mod flow;
 mod gateway;
 mod migrate;

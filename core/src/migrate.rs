@@ -21,7 +21,9 @@
 
 use std::collections::BTreeMap;
 
-use qflow_loader::model::{BoundaryTrigger, CatchTrigger, Definition, NodeKind, Process, TaskKind};
+use qflow_loader::model::{
+    BoundaryTrigger, CatchTrigger, Definition, NodeKind, Process, StartTrigger, TaskKind,
+};
 
 use super::flow::Run;
 use super::timers::{TimerKind, TimerName};
@@ -129,6 +131,10 @@ pub(super) fn problems(
             (TimerKind::Timeout, Some(NodeKind::Task(task))) => task.timeout.is_some(),
             (TimerKind::Boundary, Some(NodeKind::Boundary(b))) => {
                 matches!(b.trigger, BoundaryTrigger::Timer(_))
+            }
+            // The timer start of an event sub-process.
+            (TimerKind::Boundary, Some(NodeKind::TriggeredStart(StartTrigger::Timer(_)))) => {
+                p.find(to).is_some_and(|i| p.event_start(i).is_some())
             }
             (TimerKind::Catch, Some(NodeKind::IntermediateCatch(CatchTrigger::Timer(_)))) => true,
             _ => false,

@@ -43,16 +43,23 @@ pub enum PathEvent {
         name: Option<String>,
     },
     /// `node` caught an event: a boundary (attached to `on`), an intermediate catch event,
-    /// a receive task, or a link's catch.
+    /// a receive task, a link's catch, or the start event of an event sub-process (then
+    /// `event_sub_process` names it, and `on` its enclosing sub-process, absent at
+    /// process level).
     Catch {
         event: EventKind,
         node: String,
-        /// The activity a boundary event is attached to.
+        /// The activity a boundary event is attached to; the sub-process an event
+        /// sub-process is in.
         #[serde(skip_serializing_if = "Option::is_none")]
         on: Option<String>,
-        /// For a boundary event: whether it ended the activity.
+        /// For a boundary event: whether it ended the activity; for an event
+        /// sub-process: whether it ended everything else in its scope.
         #[serde(skip_serializing_if = "Option::is_none")]
         interrupting: Option<bool>,
+        /// The event sub-process whose start event caught the event.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        event_sub_process: Option<String>,
         /// The error or escalation code caught (the thrown one, also for a catch-all).
         #[serde(skip_serializing_if = "Option::is_none")]
         code: Option<String>,
@@ -241,6 +248,28 @@ impl Run<'_> {
             node: r.id(node).to_owned(),
             on: boundary.map(|(host, _)| r.id(host).to_owned()),
             interrupting: boundary.map(|(_, i)| i),
+            event_sub_process: None,
+            code: code.map(str::to_owned),
+            name: name.map(str::to_owned),
+        });
+    }
+
+    /// The start event `start` of an event sub-process in `scope` caught `event`.
+    pub(super) fn record_catch_in(
+        &mut self,
+        event: EventKind,
+        start: NodeIdx,
+        scope: Option<NodeIdx>,
+        interrupting: bool,
+        code: Option<&str>,
+        name: Option<&str>,
+    ) {
+        self.record(|r| PathEvent::Catch {
+            event,
+            node: r.id(start).to_owned(),
+            on: scope.map(|s| r.id(s).to_owned()),
+            interrupting: Some(interrupting),
+            event_sub_process: r.p.node(start).scope.map(|e| r.id(e).to_owned()),
             code: code.map(str::to_owned),
             name: name.map(str::to_owned),
         });

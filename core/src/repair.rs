@@ -46,6 +46,10 @@ impl Run<'_> {
             .and_then(|n| self.p.find(n));
         self.snap.status = Status::Running;
         self.snap.clear_failure();
+        // The process's event sub-processes wait again, their timers from now.
+        if !self.arm_event_starts(None) {
+            return;
+        }
         self.effects.push(Effect::ResolveIncident {
             node: failure.and_then(|f| f.node).unwrap_or_default(),
         });

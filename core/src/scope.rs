@@ -2,10 +2,15 @@
 //! their boundaries, interruption, terminate end events, and the FAILED/completed endings.
 //!
 //! An error looks for a catching boundary on the activity that raised it (exact code
-//! first, then catch-all), then on each enclosing sub-process outwards; uncaught, the
+//! first, then catch-all), then, for each enclosing sub-process outwards, an event
+//! sub-process inside it with a catching start (the inside catches first), then a
+//! catching boundary on it; last the process's event sub-processes; uncaught, the
 //! instance is FAILED with a structured code. An escalation looks the same way, from the
 //! sub-process the throw event is in outwards; uncaught it is no failure (§10.5.5: an
 //! escalation is a notice to the enclosing level, not an error), and the throw goes on.
+//! What an event sub-process throws goes past its siblings: the event sub-processes of
+//! its own enclosing scope do not catch it (one of them catching it would end the thrower
+//! and could start it again, forever).
 //! Nothing here reads the clock or does I/O.
 
 use qflow_loader::model::{Boundary, BoundaryTrigger, NodeIdx, NodeKind, Process};
@@ -73,13 +78,23 @@ impl<'a> Run<'a> {
         message: String,
         uncaught: &str,
     ) {
-        while let Some(sp) = scope {
+        // Whether the level just left was an event sub-process (see the module doc).
+        let mut from_event_sub = false;
+        loop {
+            if !from_event_sub {
+                if let Some(esp) = self.armed_catching_start(scope, false, code.as_deref()) {
+                    self.record_event_start(EventKind::Error, &esp, code.as_deref(), None);
+                    return self.start_event_sub_process(&esp, Default::default());
+                }
+            }
+            let Some(sp) = scope else { break };
             if let Some(b) = self.catching_boundary(sp, code.as_deref()) {
                 let on = Some((sp, true));
                 self.record_catch(EventKind::Error, b, on, code.as_deref(), None);
                 self.interrupt(sp);
                 return self.leave(b);
             }
+            from_event_sub = self.p.event_sub_process(sp).is_some();
             scope = self.p.node(sp).scope;
         }
         self.record_uncaught(EventKind::Error, origin, code.as_deref());
@@ -121,7 +136,16 @@ impl<'a> Run<'a> {
         code: Option<&str>,
     ) -> bool {
         self.record_throw(EventKind::Escalation, origin, code, None);
-        while let Some(sp) = scope {
+        let mut from_event_sub = false;
+        loop {
+            if !from_event_sub {
+                if let Some(esp) = self.armed_catching_start(scope, true, code) {
+                    self.record_event_start(EventKind::Escalation, &esp, code, None);
+                    self.start_event_sub_process(&esp, Default::default());
+                    return !esp.interrupting;
+                }
+            }
+            let Some(sp) = scope else { break };
             if let Some(b) = self.escalation_boundary(sp, code) {
                 let interrupting = matches!(
                     self.p.node(b).kind,
@@ -143,6 +167,7 @@ impl<'a> Run<'a> {
                 self.leave(b);
                 return !interrupting;
             }
+            from_event_sub = self.p.event_sub_process(sp).is_some();
             scope = self.p.node(sp).scope;
         }
         self.record_uncaught(EventKind::Escalation, origin, code);
@@ -368,8 +393,11 @@ fn catching(
     catch_all
 }
 
-/// The escalation boundary that catches `code` raised by the activity `idx` itself: its
-/// own, else the nearest enclosing sub-process's.
+/// The escalation boundary (or event sub-process start) that catches `code` raised by
+/// the activity `idx` itself: its own boundary, else, outwards, an event sub-process of
+/// each enclosing scope, then that sub-process's boundary — the order [`Run::escalate`]
+/// looks in. (Read off the model alone: whether a scope is armed is the step's
+/// question.)
 pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {
     fn of(t: &BoundaryTrigger) -> Option<Option<&str>> {
         match t {
@@ -377,14 +405,24 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
             _ => None,
         }
     }
-    let mut host = Some(idx);
-    while let Some(h) = host {
-        if let Some(b) = catching(p, h, of, code) {
+    if let Some(b) = catching(p, idx, of, code) {
+        return Some(b);
+    }
+    let mut scope = p.node(idx).scope;
+    let mut from_event_sub = false;
+    loop {
+        if !from_event_sub {
+            if let Some(e) = super::event_sub::catching_start(p, scope, true, code) {
+                return Some(e.start);
+            }
+        }
+        let sp = scope?;
+        if let Some(b) = catching(p, sp, of, code) {
             return Some(b);
         }
-        host = p.node(h).scope;
+        from_event_sub = p.event_sub_process(sp).is_some();
+        scope = p.node(sp).scope;
     }
-    None
 }
 
 pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {

@@ -4,7 +4,8 @@
 //! A message whose declaration carries a correlation key (`q:correlationKey`, or Zeebe's
 //! `zeebe:subscription`) is correlated by name *and* key: a token waiting for it — at a
 //! receive task, a message catch event, a message catch racing after an event-based
-//! gateway, or an activity with a message boundary event — opens a subscription under
+//! gateway, an activity with a message boundary event, or the message start of an event
+//! sub-process while its enclosing scope is armed — opens a subscription under
 //! the key's value, evaluated over the instance
 //! variables when the wait begins. The snapshot keeps it (`c/<node>`), and the step
 //! reports it to the shell ([`Effect::Subscribe`] / [`Effect::Unsubscribe`]), which keeps
@@ -20,7 +21,8 @@
 //! instance opens its waits' subscriptions again, with keys evaluated afresh.
 //!
 //! A signal wait — a signal catch event, a signal catch racing after an event-based
-//! gateway, an activity's signal boundary — holds a subscription too, under the empty
+//! gateway, an activity's signal boundary, the signal start of an armed event
+//! sub-process — holds a subscription too, under the empty
 //! key (a message's key never is empty): a broadcast of the signal finds every waiting
 //! instance by the name alone.
 //!
@@ -141,6 +143,13 @@ impl<'a> Run<'a> {
                 if !waits.iter().any(|(i, _)| *i == w.0) {
                     waits.push(w);
                 }
+            }
+        }
+        // The event sub-processes armed now wait too, for as long as their scope is
+        // armed.
+        for s in super::event_sub::armed_starts(self.p, &self.snap) {
+            if let Some(w) = keyed(s).or_else(|| signal(s)) {
+                waits.push(w);
             }
         }
         waits

@@ -2,7 +2,9 @@
 //!
 //! A name is `<kind>:<node id>`; the kind letter says which machinery armed it:
 //! `r` a retry park (E4), `t` a route-less `q:timeout` window (L5), `b` a timer boundary
-//! event (the id is the boundary's), `c` an intermediate timer catch event. The node id
+//! event (the id is the boundary's) or the timer start of an event sub-process (the id is
+//! the start event's: it is a boundary of the enclosing scope in all but name), `c` an
+//! intermediate timer catch event. The node id
 //! follows the first colon verbatim, so ids containing colons round-trip.
 
 use qflow_loader::iso8601;
@@ -251,9 +253,10 @@ impl Run<'_> {
         }
     }
 
-    /// Arms the timer boundaries of `host`. All their dues are worked out first: if a
-    /// computed one does not evaluate, the instance has failed, nothing is armed, and the
-    /// caller must stop (`false`).
+    /// Arms the timer boundaries of `host` (and, for a sub-process, the timer starts of
+    /// its event sub-processes). All their dues are worked out first: if a computed one
+    /// does not evaluate, the instance has failed, nothing is armed, and the caller must
+    /// stop (`false`).
     #[must_use]
     pub(super) fn arm_boundaries(&mut self, host: NodeIdx) -> bool {
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(host).collect();
@@ -270,6 +273,9 @@ impl Run<'_> {
         }
         for (b, due) in dues {
             self.arm(TimerName::new(TimerKind::Boundary, self.id(b)), due);
+        }
+        if matches!(self.p.node(host).kind, NodeKind::SubProcess) {
+            return self.arm_event_starts(Some(host));
         }
         true
     }
@@ -313,7 +319,8 @@ impl Run<'_> {
     }
 
     /// Resolves every timer that belongs to the activity `idx`: its timeout window, its
-    /// retry park, its catch timer and its boundary timers.
+    /// retry park, its catch timer, its boundary timers and, for a sub-process, the timer
+    /// starts of its event sub-processes.
     pub(super) fn disarm(&mut self, idx: NodeIdx) {
         if self.snap.timers.is_empty() {
             return;
@@ -330,6 +337,9 @@ impl Run<'_> {
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
         for b in boundaries {
             self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)));
+        }
+        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+            self.disarm_event_starts(Some(idx));
         }
         if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
             let outgoing = &self.p.node(idx).outgoing;

@@ -190,10 +190,11 @@ pub fn validate_with(
         let triggered = definition
             .process
             .find(start)
-            .map(|i| &definition.process.node(i).kind);
-        match triggered {
+            .map(|i| definition.process.node(i));
+        match triggered.map(|n| (&n.kind, n.scope)) {
             None => problem("start_event".into(), no_node(definition, start)),
-            Some(NodeKind::TriggeredStart(_)) => {}
+            // An event sub-process's start is no start of the instance.
+            Some((NodeKind::TriggeredStart(_), None)) => {}
             Some(_) => problem(
                 "start_event".into(),
                 format!(

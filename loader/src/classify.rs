@@ -10,7 +10,7 @@ use crate::model::*;
 pub(crate) fn classify(def: &Definition) -> Classification {
     let mut reasons = Vec::new();
     for n in &def.process.nodes {
-        for why in node_reasons(&n.kind) {
+        for why in node_reasons(&n.kind, n.scope.is_some()) {
             reasons.push(format!("node `{}`: {why}", n.id));
         }
     }
@@ -21,7 +21,9 @@ pub(crate) fn classify(def: &Definition) -> Classification {
     }
 }
 
-fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
+/// `nested`: the node is inside a sub-process (a triggered start there is an event
+/// sub-process's).
+fn node_reasons(kind: &NodeKind, nested: bool) -> Vec<&'static str> {
     let mut out = Vec::new();
     match kind {
         NodeKind::Task(t) => {
@@ -62,6 +64,15 @@ fn node_reasons(kind: &NodeKind) -> Vec<&'static str> {
         | NodeKind::EndEvent(EndKind::Signal { .. }) => out.push("signal throw (outbox)"),
         NodeKind::IntermediateThrow(ThrowTrigger::Message { .. })
         | NodeKind::EndEvent(EndKind::Message { .. }) => out.push("message throw (outbox)"),
+        NodeKind::TriggeredStart(StartTrigger::Message { .. }) if nested => {
+            out.push("event sub-process message start (waits)")
+        }
+        NodeKind::TriggeredStart(StartTrigger::Signal { .. }) if nested => {
+            out.push("event sub-process signal start (waits)")
+        }
+        NodeKind::TriggeredStart(StartTrigger::Timer(_)) if nested => {
+            out.push("event sub-process timer start (timer)")
+        }
         NodeKind::TriggeredStart(StartTrigger::Message { .. }) => {
             out.push("message start (deployment subscription)")
         }

@@ -107,6 +107,26 @@ pub struct Process {
     /// intermediate throw, a none end event): `zeebe:ioMapping` outputs, or
     /// `camunda:inputOutput` where Camunda 7 allows it. Empty for almost every model.
     pub event_mappings: BTreeMap<NodeIdx, EventMappings>,
+    /// The event sub-processes (`subProcess triggeredByEvent="true"`, §10.3.5), in
+    /// document order. Empty for almost every model.
+    pub event_sub_processes: Vec<EventSubProcess>,
+}
+
+/// An event sub-process: an embedded sub-process ([`NodeKind::SubProcess`]) that no flow
+/// enters. Its one start event ([`NodeKind::TriggeredStart`] inside it) is armed while
+/// the sub-process's enclosing scope — the process, or an embedded sub-process — is
+/// active, the way a boundary event is armed while its activity runs; when the trigger
+/// fires, a token enters the event sub-process at that start event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSubProcess {
+    /// The event sub-process node.
+    pub node: NodeIdx,
+    /// Its start event.
+    pub start: NodeIdx,
+    /// `isInterrupting` of the start event (default `true`; an error start always is).
+    /// An interrupting one ends everything else in the enclosing scope when it fires,
+    /// and the scope completes when it does; a non-interrupting one runs beside.
+    pub interrupting: bool,
 }
 
 impl Process {
@@ -126,15 +146,41 @@ impl Process {
                 .then_some(NodeIdx(i as u32))
         })
     }
-    /// The start events with a trigger (all at process level), in document order.
+    /// The process-level start events with a trigger, in document order: where an
+    /// instance may start. The start events of event sub-processes are not among them.
     pub fn triggered_starts(&self) -> impl Iterator<Item = (NodeIdx, &StartTrigger)> + '_ {
         self.nodes
             .iter()
             .enumerate()
             .filter_map(|(i, n)| match &n.kind {
-                NodeKind::TriggeredStart(t) => Some((NodeIdx(i as u32), t)),
+                NodeKind::TriggeredStart(t) if n.scope.is_none() => Some((NodeIdx(i as u32), t)),
                 _ => None,
             })
+    }
+    /// The event sub-process whose node is `node`, if it is one.
+    pub fn event_sub_process(&self, node: NodeIdx) -> Option<&EventSubProcess> {
+        self.event_sub_processes.iter().find(|e| e.node == node)
+    }
+    /// The event sub-process whose start event is `start`, if it is one.
+    pub fn event_start(&self, start: NodeIdx) -> Option<&EventSubProcess> {
+        self.event_sub_processes.iter().find(|e| e.start == start)
+    }
+    /// The event sub-processes directly in `scope` (`None`: the process), in document
+    /// order: the ones the scope's life arms.
+    pub fn event_sub_processes_in(
+        &self,
+        scope: Option<NodeIdx>,
+    ) -> impl Iterator<Item = &EventSubProcess> + '_ {
+        self.event_sub_processes
+            .iter()
+            .filter(move |e| self.node(e.node).scope == scope)
+    }
+    /// The trigger of an event sub-process's start event.
+    pub fn start_trigger(&self, start: NodeIdx) -> Option<&StartTrigger> {
+        match &self.node(start).kind {
+            NodeKind::TriggeredStart(t) => Some(t),
+            _ => None,
+        }
     }
     /// The start event a message named `name` starts an instance at, if there is one.
     pub fn message_start(&self, name: &str) -> Option<NodeIdx> {
@@ -178,9 +224,12 @@ pub struct Node {
 pub enum NodeKind {
     /// A none start event: where `Input::Start` puts the first token.
     StartEvent,
-    /// A process-level start event with a trigger (§10.5.2): an instance starts here when
-    /// the trigger fires — a message correlated to the deployment, a signal broadcast, a
-    /// timer of the deployment's schedule. It is never where a plain start begins.
+    /// A start event with a trigger (§10.5.2). At process level an instance starts here
+    /// when the trigger fires — a message correlated to the deployment, a signal
+    /// broadcast, a timer of the deployment's schedule; it is never where a plain start
+    /// begins. Inside an event sub-process (its `scope`, listed in
+    /// [`Process::event_sub_processes`]) it is that sub-process's start: the trigger —
+    /// also an error or an escalation there — is armed while the enclosing scope is.
     TriggeredStart(StartTrigger),
     EndEvent(EndKind),
     Task(Task),
@@ -238,8 +287,16 @@ pub enum StartTrigger {
     /// A signal with this name, broadcast: every live deployment with such a start event
     /// starts one instance.
     Signal { name: String },
-    /// The deployment's schedule: a date, a duration after deployment, or a cycle.
+    /// The deployment's schedule: a date, a duration after deployment, or a cycle. In an
+    /// event sub-process: a timer armed when the enclosing scope is entered (it may be
+    /// computed from the variables there).
     Timer(TimerDef),
+    /// Only in an event sub-process: catches a BPMN error thrown in the enclosing scope.
+    /// `code = None` is catch-all.
+    Error { code: Option<String> },
+    /// Only in an event sub-process: catches an escalation thrown in the enclosing
+    /// scope. `code = None` is catch-all.
+    Escalation { code: Option<String> },
 }
 
 #[derive(Debug, Clone)]

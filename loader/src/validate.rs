@@ -36,6 +36,8 @@ struct Index {
     boundaries: Vec<Vec<NodeIdx>>,
     /// Every node refused for its kind; reachable by fiat (see `Meta::refused`).
     refused: Vec<NodeIdx>,
+    /// Event sub-processes per enclosing scope: reached when their scope is.
+    event_subs: BTreeMap<Option<NodeIdx>, Vec<NodeIdx>>,
 }
 
 impl Index {
@@ -45,7 +47,12 @@ impl Index {
             refused_roots: BTreeMap::new(),
             boundaries: vec![Vec::new(); p.nodes.len()],
             refused: meta.refused.iter().copied().collect(),
+            event_subs: BTreeMap::new(),
         };
+        for e in &meta.event_subs {
+            let scope = p.node(*e).scope;
+            ix.event_subs.entry(scope).or_default().push(*e);
+        }
         for (i, n) in p.nodes.iter().enumerate() {
             match &n.kind {
                 NodeKind::StartEvent | NodeKind::TriggeredStart(_) => {
@@ -72,6 +79,10 @@ impl Index {
 
     fn refused_roots(&self, scope: Option<NodeIdx>) -> &[NodeIdx] {
         self.refused_roots.get(&scope).map_or(&[], Vec::as_slice)
+    }
+
+    fn event_subs(&self, scope: Option<NodeIdx>) -> &[NodeIdx] {
+        self.event_subs.get(&scope).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -100,7 +111,9 @@ fn starts(
         if ix.starts(scope).is_empty() {
             startless.insert(scope);
         }
-        if ix.starts(scope).is_empty() && !refused {
+        // An event sub-process's start is checked where it is read (Q128).
+        let event_sub = scope.is_some_and(|s| meta.event_subs.contains(&s));
+        if ix.starts(scope).is_empty() && !refused && !event_sub {
             diags.push(
                 Diagnostic::error("Q106", pos, format!("{what} has no none start event"))
                     .with_help("add a <startEvent> without an event definition"),
@@ -110,8 +123,9 @@ fn starts(
     startless
 }
 
-/// Every node reachable from a process start; entering a sub-process reaches its starts;
-/// an activity reaches its boundary events; a link throw reaches its link catch.
+/// Every node reachable from a process start; entering a sub-process reaches its starts
+/// and its event sub-processes (the process's are reached from the start); an activity
+/// reaches its boundary events; a link throw reaches its link catch.
 fn reachability(
     p: &Process,
     ix: &Index,
@@ -121,6 +135,7 @@ fn reachability(
     let mut seen = vec![false; p.nodes.len()];
     let mut work: Vec<NodeIdx> = ix.starts(None).to_vec();
     work.extend(ix.refused_roots(None));
+    work.extend(ix.event_subs(None));
     work.extend(&ix.refused);
     while let Some(n) = work.pop() {
         let i = n.0 as usize;
@@ -137,6 +152,7 @@ fn reachability(
         if matches!(node.kind, NodeKind::SubProcess) {
             work.extend(ix.starts(Some(n)));
             work.extend(ix.refused_roots(Some(n)));
+            work.extend(ix.event_subs(Some(n)));
         }
         work.extend(&ix.boundaries[i]);
     }
@@ -157,6 +173,25 @@ fn reachability(
 fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
     for (i, n) in p.nodes.iter().enumerate() {
         if meta.refused.contains(&idx(i)) {
+            continue;
+        }
+        if meta.event_subs.contains(&idx(i)) {
+            // Entered by its trigger and left by its end events: no flow touches it.
+            let flow = n.incoming.first().or(n.outgoing.first());
+            if let Some(f) = flow {
+                diags.push(
+                    Diagnostic::error(
+                        "Q129",
+                        p.flow(*f).pos,
+                        format!(
+                            "sequence flow `{}` enters or leaves event sub-process `{}`",
+                            p.flow(*f).id,
+                            n.id
+                        ),
+                    )
+                    .with_help("an event sub-process starts by its trigger and has no incoming or outgoing flows; remove the flow"),
+                );
+            }
             continue;
         }
         match &n.kind {

@@ -2522,3 +2522,247 @@ fn q102_message_throw_without_a_message_ref() {
         "Q102",
     );
 }
+
+// ---------------------------------------------------------------- event sub-processes
+
+const ESP_DECLS: &str = r#"<message id="msg" name="order-cancelled"/>
+<signal id="sig" name="price-changed"/>
+<error id="err" errorCode="OUT_OF_STOCK"/>
+<error id="codeless"/>
+<escalation id="esc" escalationCode="LATE"/>"#;
+
+/// start → user task `t` → end, beside the event sub-process `esp`.
+fn with_esp(esp: &str) -> String {
+    file(
+        ESP_DECLS,
+        &format!(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<userTask id="t"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>
+{esp}"#
+        ),
+    )
+}
+
+/// An event sub-process `esp` whose start event `es` has `start_inner` and `start_attrs`.
+fn esp(start_attrs: &str, start_inner: &str) -> String {
+    format!(
+        r#"<subProcess id="esp" triggeredByEvent="true">
+  <startEvent id="es"{start_attrs}>{start_inner}</startEvent>
+  <sequenceFlow id="e1" sourceRef="es" targetRef="handle"/>
+  <serviceTask id="handle" q:task="handle"/>
+  <sequenceFlow id="e2" sourceRef="handle" targetRef="handled"/>
+  <endEvent id="handled"/>
+</subProcess>"#
+    )
+}
+
+#[test]
+fn event_sub_processes_load_with_every_trigger() {
+    let triggers = [
+        ("", r#"<messageEventDefinition messageRef="msg"/>"#),
+        (
+            r#" isInterrupting="false""#,
+            r#"<signalEventDefinition signalRef="sig"/>"#,
+        ),
+        (
+            "",
+            r#"<timerEventDefinition><timeDuration>PT5M</timeDuration></timerEventDefinition>"#,
+        ),
+        (
+            r#" isInterrupting="false""#,
+            r#"<timerEventDefinition><timeCycle>R3/PT1M</timeCycle></timerEventDefinition>"#,
+        ),
+        ("", r#"<errorEventDefinition errorRef="err"/>"#),
+        ("", "<errorEventDefinition/>"),
+        (
+            r#" isInterrupting="false""#,
+            r#"<escalationEventDefinition escalationRef="esc"/>"#,
+        ),
+    ];
+    for (attrs, inner) in triggers {
+        let l = loads(&with_esp(&esp(attrs, inner)));
+        let d = only(&l);
+        let p = &d.process;
+        let (node, start) = (p.find("esp").unwrap(), p.find("es").unwrap());
+        assert_eq!(
+            p.event_sub_processes,
+            vec![EventSubProcess {
+                node,
+                start,
+                interrupting: attrs.is_empty(),
+            }],
+            "{inner}"
+        );
+        assert!(matches!(p.node(node).kind, NodeKind::SubProcess));
+        assert_eq!(p.node(start).scope, Some(node));
+        assert_eq!(p.event_start(start).map(|e| e.node), Some(node));
+        assert_eq!(p.event_sub_processes_in(None).count(), 1);
+        // Not a start of the instance: runtimes look for those in `triggered_starts`.
+        assert_eq!(p.triggered_starts().count(), 0, "{inner}");
+        assert_eq!(p.message_start("order-cancelled"), None);
+        assert_eq!(d.waits_for_signals, inner.contains("signal"));
+    }
+    let l = loads(&with_esp(&esp(
+        "",
+        r#"<errorEventDefinition errorRef="err"/>"#,
+    )));
+    let p = &only(&l).process;
+    assert!(matches!(
+        p.start_trigger(p.find("es").unwrap()),
+        Some(StartTrigger::Error { code: Some(c) }) if c == "OUT_OF_STOCK"
+    ));
+}
+
+#[test]
+fn an_event_sub_process_in_an_embedded_sub_process_and_a_computed_timer_load() {
+    let body = r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="sub"/>
+<subProcess id="sub">
+  <startEvent id="s0"/>
+  <sequenceFlow id="g1" sourceRef="s0" targetRef="work"/>
+  <userTask id="work"/>
+  <sequenceFlow id="g2" sourceRef="work" targetRef="e0"/>
+  <endEvent id="e0"/>
+  <subProcess id="esp" triggeredByEvent="true">
+    <startEvent id="es"><timerEventDefinition><timeDuration>=reminder</timeDuration></timerEventDefinition></startEvent>
+    <sequenceFlow id="h1" sourceRef="es" targetRef="he"/>
+    <endEvent id="he"/>
+  </subProcess>
+</subProcess>
+<sequenceFlow id="f2" sourceRef="sub" targetRef="end"/>
+<endEvent id="end"/>"#;
+    let l = loads(&process(body));
+    let d = only(&l);
+    let p = &d.process;
+    let sub = p.find("sub").unwrap();
+    assert_eq!(p.node(p.find("esp").unwrap()).scope, Some(sub));
+    assert_eq!(p.event_sub_processes_in(Some(sub)).count(), 1);
+    assert_eq!(p.event_sub_processes_in(None).count(), 0);
+    match &d.class {
+        Classification::Stateful { reasons } => assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains("event sub-process timer start")),
+            "{reasons:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn q128_an_event_sub_process_without_a_start_event() {
+    refused(
+        &with_esp(
+            r#"¶<subProcess id="esp" triggeredByEvent="true">
+  <serviceTask id="handle" q:task="handle"/>
+  <sequenceFlow id="e2" sourceRef="handle" targetRef="handled"/>
+  <endEvent id="handled"/>
+</subProcess>"#,
+        ),
+        "Q128",
+    );
+}
+
+#[test]
+fn q128_an_event_sub_process_with_a_none_start_event() {
+    refused(
+        &with_esp(&esp("", "").replace("<startEvent id=\"es\"", "¶<startEvent id=\"es\"")),
+        "Q128",
+    );
+}
+
+#[test]
+fn q128_an_event_sub_process_with_two_start_events() {
+    let body = r#"<subProcess id="esp" triggeredByEvent="true">
+  <startEvent id="es"><messageEventDefinition messageRef="msg"/></startEvent>
+  ¶<startEvent id="es2"><signalEventDefinition signalRef="sig"/></startEvent>
+  <sequenceFlow id="e1" sourceRef="es" targetRef="handled"/>
+  <sequenceFlow id="e3" sourceRef="es2" targetRef="handled"/>
+  <endEvent id="handled"/>
+</subProcess>"#;
+    refused(&with_esp(body), "Q128");
+}
+
+#[test]
+fn q129_a_sequence_flow_into_an_event_sub_process() {
+    let body = r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<userTask id="t"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>
+¶<sequenceFlow id="f3" sourceRef="t" targetRef="esp"/>
+<subProcess id="esp" triggeredByEvent="true">
+  <startEvent id="es"><messageEventDefinition messageRef="msg"/></startEvent>
+  <sequenceFlow id="e1" sourceRef="es" targetRef="handled"/>
+  <endEvent id="handled"/>
+</subProcess>"#;
+    refused(&file(ESP_DECLS, body), "Q129");
+}
+
+#[test]
+fn q129_a_sequence_flow_out_of_an_event_sub_process() {
+    let body = r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<userTask id="t"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>
+<subProcess id="esp" triggeredByEvent="true">
+  <startEvent id="es"><messageEventDefinition messageRef="msg"/></startEvent>
+  <sequenceFlow id="e1" sourceRef="es" targetRef="handled"/>
+  <endEvent id="handled"/>
+</subProcess>
+¶<sequenceFlow id="f3" sourceRef="esp" targetRef="end"/>"#;
+    refused(&file(ESP_DECLS, body), "Q129");
+}
+
+#[test]
+fn q129_a_boundary_event_on_an_event_sub_process() {
+    let marked = with_esp(&format!(
+        r#"{}
+<boundaryEvent id="b" ¶attachedToRef="esp"><timerEventDefinition><timeDuration>PT1M</timeDuration></timerEventDefinition></boundaryEvent>
+<sequenceFlow id="f9" sourceRef="b" targetRef="end"/>"#,
+        esp("", r#"<messageEventDefinition messageRef="msg"/>"#)
+    ));
+    refused(&marked, "Q129");
+}
+
+#[test]
+fn q130_a_non_interrupting_error_start() {
+    let marked = with_esp(&esp(
+        r#" ¶isInterrupting="false""#,
+        r#"<errorEventDefinition errorRef="err"/>"#,
+    ));
+    refused(&marked, "Q130");
+}
+
+#[test]
+fn an_event_sub_process_start_with_a_codeless_error_or_an_unsupported_trigger_is_refused() {
+    refused(
+        &with_esp(&esp("", r#"<errorEventDefinition ¶errorRef="codeless"/>"#)),
+        "Q102",
+    );
+    refused(
+        &with_esp(&esp("", "¶<conditionalEventDefinition/>")),
+        "Q103",
+    );
+    refused(
+        &with_esp(&esp("", r#"<messageEventDefinition ¶messageRef="nope"/>"#)),
+        "Q113",
+    );
+}
+
+#[test]
+fn an_error_or_escalation_start_outside_an_event_sub_process_is_still_refused() {
+    refused(
+        &file(
+            ESP_DECLS,
+            r#"<startEvent id="start">¶<errorEventDefinition errorRef="err"/></startEvent>
+<sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q103",
+    );
+}

@@ -58,6 +58,7 @@ impl Builder {
                 flows: self.flows,
                 by_id,
                 event_mappings: BTreeMap::new(),
+                event_sub_processes: Vec::new(),
             },
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),

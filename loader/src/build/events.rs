@@ -46,8 +46,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     pub(super) fn start_event(
         &mut self,
         el: &'a Element,
+        idx: NodeIdx,
         scope: Option<NodeIdx>,
     ) -> Option<NodeKind> {
+        if let Some(esp) = scope.filter(|s| self.meta.event_subs.contains(s)) {
+            return self.event_start(el, idx, esp);
+        }
         let d = match self.event_definition(el).ok()? {
             None => return Some(NodeKind::StartEvent),
             Some(d) => d,
@@ -67,19 +71,112 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         };
         if scope.is_some() {
             // Inside an embedded sub-process a triggered start only makes sense in an
-            // event sub-process, which is refused on its own.
+            // event sub-process.
             self.help(
                 "Q103",
                 d.pos,
                 format!(
-                    "a {} start event inside a sub-process is not supported",
+                    "a {} start event inside an embedded sub-process is not supported",
                     d.local.trim_end_matches("EventDefinition")
                 ),
-                "an embedded sub-process starts at a none start event",
+                "an embedded sub-process starts at a none start event; a start event with a trigger belongs in an event sub-process (triggeredByEvent=\"true\")",
             );
             return None;
         }
         Some(NodeKind::TriggeredStart(trigger))
+    }
+
+    /// The start event of the event sub-process `esp`: a timer (computed ones too: the
+    /// enclosing scope has variables), message, signal, error or escalation trigger, and
+    /// `isInterrupting` (default `true`; an error start cannot be non-interrupting).
+    fn event_start(&mut self, el: &'a Element, idx: NodeIdx, esp: NodeIdx) -> Option<NodeKind> {
+        let interrupting = el.value("isInterrupting").map(str::trim) != Some("false");
+        let Some(d) = self.event_definition(el).ok()? else {
+            self.help(
+                "Q128",
+                el.pos,
+                "the start event of an event sub-process has no trigger",
+                "add a timer, message, signal, error or escalation event definition: a none start never fires in an event sub-process",
+            );
+            return None;
+        };
+        let trigger = match d.local.as_str() {
+            "messageEventDefinition" => StartTrigger::Message {
+                name: self.message_ref(d)?,
+            },
+            "signalEventDefinition" => StartTrigger::Signal {
+                name: self.signal_ref(d)?,
+            },
+            "timerEventDefinition" => StartTrigger::Timer(self.timer(d)?),
+            "errorEventDefinition" => {
+                if !interrupting {
+                    self.help(
+                        "Q130",
+                        el.attr("isInterrupting").map_or(el.pos, |a| a.pos),
+                        "an error start event of an event sub-process is always interrupting",
+                        "remove isInterrupting=\"false\"",
+                    );
+                    return None;
+                }
+                StartTrigger::Error {
+                    code: self.caught_error_code(d, "start event")?,
+                }
+            }
+            "escalationEventDefinition" => StartTrigger::Escalation {
+                code: self.caught_escalation_code(d, "start event")?,
+            },
+            _ => {
+                self.unsupported_event(el, d, "event sub-process start event");
+                return None;
+            }
+        };
+        self.event_starts.push((esp, idx, interrupting));
+        Some(NodeKind::TriggeredStart(trigger))
+    }
+
+    /// The code a catching error event matches (`errorRef`'s `errorCode`; `None` without
+    /// an `errorRef`: catch-all); `None` outside (reported) when the reference names no
+    /// error or an error without a code. `what` names the catching event.
+    fn caught_error_code(&mut self, d: &Element, what: &str) -> Option<Option<String>> {
+        let Some(a) = d.attr("errorRef") else {
+            return Some(None);
+        };
+        let err = self.check_error_ref(a)?;
+        match &err.code {
+            Some(c) => Some(Some(c.clone())),
+            None => {
+                self.help(
+                    "Q102",
+                    a.pos,
+                    format!(
+                        "error `{}` has no errorCode, so this {what} could never match",
+                        err.id
+                    ),
+                    "add errorCode=\"…\" to the <error>, or drop errorRef to catch every error",
+                );
+                None
+            }
+        }
+    }
+
+    /// The code a catching escalation event matches, as [`Self::caught_error_code`]
+    /// reads an error's.
+    fn caught_escalation_code(&mut self, d: &Element, what: &str) -> Option<Option<String>> {
+        let Some(a) = d.attr("escalationRef") else {
+            return Some(None);
+        };
+        match self.escalation_code(d).ok()? {
+            Some(code) => Some(Some(code)),
+            None => {
+                self.help(
+                    "Q102",
+                    a.pos,
+                    format!("escalation `{}` has no escalationCode, so this {what} could never match", a.value.trim()),
+                    "add escalationCode=\"…\" to the <escalation>, or drop escalationRef to catch every escalation",
+                );
+                None
+            }
+        }
     }
 
     /// A timer start event's timer: a date, a duration (after the deployment) or a
@@ -322,24 +419,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     );
                     return None;
                 }
-                let code = match d.attr("errorRef") {
-                    None => None,
-                    Some(a) => {
-                        let err = self.check_error_ref(a)?;
-                        match &err.code {
-                            Some(c) => Some(c.clone()),
-                            None => {
-                                self.help(
-                                    "Q102",
-                                    a.pos,
-                                    format!("error `{}` has no errorCode, so this boundary could never match", err.id),
-                                    "add errorCode=\"…\" to the <error>, or drop errorRef to catch every error",
-                                );
-                                return None;
-                            }
-                        }
-                    }
-                };
+                let code = self.caught_error_code(d, "boundary")?;
                 BoundaryTrigger::Error { code }
             }
             Some(d) if d.local == "messageEventDefinition" => BoundaryTrigger::Message {
@@ -351,21 +431,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "escalationEventDefinition" => {
                 // `cancelActivity` keeps its schema default `true` here as on every
                 // boundary event (`tBoundaryEvent` in the BPMN 2.0.2 schema); `false` makes the catch non-interrupting.
-                let code = match d.attr("escalationRef") {
-                    None => None,
-                    Some(a) => match self.escalation_code(d).ok()? {
-                        Some(code) => Some(code),
-                        None => {
-                            self.help(
-                                "Q102",
-                                a.pos,
-                                format!("escalation `{}` has no escalationCode, so this boundary could never match", a.value.trim()),
-                                "add escalationCode=\"…\" to the <escalation>, or drop escalationRef to catch every escalation",
-                            );
-                            return None;
-                        }
-                    },
-                };
+                let code = self.caught_escalation_code(d, "boundary")?;
                 BoundaryTrigger::Escalation { code }
             }
             Some(d) => {
@@ -498,6 +564,17 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 continue;
             };
             let host = self.by_id.get(a.value.trim()).copied();
+            if let Some(h) = host.filter(|h| self.meta.event_subs.contains(h)) {
+                self.meta.refused_roots.push(idx);
+                let id = self.nodes[h.0 as usize].id.clone();
+                self.help(
+                    "Q129",
+                    a.pos,
+                    format!("a boundary event is attached to event sub-process `{id}`"),
+                    "an event sub-process has no boundary events; put the catch inside it, or in its enclosing scope",
+                );
+                continue;
+            }
             let host_ok = host.map(|h| {
                 matches!(
                     self.nodes[h.0 as usize].kind,

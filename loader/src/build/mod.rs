@@ -46,6 +46,9 @@ pub(crate) struct Meta {
     pub refused_roots: Vec<NodeIdx>,
     /// Every node refused for its kind (placeholders in the graph).
     pub refused: std::collections::BTreeSet<NodeIdx>,
+    /// Every event sub-process node (`triggeredByEvent="true"`), well-formed or not: the
+    /// graph rules neither ask it for flows nor for a none start event.
+    pub event_subs: std::collections::BTreeSet<NodeIdx>,
 }
 
 pub(crate) struct Built {
@@ -253,6 +256,11 @@ pub(crate) fn build(
                             trigger: BoundaryTrigger::Signal { .. },
                             ..
                         })
+                )
+            }) || process.event_sub_processes.iter().any(|e| {
+                matches!(
+                    process.start_trigger(e.start),
+                    Some(StartTrigger::Signal { .. })
                 )
             });
             Built {
@@ -503,6 +511,9 @@ struct ProcessBuilder<'a, 'd> {
     flows: Vec<Flow>,
     /// Vendor mappings on events (`io`), by node.
     event_mappings: BTreeMap<NodeIdx, EventMappings>,
+    /// The start events read inside event sub-processes: (sub-process, start,
+    /// interrupting), in document order (`events::event_start`).
+    event_starts: Vec<(NodeIdx, NodeIdx, bool)>,
     meta: Meta,
 }
 
@@ -520,6 +531,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             defaults: Vec::new(),
             flows: Vec::new(),
             event_mappings: BTreeMap::new(),
+            event_starts: Vec::new(),
             meta: Meta::default(),
         }
     }
@@ -603,11 +615,35 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             outgoing: Vec::new(),
             incoming: Vec::new(),
         });
-        self.by_id.entry(id).or_insert(idx);
-        // A refused sub-process (event sub-process…) is not walked: its content would
-        // only add noise to the one error that matters.
+        self.by_id.entry(id.clone()).or_insert(idx);
+        // A refused sub-process is not walked: its content would only add noise to the
+        // one error that matters.
         if el.local == "subProcess" && !self.meta.refused.contains(&idx) {
             self.walk_scope(el, Some(idx));
+            if self.meta.event_subs.contains(&idx) {
+                self.check_event_starts(el, &id);
+            }
+        }
+    }
+
+    /// An event sub-process has exactly one start event (its trigger is read by
+    /// `events::event_start`).
+    fn check_event_starts(&mut self, el: &Element, id: &str) {
+        let starts: Vec<&Element> = el.children_named(Ns::Bpmn, "startEvent").collect();
+        match starts.as_slice() {
+            [] => self.help(
+                "Q128",
+                el.pos,
+                format!("event sub-process `{id}` has no start event"),
+                "add one start event with a timer, message, signal, error or escalation event definition",
+            ),
+            [_] => {}
+            [_, second, ..] => self.help(
+                "Q128",
+                second.pos,
+                format!("event sub-process `{id}` has more than one start event"),
+                "keep exactly one start event; use another event sub-process for another trigger",
+            ),
         }
     }
 
@@ -670,7 +706,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let local = el.local.as_str();
         let kind = match local {
             "startEvent" => {
-                let k = self.start_event(el, scope);
+                let k = self.start_event(el, idx, scope);
                 if k.is_none() {
                     self.meta.refused_roots.push(idx);
                 }
@@ -699,7 +735,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             }
             "parallelGateway" => Some(NodeKind::ParallelGateway),
             "eventBasedGateway" => self.event_gateway(el),
-            "subProcess" => self.sub_process(el),
+            "subProcess" => self.sub_process(el, idx),
             "callActivity" => self.call_activity(el),
             other => {
                 let what = match other {
@@ -746,12 +782,29 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     }
 
     fn finish(self) -> (Process, Meta) {
+        // An event sub-process with several starts was refused (Q128); only one with
+        // exactly one is listed.
+        let mut count: BTreeMap<NodeIdx, usize> = BTreeMap::new();
+        for (esp, ..) in &self.event_starts {
+            *count.entry(*esp).or_default() += 1;
+        }
+        let event_sub_processes = self
+            .event_starts
+            .iter()
+            .filter(|(esp, ..)| count.get(esp) == Some(&1))
+            .map(|&(node, start, interrupting)| EventSubProcess {
+                node,
+                start,
+                interrupting,
+            })
+            .collect();
         (
             Process {
                 nodes: self.nodes,
                 flows: self.flows,
                 by_id: self.by_id,
                 event_mappings: self.event_mappings,
+                event_sub_processes,
             },
             self.meta,
         )

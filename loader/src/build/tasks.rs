@@ -271,15 +271,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
     }
 
-    pub(super) fn sub_process(&mut self, el: &Element) -> Option<NodeKind> {
-        if el.value("triggeredByEvent") == Some("true") {
-            self.help(
-                "Q103",
-                el.pos,
-                "an event sub-process (triggeredByEvent=\"true\") is not supported",
-                "use boundary events on an embedded sub-process instead",
-            );
-            return None;
+    /// An embedded sub-process, or an event sub-process (`triggeredByEvent="true"`):
+    /// the same node kind, the latter listed apart so that its start event is read with
+    /// its trigger and the graph rules know no flow may touch it.
+    pub(super) fn sub_process(&mut self, el: &Element, idx: NodeIdx) -> Option<NodeKind> {
+        if el.value("triggeredByEvent").map(str::trim) == Some("true") {
+            self.meta.event_subs.insert(idx);
         }
         Some(NodeKind::SubProcess)
     }
