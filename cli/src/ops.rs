@@ -720,6 +720,16 @@ pub fn deployments(args: &StoreArgs) -> Result<ExitCode> {
                     "{:>7}  {:<24} {:<13} {state:<8} {}",
                     d.id, d.process_id, d.deployed_at_ms, d.content_hash
                 )?;
+                for s in &d.schedules {
+                    let left = s
+                        .remaining
+                        .map_or("unbounded".to_owned(), |r| format!("{r} left"));
+                    writeln!(
+                        w,
+                        "{:>9}timer start `{}`: next at {} ({left})",
+                        "", s.start_event, s.next_start_at_ms
+                    )?;
+                }
             }
             Ok(())
         })

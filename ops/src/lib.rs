@@ -197,6 +197,22 @@ pub struct DeploymentSummary {
     pub content_hash: String,
     pub deployed_at_ms: i64,
     pub retired: bool,
+    /// The schedules of its timer start events that will still start instances: only
+    /// the newest deployment of a process has them (absent when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleSummary>,
+}
+
+/// When a deployment's timer start event next starts an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ScheduleSummary {
+    /// The timer start event's BPMN id.
+    pub start_event: String,
+    /// The next occurrence, in milliseconds since the Unix epoch.
+    pub next_start_at_ms: i64,
+    /// Starts left, the next one included; absent for an unbounded cycle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<u32>,
 }
 
 impl From<&DeploymentRecord> for DeploymentSummary {
@@ -207,7 +223,24 @@ impl From<&DeploymentRecord> for DeploymentSummary {
             content_hash: d.content_hash.clone(),
             deployed_at_ms: d.deployed_at_ms,
             retired: d.retired,
+            schedules: Vec::new(),
         }
+    }
+}
+
+impl DeploymentSummary {
+    /// The summary with the schedules among `all` that are this deployment's.
+    fn with_schedules(mut self, all: &[qflow_store::ScheduleRecord]) -> DeploymentSummary {
+        self.schedules = all
+            .iter()
+            .filter(|s| s.deployment.0 == self.id)
+            .map(|s| ScheduleSummary {
+                start_event: s.node.clone(),
+                next_start_at_ms: s.due_at_ms,
+                remaining: s.remaining,
+            })
+            .collect();
+        self
     }
 }
 
@@ -927,7 +960,8 @@ impl Ops {
                     .await?
             }
         };
-        Ok(DeploymentSummary::from(&record))
+        let schedules = self.store().schedules(Some(record.id)).await?;
+        Ok(DeploymentSummary::from(&record).with_schedules(&schedules))
     }
 
     /// Retires a deployment: no new instance starts on it. Refused while running or
@@ -1119,7 +1153,11 @@ impl Ops {
     /// All deployments, oldest first.
     pub async fn deployments(&self) -> Result<Vec<DeploymentSummary>> {
         let all = self.store().deployments().await?;
-        Ok(all.iter().map(DeploymentSummary::from).collect())
+        let schedules = self.store().schedules(None).await?;
+        Ok(all
+            .iter()
+            .map(|d| DeploymentSummary::from(d).with_schedules(&schedules))
+            .collect())
     }
 
     /// Instances matching `query`, in creation order, one page.

@@ -547,3 +547,66 @@ async fn a_plain_start_of_a_process_that_starts_only_on_a_message_is_refused() {
         "{refused}"
     );
 }
+
+/// A deployment's timer start schedule is shown with it — deployed, listed — only while
+/// it is the newest deployment of its process; a computed timer start is refused at
+/// deploy, and nothing is deployed.
+#[tokio::test]
+async fn deployments_show_their_timer_start_schedules() {
+    let nightly = |cycle: &str| {
+        format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <process id="nightly" isExecutable="true">
+    <startEvent id="each_night"><timerEventDefinition><timeCycle>{cycle}</timeCycle></timerEventDefinition></startEvent>
+    <sequenceFlow id="f1" sourceRef="each_night" targetRef="done"/>
+    <endEvent id="done"/>
+  </process>
+</definitions>"#
+        )
+    };
+    let w = world().await;
+    let v1 = w
+        .ops
+        .deploy(&nightly("R2/P1D"), None)
+        .await
+        .expect("deploys");
+    let day = 86_400_000;
+    assert_eq!(
+        v1.schedules,
+        vec![qflow_ops::ScheduleSummary {
+            start_event: "each_night".to_owned(),
+            next_start_at_ms: T0 + day,
+            remaining: Some(2),
+        }]
+    );
+    let json = serde_json::to_value(&v1).expect("serializes");
+    assert_eq!(json["schedules"][0]["next_start_at_ms"], T0 + day);
+    w.clock.advance_ms(1_000);
+    let v2 = w
+        .ops
+        .deploy(&nightly("R/PT12H"), None)
+        .await
+        .expect("deploys");
+    let listed = w.ops.deployments().await.expect("lists");
+    let by_id = |id: i64| listed.iter().find(|d| d.id == id).expect("listed").clone();
+    assert!(by_id(v1.id).schedules.is_empty(), "replaced by v2");
+    assert_eq!(
+        by_id(v2.id).schedules,
+        vec![qflow_ops::ScheduleSummary {
+            start_event: "each_night".to_owned(),
+            next_start_at_ms: T0 + 1_000 + day / 2,
+            remaining: None,
+        }]
+    );
+    assert!(serde_json::to_value(by_id(v1.id))
+        .expect("serializes")
+        .get("schedules")
+        .is_none());
+
+    // A computed start time has no variables to read: refused with its position.
+    let computed = nightly("=cycle_text");
+    let refused = w.ops.deploy(&computed, None).await.expect_err("refused");
+    assert!(refused.to_string().contains("4:33: Q207"), "{refused}");
+    assert_eq!(w.ops.deployments().await.expect("lists").len(), 2);
+}

@@ -8,7 +8,7 @@
 //!
 //! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention`,
 //! `0005_subscriptions`, `0006_pull_tasks`, `0007_listing_order`, `0008_open_incidents`,
-//! `0010_outbox` in both directories; `0009` belongs to the user-task family, on its own
+//! `0010_outbox`, `0011_schedules` in both directories; `0009` belongs to the user-task family, on its own
 //! branch: sqlx applies every migration a database lacks whatever its number, so the two
 //! merge as they are). An applied migration is never edited, a change is a new one:
 //! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents`, `0009_user_tasks` in
@@ -25,6 +25,7 @@
 //! | `audit` | operator actions, with the fences their commit moved between | `commit` |
 //! | `subscriptions` | `(instance, node)` key, message name and correlation key; index on `(message, correlation_key, opened_at_ms)` | `commit` |
 //! | `pull_tasks` | `(instance, node)` key, topic, attempt, lock; partial index of offered (unlocked) rows by topic | `commit` |
+//! | `schedules` | timer start schedules (`0011`): `(deployment, node)` key, next due instant, starts left (NULL: unbounded), lease; index on due | `deploy` (a new deployment replaces its process's other rows), `retire`, `claim_due_schedules` (lease), `commit` (`Commit::schedule`: moved on or deleted under a compare-and-swap on the due instant) |
 //! | `outbox` | channel requests, one per attempt: idempotency key (primary key), instance, node, channel, attempt, call id, body, state (`pending`, `delivered`, `poisoned`), delivery count, due instant, last error, lease; partial index `outbox_due` on `(due_at_ms, key)` of pending rows, index on `(instance, node)` | `commit` (emit, withdraw), `claim_due_outbox` (lease), `record_delivery` |
 //! | `user_tasks` | the task list: one row per user task a running instance waits at — deployment, assignee, candidate groups and users (JSON arrays), offer instant; indexes ending in `(created_at_ms, instance, node)` by assignee (partial), by deployment and over all (`0009`) | `commit`, `purge_finished` |
 //! | `user_task_candidates` | one row per candidate of a task (`kind` group or user, name, the task's instant), keyed in the listing order so a page by candidate is an index walk | `commit`, `purge_finished` |
