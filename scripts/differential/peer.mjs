@@ -13,7 +13,8 @@
 //     `fail`/`panic`/`time_limit` fail the service (the peer has no retries), `hang`
 //     never answers. `after_ms` is virtual time;
 //   - `events`: `complete_user_task` signals the user task, `message` signals the message
-//     with that name; `cancel` and the operator events are refused (exit 2).
+//     with that name, `signal` broadcasts the signal with that name; `cancel` and the
+//     operator events are refused (exit 2).
 // Time is virtual, as in qflow's simulator: the peer's timers go into the same queue as
 // scripted results and events, and the clock jumps to the earliest. Simultaneous
 // deliveries go task results first, then scripted events (file order), then timers.
@@ -214,7 +215,8 @@ async function main() {
   engine.once('end', () => (ended ??= { state: 'completed' }));
   engine.once('error', (err) => (ended ??= { state: 'failed', code: err?.code ?? err?.inner?.code ?? null, message: String(err?.message ?? err) }));
 
-  const messages = await messageIdsByName(source);
+  const messages = await idsByName(source, 'bpmn:Message');
+  const signals = await idsByName(source, 'bpmn:Signal');
   const settle = async () => {
     for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
   };
@@ -234,6 +236,17 @@ async function main() {
         const id = messages.get(event.name);
         if (!id) usage(`events[${i}]: no message named \`${event.name}\` in the model`);
         clock.schedule(at, 1, () => engine.execution.signal({ id }));
+        break;
+      }
+      case 'signal': {
+        // A broadcast: the peer delivers a signal by its definition's id to every
+        // activity waiting for it.
+        const id = signals.get(event.name);
+        if (!id) usage(`events[${i}]: no signal named \`${event.name}\` in the model`);
+        clock.schedule(at, 1, () => {
+          if (event.variables) engine.environment?.assignVariables?.(event.variables);
+          engine.execution.signal({ id });
+        });
         break;
       }
       default:
@@ -300,12 +313,12 @@ function postponed(engine) {
   return result;
 }
 
-// Message name -> message id, read from the model itself.
-async function messageIdsByName(source) {
+// Message (or signal) name -> its id, read from the model itself.
+async function idsByName(source, type) {
   const { rootElements = [] } = (await new BpmnModdle().fromXML(source)).rootElement;
   const byName = new Map();
   for (const element of rootElements) {
-    if (element.$type === 'bpmn:Message' && element.name) byName.set(element.name, element.id);
+    if (element.$type === type && element.name) byName.set(element.name, element.id);
   }
   return byName;
 }
