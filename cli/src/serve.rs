@@ -94,6 +94,12 @@ async fn serve(args: &Args) -> Result<ExitCode> {
             (Arc::new(store), token_file_for(&args.db))
         }
     };
+    // Bound before an admin token is made: a port that is taken must not leave behind
+    // the hash of a token nobody was shown (the next start would then refuse every
+    // request until the file is deleted).
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
     let mut first_token = None;
     if config.tokens.is_empty() {
         let (token, fresh) = admin_token(&token_file)?;
@@ -146,9 +152,6 @@ async fn serve(args: &Args) -> Result<ExitCode> {
             d.id
         );
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
     let app = qflow_server::router_with_console(
         ops,

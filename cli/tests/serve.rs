@@ -307,3 +307,33 @@ fn the_configured_retention_purges_ended_instances_and_keeps_failed_ones() {
     assert_eq!(status, 200, "{body}");
     stop(server);
 }
+
+/// A port that is taken stops `qflow serve` before it makes an admin token: nothing is
+/// left behind that would lock the next start out, and the next start on a free port
+/// makes and prints the first token.
+#[test]
+fn a_taken_port_leaves_no_admin_token_behind() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("serve.sqlite");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("binds a port");
+    let addr = taken.local_addr().expect("address").to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .args(["serve", "--listen", &addr, "--db"])
+        .arg(&db)
+        .env_remove("QFLOW_DATABASE_URL")
+        .output()
+        .expect("runs qflow serve");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains(&format!("listening on {addr}")), "{said}");
+    assert!(!said.contains("qf_"), "no token is shown: {said}");
+    assert!(
+        !dir.path().join("serve.sqlite.admin-token").exists(),
+        "no token hash is kept"
+    );
+    drop(taken);
+    let server = serve(&db);
+    let token = token_from(&server.said);
+    assert!(token.starts_with("qf_"));
+    stop(server);
+}
