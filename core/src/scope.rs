@@ -8,9 +8,12 @@
 //! instance is FAILED with a structured code. An escalation looks the same way, from the
 //! sub-process the throw event is in outwards; uncaught it is no failure (§10.5.5: an
 //! escalation is a notice to the enclosing level, not an error), and the throw goes on.
-//! What an event sub-process throws goes past its siblings: the event sub-processes of
-//! its own enclosing scope do not catch it (one of them catching it would end the thrower
-//! and could start it again, forever).
+//! An escalation an event sub-process throws goes past its siblings: the event
+//! sub-processes of its own enclosing scope do not catch it (a non-interrupting
+//! catch-all could start again on its own escalation, forever). An error is caught by a
+//! sibling: error starts are always interrupting, so a running error event sub-process
+//! has disarmed its scope and never catches its own error, while one thrown by a
+//! non-interrupting event sub-process is caught beside it (as Zeebe does).
 //! Nothing here reads the clock or does I/O.
 
 use qflow_loader::model::{Boundary, BoundaryTrigger, NodeIdx, NodeKind, Process};
@@ -78,14 +81,14 @@ impl<'a> Run<'a> {
         message: String,
         uncaught: &str,
     ) {
-        // Whether the level just left was an event sub-process (see the module doc).
-        let mut from_event_sub = false;
+        // An error thrown in an event sub-process may be caught by a sibling: error
+        // starts are always interrupting (Q130), so while an error event sub-process runs
+        // its scope is disarmed and it cannot catch its own error; one thrown by a
+        // non-interrupting event sub-process is caught beside it, as Zeebe does.
         loop {
-            if !from_event_sub {
-                if let Some(esp) = self.armed_catching_start(scope, false, code.as_deref()) {
-                    self.record_event_start(EventKind::Error, &esp, code.as_deref(), None);
-                    return self.start_event_sub_process(&esp, Default::default());
-                }
+            if let Some(esp) = self.armed_catching_start(scope, false, code.as_deref()) {
+                self.record_event_start(EventKind::Error, &esp, code.as_deref(), None);
+                return self.start_event_sub_process(&esp, Default::default());
             }
             let Some(sp) = scope else { break };
             if let Some(b) = self.catching_boundary(sp, code.as_deref()) {
@@ -94,7 +97,6 @@ impl<'a> Run<'a> {
                 self.interrupt(sp);
                 return self.leave(b);
             }
-            from_event_sub = self.p.event_sub_process(sp).is_some();
             scope = self.p.node(sp).scope;
         }
         self.record_uncaught(EventKind::Error, origin, code.as_deref());

@@ -1,7 +1,8 @@
 //! Event sub-processes in the core: what arms their triggers and for how long, what an
 //! interrupting one ends and disarms, what a non-interrupting one leaves running, where
 //! an error or escalation is caught (the event sub-process inside a scope before the
-//! boundary on it, nothing of an event sub-process's own by its siblings), and that the
+//! boundary on it; an error of a non-interrupting event sub-process by a sibling, nothing
+//! of a running interrupting one), and that the
 //! path names the start event that caught. The golden cases pin the bytes of the main
 //! shapes (`golden/cases/event_sub_process_*`).
 
@@ -192,10 +193,43 @@ fn a_process_level_error_event_sub_process_catches_a_handler_error_and_the_insta
 }
 
 #[test]
-fn an_error_thrown_inside_an_event_sub_process_passes_its_siblings() {
-    // A catch-all error event sub-process whose own path throws an error: were it to
-    // catch its own error it would start again forever; it does not, and the error is
-    // uncaught.
+fn an_error_thrown_by_a_non_interrupting_event_sub_process_is_caught_by_a_sibling() {
+    // The signal event sub-process is non-interrupting: its error end is caught by the
+    // error event sub-process beside it, which interrupts the scope (the waiting task
+    // ends) and completes the instance.
+    let def = waiting_beside(
+        r#"<subProcess id="recover" triggeredByEvent="true">
+      <startEvent id="recover_start"><errorEventDefinition errorRef="err"/></startEvent>
+      <sequenceFlow id="a1" sourceRef="recover_start" targetRef="recover_end"/>
+      <endEvent id="recover_end"/>
+    </subProcess>
+    <subProcess id="noted" triggeredByEvent="true">
+      <startEvent id="noted_start" isInterrupting="false"><signalEventDefinition signalRef="sig"/></startEvent>
+      <sequenceFlow id="b1" sourceRef="noted_start" targetRef="noted_end"/>
+      <endEvent id="noted_end"><errorEventDefinition errorRef="err"/></endEvent>
+    </subProcess>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{ "events": [{ "event": "signal", "at_ms": 10, "name": "halt" },
+                       { "event": "complete_user_task", "at_ms": 20, "node": "wait" }] }"#,
+    );
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert_eq!(
+        esp_catches(&trace),
+        [
+            ("noted_start".to_owned(), "noted".to_owned(), false),
+            ("recover_start".to_owned(), "recover".to_owned(), true),
+        ]
+    );
+}
+
+#[test]
+fn an_error_thrown_inside_an_interrupting_event_sub_process_passes_its_siblings() {
+    // An interrupting signal event sub-process throws an error: while it runs, its scope
+    // is disarmed, so the catch-all error event sub-process beside it does not catch it,
+    // and the error is uncaught.
     let def = waiting_beside(
         r#"<subProcess id="again" triggeredByEvent="true">
       <startEvent id="again_start"><errorEventDefinition/></startEvent>
