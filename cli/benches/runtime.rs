@@ -485,6 +485,13 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<qflow_store::ScheduleRecord>> {
         self.inner.claim_due_schedules(claim).await
     }
+    async fn advance_schedule(
+        &self,
+        deployment: DeploymentId,
+        advance: &qflow_store::ScheduleAdvance,
+    ) -> StoreResult<bool> {
+        self.inner.advance_schedule(deployment, advance).await
+    }
     async fn schedules(
         &self,
         deployment: Option<DeploymentId>,

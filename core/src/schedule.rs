@@ -10,9 +10,9 @@
 //!   replica ran start one instance between them, not one each: the next occurrence is
 //!   the first one after the instant the missed one fired, so a replica back after a
 //!   long stop does not start a burst of instances. Each start spends one repetition.
-//! - A computed timer (`=…` FEEL, `${…}` JUEL in the CEL subset) is evaluated over no
-//!   variables — a start event has no instance yet — when the deployment is made and
-//!   again for each next occurrence of a cycle.
+//! - A computed timer (`=…` FEEL, `${…}` JUEL) on a start event is refused by the
+//!   loader (Q207: there are no variables before an instance starts); should one reach
+//!   these functions, it is evaluated over no variables.
 
 use qflow_loader::model::{DurationMs, TimerDef};
 

@@ -29,9 +29,9 @@ use qflow_store::{
     effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
     InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewSchedule, OutboxRecord,
-    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleRecord, Store,
-    StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery,
-    UserTaskRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleAdvance,
+    ScheduleRecord, Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
+    UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -493,17 +493,25 @@ async fn replace_schedules(
 /// The indexes of the batch's commits whose schedule advance names an occurrence the
 /// stored schedule is no longer due at (started elsewhere, replaced, retired). The row
 /// is locked `FOR UPDATE`: a concurrent commit of the same occurrence waits for this
-/// transaction and then reads the moved row, so it is refused.
+/// transaction and then reads the moved row, so it is refused. Rows are locked in
+/// `(deployment, node)` order, whatever the batch's order, so two batches holding the
+/// same schedules never wait for each other in a cycle.
 async fn stale_schedules(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<Vec<usize>> {
+    let mut scheduled: Vec<(i64, &str, usize, &ScheduleAdvance)> = batch
+        .iter()
+        .enumerate()
+        .filter_map(|(index, c)| {
+            let advance = c.schedule.as_ref()?;
+            Some((c.deployment.0, advance.node.as_str(), index, advance))
+        })
+        .collect();
+    scheduled.sort_by_key(|&(deployment, node, index, _)| (deployment, node, index));
     let mut stale = Vec::new();
-    for (index, commit) in batch.iter().enumerate() {
-        let Some(advance) = &commit.schedule else {
-            continue;
-        };
+    for (deployment, _, index, advance) in scheduled {
         let due: Option<i64> = sqlx::query_scalar(
             "SELECT due_at_ms FROM schedules WHERE deployment = $1 AND node = $2 FOR UPDATE",
         )
-        .bind(commit.deployment.0)
+        .bind(deployment)
         .bind(&advance.node)
         .fetch_optional(&mut *tx)
         .await
@@ -1462,6 +1470,34 @@ impl Store for PgStore {
                 .relaxed_claim(SCHEDULE_CLAIM_SQL, claim, claim.limit)
                 .await?,
         )
+    }
+
+    async fn advance_schedule(
+        &self,
+        deployment: DeploymentId,
+        advance: &ScheduleAdvance,
+    ) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        let query = match advance.next {
+            Some((due_at_ms, remaining)) => sqlx::query(
+                "UPDATE schedules SET due_at_ms = $1, remaining = $2, lease_owner = NULL, \
+                 leased_until_ms = NULL WHERE deployment = $3 AND node = $4 AND due_at_ms = $5",
+            )
+            .bind(due_at_ms)
+            .bind(remaining.map(i64::from)),
+            None => sqlx::query(
+                "DELETE FROM schedules WHERE deployment = $1 AND node = $2 AND due_at_ms = $3",
+            ),
+        };
+        let done = query
+            .bind(deployment.0)
+            .bind(&advance.node)
+            .bind(advance.fired_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(done.rows_affected() == 1)
     }
 
     async fn schedules(

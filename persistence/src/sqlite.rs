@@ -29,7 +29,7 @@ use qflow_store::{
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
     InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident, NewOutboxRow,
     NewSchedule, NewSubscription, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome,
-    PurgeRequest, RetireOutcome, ScheduleRecord, Store, StoreError, StoreResult,
+    PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult,
     SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
     POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
@@ -1524,6 +1524,34 @@ impl Store for SqliteStore {
                 .relaxed_claim(SCHEDULE_CLAIM_SQL, claim, claim.limit)
                 .await?,
         )
+    }
+
+    async fn advance_schedule(
+        &self,
+        deployment: DeploymentId,
+        advance: &ScheduleAdvance,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let query = match advance.next {
+            Some((due_at_ms, remaining)) => sqlx::query(
+                "UPDATE schedules SET due_at_ms = ?, remaining = ?, lease_owner = NULL, \
+                 leased_until_ms = NULL WHERE deployment = ? AND node = ? AND due_at_ms = ?",
+            )
+            .bind(due_at_ms)
+            .bind(remaining.map(i64::from)),
+            None => sqlx::query(
+                "DELETE FROM schedules WHERE deployment = ? AND node = ? AND due_at_ms = ?",
+            ),
+        };
+        let done = query
+            .bind(deployment.0)
+            .bind(&advance.node)
+            .bind(advance.fired_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok(done.rows_affected() == 1)
     }
 
     async fn schedules(

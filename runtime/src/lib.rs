@@ -537,7 +537,8 @@ async fn deploy(
 }
 
 /// The schedules of `def`'s timer start events, deployed at `now_ms`
-/// (`qflow_core::schedule`). A computed timer that gives no time refuses the deployment.
+/// (`qflow_core::schedule`). A timer that gives no time refuses the deployment (the
+/// loader already refuses computed start times, Q207).
 fn schedules_of(def: &Definition, now_ms: i64) -> Result<Vec<NewSchedule>, Error> {
     let mut schedules = Vec::new();
     for (idx, trigger) in def.process.triggered_starts() {

@@ -17,15 +17,21 @@
 //!   hot-deploy or a retirement, writes nothing.
 //!
 //! So one occurrence starts one instance whatever the replicas do, and a crash between
-//! the claim and the commit only delays the start until the lease lapses.
+//! the claim and the commit only delays the start until the lease lapses. An occurrence
+//! the engine can never start — its start event is not in the deployment, the
+//! deployment's source no longer loads, the step refuses the start — is skipped with an
+//! error in the log (`Store::advance_schedule`, under the same compare-and-swap), not
+//! claimed again forever.
 
 use std::sync::Arc;
+
+use tokio::sync::oneshot;
 
 use qflow_core::schedule::{self, Occurrence};
 use qflow_loader::model::{NodeKind, StartTrigger};
 use qflow_store::{DeploymentId, InstanceId, ScheduleAdvance, ScheduleRecord, TimerClaim};
 
-use super::{Request, Shared, Work};
+use super::{Error, Replier, Request, Shared, Work};
 
 /// The most schedules one poll claims.
 const CLAIM_MAX: u32 = 64;
@@ -59,12 +65,24 @@ pub(crate) async fn fire_due(shared: &Arc<Shared>, now: i64) -> bool {
         let Some(work) = start_of(shared, &row, now).await else {
             continue;
         };
+        let Work::Start {
+            schedule: Some(advance),
+            ..
+        } = &work
+        else {
+            continue;
+        };
+        let advance = advance.clone();
         let instance = occurrence_instance_id(row.deployment, &row.node, row.due_at_ms);
+        let (tx, rx) = oneshot::channel();
         let req = Request {
             instance,
             work,
             started_ms: None,
-            reply: None,
+            reply: Some(Replier {
+                tx,
+                with_state: false,
+            }),
             retries: 0,
         };
         let lane = shared.lane_of(instance);
@@ -72,8 +90,33 @@ pub(crate) async fn fire_due(shared: &Arc<Shared>, now: i64) -> bool {
             // Shutting down: the lease lapses and a replica claims it again.
             return false;
         }
+        // The poller does not wait for the step; this watches its answer.
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            match rx.await {
+                // Started; or refused by the store (another replica started it, the
+                // schedule moved on or was retired); or not stepped at all (shutdown,
+                // a store failure): the lease lapses and the occurrence is tried again.
+                Ok(Ok(_)) | Err(_) => {}
+                Ok(Err(Error::Core(e))) => {
+                    tracing::error!(deployment = row.deployment.0, node = %row.node,
+                        due_at_ms = row.due_at_ms, error = %e,
+                        "a timer start occurrence cannot start an instance; it is skipped");
+                    skip(&shared, &row, &advance).await;
+                }
+                Ok(Err(_)) => {}
+            }
+        });
     }
     true
+}
+
+/// Moves `row`'s schedule past an occurrence that cannot start an instance.
+async fn skip(shared: &Arc<Shared>, row: &ScheduleRecord, advance: &ScheduleAdvance) {
+    if let Err(e) = shared.store.advance_schedule(row.deployment, advance).await {
+        tracing::warn!(deployment = row.deployment.0, node = %row.node, error = %e,
+            "skipping a timer start occurrence failed; it is claimed again later");
+    }
 }
 
 /// The start of `row`'s occurrence, with the schedule's move to the next one; `None`
@@ -82,6 +125,18 @@ pub(crate) async fn fire_due(shared: &Arc<Shared>, now: i64) -> bool {
 async fn start_of(shared: &Arc<Shared>, row: &ScheduleRecord, now: i64) -> Option<Work> {
     let def = match shared.defs.get(row.deployment).await {
         Ok(def) => def,
+        // The source no longer loads: no occurrence of it can ever start.
+        Err(e @ (Error::Refused { .. } | Error::Core(_))) => {
+            tracing::error!(deployment = row.deployment.0, node = %row.node, error = %e,
+                "a timer start's deployment cannot be loaded; its schedule ends");
+            let end = ScheduleAdvance {
+                node: row.node.clone(),
+                fired_at_ms: row.due_at_ms,
+                next: None,
+            };
+            skip(shared, row, &end).await;
+            return None;
+        }
         Err(e) => {
             tracing::warn!(deployment = row.deployment.0, node = %row.node, error = %e,
                 "a timer start could not read its deployment; trying again later");
@@ -107,11 +162,17 @@ async fn start_of(shared: &Arc<Shared>, row: &ScheduleRecord, now: i64) -> Optio
             None
         }
         // The store names an event the deployment does not have: start nothing, and
-        // end the schedule (the instance's step would refuse the start anyway).
+        // end the schedule.
         None => {
-            tracing::warn!(deployment = row.deployment.0, node = %row.node,
-                "a schedule names no timer start event of its deployment");
-            None
+            tracing::error!(deployment = row.deployment.0, node = %row.node,
+                "a schedule names no timer start event of its deployment; it ends");
+            let end = ScheduleAdvance {
+                node: row.node.clone(),
+                fired_at_ms: row.due_at_ms,
+                next: None,
+            };
+            skip(shared, row, &end).await;
+            return None;
         }
     };
     Some(Work::Start {

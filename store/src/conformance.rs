@@ -148,6 +148,7 @@ macro_rules! conformance_tests {
             a_start_moves_its_schedule_on_and_a_stale_one_writes_nothing,
             the_last_start_deletes_its_schedule_and_retirement_deletes_the_rest,
             replicas_racing_one_occurrence_start_one_instance,
+            an_occurrence_can_be_skipped_only_where_its_schedule_stands,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -4031,6 +4032,58 @@ pub async fn replicas_racing_one_occurrence_start_one_instance(ctx: Ctx) -> Resu
         ctx.label,
         a.len(),
         b.len()
+    );
+    Ok(())
+}
+
+/// An occurrence the engine cannot start is skipped (moved on, or the schedule deleted
+/// after its last) under the same compare-and-swap on the due instant as a start.
+pub async fn an_occurrence_can_be_skipped_only_where_its_schedule_stands(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy_scheduled(s, "report", "r1", &[schedule("tick", T0 + 10, Some(2))]).await?;
+    let skip = |fired: i64, next: Option<(i64, Option<u32>)>| ScheduleAdvance {
+        node: "tick".to_owned(),
+        fired_at_ms: fired,
+        next,
+    };
+    ensure!(
+        s.claim_due_schedules(poll(T0 + 10, 60_000, "r1", 10))
+            .await?
+            .len()
+            == 1
+    );
+    ensure!(
+        !s.advance_schedule(dep, &skip(T0 + 9, None)).await?,
+        "not where it stands"
+    );
+    ensure!(schedule_rows(s).await? == vec![(dep.0, "tick".to_owned(), T0 + 10, Some(2))]);
+    ensure!(
+        s.advance_schedule(dep, &skip(T0 + 10, Some((T0 + 20, Some(1)))))
+            .await?
+    );
+    ensure!(schedule_rows(s).await? == vec![(dep.0, "tick".to_owned(), T0 + 20, Some(1))]);
+    // The lease went with the move.
+    ensure!(
+        s.claim_due_schedules(poll(T0 + 20, 60_000, "r2", 10))
+            .await?
+            .len()
+            == 1
+    );
+    ensure!(
+        !ctx.second
+            .advance_schedule(dep, &skip(T0 + 10, Some((T0 + 20, Some(1)))))
+            .await?,
+        "a second skip of the same occurrence does nothing"
+    );
+    ensure!(s.advance_schedule(dep, &skip(T0 + 20, None)).await?);
+    ensure!(
+        schedule_rows(s).await?.is_empty(),
+        "the last one deletes the row"
+    );
+    ensure!(!s.advance_schedule(dep, &skip(T0 + 20, None)).await?);
+    ensure!(
+        s.instances(&InstanceFilter::default()).await?.is_empty(),
+        "nothing started"
     );
     Ok(())
 }

@@ -903,6 +903,16 @@ pub trait Store: Send + Sync + 'static {
     /// [`ScheduleAdvance`]. A claimed row stays claimed until its lease lapses or a
     /// commit advances it (which drops the lease).
     async fn claim_due_schedules(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<ScheduleRecord>>;
+    /// Moves the schedule of `(deployment, advance.node)` on without starting anything —
+    /// an occurrence the engine cannot start (its start event is gone from the
+    /// deployment, or the step refuses the start) is skipped rather than claimed again
+    /// forever — under the same compare-and-swap on the due instant as
+    /// [`Commit::schedule`]. Returns whether the row was still at `advance.fired_at_ms`.
+    async fn advance_schedule(
+        &self,
+        deployment: DeploymentId,
+        advance: &ScheduleAdvance,
+    ) -> StoreResult<bool>;
     /// The schedules of `deployment`, or of every deployment, by deployment and node.
     async fn schedules(&self, deployment: Option<DeploymentId>)
         -> StoreResult<Vec<ScheduleRecord>>;

@@ -914,6 +914,20 @@ impl Store for MemoryStore {
         Ok(claimed)
     }
 
+    async fn advance_schedule(
+        &self,
+        deployment: DeploymentId,
+        advance: &ScheduleAdvance,
+    ) -> StoreResult<bool> {
+        let mut state = self.lock();
+        let key = (deployment, advance.node.clone());
+        if state.schedules.get(&key).map(|r| r.due_at_ms) != Some(advance.fired_at_ms) {
+            return Ok(false);
+        }
+        state.advance_schedule(deployment, advance.clone());
+        Ok(true)
+    }
+
     async fn schedules(
         &self,
         deployment: Option<DeploymentId>,

@@ -290,3 +290,65 @@ async fn timer_starts_on_postgres_across_a_restart_and_a_hot_deploy() {
     })
     .await;
 }
+
+/// A process with a none start, and a timer event sub-process whose start is not an
+/// instance's start.
+const PLAIN: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <process id="plain" isExecutable="true">
+    <startEvent id="start"/>
+    <sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
+    <userTask id="wait"/>
+    <sequenceFlow id="f2" sourceRef="wait" targetRef="done"/>
+    <endEvent id="done"/>
+    <subProcess id="late" triggeredByEvent="true">
+      <startEvent id="late_start"><timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition></startEvent>
+      <sequenceFlow id="l1" sourceRef="late_start" targetRef="late_end"/>
+      <endEvent id="late_end"/>
+    </subProcess>
+  </process>
+</definitions>"#;
+
+/// Schedules the engine can never start — one naming a none start event, one an event
+/// sub-process's timer start (the step refuses to start an instance there), one an
+/// event the deployment does not have — are skipped with an error in the log: each row
+/// ends, nothing starts, and the poller does not claim them again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn occurrences_that_cannot_start_are_skipped_not_claimed_forever() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(dir.path().join("skipped.sqlite"))
+            .await
+            .expect("open"),
+    );
+    let row = |node: &str| qflow_store::NewSchedule {
+        node: node.to_owned(),
+        due_at_ms: T0 + 10,
+        remaining: None,
+    };
+    // Written as a store would be by another (buggy or older) engine.
+    let dep = store
+        .deploy(qflow_store::NewDeployment {
+            process_id: "plain",
+            content_hash: "plain-1",
+            source: PLAIN,
+            deployed_at_ms: T0,
+            schedules: &[row("start"), row("late_start"), row("ghost")],
+        })
+        .await
+        .expect("deploys")
+        .id;
+    assert_eq!(schedules(&*store).await.len(), 3);
+    let clock = Arc::new(ManualClock::new(T0));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let runtime = Runtime::start(
+        store.clone(),
+        handlers(),
+        dyn_clock,
+        fast_recovery_config(1),
+    );
+    clock.advance_ms(10);
+    eventually_schedules(&*store, Vec::new()).await;
+    assert!(instances_of(&*store, dep).await.is_empty());
+    runtime.shutdown().await;
+}
