@@ -227,6 +227,13 @@ impl<'a> Run<'a> {
             return;
         }
         let node = self.id(idx);
+        // Work this very step asked for at the node is not carried out: the handler is
+        // not called and the request never written (an undelivered row is never
+        // deleted, C2, but one not yet written is no row).
+        self.effects.retain(|e| {
+            !matches!(e, Effect::RunTask { node: n, .. } | Effect::SendRequest { node: n, .. }
+                if n == node)
+        });
         let interrupted = match (in_flight, &locked) {
             (Some(attempt), _) => Some((attempt, None)),
             (None, Some(w)) if self.attempt_reported != Some(idx) => {

@@ -390,8 +390,10 @@ fn split_in_subprocess(ending: &str, ending_first: bool) -> qflow_loader::model:
 }
 
 /// Whatever order the split queued its branches in, the ended sub-process's sibling
-/// task never completes: queued first, it is never started; started first, its attempt
-/// is reported interrupted. `route` is the task the flow continues with.
+/// task never completes and its handler is never called: queued first, it is never
+/// started; started first, in the same step, its attempt is reported interrupted and the
+/// handler call that step asked for is dropped. `route` is the task the flow continues
+/// with.
 fn assert_sibling_ended_with_scope(ending: &str, route: &str) {
     for ending_first in [true, false] {
         let def = split_in_subprocess(ending, ending_first);
@@ -420,7 +422,10 @@ fn assert_sibling_ended_with_scope(ending: &str, route: &str) {
             assert!(work.is_empty(), "{order}: `work` started in an ended scope");
             assert!(!interrupted, "{order}");
         } else {
-            assert_eq!(work, vec![(0, 1)], "{order}");
+            assert!(
+                work.is_empty(),
+                "{order}: the handler of `work` is not called"
+            );
             assert!(
                 interrupted,
                 "{order}: the attempt in flight is reported interrupted"
