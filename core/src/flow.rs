@@ -8,6 +8,7 @@
 //! arrivals per step so that a model with a wait-free cycle fails instead of spinning.
 //! Nothing here reads the clock or iterates a hash map.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use qflow_loader::model::{
@@ -294,7 +295,7 @@ fn signal_waiters(
         let gateway = matches!(p.node(idx).kind, NodeKind::EventBasedGateway);
         let mut raced = false;
         for w in signal_waits(p, idx) {
-            if awaited_signal(p, w) != Some(name) || at.is_some_and(|n| p.node(w).id != n) {
+            if awaited_signal(p, w) != Some(name) || at.is_some_and(|n| p.key(w) != n) {
                 continue;
             }
             let racing = gateway && w != idx;
@@ -309,7 +310,7 @@ fn signal_waiters(
     }
     // Then the event sub-processes armed for it, after every token's own waits.
     for s in super::event_sub::armed_starts(p, snap) {
-        if awaited_signal(p, s) == Some(name) && at.is_none_or(|n| p.node(s).id == n) {
+        if awaited_signal(p, s) == Some(name) && at.is_none_or(|n| p.key(s) == n) {
             found.push((s, None));
         }
     }
@@ -328,10 +329,9 @@ fn message_waiter(
 ) -> Option<(NodeIdx, Option<NodeIdx>)> {
     let receives = |idx: NodeIdx| {
         awaited_message(p, idx) == Some(name)
-            && at.is_none_or(|n| p.node(idx).id == n)
-            && key.is_none_or(|k| {
-                snap.subscriptions.get(&p.node(idx).id).map(String::as_str) == Some(k)
-            })
+            && at.is_none_or(|n| p.key(idx) == n)
+            && key
+                .is_none_or(|k| snap.subscriptions.get(&*p.key(idx)).map(String::as_str) == Some(k))
     };
     let token_wait = snap.tokens.iter().find_map(|t| {
         let idx = p.find(t)?;
@@ -542,7 +542,7 @@ impl<'a> Run<'a> {
                 if let Some((idx, gateway)) = found {
                     // The wait is over: should the token come back here in this step, its
                     // subscription opens again with the key evaluated afresh.
-                    self.close_subscription(self.id(idx));
+                    self.close_subscription(&self.id(idx));
                     if let Some(esp) = self.p.event_start(idx) {
                         self.record_event_start(EventKind::Message, esp, None, Some(&name));
                         self.start_event_sub_process(esp, variables);
@@ -577,19 +577,21 @@ impl<'a> Run<'a> {
                         }
                         // A non-interrupting one goes on waiting, its row as it is.
                         if esp.interrupting {
-                            self.close_subscription(self.id(idx));
+                            self.close_subscription(&self.id(idx));
                         }
                         self.record_event_start(EventKind::Signal, esp, None, Some(&name));
                         self.start_event_sub_process(esp, variables.clone());
                         continue;
                     }
                     let host_gone = match &self.p.node(idx).kind {
-                        NodeKind::Boundary(b) => {
-                            !self.snap.tokens.iter().any(|t| t == self.id(b.attached_to))
-                        }
+                        NodeKind::Boundary(b) => !self
+                            .snap
+                            .tokens
+                            .iter()
+                            .any(|t| t == &*self.id(b.attached_to)),
                         _ => {
                             let at = gateway.unwrap_or(idx);
-                            !self.snap.tokens.iter().any(|t| t == self.id(at))
+                            !self.snap.tokens.iter().any(|t| t == &*self.id(at))
                         }
                     };
                     if host_gone {
@@ -601,7 +603,7 @@ impl<'a> Run<'a> {
                         // row stays as it is (the broadcast walking the rows must not
                         // meet it again as a new one).
                         if b.interrupting {
-                            self.close_subscription(self.id(idx));
+                            self.close_subscription(&self.id(idx));
                         }
                         let on = Some((b.attached_to, b.interrupting));
                         self.record_catch(EventKind::Signal, idx, on, None, Some(&name));
@@ -612,15 +614,16 @@ impl<'a> Run<'a> {
                             variables.clone(),
                         );
                     } else if let Some(gw) = gateway {
-                        self.close_subscription(self.id(idx));
+                        self.close_subscription(&self.id(idx));
                         self.record_catch(EventKind::Signal, idx, None, None, Some(&name));
                         self.end_race(gw, idx);
                         self.complete_activity(idx, variables.clone());
                     } else {
                         // Every token standing at the catch takes the one broadcast (two
                         // tokens there share the node's subscription row).
-                        self.close_subscription(self.id(idx));
-                        let id = self.id(idx);
+                        self.close_subscription(&self.id(idx));
+                        let id_key = self.id(idx);
+                        let id: &str = &id_key;
                         let waiting = self.snap.tokens.iter().filter(|t| *t == id).count();
                         for _ in 0..waiting {
                             self.record_catch(EventKind::Signal, idx, None, None, Some(&name));
@@ -677,8 +680,10 @@ impl<'a> Run<'a> {
         self.p.find(id).unwrap_or(NodeIdx(0))
     }
 
-    pub(super) fn id(&self, idx: NodeIdx) -> &'a str {
-        &self.p.node(idx).id
+    /// The name of `idx` in the snapshot and effects: the node's id, or `<body>#<k>`
+    /// for an inner instance of a multi-instance activity (`Process::key`).
+    pub(super) fn id(&self, idx: NodeIdx) -> Cow<'a, str> {
+        self.p.key(idx)
     }
 
     pub(super) fn running(&self) -> bool {
@@ -697,7 +702,7 @@ impl<'a> Run<'a> {
         code_and_message: Option<(&str, &str)>,
     ) {
         self.effects.push(Effect::AttemptFinished {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             attempt,
             outcome,
             code: code_and_message.map(|(c, _)| c.to_owned()),
@@ -779,7 +784,7 @@ impl<'a> Run<'a> {
         self.snap.incarnation = n;
         self.record_throw(EventKind::Signal, idx, None, Some(name));
         self.effects.push(Effect::ThrowSignal {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             name: name.to_owned(),
             key: format!("{}/{n}", self.instance),
         });
@@ -812,7 +817,7 @@ impl<'a> Run<'a> {
         self.snap.incarnation = n;
         self.record_throw(EventKind::Message, idx, None, Some(name));
         self.effects.push(Effect::PublishMessage {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             name: name.to_owned(),
             correlation_key,
             key: format!("{}/{n}", self.instance),
@@ -913,11 +918,12 @@ impl<'a> Run<'a> {
 
     /// A route-less `q:timeout` fired while the task's attempt was in flight.
     pub(super) fn timeout_fired(&mut self, idx: NodeIdx) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         let message = "the route-less q:timeout fired".to_owned();
         let registered = retryable_task(self.p, idx).is_some();
         if registered {
-            let attempt = self.snap.attempt_in_progress(node);
+            let attempt = self.snap.attempt_in_progress(&node);
             let outcome = FailureKind::TimedOut.outcome();
             self.attempt_ended(idx, attempt, outcome, Some((codes::TIMEOUT, &message)));
         }
@@ -951,7 +957,7 @@ impl<'a> Run<'a> {
         }
         self.remove_token(idx);
         self.disarm(idx);
-        self.snap.clear_retry_state(self.id(idx));
+        self.snap.clear_retry_state(&self.id(idx));
         self.leave(idx);
     }
 
@@ -1009,6 +1015,9 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
+        if let Some(mi) = self.p.multi_instance(idx) {
+            return self.enter_multi(idx, mi);
+        }
         let node = self.p.node(idx);
         // Vendor output mappings of an event the token passes through (L8): written as it
         // arrives, before it moves on (or ends the instance).
@@ -1138,7 +1147,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 for (target, due) in dues {
-                    let name = TimerName::new(TimerKind::Catch, self.id(target));
+                    let name = TimerName::new(TimerKind::Catch, &self.id(target));
                     self.arm(name, due);
                 }
             }
@@ -1165,7 +1174,7 @@ impl<'a> Run<'a> {
                 if !self.arm_boundaries(idx) {
                     return;
                 }
-                self.snap.clear_retry_state(self.id(idx));
+                self.snap.clear_retry_state(&self.id(idx));
                 self.run_attempt(idx, Attempt::FIRST);
             }
             TaskKind::User { .. } => {
@@ -1188,7 +1197,7 @@ impl<'a> Run<'a> {
                 if !self.arm_boundaries(idx) {
                     return;
                 }
-                self.snap.clear_retry_state(self.id(idx));
+                self.snap.clear_retry_state(&self.id(idx));
                 self.send_request(idx, Attempt::FIRST);
             }
             TaskKind::Pull { .. } => {
@@ -1196,7 +1205,7 @@ impl<'a> Run<'a> {
                 if !self.arm_boundaries(idx) {
                     return;
                 }
-                self.snap.clear_retry_state(self.id(idx));
+                self.snap.clear_retry_state(&self.id(idx));
                 self.offer_pull(idx, Attempt::FIRST);
             }
             TaskKind::Send {
@@ -1206,7 +1215,7 @@ impl<'a> Run<'a> {
                 // the instance variables (with a vendor mapping's locals over them), or
                 // only the `q:input` mappings when it has them — as a channel call's
                 // request body is.
-                let variables = match self.map_inputs(task) {
+                let variables = match self.map_inputs(idx, task) {
                     Ok(v) => v,
                     Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
                 };
@@ -1234,10 +1243,11 @@ impl<'a> Run<'a> {
     /// result. An expression that does not evaluate, or a value over the limits, fails
     /// the instance at the task.
     fn run_script(&mut self, idx: NodeIdx, task: &Task, expression: &Expression, result: &str) {
+        let vars = super::multi::scoped_vars(self.p, &self.snap, idx);
         let value = if task.mapping_style == MappingStyle::Q {
-            expression.eval(&self.snap.vars).map_err(|e| e.to_string())
+            expression.eval(&vars).map_err(|e| e.to_string())
         } else {
-            crate::vendor_io::visible(task.mapping_style, &task.inputs, &self.snap.vars)
+            crate::vendor_io::visible(task.mapping_style, &task.inputs, &vars)
                 .and_then(|scope| expression.eval(&scope).map_err(|e| e.to_string()))
         };
         let value = match value {
@@ -1263,7 +1273,7 @@ impl<'a> Run<'a> {
     /// Emits the `RunTask` of `attempt` and opens its timeout window.
     pub(super) fn run_attempt(&mut self, idx: NodeIdx, attempt: Attempt) {
         // A new attempt has not been re-adopted yet.
-        self.snap.set_readoptions(self.id(idx), 0);
+        self.snap.set_readoptions(&self.id(idx), 0);
         let NodeKind::Task(task) = &self.p.node(idx).kind else {
             return;
         };
@@ -1275,12 +1285,12 @@ impl<'a> Run<'a> {
         let TaskKind::Registered { name } = &task.kind else {
             return;
         };
-        let inputs = match self.map_inputs(task) {
+        let inputs = match self.map_inputs(idx, task) {
             Ok(inputs) => inputs,
             Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
         };
         self.effects.push(Effect::RunTask {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             handler: name.clone(),
             attempt,
             inputs,
@@ -1290,7 +1300,7 @@ impl<'a> Run<'a> {
 
     pub(super) fn arm_timeout(&mut self, idx: NodeIdx, task: &Task) {
         if let Some(timeout) = task.timeout {
-            let name = TimerName::new(TimerKind::Timeout, self.id(idx));
+            let name = TimerName::new(TimerKind::Timeout, &self.id(idx));
             self.arm(name, self.after(timeout));
         }
     }
@@ -1298,6 +1308,10 @@ impl<'a> Run<'a> {
     /// A token leaves `idx` over its outgoing flows: every unconditioned flow and every
     /// flow whose condition holds. No outgoing flow consumes the token.
     pub(super) fn leave(&mut self, idx: NodeIdx) {
+        // An inner instance has no flows: it goes back to its body.
+        if let Some(body) = self.p.body_of(idx) {
+            return self.inner_completed(body, idx);
+        }
         let outgoing = &self.p.node(idx).outgoing;
         match outgoing.as_slice() {
             [] => return,
@@ -1358,30 +1372,35 @@ impl<'a> Run<'a> {
     pub(super) fn condition_holds(&self, f: FlowIdx) -> Result<bool, String> {
         match &self.p.flow(f).condition {
             None => Ok(true),
-            Some(expr) => expr.eval_bool(&self.snap.vars).map_err(|e| e.to_string()),
+            Some(expr) => {
+                let vars = super::multi::scoped_vars(self.p, &self.snap, self.p.flow(f).source);
+                expr.eval_bool(&vars).map_err(|e| e.to_string())
+            }
         }
     }
 
     // ----- tokens and mappings ----------------------------------------------------------
 
     pub(super) fn add_token(&mut self, idx: NodeIdx) {
-        let id = self.id(idx);
-        let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
-        self.snap.tokens.insert(at, id.to_owned());
+        let id_key = self.id(idx);
+        let id: &str = &id_key;
+        let at = self.snap.tokens.partition_point(|t| t.as_str() <= &id);
+        self.snap.tokens.insert(at, id.to_string());
         // A wait begun again (a loop back to it in this step) opens its subscription
         // afresh: the sync after the step evaluates its key over the variables as they
         // are now.
         if !self.snap.subscriptions.is_empty() {
             for w in waits_of(self.p, idx) {
                 if awaited_message(self.p, w).is_some() || awaited_signal(self.p, w).is_some() {
-                    self.close_subscription(self.id(w));
+                    self.close_subscription(&self.id(w));
                 }
             }
         }
     }
 
     pub(super) fn remove_token(&mut self, idx: NodeIdx) -> bool {
-        let id = self.id(idx);
+        let id_key = self.id(idx);
+        let id: &str = &id_key;
         match self.snap.tokens.iter().position(|t| t == id) {
             Some(pos) => {
                 self.snap.tokens.remove(pos);
@@ -1391,8 +1410,8 @@ impl<'a> Run<'a> {
         }
     }
 
-    pub(super) fn map_inputs(&self, task: &Task) -> Result<Variables, String> {
-        task_inputs(task, &self.snap.vars)
+    pub(super) fn map_inputs(&self, idx: NodeIdx, task: &Task) -> Result<Variables, String> {
+        task_inputs(task, &super::multi::scoped_vars(self.p, &self.snap, idx))
     }
 
     /// Writes a task's result into the instance variables: through the output mappings

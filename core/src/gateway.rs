@@ -74,7 +74,11 @@ impl Run<'_> {
 
     pub(super) fn arrive_at_join(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
         let flow_id = via.map(|f| self.p.flow(f).id.clone()).unwrap_or_default();
-        let arrivals = self.snap.joins.entry(self.id(idx).to_owned()).or_default();
+        let arrivals = self
+            .snap
+            .joins
+            .entry(self.id(idx).into_owned())
+            .or_default();
         let at = arrivals.partition_point(|a| *a <= flow_id);
         arrivals.insert(at, flow_id);
     }
@@ -104,7 +108,7 @@ impl Run<'_> {
             self.snap.joins.remove(&node.id);
         }
         self.record(|r| super::path::PathEvent::Join {
-            node: r.id(idx).to_owned(),
+            node: r.id(idx).into_owned(),
             flows: node
                 .incoming
                 .iter()
@@ -129,7 +133,7 @@ impl Run<'_> {
         };
         let flows = self.take_one_arrival_per_flow(idx);
         self.record(|r| super::path::PathEvent::Join {
-            node: r.id(idx).to_owned(),
+            node: r.id(idx).into_owned(),
             flows,
         });
         self.route_inclusive(idx, default);
@@ -163,7 +167,8 @@ impl Run<'_> {
     /// a flow of its own), and forgets the join once nothing is left. Returns the flows
     /// consumed (an arrival over no flow is an empty id).
     fn take_one_arrival_per_flow(&mut self, idx: NodeIdx) -> Vec<String> {
-        let gw = self.id(idx);
+        let gw_key = self.id(idx);
+        let gw: &str = &gw_key;
         let Some(arrivals) = self.snap.joins.get_mut(gw) else {
             return Vec::new();
         };
@@ -190,7 +195,7 @@ impl Run<'_> {
             .snap
             .tokens
             .iter()
-            .chain(self.snap.joins.keys().filter(|g| *g != self.id(target)));
+            .chain(self.snap.joins.keys().filter(|g| *g != &*self.id(target)));
         for s in sources {
             if let Some(mut idx) = self.p.find(s) {
                 todo.push(idx);

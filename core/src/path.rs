@@ -162,8 +162,8 @@ impl Run<'_> {
             let f = r.p.flow(flow);
             PathEvent::Flow {
                 flow: f.id.clone(),
-                from: r.id(f.source).to_owned(),
-                to: r.id(f.target).to_owned(),
+                from: r.id(f.source).into_owned(),
+                to: r.id(f.target).into_owned(),
             }
         });
     }
@@ -181,7 +181,7 @@ impl Run<'_> {
             }
         }
         self.record(|r| PathEvent::Decision {
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             taken: flows
                 .iter()
                 .map(|f| {
@@ -208,12 +208,12 @@ impl Run<'_> {
                     .map(|f| r.p.flow(*f).id.clone())
                     .unwrap_or_default();
             PathEvent::Decision {
-                node: r.id(gw).to_owned(),
+                node: r.id(gw).into_owned(),
                 taken: vec![Branch {
                     flow,
                     condition: None,
                     default: false,
-                    event: Some(r.id(winner).to_owned()),
+                    event: Some(r.id(winner).into_owned()),
                 }],
             }
         });
@@ -228,7 +228,7 @@ impl Run<'_> {
     ) {
         self.record(|r| PathEvent::Throw {
             event,
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             code: code.map(str::to_owned),
             name: name.map(str::to_owned),
         });
@@ -245,8 +245,8 @@ impl Run<'_> {
     ) {
         self.record(|r| PathEvent::Catch {
             event,
-            node: r.id(node).to_owned(),
-            on: boundary.map(|(host, _)| r.id(host).to_owned()),
+            node: r.id(node).into_owned(),
+            on: boundary.map(|(host, _)| r.id(host).into_owned()),
             interrupting: boundary.map(|(_, i)| i),
             event_sub_process: None,
             code: code.map(str::to_owned),
@@ -266,10 +266,10 @@ impl Run<'_> {
     ) {
         self.record(|r| PathEvent::Catch {
             event,
-            node: r.id(start).to_owned(),
-            on: scope.map(|s| r.id(s).to_owned()),
+            node: r.id(start).into_owned(),
+            on: scope.map(|s| r.id(s).into_owned()),
             interrupting: Some(interrupting),
-            event_sub_process: r.p.node(start).scope.map(|e| r.id(e).to_owned()),
+            event_sub_process: r.p.node(start).scope.map(|e| r.id(e).into_owned()),
             code: code.map(str::to_owned),
             name: name.map(str::to_owned),
         });
@@ -278,16 +278,16 @@ impl Run<'_> {
     pub(super) fn record_uncaught(&mut self, event: EventKind, node: NodeIdx, code: Option<&str>) {
         self.record(|r| PathEvent::Uncaught {
             event,
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             code: code.map(str::to_owned),
         });
     }
 
     pub(super) fn record_end(&mut self, node: NodeIdx, kind: &EndKind) {
         self.record(|r| PathEvent::End {
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             kind: kind.into(),
-            scope: r.p.node(node).scope.map(|s| r.id(s).to_owned()),
+            scope: r.p.node(node).scope.map(|s| r.id(s).into_owned()),
         });
     }
 }

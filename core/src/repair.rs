@@ -74,7 +74,7 @@ impl Run<'_> {
         );
         if registered {
             self.try_again(idx, budget);
-        } else if self.snap.tokens.iter().any(|t| t == self.id(idx)) {
+        } else if self.snap.tokens.iter().any(|t| t == &*self.id(idx)) {
             self.wait_again(idx);
         } else {
             self.queue.push_back((idx, None));
@@ -83,18 +83,19 @@ impl Run<'_> {
 
     /// A FAILED registered task's next attempt.
     fn try_again(&mut self, idx: NodeIdx, budget: Budget) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         if !self.snap.tokens.iter().any(|t| t == node) {
             self.add_token(idx);
         }
         if !self.arm_boundaries(idx) {
             return;
         }
-        let next = self.snap.attempt_in_progress(node).next();
+        let next = self.snap.attempt_in_progress(&node).next();
         self.snap.markers.remove(node);
         if budget == Budget::Reset {
             self.snap.first_failure_ms.remove(node);
-            self.snap.set_budget_base(node, next.get() - 1);
+            self.snap.set_budget_base(&node, next.get() - 1);
         }
         if super::pull::pull_at(self.p, idx).is_some() {
             // A pull task's budget is the attempts left: a reset gives the model's back,
@@ -104,12 +105,12 @@ impl Run<'_> {
                     self.snap.pull_retries.remove(node);
                 }
                 Budget::Keep => {
-                    let left = self.snap.pull_retries(node).unwrap_or(0).max(1);
-                    self.snap.set_pull_retries(node, left);
+                    let left = self.snap.pull_retries(&node).unwrap_or(0).max(1);
+                    self.snap.set_pull_retries(&node, left);
                 }
             }
         }
-        self.snap.set_attempt(node, next);
+        self.snap.set_attempt(&node, next);
         self.run_attempt(idx, next);
     }
 
@@ -123,9 +124,10 @@ impl Run<'_> {
                 }
                 match &task.kind {
                     TaskKind::Registered { .. } | TaskKind::Pull { .. } => {
-                        let node = self.id(idx);
+                        let node_key = self.id(idx);
+                        let node: &str = &node_key;
                         self.snap.markers.remove(node);
-                        let attempt = self.snap.attempt_in_progress(node);
+                        let attempt = self.snap.attempt_in_progress(&node);
                         self.run_attempt(idx, attempt);
                     }
                     TaskKind::Channel { .. } => self.resend_request(idx),
@@ -137,7 +139,7 @@ impl Run<'_> {
             }
             NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) => {
                 if let Some(due) = self.due_at(idx, timer) {
-                    self.arm(TimerName::new(TimerKind::Catch, self.id(idx)), due);
+                    self.arm(TimerName::new(TimerKind::Catch, &self.id(idx)), due);
                 }
             }
             NodeKind::EventBasedGateway => {
@@ -149,7 +151,7 @@ impl Run<'_> {
                         let Some(due) = self.due_at(target, timer) else {
                             return;
                         };
-                        self.arm(TimerName::new(TimerKind::Catch, self.id(target)), due);
+                        self.arm(TimerName::new(TimerKind::Catch, &self.id(target)), due);
                     }
                 }
             }
@@ -161,7 +163,7 @@ impl Run<'_> {
     /// attempt counter stays (O4a).
     pub(super) fn retry_now(&mut self, targets: Vec<NodeIdx>) {
         for idx in targets {
-            self.resolve(&TimerName::new(TimerKind::Retry, self.id(idx)));
+            self.resolve(&TimerName::new(TimerKind::Retry, &self.id(idx)));
             self.redrive(idx);
         }
     }

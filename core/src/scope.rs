@@ -25,7 +25,10 @@ impl<'a> Run<'a> {
     pub(super) fn complete_finished_subprocess(&mut self) -> bool {
         let done = self.snap.tokens.iter().find_map(|t| {
             let idx = self.p.find(t)?;
-            if !matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+            // A multi-instance body completes when its inner instances do (`multi`).
+            if !matches!(self.p.node(idx).kind, NodeKind::SubProcess)
+                || self.p.multi_instance(idx).is_some()
+            {
                 return None;
             }
             let busy = self
@@ -220,21 +223,22 @@ impl<'a> Run<'a> {
             .filter(|_| self.attempt_reported != Some(idx));
         // A pull task's attempt is in flight while a worker holds its lock.
         let pull = super::pull::pull_at(self.p, idx).is_some();
-        let locked = self.snap.lock(self.id(idx)).map(|(w, _)| w.to_owned());
+        let locked = self.snap.lock(&self.id(idx)).map(|(w, _)| w.to_owned());
         if !self.remove_token(idx) {
             return;
         }
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         let interrupted = match (in_flight, &locked) {
             (Some(attempt), _) => Some((attempt, None)),
             (None, Some(w)) if self.attempt_reported != Some(idx) => {
-                Some((self.snap.attempt_in_progress(node), Some(w.clone())))
+                Some((self.snap.attempt_in_progress(&node), Some(w.clone())))
             }
             _ => None,
         };
         if let Some((attempt, worker)) = interrupted {
             self.effects.push(Effect::AttemptFinished {
-                node: node.to_owned(),
+                node: node.to_string(),
                 attempt,
                 outcome: AttemptOutcome::Interrupted,
                 code: None,
@@ -242,13 +246,16 @@ impl<'a> Run<'a> {
                 worker,
             });
         }
-        if pull && self.snap.marker(node).is_none() {
+        if pull && self.snap.marker(&node).is_none() {
             self.withdraw_pull(idx);
         }
         self.disarm(idx);
-        self.snap.clear_retry_state(node);
+        self.snap.clear_retry_state(&node);
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.clear_scope(idx);
+        }
+        if self.p.multi_instance(idx).is_some() {
+            self.snap.set_multi(&self.id(idx), None);
         }
     }
 
@@ -302,7 +309,7 @@ impl<'a> Run<'a> {
         self.p.node(catch).incoming.iter().find_map(|f| {
             let source = self.p.flow(*f).source;
             let waits = matches!(self.p.node(source).kind, NodeKind::EventBasedGateway)
-                && self.snap.tokens.iter().any(|t| t == self.id(source));
+                && self.snap.tokens.iter().any(|t| t == &*self.id(source));
             waits.then_some(source)
         })
     }
@@ -335,7 +342,7 @@ impl<'a> Run<'a> {
         if !self.running() {
             return;
         }
-        let node = node.map(|n| self.id(n).to_owned());
+        let node = node.map(|n| self.id(n).into_owned());
         // A FAILED instance does no work: a handler this step asked for before it failed
         // is not called, and a request it emitted is not written (the attempt stays in
         // flight in the snapshot, as a crash would leave it, and a resume re-adopts it
@@ -426,7 +433,14 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
 }
 
 pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
+    if node.instance() > 0 && node.plain() == sp.plain() {
+        // An inner instance is not inside its sibling (nor itself).
+        return false;
+    }
     let mut scope = p.node(node).scope;
+    // The children of a (sequential) inner sub-process name the inner node, whatever
+    // instance of it runs.
+    let sp = if sp.instance() > 0 { sp.plain() } else { sp };
     while let Some(s) = scope {
         if s == sp {
             return true;

@@ -69,7 +69,7 @@ impl<'a> Run<'a> {
         };
         let mut opened = Vec::new();
         for (idx, wait) in &wanted {
-            if self.snap.subscriptions.contains_key(self.id(*idx)) {
+            if self.snap.subscriptions.contains_key(&*self.id(*idx)) {
                 continue;
             }
             let message = match wait {
@@ -102,7 +102,7 @@ impl<'a> Run<'a> {
             self.close_subscription(&node);
         }
         for (idx, message, key) in opened {
-            let node = self.id(idx).to_owned();
+            let node = self.id(idx).into_owned();
             self.snap.subscriptions.insert(node.clone(), key.clone());
             self.effects.push(Effect::Subscribe {
                 node,

@@ -272,7 +272,7 @@ impl Run<'_> {
             }
         }
         for (b, due) in dues {
-            self.arm(TimerName::new(TimerKind::Boundary, self.id(b)), due);
+            self.arm(TimerName::new(TimerKind::Boundary, &self.id(b)), due);
         }
         if matches!(self.p.node(host).kind, NodeKind::SubProcess) {
             return self.arm_event_starts(Some(host));
@@ -325,18 +325,19 @@ impl Run<'_> {
         if self.snap.timers.is_empty() {
             return;
         }
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         for kind in [
             TimerKind::Retry,
             TimerKind::Timeout,
             TimerKind::Catch,
             TimerKind::Lock,
         ] {
-            self.resolve(&TimerName::new(kind, node));
+            self.resolve(&TimerName::new(kind, &node));
         }
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
         for b in boundaries {
-            self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)));
+            self.resolve(&TimerName::new(TimerKind::Boundary, &self.id(b)));
         }
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.disarm_event_starts(Some(idx));
@@ -344,8 +345,9 @@ impl Run<'_> {
         if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
             let outgoing = &self.p.node(idx).outgoing;
             for f in outgoing {
-                let target = self.id(self.p.flow(*f).target);
-                self.resolve(&TimerName::new(TimerKind::Catch, target));
+                let target_key = self.id(self.p.flow(*f).target);
+                let target: &str = &target_key;
+                self.resolve(&TimerName::new(TimerKind::Catch, &target));
             }
         }
     }

@@ -285,10 +285,18 @@ fn script_tasks_load_from_cel_and_from_zeebe_feel() {
 }
 
 #[test]
-fn q103_multi_instance() {
+fn q103_standard_loop() {
+    refused(
+        &around(r#"<userTask id="t">¶<standardLoopCharacteristics/></userTask>"#),
+        "Q103",
+    );
+}
+
+#[test]
+fn q131_multi_instance_without_cardinality_or_collection() {
     refused(
         &around(r#"<userTask id="t">¶<multiInstanceLoopCharacteristics/></userTask>"#),
-        "Q103",
+        "Q131",
     );
 }
 
