@@ -24,6 +24,7 @@ use serde_json::Value as Json;
 
 use super::codes;
 use super::flow::Run;
+use super::path::InnerState;
 use crate::snapshot::Snapshot;
 
 /// The most inner instances one body may have. A body starts (parallel) or may run
@@ -176,6 +177,7 @@ impl<'a> Run<'a> {
             if !self.running() || !self.snap.multis.contains_key(&*self.id(body)) {
                 return;
             }
+            self.record_inner(body, mi.inner.with_instance(k), InnerState::Started);
             self.enter(mi.inner.with_instance(k), None);
         }
     }
@@ -231,6 +233,7 @@ impl<'a> Run<'a> {
             return;
         };
         let k = inner.instance();
+        self.record_inner(body, inner, InnerState::Completed);
         let mut scope = scoped_vars(self.p, &self.snap, inner).into_owned();
         state.done = state.done.saturating_add(1);
         if let (Some(expr), Some(outputs)) = (&mi.output_element, &mut state.outputs) {
@@ -278,6 +281,7 @@ impl<'a> Run<'a> {
             let next = state.started;
             self.snap.set_multi(&body_key, Some(state.write()));
             // Queued, not entered: a long run of pass-through instances must not recurse.
+            self.record_inner(body, mi.inner.with_instance(next), InnerState::Started);
             self.queue.push_back((mi.inner.with_instance(next), None));
             return;
         }

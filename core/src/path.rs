@@ -75,6 +75,15 @@ pub enum PathEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         code: Option<String>,
     },
+    /// An inner instance of the multi-instance activity `body`: `node` (`<body>#<k>`,
+    /// `index` k) started, completed, or was cancelled (by a completion condition that
+    /// held, or the body's interruption).
+    Inner {
+        body: String,
+        node: String,
+        index: u32,
+        state: InnerState,
+    },
     /// A token reached the end event `node`; `scope` is the sub-process it ends a path
     /// of (absent at process level).
     End {
@@ -83,6 +92,15 @@ pub enum PathEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         scope: Option<String>,
     },
+}
+
+/// What happened to an inner instance ([`PathEvent::Inner`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InnerState {
+    Started,
+    Completed,
+    Cancelled,
 }
 
 /// One flow a [`PathEvent::Decision`] took, and why.
@@ -155,6 +173,16 @@ impl Run<'_> {
 
     pub(super) fn tracing(&self) -> bool {
         self.path.is_some()
+    }
+
+    /// The inner instance `inner` of `body` started, completed or was cancelled.
+    pub(super) fn record_inner(&mut self, body: NodeIdx, inner: NodeIdx, state: InnerState) {
+        self.record(|r| PathEvent::Inner {
+            body: r.id(body).into_owned(),
+            node: r.id(inner).into_owned(),
+            index: inner.instance(),
+            state,
+        });
     }
 
     pub(super) fn record_flow(&mut self, flow: FlowIdx) {

@@ -227,6 +227,9 @@ impl<'a> Run<'a> {
         if !self.remove_token(idx) {
             return;
         }
+        if let Some(body) = self.p.body_of(idx) {
+            self.record_inner(body, idx, super::path::InnerState::Cancelled);
+        }
         let node_key = self.id(idx);
         let node: &str = &node_key;
         let interrupted = match (in_flight, &locked) {
