@@ -336,9 +336,9 @@ impl Run<'_> {
         let node_key = self.id(idx);
         let node: &str = &node_key;
         (self.snap.calls.contains_key(node)
-            && self.snap.marker(&node).is_none()
+            && self.snap.marker(node).is_none()
             && self.snap.tokens.iter().any(|t| t == node))
-        .then(|| self.snap.attempt_in_progress(&node))
+        .then(|| self.snap.attempt_in_progress(node))
     }
 
     /// A channel call waits again after a resume: the attempt the counter names is
@@ -349,7 +349,7 @@ impl Run<'_> {
         let node_key = self.id(idx);
         let node: &str = &node_key;
         self.snap.markers.remove(node);
-        let attempt = self.snap.attempt_in_progress(&node);
+        let attempt = self.snap.attempt_in_progress(node);
         self.send_request(idx, attempt);
     }
 }

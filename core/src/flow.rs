@@ -923,7 +923,7 @@ impl<'a> Run<'a> {
         let message = "the route-less q:timeout fired".to_owned();
         let registered = retryable_task(self.p, idx).is_some();
         if registered {
-            let attempt = self.snap.attempt_in_progress(&node);
+            let attempt = self.snap.attempt_in_progress(node);
             let outcome = FailureKind::TimedOut.outcome();
             self.attempt_ended(idx, attempt, outcome, Some((codes::TIMEOUT, &message)));
         }
@@ -1384,7 +1384,7 @@ impl<'a> Run<'a> {
     pub(super) fn add_token(&mut self, idx: NodeIdx) {
         let id_key = self.id(idx);
         let id: &str = &id_key;
-        let at = self.snap.tokens.partition_point(|t| t.as_str() <= &id);
+        let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
         self.snap.tokens.insert(at, id.to_string());
         // A wait begun again (a loop back to it in this step) opens its subscription
         // afresh: the sync after the step evaluates its key over the variables as they

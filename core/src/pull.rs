@@ -164,8 +164,8 @@ impl Run<'_> {
     pub(super) fn withdraw_pull(&mut self, idx: NodeIdx) {
         let node_key = self.id(idx);
         let node: &str = &node_key;
-        self.snap.clear_lock(&node);
-        self.resolve(&TimerName::new(TimerKind::Lock, &node));
+        self.snap.clear_lock(node);
+        self.resolve(&TimerName::new(TimerKind::Lock, node));
         self.effects.push(Effect::WithdrawPullTask {
             node: node.to_string(),
         });
@@ -277,8 +277,8 @@ impl Run<'_> {
     pub(super) fn lock_expired(&mut self, idx: NodeIdx) {
         let node_key = self.id(idx);
         let node: &str = &node_key;
-        let attempt = self.snap.attempt_in_progress(&node);
-        let worker = self.snap.lock(&node).map(|(w, _)| w.to_owned());
+        let attempt = self.snap.attempt_in_progress(node);
+        let worker = self.snap.lock(node).map(|(w, _)| w.to_owned());
         let message = match &worker {
             Some(w) => format!("the lock of worker `{w}` expired before it reported an outcome"),
             None => "the lock expired before its worker reported an outcome".to_owned(),
@@ -296,7 +296,7 @@ impl Run<'_> {
         let node_key = self.id(idx);
         let node: &str = &node_key;
         self.snap
-            .pull_retries(&node)
+            .pull_retries(node)
             .or_else(|| pull_at(self.p, idx).map(|t| t.retries))
             .unwrap_or(PULL_RETRIES_DEFAULT)
     }
@@ -313,15 +313,15 @@ impl Run<'_> {
     ) {
         let node_key = self.id(idx);
         let node: &str = &node_key;
-        self.snap.clear_lock(&node);
-        self.resolve(&TimerName::new(TimerKind::Lock, &node));
-        self.snap.set_pull_retries(&node, left);
+        self.snap.clear_lock(node);
+        self.resolve(&TimerName::new(TimerKind::Lock, node));
+        self.snap.set_pull_retries(node, left);
         if left == 0 {
             let detail = Some(super::retry::details::EXHAUSTED.to_owned());
             return self.fail(code, Some(idx), detail, message);
         }
-        let next = self.snap.attempt_in_progress(&node).next();
-        self.snap.set_attempt(&node, next);
+        let next = self.snap.attempt_in_progress(node).next();
+        self.snap.set_attempt(node, next);
         if retry_timeout_ms == 0 {
             return self.offer_pull(idx, next);
         }
@@ -330,11 +330,11 @@ impl Run<'_> {
         self.snap
             .markers
             .insert(node.to_string(), CLASS_FAILED.to_owned());
-        self.resolve(&TimerName::new(TimerKind::Timeout, &node));
+        self.resolve(&TimerName::new(TimerKind::Timeout, node));
         self.effects.push(Effect::WithdrawPullTask {
             node: node.to_string(),
         });
         let due = self.after(qflow_loader::model::DurationMs(retry_timeout_ms));
-        self.arm(TimerName::new(TimerKind::Retry, &node), due);
+        self.arm(TimerName::new(TimerKind::Retry, node), due);
     }
 }

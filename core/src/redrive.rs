@@ -107,7 +107,7 @@ impl Run<'_> {
             }
             let node_key = self.id(idx);
             let node: &str = &node_key;
-            let count = self.snap.readoptions(&node).saturating_add(1);
+            let count = self.snap.readoptions(node).saturating_add(1);
             if count > READOPTIONS_MAX {
                 let code = codes::READOPTION_LIMIT;
                 let message = format!(
@@ -131,7 +131,7 @@ impl Run<'_> {
             let Ok(inputs) = super::flow::task_inputs(task, &vars) else {
                 continue;
             };
-            self.snap.set_readoptions(&node, count);
+            self.snap.set_readoptions(node, count);
             self.effects.push(Effect::RunTask {
                 node: node.to_string(),
                 handler: name.clone(),

@@ -91,11 +91,11 @@ impl Run<'_> {
         if !self.arm_boundaries(idx) {
             return;
         }
-        let next = self.snap.attempt_in_progress(&node).next();
+        let next = self.snap.attempt_in_progress(node).next();
         self.snap.markers.remove(node);
         if budget == Budget::Reset {
             self.snap.first_failure_ms.remove(node);
-            self.snap.set_budget_base(&node, next.get() - 1);
+            self.snap.set_budget_base(node, next.get() - 1);
         }
         if super::pull::pull_at(self.p, idx).is_some() {
             // A pull task's budget is the attempts left: a reset gives the model's back,
@@ -105,12 +105,12 @@ impl Run<'_> {
                     self.snap.pull_retries.remove(node);
                 }
                 Budget::Keep => {
-                    let left = self.snap.pull_retries(&node).unwrap_or(0).max(1);
-                    self.snap.set_pull_retries(&node, left);
+                    let left = self.snap.pull_retries(node).unwrap_or(0).max(1);
+                    self.snap.set_pull_retries(node, left);
                 }
             }
         }
-        self.snap.set_attempt(&node, next);
+        self.snap.set_attempt(node, next);
         self.run_attempt(idx, next);
     }
 
@@ -127,7 +127,7 @@ impl Run<'_> {
                         let node_key = self.id(idx);
                         let node: &str = &node_key;
                         self.snap.markers.remove(node);
-                        let attempt = self.snap.attempt_in_progress(&node);
+                        let attempt = self.snap.attempt_in_progress(node);
                         self.run_attempt(idx, attempt);
                     }
                     TaskKind::Channel { .. } => self.resend_request(idx),

@@ -47,10 +47,10 @@ impl Run<'_> {
         };
         let node_key = self.id(idx);
         let node: &str = &node_key;
-        let attempt = self.snap.attempt_in_progress(&node);
+        let attempt = self.snap.attempt_in_progress(node);
         // The counter is written even on the fatal paths: a FAILED instance shows how
         // many attempts it burned.
-        self.snap.set_attempt(&node, attempt);
+        self.snap.set_attempt(node, attempt);
         if policy.non_retryable_codes.contains(&code) {
             return self.fail(
                 &code,
@@ -60,11 +60,11 @@ impl Run<'_> {
             );
         }
         // Attempts burned before an operator reset the budget do not count (O3).
-        let counted = attempt.get() - self.snap.budget_base(&node).min(attempt.get() - 1);
+        let counted = attempt.get() - self.snap.budget_base(node).min(attempt.get() - 1);
         if counted >= policy.max_attempts.get() {
             return self.fail(&code, Some(idx), Some(details::EXHAUSTED.into()), message);
         }
-        let due_at_ms = self.backoff_instant(policy, &node, attempt.get(), counted);
+        let due_at_ms = self.backoff_instant(policy, node, attempt.get(), counted);
         if let Some(max) = policy.max_elapsed {
             let first = *self
                 .snap
@@ -100,10 +100,10 @@ impl Run<'_> {
     fn park(&mut self, idx: NodeIdx, next_attempt: Attempt, class: &str, due_at_ms: i64) {
         let node_key = self.id(idx);
         let node: &str = &node_key;
-        self.snap.set_attempt(&node, next_attempt);
+        self.snap.set_attempt(node, next_attempt);
         self.snap.markers.insert(node.to_string(), class.to_owned());
-        self.resolve(&TimerName::new(TimerKind::Timeout, &node));
-        self.arm(TimerName::new(TimerKind::Retry, &node), due_at_ms);
+        self.resolve(&TimerName::new(TimerKind::Timeout, node));
+        self.arm(TimerName::new(TimerKind::Retry, node), due_at_ms);
     }
 
     /// A retry park came due: leave the backoff window and run the next attempt.
@@ -113,7 +113,7 @@ impl Run<'_> {
         // Only a parked task arms `r:`, so the marker is there (unless it was malformed
         // on decode; re-driving is still the only way forward then).
         self.snap.markers.remove(node);
-        let attempt = self.snap.attempt_in_progress(&node);
+        let attempt = self.snap.attempt_in_progress(node);
         self.run_attempt(idx, attempt);
     }
 }

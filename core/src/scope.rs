@@ -235,7 +235,7 @@ impl<'a> Run<'a> {
         let interrupted = match (in_flight, &locked) {
             (Some(attempt), _) => Some((attempt, None)),
             (None, Some(w)) if self.attempt_reported != Some(idx) => {
-                Some((self.snap.attempt_in_progress(&node), Some(w.clone())))
+                Some((self.snap.attempt_in_progress(node), Some(w.clone())))
             }
             _ => None,
         };
@@ -249,11 +249,11 @@ impl<'a> Run<'a> {
                 worker,
             });
         }
-        if pull && self.snap.marker(&node).is_none() {
+        if pull && self.snap.marker(node).is_none() {
             self.withdraw_pull(idx);
         }
         self.disarm(idx);
-        self.snap.clear_retry_state(&node);
+        self.snap.clear_retry_state(node);
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.clear_scope(idx);
         }

@@ -333,7 +333,7 @@ impl Run<'_> {
             TimerKind::Catch,
             TimerKind::Lock,
         ] {
-            self.resolve(&TimerName::new(kind, &node));
+            self.resolve(&TimerName::new(kind, node));
         }
         let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
         for b in boundaries {
@@ -347,7 +347,7 @@ impl Run<'_> {
             for f in outgoing {
                 let target_key = self.id(self.p.flow(*f).target);
                 let target: &str = &target_key;
-                self.resolve(&TimerName::new(TimerKind::Catch, &target));
+                self.resolve(&TimerName::new(TimerKind::Catch, target));
             }
         }
     }

@@ -217,7 +217,7 @@ impl Run<'_> {
         for (idx, a) in offers {
             let node_key = self.id(idx);
             let node: &str = &node_key;
-            self.snap.set_assignee(&node, a.assignee.as_deref());
+            self.snap.set_assignee(node, a.assignee.as_deref());
             self.effects.push(Effect::OfferUserTask {
                 node: node.to_string(),
                 assignee: a.assignee,
@@ -265,7 +265,7 @@ impl Run<'_> {
         };
         let node_key = self.id(idx);
         let node: &str = &node_key;
-        let held = (!fresh).then(|| self.snap.assignee(&node)).flatten();
+        let held = (!fresh).then(|| self.snap.assignee(node)).flatten();
         let scoped = super::multi::scoped_vars(self.p, &self.snap, idx);
         let vars: &Variables = &scoped;
         let assignee = match (held, &assignment.assignee) {

@@ -764,6 +764,32 @@ pub fn jitter_ppb(instance: &str, node: &str, attempt: u32) -> u32 {
     (z % 1_000_000_000) as u32
 }
 
+/// Gives each multi-instance activity its inner node (after validation, which sees the
+/// activity as written): a copy of the activity without flows, a child of the original,
+/// which becomes the body — a [`NodeKind::SubProcess`] holding the flows and boundary
+/// events. A sub-process's children move into the inner node. The inner node keeps the
+/// id: its instances are named `<id>#<k>` ([`Process::key`]).
+pub(crate) fn expand_multi_instances(p: &mut Process) {
+    let bodies: Vec<NodeIdx> = p.multi_instances.keys().copied().collect();
+    for body in bodies {
+        let inner = NodeIdx(p.nodes.len() as u32);
+        let mut node = p.nodes[body.0 as usize].clone();
+        for n in p.nodes.iter_mut() {
+            if n.scope == Some(body) {
+                n.scope = Some(inner);
+            }
+        }
+        node.scope = Some(body);
+        node.outgoing.clear();
+        node.incoming.clear();
+        p.nodes.push(node);
+        p.nodes[body.0 as usize].kind = NodeKind::SubProcess;
+        if let Some(mi) = p.multi_instances.get_mut(&body) {
+            mi.inner = inner;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -803,31 +829,5 @@ mod tests {
         assert_eq!(jitter_ppb("a", "b", 1), jitter_ppb("a", "b", 1));
         assert_ne!(jitter_ppb("a", "b", 1), jitter_ppb("a", "b", 2));
         assert_ne!(jitter_ppb("ab", "", 1), jitter_ppb("a", "b", 1));
-    }
-}
-
-/// Gives each multi-instance activity its inner node (after validation, which sees the
-/// activity as written): a copy of the activity without flows, a child of the original,
-/// which becomes the body — a [`NodeKind::SubProcess`] holding the flows and boundary
-/// events. A sub-process's children move into the inner node. The inner node keeps the
-/// id: its instances are named `<id>#<k>` ([`Process::key`]).
-pub(crate) fn expand_multi_instances(p: &mut Process) {
-    let bodies: Vec<NodeIdx> = p.multi_instances.keys().copied().collect();
-    for body in bodies {
-        let inner = NodeIdx(p.nodes.len() as u32);
-        let mut node = p.nodes[body.0 as usize].clone();
-        for n in p.nodes.iter_mut() {
-            if n.scope == Some(body) {
-                n.scope = Some(inner);
-            }
-        }
-        node.scope = Some(body);
-        node.outgoing.clear();
-        node.incoming.clear();
-        p.nodes.push(node);
-        p.nodes[body.0 as usize].kind = NodeKind::SubProcess;
-        if let Some(mi) = p.multi_instances.get_mut(&body) {
-            mi.inner = inner;
-        }
     }
 }
