@@ -257,11 +257,14 @@ pub(super) fn awaited_signal(p: &Process, idx: NodeIdx) -> Option<&str> {
 fn waits_of(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
     let node = p.node(idx);
     let mut waits: Vec<NodeIdx> = if matches!(node.kind, NodeKind::EventBasedGateway) {
-        node.outgoing.iter().map(|f| p.flow(*f).target).collect()
+        node.outgoing
+            .iter()
+            .map(|f| p.inherit(idx, p.flow(*f).target))
+            .collect()
     } else {
         vec![idx]
     };
-    waits.extend(p.boundaries_of(idx));
+    waits.extend(p.boundaries_of(idx.plain()).map(|b| p.inherit(idx, b)));
     waits
 }
 
@@ -547,9 +550,14 @@ impl<'a> Run<'a> {
                         self.record_event_start(EventKind::Message, esp, None, Some(&name));
                         self.start_event_sub_process(esp, variables);
                     } else if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
-                        let on = Some((b.attached_to, b.interrupting));
+                        let on = Some((self.p.inherit(idx, b.attached_to), b.interrupting));
                         self.record_catch(EventKind::Message, idx, on, None, Some(&name));
-                        self.message_boundary(idx, b.attached_to, b.interrupting, variables);
+                        self.message_boundary(
+                            idx,
+                            self.p.inherit(idx, b.attached_to),
+                            b.interrupting,
+                            variables,
+                        );
                     } else {
                         self.record_catch(EventKind::Message, idx, None, None, Some(&name));
                         if let Some(gw) = gateway {
@@ -588,7 +596,7 @@ impl<'a> Run<'a> {
                             .snap
                             .tokens
                             .iter()
-                            .any(|t| t == &*self.id(b.attached_to)),
+                            .any(|t| t == &*self.id(self.p.inherit(idx, b.attached_to))),
                         _ => {
                             let at = gateway.unwrap_or(idx);
                             !self.snap.tokens.iter().any(|t| t == &*self.id(at))
@@ -605,11 +613,11 @@ impl<'a> Run<'a> {
                         if b.interrupting {
                             self.close_subscription(&self.id(idx));
                         }
-                        let on = Some((b.attached_to, b.interrupting));
+                        let on = Some((self.p.inherit(idx, b.attached_to), b.interrupting));
                         self.record_catch(EventKind::Signal, idx, on, None, Some(&name));
                         self.message_boundary(
                             idx,
-                            b.attached_to,
+                            self.p.inherit(idx, b.attached_to),
                             b.interrupting,
                             variables.clone(),
                         );
@@ -684,6 +692,11 @@ impl<'a> Run<'a> {
     /// for an inner instance of a multi-instance activity (`Process::key`).
     pub(super) fn id(&self, idx: NodeIdx) -> Cow<'a, str> {
         self.p.key(idx)
+    }
+
+    /// The scope `idx` runs in: its sub-process, in the inner instance `idx` runs in.
+    pub(super) fn scope_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
+        self.p.node(idx).scope.map(|s| self.p.inherit(idx, s))
     }
 
     pub(super) fn running(&self) -> bool {
@@ -866,10 +879,11 @@ impl<'a> Run<'a> {
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
         };
-        let on = Some((b.attached_to, b.interrupting));
+        let host = self.p.inherit(boundary, b.attached_to);
+        let on = Some((host, b.interrupting));
         self.record_catch(EventKind::Timer, boundary, on, None, Some(name.as_str()));
         if b.interrupting {
-            self.interrupt(b.attached_to);
+            self.interrupt(host);
         } else if let BoundaryTrigger::Timer(timer) = &b.trigger {
             if !self.rearm_cycle(boundary, timer, name) {
                 return;
@@ -1066,7 +1080,7 @@ impl<'a> Run<'a> {
                 }
             }
             NodeKind::EndEvent(EndKind::None) => {}
-            NodeKind::EndEvent(EndKind::Terminate) => self.terminate(node.scope),
+            NodeKind::EndEvent(EndKind::Terminate) => self.terminate(self.scope_of(idx)),
             NodeKind::EndEvent(EndKind::Error { error }) => {
                 let code = error
                     .as_ref()
@@ -1074,14 +1088,20 @@ impl<'a> Run<'a> {
                     .and_then(|e| e.code.clone());
                 let message = format!("error end event `{}`", node.id);
                 self.record_throw(EventKind::Error, idx, code.as_deref(), None);
-                self.propagate_error(idx, node.scope, code, message, codes::UNCAUGHT_BPMN_ERROR);
+                self.propagate_error(
+                    idx,
+                    self.scope_of(idx),
+                    code,
+                    message,
+                    codes::UNCAUGHT_BPMN_ERROR,
+                );
             }
             // The token ends here whether or not a boundary caught the escalation.
             NodeKind::EndEvent(EndKind::Escalation { code }) => {
-                self.escalate(idx, node.scope, code.as_deref());
+                self.escalate(idx, self.scope_of(idx), code.as_deref());
             }
             NodeKind::IntermediateThrow(ThrowTrigger::Escalation { code }) => {
-                if self.escalate(idx, node.scope, code.as_deref()) {
+                if self.escalate(idx, self.scope_of(idx), code.as_deref()) {
                     self.leave(idx);
                 }
             }
@@ -1089,7 +1109,7 @@ impl<'a> Run<'a> {
             // written but where the token goes next.
             NodeKind::IntermediateThrow(ThrowTrigger::Link { target, name }) => {
                 self.record_throw(EventKind::Link, idx, None, Some(name));
-                self.queue.push_back((*target, None));
+                self.queue.push_back((self.p.inherit(idx, *target), None));
             }
             NodeKind::IntermediateCatch(CatchTrigger::Link { name }) => {
                 self.record_catch(EventKind::Link, idx, None, None, Some(name));
@@ -1127,7 +1147,7 @@ impl<'a> Run<'a> {
                 }
                 let starts: Vec<NodeIdx> = self.p.start_events(Some(idx)).collect();
                 for s in starts {
-                    self.queue.push_back((s, None));
+                    self.queue.push_back((self.p.inherit(idx, s), None));
                 }
             }
             NodeKind::EventBasedGateway => {
@@ -1136,7 +1156,7 @@ impl<'a> Run<'a> {
                 self.add_token(idx);
                 let mut dues = Vec::new();
                 for f in &node.outgoing {
-                    let target = self.p.flow(*f).target;
+                    let target = self.p.inherit(idx, self.p.flow(*f).target);
                     if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
                         &self.p.node(target).kind
                     {
@@ -1316,7 +1336,7 @@ impl<'a> Run<'a> {
         match outgoing.as_slice() {
             [] => return,
             // The common case, without collecting anything.
-            [only] if self.p.flow(*only).condition.is_none() => return self.take(*only),
+            [only] if self.p.flow(*only).condition.is_none() => return self.take(idx, *only),
             _ => {}
         }
         match self.true_flows(outgoing, None) {
@@ -1331,22 +1351,24 @@ impl<'a> Run<'a> {
                 if self.tracing() && outgoing.iter().any(|f| self.p.flow(*f).condition.is_some()) {
                     self.record_decision(idx, &flows, false);
                 }
-                flows.into_iter().for_each(|f| self.take(f));
+                flows.into_iter().for_each(|f| self.take(idx, f));
             }
             Err(e) => self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
         }
     }
 
-    pub(super) fn take(&mut self, flow: FlowIdx) {
-        self.record_flow(flow);
-        let target = self.p.flow(flow).target;
+    /// A token leaves `from` over `flow` (inside an inner sub-process instance, the
+    /// target runs in the same instance).
+    pub(super) fn take(&mut self, from: NodeIdx, flow: FlowIdx) {
+        self.record_flow(from, flow);
+        let target = self.p.inherit(from, self.p.flow(flow).target);
         self.queue.push_back((target, Some(flow)));
     }
 
     pub(super) fn take_all(&mut self, idx: NodeIdx) {
         let outgoing = &self.p.node(idx).outgoing;
         for f in outgoing {
-            self.take(*f);
+            self.take(idx, *f);
         }
     }
 

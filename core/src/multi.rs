@@ -101,32 +101,18 @@ pub(crate) fn scoped_vars<'s>(p: &Process, snap: &'s Snapshot, idx: NodeIdx) -> 
     if p.multi_instances.is_empty() {
         return Cow::Borrowed(&snap.vars);
     }
-    // (body, instance) from the innermost outwards.
+    // (body, instance) from the innermost outwards. Inside an inner sub-process
+    // instance every node carries the instance's number, so the walk meets `sub#k`.
     let mut levels: Vec<(NodeIdx, u32)> = Vec::new();
     let mut cur = idx;
-    let mut depth = 0;
-    while depth < 64 {
-        depth += 1;
+    for _ in 0..1024 {
         if let Some(body) = p.body_of(cur) {
             levels.push((body, cur.instance()));
-            cur = body;
-            continue;
         }
-        let Some(scope) = p.node(cur).scope else {
-            break;
-        };
-        if cur.instance() == 0 && p.multi_instance(scope).is_some() {
-            // `cur` is the inner node itself, reached from inside a sequential
-            // sub-process: the instance running is the last one started.
-            let started = snap
-                .multis
-                .get(&*p.key(scope))
-                .map_or(0, |s| Body::read(s).started);
-            if started > 0 {
-                levels.push((scope, started));
-            }
+        match p.node(cur).scope {
+            Some(s) => cur = p.inherit(cur, s),
+            None => break,
         }
-        cur = scope;
     }
     if levels.is_empty() {
         return Cow::Borrowed(&snap.vars);
@@ -305,7 +291,8 @@ impl<'a> Run<'a> {
             self.interrupt(inner);
         }
         let p = self.p;
-        self.queue.retain(|(n, _)| p.body_of(*n) != Some(body));
+        self.queue
+            .retain(|(n, _)| !super::scope::inside_scope(p, *n, body));
         if let (Some(out), Some(outputs)) = (&mi.output_collection, state.outputs) {
             self.snap.vars.insert(out.clone(), Json::Array(outputs));
         }

@@ -185,13 +185,13 @@ impl Run<'_> {
         });
     }
 
-    pub(super) fn record_flow(&mut self, flow: FlowIdx) {
+    pub(super) fn record_flow(&mut self, from: NodeIdx, flow: FlowIdx) {
         self.record(|r| {
             let f = r.p.flow(flow);
             PathEvent::Flow {
                 flow: f.id.clone(),
-                from: r.id(f.source).into_owned(),
-                to: r.id(f.target).into_owned(),
+                from: r.id(from).into_owned(),
+                to: r.id(r.p.inherit(from, f.target)).into_owned(),
             }
         });
     }
@@ -315,7 +315,7 @@ impl Run<'_> {
         self.record(|r| PathEvent::End {
             node: r.id(node).into_owned(),
             kind: kind.into(),
-            scope: r.p.node(node).scope.map(|s| r.id(s).into_owned()),
+            scope: r.scope_of(node).map(|s| r.id(s).into_owned()),
         });
     }
 }

@@ -69,7 +69,7 @@ impl<'a> Run<'a> {
             self.interrupt(idx);
             return self.leave(b);
         }
-        let scope = self.p.node(idx).scope;
+        let scope = self.scope_of(idx);
         self.propagate_error(idx, scope, code, message, uncaught);
     }
 
@@ -98,7 +98,7 @@ impl<'a> Run<'a> {
                 return self.leave(b);
             }
             from_event_sub = self.p.event_sub_process(sp).is_some();
-            scope = self.p.node(sp).scope;
+            scope = self.scope_of(sp);
         }
         self.record_uncaught(EventKind::Error, origin, code.as_deref());
         let detail = if uncaught == codes::UNCAUGHT_BPMN_ERROR {
@@ -171,7 +171,7 @@ impl<'a> Run<'a> {
                 return !interrupting;
             }
             from_event_sub = self.p.event_sub_process(sp).is_some();
-            scope = self.p.node(sp).scope;
+            scope = self.scope_of(sp);
         }
         self.record_uncaught(EventKind::Escalation, origin, code);
         true
@@ -197,7 +197,7 @@ impl<'a> Run<'a> {
             }
             return self.leave(b);
         }
-        let scope = self.p.node(idx).scope;
+        let scope = self.scope_of(idx);
         self.escalate(idx, scope, Some(code));
     }
 
@@ -390,7 +390,7 @@ fn catching(
     code: Option<&str>,
 ) -> Option<NodeIdx> {
     let mut catch_all = None;
-    for b in p.boundaries_of(host) {
+    for b in p.boundaries_of(host.plain()).map(|b| p.inherit(host, b)) {
         let NodeKind::Boundary(bd) = &p.node(b).kind else {
             continue;
         };
@@ -418,7 +418,7 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
     if let Some(b) = catching(p, idx, of, code) {
         return Some(b);
     }
-    let mut scope = p.node(idx).scope;
+    let mut scope = p.node(idx).scope.map(|s| p.inherit(idx, s));
     let mut from_event_sub = false;
     loop {
         if !from_event_sub {
@@ -431,24 +431,19 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
             return Some(b);
         }
         from_event_sub = p.event_sub_process(sp).is_some();
-        scope = p.node(sp).scope;
+        scope = p.node(sp).scope.map(|s| p.inherit(sp, s));
     }
 }
 
 pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
-    if node.instance() > 0 && node.plain() == sp.plain() {
-        // An inner instance is not inside its sibling (nor itself).
-        return false;
-    }
-    let mut scope = p.node(node).scope;
-    // The children of a (sequential) inner sub-process name the inner node, whatever
-    // instance of it runs.
-    let sp = if sp.instance() > 0 { sp.plain() } else { sp };
-    while let Some(s) = scope {
+    // Scopes are reckoned in the inner instance each node runs in: `task#2` is inside
+    // `sub#2`, not `sub#1`.
+    let mut cur = node;
+    while let Some(s) = p.node(cur).scope.map(|s| p.inherit(cur, s)) {
         if s == sp {
             return true;
         }
-        scope = p.node(s).scope;
+        cur = s;
     }
     false
 }

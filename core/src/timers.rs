@@ -259,7 +259,11 @@ impl Run<'_> {
     /// stop (`false`).
     #[must_use]
     pub(super) fn arm_boundaries(&mut self, host: NodeIdx) -> bool {
-        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(host).collect();
+        let boundaries: Vec<NodeIdx> = self
+            .p
+            .boundaries_of(host.plain())
+            .map(|b| self.p.inherit(host, b))
+            .collect();
         let mut dues = Vec::new();
         for b in boundaries {
             if let NodeKind::Boundary(bd) = &self.p.node(b).kind {
@@ -335,7 +339,11 @@ impl Run<'_> {
         ] {
             self.resolve(&TimerName::new(kind, node));
         }
-        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
+        let boundaries: Vec<NodeIdx> = self
+            .p
+            .boundaries_of(idx.plain())
+            .map(|b| self.p.inherit(idx, b))
+            .collect();
         for b in boundaries {
             self.resolve(&TimerName::new(TimerKind::Boundary, &self.id(b)));
         }
@@ -345,7 +353,7 @@ impl Run<'_> {
         if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
             let outgoing = &self.p.node(idx).outgoing;
             for f in outgoing {
-                let target_key = self.id(self.p.flow(*f).target);
+                let target_key = self.id(self.p.inherit(idx, self.p.flow(*f).target));
                 let target: &str = &target_key;
                 self.resolve(&TimerName::new(TimerKind::Catch, target));
             }

@@ -421,3 +421,58 @@ fn the_path_shows_which_inner_instances_started_completed_and_were_cancelled() {
             .collect();
     assert_eq!(inner, ["work#2 Completed", "work#1 Cancelled"]);
 }
+
+#[test]
+fn a_parallel_sub_process_runs_its_inside_once_per_instance_and_its_boundary_ends_all() {
+    let def = model(
+        r#"<startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="each"/>
+    <subProcess id="each">
+      <multiInstanceLoopCharacteristics q:collection="items" q:elementVariable="item"/>
+      <startEvent id="s1"/>
+      <sequenceFlow id="g1" sourceRef="s1" targetRef="work"/>
+      <serviceTask id="work" q:task="work"/>
+      <sequenceFlow id="g2" sourceRef="work" targetRef="wait"/>
+      <userTask id="wait"/>
+      <sequenceFlow id="g3" sourceRef="wait" targetRef="e1"/>
+      <endEvent id="e1"/>
+    </subProcess>
+    <boundaryEvent id="stop" attachedToRef="each">
+      <timerEventDefinition><timeDuration>PT1M</timeDuration></timerEventDefinition>
+    </boundaryEvent>
+    <sequenceFlow id="f2" sourceRef="each" targetRef="e"/>
+    <endEvent id="e"/>
+    <sequenceFlow id="f3" sourceRef="stop" targetRef="e2"/>
+    <endEvent id="e2"/>"#,
+    );
+    let (snap, effects) = start(&def, json!({"items": ["a", "b"]}));
+    let runs = runs(&effects);
+    assert_eq!(
+        runs.iter()
+            .map(|r| (r.0.as_str(), r.2["item"].clone()))
+            .collect::<Vec<_>>(),
+        [("work#1", json!("a")), ("work#2", json!("b"))]
+    );
+    let (snap, effects) = apply(&def, snap, done("work#2", 1, json!({})), 10);
+    assert!(effects.iter().any(|e| matches!(e,
+        Effect::OfferUserTask { node, .. } if node == "wait#2")));
+    assert_eq!(
+        snap.tokens(),
+        ["each", "each#1", "each#2", "wait#2", "work#1"]
+    );
+    let incarnation = snap.timers()["b:stop"];
+    let (snap, effects) = apply(
+        &def,
+        snap,
+        Input::TimerFired {
+            name: "b:stop".parse().expect("a timer name"),
+            incarnation,
+        },
+        60_000,
+    );
+    assert_eq!(snap.status(), Status::Completed);
+    assert!(effects.iter().any(|e| matches!(e,
+        Effect::WithdrawUserTask { node } if node == "wait#2")));
+    assert!(effects.iter().any(|e| matches!(e,
+        Effect::AttemptFinished { node, .. } if node == "work#1")));
+}

@@ -211,7 +211,7 @@ impl Process {
         if self.multi_instances.is_empty() {
             return None;
         }
-        let (body, k) = id.split_once('#')?;
+        let (base, k) = id.split_once('#')?;
         // Digits only, no sign, no leading zero: one spelling per inner instance.
         if k.starts_with('0') || !k.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -220,8 +220,12 @@ impl Process {
             .parse()
             .ok()
             .filter(|k| (1..=NodeIdx::INSTANCE_MAX).contains(k))?;
-        let mi = self.multi_instances.get(self.by_id.get(body)?)?;
-        Some(mi.inner.with_instance(k))
+        let node = *self.by_id.get(base)?;
+        if let Some(mi) = self.multi_instances.get(&node) {
+            return Some(mi.inner.with_instance(k));
+        }
+        // A node inside an inner sub-process, in its `k`-th instance.
+        self.is_instanced(node).then(|| node.with_instance(k))
     }
     /// The name of `idx` in the snapshot, effects and timers: the node's id, or
     /// `<body>#<k>` for the `k`-th inner instance of a multi-instance activity.
@@ -238,12 +242,46 @@ impl Process {
         }
         self.multi_instances.get(&body)
     }
-    /// The body of which `idx` is an inner instance, if it is one.
+    /// The body of which `idx` is an inner instance, if it is one (a node inside an
+    /// inner sub-process instance is not: its scope is the inner node).
     pub fn body_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
         if idx.instance() == 0 {
             return None;
         }
-        self.node(idx).scope
+        let body = self.node(idx).scope?;
+        (self.multi_instance(body)?.inner == idx.plain()).then_some(body)
+    }
+    /// Whether `idx` is the inner node of a multi-instance activity or lies inside one
+    /// (an inner sub-process's content): then it runs once per inner instance and
+    /// carries the instance's number.
+    pub fn is_instanced(&self, idx: NodeIdx) -> bool {
+        if self.multi_instances.is_empty() {
+            return false;
+        }
+        let mut cur = Some(idx.plain());
+        // Scopes nest no deeper than the loader's element depth.
+        for _ in 0..1024 {
+            let Some(n) = cur else { return false };
+            let scope = self.node(n).scope;
+            if scope
+                .and_then(|b| self.multi_instance(b))
+                .is_some_and(|mi| mi.inner == n)
+            {
+                return true;
+            }
+            cur = scope;
+        }
+        false
+    }
+    /// `to`, a node the graph gives from `from` (a flow's target, a boundary, a scope, a
+    /// start event), run in the inner instance `from` runs in: inside an inner
+    /// sub-process instance every node carries that instance's number.
+    pub fn inherit(&self, from: NodeIdx, to: NodeIdx) -> NodeIdx {
+        if from.instance() > 0 && self.is_instanced(to) {
+            to.with_instance(from.instance())
+        } else {
+            to
+        }
     }
     /// The none start events of a scope (`None` = the process itself), in document order.
     pub fn start_events(&self, scope: Option<NodeIdx>) -> impl Iterator<Item = NodeIdx> + '_ {

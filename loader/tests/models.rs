@@ -2881,15 +2881,58 @@ fn q131_neither_or_both_counts() {
 }
 
 #[test]
-fn q132_a_parallel_multi_instance_sub_process() {
-    refused(
-        &around(
-            r#"<subProcess id="t">¶<multiInstanceLoopCharacteristics><loopCardinality>2</loopCardinality></multiInstanceLoopCharacteristics>
-  <startEvent id="s1"/><sequenceFlow id="g1" sourceRef="s1" targetRef="e1"/><endEvent id="e1"/>
+fn a_parallel_multi_instance_sub_process_loads_and_its_content_is_per_instance() {
+    let l = loads(&around(
+        r#"<subProcess id="t">
+  <multiInstanceLoopCharacteristics q:collection="items"/>
+  <startEvent id="s1"/><sequenceFlow id="g1" sourceRef="s1" targetRef="w"/>
+  <userTask id="w"/><sequenceFlow id="g2" sourceRef="w" targetRef="e1"/><endEvent id="e1"/>
 </subProcess>"#,
-        ),
-        "Q132",
+    ));
+    let (p, mi) = multi(&l);
+    let w = p.find("w").unwrap();
+    assert!(p.is_instanced(w) && p.is_instanced(mi.inner));
+    assert!(!p.is_instanced(p.find("t").unwrap()));
+    assert_eq!(p.find("w#2"), Some(w.with_instance(2)));
+    assert_eq!(
+        p.body_of(w.with_instance(2)),
+        None,
+        "w is inside an instance, not one"
     );
+    assert_eq!(p.inherit(mi.inner.with_instance(2), w), w.with_instance(2));
+    // Outside a multi-instance sub-process a `#` name is nothing.
+    assert_eq!(p.find("start#2"), None);
+}
+
+#[test]
+fn q132_what_a_multi_instance_sub_process_cannot_hold() {
+    for inside in [
+        r#"<task id="x">¶<multiInstanceLoopCharacteristics q:collection="more"/></task>"#,
+        r#"¶<subProcess id="x" triggeredByEvent="true"><startEvent id="xs"><signalEventDefinition signalRef="sig"/></startEvent></subProcess>"#,
+        r#"¶<inclusiveGateway id="x"/>"#,
+    ] {
+        let xml = file(
+            r#"<signal id="sig" name="halt"/>"#,
+            &format!(
+                r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<subProcess id="t">
+  <multiInstanceLoopCharacteristics q:collection="items"/>
+  <startEvent id="s1"/><sequenceFlow id="g1" sourceRef="s1" targetRef="e1"/><endEvent id="e1"/>
+  {inside}
+</subProcess>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#
+            ),
+        );
+        let (pos, clean) = locate(&xml);
+        let d = load_str(&clean).unwrap_err();
+        assert!(
+            d.iter().any(|d| d.code == "Q132" && d.pos == pos),
+            "{inside}: {:?}",
+            errors(&d)
+        );
+    }
 }
 
 #[test]

@@ -27,6 +27,30 @@ const REFUSED_CHILDREN: &[&str] = &[
 /// engine does not have: ignored with a warning, as on tasks.
 const CAMUNDA_IGNORED: &[&str] = &["asyncBefore", "asyncAfter", "exclusive"];
 
+/// What inside a multi-instance sub-process qflow does not run once per inner
+/// instance: a nested multi-instance activity, an event sub-process, an inclusive
+/// gateway (its join's reachability is not reckoned per instance).
+fn refused_inside<'e>(el: &'e Element, mi: &Element) -> Option<(&'static str, Pos)> {
+    let mut stack: Vec<&'e Element> = el.children.iter().collect();
+    while let Some(c) = stack.pop() {
+        if c.ns != Ns::Bpmn || std::ptr::eq(c, mi) {
+            continue;
+        }
+        match c.local.as_str() {
+            "multiInstanceLoopCharacteristics" => {
+                return Some(("a nested multi-instance activity", c.pos))
+            }
+            "subProcess" if c.value("triggeredByEvent") == Some("true") => {
+                return Some(("an event sub-process", c.pos))
+            }
+            "inclusiveGateway" => return Some(("an inclusive gateway", c.pos)),
+            _ => {}
+        }
+        stack.extend(c.children.iter());
+    }
+    None
+}
+
 /// Where a piece of the definition came from, for messages and the expression dialect.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Dialect {
@@ -75,14 +99,15 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 );
             }
         };
-        if is_sub && !sequential {
-            return self.help(
-                "Q132",
-                mi.pos,
-                "a parallel multi-instance sub-process is not supported: the inner instances of \
-                 a sub-process run one after another only",
-                "set isSequential=\"true\", or make the repeated work a multi-instance task",
-            );
+        if is_sub {
+            if let Some((what, pos)) = refused_inside(el, mi) {
+                return self.help(
+                    "Q132",
+                    pos,
+                    format!("{what} inside a multi-instance sub-process is not supported"),
+                    "move it out of the multi-instance sub-process",
+                );
+            }
         }
         if let Some(a) = mi.attr("behavior").filter(|a| a.value.trim() != "All") {
             self.help(
