@@ -3,8 +3,10 @@
 //!
 //! FEEL accepted: literals (numbers, strings, `true`, `false`, `null`), variable paths
 //! (`order.total`), comparisons (`=`, `!=`, `<`, `<=`, `>`, `>=`), `and`, `or`, `not(…)`,
-//! parentheses, and `+` / `-` between variable paths and whole-number literals
-//! (`loopAmount + 1`). Everything else — other arithmetic, decimal literals in a sum,
+//! parentheses, `+` / `-` between variable paths and whole-number literals
+//! (`loopAmount + 1`), and list literals (`["ubuntu", "windows"]`, the same list in CEL;
+//! a multi-instance input collection is often one). Everything else — indexing and
+//! filters (`items[1]`, `items[x > 1]`), other arithmetic, decimal literals in a sum,
 //! function calls, ranges, `in`, `between`, quantifiers, `if`, names with spaces — is
 //! refused with a message, never approximated.
 //!
