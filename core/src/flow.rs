@@ -810,7 +810,7 @@ impl<'a> Run<'a> {
     /// token may go on.
     fn publish_message(&mut self, idx: NodeIdx, name: &str, variables: Variables) -> bool {
         let correlation_key = if self.def.correlation_keys.contains_key(name) {
-            match self.correlation_key(name) {
+            match self.correlation_key(name, idx) {
                 Ok(key) => Some(key),
                 Err(why) => {
                     let message = format!("the correlation key of message `{name}`: {why}");

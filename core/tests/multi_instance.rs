@@ -476,3 +476,32 @@ fn a_parallel_sub_process_runs_its_inside_once_per_instance_and_its_boundary_end
     assert!(effects.iter().any(|e| matches!(e,
         Effect::AttemptFinished { node, .. } if node == "work#1")));
 }
+
+#[test]
+fn receive_task_instances_subscribe_under_their_own_element_keys() {
+    let def = common::model_with(
+        r#"<message id="msg" name="paid" q:correlationKey="item"/>"#,
+        r#"<startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="work"/>
+    <receiveTask id="work" messageRef="msg">
+      <multiInstanceLoopCharacteristics q:collection="items" q:elementVariable="item"/>
+    </receiveTask>
+    <sequenceFlow id="f2" sourceRef="work" targetRef="e"/>
+    <endEvent id="e"/>"#,
+    );
+    let (snap, _) = start(&def, json!({"items": ["a", "b"]}));
+    assert_eq!(snap.subscriptions()["work#1"], "a");
+    assert_eq!(snap.subscriptions()["work#2"], "b");
+    let paid = |key: &str| Input::MessageReceived {
+        name: "paid".into(),
+        correlation_key: Some(key.into()),
+        node: None,
+        variables: Variables::new(),
+    };
+    let (snap, _) = apply(&def, snap, paid("b"), 1);
+    assert_eq!(snap.tokens(), ["work", "work#1"]);
+    let (snap, effects) = apply(&def, snap, paid("b"), 2);
+    assert!(is_stale(&effects), "b's instance is done: {effects:?}");
+    let (snap, _) = apply(&def, snap, paid("a"), 3);
+    assert_eq!(snap.status(), Status::Completed);
+}
