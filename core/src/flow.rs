@@ -908,7 +908,7 @@ impl<'a> Run<'a> {
         if !cycle {
             return true;
         }
-        let (repetitions, interval) = match self.resolve_timer(timer) {
+        let (repetitions, interval) = match self.resolve_timer(node, timer) {
             Ok(TimerDef::Cycle {
                 repetitions,
                 interval,

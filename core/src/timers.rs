@@ -232,16 +232,20 @@ impl Run<'_> {
             .saturating_add(i64::try_from(span.0).unwrap_or(i64::MAX))
     }
 
-    /// The timer's definition as it stands now: a computed one evaluated over the
-    /// instance variables and read as the ISO-8601 text of its kind.
-    pub(super) fn resolve_timer(&self, timer: &TimerDef) -> Result<TimerDef, String> {
-        resolve(timer, &self.snap.vars)
+    /// The timer's definition as it stands now at node `at`: a computed one evaluated
+    /// over the instance variables (with the locals of the inner instance `at` runs in
+    /// over them) and read as the ISO-8601 text of its kind.
+    pub(super) fn resolve_timer(&self, at: NodeIdx, timer: &TimerDef) -> Result<TimerDef, String> {
+        if !matches!(timer, TimerDef::Computed { .. }) {
+            return resolve(timer, &self.snap.vars);
+        }
+        resolve(timer, &super::multi::scoped_vars(self.p, &self.snap, at))
     }
 
     /// When `timer`, armed now at node `at`, is due; `None` when a computed timer does
     /// not evaluate, after failing the instance at `at` (`EXPRESSION_FAILED`).
     pub(super) fn due_at(&mut self, at: NodeIdx, timer: &TimerDef) -> Option<i64> {
-        match self.resolve_timer(timer) {
+        match self.resolve_timer(at, timer) {
             Ok(TimerDef::Duration(d)) => Some(self.after(d)),
             Ok(TimerDef::Date { epoch_ms }) => Some(epoch_ms),
             Ok(TimerDef::Cycle { interval, .. }) => Some(self.after(interval)),
