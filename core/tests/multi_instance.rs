@@ -8,6 +8,7 @@
 mod common;
 
 use common::model;
+use proptest::prelude::*;
 use qflow_core::path::PathEvent;
 use qflow_core::{step, step_traced, Attempt, Effect, FailureKind, Input, Snapshot, Status};
 use qflow_loader::model::{Definition, Variables};
@@ -504,4 +505,70 @@ fn receive_task_instances_subscribe_under_their_own_element_keys() {
     assert!(is_stale(&effects), "b's instance is done: {effects:?}");
     let (snap, _) = apply(&def, snap, paid("a"), 3);
     assert_eq!(snap.status(), Status::Completed);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever order the inner instances answer in, and however often each fails
+    /// first (within its budget), the body completes once, with the output collection
+    /// in input order, each instance having run exactly its own attempts; every snapshot
+    /// on the way decodes to itself.
+    #[test]
+    fn outputs_keep_input_order_whatever_the_answers_and_retries(
+        n in 1usize..6,
+        order_seed in any::<u64>(),
+        fails in proptest::collection::vec(0u32..3, 6),
+    ) {
+        let def = mi_model(
+            SERVICE,
+            r#"q:collection="items" q:elementVariable="item" q:outputCollection="out" q:outputElement="item * 10""#,
+            "",
+        );
+        let items: Vec<u32> = (1..=n as u32).collect();
+        let (mut snap, _) = start(&def, json!({"items": items}));
+        // A deterministic shuffle of the answer order.
+        let mut order: Vec<usize> = (1..=n).collect();
+        let mut x = order_seed | 1;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let mut now = 0;
+        for k in order {
+            let node = format!("work#{k}");
+            for attempt in 1..=fails[k - 1] + 1 {
+                now += 10;
+                if attempt > 1 {
+                    let name = format!("r:{node}");
+                    let incarnation = snap.timers()[name.as_str()];
+                    let (s, e) = apply(&def, snap, Input::TimerFired {
+                        name: name.parse().expect("a timer name"), incarnation }, now);
+                    prop_assert!(runs(&e).iter().any(|r| r.0 == node && r.1 == attempt));
+                    snap = s;
+                }
+                let input = if attempt <= fails[k - 1] {
+                    Input::TaskFailed {
+                        node: node.clone(),
+                        attempt: Attempt::new(attempt).expect("≥ 1"),
+                        kind: FailureKind::Failed,
+                        code: "BUSY".into(),
+                        message: String::new(),
+                    }
+                } else {
+                    done(&node, attempt, json!({}))
+                };
+                let (s, e) = apply(&def, snap, input, now);
+                prop_assert!(!is_stale(&e), "{node} attempt {attempt}: {e:?}");
+                prop_assert_eq!(Snapshot::decode(&s.encode()).expect("decodes").encode(), s.encode());
+                snap = s;
+            }
+        }
+        prop_assert_eq!(snap.status(), Status::Completed);
+        let want: Vec<Value> = (1..=n as u64).map(|i| json!(i * 10)).collect();
+        prop_assert_eq!(&snap.variables()["out"], &Value::Array(want));
+        prop_assert!(snap.multi_instances().is_empty() && snap.attempts().is_empty());
+    }
 }
