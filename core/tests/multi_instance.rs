@@ -572,3 +572,20 @@ proptest! {
         prop_assert!(snap.multi_instances().is_empty() && snap.attempts().is_empty());
     }
 }
+
+#[test]
+fn a_scenario_scripts_every_inner_instance_by_the_activity_id_and_one_by_its_name() {
+    let def = mi_model(SERVICE, r#"q:collection="items""#, "");
+    let trace = common::run_scenario(
+        &def,
+        r#"{"variables": {"items": [1, 2, 3]},
+            "tasks": {
+              "work": [{"outcome": "fail", "code": "BUSY"}, {"outcome": "ok"}],
+              "work#2": [{"outcome": "ok"}]
+            }}"#,
+    );
+    assert_eq!(common::last(&trace).status(), Status::Completed);
+    for (node, attempts) in [("work#1", 2), ("work#2", 1), ("work#3", 2)] {
+        assert_eq!(common::runs_of(&trace, node).len(), attempts, "{node}");
+    }
+}
