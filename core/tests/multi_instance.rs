@@ -589,3 +589,21 @@ fn a_scenario_scripts_every_inner_instance_by_the_activity_id_and_one_by_its_nam
         assert_eq!(common::runs_of(&trace, node).len(), attempts, "{node}");
     }
 }
+
+#[test]
+fn a_migration_is_refused_while_a_body_runs() {
+    let def = mi_model(SERVICE, r#"q:collection="items""#, "");
+    let (snap, _) = start(&def, json!({"items": [1]}));
+    let (after, effects) = apply(
+        &def,
+        snap.clone(),
+        Input::Migrate {
+            mapping: Default::default(),
+            timers: Default::default(),
+            user_tasks: Vec::new(),
+        },
+        1,
+    );
+    assert!(is_stale(&effects), "{effects:?}");
+    assert_eq!(after.encode(), snap.encode());
+}
