@@ -238,17 +238,18 @@ impl Run<'_> {
         let Some((task, channel)) = channel_at(self.p, idx) else {
             return;
         };
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         let call = match self.snap.calls.get(node) {
             Some(call) => *call,
             None => {
                 let call = self.snap.incarnation.saturating_add(1);
                 self.snap.incarnation = call;
-                self.snap.calls.insert(node.to_owned(), call);
+                self.snap.calls.insert(node.to_string(), call);
                 call
             }
         };
-        let body = match self.map_inputs(task) {
+        let body = match self.map_inputs(idx, task) {
             Ok(inputs) => inputs,
             Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
         };
@@ -258,7 +259,7 @@ impl Run<'_> {
             attempt,
         };
         self.effects.push(Effect::SendRequest {
-            node: node.to_owned(),
+            node: node.to_string(),
             channel: channel.to_owned(),
             attempt,
             key: id.key(),
@@ -279,7 +280,7 @@ impl Run<'_> {
         let Some(idx) = node_of_call(&self.snap, call).and_then(|n| self.p.find(n)) else {
             return;
         };
-        let attempt = self.snap.attempt_in_progress(self.id(idx));
+        let attempt = self.snap.attempt_in_progress(&self.id(idx));
         match input {
             Input::ChannelAnswered { variables, .. } => {
                 self.attempt_ended(idx, attempt, AttemptOutcome::Ok, None);
@@ -319,19 +320,21 @@ impl Run<'_> {
         if channel_at(self.p, idx).is_none() {
             return;
         }
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         // Emitted in this very step (the attempt died at once): never written at all.
         self.effects
             .retain(|e| !matches!(e, Effect::SendRequest { node: n, .. } if n == node));
         self.effects.push(Effect::WithdrawRequests {
-            node: node.to_owned(),
+            node: node.to_string(),
         });
     }
 
     /// The channel call at `idx` had a request in flight (a token, no backoff window).
     pub(super) fn call_in_flight(&self, idx: NodeIdx) -> Option<Attempt> {
         channel_at(self.p, idx)?;
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         (self.snap.calls.contains_key(node)
             && self.snap.marker(node).is_none()
             && self.snap.tokens.iter().any(|t| t == node))
@@ -343,7 +346,8 @@ impl Run<'_> {
     /// row again when the failing step never wrote it), or, when the instance failed in
     /// a backoff window, the pending one at once — and its timeout window opens from now.
     pub(super) fn resend_request(&mut self, idx: NodeIdx) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         self.snap.markers.remove(node);
         let attempt = self.snap.attempt_in_progress(node);
         self.send_request(idx, attempt);

@@ -133,7 +133,7 @@ impl<'a> Run<'a> {
             }
         }
         for (s, due) in dues {
-            self.arm(TimerName::new(TimerKind::Boundary, self.id(s)), due);
+            self.arm(TimerName::new(TimerKind::Boundary, &self.id(s)), due);
         }
         true
     }
@@ -149,7 +149,7 @@ impl<'a> Run<'a> {
             .map(|e| e.start)
             .collect();
         for s in starts {
-            self.resolve(&TimerName::new(TimerKind::Boundary, self.id(s)));
+            self.resolve(&TimerName::new(TimerKind::Boundary, &self.id(s)));
         }
     }
 

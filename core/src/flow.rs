@@ -8,6 +8,7 @@
 //! arrivals per step so that a model with a wait-free cycle fails instead of spinning.
 //! Nothing here reads the clock or iterates a hash map.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use qflow_loader::model::{
@@ -256,11 +257,14 @@ pub(super) fn awaited_signal(p: &Process, idx: NodeIdx) -> Option<&str> {
 fn waits_of(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
     let node = p.node(idx);
     let mut waits: Vec<NodeIdx> = if matches!(node.kind, NodeKind::EventBasedGateway) {
-        node.outgoing.iter().map(|f| p.flow(*f).target).collect()
+        node.outgoing
+            .iter()
+            .map(|f| p.inherit(idx, p.flow(*f).target))
+            .collect()
     } else {
         vec![idx]
     };
-    waits.extend(p.boundaries_of(idx));
+    waits.extend(p.boundaries_of(idx.plain()).map(|b| p.inherit(idx, b)));
     waits
 }
 
@@ -294,7 +298,7 @@ fn signal_waiters(
         let gateway = matches!(p.node(idx).kind, NodeKind::EventBasedGateway);
         let mut raced = false;
         for w in signal_waits(p, idx) {
-            if awaited_signal(p, w) != Some(name) || at.is_some_and(|n| p.node(w).id != n) {
+            if awaited_signal(p, w) != Some(name) || at.is_some_and(|n| p.key(w) != n) {
                 continue;
             }
             let racing = gateway && w != idx;
@@ -309,7 +313,7 @@ fn signal_waiters(
     }
     // Then the event sub-processes armed for it, after every token's own waits.
     for s in super::event_sub::armed_starts(p, snap) {
-        if awaited_signal(p, s) == Some(name) && at.is_none_or(|n| p.node(s).id == n) {
+        if awaited_signal(p, s) == Some(name) && at.is_none_or(|n| p.key(s) == n) {
             found.push((s, None));
         }
     }
@@ -328,10 +332,9 @@ fn message_waiter(
 ) -> Option<(NodeIdx, Option<NodeIdx>)> {
     let receives = |idx: NodeIdx| {
         awaited_message(p, idx) == Some(name)
-            && at.is_none_or(|n| p.node(idx).id == n)
-            && key.is_none_or(|k| {
-                snap.subscriptions.get(&p.node(idx).id).map(String::as_str) == Some(k)
-            })
+            && at.is_none_or(|n| p.key(idx) == n)
+            && key
+                .is_none_or(|k| snap.subscriptions.get(&*p.key(idx)).map(String::as_str) == Some(k))
     };
     let token_wait = snap.tokens.iter().find_map(|t| {
         let idx = p.find(t)?;
@@ -542,14 +545,19 @@ impl<'a> Run<'a> {
                 if let Some((idx, gateway)) = found {
                     // The wait is over: should the token come back here in this step, its
                     // subscription opens again with the key evaluated afresh.
-                    self.close_subscription(self.id(idx));
+                    self.close_subscription(&self.id(idx));
                     if let Some(esp) = self.p.event_start(idx) {
                         self.record_event_start(EventKind::Message, esp, None, Some(&name));
                         self.start_event_sub_process(esp, variables);
                     } else if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
-                        let on = Some((b.attached_to, b.interrupting));
+                        let on = Some((self.p.inherit(idx, b.attached_to), b.interrupting));
                         self.record_catch(EventKind::Message, idx, on, None, Some(&name));
-                        self.message_boundary(idx, b.attached_to, b.interrupting, variables);
+                        self.message_boundary(
+                            idx,
+                            self.p.inherit(idx, b.attached_to),
+                            b.interrupting,
+                            variables,
+                        );
                     } else {
                         self.record_catch(EventKind::Message, idx, None, None, Some(&name));
                         if let Some(gw) = gateway {
@@ -577,19 +585,21 @@ impl<'a> Run<'a> {
                         }
                         // A non-interrupting one goes on waiting, its row as it is.
                         if esp.interrupting {
-                            self.close_subscription(self.id(idx));
+                            self.close_subscription(&self.id(idx));
                         }
                         self.record_event_start(EventKind::Signal, esp, None, Some(&name));
                         self.start_event_sub_process(esp, variables.clone());
                         continue;
                     }
                     let host_gone = match &self.p.node(idx).kind {
-                        NodeKind::Boundary(b) => {
-                            !self.snap.tokens.iter().any(|t| t == self.id(b.attached_to))
-                        }
+                        NodeKind::Boundary(b) => !self
+                            .snap
+                            .tokens
+                            .iter()
+                            .any(|t| t == &*self.id(self.p.inherit(idx, b.attached_to))),
                         _ => {
                             let at = gateway.unwrap_or(idx);
-                            !self.snap.tokens.iter().any(|t| t == self.id(at))
+                            !self.snap.tokens.iter().any(|t| t == &*self.id(at))
                         }
                     };
                     if host_gone {
@@ -601,26 +611,27 @@ impl<'a> Run<'a> {
                         // row stays as it is (the broadcast walking the rows must not
                         // meet it again as a new one).
                         if b.interrupting {
-                            self.close_subscription(self.id(idx));
+                            self.close_subscription(&self.id(idx));
                         }
-                        let on = Some((b.attached_to, b.interrupting));
+                        let on = Some((self.p.inherit(idx, b.attached_to), b.interrupting));
                         self.record_catch(EventKind::Signal, idx, on, None, Some(&name));
                         self.message_boundary(
                             idx,
-                            b.attached_to,
+                            self.p.inherit(idx, b.attached_to),
                             b.interrupting,
                             variables.clone(),
                         );
                     } else if let Some(gw) = gateway {
-                        self.close_subscription(self.id(idx));
+                        self.close_subscription(&self.id(idx));
                         self.record_catch(EventKind::Signal, idx, None, None, Some(&name));
                         self.end_race(gw, idx);
                         self.complete_activity(idx, variables.clone());
                     } else {
                         // Every token standing at the catch takes the one broadcast (two
                         // tokens there share the node's subscription row).
-                        self.close_subscription(self.id(idx));
-                        let id = self.id(idx);
+                        self.close_subscription(&self.id(idx));
+                        let id_key = self.id(idx);
+                        let id: &str = &id_key;
                         let waiting = self.snap.tokens.iter().filter(|t| *t == id).count();
                         for _ in 0..waiting {
                             self.record_catch(EventKind::Signal, idx, None, None, Some(&name));
@@ -677,8 +688,15 @@ impl<'a> Run<'a> {
         self.p.find(id).unwrap_or(NodeIdx(0))
     }
 
-    pub(super) fn id(&self, idx: NodeIdx) -> &'a str {
-        &self.p.node(idx).id
+    /// The name of `idx` in the snapshot and effects: the node's id, or `<body>#<k>`
+    /// for an inner instance of a multi-instance activity (`Process::key`).
+    pub(super) fn id(&self, idx: NodeIdx) -> Cow<'a, str> {
+        self.p.key(idx)
+    }
+
+    /// The scope `idx` runs in: its sub-process, in the inner instance `idx` runs in.
+    pub(super) fn scope_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
+        self.p.node(idx).scope.map(|s| self.p.inherit(idx, s))
     }
 
     pub(super) fn running(&self) -> bool {
@@ -697,7 +715,7 @@ impl<'a> Run<'a> {
         code_and_message: Option<(&str, &str)>,
     ) {
         self.effects.push(Effect::AttemptFinished {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             attempt,
             outcome,
             code: code_and_message.map(|(c, _)| c.to_owned()),
@@ -779,7 +797,7 @@ impl<'a> Run<'a> {
         self.snap.incarnation = n;
         self.record_throw(EventKind::Signal, idx, None, Some(name));
         self.effects.push(Effect::ThrowSignal {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             name: name.to_owned(),
             key: format!("{}/{n}", self.instance),
         });
@@ -792,7 +810,7 @@ impl<'a> Run<'a> {
     /// token may go on.
     fn publish_message(&mut self, idx: NodeIdx, name: &str, variables: Variables) -> bool {
         let correlation_key = if self.def.correlation_keys.contains_key(name) {
-            match self.correlation_key(name) {
+            match self.correlation_key(name, idx) {
                 Ok(key) => Some(key),
                 Err(why) => {
                     let message = format!("the correlation key of message `{name}`: {why}");
@@ -812,7 +830,7 @@ impl<'a> Run<'a> {
         self.snap.incarnation = n;
         self.record_throw(EventKind::Message, idx, None, Some(name));
         self.effects.push(Effect::PublishMessage {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             name: name.to_owned(),
             correlation_key,
             key: format!("{}/{n}", self.instance),
@@ -861,10 +879,11 @@ impl<'a> Run<'a> {
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
         };
-        let on = Some((b.attached_to, b.interrupting));
+        let host = self.p.inherit(boundary, b.attached_to);
+        let on = Some((host, b.interrupting));
         self.record_catch(EventKind::Timer, boundary, on, None, Some(name.as_str()));
         if b.interrupting {
-            self.interrupt(b.attached_to);
+            self.interrupt(host);
         } else if let BoundaryTrigger::Timer(timer) = &b.trigger {
             if !self.rearm_cycle(boundary, timer, name) {
                 return;
@@ -889,7 +908,7 @@ impl<'a> Run<'a> {
         if !cycle {
             return true;
         }
-        let (repetitions, interval) = match self.resolve_timer(timer) {
+        let (repetitions, interval) = match self.resolve_timer(node, timer) {
             Ok(TimerDef::Cycle {
                 repetitions,
                 interval,
@@ -913,7 +932,8 @@ impl<'a> Run<'a> {
 
     /// A route-less `q:timeout` fired while the task's attempt was in flight.
     pub(super) fn timeout_fired(&mut self, idx: NodeIdx) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         let message = "the route-less q:timeout fired".to_owned();
         let registered = retryable_task(self.p, idx).is_some();
         if registered {
@@ -951,7 +971,7 @@ impl<'a> Run<'a> {
         }
         self.remove_token(idx);
         self.disarm(idx);
-        self.snap.clear_retry_state(self.id(idx));
+        self.snap.clear_retry_state(&self.id(idx));
         self.leave(idx);
     }
 
@@ -1009,6 +1029,9 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
+        if let Some(mi) = self.p.multi_instance(idx) {
+            return self.enter_multi(idx, mi);
+        }
         let node = self.p.node(idx);
         // Vendor output mappings of an event the token passes through (L8): written as it
         // arrives, before it moves on (or ends the instance).
@@ -1057,7 +1080,7 @@ impl<'a> Run<'a> {
                 }
             }
             NodeKind::EndEvent(EndKind::None) => {}
-            NodeKind::EndEvent(EndKind::Terminate) => self.terminate(node.scope),
+            NodeKind::EndEvent(EndKind::Terminate) => self.terminate(self.scope_of(idx)),
             NodeKind::EndEvent(EndKind::Error { error }) => {
                 let code = error
                     .as_ref()
@@ -1065,14 +1088,20 @@ impl<'a> Run<'a> {
                     .and_then(|e| e.code.clone());
                 let message = format!("error end event `{}`", node.id);
                 self.record_throw(EventKind::Error, idx, code.as_deref(), None);
-                self.propagate_error(idx, node.scope, code, message, codes::UNCAUGHT_BPMN_ERROR);
+                self.propagate_error(
+                    idx,
+                    self.scope_of(idx),
+                    code,
+                    message,
+                    codes::UNCAUGHT_BPMN_ERROR,
+                );
             }
             // The token ends here whether or not a boundary caught the escalation.
             NodeKind::EndEvent(EndKind::Escalation { code }) => {
-                self.escalate(idx, node.scope, code.as_deref());
+                self.escalate(idx, self.scope_of(idx), code.as_deref());
             }
             NodeKind::IntermediateThrow(ThrowTrigger::Escalation { code }) => {
-                if self.escalate(idx, node.scope, code.as_deref()) {
+                if self.escalate(idx, self.scope_of(idx), code.as_deref()) {
                     self.leave(idx);
                 }
             }
@@ -1080,7 +1109,7 @@ impl<'a> Run<'a> {
             // written but where the token goes next.
             NodeKind::IntermediateThrow(ThrowTrigger::Link { target, name }) => {
                 self.record_throw(EventKind::Link, idx, None, Some(name));
-                self.queue.push_back((*target, None));
+                self.queue.push_back((self.p.inherit(idx, *target), None));
             }
             NodeKind::IntermediateCatch(CatchTrigger::Link { name }) => {
                 self.record_catch(EventKind::Link, idx, None, None, Some(name));
@@ -1118,7 +1147,7 @@ impl<'a> Run<'a> {
                 }
                 let starts: Vec<NodeIdx> = self.p.start_events(Some(idx)).collect();
                 for s in starts {
-                    self.queue.push_back((s, None));
+                    self.queue.push_back((self.p.inherit(idx, s), None));
                 }
             }
             NodeKind::EventBasedGateway => {
@@ -1127,7 +1156,7 @@ impl<'a> Run<'a> {
                 self.add_token(idx);
                 let mut dues = Vec::new();
                 for f in &node.outgoing {
-                    let target = self.p.flow(*f).target;
+                    let target = self.p.inherit(idx, self.p.flow(*f).target);
                     if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
                         &self.p.node(target).kind
                     {
@@ -1138,7 +1167,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 for (target, due) in dues {
-                    let name = TimerName::new(TimerKind::Catch, self.id(target));
+                    let name = TimerName::new(TimerKind::Catch, &self.id(target));
                     self.arm(name, due);
                 }
             }
@@ -1165,7 +1194,7 @@ impl<'a> Run<'a> {
                 if !self.arm_boundaries(idx) {
                     return;
                 }
-                self.snap.clear_retry_state(self.id(idx));
+                self.snap.clear_retry_state(&self.id(idx));
                 self.run_attempt(idx, Attempt::FIRST);
             }
             TaskKind::User { .. } => {
@@ -1188,7 +1217,7 @@ impl<'a> Run<'a> {
                 if !self.arm_boundaries(idx) {
                     return;
                 }
-                self.snap.clear_retry_state(self.id(idx));
+                self.snap.clear_retry_state(&self.id(idx));
                 self.send_request(idx, Attempt::FIRST);
             }
             TaskKind::Pull { .. } => {
@@ -1196,7 +1225,7 @@ impl<'a> Run<'a> {
                 if !self.arm_boundaries(idx) {
                     return;
                 }
-                self.snap.clear_retry_state(self.id(idx));
+                self.snap.clear_retry_state(&self.id(idx));
                 self.offer_pull(idx, Attempt::FIRST);
             }
             TaskKind::Send {
@@ -1206,7 +1235,7 @@ impl<'a> Run<'a> {
                 // the instance variables (with a vendor mapping's locals over them), or
                 // only the `q:input` mappings when it has them — as a channel call's
                 // request body is.
-                let variables = match self.map_inputs(task) {
+                let variables = match self.map_inputs(idx, task) {
                     Ok(v) => v,
                     Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
                 };
@@ -1234,10 +1263,11 @@ impl<'a> Run<'a> {
     /// result. An expression that does not evaluate, or a value over the limits, fails
     /// the instance at the task.
     fn run_script(&mut self, idx: NodeIdx, task: &Task, expression: &Expression, result: &str) {
+        let vars = super::multi::scoped_vars(self.p, &self.snap, idx);
         let value = if task.mapping_style == MappingStyle::Q {
-            expression.eval(&self.snap.vars).map_err(|e| e.to_string())
+            expression.eval(&vars).map_err(|e| e.to_string())
         } else {
-            crate::vendor_io::visible(task.mapping_style, &task.inputs, &self.snap.vars)
+            crate::vendor_io::visible(task.mapping_style, &task.inputs, &vars)
                 .and_then(|scope| expression.eval(&scope).map_err(|e| e.to_string()))
         };
         let value = match value {
@@ -1263,7 +1293,7 @@ impl<'a> Run<'a> {
     /// Emits the `RunTask` of `attempt` and opens its timeout window.
     pub(super) fn run_attempt(&mut self, idx: NodeIdx, attempt: Attempt) {
         // A new attempt has not been re-adopted yet.
-        self.snap.set_readoptions(self.id(idx), 0);
+        self.snap.set_readoptions(&self.id(idx), 0);
         let NodeKind::Task(task) = &self.p.node(idx).kind else {
             return;
         };
@@ -1275,12 +1305,12 @@ impl<'a> Run<'a> {
         let TaskKind::Registered { name } = &task.kind else {
             return;
         };
-        let inputs = match self.map_inputs(task) {
+        let inputs = match self.map_inputs(idx, task) {
             Ok(inputs) => inputs,
             Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
         };
         self.effects.push(Effect::RunTask {
-            node: self.id(idx).to_owned(),
+            node: self.id(idx).into_owned(),
             handler: name.clone(),
             attempt,
             inputs,
@@ -1290,7 +1320,7 @@ impl<'a> Run<'a> {
 
     pub(super) fn arm_timeout(&mut self, idx: NodeIdx, task: &Task) {
         if let Some(timeout) = task.timeout {
-            let name = TimerName::new(TimerKind::Timeout, self.id(idx));
+            let name = TimerName::new(TimerKind::Timeout, &self.id(idx));
             self.arm(name, self.after(timeout));
         }
     }
@@ -1298,11 +1328,15 @@ impl<'a> Run<'a> {
     /// A token leaves `idx` over its outgoing flows: every unconditioned flow and every
     /// flow whose condition holds. No outgoing flow consumes the token.
     pub(super) fn leave(&mut self, idx: NodeIdx) {
+        // An inner instance has no flows: it goes back to its body.
+        if let Some(body) = self.p.body_of(idx) {
+            return self.inner_completed(body, idx);
+        }
         let outgoing = &self.p.node(idx).outgoing;
         match outgoing.as_slice() {
             [] => return,
             // The common case, without collecting anything.
-            [only] if self.p.flow(*only).condition.is_none() => return self.take(*only),
+            [only] if self.p.flow(*only).condition.is_none() => return self.take(idx, *only),
             _ => {}
         }
         match self.true_flows(outgoing, None) {
@@ -1317,22 +1351,24 @@ impl<'a> Run<'a> {
                 if self.tracing() && outgoing.iter().any(|f| self.p.flow(*f).condition.is_some()) {
                     self.record_decision(idx, &flows, false);
                 }
-                flows.into_iter().for_each(|f| self.take(f));
+                flows.into_iter().for_each(|f| self.take(idx, f));
             }
             Err(e) => self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
         }
     }
 
-    pub(super) fn take(&mut self, flow: FlowIdx) {
-        self.record_flow(flow);
-        let target = self.p.flow(flow).target;
+    /// A token leaves `from` over `flow` (inside an inner sub-process instance, the
+    /// target runs in the same instance).
+    pub(super) fn take(&mut self, from: NodeIdx, flow: FlowIdx) {
+        self.record_flow(from, flow);
+        let target = self.p.inherit(from, self.p.flow(flow).target);
         self.queue.push_back((target, Some(flow)));
     }
 
     pub(super) fn take_all(&mut self, idx: NodeIdx) {
         let outgoing = &self.p.node(idx).outgoing;
         for f in outgoing {
-            self.take(*f);
+            self.take(idx, *f);
         }
     }
 
@@ -1358,30 +1394,35 @@ impl<'a> Run<'a> {
     pub(super) fn condition_holds(&self, f: FlowIdx) -> Result<bool, String> {
         match &self.p.flow(f).condition {
             None => Ok(true),
-            Some(expr) => expr.eval_bool(&self.snap.vars).map_err(|e| e.to_string()),
+            Some(expr) => {
+                let vars = super::multi::scoped_vars(self.p, &self.snap, self.p.flow(f).source);
+                expr.eval_bool(&vars).map_err(|e| e.to_string())
+            }
         }
     }
 
     // ----- tokens and mappings ----------------------------------------------------------
 
     pub(super) fn add_token(&mut self, idx: NodeIdx) {
-        let id = self.id(idx);
+        let id_key = self.id(idx);
+        let id: &str = &id_key;
         let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
-        self.snap.tokens.insert(at, id.to_owned());
+        self.snap.tokens.insert(at, id.to_string());
         // A wait begun again (a loop back to it in this step) opens its subscription
         // afresh: the sync after the step evaluates its key over the variables as they
         // are now.
         if !self.snap.subscriptions.is_empty() {
             for w in waits_of(self.p, idx) {
                 if awaited_message(self.p, w).is_some() || awaited_signal(self.p, w).is_some() {
-                    self.close_subscription(self.id(w));
+                    self.close_subscription(&self.id(w));
                 }
             }
         }
     }
 
     pub(super) fn remove_token(&mut self, idx: NodeIdx) -> bool {
-        let id = self.id(idx);
+        let id_key = self.id(idx);
+        let id: &str = &id_key;
         match self.snap.tokens.iter().position(|t| t == id) {
             Some(pos) => {
                 self.snap.tokens.remove(pos);
@@ -1391,8 +1432,8 @@ impl<'a> Run<'a> {
         }
     }
 
-    pub(super) fn map_inputs(&self, task: &Task) -> Result<Variables, String> {
-        task_inputs(task, &self.snap.vars)
+    pub(super) fn map_inputs(&self, idx: NodeIdx, task: &Task) -> Result<Variables, String> {
+        task_inputs(task, &super::multi::scoped_vars(self.p, &self.snap, idx))
     }
 
     /// Writes a task's result into the instance variables: through the output mappings

@@ -25,7 +25,7 @@ impl Run<'_> {
             match self.condition_holds(*f) {
                 Ok(true) => {
                     self.record_decision(idx, &[*f], false);
-                    return self.take(*f);
+                    return self.take(idx, *f);
                 }
                 Ok(false) => {}
                 Err(e) => return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e),
@@ -34,7 +34,7 @@ impl Run<'_> {
         match default {
             Some(d) => {
                 self.record_decision(idx, &[d], true);
-                self.take(d)
+                self.take(idx, d)
             }
             None => {
                 let message = format!(
@@ -53,12 +53,12 @@ impl Run<'_> {
         match self.true_flows(outgoing, default) {
             Ok(flows) if !flows.is_empty() => {
                 self.record_decision(idx, &flows, false);
-                flows.into_iter().for_each(|f| self.take(f));
+                flows.into_iter().for_each(|f| self.take(idx, f));
             }
             Ok(_) => match default {
                 Some(d) => {
                     self.record_decision(idx, &[d], true);
-                    self.take(d)
+                    self.take(idx, d)
                 }
                 None => {
                     let message = format!(
@@ -74,7 +74,11 @@ impl Run<'_> {
 
     pub(super) fn arrive_at_join(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
         let flow_id = via.map(|f| self.p.flow(f).id.clone()).unwrap_or_default();
-        let arrivals = self.snap.joins.entry(self.id(idx).to_owned()).or_default();
+        let arrivals = self
+            .snap
+            .joins
+            .entry(self.id(idx).into_owned())
+            .or_default();
         let at = arrivals.partition_point(|a| *a <= flow_id);
         arrivals.insert(at, flow_id);
     }
@@ -83,7 +87,7 @@ impl Run<'_> {
     /// consumes one arrival per flow.
     pub(super) fn try_parallel_join(&mut self, idx: NodeIdx) {
         let node = self.p.node(idx);
-        let Some(arrivals) = self.snap.joins.get(&node.id) else {
+        let Some(arrivals) = self.snap.joins.get(&*self.id(idx)) else {
             return;
         };
         let complete = node
@@ -93,7 +97,11 @@ impl Run<'_> {
         if !complete {
             return;
         }
-        let arrivals = self.snap.joins.get_mut(&node.id).expect("checked above");
+        let arrivals = self
+            .snap
+            .joins
+            .get_mut(&*self.id(idx))
+            .expect("checked above");
         for f in &node.incoming {
             let id = &self.p.flow(*f).id;
             if let Some(pos) = arrivals.iter().position(|a| a == id) {
@@ -101,10 +109,10 @@ impl Run<'_> {
             }
         }
         if arrivals.is_empty() {
-            self.snap.joins.remove(&node.id);
+            self.snap.joins.remove(&*self.id(idx));
         }
         self.record(|r| super::path::PathEvent::Join {
-            node: r.id(idx).to_owned(),
+            node: r.id(idx).into_owned(),
             flows: node
                 .incoming
                 .iter()
@@ -129,7 +137,7 @@ impl Run<'_> {
         };
         let flows = self.take_one_arrival_per_flow(idx);
         self.record(|r| super::path::PathEvent::Join {
-            node: r.id(idx).to_owned(),
+            node: r.id(idx).into_owned(),
             flows,
         });
         self.route_inclusive(idx, default);
@@ -143,7 +151,7 @@ impl Run<'_> {
     /// it only by firing it first.
     fn inclusive_join_enabled(&self, idx: NodeIdx) -> bool {
         let node = self.p.node(idx);
-        let Some(arrivals) = self.snap.joins.get(&node.id) else {
+        let Some(arrivals) = self.snap.joins.get(&*self.id(idx)) else {
             return false;
         };
         if arrivals.is_empty() {
@@ -163,7 +171,8 @@ impl Run<'_> {
     /// a flow of its own), and forgets the join once nothing is left. Returns the flows
     /// consumed (an arrival over no flow is an empty id).
     fn take_one_arrival_per_flow(&mut self, idx: NodeIdx) -> Vec<String> {
-        let gw = self.id(idx);
+        let gw_key = self.id(idx);
+        let gw: &str = &gw_key;
         let Some(arrivals) = self.snap.joins.get_mut(gw) else {
             return Vec::new();
         };
@@ -190,9 +199,11 @@ impl Run<'_> {
             .snap
             .tokens
             .iter()
-            .chain(self.snap.joins.keys().filter(|g| *g != self.id(target)));
+            .chain(self.snap.joins.keys().filter(|g| *g != &*self.id(target)));
         for s in sources {
-            if let Some(mut idx) = self.p.find(s) {
+            // Reckoned over plain nodes: no inclusive gateway is inside a multi-instance
+            // sub-process (Q132), and an inner instance leaves through its body.
+            if let Some(mut idx) = self.p.find(s).map(NodeIdx::plain) {
                 todo.push(idx);
                 // A token inside a sub-process also leaves through its enclosing ones.
                 while let Some(sp) = self.p.node(idx).scope {

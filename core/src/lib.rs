@@ -46,6 +46,7 @@ mod event_sub;
 mod flow;
 mod gateway;
 mod migrate;
+mod multi;
 mod pull;
 mod redrive;
 mod repair;
@@ -69,6 +70,7 @@ pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOu
 pub use crate::path::PathEvent;
 pub use crate::snapshot::{Snapshot, Status};
 pub use channel::{verdict, CallKey, Verdict};
+pub use multi::MULTI_INSTANCES_MAX;
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use qflow_loader::model::{ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX};
 pub use redrive::{any_attempt_in_flight, attempts_in_flight, InFlight, READOPTIONS_MAX};

@@ -53,6 +53,13 @@ pub(super) fn problems(
 ) -> Option<String> {
     let p = &def.process;
     let mut out: Vec<String> = Vec::new();
+    // A mapping renames node ids, not inner instances (`<id>#<k>`) or a body's state.
+    for body in snap.multi_instances().keys() {
+        out.push(format!(
+            "multi-instance activity `{body}` is running; an instance is not migrated while \
+             a multi-instance body runs"
+        ));
+    }
     match snap.status() {
         Status::Failed => {}
         Status::Running => {

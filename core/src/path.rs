@@ -75,6 +75,15 @@ pub enum PathEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         code: Option<String>,
     },
+    /// An inner instance of the multi-instance activity `body`: `node` (`<body>#<k>`,
+    /// `index` k) started, completed, or was cancelled (by a completion condition that
+    /// held, or the body's interruption).
+    Inner {
+        body: String,
+        node: String,
+        index: u32,
+        state: InnerState,
+    },
     /// A token reached the end event `node`; `scope` is the sub-process it ends a path
     /// of (absent at process level).
     End {
@@ -83,6 +92,15 @@ pub enum PathEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         scope: Option<String>,
     },
+}
+
+/// What happened to an inner instance ([`PathEvent::Inner`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InnerState {
+    Started,
+    Completed,
+    Cancelled,
 }
 
 /// One flow a [`PathEvent::Decision`] took, and why.
@@ -157,13 +175,23 @@ impl Run<'_> {
         self.path.is_some()
     }
 
-    pub(super) fn record_flow(&mut self, flow: FlowIdx) {
+    /// The inner instance `inner` of `body` started, completed or was cancelled.
+    pub(super) fn record_inner(&mut self, body: NodeIdx, inner: NodeIdx, state: InnerState) {
+        self.record(|r| PathEvent::Inner {
+            body: r.id(body).into_owned(),
+            node: r.id(inner).into_owned(),
+            index: inner.instance(),
+            state,
+        });
+    }
+
+    pub(super) fn record_flow(&mut self, from: NodeIdx, flow: FlowIdx) {
         self.record(|r| {
             let f = r.p.flow(flow);
             PathEvent::Flow {
                 flow: f.id.clone(),
-                from: r.id(f.source).to_owned(),
-                to: r.id(f.target).to_owned(),
+                from: r.id(from).into_owned(),
+                to: r.id(r.p.inherit(from, f.target)).into_owned(),
             }
         });
     }
@@ -181,7 +209,7 @@ impl Run<'_> {
             }
         }
         self.record(|r| PathEvent::Decision {
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             taken: flows
                 .iter()
                 .map(|f| {
@@ -208,12 +236,12 @@ impl Run<'_> {
                     .map(|f| r.p.flow(*f).id.clone())
                     .unwrap_or_default();
             PathEvent::Decision {
-                node: r.id(gw).to_owned(),
+                node: r.id(gw).into_owned(),
                 taken: vec![Branch {
                     flow,
                     condition: None,
                     default: false,
-                    event: Some(r.id(winner).to_owned()),
+                    event: Some(r.id(winner).into_owned()),
                 }],
             }
         });
@@ -228,7 +256,7 @@ impl Run<'_> {
     ) {
         self.record(|r| PathEvent::Throw {
             event,
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             code: code.map(str::to_owned),
             name: name.map(str::to_owned),
         });
@@ -245,8 +273,8 @@ impl Run<'_> {
     ) {
         self.record(|r| PathEvent::Catch {
             event,
-            node: r.id(node).to_owned(),
-            on: boundary.map(|(host, _)| r.id(host).to_owned()),
+            node: r.id(node).into_owned(),
+            on: boundary.map(|(host, _)| r.id(host).into_owned()),
             interrupting: boundary.map(|(_, i)| i),
             event_sub_process: None,
             code: code.map(str::to_owned),
@@ -266,10 +294,10 @@ impl Run<'_> {
     ) {
         self.record(|r| PathEvent::Catch {
             event,
-            node: r.id(start).to_owned(),
-            on: scope.map(|s| r.id(s).to_owned()),
+            node: r.id(start).into_owned(),
+            on: scope.map(|s| r.id(s).into_owned()),
             interrupting: Some(interrupting),
-            event_sub_process: r.p.node(start).scope.map(|e| r.id(e).to_owned()),
+            event_sub_process: r.p.node(start).scope.map(|e| r.id(e).into_owned()),
             code: code.map(str::to_owned),
             name: name.map(str::to_owned),
         });
@@ -278,16 +306,16 @@ impl Run<'_> {
     pub(super) fn record_uncaught(&mut self, event: EventKind, node: NodeIdx, code: Option<&str>) {
         self.record(|r| PathEvent::Uncaught {
             event,
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             code: code.map(str::to_owned),
         });
     }
 
     pub(super) fn record_end(&mut self, node: NodeIdx, kind: &EndKind) {
         self.record(|r| PathEvent::End {
-            node: r.id(node).to_owned(),
+            node: r.id(node).into_owned(),
             kind: kind.into(),
-            scope: r.p.node(node).scope.map(|s| r.id(s).to_owned()),
+            scope: r.scope_of(node).map(|s| r.id(s).into_owned()),
         });
     }
 }

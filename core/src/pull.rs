@@ -35,10 +35,11 @@ pub const PULL_RETRIES_DEFAULT: u32 = 3;
 const CLASS_FAILED: &str = "failed";
 
 /// A pull task of a definition: its node, topic and model budget.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PullTask<'d> {
     pub idx: NodeIdx,
-    pub node: &'d str,
+    /// Its name: the node id, or `<body>#<k>` for an inner instance.
+    pub node: std::borrow::Cow<'d, str>,
     pub topic: &'d str,
     pub task: &'d Task,
     /// The attempts the model gives it (`retries`, or [`PULL_RETRIES_DEFAULT`]).
@@ -61,7 +62,7 @@ pub(crate) fn pull_at(p: &Process, idx: NodeIdx) -> Option<PullTask<'_>> {
     };
     Some(PullTask {
         idx,
-        node: &n.id,
+        node: p.key(idx),
         topic,
         task,
         retries: retries.unwrap_or(PULL_RETRIES_DEFAULT),
@@ -72,7 +73,8 @@ pub(crate) fn pull_at(p: &Process, idx: NodeIdx) -> Option<PullTask<'_>> {
 /// over the instance variables, or every instance variable when it has none.
 pub fn pull_inputs(def: &Definition, snap: &Snapshot, node: &str) -> Result<Variables, String> {
     let task = pull_task(def, node).ok_or_else(|| format!("`{node}` is not a pull task"))?;
-    super::flow::task_inputs(task.task, snap.variables())
+    let vars = super::multi::scoped_vars(&def.process, snap, task.idx);
+    super::flow::task_inputs(task.task, &vars)
 }
 
 /// Why a pull input does not apply to `snap`, or `None`. The reasons are meant for the
@@ -148,9 +150,9 @@ impl Run<'_> {
         let Some(pull) = pull_at(self.p, idx) else {
             return;
         };
-        self.snap.clear_lock(pull.node);
+        self.snap.clear_lock(&pull.node);
         self.effects.push(Effect::OfferPullTask {
-            node: pull.node.to_owned(),
+            node: pull.node.to_string(),
             topic: pull.topic.to_owned(),
             attempt,
             lock: None,
@@ -160,11 +162,12 @@ impl Run<'_> {
 
     /// Withdraws the pull task at `idx` from workers: its row goes and any lock with it.
     pub(super) fn withdraw_pull(&mut self, idx: NodeIdx) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         self.snap.clear_lock(node);
         self.resolve(&TimerName::new(TimerKind::Lock, node));
         self.effects.push(Effect::WithdrawPullTask {
-            node: node.to_owned(),
+            node: node.to_string(),
         });
     }
 
@@ -188,7 +191,7 @@ impl Run<'_> {
         let Some(idx) = input.node().and_then(|n| self.p.find(n)) else {
             return;
         };
-        let attempt = self.snap.attempt_in_progress(self.id(idx));
+        let attempt = self.snap.attempt_in_progress(&self.id(idx));
         match input {
             Input::PullLocked {
                 worker, lock_ms, ..
@@ -197,7 +200,7 @@ impl Run<'_> {
                 worker, lock_ms, ..
             } => self.lock_pull(idx, attempt, &worker, lock_ms),
             Input::PullUnlocked { .. } => {
-                self.resolve(&TimerName::new(TimerKind::Lock, self.id(idx)));
+                self.resolve(&TimerName::new(TimerKind::Lock, &self.id(idx)));
                 self.offer_pull(idx, attempt);
             }
             Input::PullCompleted {
@@ -242,10 +245,10 @@ impl Run<'_> {
             return;
         };
         let until_ms = self.after(qflow_loader::model::DurationMs(lock_ms));
-        self.snap.set_lock(pull.node, worker, until_ms);
-        self.arm(TimerName::new(TimerKind::Lock, pull.node), until_ms);
+        self.snap.set_lock(&pull.node, worker, until_ms);
+        self.arm(TimerName::new(TimerKind::Lock, &pull.node), until_ms);
         self.effects.push(Effect::OfferPullTask {
-            node: pull.node.to_owned(),
+            node: pull.node.to_string(),
             topic: pull.topic.to_owned(),
             attempt,
             lock: Some(PullLock {
@@ -272,7 +275,8 @@ impl Run<'_> {
     /// The lock timer `l:<node>` fired: the worker vanished, the attempt failed with
     /// `LOCK_EXPIRED` and one attempt of the budget is spent.
     pub(super) fn lock_expired(&mut self, idx: NodeIdx) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         let attempt = self.snap.attempt_in_progress(node);
         let worker = self.snap.lock(node).map(|(w, _)| w.to_owned());
         let message = match &worker {
@@ -289,7 +293,8 @@ impl Run<'_> {
 
     /// The attempts the pull task at `idx` has left, counting the one in progress.
     fn pull_retries_left(&self, idx: NodeIdx) -> u32 {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         self.snap
             .pull_retries(node)
             .or_else(|| pull_at(self.p, idx).map(|t| t.retries))
@@ -306,7 +311,8 @@ impl Run<'_> {
         code: &str,
         message: String,
     ) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         self.snap.clear_lock(node);
         self.resolve(&TimerName::new(TimerKind::Lock, node));
         self.snap.set_pull_retries(node, left);
@@ -323,10 +329,10 @@ impl Run<'_> {
         // offers the next attempt when it fires (`retry::redrive`).
         self.snap
             .markers
-            .insert(node.to_owned(), CLASS_FAILED.to_owned());
+            .insert(node.to_string(), CLASS_FAILED.to_owned());
         self.resolve(&TimerName::new(TimerKind::Timeout, node));
         self.effects.push(Effect::WithdrawPullTask {
-            node: node.to_owned(),
+            node: node.to_string(),
         });
         let due = self.after(qflow_loader::model::DurationMs(retry_timeout_ms));
         self.arm(TimerName::new(TimerKind::Retry, node), due);

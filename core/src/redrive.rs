@@ -21,10 +21,11 @@ use crate::snapshot::Snapshot;
 use crate::{codes, Attempt, AttemptOutcome, Effect, FailureKind};
 
 /// An attempt in flight: the task, the handler it runs and which attempt it is.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct InFlight<'d> {
     pub idx: NodeIdx,
-    pub node: &'d str,
+    /// Its name: the node id, or `<body>#<k>` for an inner instance.
+    pub node: std::borrow::Cow<'d, str>,
     pub task: &'d Task,
     pub handler: &'d str,
     pub attempt: Attempt,
@@ -43,15 +44,16 @@ pub(crate) fn attempt_in_flight<'d>(
     let TaskKind::Registered { name } = &task.kind else {
         return None;
     };
-    if snap.marker(&n.id).is_some() || !snap.tokens().contains(&n.id) {
+    let node = p.key(idx);
+    if snap.marker(&node).is_some() || !snap.tokens().iter().any(|t| *t == *node) {
         return None;
     }
     Some(InFlight {
         idx,
-        node: &n.id,
+        attempt: snap.attempt_in_progress(&node),
+        node,
         task,
         handler: name,
-        attempt: snap.attempt_in_progress(&n.id),
     })
 }
 
@@ -103,7 +105,8 @@ impl Run<'_> {
             if !self.running() {
                 return;
             }
-            let node = self.id(idx);
+            let node_key = self.id(idx);
+            let node: &str = &node_key;
             let count = self.snap.readoptions(node).saturating_add(1);
             if count > READOPTIONS_MAX {
                 let code = codes::READOPTION_LIMIT;
@@ -124,12 +127,13 @@ impl Run<'_> {
             let TaskKind::Registered { name } = &task.kind else {
                 continue;
             };
-            let Ok(inputs) = super::flow::task_inputs(task, self.snap.variables()) else {
+            let vars = super::multi::scoped_vars(self.p, &self.snap, idx);
+            let Ok(inputs) = super::flow::task_inputs(task, &vars) else {
                 continue;
             };
             self.snap.set_readoptions(node, count);
             self.effects.push(Effect::RunTask {
-                node: node.to_owned(),
+                node: node.to_string(),
                 handler: name.clone(),
                 attempt,
                 inputs,

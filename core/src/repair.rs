@@ -74,7 +74,7 @@ impl Run<'_> {
         );
         if registered {
             self.try_again(idx, budget);
-        } else if self.snap.tokens.iter().any(|t| t == self.id(idx)) {
+        } else if self.snap.tokens.iter().any(|t| t == &*self.id(idx)) {
             self.wait_again(idx);
         } else {
             self.queue.push_back((idx, None));
@@ -83,7 +83,8 @@ impl Run<'_> {
 
     /// A FAILED registered task's next attempt.
     fn try_again(&mut self, idx: NodeIdx, budget: Budget) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         if !self.snap.tokens.iter().any(|t| t == node) {
             self.add_token(idx);
         }
@@ -123,7 +124,8 @@ impl Run<'_> {
                 }
                 match &task.kind {
                     TaskKind::Registered { .. } | TaskKind::Pull { .. } => {
-                        let node = self.id(idx);
+                        let node_key = self.id(idx);
+                        let node: &str = &node_key;
                         self.snap.markers.remove(node);
                         let attempt = self.snap.attempt_in_progress(node);
                         self.run_attempt(idx, attempt);
@@ -137,19 +139,19 @@ impl Run<'_> {
             }
             NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) => {
                 if let Some(due) = self.due_at(idx, timer) {
-                    self.arm(TimerName::new(TimerKind::Catch, self.id(idx)), due);
+                    self.arm(TimerName::new(TimerKind::Catch, &self.id(idx)), due);
                 }
             }
             NodeKind::EventBasedGateway => {
                 for f in &self.p.node(idx).outgoing {
-                    let target = self.p.flow(*f).target;
+                    let target = self.p.inherit(idx, self.p.flow(*f).target);
                     if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
                         &self.p.node(target).kind
                     {
                         let Some(due) = self.due_at(target, timer) else {
                             return;
                         };
-                        self.arm(TimerName::new(TimerKind::Catch, self.id(target)), due);
+                        self.arm(TimerName::new(TimerKind::Catch, &self.id(target)), due);
                     }
                 }
             }
@@ -161,7 +163,7 @@ impl Run<'_> {
     /// attempt counter stays (O4a).
     pub(super) fn retry_now(&mut self, targets: Vec<NodeIdx>) {
         for idx in targets {
-            self.resolve(&TimerName::new(TimerKind::Retry, self.id(idx)));
+            self.resolve(&TimerName::new(TimerKind::Retry, &self.id(idx)));
             self.redrive(idx);
         }
     }

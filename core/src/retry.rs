@@ -45,7 +45,8 @@ impl Run<'_> {
         let Some(policy) = self.policy(idx) else {
             return self.fail(&code, Some(idx), None, message);
         };
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         let attempt = self.snap.attempt_in_progress(node);
         // The counter is written even on the fatal paths: a FAILED instance shows how
         // many attempts it burned.
@@ -68,7 +69,7 @@ impl Run<'_> {
             let first = *self
                 .snap
                 .first_failure_ms
-                .entry(node.to_owned())
+                .entry(node.to_string())
                 .or_insert(self.now_ms);
             if due_at_ms.saturating_sub(first) > i64::try_from(max.0).unwrap_or(i64::MAX) {
                 return self.fail(&code, Some(idx), Some(details::MAX_ELAPSED.into()), message);
@@ -97,16 +98,18 @@ impl Run<'_> {
     /// the marker carries the class, the attempt's timeout window closes and the park
     /// timer is armed. Timer boundaries stay armed: they span all attempts (E7).
     fn park(&mut self, idx: NodeIdx, next_attempt: Attempt, class: &str, due_at_ms: i64) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         self.snap.set_attempt(node, next_attempt);
-        self.snap.markers.insert(node.to_owned(), class.to_owned());
+        self.snap.markers.insert(node.to_string(), class.to_owned());
         self.resolve(&TimerName::new(TimerKind::Timeout, node));
         self.arm(TimerName::new(TimerKind::Retry, node), due_at_ms);
     }
 
     /// A retry park came due: leave the backoff window and run the next attempt.
     pub(super) fn redrive(&mut self, idx: NodeIdx) {
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         // Only a parked task arms `r:`, so the marker is there (unless it was malformed
         // on decode; re-driving is still the only way forward then).
         self.snap.markers.remove(node);

@@ -28,7 +28,10 @@ impl<'a> Run<'a> {
     pub(super) fn complete_finished_subprocess(&mut self) -> bool {
         let done = self.snap.tokens.iter().find_map(|t| {
             let idx = self.p.find(t)?;
-            if !matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+            // A multi-instance body completes when its inner instances do (`multi`).
+            if !matches!(self.p.node(idx).kind, NodeKind::SubProcess)
+                || self.p.multi_instance(idx).is_some()
+            {
                 return None;
             }
             let busy = self
@@ -69,7 +72,7 @@ impl<'a> Run<'a> {
             self.interrupt(idx);
             return self.leave(b);
         }
-        let scope = self.p.node(idx).scope;
+        let scope = self.scope_of(idx);
         self.propagate_error(idx, scope, code, message, uncaught);
     }
 
@@ -97,7 +100,7 @@ impl<'a> Run<'a> {
                 self.interrupt(sp);
                 return self.leave(b);
             }
-            scope = self.p.node(sp).scope;
+            scope = self.scope_of(sp);
         }
         self.record_uncaught(EventKind::Error, origin, code.as_deref());
         let detail = if uncaught == codes::UNCAUGHT_BPMN_ERROR {
@@ -170,7 +173,7 @@ impl<'a> Run<'a> {
                 return !interrupting;
             }
             from_event_sub = self.p.event_sub_process(sp).is_some();
-            scope = self.p.node(sp).scope;
+            scope = self.scope_of(sp);
         }
         self.record_uncaught(EventKind::Escalation, origin, code);
         true
@@ -196,7 +199,7 @@ impl<'a> Run<'a> {
             }
             return self.leave(b);
         }
-        let scope = self.p.node(idx).scope;
+        let scope = self.scope_of(idx);
         self.escalate(idx, scope, Some(code));
     }
 
@@ -222,11 +225,15 @@ impl<'a> Run<'a> {
             .filter(|_| self.attempt_reported != Some(idx));
         // A pull task's attempt is in flight while a worker holds its lock.
         let pull = super::pull::pull_at(self.p, idx).is_some();
-        let locked = self.snap.lock(self.id(idx)).map(|(w, _)| w.to_owned());
+        let locked = self.snap.lock(&self.id(idx)).map(|(w, _)| w.to_owned());
         if !self.remove_token(idx) {
             return;
         }
-        let node = self.id(idx);
+        if let Some(body) = self.p.body_of(idx) {
+            self.record_inner(body, idx, super::path::InnerState::Cancelled);
+        }
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         // Work this very step asked for at the node is not carried out: the handler is
         // not called and the request never written (an undelivered row is never
         // deleted, C2, but one not yet written is no row).
@@ -243,7 +250,7 @@ impl<'a> Run<'a> {
         };
         if let Some((attempt, worker)) = interrupted {
             self.effects.push(Effect::AttemptFinished {
-                node: node.to_owned(),
+                node: node.to_string(),
                 attempt,
                 outcome: AttemptOutcome::Interrupted,
                 code: None,
@@ -258,6 +265,9 @@ impl<'a> Run<'a> {
         self.snap.clear_retry_state(node);
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.clear_scope(idx);
+        }
+        if self.p.multi_instance(idx).is_some() {
+            self.snap.set_multi(&self.id(idx), None);
         }
     }
 
@@ -311,7 +321,7 @@ impl<'a> Run<'a> {
         self.p.node(catch).incoming.iter().find_map(|f| {
             let source = self.p.flow(*f).source;
             let waits = matches!(self.p.node(source).kind, NodeKind::EventBasedGateway)
-                && self.snap.tokens.iter().any(|t| t == self.id(source));
+                && self.snap.tokens.iter().any(|t| t == &*self.id(source));
             waits.then_some(source)
         })
     }
@@ -344,7 +354,7 @@ impl<'a> Run<'a> {
         if !self.running() {
             return;
         }
-        let node = node.map(|n| self.id(n).to_owned());
+        let node = node.map(|n| self.id(n).into_owned());
         // A FAILED instance does no work: a handler this step asked for before it failed
         // is not called, and a request it emitted is not written (the attempt stays in
         // flight in the snapshot, as a crash would leave it, and a resume re-adopts it
@@ -389,7 +399,7 @@ fn catching(
     code: Option<&str>,
 ) -> Option<NodeIdx> {
     let mut catch_all = None;
-    for b in p.boundaries_of(host) {
+    for b in p.boundaries_of(host.plain()).map(|b| p.inherit(host, b)) {
         let NodeKind::Boundary(bd) = &p.node(b).kind else {
             continue;
         };
@@ -417,7 +427,7 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
     if let Some(b) = catching(p, idx, of, code) {
         return Some(b);
     }
-    let mut scope = p.node(idx).scope;
+    let mut scope = p.node(idx).scope.map(|s| p.inherit(idx, s));
     let mut from_event_sub = false;
     loop {
         if !from_event_sub {
@@ -430,17 +440,19 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
             return Some(b);
         }
         from_event_sub = p.event_sub_process(sp).is_some();
-        scope = p.node(sp).scope;
+        scope = p.node(sp).scope.map(|s| p.inherit(sp, s));
     }
 }
 
 pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
-    let mut scope = p.node(node).scope;
-    while let Some(s) = scope {
+    // Scopes are reckoned in the inner instance each node runs in: `task#2` is inside
+    // `sub#2`, not `sub#1`.
+    let mut cur = node;
+    while let Some(s) = p.node(cur).scope.map(|s| p.inherit(cur, s)) {
         if s == sp {
             return true;
         }
-        scope = p.node(s).scope;
+        cur = s;
     }
     false
 }

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use qflow_loader::model::{Definition, NodeKind, TaskKind, Variables};
+use qflow_loader::model::{Definition, NodeIdx, NodeKind, TaskKind, Variables};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -523,7 +523,7 @@ pub fn validate_with(
 ) -> Result<(), Error> {
     let registered_in = |d: &Definition, node: &str| {
         let p = &d.process;
-        p.find(node).is_some_and(|i| {
+        scripted_node(p, node).is_some_and(|i| {
             matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
         })
     };
@@ -539,7 +539,7 @@ pub fn validate_with(
     }
     let channel_in = |d: &Definition, node: &str| {
         let p = &d.process;
-        p.find(node).is_some_and(|i| {
+        scripted_node(p, node).is_some_and(|i| {
             matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Channel { .. }))
         })
     };
@@ -1342,7 +1342,7 @@ impl<'a> Sim<'a> {
     }
 
     fn scripted(&self, node: &str, attempt: Attempt) -> Scripted {
-        let list = self.scenario.tasks.get(node);
+        let list = scripted_list(&self.scenario.tasks, node);
         let entry = list.and_then(|l| {
             let i = (attempt.get() - 1) as usize;
             l.get(i).or(l.last())
@@ -1354,7 +1354,7 @@ impl<'a> Sim<'a> {
     }
 
     fn answer(&self, node: &str, attempt: Attempt) -> ScriptedAnswer {
-        let list = self.scenario.channels.get(node);
+        let list = scripted_list(&self.scenario.channels, node);
         let entry = list.and_then(|l| {
             let i = (attempt.get() - 1) as usize;
             l.get(i).or(l.last())
@@ -1426,4 +1426,21 @@ fn scripted_input(scripted: &Scripted, ctx: &TaskContext<'_>) -> Option<(u64, In
     };
     let handler = move |_: &TaskContext<'_>| outcome.clone();
     Some((after_ms, run_handler(&handler, ctx)))
+}
+
+/// The node a scenario's `tasks` or `channels` key names: a node, an inner instance
+/// (`quote#2`), or a multi-instance activity's id, which scripts every inner instance
+/// that has no key of its own.
+pub(crate) fn scripted_node(p: &qflow_loader::model::Process, key: &str) -> Option<NodeIdx> {
+    let idx = p.find(key)?;
+    Some(p.multi_instance(idx).map_or(idx, |mi| mi.inner))
+}
+
+/// The scripted entries for `node`: its own, else (for an inner instance `<id>#<k>`)
+/// those of the activity's id.
+fn scripted_list<'s, T>(scripts: &'s BTreeMap<String, Vec<T>>, node: &str) -> Option<&'s Vec<T>> {
+    scripts.get(node).or_else(|| {
+        let (base, _) = node.split_once('#')?;
+        scripts.get(base)
+    })
 }

@@ -136,6 +136,10 @@ pub struct Snapshot {
     /// when nobody holds it. The rest of the assignment (candidates) lives in the task
     /// list's row only.
     pub(crate) assignees: BTreeMap<String, String>,
+    /// `i/<body>`: the state of a running multi-instance body — how many inner
+    /// instances, how many started and completed, the input items and the output
+    /// entries (`multi`); present only while the body runs.
+    pub(crate) multis: BTreeMap<String, Variables>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -163,6 +167,7 @@ const P_PULL_RETRIES: &str = "p/";
 const P_SUBSCRIPTION: &str = "c/";
 const P_CALL: &str = "x/";
 const P_ASSIGNEE: &str = "h/";
+const P_MULTI: &str = "i/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -342,6 +347,25 @@ impl Snapshot {
         }
     }
 
+    /// The state of the running multi-instance bodies, by body (`i/<body>`).
+    pub fn multi_instances(&self) -> &BTreeMap<String, Variables> {
+        &self.multis
+    }
+
+    pub(crate) fn set_multi(&mut self, body: &str, state: Option<Variables>) {
+        if !self.extra.is_empty() {
+            self.extra.remove(&format!("{P_MULTI}{body}"));
+        }
+        match state {
+            Some(s) => {
+                self.multis.insert(body.to_owned(), s);
+            }
+            None => {
+                self.multis.remove(body);
+            }
+        }
+    }
+
     /// The backoff-window marker of `node` (the failure class), if it is in one.
     pub fn marker(&self, node: &str) -> Option<&str> {
         self.markers.get(node).map(String::as_str)
@@ -428,6 +452,11 @@ impl Snapshot {
             json!(self.assignees),
             self.assignees.is_empty(),
         );
+        put(
+            "multi_instances",
+            json!(self.multis),
+            self.multis.is_empty(),
+        );
         let preserved: Vec<&str> = self.preserved_keys().collect();
         put("preserved_keys", json!(preserved), preserved.is_empty());
         Value::Object(view)
@@ -502,6 +531,7 @@ impl Snapshot {
             + self.subscriptions.len()
             + self.calls.len()
             + self.assignees.len()
+            + self.multis.len()
             + self.extra.len();
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
@@ -576,6 +606,9 @@ impl Snapshot {
         }
         for (node, assignee) in &self.assignees {
             entries.push((format!("{P_ASSIGNEE}{node}").into(), Entry::Str(assignee)));
+        }
+        for (body, state) in &self.multis {
+            entries.push((format!("{P_MULTI}{body}").into(), Entry::Vars(state)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -753,6 +786,10 @@ impl Snapshot {
             rd.int()
                 .map(|at| self.lock_until_ms.insert(node.to_owned(), at))
                 .is_some()
+        } else if let Some(body) = key.strip_prefix(P_MULTI) {
+            rd.vars(DECODE_DEPTH_MAX)
+                .map(|v| self.multis.insert(body.to_owned(), v))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_PULL_RETRIES) {
             rd.uint()
                 .and_then(|n| u32::try_from(n).ok())
@@ -823,6 +860,7 @@ fn is_known_key(key: &str) -> bool {
             P_SUBSCRIPTION,
             P_CALL,
             P_ASSIGNEE,
+            P_MULTI,
         ]
         .iter()
         .any(|p| key.starts_with(p))

@@ -69,7 +69,7 @@ impl<'a> Run<'a> {
         };
         let mut opened = Vec::new();
         for (idx, wait) in &wanted {
-            if self.snap.subscriptions.contains_key(self.id(*idx)) {
+            if self.snap.subscriptions.contains_key(&*self.id(*idx)) {
                 continue;
             }
             let message = match wait {
@@ -80,7 +80,7 @@ impl<'a> Run<'a> {
                 }
                 Wait::Message(message) => message,
             };
-            match self.correlation_key(message) {
+            match self.correlation_key(message, *idx) {
                 Ok(key) => opened.push((*idx, *message, key)),
                 Err(why) => {
                     let message = format!("the correlation key of message `{message}`: {why}");
@@ -102,7 +102,7 @@ impl<'a> Run<'a> {
             self.close_subscription(&node);
         }
         for (idx, message, key) in opened {
-            let node = self.id(idx).to_owned();
+            let node = self.id(idx).into_owned();
             self.snap.subscriptions.insert(node.clone(), key.clone());
             self.effects.push(Effect::Subscribe {
                 node,
@@ -155,13 +155,16 @@ impl<'a> Run<'a> {
         waits
     }
 
-    /// The correlation key of `message`, evaluated over the instance variables: a string
-    /// as it is, an integer in decimal; anything else is refused.
-    pub(super) fn correlation_key(&self, message: &str) -> Result<String, String> {
+    /// The correlation key of `message` for the node `at` (the wait, or the sender),
+    /// evaluated over the instance variables — with the locals of the inner instance `at`
+    /// runs in over them: a string as it is, an integer in decimal; anything else is
+    /// refused.
+    pub(super) fn correlation_key(&self, message: &str, at: NodeIdx) -> Result<String, String> {
         let Some(expr) = self.def.correlation_keys.get(message) else {
             return Err("the message declares no correlation key".to_owned());
         };
-        let key = match expr.eval(&self.snap.vars).map_err(|e| e.to_string())? {
+        let vars = super::multi::scoped_vars(self.p, &self.snap, at);
+        let key = match expr.eval(&vars).map_err(|e| e.to_string())? {
             Json::String(s) => s,
             Json::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
             other => {

@@ -232,16 +232,20 @@ impl Run<'_> {
             .saturating_add(i64::try_from(span.0).unwrap_or(i64::MAX))
     }
 
-    /// The timer's definition as it stands now: a computed one evaluated over the
-    /// instance variables and read as the ISO-8601 text of its kind.
-    pub(super) fn resolve_timer(&self, timer: &TimerDef) -> Result<TimerDef, String> {
-        resolve(timer, &self.snap.vars)
+    /// The timer's definition as it stands now at node `at`: a computed one evaluated
+    /// over the instance variables (with the locals of the inner instance `at` runs in
+    /// over them) and read as the ISO-8601 text of its kind.
+    pub(super) fn resolve_timer(&self, at: NodeIdx, timer: &TimerDef) -> Result<TimerDef, String> {
+        if !matches!(timer, TimerDef::Computed { .. }) {
+            return resolve(timer, &self.snap.vars);
+        }
+        resolve(timer, &super::multi::scoped_vars(self.p, &self.snap, at))
     }
 
     /// When `timer`, armed now at node `at`, is due; `None` when a computed timer does
     /// not evaluate, after failing the instance at `at` (`EXPRESSION_FAILED`).
     pub(super) fn due_at(&mut self, at: NodeIdx, timer: &TimerDef) -> Option<i64> {
-        match self.resolve_timer(timer) {
+        match self.resolve_timer(at, timer) {
             Ok(TimerDef::Duration(d)) => Some(self.after(d)),
             Ok(TimerDef::Date { epoch_ms }) => Some(epoch_ms),
             Ok(TimerDef::Cycle { interval, .. }) => Some(self.after(interval)),
@@ -259,7 +263,11 @@ impl Run<'_> {
     /// stop (`false`).
     #[must_use]
     pub(super) fn arm_boundaries(&mut self, host: NodeIdx) -> bool {
-        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(host).collect();
+        let boundaries: Vec<NodeIdx> = self
+            .p
+            .boundaries_of(host.plain())
+            .map(|b| self.p.inherit(host, b))
+            .collect();
         let mut dues = Vec::new();
         for b in boundaries {
             if let NodeKind::Boundary(bd) = &self.p.node(b).kind {
@@ -272,7 +280,7 @@ impl Run<'_> {
             }
         }
         for (b, due) in dues {
-            self.arm(TimerName::new(TimerKind::Boundary, self.id(b)), due);
+            self.arm(TimerName::new(TimerKind::Boundary, &self.id(b)), due);
         }
         if matches!(self.p.node(host).kind, NodeKind::SubProcess) {
             return self.arm_event_starts(Some(host));
@@ -325,7 +333,8 @@ impl Run<'_> {
         if self.snap.timers.is_empty() {
             return;
         }
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         for kind in [
             TimerKind::Retry,
             TimerKind::Timeout,
@@ -334,9 +343,13 @@ impl Run<'_> {
         ] {
             self.resolve(&TimerName::new(kind, node));
         }
-        let boundaries: Vec<NodeIdx> = self.p.boundaries_of(idx).collect();
+        let boundaries: Vec<NodeIdx> = self
+            .p
+            .boundaries_of(idx.plain())
+            .map(|b| self.p.inherit(idx, b))
+            .collect();
         for b in boundaries {
-            self.resolve(&TimerName::new(TimerKind::Boundary, self.id(b)));
+            self.resolve(&TimerName::new(TimerKind::Boundary, &self.id(b)));
         }
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.disarm_event_starts(Some(idx));
@@ -344,7 +357,8 @@ impl Run<'_> {
         if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
             let outgoing = &self.p.node(idx).outgoing;
             for f in outgoing {
-                let target = self.id(self.p.flow(*f).target);
+                let target_key = self.id(self.p.inherit(idx, self.p.flow(*f).target));
+                let target: &str = &target_key;
                 self.resolve(&TimerName::new(TimerKind::Catch, target));
             }
         }

@@ -28,6 +28,8 @@
 //! name (or too many), fails the instance with `EXPRESSION_FAILED` at the task, exactly
 //! as a condition or a correlation key that does not evaluate.
 
+use std::borrow::Cow;
+
 use qflow_loader::model::{
     Assignment, Definition, NameSource, NodeIdx, NodeKind, Process, Task, TaskKind, Variables,
     ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX,
@@ -76,11 +78,12 @@ pub fn user_task_inputs(
     node: &str,
 ) -> Result<Variables, String> {
     let p = &def.process;
-    let (task, _) = p
-        .find(node)
+    let idx = p.find(node);
+    let (task, _) = idx
         .and_then(|i| user_task_at(p, i))
         .ok_or_else(|| format!("`{node}` is not a user task"))?;
-    super::flow::task_inputs(task, snap.variables())
+    let vars = super::multi::scoped_vars(p, snap, idx.unwrap_or(NodeIdx(0)));
+    super::flow::task_inputs(task, &vars)
 }
 
 /// Why a claim, an unclaim or a completion naming an assignee does not apply to `snap`,
@@ -185,7 +188,8 @@ impl Run<'_> {
         let waiting = self.waiting_user_tasks();
         let mut offers: Vec<(NodeIdx, Evaluated)> = Vec::new();
         for idx in waiting {
-            let id = self.id(idx);
+            let id_key = self.id(idx);
+            let id: &str = &id_key;
             let fresh = entered.contains(&idx);
             if !(fresh || reoffer_all || !before.iter().any(|b| b == id)) {
                 continue;
@@ -199,22 +203,23 @@ impl Run<'_> {
                 }
             }
         }
-        let still: Vec<&str> = self
+        let still: Vec<Cow<'_, str>> = self
             .waiting_user_tasks()
             .into_iter()
             .map(|idx| self.id(idx))
             .collect();
         for node in &before {
-            if !still.contains(&node.as_str()) {
+            if !still.iter().any(|s| s == node.as_str()) {
                 self.effects
                     .push(Effect::WithdrawUserTask { node: node.clone() });
             }
         }
         for (idx, a) in offers {
-            let node = self.id(idx);
+            let node_key = self.id(idx);
+            let node: &str = &node_key;
             self.snap.set_assignee(node, a.assignee.as_deref());
             self.effects.push(Effect::OfferUserTask {
-                node: node.to_owned(),
+                node: node.to_string(),
                 assignee: a.assignee,
                 candidate_groups: a.candidate_groups,
                 candidate_users: a.candidate_users,
@@ -258,9 +263,11 @@ impl Run<'_> {
         let Some((_, assignment)) = user_task_at(self.p, idx) else {
             return Err("not a user task".to_owned());
         };
-        let node = self.id(idx);
+        let node_key = self.id(idx);
+        let node: &str = &node_key;
         let held = (!fresh).then(|| self.snap.assignee(node)).flatten();
-        let vars = &self.snap.vars;
+        let scoped = super::multi::scoped_vars(self.p, &self.snap, idx);
+        let vars: &Variables = &scoped;
         let assignee = match (held, &assignment.assignee) {
             (Some(h), _) => Some(h.to_owned()),
             (None, None) => None,

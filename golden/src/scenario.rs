@@ -16,7 +16,7 @@
 use std::fmt;
 
 use qflow_core::sim::{ScriptedEvent, Targets, STEPS_LIMIT};
-use qflow_loader::model::{Definition, NodeKind, TaskKind};
+use qflow_loader::model::{Definition, NodeIdx, NodeKind, TaskKind};
 
 pub use qflow_core::sim::{Scenario, Scripted};
 
@@ -143,8 +143,8 @@ pub fn validate_with(
     for (node, list) in &s.tasks {
         let path = format!("tasks.{node}");
         // A task of a target the run migrates onto is scripted like one of the model.
-        let in_target = targets.values().find(|t| task_kind(t, node).is_some());
-        match task_kind(in_target.unwrap_or(definition), node) {
+        let in_target = targets.values().find(|t| scripted_kind(t, node).is_some());
+        match scripted_kind(in_target.unwrap_or(definition), node) {
             None => problem(path.clone(), no_node(definition, node)),
             Some(Some(TaskKind::Registered { .. })) => {}
             Some(_) => problem(
@@ -164,8 +164,8 @@ pub fn validate_with(
     }
     for (node, list) in &s.channels {
         let path = format!("channels.{node}");
-        let in_target = targets.values().find(|t| task_kind(t, node).is_some());
-        match task_kind(in_target.unwrap_or(definition), node) {
+        let in_target = targets.values().find(|t| scripted_kind(t, node).is_some());
+        match scripted_kind(in_target.unwrap_or(definition), node) {
             None => problem(path.clone(), no_node(definition, node)),
             Some(Some(TaskKind::Channel { .. })) => {}
             Some(_) => problem(
@@ -303,6 +303,18 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
 /// `None`: no such node; `Some(None)`: a node that is not a task.
 fn task_kind<'d>(definition: &'d Definition, id: &str) -> Option<Option<&'d TaskKind>> {
     let idx = definition.process.find(id)?;
+    task_kind_at(definition, idx)
+}
+
+/// As [`task_kind`], for a `tasks` or `channels` key: a multi-instance activity's id
+/// scripts its inner instances, so it names the inner task.
+fn scripted_kind<'d>(definition: &'d Definition, id: &str) -> Option<Option<&'d TaskKind>> {
+    let p = &definition.process;
+    let idx = p.find(id)?;
+    task_kind_at(definition, p.multi_instance(idx).map_or(idx, |mi| mi.inner))
+}
+
+fn task_kind_at(definition: &Definition, idx: NodeIdx) -> Option<Option<&TaskKind>> {
     Some(match &definition.process.node(idx).kind {
         NodeKind::Task(task) => Some(&task.kind),
         _ => None,

@@ -3,8 +3,10 @@
 //!
 //! FEEL accepted: literals (numbers, strings, `true`, `false`, `null`), variable paths
 //! (`order.total`), comparisons (`=`, `!=`, `<`, `<=`, `>`, `>=`), `and`, `or`, `not(…)`,
-//! parentheses, and `+` / `-` between variable paths and whole-number literals
-//! (`loopAmount + 1`). Everything else — other arithmetic, decimal literals in a sum,
+//! parentheses, `+` / `-` between variable paths and whole-number literals
+//! (`loopAmount + 1`), and list literals (`["ubuntu", "windows"]`, the same list in CEL;
+//! a multi-instance input collection is often one). Everything else — indexing and
+//! filters (`items[1]`, `items[x > 1]`), other arithmetic, decimal literals in a sum,
 //! function calls, ranges, `in`, `between`, quantifiers, `if`, names with spaces — is
 //! refused with a message, never approximated.
 //!
@@ -73,6 +75,11 @@ enum Tok {
     Arith(char),
     LParen,
     RParen,
+    /// FEEL's list literal: `[`, `,`, `]` (only as a list of values, never an index or
+    /// a filter).
+    LBracket,
+    Comma,
+    RBracket,
     True,
     False,
     Null,
@@ -137,6 +144,9 @@ fn show(t: &Tok) -> String {
         Tok::Arith(c) => c.to_string(),
         Tok::LParen => "(".into(),
         Tok::RParen => ")".into(),
+        Tok::LBracket => "[".into(),
+        Tok::Comma => ",".into(),
+        Tok::RBracket => "]".into(),
         Tok::True => "true".into(),
         Tok::False => "false".into(),
         Tok::Null => "null".into(),
@@ -179,6 +189,9 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
             }
             '(' => (Tok::LParen, 1),
             ')' => (Tok::RParen, 1),
+            '[' if !juel => (Tok::LBracket, 1),
+            ',' if !juel => (Tok::Comma, 1),
+            ']' if !juel => (Tok::RBracket, 1),
             '=' if juel && two == Some('=') => (Tok::Op("=="), 2),
             '=' if juel => return Err(format!("`=` at offset {at}: JUEL compares with `==`")),
             '=' => (Tok::Op("=="), 1),
@@ -445,11 +458,39 @@ impl P<'_> {
                 let inner = self.group()?;
                 Ok(format!("({inner})"))
             }
+            Tok::LBracket => self.list(),
             other => Err(format!(
                 "unexpected `{}` in the {dialect} condition",
                 show(&other)
             )),
         }
+    }
+
+    /// After `[`: a FEEL list literal, its items separated by `,`, up to `]` — the same
+    /// list in CEL. Nested like a parenthesis.
+    fn list(&mut self) -> Result<String, String> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(format!("lists nest deeper than {MAX_NESTING} levels"));
+        }
+        let mut items = Vec::new();
+        if self.peek() == Some(&Tok::RBracket) {
+            self.i += 1;
+        } else {
+            loop {
+                items.push(self.or()?);
+                match self.peek() {
+                    Some(Tok::Comma) => self.i += 1,
+                    Some(Tok::RBracket) => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err("a list is not closed with `]`".into()),
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(format!("[{}]", items.join(", ")))
     }
 
     /// After an opening parenthesis: an expression and its closing parenthesis.
@@ -471,6 +512,19 @@ impl P<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn feel_list_literals_translate_and_indexing_stays_refused() {
+        assert_eq!(
+            feel_to_cel(r#"["ubuntu", "windows", 3, [a.b]]"#).unwrap(),
+            r#"["ubuntu", "windows", 3, [a.b]]"#
+        );
+        assert_eq!(feel_to_cel("[]").unwrap(), "[]");
+        for refused in ["items[1]", "[1, 2", "[1 2]", "items[x > 1]", "[1,]"] {
+            assert!(feel_to_cel(refused).is_err(), "{refused}");
+        }
+        assert!(juel_to_cel("${[1]}").is_err());
+    }
 
     #[test]
     fn subset_translates_one_to_one() {

@@ -102,6 +102,7 @@ pub fn load(src: &[u8], opts: &LoadOptions) -> Result<Loaded, Vec<Diagnostic>> {
                     let mut def = b.def;
                     validate::validate(&def, &b.meta, &mut diags);
                     def.class = classify::classify(&def);
+                    model::expand_multi_instances(&mut def.process);
                     def
                 })
                 .collect()

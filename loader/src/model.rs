@@ -32,9 +32,36 @@ impl std::fmt::Display for Pos {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct DurationMs(pub u64);
 
-/// Index of a node in [`Process::nodes`].
+/// Index of a node in [`Process::nodes`]. The high bits may carry the number of an
+/// inner instance of a multi-instance activity (`docs/multi-instance.md`): the inner
+/// node of the body, run as its `k`-th instance, is `inner.with_instance(k)`, and
+/// [`Process::node`] reads the node whatever the instance. A plain index has instance 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeIdx(pub u32);
+
+impl NodeIdx {
+    /// Bits of the index that name the node; the bits above name the inner instance.
+    /// 2^18 nodes is more than the loader's element limit allows.
+    const NODE_BITS: u32 = 18;
+    const NODE_MASK: u32 = (1 << Self::NODE_BITS) - 1;
+    /// The largest inner-instance number an index can carry.
+    pub const INSTANCE_MAX: u32 = u32::MAX >> Self::NODE_BITS;
+
+    /// The node, without an inner-instance number.
+    pub fn plain(self) -> NodeIdx {
+        NodeIdx(self.0 & Self::NODE_MASK)
+    }
+
+    /// The inner-instance number (1-based); 0 for a plain node.
+    pub fn instance(self) -> u32 {
+        self.0 >> Self::NODE_BITS
+    }
+
+    /// The node run as its `k`-th inner instance (`k` is capped at [`Self::INSTANCE_MAX`]).
+    pub fn with_instance(self, k: u32) -> NodeIdx {
+        NodeIdx(self.plain().0 | (k.min(Self::INSTANCE_MAX) << Self::NODE_BITS))
+    }
+}
 
 /// Index of a sequence flow in [`Process::flows`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -110,6 +137,45 @@ pub struct Process {
     /// The event sub-processes (`subProcess triggeredByEvent="true"`, §10.3.5), in
     /// document order. Empty for almost every model.
     pub event_sub_processes: Vec<EventSubProcess>,
+    /// The multi-instance activities (§10.2.8), by their body: the node flows and
+    /// boundary events attach to, a [`NodeKind::SubProcess`] once loaded, whose one child
+    /// is the inner activity run once per inner instance. Empty for almost every model.
+    pub multi_instances: BTreeMap<NodeIdx, MultiInstance>,
+}
+
+/// A multi-instance activity (`multiInstanceLoopCharacteristics`, or a vendor's form of
+/// it): how many inner instances, over what, how they run, and what they give back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MultiInstance {
+    /// `isSequential="true"`: one inner instance after another; else all at once.
+    pub sequential: bool,
+    /// How many inner instances there are: a cardinality or an input collection.
+    pub items: MultiItems,
+    /// The local variable holding an inner instance's item of the input collection.
+    pub element: Option<String>,
+    /// The variable the body writes, as it completes, with one entry per inner
+    /// instance in input order (null for one cancelled or never started).
+    pub output_collection: Option<String>,
+    /// The entry an inner instance gives to the output collection, evaluated as it
+    /// completes; without it the entry is null.
+    pub output_element: Option<Expression>,
+    /// Evaluated after each inner instance completes; true ends the body, cancelling
+    /// the inner instances still running.
+    pub completion: Option<Expression>,
+    /// The inner activity: a child of the body, with no flows of its own.
+    pub inner: NodeIdx,
+    /// The value of `loopCounter` in the first inner instance: 1 (Zeebe, `q:`), or 0
+    /// (Camunda 7, whose counter starts at 0).
+    pub counter_base: u32,
+}
+
+/// How a multi-instance activity counts its inner instances.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MultiItems {
+    /// `loopCardinality`: an expression giving a non-negative integer.
+    Cardinality(Expression),
+    /// An input collection: an expression giving a list, one inner instance per item.
+    Collection(Expression),
 }
 
 /// An event sub-process: an embedded sub-process ([`NodeKind::SubProcess`]) that no flow
@@ -131,16 +197,95 @@ pub struct EventSubProcess {
 
 impl Process {
     pub fn node(&self, idx: NodeIdx) -> &Node {
-        &self.nodes[idx.0 as usize]
+        &self.nodes[idx.plain().0 as usize]
     }
     pub fn flow(&self, idx: FlowIdx) -> &Flow {
         &self.flows[idx.0 as usize]
     }
+    /// The node named `id`; `task#3`, where `task` is a multi-instance activity, names
+    /// its third inner instance (`#` cannot occur in an XML id, so no node has that name).
     pub fn find(&self, id: &str) -> Option<NodeIdx> {
-        self.by_id.get(id).copied()
+        if let Some(idx) = self.by_id.get(id) {
+            return Some(*idx);
+        }
+        if self.multi_instances.is_empty() {
+            return None;
+        }
+        let (base, k) = id.split_once('#')?;
+        // Digits only, no sign, no leading zero: one spelling per inner instance.
+        if k.starts_with('0') || !k.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let k: u32 = k
+            .parse()
+            .ok()
+            .filter(|k| (1..=NodeIdx::INSTANCE_MAX).contains(k))?;
+        let node = *self.by_id.get(base)?;
+        if let Some(mi) = self.multi_instances.get(&node) {
+            return Some(mi.inner.with_instance(k));
+        }
+        // A node inside an inner sub-process, in its `k`-th instance.
+        self.is_instanced(node).then(|| node.with_instance(k))
+    }
+    /// The name of `idx` in the snapshot, effects and timers: the node's id, or
+    /// `<body>#<k>` for the `k`-th inner instance of a multi-instance activity.
+    pub fn key(&self, idx: NodeIdx) -> std::borrow::Cow<'_, str> {
+        match idx.instance() {
+            0 => std::borrow::Cow::Borrowed(self.node(idx).id.as_str()),
+            k => std::borrow::Cow::Owned(format!("{}#{k}", self.node(idx).id)),
+        }
+    }
+    /// The multi-instance activity whose body is `body`, if it is one.
+    pub fn multi_instance(&self, body: NodeIdx) -> Option<&MultiInstance> {
+        if self.multi_instances.is_empty() {
+            return None;
+        }
+        self.multi_instances.get(&body)
+    }
+    /// The body of which `idx` is an inner instance, if it is one (a node inside an
+    /// inner sub-process instance is not: its scope is the inner node).
+    pub fn body_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
+        if idx.instance() == 0 {
+            return None;
+        }
+        let body = self.node(idx).scope?;
+        (self.multi_instance(body)?.inner == idx.plain()).then_some(body)
+    }
+    /// Whether `idx` is the inner node of a multi-instance activity or lies inside one
+    /// (an inner sub-process's content): then it runs once per inner instance and
+    /// carries the instance's number.
+    pub fn is_instanced(&self, idx: NodeIdx) -> bool {
+        if self.multi_instances.is_empty() {
+            return false;
+        }
+        let mut cur = Some(idx.plain());
+        // Scopes nest no deeper than the loader's element depth.
+        for _ in 0..1024 {
+            let Some(n) = cur else { return false };
+            let scope = self.node(n).scope;
+            if scope
+                .and_then(|b| self.multi_instance(b))
+                .is_some_and(|mi| mi.inner == n)
+            {
+                return true;
+            }
+            cur = scope;
+        }
+        false
+    }
+    /// `to`, a node the graph gives from `from` (a flow's target, a boundary, a scope, a
+    /// start event), run in the inner instance `from` runs in: inside an inner
+    /// sub-process instance every node carries that instance's number.
+    pub fn inherit(&self, from: NodeIdx, to: NodeIdx) -> NodeIdx {
+        if from.instance() > 0 && self.is_instanced(to) {
+            to.with_instance(from.instance())
+        } else {
+            to
+        }
     }
     /// The none start events of a scope (`None` = the process itself), in document order.
     pub fn start_events(&self, scope: Option<NodeIdx>) -> impl Iterator<Item = NodeIdx> + '_ {
+        let scope = scope.map(NodeIdx::plain);
         self.nodes.iter().enumerate().filter_map(move |(i, n)| {
             (n.scope == scope && matches!(n.kind, NodeKind::StartEvent))
                 .then_some(NodeIdx(i as u32))
@@ -171,6 +316,7 @@ impl Process {
         &self,
         scope: Option<NodeIdx>,
     ) -> impl Iterator<Item = &EventSubProcess> + '_ {
+        let scope = scope.map(NodeIdx::plain);
         self.event_sub_processes
             .iter()
             .filter(move |e| self.node(e.node).scope == scope)
@@ -654,6 +800,32 @@ pub fn jitter_ppb(instance: &str, node: &str, attempt: u32) -> u32 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
     (z % 1_000_000_000) as u32
+}
+
+/// Gives each multi-instance activity its inner node (after validation, which sees the
+/// activity as written): a copy of the activity without flows, a child of the original,
+/// which becomes the body — a [`NodeKind::SubProcess`] holding the flows and boundary
+/// events. A sub-process's children move into the inner node. The inner node keeps the
+/// id: its instances are named `<id>#<k>` ([`Process::key`]).
+pub(crate) fn expand_multi_instances(p: &mut Process) {
+    let bodies: Vec<NodeIdx> = p.multi_instances.keys().copied().collect();
+    for body in bodies {
+        let inner = NodeIdx(p.nodes.len() as u32);
+        let mut node = p.nodes[body.0 as usize].clone();
+        for n in p.nodes.iter_mut() {
+            if n.scope == Some(body) {
+                n.scope = Some(inner);
+            }
+        }
+        node.scope = Some(body);
+        node.outgoing.clear();
+        node.incoming.clear();
+        p.nodes.push(node);
+        p.nodes[body.0 as usize].kind = NodeKind::SubProcess;
+        if let Some(mi) = p.multi_instances.get_mut(&body) {
+            mi.inner = inner;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,8 @@ const RULES: &[(&str, &str)] = &[
     ("Q128", "an event sub-process has no start event, more than one, or a start event without a trigger"),
     ("Q129", "a sequence flow enters or leaves an event sub-process, or a boundary event is attached to one"),
     ("Q130", "an error start event of an event sub-process is marked non-interrupting"),
+    ("Q131", "a multi-instance activity has neither a loopCardinality nor an input collection, or both"),
+    ("Q132", "a multi-instance form qflow does not run: on an element other than a task or embedded sub-process, a parallel multi-instance sub-process, data-association inputs and outputs (loopDataInputRef, inputDataItem, ...), complexBehaviorDefinition, a behavior other than All, an unknown attribute or extension, a Zeebe collection that is not an expression, an element or output element without its collection"),
     ("Q201", "a condition or mapping expression does not compile (CEL)"),
     ("Q202", "a condition is written in an unsupported language (JUEL `${...}`, JavaScript, ...)"),
     ("Q203", "a Zeebe FEEL condition uses more than the supported comparison/boolean subset"),

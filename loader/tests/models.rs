@@ -285,10 +285,18 @@ fn script_tasks_load_from_cel_and_from_zeebe_feel() {
 }
 
 #[test]
-fn q103_multi_instance() {
+fn q103_standard_loop() {
+    refused(
+        &around(r#"<userTask id="t">¶<standardLoopCharacteristics/></userTask>"#),
+        "Q103",
+    );
+}
+
+#[test]
+fn q131_multi_instance_without_cardinality_or_collection() {
     refused(
         &around(r#"<userTask id="t">¶<multiInstanceLoopCharacteristics/></userTask>"#),
-        "Q103",
+        "Q131",
     );
 }
 
@@ -2764,5 +2772,244 @@ fn an_error_or_escalation_start_outside_an_event_sub_process_is_still_refused() 
 <endEvent id="end"/>"#,
         ),
         "Q103",
+    );
+}
+
+// ----- multi-instance (docs/multi-instance.md) -----
+
+/// The multi-instance activity `t` of the one definition in `l`, with its inner node.
+fn multi(l: &Loaded) -> (&Process, &MultiInstance) {
+    let p = &l.definitions[0].process;
+    let body = p.find("t").expect("t exists");
+    (p, p.multi_instance(body).expect("t is multi-instance"))
+}
+
+#[test]
+fn a_q_multi_instance_task_loads_as_a_body_with_one_inner_node() {
+    let l = loads(&around(
+        r#"<serviceTask id="t" q:task="work">
+  <multiInstanceLoopCharacteristics isSequential="true" q:collection="items" q:elementVariable="item"
+      q:outputCollection="out" q:outputElement="result">
+    <completionCondition>numberOfCompletedInstances &gt;= 2</completionCondition>
+  </multiInstanceLoopCharacteristics>
+</serviceTask>"#,
+    ));
+    let (p, mi) = multi(&l);
+    let body = p.find("t").unwrap();
+    assert!(mi.sequential);
+    assert!(matches!(mi.items, MultiItems::Collection(_)));
+    assert_eq!(mi.element.as_deref(), Some("item"));
+    assert_eq!(mi.output_collection.as_deref(), Some("out"));
+    assert!(mi.output_element.is_some() && mi.completion.is_some());
+    assert_eq!(mi.counter_base, 1);
+    assert!(matches!(p.node(body).kind, NodeKind::SubProcess));
+    let inner = p.node(mi.inner);
+    assert_eq!((inner.id.as_str(), inner.scope), ("t", Some(body)));
+    assert!(inner.incoming.is_empty() && inner.outgoing.is_empty());
+    assert!(
+        matches!(&inner.kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
+    );
+    // Inner instances are addressed as `t#<k>`, one spelling each.
+    assert_eq!(p.find("t#3"), Some(mi.inner.with_instance(3)));
+    assert_eq!(p.key(mi.inner.with_instance(3)), "t#3");
+    for bad in ["t#0", "t#03", "t#", "t#-1", "t#x", "u#1"] {
+        assert_eq!(p.find(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn zeebe_loop_characteristics_map_one_to_one() {
+    let l = loads(&around(
+        r#"<serviceTask id="t">
+  <extensionElements><zeebe:taskDefinition type="work"/></extensionElements>
+  <multiInstanceLoopCharacteristics>
+    <extensionElements>
+      <zeebe:loopCharacteristics inputCollection="= items" inputElement="item"
+          outputCollection="results" outputElement="= result"/>
+    </extensionElements>
+    <completionCondition>= numberOfCompletedInstances &gt;= 1</completionCondition>
+  </multiInstanceLoopCharacteristics>
+</serviceTask>"#,
+    ));
+    let (_, mi) = multi(&l);
+    assert!(!mi.sequential);
+    assert_eq!(mi.element.as_deref(), Some("item"));
+    assert_eq!(mi.output_collection.as_deref(), Some("results"));
+    assert_eq!(mi.counter_base, 1);
+}
+
+#[test]
+fn camunda_collection_and_element_variable_map_with_a_zero_based_counter() {
+    for collection in ["${items}", "items"] {
+        let l = loads(&around(&format!(
+            r#"<userTask id="t">
+  <multiInstanceLoopCharacteristics camunda:collection="{collection}" camunda:elementVariable="item"/>
+</userTask>"#
+        )));
+        let (_, mi) = multi(&l);
+        assert_eq!(mi.element.as_deref(), Some("item"));
+        assert_eq!(mi.counter_base, 0);
+    }
+}
+
+#[test]
+fn a_sequential_multi_instance_sub_process_moves_its_children_into_the_inner_node() {
+    let l = loads(&around(
+        r#"<subProcess id="t">
+  <multiInstanceLoopCharacteristics isSequential="true"><loopCardinality>3</loopCardinality></multiInstanceLoopCharacteristics>
+  <startEvent id="s1"/><sequenceFlow id="g1" sourceRef="s1" targetRef="e1"/><endEvent id="e1"/>
+</subProcess>"#,
+    ));
+    let (p, mi) = multi(&l);
+    let s1 = p.find("s1").unwrap();
+    assert_eq!(p.node(s1).scope, Some(mi.inner));
+    assert!(matches!(mi.items, MultiItems::Cardinality(_)));
+}
+
+#[test]
+fn q131_neither_or_both_counts() {
+    refused(
+        &around(r#"<task id="t">¶<multiInstanceLoopCharacteristics isSequential="true"/></task>"#),
+        "Q131",
+    );
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics ¶q:collection="items"><loopCardinality>2</loopCardinality></multiInstanceLoopCharacteristics></task>"#,
+        ),
+        "Q131",
+    );
+}
+
+#[test]
+fn a_parallel_multi_instance_sub_process_loads_and_its_content_is_per_instance() {
+    let l = loads(&around(
+        r#"<subProcess id="t">
+  <multiInstanceLoopCharacteristics q:collection="items"/>
+  <startEvent id="s1"/><sequenceFlow id="g1" sourceRef="s1" targetRef="w"/>
+  <userTask id="w"/><sequenceFlow id="g2" sourceRef="w" targetRef="e1"/><endEvent id="e1"/>
+</subProcess>"#,
+    ));
+    let (p, mi) = multi(&l);
+    let w = p.find("w").unwrap();
+    assert!(p.is_instanced(w) && p.is_instanced(mi.inner));
+    assert!(!p.is_instanced(p.find("t").unwrap()));
+    assert_eq!(p.find("w#2"), Some(w.with_instance(2)));
+    assert_eq!(
+        p.body_of(w.with_instance(2)),
+        None,
+        "w is inside an instance, not one"
+    );
+    assert_eq!(p.inherit(mi.inner.with_instance(2), w), w.with_instance(2));
+    // Outside a multi-instance sub-process a `#` name is nothing.
+    assert_eq!(p.find("start#2"), None);
+}
+
+#[test]
+fn q132_what_a_multi_instance_sub_process_cannot_hold() {
+    for inside in [
+        r#"<task id="x">¶<multiInstanceLoopCharacteristics q:collection="more"/></task>"#,
+        r#"¶<subProcess id="x" triggeredByEvent="true"><startEvent id="xs"><signalEventDefinition signalRef="sig"/></startEvent></subProcess>"#,
+        r#"¶<inclusiveGateway id="x"/>"#,
+    ] {
+        let xml = file(
+            r#"<signal id="sig" name="halt"/>"#,
+            &format!(
+                r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<subProcess id="t">
+  <multiInstanceLoopCharacteristics q:collection="items"/>
+  <startEvent id="s1"/><sequenceFlow id="g1" sourceRef="s1" targetRef="e1"/><endEvent id="e1"/>
+  {inside}
+</subProcess>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#
+            ),
+        );
+        let (pos, clean) = locate(&xml);
+        let d = load_str(&clean).unwrap_err();
+        assert!(
+            d.iter().any(|d| d.code == "Q132" && d.pos == pos),
+            "{inside}: {:?}",
+            errors(&d)
+        );
+    }
+}
+
+#[test]
+fn q132_data_associations_and_complex_behaviour() {
+    for child in [
+        "<loopDataInputRef>items</loopDataInputRef>",
+        "<inputDataItem id=\"i\"/>",
+        "<complexBehaviorDefinition/>",
+    ] {
+        refused(
+            &around(&format!(
+                r#"<task id="t"><multiInstanceLoopCharacteristics q:collection="items">¶{child}</multiInstanceLoopCharacteristics></task>"#
+            )),
+            "Q132",
+        );
+    }
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics q:collection="items" ¶behavior="One"/></task>"#,
+        ),
+        "Q132",
+    );
+}
+
+#[test]
+fn q132_forms_without_one_meaning() {
+    // A Zeebe collection without `=` is a string to Zeebe.
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics><extensionElements><zeebe:loopCharacteristics ¶inputCollection="items"/></extensionElements></multiInstanceLoopCharacteristics></task>"#,
+        ),
+        "Q132",
+    );
+    // An element without a collection, an output element without an output collection.
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics ¶q:elementVariable="x"><loopCardinality>2</loopCardinality></multiInstanceLoopCharacteristics></task>"#,
+        ),
+        "Q132",
+    );
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics q:collection="items" ¶q:outputElement="x"/></task>"#,
+        ),
+        "Q132",
+    );
+    // An attribute qflow does not know.
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics q:collection="items" ¶q:parallelism="2"/></task>"#,
+        ),
+        "Q132",
+    );
+}
+
+#[test]
+fn q208_a_multi_instance_variable_that_is_not_a_name() {
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics q:collection="items" ¶q:elementVariable="a.b"/></task>"#,
+        ),
+        "Q208",
+    );
+}
+
+#[test]
+fn multi_instance_expressions_outside_the_subsets_are_refused_where_they_are() {
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics ¶q:collection="items["/></task>"#,
+        ),
+        "Q201",
+    );
+    refused(
+        &around(
+            r#"<task id="t"><multiInstanceLoopCharacteristics><loopCardinality>¶=for x in y return x</loopCardinality></multiInstanceLoopCharacteristics></task>"#,
+        ),
+        "Q203",
     );
 }

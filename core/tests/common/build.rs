@@ -59,6 +59,7 @@ impl Builder {
                 by_id,
                 event_mappings: BTreeMap::new(),
                 event_sub_processes: Vec::new(),
+                multi_instances: BTreeMap::new(),
             },
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),

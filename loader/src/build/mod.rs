@@ -19,6 +19,7 @@ mod events;
 mod extensions;
 mod flows;
 mod io;
+mod multi;
 mod tasks;
 mod vendor;
 
@@ -85,7 +86,7 @@ const FLOW_NODES: &[&str] = &[
 ];
 
 /// The elements read as [`Task`]s (their extensions are read by `Extensions::read`).
-const TASKS: &[&str] = &[
+pub(super) const TASKS: &[&str] = &[
     "task",
     "manualTask",
     "serviceTask",
@@ -514,6 +515,9 @@ struct ProcessBuilder<'a, 'd> {
     /// The start events read inside event sub-processes: (sub-process, start,
     /// interrupting), in document order (`events::event_start`).
     event_starts: Vec<(NodeIdx, NodeIdx, bool)>,
+    /// The multi-instance activities read (`multi`), by node; their inner nodes are
+    /// added after validation (`model::expand_multi_instances`).
+    multi: BTreeMap<NodeIdx, MultiInstance>,
     meta: Meta,
 }
 
@@ -532,6 +536,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             flows: Vec::new(),
             event_mappings: BTreeMap::new(),
             event_starts: Vec::new(),
+            multi: BTreeMap::new(),
             meta: Meta::default(),
         }
     }
@@ -601,7 +606,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             return;
         }
         let idx = NodeIdx(self.nodes.len() as u32);
-        self.check_node_children(el);
+        self.check_node_children(el, idx);
         if !TASKS.contains(&el.local.as_str()) {
             check_other_extensions(self, el);
         }
@@ -648,7 +653,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     }
 
     /// Refuses loop/multi-instance markers, compensation and unknown BPMN children.
-    fn check_node_children(&mut self, el: &Element) {
+    fn check_node_children(&mut self, el: &Element, idx: NodeIdx) {
         if el.value("isForCompensation") == Some("true") {
             self.help(
                 "Q103",
@@ -662,11 +667,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 continue;
             }
             match c.local.as_str() {
-                "multiInstanceLoopCharacteristics" | "standardLoopCharacteristics" => self.help(
+                "multiInstanceLoopCharacteristics" => self.multi_instance(el, c, idx),
+                "standardLoopCharacteristics" => self.help(
                     "Q103",
                     c.pos,
-                    format!("<{}> (loops and multi-instance) is not supported", c.local),
-                    "model the repetition with gateways and flows",
+                    "<standardLoopCharacteristics> (a standard loop) is not supported",
+                    "model the repetition with gateways and flows, or use multiInstanceLoopCharacteristics isSequential=\"true\"",
                 ),
                 "eventDefinitionRef" => self.help(
                     "Q103",
@@ -805,6 +811,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 by_id: self.by_id,
                 event_mappings: self.event_mappings,
                 event_sub_processes,
+                multi_instances: self.multi,
             },
             self.meta,
         )

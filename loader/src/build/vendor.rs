@@ -168,7 +168,10 @@ const ZEEBE_REFUSED: &[(&str, &str)] = &[
         "listeners run code qflow does not have; remove them",
     ),
     ("calledDecision", "qflow does not evaluate DMN"),
-    ("loopCharacteristics", "multi-instance is not supported"),
+    (
+        "loopCharacteristics",
+        "zeebe:loopCharacteristics belongs in the extensionElements of multiInstanceLoopCharacteristics",
+    ),
 ];
 
 /// Vendor extensions with no effect on execution here; ignored without a word.
