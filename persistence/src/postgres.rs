@@ -524,28 +524,44 @@ async fn stale_schedules(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult
 }
 
 /// Moves the winners' schedules on (dropping the lease), or deletes a schedule whose
-/// last start this was.
+/// last start this was. Only creations that start an occurrence have one.
 async fn apply_schedules(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
     for commit in winners {
-        let Some(advance) = &commit.schedule else {
-            continue;
-        };
-        let query = match advance.next {
-            Some((due_at_ms, remaining)) => sqlx::query(
-                "UPDATE schedules SET due_at_ms = $1, remaining = $2, lease_owner = NULL, \
-                 leased_until_ms = NULL WHERE deployment = $3 AND node = $4",
-            )
-            .bind(due_at_ms)
-            .bind(remaining.map(i64::from))
-            .bind(commit.deployment.0)
-            .bind(&advance.node),
-            None => sqlx::query("DELETE FROM schedules WHERE deployment = $1 AND node = $2")
-                .bind(commit.deployment.0)
-                .bind(&advance.node),
-        };
-        query.execute(&mut *tx).await.map_err(backend)?;
+        if let Some(advance) = &commit.schedule {
+            move_schedule(tx, commit.deployment, advance).await?;
+        }
     }
     Ok(())
+}
+
+/// Moves the schedule of `(deployment, advance.node)` to its next occurrence, or deletes
+/// it after its last, only where it still stands at `advance.fired_at_ms`; returns
+/// whether it did. The one write of a schedule's move, for a start's commit (whose
+/// compare-and-swap was checked before, `stale_schedules`) and for a skip.
+async fn move_schedule(
+    tx: &mut PgConnection,
+    deployment: DeploymentId,
+    advance: &ScheduleAdvance,
+) -> StoreResult<bool> {
+    let query = match advance.next {
+        Some((due_at_ms, remaining)) => sqlx::query(
+            "UPDATE schedules SET due_at_ms = $1, remaining = $2, lease_owner = NULL, \
+             leased_until_ms = NULL WHERE deployment = $3 AND node = $4 AND due_at_ms = $5",
+        )
+        .bind(due_at_ms)
+        .bind(remaining.map(i64::from)),
+        None => sqlx::query(
+            "DELETE FROM schedules WHERE deployment = $1 AND node = $2 AND due_at_ms = $3",
+        ),
+    };
+    let done = query
+        .bind(deployment.0)
+        .bind(&advance.node)
+        .bind(advance.fired_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Leases due schedules whose lease is free or expired, earliest due first, as
@@ -1478,26 +1494,9 @@ impl Store for PgStore {
         advance: &ScheduleAdvance,
     ) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await.map_err(backend)?;
-        let query = match advance.next {
-            Some((due_at_ms, remaining)) => sqlx::query(
-                "UPDATE schedules SET due_at_ms = $1, remaining = $2, lease_owner = NULL, \
-                 leased_until_ms = NULL WHERE deployment = $3 AND node = $4 AND due_at_ms = $5",
-            )
-            .bind(due_at_ms)
-            .bind(remaining.map(i64::from)),
-            None => sqlx::query(
-                "DELETE FROM schedules WHERE deployment = $1 AND node = $2 AND due_at_ms = $3",
-            ),
-        };
-        let done = query
-            .bind(deployment.0)
-            .bind(&advance.node)
-            .bind(advance.fired_at_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+        let moved = move_schedule(&mut tx, deployment, advance).await?;
         tx.commit().await.map_err(backend)?;
-        Ok(done.rows_affected() == 1)
+        Ok(moved)
     }
 
     async fn schedules(

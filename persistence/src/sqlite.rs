@@ -542,26 +542,41 @@ async fn stale_schedules(tx: &mut SqliteConnection, batch: &[Commit]) -> StoreRe
 /// last start this was. Only creations that start an occurrence have one.
 async fn apply_schedules(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
     for &(_, commit) in winners {
-        let Some(advance) = &commit.schedule else {
-            continue;
-        };
-        let query = match advance.next {
-            Some((due_at_ms, remaining)) => sqlx::query(
-                "UPDATE schedules SET due_at_ms = ?, remaining = ?, lease_owner = NULL, \
-                 leased_until_ms = NULL WHERE deployment = ? AND node = ?",
-            )
-            .bind(due_at_ms)
-            .bind(remaining.map(i64::from)),
-            None => sqlx::query("DELETE FROM schedules WHERE deployment = ? AND node = ?"),
-        };
-        query
-            .bind(commit.deployment.0)
-            .bind(&advance.node)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+        if let Some(advance) = &commit.schedule {
+            move_schedule(tx, commit.deployment, advance).await?;
+        }
     }
     Ok(())
+}
+
+/// Moves the schedule of `(deployment, advance.node)` to its next occurrence, or deletes
+/// it after its last, only where it still stands at `advance.fired_at_ms`; returns
+/// whether it did. The one write of a schedule's move, for a start's commit (whose
+/// compare-and-swap was checked before, `stale_schedules`) and for a skip.
+async fn move_schedule(
+    tx: &mut SqliteConnection,
+    deployment: DeploymentId,
+    advance: &ScheduleAdvance,
+) -> StoreResult<bool> {
+    let query = match advance.next {
+        Some((due_at_ms, remaining)) => sqlx::query(
+            "UPDATE schedules SET due_at_ms = ?, remaining = ?, lease_owner = NULL, \
+             leased_until_ms = NULL WHERE deployment = ? AND node = ? AND due_at_ms = ?",
+        )
+        .bind(due_at_ms)
+        .bind(remaining.map(i64::from)),
+        None => {
+            sqlx::query("DELETE FROM schedules WHERE deployment = ? AND node = ? AND due_at_ms = ?")
+        }
+    };
+    let done = query
+        .bind(deployment.0)
+        .bind(&advance.node)
+        .bind(advance.fired_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Leases due schedules whose lease is free or expired, earliest due first, as
@@ -1532,26 +1547,9 @@ impl Store for SqliteStore {
         advance: &ScheduleAdvance,
     ) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let query = match advance.next {
-            Some((due_at_ms, remaining)) => sqlx::query(
-                "UPDATE schedules SET due_at_ms = ?, remaining = ?, lease_owner = NULL, \
-                 leased_until_ms = NULL WHERE deployment = ? AND node = ? AND due_at_ms = ?",
-            )
-            .bind(due_at_ms)
-            .bind(remaining.map(i64::from)),
-            None => sqlx::query(
-                "DELETE FROM schedules WHERE deployment = ? AND node = ? AND due_at_ms = ?",
-            ),
-        };
-        let done = query
-            .bind(deployment.0)
-            .bind(&advance.node)
-            .bind(advance.fired_at_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+        let moved = move_schedule(&mut tx, deployment, advance).await?;
         tx.commit().await.map_err(backend)?;
-        Ok(done.rows_affected() == 1)
+        Ok(moved)
     }
 
     async fn schedules(

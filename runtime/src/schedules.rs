@@ -62,17 +62,16 @@ pub(crate) async fn fire_due(shared: &Arc<Shared>, now: i64) -> bool {
         }
     };
     for row in claimed {
-        let Some(work) = start_of(shared, &row, now).await else {
+        let Some(advance) = advance_of(shared, &row, now).await else {
             continue;
         };
-        let Work::Start {
-            schedule: Some(advance),
-            ..
-        } = &work
-        else {
-            continue;
+        let work = Work::Start {
+            deployment: row.deployment,
+            variables: Default::default(),
+            business_key: None,
+            start: Some(row.node.clone()),
+            schedule: Some(advance.clone()),
         };
-        let advance = advance.clone();
         let instance = occurrence_instance_id(row.deployment, &row.node, row.due_at_ms);
         let (tx, rx) = oneshot::channel();
         let req = Request {
@@ -93,18 +92,14 @@ pub(crate) async fn fire_due(shared: &Arc<Shared>, now: i64) -> bool {
         // The poller does not wait for the step; this watches its answer.
         let shared = shared.clone();
         tokio::spawn(async move {
-            match rx.await {
-                // Started; or refused by the store (another replica started it, the
-                // schedule moved on or was retired); or not stepped at all (shutdown,
-                // a store failure): the lease lapses and the occurrence is tried again.
-                Ok(Ok(_)) | Err(_) => {}
-                Ok(Err(Error::Core(e))) => {
-                    tracing::error!(deployment = row.deployment.0, node = %row.node,
-                        due_at_ms = row.due_at_ms, error = %e,
-                        "a timer start occurrence cannot start an instance; it is skipped");
-                    skip(&shared, &row, &advance).await;
-                }
-                Ok(Err(_)) => {}
+            // Anything else: started; refused by the store (another replica started
+            // it, the schedule moved on or was retired); or not stepped at all
+            // (shutdown, a store failure), when the lease lapses and it is tried again.
+            if let Ok(Err(Error::Core(e))) = rx.await {
+                tracing::error!(deployment = row.deployment.0, node = %row.node,
+                    due_at_ms = row.due_at_ms, error = %e,
+                    "a timer start occurrence cannot start an instance; it is skipped");
+                skip(&shared, &row, &advance).await;
             }
         });
     }
@@ -119,22 +114,31 @@ async fn skip(shared: &Arc<Shared>, row: &ScheduleRecord, advance: &ScheduleAdva
     }
 }
 
-/// The start of `row`'s occurrence, with the schedule's move to the next one; `None`
-/// (logged) when the deployment cannot be read now — the lease lapses and the
-/// occurrence is claimed again.
-async fn start_of(shared: &Arc<Shared>, row: &ScheduleRecord, now: i64) -> Option<Work> {
+/// Ends `row`'s schedule: none of its occurrences can ever start.
+async fn end(shared: &Arc<Shared>, row: &ScheduleRecord) {
+    let last = ScheduleAdvance {
+        node: row.node.clone(),
+        fired_at_ms: row.due_at_ms,
+        next: None,
+    };
+    skip(shared, row, &last).await;
+}
+
+/// The move of `row`'s schedule past the occurrence its start fires; `None` (logged)
+/// when there is nothing to start: the deployment cannot be read now (the lease lapses
+/// and the occurrence is claimed again), or never (the schedule is ended).
+async fn advance_of(
+    shared: &Arc<Shared>,
+    row: &ScheduleRecord,
+    now: i64,
+) -> Option<ScheduleAdvance> {
     let def = match shared.defs.get(row.deployment).await {
         Ok(def) => def,
         // The source no longer loads: no occurrence of it can ever start.
         Err(e @ (Error::Refused { .. } | Error::Core(_))) => {
             tracing::error!(deployment = row.deployment.0, node = %row.node, error = %e,
                 "a timer start's deployment cannot be loaded; its schedule ends");
-            let end = ScheduleAdvance {
-                node: row.node.clone(),
-                fired_at_ms: row.due_at_ms,
-                next: None,
-            };
-            skip(shared, row, &end).await;
+            end(shared, row).await;
             return None;
         }
         Err(e) => {
@@ -166,24 +170,13 @@ async fn start_of(shared: &Arc<Shared>, row: &ScheduleRecord, now: i64) -> Optio
         None => {
             tracing::error!(deployment = row.deployment.0, node = %row.node,
                 "a schedule names no timer start event of its deployment; it ends");
-            let end = ScheduleAdvance {
-                node: row.node.clone(),
-                fired_at_ms: row.due_at_ms,
-                next: None,
-            };
-            skip(shared, row, &end).await;
+            end(shared, row).await;
             return None;
         }
     };
-    Some(Work::Start {
-        deployment: row.deployment,
-        variables: Default::default(),
-        business_key: None,
-        start: Some(row.node.clone()),
-        schedule: Some(ScheduleAdvance {
-            node: row.node.clone(),
-            fired_at_ms: row.due_at_ms,
-            next: next.map(|n| (n.due_at_ms, n.remaining)),
-        }),
+    Some(ScheduleAdvance {
+        node: row.node.clone(),
+        fired_at_ms: row.due_at_ms,
+        next: next.map(|n| (n.due_at_ms, n.remaining)),
     })
 }
