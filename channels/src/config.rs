@@ -89,7 +89,7 @@ impl ChannelSettings {
             return Err(ConfigError {
                 field: format!("channels.{name}"),
                 message: "channel names starting with `qflow:` are the engine's own (signal \
-                          throws travel as `qflow:signal`); choose another name"
+                          throws travel as `qflow:signal`, call activities as `qflow:call`); choose another name"
                     .to_owned(),
             });
         }

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use qflow_core::{CallKey, Input, Variables};
+use qflow_runtime::calls::CALL_CHANNEL;
 use qflow_runtime::signals::{message_of, signal_of, MESSAGE_CHANNEL, SIGNAL_CHANNEL};
 use qflow_runtime::Runtime;
 use qflow_store::{DeliveryRecord, OutboxRecord, OutboxState, TimerClaim};
@@ -227,7 +228,12 @@ impl Delivery {
         let channel = self.channels.get(&row.channel);
         let signal = row.channel == SIGNAL_CHANNEL;
         let message = row.channel == MESSAGE_CHANNEL;
+        let call = row.channel == CALL_CHANNEL;
         let outcome = match (channel, serde_json::from_str::<Variables>(&row.body)) {
+            // A call activity's child started or cancelled, or a parent told how its
+            // child ended: this engine does it itself, and the row is delivered once
+            // that is durable.
+            _ if call => self.call(&row).await.map(|()| Reply::Accepted),
             // A signal thrown by an instance: this engine broadcasts it itself, and the
             // row is delivered once every wait and start it reaches is durable.
             _ if signal => self.broadcast(&row).await.map(|()| Reply::Accepted),
@@ -346,6 +352,14 @@ impl Delivery {
             }
             Err(e) => Err(format!("publishing message `{name}`: {e}")),
         }
+    }
+
+    /// Carries out a call activity's row (`Runtime::deliver_call`).
+    async fn call(&self, row: &OutboxRecord) -> Result<(), String> {
+        self.runtime
+            .deliver_call(row.instance, &row.node, &row.call_id, &row.body)
+            .await
+            .map_err(|e| format!("call activity row `{}`: {e}", row.key))
     }
 
     /// Records the try; whether it applied (the row was still ours and pending).

@@ -47,9 +47,12 @@ pub(super) fn staleness(
         Input::ChannelAnswered { .. }
         | Input::ChannelBpmnError { .. }
         | Input::ChannelPoisoned { .. } => super::channel::staleness(def, snap, input),
-        Input::Start { .. } | Input::Cancel | Input::Redrive | Input::ResolveIncident { .. } => {
-            None
-        }
+        Input::Start { .. }
+        | Input::StartCalled { .. }
+        | Input::Cancel
+        | Input::Redrive
+        | Input::ResolveIncident { .. } => None,
+        Input::ChildEnded { node, call, .. } => super::call::staleness(p, snap, node, *call),
         Input::Migrate {
             mapping, timers, ..
         } => super::migrate::problems(def, snap, mapping, timers),
@@ -193,7 +196,7 @@ pub(super) fn retryable_task(p: &Process, idx: NodeIdx) -> Option<&Task> {
         NodeKind::Task(t)
             if matches!(
                 t.kind,
-                TaskKind::Registered { .. } | TaskKind::Channel { .. }
+                TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Call(_)
             ) =>
         {
             Some(t)
@@ -423,20 +426,46 @@ impl<'a> Run<'a> {
     /// Applies a non-stale input, then moves tokens until the instance waits again, and
     /// brings its message subscriptions in line with where it waits.
     pub(super) fn apply(&mut self, input: Input) -> Result<(), Error> {
+        // A resumed instance that ends again in this step reports its end again.
+        let ended_before = self.snap.status.is_terminal() && !matches!(input, Input::Resume { .. });
         self.apply_input(input)?;
         // First: an assignment that does not evaluate fails the instance, and the
         // subscription sync then closes what a FAILED instance must not hold open.
         self.sync_user_tasks();
         self.sync_subscriptions();
+        self.sync_children();
+        self.notify_parent(ended_before);
+        Ok(())
+    }
+
+    /// Starts the instance at `starts` with `variables`.
+    fn start(&mut self, starts: Vec<NodeIdx>, mut variables: Variables) -> Result<(), Error> {
+        if starts.is_empty() {
+            return Err(Error::NoStartEvent(self.def.id.clone()));
+        }
+        if let Some(name) = &self.def.initiator {
+            variables.entry(name.clone()).or_insert(Json::Null);
+        }
+        self.snap.status = Status::Running;
+        self.snap.vars = variables;
+        // The process's event sub-processes are armed for the instance's life.
+        if self.arm_event_starts(None) {
+            for s in starts {
+                self.queue.push_back((s, None));
+            }
+        }
         Ok(())
     }
 
     fn apply_input(&mut self, input: Input) -> Result<(), Error> {
         match input {
-            Input::Start {
-                mut variables,
-                start,
-            } => {
+            Input::StartCalled { variables, parent } => {
+                self.snap.parent = Some(parent);
+                let starts = self.p.start_events(None).collect();
+                self.start(starts, variables)?;
+            }
+            Input::ChildEnded { node, outcome, .. } => self.child_ended(&node, outcome),
+            Input::Start { variables, start } => {
                 let starts: Vec<NodeIdx> = match start {
                     // A triggered start begins the instance at that event alone (an event
                     // sub-process's start is not where an instance begins).
@@ -456,20 +485,7 @@ impl<'a> Run<'a> {
                     },
                     None => self.p.start_events(None).collect(),
                 };
-                if starts.is_empty() {
-                    return Err(Error::NoStartEvent(self.def.id.clone()));
-                }
-                if let Some(name) = &self.def.initiator {
-                    variables.entry(name.clone()).or_insert(Json::Null);
-                }
-                self.snap.status = Status::Running;
-                self.snap.vars = variables;
-                // The process's event sub-processes are armed for the instance's life.
-                if self.arm_event_starts(None) {
-                    for s in starts {
-                        self.queue.push_back((s, None));
-                    }
-                }
+                self.start(starts, variables)?;
             }
             Input::TaskCompleted {
                 node,
@@ -1171,7 +1187,6 @@ impl<'a> Run<'a> {
                     self.arm(name, due);
                 }
             }
-            NodeKind::CallActivity { .. } => self.unsupported(idx, "call activity"),
         }
     }
 
@@ -1227,6 +1242,14 @@ impl<'a> Run<'a> {
                 }
                 self.snap.clear_retry_state(&self.id(idx));
                 self.offer_pull(idx, Attempt::FIRST);
+            }
+            TaskKind::Call(_) => {
+                self.add_token(idx);
+                if !self.arm_boundaries(idx) {
+                    return;
+                }
+                self.snap.clear_retry_state(&self.id(idx));
+                self.start_child(idx, task, Attempt::FIRST);
             }
             TaskKind::Send {
                 message: Some(name),
@@ -1300,6 +1323,7 @@ impl<'a> Run<'a> {
         match task.kind {
             TaskKind::Pull { .. } => return self.offer_pull(idx, attempt),
             TaskKind::Channel { .. } => return self.send_request(idx, attempt),
+            TaskKind::Call(_) => return self.start_child(idx, task, attempt),
             _ => {}
         }
         let TaskKind::Registered { name } = &task.kind else {

@@ -41,6 +41,7 @@ pub mod schedule;
 pub mod sim;
 pub mod snapshot;
 
+mod call;
 mod channel;
 mod event_sub;
 mod flow;
@@ -69,6 +70,7 @@ pub use crate::error::Error;
 pub use crate::handler::{run_handler, Handlers, TaskContext, TaskHandler, TaskOutcome};
 pub use crate::path::PathEvent;
 pub use crate::snapshot::{Snapshot, Status};
+pub use call::child_waits;
 pub use channel::{verdict, CallKey, Verdict};
 pub use multi::MULTI_INSTANCES_MAX;
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
@@ -115,6 +117,12 @@ pub mod codes {
     /// ceiling): a failed attempt of the call (C4), and the code of the incident the
     /// dispatcher opens on the node.
     pub const POISONED: &str = "POISONED";
+    /// The child instance a call activity's attempt started ended FAILED or was
+    /// cancelled: a failed attempt of the call activity (`docs/call-activities.md`).
+    pub const CALLED_INSTANCE_FAILED: &str = "CALLED_INSTANCE_FAILED";
+    /// A call activity's attempt found no deployment of the called process to start (none
+    /// live, or not the version its binding names): a failed attempt of the call activity.
+    pub const CALLED_PROCESS_NOT_FOUND: &str = "CALLED_PROCESS_NOT_FOUND";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
@@ -221,6 +229,22 @@ pub enum Input {
         /// events, as a plain start.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start: Option<String>,
+    },
+    /// Starts the instance as the child of a call activity: the none start events, with
+    /// these variables (the call activity's inputs), and the link back to the waiting
+    /// call (`parent`), kept in the snapshot so that the child's end is reported there
+    /// ([`Effect::NotifyParent`]).
+    StartCalled {
+        #[serde(default)]
+        variables: Variables,
+        parent: ParentLink,
+    },
+    /// The child instance started for call `call` of the call activity `node` ended
+    /// (`outcome`). Stale unless the token still waits there on that very call.
+    ChildEnded {
+        node: String,
+        call: u32,
+        outcome: ChildOutcome,
     },
     /// A registered task's handler returned a result for `attempt`.
     TaskCompleted {
@@ -471,11 +495,13 @@ impl Input {
             | Input::PullFailed { node, .. }
             | Input::PullBpmnError { node, .. }
             | Input::PullLockExtended { node, .. }
-            | Input::PullUnlocked { node, .. } => Some(node),
+            | Input::PullUnlocked { node, .. }
+            | Input::ChildEnded { node, .. } => Some(node),
             Input::TimerFired { name, .. } => name.node(),
             Input::RetryNow { node } => node.as_deref(),
             Input::ResolveIncident { node } => Some(node),
             Input::Start { .. }
+            | Input::StartCalled { .. }
             | Input::MessageReceived { .. }
             | Input::SignalReceived { .. }
             | Input::Cancel
@@ -679,6 +705,35 @@ pub enum Effect {
     /// Close the message subscription of `node` (the wait ended: the message came, the
     /// task was interrupted, the instance ended or failed).
     Unsubscribe { node: String },
+    /// Start a child instance for attempt `attempt` of the call activity `node`: the
+    /// process `process` (its newest live deployment, or its `version`-th), with
+    /// `variables`, linked back to this instance's call `call`. The shell writes it to
+    /// the outbox under `key` (`<instance>/<call>`) in this step's transaction; the child's
+    /// id is derived from the key, so a redelivery starts nothing twice. When no such
+    /// deployment exists the shell answers [`Input::ChildEnded`] with
+    /// `CALLED_PROCESS_NOT_FOUND` instead.
+    StartChild {
+        node: String,
+        call: u32,
+        attempt: Attempt,
+        key: String,
+        process: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<u32>,
+        variables: Variables,
+    },
+    /// Cancel the child instance started under `key` (a call activity's wait ended
+    /// without it: interrupted, terminated, cancelled, or this instance FAILED).
+    CancelChild { node: String, key: String },
+    /// This instance, the child of a call activity, ended: report `outcome` to the
+    /// waiting call. The shell writes it to the outbox under `key` (`<instance>/<n>`, a
+    /// number of this instance's sequence: an instance resumed and ended again reports
+    /// again) in this step's transaction.
+    NotifyParent {
+        parent: ParentLink,
+        key: String,
+        outcome: ChildOutcome,
+    },
     /// The instance reached its end.
     Completed,
     /// The instance is FAILED with this structured code (E6).
@@ -691,6 +746,42 @@ pub enum Effect {
     Cancelled,
     /// The input was stale residue and changed nothing; `reason` says why.
     Stale { reason: String },
+}
+
+/// Where a called instance reports its end: the parent instance, its call activity and
+/// the call (the number that names the attempt's child).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParentLink {
+    pub instance: String,
+    pub node: String,
+    pub call: u32,
+}
+
+/// How a called instance ended, as its parent's call activity takes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ChildOutcome {
+    /// Completed: its variables go back through the call activity's output mappings.
+    Completed {
+        #[serde(default)]
+        variables: Variables,
+    },
+    /// A BPMN error escaped it: thrown at the call activity, where a boundary may catch
+    /// it (the child itself is FAILED with `UNCAUGHT_BPMN_ERROR`).
+    BpmnError {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        #[serde(default)]
+        message: String,
+    },
+    /// It ended FAILED (`code`), was cancelled (`code` `CANCELLED`), or could not be
+    /// started (`code` `CALLED_PROCESS_NOT_FOUND`): a failed attempt of the call activity.
+    Failed {
+        code: String,
+        #[serde(default)]
+        message: String,
+    },
 }
 
 fn is_false(b: &bool) -> bool {
@@ -750,8 +841,8 @@ fn step_recording(
     path: Option<&mut Vec<PathEvent>>,
 ) -> Result<Step, Error> {
     match (&input, snapshot.status()) {
-        (Input::Start { .. }, Status::New) => {}
-        (Input::Start { .. }, _) => return Err(Error::AlreadyStarted),
+        (Input::Start { .. } | Input::StartCalled { .. }, Status::New) => {}
+        (Input::Start { .. } | Input::StartCalled { .. }, _) => return Err(Error::AlreadyStarted),
         (_, Status::New) => return Err(Error::NotStarted),
         // The inputs a terminal instance takes: `staleness` checks their preconditions
         // (FAILED) and says why otherwise.
@@ -767,6 +858,11 @@ fn step_recording(
     // Values from outside are bounded where they enter (limits): over a bound, the
     // input is refused and nothing changes.
     if let Input::Start { variables, .. }
+    | Input::StartCalled { variables, .. }
+    | Input::ChildEnded {
+        outcome: ChildOutcome::Completed { variables },
+        ..
+    }
     | Input::UserTaskCompleted { variables, .. }
     | Input::UserTaskBpmnError { variables, .. }
     | Input::UserTaskEscalated { variables, .. }

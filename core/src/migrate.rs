@@ -53,6 +53,13 @@ pub(super) fn problems(
 ) -> Option<String> {
     let p = &def.process;
     let mut out: Vec<String> = Vec::new();
+    // A child's link names its call activity: it would report to a node that moved.
+    for node in snap.children().keys() {
+        out.push(format!(
+            "call activity `{node}` waits for its called instance; an instance is not \
+             migrated while a called instance runs"
+        ));
+    }
     // A mapping renames node ids, not inner instances (`<id>#<k>`) or a body's state.
     for body in snap.multi_instances().keys() {
         out.push(format!(

@@ -69,7 +69,10 @@ impl Run<'_> {
             &self.p.node(idx).kind,
             NodeKind::Task(t) if matches!(
                 t.kind,
-                TaskKind::Registered { .. } | TaskKind::Pull { .. } | TaskKind::Channel { .. }
+                TaskKind::Registered { .. }
+                    | TaskKind::Pull { .. }
+                    | TaskKind::Channel { .. }
+                    | TaskKind::Call(_)
             )
         );
         if registered {
@@ -123,7 +126,7 @@ impl Run<'_> {
                     return;
                 }
                 match &task.kind {
-                    TaskKind::Registered { .. } | TaskKind::Pull { .. } => {
+                    TaskKind::Registered { .. } | TaskKind::Pull { .. } | TaskKind::Call(_) => {
                         let node_key = self.id(idx);
                         let node: &str = &node_key;
                         self.snap.markers.remove(node);

@@ -222,6 +222,7 @@ impl<'a> Run<'a> {
         let in_flight = super::redrive::attempt_in_flight(self.p, &self.snap, idx)
             .map(|f| f.attempt)
             .or_else(|| self.call_in_flight(idx))
+            .or_else(|| self.child_in_flight(idx))
             .filter(|_| self.attempt_reported != Some(idx));
         // A pull task's attempt is in flight while a worker holds its lock.
         let pull = super::pull::pull_at(self.p, idx).is_some();

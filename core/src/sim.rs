@@ -288,6 +288,12 @@ pub enum ScriptedEvent {
         at_ms: i64,
         input: Input,
     },
+    /// A called instance's end reported to a call activity (`child_ended`), as JSON: how
+    /// a scenario replays a late or repeated report, after the call it names is over.
+    Child {
+        at_ms: i64,
+        input: Input,
+    },
 }
 
 impl ScriptedEvent {
@@ -306,7 +312,8 @@ impl ScriptedEvent {
             | ScriptedEvent::RetryNow { at_ms, .. }
             | ScriptedEvent::Migrate { at_ms, .. }
             | ScriptedEvent::Pull { at_ms, .. }
-            | ScriptedEvent::Channel { at_ms, .. } => *at_ms,
+            | ScriptedEvent::Channel { at_ms, .. }
+            | ScriptedEvent::Child { at_ms, .. } => *at_ms,
         }
     }
 
@@ -392,9 +399,9 @@ impl ScriptedEvent {
                 timers: BTreeMap::new(),
                 user_tasks: Vec::new(),
             },
-            ScriptedEvent::Pull { input, .. } | ScriptedEvent::Channel { input, .. } => {
-                input.clone()
-            }
+            ScriptedEvent::Pull { input, .. }
+            | ScriptedEvent::Channel { input, .. }
+            | ScriptedEvent::Child { input, .. } => input.clone(),
         }
     }
 }
@@ -524,16 +531,33 @@ pub fn validate_with(
     let registered_in = |d: &Definition, node: &str| {
         let p = &d.process;
         scripted_node(p, node).is_some_and(|i| {
-            matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. }))
+            matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Registered { .. } | TaskKind::Call(_)))
         })
     };
-    for node in scenario.tasks.keys() {
+    let call_in = |d: &Definition, node: &str| {
+        let p = &d.process;
+        scripted_node(p, node).is_some_and(
+            |i| matches!(&p.node(i).kind, NodeKind::Task(t) if matches!(t.kind, TaskKind::Call(_))),
+        )
+    };
+    for (node, scripted) in &scenario.tasks {
         let registered =
             registered_in(def, node) || targets.values().any(|t| registered_in(t, node));
         if !registered {
             return Err(Error::Scenario(format!(
-                "tasks.{node}: process `{}` has no registered task (q:task) with this id",
+                "tasks.{node}: process `{}` has no registered task (q:task) or call activity \
+                 with this id",
                 def.id
+            )));
+        }
+        let call = call_in(def, node) || targets.values().any(|t| call_in(t, node));
+        let handler_only = scripted
+            .iter()
+            .position(|s| matches!(s, Scripted::Panic { .. } | Scripted::TimeLimit { .. }));
+        if let (true, Some(i)) = (call, handler_only) {
+            return Err(Error::Scenario(format!(
+                "tasks.{node}[{i}].outcome: `{node}` is a call activity, whose called \
+                 instance runs no handler: script ok, fail, bpmn_error or hang"
             )));
         }
     }
@@ -566,6 +590,13 @@ pub fn validate_with(
                 return Err(Error::Scenario(format!(
                     "events[{i}].input: not a channel input (`channel_answered`, \
                      `channel_bpmn_error` or `channel_poisoned`)"
+                )));
+            }
+        }
+        if let ScriptedEvent::Child { input, .. } = e {
+            if !matches!(input, Input::ChildEnded { .. }) {
+                return Err(Error::Scenario(format!(
+                    "events[{i}].input: not a called instance's end (`child_ended`)"
                 )));
             }
         }
@@ -740,6 +771,7 @@ pub fn steps_with<'a>(
         scenario,
         bytes: Snapshot::new().encode(),
         results: BTreeMap::new(),
+        child_ends: Vec::new(),
         signal_waits: BTreeMap::new(),
         message_waits: BTreeMap::new(),
         timers: BTreeMap::new(),
@@ -876,6 +908,9 @@ struct Sim<'a> {
     bytes: Vec<u8>,
     /// Scripted task results and events waiting for their instant.
     results: BTreeMap<Due, Input>,
+    /// The scripted ends of called instances among `results`, by call activity: what a
+    /// cancelled child will never report.
+    child_ends: Vec<(String, Due)>,
     /// The timer table, as a store keeps it: name → (due, incarnation).
     timers: BTreeMap<TimerName, (i64, u32)>,
     /// The task list's rows, as a store keeps them: the user tasks offered.
@@ -1200,6 +1235,45 @@ impl<'a> Sim<'a> {
             }
             // Delivered once the step's effects are all carried out (`step`).
             Effect::ThrowSignal { .. } | Effect::PublishMessage { .. } => {}
+            Effect::StartChild {
+                node,
+                call,
+                attempt,
+                ..
+            } => {
+                let seen = self.attempts.entry(node.clone()).or_default();
+                *seen = (*seen).max(attempt.get());
+                let scripted = self.scripted(node, *attempt);
+                if let Some((after_ms, outcome)) = child_outcome(&scripted) {
+                    self.seq += 1;
+                    let due = Due {
+                        at_ms: now_ms.saturating_add(i64::try_from(after_ms).unwrap_or(i64::MAX)),
+                        class: 0,
+                        seq: self.seq,
+                        name: String::new(),
+                    };
+                    let input = Input::ChildEnded {
+                        node: node.clone(),
+                        call: *call,
+                        outcome,
+                    };
+                    self.child_ends.push((node.clone(), due.clone()));
+                    self.results.insert(due, input);
+                }
+            }
+            Effect::CancelChild { node, .. } => {
+                // A cancelled child ends without reporting to a wait that is over.
+                let results = &mut self.results;
+                self.child_ends.retain(|(n, due)| {
+                    if n == node {
+                        results.remove(due);
+                    }
+                    n != node
+                });
+            }
+            // The run is of one instance: the parent a called instance reports to is
+            // not simulated, and the trace keeps the effect.
+            Effect::NotifyParent { .. } => {}
             Effect::WithdrawUserTask { node } => {
                 self.user_tasks.remove(node);
             }
@@ -1385,6 +1459,45 @@ impl<'a> Sim<'a> {
 
 /// Turns a scripted outcome into the input the shell would feed back, through the
 /// same [`run_handler`] a real shell uses. `None`: the handler never answers.
+/// What a called instance does on one attempt of a call activity, as a task's script
+/// gives it: `ok` completes with the outputs as its variables, `fail` ends it FAILED with
+/// the code (`CANCELLED`: cancelled), `bpmn_error` is an error escaping it, `hang` never
+/// ends. (`panic` and `time_limit` are a handler's, refused by [`validate`].)
+fn child_outcome(scripted: &Scripted) -> Option<(u64, crate::ChildOutcome)> {
+    use crate::ChildOutcome;
+    match scripted {
+        Scripted::Ok { outputs, after_ms } => Some((
+            *after_ms,
+            ChildOutcome::Completed {
+                variables: outputs.clone(),
+            },
+        )),
+        Scripted::Fail {
+            code,
+            message,
+            after_ms,
+        } => Some((
+            *after_ms,
+            ChildOutcome::Failed {
+                code: code.clone(),
+                message: message.clone(),
+            },
+        )),
+        Scripted::BpmnError {
+            code,
+            message,
+            after_ms,
+        } => Some((
+            *after_ms,
+            ChildOutcome::BpmnError {
+                code: Some(code.clone()),
+                message: message.clone(),
+            },
+        )),
+        Scripted::Hang | Scripted::Panic { .. } | Scripted::TimeLimit { .. } => None,
+    }
+}
+
 fn scripted_input(scripted: &Scripted, ctx: &TaskContext<'_>) -> Option<(u64, Input)> {
     let (after_ms, outcome) = match scripted {
         Scripted::Hang => return None,

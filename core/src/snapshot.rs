@@ -140,6 +140,13 @@ pub struct Snapshot {
     /// instances, how many started and completed, the input items and the output
     /// entries (`multi`); present only while the body runs.
     pub(crate) multis: BTreeMap<String, Variables>,
+    /// `q/<node>`: the call (a number drawn from the incarnation sequence) whose child
+    /// instance the call activity at the node waits for; present from the attempt's
+    /// start until the child's end is taken or the wait ends without it.
+    pub(crate) children: BTreeMap<String, u32>,
+    /// `pa`: the call activity this instance was started by (a called instance only),
+    /// where its end is reported.
+    pub(crate) parent: Option<crate::ParentLink>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -155,6 +162,7 @@ const K_VARS: &str = "d";
 const K_TIMERS: &str = "k";
 const K_INCARNATION: &str = "n";
 const K_CYCLES: &str = "y";
+const K_PARENT: &str = "pa";
 const P_JOIN: &str = "j/";
 const P_ATTEMPT: &str = "a/";
 const P_MARKER: &str = "m/";
@@ -168,6 +176,7 @@ const P_SUBSCRIPTION: &str = "c/";
 const P_CALL: &str = "x/";
 const P_ASSIGNEE: &str = "h/";
 const P_MULTI: &str = "i/";
+const P_CHILD: &str = "q/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -318,6 +327,16 @@ impl Snapshot {
         &self.subscriptions
     }
 
+    /// The calls whose child instance a call activity waits for, by its node (`q/<node>`).
+    pub fn children(&self) -> &BTreeMap<String, u32> {
+        &self.children
+    }
+
+    /// The call activity that started this instance, for a called instance.
+    pub fn parent(&self) -> Option<&crate::ParentLink> {
+        self.parent.as_ref()
+    }
+
     /// The live channel calls, by the node waiting on each (`x/<node>`).
     pub fn calls(&self) -> &BTreeMap<String, u32> {
         &self.calls
@@ -457,6 +476,10 @@ impl Snapshot {
             json!(self.multis),
             self.multis.is_empty(),
         );
+        put("children", json!(self.children), self.children.is_empty());
+        if let Some(parent) = &self.parent {
+            put("parent", json!(parent), false);
+        }
         let preserved: Vec<&str> = self.preserved_keys().collect();
         put("preserved_keys", json!(preserved), preserved.is_empty());
         Value::Object(view)
@@ -532,7 +555,9 @@ impl Snapshot {
             + self.calls.len()
             + self.assignees.len()
             + self.multis.len()
+            + self.children.len()
             + self.extra.len();
+        let parent = self.parent.as_ref().map(parent_vars);
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
         if self.status != Status::New {
@@ -561,6 +586,9 @@ impl Snapshot {
         }
         if !self.cycles.is_empty() {
             entries.push((K_CYCLES.into(), Entry::UintMap(&self.cycles)));
+        }
+        if let Some(parent) = &parent {
+            entries.push((K_PARENT.into(), Entry::Vars(parent)));
         }
         for (gw, flows) in &self.joins {
             entries.push((format!("{P_JOIN}{gw}").into(), Entry::StrList(flows)));
@@ -609,6 +637,9 @@ impl Snapshot {
         }
         for (body, state) in &self.multis {
             entries.push((format!("{P_MULTI}{body}").into(), Entry::Vars(state)));
+        }
+        for (node, call) in &self.children {
+            entries.push((format!("{P_CHILD}{node}").into(), Entry::Uint(*call as u64)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -727,6 +758,11 @@ impl Snapshot {
                 .map(|n| self.incarnation = n)
                 .is_some(),
             K_CYCLES => rd.u32_map().map(|m| self.cycles = m).is_some(),
+            K_PARENT => rd
+                .vars(DECODE_DEPTH_MAX)
+                .and_then(|v| link_of(&v))
+                .map(|l| self.parent = Some(l))
+                .is_some(),
             _ => self.absorb_family(key, rd),
         };
         Ok(ok)
@@ -762,6 +798,11 @@ impl Snapshot {
             rd.uint()
                 .and_then(|n| u32::try_from(n).ok())
                 .map(|n| self.calls.insert(node.to_owned(), n))
+                .is_some()
+        } else if let Some(node) = key.strip_prefix(P_CHILD) {
+            rd.uint()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| self.children.insert(node.to_owned(), n))
                 .is_some()
         } else if let Some(node) = key.strip_prefix(P_SUBSCRIPTION) {
             rd.str()
@@ -799,6 +840,28 @@ impl Snapshot {
             false
         }
     }
+}
+
+/// The parent link as the snapshot keeps it: `{"c": call, "i": instance, "n": node}`.
+fn parent_vars(link: &crate::ParentLink) -> Variables {
+    Variables::from([
+        ("c".to_owned(), serde_json::json!(link.call)),
+        ("i".to_owned(), serde_json::json!(link.instance)),
+        ("n".to_owned(), serde_json::json!(link.node)),
+    ])
+}
+
+/// The parent link kept as [`parent_vars`] writes it; `None` for anything else (the key
+/// is then kept verbatim).
+fn link_of(v: &Variables) -> Option<crate::ParentLink> {
+    if v.len() != 3 {
+        return None;
+    }
+    Some(crate::ParentLink {
+        instance: v.get("i")?.as_str()?.to_owned(),
+        node: v.get("n")?.as_str()?.to_owned(),
+        call: u32::try_from(v.get("c")?.as_u64()?).ok()?,
+    })
 }
 
 /// `v` with every map's entries in canonical order: string keys in byte order (as the
@@ -845,6 +908,7 @@ fn is_known_key(key: &str) -> bool {
         K_TIMERS,
         K_INCARNATION,
         K_CYCLES,
+        K_PARENT,
     ]
     .contains(&key)
         || [
@@ -861,6 +925,7 @@ fn is_known_key(key: &str) -> bool {
             P_CALL,
             P_ASSIGNEE,
             P_MULTI,
+            P_CHILD,
         ]
         .iter()
         .any(|p| key.starts_with(p))

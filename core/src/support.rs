@@ -16,7 +16,6 @@ pub fn unsupported_elements(def: &Definition) -> Vec<(String, &'static str)> {
         .iter()
         .filter_map(|n| {
             let what = match &n.kind {
-                NodeKind::CallActivity { .. } => "call activity",
                 NodeKind::Task(t) => match t.kind {
                     TaskKind::Send { message: None } => "send task without a message",
                     _ => return None,

@@ -655,21 +655,6 @@ fn event_based_gateway_takes_whichever_event_comes_first() {
 }
 
 #[test]
-fn call_activity_is_refused_at_run_time_with_a_clear_code() {
-    let def = model(
-        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="call"/>
-      <callActivity id="call" calledElement="other"/>
-      <sequenceFlow id="f1" sourceRef="call" targetRef="e"/><endEvent id="e"/>"#,
-    );
-    let trace = run_scenario(&def, "{}");
-    assert_eq!(
-        trace.summary.failure_code.as_deref(),
-        Some("UNSUPPORTED_ELEMENT")
-    );
-    assert_eq!(trace.summary.failure_node.as_deref(), Some("call"));
-}
-
-#[test]
 fn a_join_that_can_never_complete_fails_as_stuck() {
     // An exclusive split feeding a parallel join: only one branch ever arrives.
     let def = model(

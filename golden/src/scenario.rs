@@ -147,11 +147,26 @@ pub fn validate_with(
         match scripted_kind(in_target.unwrap_or(definition), node) {
             None => problem(path.clone(), no_node(definition, node)),
             Some(Some(TaskKind::Registered { .. })) => {}
+            // A call activity's outcomes are what its called instances do.
+            Some(Some(TaskKind::Call(_))) => {
+                let handler_only = list
+                    .iter()
+                    .position(|o| matches!(o, Scripted::Panic { .. } | Scripted::TimeLimit { .. }));
+                if let Some(k) = handler_only {
+                    problem(
+                        format!("tasks.{node}[{k}].outcome"),
+                        format!(
+                            "node `{node}` is a call activity, whose called instance runs \
+                             no handler: script ok, fail, bpmn_error or hang"
+                        ),
+                    );
+                }
+            }
             Some(_) => problem(
                 path.clone(),
                 format!(
-                    "node `{node}` is not a registered task (`serviceTask q:task`); only those \
-                     take scripted outcomes"
+                    "node `{node}` is not a registered task (`serviceTask q:task`) or a call \
+                     activity; only those take scripted outcomes"
                 ),
             ),
         }
@@ -296,7 +311,8 @@ fn event_at_ms(event: &ScriptedEvent) -> i64 {
         | ScriptedEvent::RetryNow { at_ms, .. }
         | ScriptedEvent::Migrate { at_ms, .. }
         | ScriptedEvent::Pull { at_ms, .. }
-        | ScriptedEvent::Channel { at_ms, .. } => *at_ms,
+        | ScriptedEvent::Channel { at_ms, .. }
+        | ScriptedEvent::Child { at_ms, .. } => *at_ms,
     }
 }
 

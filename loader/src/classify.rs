@@ -36,6 +36,7 @@ fn node_reasons(kind: &NodeKind, nested: bool) -> Vec<&'static str> {
                 }
                 TaskKind::User { .. } => out.push("user task (waits for the API)"),
                 TaskKind::Send { .. } => out.push("send task (outbox)"),
+                TaskKind::Call(_) => out.push("call activity (child instance)"),
                 TaskKind::Registered { .. } | TaskKind::PassThrough | TaskKind::Script { .. } => {}
             }
             if t.retry.is_some() {
@@ -83,7 +84,6 @@ fn node_reasons(kind: &NodeKind, nested: bool) -> Vec<&'static str> {
             out.push("timer start (deployment schedule)")
         }
         NodeKind::EventBasedGateway => out.push("event-based gateway (waits)"),
-        NodeKind::CallActivity { .. } => out.push("call activity (child instance)"),
         _ => {}
     }
     out

@@ -394,9 +394,6 @@ pub enum NodeKind {
     Boundary(Boundary),
     /// An embedded sub-process; its children carry `scope = Some(this)`.
     SubProcess,
-    CallActivity {
-        called_element: String,
-    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -638,6 +635,21 @@ pub enum TaskKind {
     /// plain wait state, completed through the API like a user task (as Camunda 7,
     /// Flowable and Activiti treat it).
     Receive { message: Option<String> },
+    /// `callActivity`: each attempt starts a child instance of the process `process` (its
+    /// newest live deployment, or the `version`-th deployment of it) with the task's
+    /// inputs, and the token waits until the child ends (`docs/call-activities.md`).
+    Call(Box<CallSpec>),
+}
+
+/// What a call activity calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallSpec {
+    /// The called process's id (`calledElement`, `zeebe:calledElement processId`).
+    pub process: String,
+    /// `None`: the newest live deployment of the process when the child starts (the
+    /// `latest` binding). `Some(n)`: its `n`-th deployment, counting from 1 in the order
+    /// they were deployed (Camunda 7's `calledElementBinding="version"`).
+    pub version: Option<u32>,
 }
 
 /// The longest assignee, candidate group or candidate user name, in characters, as the
@@ -747,6 +759,8 @@ pub const ENGINE_FAILURE_CODES: &[&str] = &[
     "TIMEOUT",
     "POISONED",
     "LOCK_EXPIRED",
+    "CALLED_INSTANCE_FAILED",
+    "CALLED_PROCESS_NOT_FOUND",
 ];
 
 impl RetryPolicy {

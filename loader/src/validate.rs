@@ -318,12 +318,16 @@ fn routed_timer_boundary(p: &Process, ix: &Index, host: NodeIdx) -> bool {
 /// which never has `q:retry`; the `HANDLER_*` codes are a registered handler's.
 fn engine_code_impossible_here(code: &str, t: &Task) -> Option<&'static str> {
     let channel = matches!(t.kind, TaskKind::Channel { .. });
+    let call = matches!(t.kind, TaskKind::Call(_));
     match code {
+        "CALLED_INSTANCE_FAILED" | "CALLED_PROCESS_NOT_FOUND" if !call => {
+            Some("only a call activity starts a called instance")
+        }
         "TIMEOUT" if t.timeout.is_none() => Some("the task has no q:timeout"),
         "POISONED" if !channel => Some("only a channel call's request is poisoned"),
         "LOCK_EXPIRED" => Some("only a pull task's lock expires, and a pull task has no q:retry"),
-        "HANDLER_FAILED" | "HANDLER_PANICKED" | "HANDLER_TIMEOUT" if channel => {
-            Some("a channel call runs no handler")
+        "HANDLER_FAILED" | "HANDLER_PANICKED" | "HANDLER_TIMEOUT" if channel || call => {
+            Some("a channel call or call activity runs no handler")
         }
         _ => None,
     }

@@ -1083,12 +1083,84 @@ fn q307_retry_on_a_user_task() {
 }
 
 #[test]
-fn q307_retry_on_a_call_activity() {
+fn a_call_activity_takes_retries_timeouts_mappings_and_a_version_binding() {
+    let l = loads(&around(
+        r#"<callActivity id="t" calledElement="child" camunda:calledElementBinding="version" camunda:calledElementVersion="3"><extensionElements><q:retry maxAttempts="3" nonRetryableCodes="CALLED_PROCESS_NOT_FOUND"/><q:timeout duration="PT1M"/><q:input target="x" source="y"/><q:output target="z" source="result.z"/></extensionElements></callActivity>"#,
+    ));
+    let t = task(only(&l), "t");
+    assert_eq!(
+        t.kind,
+        TaskKind::Call(Box::new(CallSpec {
+            process: "child".into(),
+            version: Some(3)
+        }))
+    );
+    assert!(t.retry.is_some() && t.timeout.is_some());
+    assert_eq!((t.inputs.len(), t.outputs.len()), (1, 1));
+    // Zeebe's form: the process id in zeebe:calledElement, the latest binding.
+    let l = loads(&around(
+        r#"<callActivity id="t"><extensionElements><zeebe:calledElement processId="child" propagateAllChildVariables="true"/></extensionElements></callActivity>"#,
+    ));
+    assert_eq!(
+        task(only(&l), "t").kind,
+        TaskKind::Call(Box::new(CallSpec {
+            process: "child".into(),
+            version: None
+        }))
+    );
+}
+
+#[test]
+fn call_activity_bindings_that_do_not_map_are_refused_where_they_are_written() {
+    for (attrs, code) in [
+        (
+            r#"calledElement="c" ¶camunda:calledElementBinding="deployment""#,
+            "Q401",
+        ),
+        (
+            r#"calledElement="c" ¶camunda:calledElementVersion="2""#,
+            "Q117",
+        ),
+        (
+            r#"calledElement="c" camunda:calledElementBinding="version" ¶camunda:calledElementVersion="two""#,
+            "Q117",
+        ),
+        (
+            r#"calledElement="c" camunda:calledElementBinding="version" ¶camunda:calledElementVersion="0""#,
+            "Q117",
+        ),
+        (r#"¶calledElement="${which}""#, "Q401"),
+    ] {
+        refused(&around(&format!(r#"<callActivity id="t" {attrs}/>"#)), code);
+    }
+    for zeebe in [
+        r#"processId="c" ¶bindingType="deployment""#,
+        r#"processId="c" ¶propagateAllChildVariables="false""#,
+        r#"processId="c" ¶propagateAllParentVariables="false""#,
+    ] {
+        refused(
+            &around(&format!(
+                r#"<callActivity id="t"><extensionElements><zeebe:calledElement {zeebe}/></extensionElements></callActivity>"#
+            )),
+            "Q401",
+        );
+    }
+}
+
+#[test]
+fn q303_codes_that_never_occur_on_a_call_activity_or_elsewhere() {
     refused(
         &around(
-            r#"<callActivity id="t" calledElement="child"><extensionElements>¶<q:retry/></extensionElements></callActivity>"#,
+            r#"<callActivity id="t" calledElement="c"><extensionElements><q:retry ¶nonRetryableCodes="HANDLER_FAILED"/></extensionElements></callActivity>"#,
         ),
-        "Q307",
+        "Q303",
+    );
+    refused(
+        &service(
+            r#"q:task="pay""#,
+            r#"<q:retry ¶nonRetryableCodes="CALLED_INSTANCE_FAILED"/>"#,
+        ),
+        "Q303",
     );
 }
 
@@ -1862,7 +1934,16 @@ fn inclusive_gateway_error_end_and_milestone_load() {
         k => panic!("{k:?}"),
     }
     match &p.node(p.find("call").unwrap()).kind {
-        NodeKind::CallActivity { called_element } => assert_eq!(called_element, "child"),
+        NodeKind::Task(Task {
+            kind: TaskKind::Call(spec),
+            ..
+        }) => assert_eq!(
+            **spec,
+            CallSpec {
+                process: "child".into(),
+                version: None
+            }
+        ),
         k => panic!("{k:?}"),
     }
     assert_eq!(d.errors["e1"].code.as_deref(), Some("REJECTED"));

@@ -24,6 +24,7 @@ fn kind_of(kind: &NodeKind) -> &'static str {
     match kind {
         NodeKind::StartEvent | NodeKind::TriggeredStart(_) => "start",
         NodeKind::EndEvent(_) => "end",
+        NodeKind::Task(t) if matches!(t.kind, qflow_loader::model::TaskKind::Call(_)) => "call",
         NodeKind::Task(_) => "task",
         NodeKind::ExclusiveGateway { .. }
         | NodeKind::InclusiveGateway { .. }
@@ -33,7 +34,6 @@ fn kind_of(kind: &NodeKind) -> &'static str {
         NodeKind::IntermediateThrow(_) => "throw",
         NodeKind::Boundary(_) => "boundary",
         NodeKind::SubProcess => "subprocess",
-        NodeKind::CallActivity { .. } => "call",
     }
 }
 

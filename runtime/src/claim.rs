@@ -482,6 +482,34 @@ fn carry_out(
                 .emit
                 .push(crate::signals::signal_row(node, &name, key));
         }
+        Effect::StartChild {
+            node,
+            call,
+            key,
+            process,
+            version,
+            variables,
+            ..
+        } => {
+            then.outbox = true;
+            let row = crate::calls::start_row(node, key, call, process, version, variables);
+            commit.outbox.emit.push(row);
+        }
+        Effect::CancelChild { node, key } => {
+            then.outbox = true;
+            commit.outbox.emit.push(crate::calls::cancel_row(node, key));
+        }
+        Effect::NotifyParent {
+            parent,
+            key,
+            outcome,
+        } => {
+            then.outbox = true;
+            commit
+                .outbox
+                .emit
+                .push(crate::calls::ended_row(parent, key, outcome));
+        }
         // Applied before the commit's emissions: a node whose dead attempt is withdrawn
         // keeps the request of the attempt emitted after it.
         Effect::WithdrawRequests { node } => commit.outbox.withdraw.push(node),

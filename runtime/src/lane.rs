@@ -194,11 +194,20 @@ impl Lane {
         };
         let (input, fired) = match &req.work {
             Work::Start {
-                variables, start, ..
+                variables,
+                start,
+                parent,
+                ..
             } => (
-                Input::Start {
-                    variables: variables.clone(),
-                    start: start.clone(),
+                match parent {
+                    Some(parent) => Input::StartCalled {
+                        variables: variables.clone(),
+                        parent: parent.clone(),
+                    },
+                    None => Input::Start {
+                        variables: variables.clone(),
+                        start: start.clone(),
+                    },
                 },
                 None,
             ),

@@ -21,6 +21,7 @@
 //! Invariant: the lane never reads the clock except to pass `now` into a step, and never
 //! waits on anything but its inbox, its handlers and the store.
 
+pub mod calls;
 pub mod claim;
 pub mod clock;
 pub mod error;
@@ -199,6 +200,9 @@ pub(crate) enum Work {
         /// The occurrence of a timer start event's schedule this start is, moved on by
         /// the creation's commit (`schedules`).
         schedule: Option<qflow_store::ScheduleAdvance>,
+        /// The call activity a called instance starts for (`calls`): the start is then
+        /// `Input::StartCalled`.
+        parent: Option<qflow_core::ParentLink>,
     },
     Input(Input),
     /// A claimed timer row came due.
@@ -213,6 +217,7 @@ pub(crate) enum Work {
 struct Start {
     business_key: Option<String>,
     event: Option<String>,
+    parent: Option<qflow_core::ParentLink>,
 }
 
 pub(crate) struct Request {
@@ -842,6 +847,27 @@ impl Runtime {
         let start = Start {
             business_key: None,
             event: None,
+            parent: None,
+        };
+        self.start_with(id, deployment, variables, start, false)
+            .await
+            .map(|_| ())
+    }
+
+    /// Starts the called instance `id` of a call activity on `deployment` at its none
+    /// start events, linked to `parent` (`calls`). A second start of `id` is refused with
+    /// [`Error::Conflict`] and writes nothing. Returns once the first step is durable.
+    pub(crate) async fn start_child_instance(
+        &self,
+        id: InstanceId,
+        deployment: DeploymentId,
+        variables: Variables,
+        parent: qflow_core::ParentLink,
+    ) -> Result<(), Error> {
+        let start = Start {
+            business_key: None,
+            event: None,
+            parent: Some(parent),
         };
         self.start_with(id, deployment, variables, start, false)
             .await
@@ -859,6 +885,7 @@ impl Runtime {
         let start = Start {
             business_key,
             event: None,
+            parent: None,
         };
         self.start_with(id, deployment, variables, start, watched)
             .await
@@ -881,6 +908,7 @@ impl Runtime {
         let start = Start {
             business_key,
             event: Some(event.to_owned()),
+            parent: None,
         };
         self.start_with(id, deployment, variables, start, false)
             .await
@@ -921,6 +949,7 @@ impl Runtime {
                     business_key: start.business_key,
                     start: start.event,
                     schedule: None,
+                    parent: start.parent,
                 },
             )
             .await;

@@ -71,6 +71,7 @@ pub(crate) async fn fire_due(shared: &Arc<Shared>, now: i64) -> bool {
             business_key: None,
             start: Some(row.node.clone()),
             schedule: Some(advance.clone()),
+            parent: None,
         };
         let instance = occurrence_instance_id(row.deployment, &row.node, row.due_at_ms);
         let (tx, rx) = oneshot::channel();

@@ -697,6 +697,10 @@ const EVENTS: &[Kind] = &[
         name: "escalate_user_task",
         fields: &["at_ms", "node", "code", "variables"],
     },
+    Kind {
+        name: "child",
+        fields: &["at_ms", "input"],
+    },
 ];
 const FIRE_TIMER: usize = 3;
 const RETRY_NOW: usize = 5;
@@ -861,6 +865,10 @@ impl<'de> Visitor<'de> for EventVisitor {
                 input: input.ok_or_else(|| de::Error::missing_field("input"))?,
             },
             "channel" => ScriptedEvent::Channel {
+                at_ms,
+                input: input.ok_or_else(|| de::Error::missing_field("input"))?,
+            },
+            "child" => ScriptedEvent::Child {
                 at_ms,
                 input: input.ok_or_else(|| de::Error::missing_field("input"))?,
             },

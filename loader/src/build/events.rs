@@ -578,7 +578,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             let host_ok = host.map(|h| {
                 matches!(
                     self.nodes[h.0 as usize].kind,
-                    NodeKind::Task(_) | NodeKind::SubProcess | NodeKind::CallActivity { .. }
+                    NodeKind::Task(_) | NodeKind::SubProcess
                 )
             });
             if host_ok != Some(true) {

@@ -94,6 +94,7 @@ pub(super) const TASKS: &[&str] = &[
     "sendTask",
     "receiveTask",
     "scriptTask",
+    "callActivity",
 ];
 
 /// Process-level BPMN elements with no execution meaning; ignored.
@@ -742,7 +743,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "parallelGateway" => Some(NodeKind::ParallelGateway),
             "eventBasedGateway" => self.event_gateway(el),
             "subProcess" => self.sub_process(el, idx),
-            "callActivity" => self.call_activity(el),
             other => {
                 let what = match other {
                     "businessRuleTask" => "businessRuleTask (use a serviceTask with q:task)",

@@ -42,6 +42,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                             None => None,
                         },
                     },
+                    "callActivity" => self.call_kind(el)?,
                     _ => TaskKind::PassThrough,
                 }
             }
@@ -59,7 +60,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         let retry = ext.retry.and_then(|(policy, pos)| {
             let allowed = match &kind {
-                TaskKind::Registered { .. } | TaskKind::Channel { .. } => true,
+                TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Call(_) => true,
                 TaskKind::Pull { .. } => {
                     self.help(
                         "Q304",
@@ -74,7 +75,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                         "Q307",
                         pos,
                         format!("q:retry is not supported on a {} task", kind_name(other)),
-                        "q:retry applies to serviceTasks with q:task or q:channel",
+                        "q:retry applies to serviceTasks with q:task or q:channel, and to call activities",
                     );
                     false
                 }
@@ -86,7 +87,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             })
         });
         let timeout = ext.timeout.and_then(|(d, pos)| match &kind {
-            TaskKind::Registered { .. } | TaskKind::Channel { .. } => Some(d),
+            TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Call(_) => Some(d),
             other => {
                 self.help(
                     "Q307",
@@ -281,25 +282,54 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         Some(NodeKind::SubProcess)
     }
 
-    pub(super) fn call_activity(&mut self, el: &'a Element) -> Option<NodeKind> {
+    /// A call activity: the called process (`calledElement`, or Zeebe's
+    /// `zeebe:calledElement processId`) and its binding — the newest live deployment
+    /// (`latest`, every vendor's default) or Camunda 7's `calledElementBinding="version"`
+    /// with `calledElementVersion`. What cannot be kept one to one is refused: a called
+    /// element chosen by an expression, the `deployment` and `versionTag` bindings, and
+    /// Zeebe's switches that stop variables from being passed (`docs/call-activities.md`).
+    pub(super) fn call_kind(&mut self, el: &'a Element) -> Option<TaskKind> {
         let zeebe = el
             .child(Ns::Bpmn, "extensionElements")
-            .and_then(|x| x.child(Ns::Zeebe, "calledElement"))
-            .and_then(|c| c.attr("processId"));
-        let called = el.attr("calledElement").or(zeebe);
-        match called.map(|a| (a, a.value.trim())) {
-            Some((a, v)) if v.starts_with('=') => {
+            .and_then(|x| x.child(Ns::Zeebe, "calledElement"));
+        if let Some(z) = zeebe {
+            for a in &z.attrs {
+                let v = a.value.trim();
+                let refusal = match a.local.as_str() {
+                    "bindingType" if v != "latest" => Some((
+                        format!("zeebe:calledElement bindingType=\"{v}\" is not supported"),
+                        "leave bindingType out (latest), or pin a version with camunda:calledElementBinding=\"version\"",
+                    )),
+                    "propagateAllChildVariables" | "propagateAllParentVariables"
+                        if v != "true" =>
+                    {
+                        Some((
+                            format!("zeebe:calledElement {}=\"{v}\" is not supported", a.local),
+                            "leave it out: the child gets the call activity's inputs and its variables come back through the output mappings",
+                        ))
+                    }
+                    _ => None,
+                };
+                if let Some((message, help)) = refusal {
+                    self.help("Q401", a.pos, message, help);
+                    return None;
+                }
+            }
+        }
+        let called = el
+            .attr("calledElement")
+            .or_else(|| zeebe.and_then(|c| c.attr("processId")));
+        let process = match called.map(|a| (a, a.value.trim())) {
+            Some((a, v)) if v.starts_with('=') || v.starts_with("${") => {
                 self.help(
                     "Q401",
                     a.pos,
                     "a called element chosen by an expression is not supported",
                     "name the called process directly",
                 );
-                None
+                return None;
             }
-            Some((_, v)) if !v.is_empty() => Some(NodeKind::CallActivity {
-                called_element: v.to_string(),
-            }),
+            Some((_, v)) if !v.is_empty() => v.to_string(),
             _ => {
                 self.help(
                     "Q117",
@@ -307,9 +337,61 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     "the callActivity has no calledElement",
                     "add calledElement=\"<process id>\"",
                 );
+                return None;
+            }
+        };
+        let binding = el.attr_ns(Ns::Camunda, "calledElementBinding");
+        let version_attr = el.attr_ns(Ns::Camunda, "calledElementVersion");
+        let version = match binding.map(|a| (a, a.value.trim())) {
+            None | Some((_, "latest")) => {
+                if let Some(a) = version_attr {
+                    self.help(
+                        "Q117",
+                        a.pos,
+                        "camunda:calledElementVersion without calledElementBinding=\"version\"",
+                        "add camunda:calledElementBinding=\"version\", or remove the version",
+                    );
+                    return None;
+                }
                 None
             }
-        }
+            Some((_, "version")) => {
+                match version_attr.map(|a| (a, a.value.trim().parse::<u32>())) {
+                    Some((_, Ok(n))) if n >= 1 => Some(n),
+                    Some((a, _)) => {
+                        self.help(
+                            "Q117",
+                            a.pos,
+                            format!(
+                                "camunda:calledElementVersion=\"{}\" is not a version number",
+                                a.value
+                            ),
+                            "write the called process's version, counting its deployments from 1",
+                        );
+                        return None;
+                    }
+                    None => {
+                        self.help(
+                            "Q117",
+                            el.pos,
+                            "calledElementBinding=\"version\" names no camunda:calledElementVersion",
+                            "add camunda:calledElementVersion=\"<n>\"",
+                        );
+                        return None;
+                    }
+                }
+            }
+            Some((a, other)) => {
+                self.help(
+                    "Q401",
+                    a.pos,
+                    format!("camunda:calledElementBinding=\"{other}\" is not supported"),
+                    "use latest (the default) or version with camunda:calledElementVersion",
+                );
+                return None;
+            }
+        };
+        Some(TaskKind::Call(Box::new(CallSpec { process, version })))
     }
 }
 
@@ -324,5 +406,6 @@ fn kind_name(k: &TaskKind) -> &'static str {
         TaskKind::Script { .. } => "script",
         TaskKind::Send { .. } => "send",
         TaskKind::Receive { .. } => "receive",
+        TaskKind::Call(_) => "call activity",
     }
 }

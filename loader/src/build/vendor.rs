@@ -143,11 +143,11 @@ const CAMUNDA_REFUSED: &[(&str, &str)] = &[
     ("field", "field injection configures Java code; remove it"),
     (
         "in",
-        "call activity variable passing is not supported; remove it",
+        "map a call activity's variables with q:input and q:output (or camunda:inputOutput); remove it",
     ),
     (
         "out",
-        "call activity variable passing is not supported; remove it",
+        "map a call activity's variables with q:input and q:output (or camunda:inputOutput); remove it",
     ),
     ("script", "qflow runs no scripts"),
     ("failedJobRetryTimeCycle", "use <q:retry> for retries"),
