@@ -111,14 +111,27 @@ impl Run<'_> {
         .then(|| self.snap.attempt_in_progress(node))
     }
 
-    /// The child of call `call` at `node` ended with `outcome` (checked by `staleness`).
+    /// The child of call `call` at `node` ended with `outcome`, or raised an escalation
+    /// (checked by `staleness`).
     pub(super) fn child_ended(&mut self, node: &str, outcome: ChildOutcome) {
         let idx = self.idx(node);
+        if let ChildOutcome::Escalated { code } = outcome {
+            // The child goes on; an interrupting boundary ends the wait, and the sync
+            // then cancels it.
+            return self.escalate_from_activity(idx, code.as_deref());
+        }
         self.snap.children.remove(node);
         let attempt = self.snap.attempt_in_progress(node);
         match outcome {
             ChildOutcome::Completed { variables } => {
                 self.attempt_ended(idx, attempt, AttemptOutcome::Ok, None);
+                // Zeebe's `propagateAllChildVariables="false"`: without output mappings
+                // nothing of the child's comes back.
+                let kept = call_at(self.p, idx).is_none_or(|t| {
+                    !t.outputs.is_empty()
+                        || matches!(&t.kind, TaskKind::Call(c) if c.merge_child_variables)
+                });
+                let variables = if kept { variables } else { Default::default() };
                 self.complete_activity(idx, variables);
             }
             ChildOutcome::BpmnError { code, message } => {
@@ -142,7 +155,25 @@ impl Run<'_> {
                 self.attempt_ended(idx, attempt, outcome, Some((fail_code, &message)));
                 self.attempt_failed(idx, FailureKind::Failed, fail_code.to_owned(), message);
             }
+            ChildOutcome::Escalated { .. } => {}
         }
+    }
+
+    /// An escalation nothing in this instance caught: a called instance raises it at its
+    /// call activity in the parent, and goes on.
+    pub(super) fn escalate_to_parent(&mut self, code: Option<&str>) {
+        let Some(parent) = self.snap.parent.clone() else {
+            return;
+        };
+        let n = self.snap.incarnation.saturating_add(1);
+        self.snap.incarnation = n;
+        self.effects.push(Effect::NotifyParent {
+            parent,
+            key: format!("{}/{n}", self.instance),
+            outcome: ChildOutcome::Escalated {
+                code: code.map(str::to_owned),
+            },
+        });
     }
 
     /// Cancels the child of every call whose wait is over without it (the module

@@ -534,7 +534,7 @@ impl<'a> Run<'a> {
             } => {
                 let idx = self.idx(&node);
                 self.snap.vars.extend(variables);
-                self.escalate_from_activity(idx, &code);
+                self.escalate_from_activity(idx, Some(&code));
             }
             Input::UserTaskClaimed { node, assignee, .. } => {
                 // Bookkeeping only: no token moves, nothing to settle.

@@ -239,8 +239,9 @@ pub enum Input {
         variables: Variables,
         parent: ParentLink,
     },
-    /// The child instance started for call `call` of the call activity `node` ended
-    /// (`outcome`). Stale unless the token still waits there on that very call.
+    /// The child instance started for call `call` of the call activity `node` ended, or
+    /// raised an escalation it did not catch (`outcome`). Stale unless the token still
+    /// waits there on that very call.
     ChildEnded {
         node: String,
         call: u32,
@@ -781,6 +782,13 @@ pub enum ChildOutcome {
         code: String,
         #[serde(default)]
         message: String,
+    },
+    /// An escalation nothing inside it caught (`code`: its escalation code), while it
+    /// goes on running: raised at the call activity, where an escalation boundary may
+    /// catch it (BPMN §10.5.5). Not an end: the call still waits.
+    Escalated {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
     },
 }
 

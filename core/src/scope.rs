@@ -176,15 +176,17 @@ impl<'a> Run<'a> {
             scope = self.scope_of(sp);
         }
         self.record_uncaught(EventKind::Escalation, origin, code);
+        // A called instance raises it at its call activity, in the parent.
+        self.escalate_to_parent(code);
         true
     }
 
     /// An escalation a waiting activity raises itself (a user task, through the task
     /// list): its own escalation boundary first, then the enclosing sub-processes', as
     /// [`Run::escalate`] goes. The caller checked that something catches it.
-    pub(super) fn escalate_from_activity(&mut self, idx: NodeIdx, code: &str) {
-        if let Some(b) = self.escalation_boundary(idx, Some(code)) {
-            self.record_throw(EventKind::Escalation, idx, Some(code), None);
+    pub(super) fn escalate_from_activity(&mut self, idx: NodeIdx, code: Option<&str>) {
+        if let Some(b) = self.escalation_boundary(idx, code) {
+            self.record_throw(EventKind::Escalation, idx, code, None);
             let interrupting = matches!(
                 self.p.node(b).kind,
                 NodeKind::Boundary(Boundary {
@@ -193,14 +195,14 @@ impl<'a> Run<'a> {
                 })
             );
             let on = Some((idx, interrupting));
-            self.record_catch(EventKind::Escalation, b, on, Some(code), None);
+            self.record_catch(EventKind::Escalation, b, on, code, None);
             if interrupting {
                 self.interrupt(idx);
             }
             return self.leave(b);
         }
         let scope = self.scope_of(idx);
-        self.escalate(idx, scope, Some(code));
+        self.escalate(idx, scope, code);
     }
 
     fn escalation_boundary(&self, host: NodeIdx, code: Option<&str>) -> Option<NodeIdx> {

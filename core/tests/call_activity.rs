@@ -404,3 +404,125 @@ fn an_instance_is_not_migrated_while_a_called_instance_runs() {
     };
     assert!(reason.contains("called instance"), "{reason}");
 }
+
+#[test]
+fn zeebe_propagate_all_child_variables_false_brings_back_only_the_output_mappings() {
+    let with = |outputs: &str| {
+        model(&format!(
+            r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="call"/>
+      <callActivity id="call" xmlns:zeebe="http://camunda.org/schema/zeebe/1.0">
+        <extensionElements>
+          <zeebe:calledElement processId="child" propagateAllChildVariables="false"/>
+          {outputs}
+        </extensionElements>
+      </callActivity>
+      <sequenceFlow id="f1" sourceRef="call" targetRef="e"/><endEvent id="e"/>"#
+        ))
+    };
+    let ended = |def: &qflow_core::Definition| {
+        let first = start(def, "p-8", json!({"keep": 1}));
+        let (_, call, _) = started_child(&first.effects).unwrap();
+        let input = Input::ChildEnded {
+            node: "call".into(),
+            call,
+            outcome: ChildOutcome::Completed {
+                variables: vars(json!({"a": 1, "b": 2})),
+            },
+        };
+        step(def, "p-8", first.snapshot, input, 5).unwrap().snapshot
+    };
+    let none = ended(&with(""));
+    assert_eq!(none.status(), Status::Completed);
+    assert_eq!(none.variables(), &vars(json!({"keep": 1})));
+    let mapped = ended(&with(
+        r#"<zeebe:ioMapping><zeebe:output source="=a" target="fromChild"/></zeebe:ioMapping>"#,
+    ));
+    assert_eq!(
+        mapped.variables(),
+        &vars(json!({"keep": 1, "fromChild": 1}))
+    );
+}
+
+#[test]
+fn an_escalation_the_child_does_not_catch_is_raised_at_the_call_activity() {
+    // The child: an escalation end event on one branch, a task on the other.
+    let child = common::model_with(
+        r#"<escalation id="late" escalationCode="LATE"/>"#,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+      <parallelGateway id="split"/>
+      <sequenceFlow id="f1" sourceRef="split" targetRef="warn"/>
+      <sequenceFlow id="f2" sourceRef="split" targetRef="t"/>
+      <endEvent id="warn"><escalationEventDefinition escalationRef="late"/></endEvent>
+      <serviceTask id="t" q:task="t"/>
+      <sequenceFlow id="f3" sourceRef="t" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let parent = ParentLink {
+        instance: "parent-9".into(),
+        node: "call".into(),
+        call: 1,
+    };
+    let begun = step(
+        &child,
+        "child-9",
+        Snapshot::new(),
+        Input::StartCalled {
+            variables: Default::default(),
+            parent: parent.clone(),
+        },
+        0,
+    )
+    .unwrap();
+    let raised: Vec<_> = begun
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::NotifyParent { outcome, .. } => Some(outcome.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        raised,
+        vec![ChildOutcome::Escalated {
+            code: Some("LATE".into())
+        }]
+    );
+    assert_eq!(begun.snapshot.status(), Status::Running);
+
+    // The parent: a non-interrupting escalation boundary takes it and the call goes on
+    // waiting; an interrupting one ends the wait and cancels the child.
+    let parent_model = |cancel: bool| {
+        common::model_with(
+            r#"<escalation id="late" escalationCode="LATE"/>"#,
+            &format!(
+                r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="call"/>
+      <callActivity id="call" calledElement="child"/>
+      <boundaryEvent id="onLate" attachedToRef="call" cancelActivity="{cancel}"><escalationEventDefinition escalationRef="late"/></boundaryEvent>
+      <sequenceFlow id="f1" sourceRef="call" targetRef="e"/><endEvent id="e"/>
+      <sequenceFlow id="f2" sourceRef="onLate" targetRef="u"/><userTask id="u"/>
+      <sequenceFlow id="f3" sourceRef="u" targetRef="e2"/><endEvent id="e2"/>"#
+            ),
+        )
+    };
+    for cancel in [false, true] {
+        let def = parent_model(cancel);
+        let first = start(&def, "parent-9", json!({}));
+        let (_, call, key) = started_child(&first.effects).unwrap();
+        let input = Input::ChildEnded {
+            node: "call".into(),
+            call,
+            outcome: ChildOutcome::Escalated {
+                code: Some("LATE".into()),
+            },
+        };
+        let after = step(&def, "parent-9", first.snapshot, input, 5).unwrap();
+        let tokens = after.snapshot.tokens().to_vec();
+        if cancel {
+            assert_eq!(tokens, vec!["u".to_owned()]);
+            assert_eq!(cancelled(&after.effects), vec![key]);
+        } else {
+            assert_eq!(tokens, vec!["call".to_owned(), "u".to_owned()]);
+            assert_eq!(after.snapshot.children()["call"], call);
+            assert!(cancelled(&after.effects).is_empty());
+        }
+    }
+}

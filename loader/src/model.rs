@@ -650,6 +650,10 @@ pub struct CallSpec {
     /// `latest` binding). `Some(n)`: its `n`-th deployment, counting from 1 in the order
     /// they were deployed (Camunda 7's `calledElementBinding="version"`).
     pub version: Option<u32>,
+    /// Whether a completed child's variables are merged into the instance when the call
+    /// activity has no output mappings (Zeebe's `propagateAllChildVariables`, default
+    /// `true`). With output mappings, only those write, either way.
+    pub merge_child_variables: bool,
 }
 
 /// The longest assignee, candidate group or candidate user name, in characters, as the

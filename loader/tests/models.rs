@@ -1092,22 +1092,26 @@ fn a_call_activity_takes_retries_timeouts_mappings_and_a_version_binding() {
         t.kind,
         TaskKind::Call(Box::new(CallSpec {
             process: "child".into(),
-            version: Some(3)
+            version: Some(3),
+            merge_child_variables: true,
         }))
     );
     assert!(t.retry.is_some() && t.timeout.is_some());
     assert_eq!((t.inputs.len(), t.outputs.len()), (1, 1));
     // Zeebe's form: the process id in zeebe:calledElement, the latest binding.
-    let l = loads(&around(
-        r#"<callActivity id="t"><extensionElements><zeebe:calledElement processId="child" propagateAllChildVariables="true"/></extensionElements></callActivity>"#,
-    ));
-    assert_eq!(
-        task(only(&l), "t").kind,
-        TaskKind::Call(Box::new(CallSpec {
-            process: "child".into(),
-            version: None
-        }))
-    );
+    for (flag, merge_child_variables) in [("true", true), ("false", false)] {
+        let l = loads(&around(&format!(
+            r#"<callActivity id="t"><extensionElements><zeebe:calledElement processId="child" propagateAllChildVariables="{flag}"/></extensionElements></callActivity>"#,
+        )));
+        assert_eq!(
+            task(only(&l), "t").kind,
+            TaskKind::Call(Box::new(CallSpec {
+                process: "child".into(),
+                version: None,
+                merge_child_variables,
+            }))
+        );
+    }
 }
 
 #[test]
@@ -1135,7 +1139,6 @@ fn call_activity_bindings_that_do_not_map_are_refused_where_they_are_written() {
     }
     for zeebe in [
         r#"processId="c" ¶bindingType="deployment""#,
-        r#"processId="c" ¶propagateAllChildVariables="false""#,
         r#"processId="c" ¶propagateAllParentVariables="false""#,
     ] {
         refused(
@@ -1941,7 +1944,8 @@ fn inclusive_gateway_error_end_and_milestone_load() {
             **spec,
             CallSpec {
                 process: "child".into(),
-                version: None
+                version: None,
+                merge_child_variables: true,
             }
         ),
         k => panic!("{k:?}"),

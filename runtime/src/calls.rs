@@ -15,7 +15,9 @@
 //!   delivered before the child existed) has the child cancelled at once;
 //! - **cancel**: the child is cancelled; one already ended, or never started, is left;
 //! - **ended**: the parent steps `Input::ChildEnded`; the core judges it stale when the
-//!   parent no longer waits on that call.
+//!   parent no longer waits on that call. A child's reports reach the parent in the
+//!   order it made them: its end is not delivered while an escalation it raised earlier
+//!   is still pending (the row is tried again later along the delivery curve).
 
 use qflow_core::{ChildOutcome, Input, ParentLink, Variables};
 use qflow_store::{DeploymentId, InstanceId, NewOutboxRow};
@@ -150,6 +152,17 @@ impl Runtime {
                 }
             }
             CallRow::Ended { parent, outcome } => {
+                // A child's reports reach its parent in the order it made them: an
+                // escalation it raised before it ended must not come after the end
+                // (the call would be over, and the escalation lost).
+                if !matches!(outcome, ChildOutcome::Escalated { .. }) {
+                    if let Some(earlier) = self.earlier_report_pending(instance, call_id).await? {
+                        return Err(Error::Refused {
+                            what: "a called instance's end".to_owned(),
+                            why: format!("its earlier report `{earlier}` is not delivered yet"),
+                        });
+                    }
+                }
                 let Ok(id) = parent.instance.parse::<InstanceId>() else {
                     return Err(Error::Refused {
                         what: "a called instance's end".to_owned(),
@@ -168,6 +181,29 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// A pending report (an escalation) the child `child` made before the report
+    /// `call_id` (`<child>/<n>`: numbers of the child's sequence), if one is.
+    async fn earlier_report_pending(
+        &self,
+        child: InstanceId,
+        call_id: &str,
+    ) -> Result<Option<String>, Error> {
+        let number = |id: &str| id.rsplit('/').next().and_then(|n| n.parse::<u64>().ok());
+        let Some(this) = number(call_id) else {
+            return Ok(None);
+        };
+        let rows = self.store().outbox(child).await?;
+        Ok(rows
+            .into_iter()
+            .find(|r| {
+                r.channel == CALL_CHANNEL
+                    && r.state == qflow_store::OutboxState::Pending
+                    && r.key.ends_with("/ended")
+                    && number(&r.call_id).is_some_and(|n| n < this)
+            })
+            .map(|r| r.key))
     }
 
     async fn start_child(

@@ -592,10 +592,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 })
             );
             if let (Some(h), Some(true), true) = (host, host_ok, escalation) {
+                // A called instance's uncaught escalation reaches its call activity.
                 let user_task = matches!(
                     &self.nodes[h.0 as usize].kind,
                     NodeKind::Task(Task {
-                        kind: TaskKind::User { .. },
+                        kind: TaskKind::User { .. } | TaskKind::Call(_),
                         ..
                     })
                 );

@@ -285,16 +285,23 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     /// A call activity: the called process (`calledElement`, or Zeebe's
     /// `zeebe:calledElement processId`) and its binding — the newest live deployment
     /// (`latest`, every vendor's default) or Camunda 7's `calledElementBinding="version"`
-    /// with `calledElementVersion`. What cannot be kept one to one is refused: a called
-    /// element chosen by an expression, the `deployment` and `versionTag` bindings, and
-    /// Zeebe's switches that stop variables from being passed (`docs/call-activities.md`).
+    /// with `calledElementVersion`; Zeebe's `propagateAllChildVariables="false"` keeps a
+    /// child's variables out unless output mappings take them. What cannot be kept one
+    /// to one is refused: a called element chosen by an expression, the `deployment` and
+    /// `versionTag` bindings, and `propagateAllParentVariables="false"`
+    /// (`docs/call-activities.md`).
     pub(super) fn call_kind(&mut self, el: &'a Element) -> Option<TaskKind> {
         let zeebe = el
             .child(Ns::Bpmn, "extensionElements")
             .and_then(|x| x.child(Ns::Zeebe, "calledElement"));
+        let mut merge_child_variables = true;
         if let Some(z) = zeebe {
             for a in &z.attrs {
                 let v = a.value.trim();
+                if a.local == "propagateAllChildVariables" && v == "false" {
+                    merge_child_variables = false;
+                    continue;
+                }
                 let refusal = match a.local.as_str() {
                     "bindingType" if v != "latest" => Some((
                         format!("zeebe:calledElement bindingType=\"{v}\" is not supported"),
@@ -391,7 +398,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 return None;
             }
         };
-        Some(TaskKind::Call(Box::new(CallSpec { process, version })))
+        Some(TaskKind::Call(Box::new(CallSpec {
+            process,
+            version,
+            merge_child_variables,
+        })))
     }
 }
 
