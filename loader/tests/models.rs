@@ -1151,6 +1151,20 @@ fn call_activity_bindings_that_do_not_map_are_refused_where_they_are_written() {
 }
 
 #[test]
+fn camunda_input_output_on_a_call_activity_is_refused_and_zeebe_io_mapping_loads() {
+    refused(
+        &around(
+            r#"<callActivity id="t" calledElement="c"><extensionElements>¶<camunda:inputOutput><camunda:inputParameter name="a">1</camunda:inputParameter></camunda:inputOutput></extensionElements></callActivity>"#,
+        ),
+        "Q401",
+    );
+    let l = loads(&around(
+        r#"<callActivity id="t"><extensionElements><zeebe:calledElement processId="c"/><zeebe:ioMapping><zeebe:input source="=x" target="y"/></zeebe:ioMapping></extensionElements></callActivity>"#,
+    ));
+    assert_eq!(task(only(&l), "t").mapping_style, MappingStyle::Zeebe);
+}
+
+#[test]
 fn q303_codes_that_never_occur_on_a_call_activity_or_elsewhere() {
     refused(
         &around(

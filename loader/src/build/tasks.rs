@@ -114,6 +114,19 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             }
             _ => true,
         });
+        if let (TaskKind::Call(_), Some(io)) = (&kind, &ext.vendor_io) {
+            if io.style == MappingStyle::Camunda {
+                // Camunda 7 passes a called instance only what `camunda:in` names; its
+                // input parameters are locals the child never sees. Not one to one.
+                self.help(
+                    "Q401",
+                    io.pos,
+                    "camunda:inputOutput on a call activity is not supported",
+                    "map the child's variables with q:input and q:output",
+                );
+                ext.vendor_io = None;
+            }
+        }
         let (inputs, outputs, mapping_style) = self.task_mappings(
             (ext.inputs, ext.outputs),
             ext.vendor_io.take(),
