@@ -82,6 +82,14 @@ impl Run<'_> {
         }
         let node = self.id(idx).into_owned();
         // A wait begun again in one step (a loop back to it): the old child goes first.
+        // Two tokens waiting at once would share one call (`q/<node>`), and one of them
+        // could never leave: that is refused, not approximated.
+        if self.snap.tokens.iter().filter(|t| **t == node).count() > 1 {
+            let message = format!(
+                "a second token reached call activity `{node}` while its called instance runs"
+            );
+            return self.fail(codes::UNSUPPORTED_ELEMENT, Some(idx), None, message);
+        }
         if let Some(old) = self.snap.children.remove(&node) {
             self.cancel_child(&node, old);
         }
@@ -124,14 +132,25 @@ impl Run<'_> {
         let attempt = self.snap.attempt_in_progress(node);
         match outcome {
             ChildOutcome::Completed { variables } => {
-                self.attempt_ended(idx, attempt, AttemptOutcome::Ok, None);
                 // Zeebe's `propagateAllChildVariables="false"`: without output mappings
                 // nothing of the child's comes back.
-                let kept = call_at(self.p, idx).is_none_or(|t| {
-                    !t.outputs.is_empty()
-                        || matches!(&t.kind, TaskKind::Call(c) if c.merge_child_variables)
-                });
+                let task = call_at(self.p, idx);
+                let mapped = task.is_some_and(|t| !t.outputs.is_empty());
+                let kept = mapped
+                    || task.is_none_or(
+                        |t| matches!(&t.kind, TaskKind::Call(c) if c.merge_child_variables),
+                    );
                 let variables = if kept { variables } else { Default::default() };
+                // A child's variables grow over its steps: merged whole, they are held to
+                // the bounds any result is (the mappings check what they write).
+                if let (false, Err(why)) = (mapped, crate::limits::check_variables(&variables)) {
+                    let code = codes::OUTPUTS_REFUSED;
+                    let message = format!("the called instance's variables are refused: {why}");
+                    let outcome = AttemptOutcome::Failed;
+                    self.attempt_ended(idx, attempt, outcome, Some((code, &message)));
+                    return self.attempt_failed(idx, FailureKind::Failed, code.to_owned(), message);
+                }
+                self.attempt_ended(idx, attempt, AttemptOutcome::Ok, None);
                 self.complete_activity(idx, variables);
             }
             ChildOutcome::BpmnError { code, message } => {
@@ -141,22 +160,25 @@ impl Run<'_> {
                 self.throw_from_activity(idx, code, message, codes::UNCAUGHT_BPMN_ERROR);
             }
             ChildOutcome::Failed { code, message } => {
-                let (fail_code, message) = if code == codes::CALLED_PROCESS_NOT_FOUND {
-                    (codes::CALLED_PROCESS_NOT_FOUND, message)
+                let message = if message.is_empty() {
+                    format!("the called instance ended with `{code}`")
                 } else {
-                    let what = if message.is_empty() {
-                        format!("the called instance ended with `{code}`")
-                    } else {
-                        format!("the called instance ended with `{code}`: {message}")
-                    };
-                    (codes::CALLED_INSTANCE_FAILED, what)
+                    format!("the called instance ended with `{code}`: {message}")
                 };
-                let outcome = FailureKind::Failed.outcome();
-                self.attempt_ended(idx, attempt, outcome, Some((fail_code, &message)));
-                self.attempt_failed(idx, FailureKind::Failed, fail_code.to_owned(), message);
+                self.call_failed(idx, attempt, codes::CALLED_INSTANCE_FAILED, message);
+            }
+            ChildOutcome::NotStarted { message } => {
+                self.call_failed(idx, attempt, codes::CALLED_PROCESS_NOT_FOUND, message);
             }
             ChildOutcome::Escalated { .. } => {}
         }
+    }
+
+    /// The attempt of the call activity at `idx` failed with `code`.
+    fn call_failed(&mut self, idx: NodeIdx, attempt: Attempt, code: &str, message: String) {
+        let outcome = FailureKind::Failed.outcome();
+        self.attempt_ended(idx, attempt, outcome, Some((code, &message)));
+        self.attempt_failed(idx, FailureKind::Failed, code.to_owned(), message);
     }
 
     /// An escalation nothing in this instance caught: a called instance raises it at its

@@ -776,10 +776,16 @@ pub enum ChildOutcome {
         #[serde(default)]
         message: String,
     },
-    /// It ended FAILED (`code`), was cancelled (`code` `CANCELLED`), or could not be
-    /// started (`code` `CALLED_PROCESS_NOT_FOUND`): a failed attempt of the call activity.
+    /// It ended FAILED (`code`) or was cancelled (`code` `CANCELLED`): a failed attempt
+    /// of the call activity (`CALLED_INSTANCE_FAILED`).
     Failed {
         code: String,
+        #[serde(default)]
+        message: String,
+    },
+    /// It could not be started (no deployment of the called process to start, `message`
+    /// says why): a failed attempt of the call activity (`CALLED_PROCESS_NOT_FOUND`).
+    NotStarted {
         #[serde(default)]
         message: String,
     },
@@ -867,10 +873,6 @@ fn step_recording(
     // input is refused and nothing changes.
     if let Input::Start { variables, .. }
     | Input::StartCalled { variables, .. }
-    | Input::ChildEnded {
-        outcome: ChildOutcome::Completed { variables },
-        ..
-    }
     | Input::UserTaskCompleted { variables, .. }
     | Input::UserTaskBpmnError { variables, .. }
     | Input::UserTaskEscalated { variables, .. }

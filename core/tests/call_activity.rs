@@ -526,3 +526,44 @@ fn an_escalation_the_child_does_not_catch_is_raised_at_the_call_activity() {
         }
     }
 }
+
+#[test]
+fn a_child_too_large_to_merge_fails_the_attempt_and_a_second_token_is_refused() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="call"/>
+      <callActivity id="call" calledElement="child"/>
+      <sequenceFlow id="f1" sourceRef="call" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let first = start(&def, "p-10", json!({}));
+    let (_, call, _) = started_child(&first.effects).unwrap();
+    // Its variables grew over many steps; merged whole they are over the bounds.
+    let big = "x".repeat(5 << 20);
+    let input = Input::ChildEnded {
+        node: "call".into(),
+        call,
+        outcome: ChildOutcome::Completed {
+            variables: vars(json!({ "blob": big })),
+        },
+    };
+    let refused = step(&def, "p-10", first.snapshot, input, 5).expect("a step, not an error");
+    let failure = refused.snapshot.failure().expect("FAILED");
+    assert_eq!(failure.code, "OUTPUTS_REFUSED");
+    assert!(!refused.snapshot.variables().contains_key("blob"));
+
+    // Two branches into one call activity: the second token is refused, clearly.
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+      <parallelGateway id="split"/>
+      <sequenceFlow id="f1" sourceRef="split" targetRef="call"/>
+      <sequenceFlow id="f2" sourceRef="split" targetRef="call"/>
+      <callActivity id="call" calledElement="child"/>
+      <sequenceFlow id="f3" sourceRef="call" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let both = start(&def, "p-11", json!({}));
+    let failure = both.snapshot.failure().expect("FAILED");
+    assert_eq!(
+        (failure.code.as_str(), failure.node.as_deref()),
+        ("UNSUPPORTED_ELEMENT", Some("call"))
+    );
+    assert_eq!(started_child(&both.effects), None);
+}

@@ -232,10 +232,7 @@ impl Runtime {
             let input = Input::ChildEnded {
                 node: parent.node,
                 call: parent.call,
-                outcome: ChildOutcome::Failed {
-                    code: qflow_core::codes::CALLED_PROCESS_NOT_FOUND.to_owned(),
-                    message,
-                },
+                outcome: ChildOutcome::NotStarted { message },
             };
             return match self.claim_and_step(parent_id, input).await {
                 Ok(_) | Err(Error::Refused { .. }) | Err(Error::UnknownInstance(_)) => Ok(()),
