@@ -184,7 +184,7 @@ impl Run<'_> {
     /// An escalation nothing in this instance caught: a called instance raises it at its
     /// call activity in the parent, and goes on.
     pub(super) fn escalate_to_parent(&mut self, code: Option<&str>) {
-        let Some(parent) = self.snap.parent.clone() else {
+        let Some(parent) = self.snap.parent.as_deref().cloned() else {
             return;
         };
         let n = self.snap.incarnation.saturating_add(1);
@@ -242,7 +242,7 @@ impl Run<'_> {
     /// A called instance that ended in this step reports how to its parent: one that
     /// began the step running (or not yet started), or was resumed by it.
     pub(super) fn notify_parent(&mut self, ended_before: bool) {
-        let Some(parent) = self.snap.parent.clone() else {
+        let Some(parent) = self.snap.parent.as_deref().cloned() else {
             return;
         };
         if ended_before || !self.snap.status.is_terminal() {

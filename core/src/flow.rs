@@ -460,7 +460,7 @@ impl<'a> Run<'a> {
     fn apply_input(&mut self, input: Input) -> Result<(), Error> {
         match input {
             Input::StartCalled { variables, parent } => {
-                self.snap.parent = Some(parent);
+                self.snap.parent = Some(Box::new(parent));
                 let starts = self.p.start_events(None).collect();
                 self.start(starts, variables)?;
             }

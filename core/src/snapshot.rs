@@ -146,7 +146,8 @@ pub struct Snapshot {
     pub(crate) children: BTreeMap<String, u32>,
     /// `pa`: the call activity this instance was started by (a called instance only),
     /// where its end is reported.
-    pub(crate) parent: Option<crate::ParentLink>,
+    /// Boxed: a snapshot moves by value through every step, and most have no parent.
+    pub(crate) parent: Option<Box<crate::ParentLink>>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -334,7 +335,7 @@ impl Snapshot {
 
     /// The call activity that started this instance, for a called instance.
     pub fn parent(&self) -> Option<&crate::ParentLink> {
-        self.parent.as_ref()
+        self.parent.as_deref()
     }
 
     /// The live channel calls, by the node waiting on each (`x/<node>`).
@@ -557,7 +558,7 @@ impl Snapshot {
             + self.multis.len()
             + self.children.len()
             + self.extra.len();
-        let parent = self.parent.as_ref().map(parent_vars);
+        let parent = self.parent.as_deref().map(parent_vars);
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
         if self.status != Status::New {
@@ -761,7 +762,7 @@ impl Snapshot {
             K_PARENT => rd
                 .vars(DECODE_DEPTH_MAX)
                 .and_then(|v| link_of(&v))
-                .map(|l| self.parent = Some(l))
+                .map(|l| self.parent = Some(Box::new(l)))
                 .is_some(),
             _ => self.absorb_family(key, rd),
         };
