@@ -249,6 +249,10 @@ impl Run<'_> {
             return;
         }
         let outcome = match self.snap.status {
+            Status::Cancelled if self.escaped.is_some() => {
+                let (code, message) = self.escaped.take().unwrap_or_default();
+                ChildOutcome::BpmnError { code, message }
+            }
             Status::Completed => ChildOutcome::Completed {
                 variables: self.snap.vars.clone(),
             },
@@ -268,14 +272,7 @@ impl Run<'_> {
                         _ => None,
                     })
                     .unwrap_or_default();
-                if code == codes::UNCAUGHT_BPMN_ERROR {
-                    ChildOutcome::BpmnError {
-                        code: failure.and_then(|f| f.detail),
-                        message,
-                    }
-                } else {
-                    ChildOutcome::Failed { code, message }
-                }
+                ChildOutcome::Failed { code, message }
             }
         };
         let n = self.snap.incarnation.saturating_add(1);

@@ -381,6 +381,9 @@ pub(super) struct Run<'a> {
     /// The path the step takes, when the caller asked for it (`path`); `None` on the
     /// runtime's hot path, where recording costs a branch and allocates nothing.
     pub(super) path: Option<Vec<PathEvent>>,
+    /// A called instance's BPMN error that escaped it in this step (its code and
+    /// message): reported to the parent as the instance ends (`call`).
+    pub(super) escaped: Option<(Option<String>, String)>,
 }
 
 impl<'a> Run<'a> {
@@ -408,6 +411,7 @@ impl<'a> Run<'a> {
             user_tasks_entered: Vec::new(),
             user_tasks_migrated: None,
             path: trace.then(Vec::new),
+            escaped: None,
         }
     }
 

@@ -769,7 +769,7 @@ pub enum ChildOutcome {
         variables: Variables,
     },
     /// A BPMN error escaped it: thrown at the call activity, where a boundary may catch
-    /// it (the child itself is FAILED with `UNCAUGHT_BPMN_ERROR`).
+    /// it (the child itself ended cancelled, handing its error over).
     BpmnError {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         code: Option<String>,

@@ -112,6 +112,12 @@ impl<'a> Run<'a> {
             Some(c) => format!("{message}: error `{c}` was not caught"),
             None => format!("{message}: error without a code was not caught"),
         };
+        if uncaught == codes::UNCAUGHT_BPMN_ERROR && self.snap.parent.is_some() {
+            // A called instance hands its error to its call activity and ends there, as
+            // Zeebe terminates it: the parent catches it, or fails with it.
+            self.escaped = Some((code, message));
+            return self.cancel();
+        }
         self.fail(uncaught, Some(origin), detail, message);
     }
 

@@ -349,6 +349,14 @@ fn a_called_instance_reports_every_way_it_ends_and_again_after_a_resume() {
         panic!("{:?}", thrown.effects)
     };
     assert_eq!(code.as_deref(), Some("NO"));
+    // Its error went to its call activity: it ends there (cancelled, as Zeebe terminates
+    // it), not FAILED with an incident nobody would resolve.
+    assert_eq!(thrown.snapshot.status(), Status::Cancelled);
+    assert!(thrown.snapshot.failure().is_none());
+    assert!(!thrown
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::OpenIncident { .. } | Effect::Failed { .. })));
 
     let cancel = step(&def, "child-1", snap.clone(), Input::Cancel, 5).unwrap();
     let [(_, _, ChildOutcome::Failed { code, .. })] = &notified(&cancel)[..] else {
