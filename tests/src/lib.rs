@@ -7,6 +7,7 @@
 //! from the store alone, and a restarted process needs no memory of the first.
 
 pub mod counterpart;
+pub mod engine;
 pub mod fault_sim;
 
 use std::sync::Arc;

@@ -13,13 +13,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
-use qflow_ops::Ops;
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_runtime::calls::{child_instance_id, CALL_CHANNEL};
-use qflow_runtime::Runtime;
 use qflow_store::{DeploymentId, InstanceId, InstanceStatus, OutboxState, Store};
-use qflow_tests::{fast_recovery_config, start_runtime};
+use qflow_tests::engine::{eventually, Engine, LIMIT};
 use serde_json::json;
 
 /// The called process, first version: a review an operator completes.
@@ -88,46 +85,6 @@ const ORPHAN: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
   </process>
 </definitions>"#;
 
-const LIMIT: Duration = Duration::from_secs(20);
-
-/// One engine on the store: a runtime and (when `deliver`) the outbox's dispatcher with
-/// no channels, which carries out the `qflow:call` rows.
-struct Engine {
-    runtime: Arc<Runtime>,
-    dispatcher: Option<Dispatcher>,
-    ops: Ops,
-}
-
-impl Engine {
-    fn start(store: Arc<dyn Store>, deliver: bool) -> Engine {
-        let runtime = Arc::new(start_runtime(store, fast_recovery_config(1)));
-        let dispatcher = deliver.then(|| {
-            let config = DispatcherConfig {
-                poll_interval_ms: 20,
-                ..DispatcherConfig::default()
-            };
-            Dispatcher::start(runtime.clone(), Arc::new(Channels::new()), config)
-        });
-        let ops = Ops::with_runtime(runtime.clone(), "calls-test");
-        Engine {
-            runtime,
-            dispatcher,
-            ops,
-        }
-    }
-
-    async fn stop(self) {
-        if let Some(d) = self.dispatcher {
-            d.shutdown().await;
-        }
-        drop(self.ops);
-        match Arc::try_unwrap(self.runtime) {
-            Ok(rt) => rt.shutdown().await,
-            Err(_) => panic!("the runtime is still in use"),
-        }
-    }
-}
-
 async fn snapshot(
     store: &dyn Store,
     id: InstanceId,
@@ -135,18 +92,6 @@ async fn snapshot(
     let record = store.instance(id).await.expect("read")?;
     let snap = qflow_core::Snapshot::decode(&record.snapshot).expect("decodes");
     Some((record, snap))
-}
-
-async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let began = Instant::now();
-    while !check().await {
-        assert!(began.elapsed() < LIMIT, "{what}: not within {LIMIT:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// The child the parent's call activity `check` waits for now.
@@ -186,7 +131,7 @@ where
 {
     // Before the restart: the call's start is an outbox row, and no dispatcher runs.
     let store = open().await;
-    let engine = Engine::start(store.clone(), false);
+    let engine = Engine::start(store.clone(), false, "calls-test");
     let deploy = |src: &'static str| {
         let ops = engine.ops.clone();
         async move { DeploymentId(ops.deploy(src, None).await.expect("deploys").id) }
@@ -214,7 +159,7 @@ where
 
     // After the restart the dispatcher starts the child, once, on the newest deployment.
     let store = open().await;
-    let engine = Engine::start(store.clone(), true);
+    let engine = Engine::start(store.clone(), true, "calls-test");
     let child = running_child(&*store, first, "review").await;
     assert_eq!(child, expected_child);
     let (record, snap) = snapshot(&*store, child).await.unwrap();
@@ -272,7 +217,7 @@ where
 
     // Second restart, the children waiting: their ends reach their parents.
     let store = open().await;
-    let engine = Engine::start(store.clone(), true);
+    let engine = Engine::start(store.clone(), true, "calls-test");
     engine
         .ops
         .complete_user_task(

@@ -12,14 +12,11 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
-use qflow_ops::{MessageRequest, Ops, SignalRequest};
+use qflow_ops::{MessageRequest, SignalRequest};
 use qflow_persistence::{PgConfig, PgStore, SqliteStore};
-use qflow_runtime::Runtime;
 use qflow_store::{DeploymentId, InstanceFilter, InstanceId, InstanceStatus, OutboxState, Store};
-use qflow_tests::{fast_recovery_config, start_runtime};
+use qflow_tests::engine::{eventually, Engine};
 
 /// Waits at a signal catch, then at a user task with a non-interrupting signal boundary.
 const WAITER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
@@ -88,62 +85,10 @@ const NOTIFIER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
   </process>
 </definitions>"#;
 
-const LIMIT: Duration = Duration::from_secs(20);
-
-/// One engine on the store: a runtime, and (when `deliver`) the outbox's dispatcher
-/// with no channels, which broadcasts the signal rows.
-struct Engine {
-    runtime: Arc<Runtime>,
-    dispatcher: Option<Dispatcher>,
-    ops: Ops,
-}
-
-impl Engine {
-    fn start(store: Arc<dyn Store>, deliver: bool) -> Engine {
-        let runtime = Arc::new(start_runtime(store, fast_recovery_config(1)));
-        let dispatcher = deliver.then(|| {
-            let config = DispatcherConfig {
-                poll_interval_ms: 20,
-                ..DispatcherConfig::default()
-            };
-            Dispatcher::start(runtime.clone(), Arc::new(Channels::new()), config)
-        });
-        let ops = Ops::with_runtime(runtime.clone(), "signals-test");
-        Engine {
-            runtime,
-            dispatcher,
-            ops,
-        }
-    }
-
-    async fn stop(self) {
-        if let Some(d) = self.dispatcher {
-            d.shutdown().await;
-        }
-        drop(self.ops);
-        match Arc::try_unwrap(self.runtime) {
-            Ok(rt) => rt.shutdown().await,
-            Err(_) => panic!("the runtime is still in use"),
-        }
-    }
-}
-
 async fn tokens(store: &dyn Store, id: InstanceId) -> Vec<String> {
     let record = store.instance(id).await.expect("read").expect("exists");
     let snap = qflow_core::Snapshot::decode(&record.snapshot).expect("decodes");
     snap.tokens().to_vec()
-}
-
-async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let began = Instant::now();
-    while !check().await {
-        assert!(began.elapsed() < LIMIT, "{what}: not within {LIMIT:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn instances_of(store: &dyn Store, deployment: DeploymentId) -> Vec<InstanceId> {
@@ -170,7 +115,7 @@ where
     // Before the restart: three waiters wait at the catch; a thrower throws, but no
     // dispatcher runs, so its signal stays an outbox row.
     let store = open().await;
-    let engine = Engine::start(store.clone(), false);
+    let engine = Engine::start(store.clone(), false, "signals-test");
     let deploy = |src: &'static str| {
         let ops = engine.ops.clone();
         async move { DeploymentId(ops.deploy(src, None).await.expect("deploys").id) }
@@ -250,7 +195,7 @@ where
 
     // After the restart: the dispatcher broadcasts the row written before it.
     let store = open().await;
-    let engine = Engine::start(store.clone(), true);
+    let engine = Engine::start(store.clone(), true, "signals-test");
     let again = engine.ops.correlate(order("o-1")).await.expect("answers");
     assert_eq!(again.deliveries[0].outcome, "already_started", "{again:?}");
     assert_eq!(again.deliveries[0].instance, order_id.to_string());
@@ -429,7 +374,7 @@ async fn a_wait_that_catches_and_waits_again_in_one_step_catches_each_broadcast_
             .await
             .expect("open"),
     );
-    let engine = Engine::start(store.clone(), false);
+    let engine = Engine::start(store.clone(), false, "signals-test");
     let dep = DeploymentId(engine.ops.deploy(LOOPER, None).await.expect("deploys").id);
     let id = engine
         .runtime
