@@ -1152,14 +1152,7 @@ impl<'a> Sim<'a> {
                     inputs,
                 };
                 if let Some((after_ms, input)) = scripted_input(&scripted, &ctx) {
-                    self.seq += 1;
-                    let due = Due {
-                        at_ms: now_ms.saturating_add(i64::try_from(after_ms).unwrap_or(i64::MAX)),
-                        class: 0,
-                        seq: self.seq,
-                        name: String::new(),
-                    };
-                    self.results.insert(due, input);
+                    self.schedule(now_ms, after_ms, input);
                 }
             }
             Effect::ArmTimer {
@@ -1245,20 +1238,13 @@ impl<'a> Sim<'a> {
                 *seen = (*seen).max(attempt.get());
                 let scripted = self.scripted(node, *attempt);
                 if let Some((after_ms, outcome)) = child_outcome(&scripted) {
-                    self.seq += 1;
-                    let due = Due {
-                        at_ms: now_ms.saturating_add(i64::try_from(after_ms).unwrap_or(i64::MAX)),
-                        class: 0,
-                        seq: self.seq,
-                        name: String::new(),
-                    };
                     let input = Input::ChildEnded {
                         node: node.clone(),
                         call: *call,
                         outcome,
                     };
-                    self.child_ends.push((node.clone(), due.clone()));
-                    self.results.insert(due, input);
+                    let due = self.schedule(now_ms, after_ms, input);
+                    self.child_ends.push((node.clone(), due));
                 }
             }
             Effect::CancelChild { node, .. } => {
