@@ -22,7 +22,6 @@
 use qflow_core::{ChildOutcome, Input, ParentLink, Variables};
 use qflow_store::{DeploymentId, InstanceId, NewOutboxRow};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::{Error, Runtime};
 
@@ -103,15 +102,7 @@ fn row(node: String, key: String, call_id: String, body: &CallRow) -> NewOutboxR
 /// for every delivery of the start row, distinct across calls (the first 16 bytes of a
 /// SHA-256, shaped as a version-8 UUID).
 pub fn child_instance_id(key: &str) -> InstanceId {
-    let mut hash = Sha256::new();
-    for part in [b"qflow call".as_slice(), key.as_bytes()] {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
-    let digest = hash.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes).into_uuid()
+    crate::signals::hashed_instance_id(&[b"qflow call".as_slice(), key.as_bytes()], &[])
 }
 
 impl Runtime {

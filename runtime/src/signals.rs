@@ -318,17 +318,25 @@ pub fn derived_instance_id(
     origin: &str,
     deployment: DeploymentId,
 ) -> InstanceId {
-    let mut hash = Sha256::new();
-    for part in [
+    let parts = [
         b"qflow start".as_slice(),
         kind.as_bytes(),
         name.as_bytes(),
         origin.as_bytes(),
-    ] {
+    ];
+    hashed_instance_id(&parts, &deployment.0.to_be_bytes())
+}
+
+/// An instance id made from `parts` (each hashed with its length first, so no two lists
+/// of parts collide) and then `tail` as it is: the first 16 bytes of the SHA-256, shaped
+/// as a version-8 UUID. The one recipe of every id the engine derives.
+pub(crate) fn hashed_instance_id(parts: &[&[u8]], tail: &[u8]) -> InstanceId {
+    let mut hash = Sha256::new();
+    for part in parts {
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part);
     }
-    hash.update(deployment.0.to_be_bytes());
+    hash.update(tail);
     let digest = hash.finalize();
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
