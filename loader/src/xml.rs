@@ -240,7 +240,7 @@ pub fn parse(src: &[u8], opts: &LoadOptions) -> Result<Document, Diagnostic> {
             .with_help("save the file as UTF-8"));
         }
     };
-    if let Some((off, c)) = text.char_indices().find(|(_, c)| !is_xml_char(*c)) {
+    if let Some((off, c)) = first_forbidden(text) {
         let pos = Cursor::new(src).at(off);
         return Err(Diagnostic::error(
             "Q008",
@@ -265,10 +265,37 @@ fn char_name(c: char) -> String {
     format!("U+{:04X}", c as u32)
 }
 
+/// The first character of `s` that XML forbids, with its byte offset.
+///
+/// In UTF-8 such a character starts either with an ASCII control byte or with `0xEF`
+/// (U+FFFE and U+FFFF; surrogates cannot occur in a `str`), and both are lead bytes, so
+/// only there is a character decoded. Each 64-byte chunk is first tested without an early
+/// exit, which the compiler vectorizes: decoding every character instead made this scan
+/// the loader's most expensive step on ordinary models (docs/performance.md, "Loader").
+fn first_forbidden(s: &str) -> Option<(usize, char)> {
+    let suspect = |b: u8| b == 0xEF || (b < 0x20 && b != b'\t' && b != b'\n' && b != b'\r');
+    let bytes = s.as_bytes();
+    let mut from = 0;
+    while from < bytes.len() {
+        let chunk = &bytes[from..bytes.len().min(from + 64)];
+        if !chunk.iter().fold(false, |any, &b| any | suspect(b)) {
+            from += chunk.len();
+            continue;
+        }
+        let at = from + chunk.iter().position(|&b| suspect(b)).unwrap_or(0);
+        let c = s[at..].chars().next()?;
+        if !is_xml_char(c) {
+            return Some((at, c));
+        }
+        from = at + c.len_utf8();
+    }
+    None
+}
+
 /// A character XML forbids that an unescaped text or attribute value holds: it can only
 /// have come from a character reference (raw ones are refused before parsing).
 fn forbidden_in(value: &str) -> Option<char> {
-    value.chars().find(|c| !is_xml_char(*c))
+    first_forbidden(value).map(|(_, c)| c)
 }
 
 /// `&#0;`, which quick-xml refuses itself; reported as the other forbidden references are.
@@ -675,6 +702,30 @@ mod tests {
         let c = &doc.root.children[0];
         assert_eq!(c.text.trim(), "a < 3");
         assert_eq!(c.text_pos, Pos { line: 2, col: 4 });
+    }
+
+    #[test]
+    fn the_byte_scan_finds_what_the_char_production_forbids() {
+        let reference = |s: &str| s.char_indices().find(|(_, c)| !is_xml_char(*c));
+        let edges = [
+            '\0', '\u{1}', '\t', '\n', '\u{b}', '\r', '\u{1f}', ' ', '\u{7f}', 'é',
+            '\u{d7ff}', '\u{e000}', '\u{efff}', '\u{fefe}', '\u{fffd}', '\u{fffe}',
+            '\u{ffff}', '\u{10000}', '\u{10ffff}',
+        ];
+        let mut cases = vec![String::new()];
+        for a in edges {
+            for b in edges {
+                cases.push(format!("x{a}y{b}"));
+                cases.push(format!("{a}{b}z"));
+                // Across and inside the scan's 64-byte chunks.
+                for pad in [62, 63, 64, 127, 130] {
+                    cases.push(format!("{}{a}{b}", "p".repeat(pad)));
+                }
+            }
+        }
+        for s in &cases {
+            assert_eq!(first_forbidden(s), reference(s), "{s:?}");
+        }
     }
 
     #[test]
