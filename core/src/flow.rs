@@ -1003,6 +1003,8 @@ impl<'a> Run<'a> {
         }
         self.snap.tokens.clear();
         self.snap.joins.clear();
+        self.snap.compensable.clear();
+        self.snap.owed.clear();
         self.resolve_all_timers();
         self.snap.status = Status::Cancelled;
         self.effects.push(Effect::Cancelled);
@@ -1100,6 +1102,15 @@ impl<'a> Run<'a> {
                 }
             }
             NodeKind::EndEvent(EndKind::None) => {}
+            // The token waits at the end event until the handlers it started have ended.
+            NodeKind::EndEvent(EndKind::Compensation { activity }) => {
+                self.compensate(idx, *activity);
+            }
+            NodeKind::IntermediateThrow(ThrowTrigger::Compensation { activity }) => {
+                if !self.compensate(idx, *activity) {
+                    self.leave(idx);
+                }
+            }
             NodeKind::EndEvent(EndKind::Terminate) => self.terminate(self.scope_of(idx)),
             NodeKind::EndEvent(EndKind::Error { error }) => {
                 let code = error
@@ -1356,13 +1367,22 @@ impl<'a> Run<'a> {
     /// A token leaves `idx` over its outgoing flows: every unconditioned flow and every
     /// flow whose condition holds. No outgoing flow consumes the token.
     pub(super) fn leave(&mut self, idx: NodeIdx) {
+        if !self.p.compensations.is_empty() {
+            self.compensation_completed(idx);
+        }
         // An inner instance has no flows: it goes back to its body.
         if let Some(body) = self.p.body_of(idx) {
             return self.inner_completed(body, idx);
         }
         let outgoing = &self.p.node(idx).outgoing;
         match outgoing.as_slice() {
-            [] => return,
+            [] => {
+                // A compensation handler has no flows: its run ended.
+                if !self.snap.owed.is_empty() {
+                    self.handler_finished(idx);
+                }
+                return;
+            }
             // The common case, without collecting anything.
             [only] if self.p.flow(*only).condition.is_none() => return self.take(idx, *only),
             _ => {}

@@ -43,6 +43,7 @@ pub mod snapshot;
 
 mod call;
 mod channel;
+mod compensation;
 mod event_sub;
 mod flow;
 mod gateway;
@@ -72,6 +73,7 @@ pub use crate::path::PathEvent;
 pub use crate::snapshot::{Snapshot, Status};
 pub use call::child_waits;
 pub use channel::{verdict, CallKey, Verdict};
+pub use compensation::COMPENSABLE_MAX;
 pub use multi::MULTI_INSTANCES_MAX;
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use qflow_loader::model::{ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX};
@@ -117,6 +119,10 @@ pub mod codes {
     /// ceiling): a failed attempt of the call (C4), and the code of the incident the
     /// dispatcher opens on the node.
     pub const POISONED: &str = "POISONED";
+    /// An instance recorded more than `COMPENSABLE_MAX` completions of activities with a
+    /// compensation boundary that no throw has taken (a loop around a compensable
+    /// activity): it fails rather than let its snapshot grow without bound.
+    pub const COMPENSATION_LIMIT: &str = "COMPENSATION_LIMIT";
     /// The child instance a call activity's attempt started ended FAILED or was
     /// cancelled: a failed attempt of the call activity (`docs/call-activities.md`).
     pub const CALLED_INSTANCE_FAILED: &str = "CALLED_INSTANCE_FAILED";

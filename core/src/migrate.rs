@@ -67,6 +67,14 @@ pub(super) fn problems(
              a multi-instance body runs"
         ));
     }
+    // Recorded completions and owed handler runs name nodes of the source definition.
+    if !snap.compensable().is_empty() || !snap.compensations_owed().is_empty() {
+        out.push(
+            "the instance holds completed activities that can still be compensated; an \
+             instance is not migrated while it does"
+                .to_string(),
+        );
+    }
     match snap.status() {
         Status::Failed => {}
         Status::Running => {

@@ -119,8 +119,7 @@ pub struct Branch {
     pub event: Option<String>,
 }
 
-/// The kind of an event thrown or caught. The engine has no signal events; a model with
-/// them is refused by the loader.
+/// The kind of an event thrown or caught.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
@@ -130,6 +129,7 @@ pub enum EventKind {
     Timer,
     Link,
     Signal,
+    Compensation,
 }
 
 /// What kind of end event a token reached.
@@ -142,6 +142,7 @@ pub enum EndEventKind {
     Escalation,
     Signal,
     Message,
+    Compensation,
 }
 
 impl From<&EndKind> for EndEventKind {
@@ -153,6 +154,7 @@ impl From<&EndKind> for EndEventKind {
             EndKind::Escalation { .. } => EndEventKind::Escalation,
             EndKind::Signal { .. } => EndEventKind::Signal,
             EndKind::Message { .. } => EndEventKind::Message,
+            EndKind::Compensation { .. } => EndEventKind::Compensation,
         }
     }
 }

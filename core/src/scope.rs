@@ -238,6 +238,9 @@ impl<'a> Run<'a> {
         if !self.remove_token(idx) {
             return;
         }
+        if !self.snap.owed.is_empty() {
+            self.handler_interrupted(idx);
+        }
         if let Some(body) = self.p.body_of(idx) {
             self.record_inner(body, idx, super::path::InnerState::Cancelled);
         }
@@ -274,6 +277,7 @@ impl<'a> Run<'a> {
         self.snap.clear_retry_state(node);
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.clear_scope(idx);
+            self.forget_compensable_inside(idx);
         }
         if self.p.multi_instance(idx).is_some() {
             self.snap.set_multi(&self.id(idx), None);
@@ -302,6 +306,14 @@ impl<'a> Run<'a> {
         self.snap
             .joins
             .retain(|gw, _| p.find(gw).is_none_or(|idx| !inside_scope(p, idx, sp)));
+        // A handler run queued this step but not yet entered holds no token to interrupt;
+        // what the scope's handlers still owed goes with the scope. Its recorded
+        // completions stay: an interrupting event sub-process compensates them.
+        if !self.snap.owed.is_empty() {
+            self.snap
+                .owed
+                .retain(|h, _| p.find(h).is_none_or(|idx| !inside_scope(p, idx, sp)));
+        }
     }
 
     /// A terminate end event: ends its scope at once.
@@ -320,6 +332,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 self.snap.joins.clear();
+                self.snap.owed.clear();
                 self.queue.clear();
             }
         }
@@ -393,6 +406,7 @@ impl<'a> Run<'a> {
     pub(super) fn complete(&mut self) {
         self.resolve_all_timers();
         self.snap.cycles.clear();
+        self.snap.compensable.clear();
         self.snap.status = Status::Completed;
         self.effects.push(Effect::Completed);
     }

@@ -148,6 +148,15 @@ pub struct Snapshot {
     /// where its end is reported.
     /// Boxed: a snapshot moves by value through every step, and most have no parent.
     pub(crate) parent: Option<Box<crate::ParentLink>>,
+    /// `g`: the completions not yet compensated of activities with a compensation
+    /// boundary, one entry (the activity's key) per completion, in completion order (not
+    /// sorted: the order is the data). Present from the first such completion until a
+    /// compensation throw takes them, their scope ends, or the instance does.
+    pub(crate) compensable: Vec<String>,
+    /// `z/<handler>`: the compensation throw events a handler owes a run to, oldest
+    /// first; the first is the run in progress (the handler holds a token). Present while
+    /// the handler runs or has runs queued.
+    pub(crate) owed: BTreeMap<String, Vec<String>>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -164,6 +173,7 @@ const K_TIMERS: &str = "k";
 const K_INCARNATION: &str = "n";
 const K_CYCLES: &str = "y";
 const K_PARENT: &str = "pa";
+const K_COMPENSABLE: &str = "g";
 const P_JOIN: &str = "j/";
 const P_ATTEMPT: &str = "a/";
 const P_MARKER: &str = "m/";
@@ -178,6 +188,7 @@ const P_CALL: &str = "x/";
 const P_ASSIGNEE: &str = "h/";
 const P_MULTI: &str = "i/";
 const P_CHILD: &str = "q/";
+const P_OWED: &str = "z/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -333,6 +344,16 @@ impl Snapshot {
         &self.children
     }
 
+    /// The completions of compensable activities not yet compensated, oldest first (`g`).
+    pub fn compensable(&self) -> &[String] {
+        &self.compensable
+    }
+
+    /// The compensation throws each handler owes a run to, by handler (`z/<handler>`).
+    pub fn compensations_owed(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.owed
+    }
+
     /// The call activity that started this instance, for a called instance.
     pub fn parent(&self) -> Option<&crate::ParentLink> {
         self.parent.as_deref()
@@ -478,6 +499,12 @@ impl Snapshot {
             self.multis.is_empty(),
         );
         put("children", json!(self.children), self.children.is_empty());
+        put(
+            "compensable",
+            json!(self.compensable),
+            self.compensable.is_empty(),
+        );
+        put("compensations_owed", json!(self.owed), self.owed.is_empty());
         if let Some(parent) = &self.parent {
             put("parent", json!(parent), false);
         }
@@ -557,9 +584,10 @@ impl Snapshot {
             + self.assignees.len()
             + self.multis.len()
             + self.children.len()
+            + self.owed.len()
             + self.extra.len();
         let parent = self.parent.as_deref().map(parent_vars);
-        let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(12 + families);
+        let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(13 + families);
         entries.push((K_VERSION.into(), Entry::Uint(FORMAT_VERSION)));
         if self.status != Status::New {
             entries.push((K_STATUS.into(), Entry::Uint(self.status.code())));
@@ -590,6 +618,9 @@ impl Snapshot {
         }
         if let Some(parent) = &parent {
             entries.push((K_PARENT.into(), Entry::Vars(parent)));
+        }
+        if !self.compensable.is_empty() {
+            entries.push((K_COMPENSABLE.into(), Entry::StrList(&self.compensable)));
         }
         for (gw, flows) in &self.joins {
             entries.push((format!("{P_JOIN}{gw}").into(), Entry::StrList(flows)));
@@ -641,6 +672,9 @@ impl Snapshot {
         }
         for (node, call) in &self.children {
             entries.push((format!("{P_CHILD}{node}").into(), Entry::Uint(*call as u64)));
+        }
+        for (handler, throws) in &self.owed {
+            entries.push((format!("{P_OWED}{handler}").into(), Entry::StrList(throws)));
         }
         for (key, value) in &self.extra {
             // A malformed known key was kept verbatim; a typed value for the same key
@@ -759,6 +793,7 @@ impl Snapshot {
                 .map(|n| self.incarnation = n)
                 .is_some(),
             K_CYCLES => rd.u32_map().map(|m| self.cycles = m).is_some(),
+            K_COMPENSABLE => rd.str_list().map(|l| self.compensable = l).is_some(),
             K_PARENT => rd
                 .vars(DECODE_DEPTH_MAX)
                 .and_then(|v| link_of(&v))
@@ -799,6 +834,10 @@ impl Snapshot {
             rd.uint()
                 .and_then(|n| u32::try_from(n).ok())
                 .map(|n| self.calls.insert(node.to_owned(), n))
+                .is_some()
+        } else if let Some(handler) = key.strip_prefix(P_OWED) {
+            rd.str_list()
+                .map(|l| self.owed.insert(handler.to_owned(), l))
                 .is_some()
         } else if let Some(node) = key.strip_prefix(P_CHILD) {
             rd.uint()
@@ -910,6 +949,7 @@ fn is_known_key(key: &str) -> bool {
         K_INCARNATION,
         K_CYCLES,
         K_PARENT,
+        K_COMPENSABLE,
     ]
     .contains(&key)
         || [
@@ -927,6 +967,7 @@ fn is_known_key(key: &str) -> bool {
             P_ASSIGNEE,
             P_MULTI,
             P_CHILD,
+            P_OWED,
         ]
         .iter()
         .any(|p| key.starts_with(p))

@@ -141,6 +141,19 @@ pub struct Process {
     /// boundary events attach to, a [`NodeKind::SubProcess`] once loaded, whose one child
     /// is the inner activity run once per inner instance. Empty for almost every model.
     pub multi_instances: BTreeMap<NodeIdx, MultiInstance>,
+    /// The activities with a compensation boundary event (§10.5.5), by the activity:
+    /// the boundary and the handler its association names. Empty for almost every model.
+    pub compensations: BTreeMap<NodeIdx, Compensation>,
+}
+
+/// An activity's compensation: the boundary event attached to it and the handler
+/// (`isForCompensation="true"`) the boundary's `<association>` names. The handler is a
+/// task in the activity's scope with no sequence flows; it runs once per completion of
+/// the activity that a compensation throw picks up (`docs/compensation.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compensation {
+    pub boundary: NodeIdx,
+    pub handler: NodeIdx,
 }
 
 /// A multi-instance activity (`multiInstanceLoopCharacteristics`, or a vendor's form of
@@ -340,6 +353,19 @@ impl Process {
             matches!(t, StartTrigger::Signal { name: n } if n == name).then_some(i)
         })
     }
+    /// The compensation of `host` (a plain node), if it has a compensation boundary.
+    pub fn compensation(&self, host: NodeIdx) -> Option<&Compensation> {
+        if self.compensations.is_empty() {
+            return None;
+        }
+        self.compensations.get(&host)
+    }
+    /// Whether `node` is the compensation handler of some activity.
+    pub fn is_compensation_handler(&self, node: NodeIdx) -> bool {
+        self.compensations
+            .values()
+            .any(|c| c.handler == node.plain())
+    }
     /// Boundary events attached to `host`, in document order.
     pub fn boundaries_of(&self, host: NodeIdx) -> impl Iterator<Item = NodeIdx> + '_ {
         self.nodes
@@ -418,6 +444,11 @@ pub enum EndKind {
     Message {
         name: String,
     },
+    /// Compensates the completed activities of its scope (only `activity`, when the event
+    /// names one in `activityRef`), then ends once every handler it started has ended.
+    Compensation {
+        activity: Option<NodeIdx>,
+    },
 }
 
 /// What starts an instance at a [`NodeKind::TriggeredStart`].
@@ -477,6 +508,9 @@ pub enum ThrowTrigger {
     Signal { name: String },
     /// Publishes a message with this name (durably, through the outbox) and continues.
     Message { name: String },
+    /// Compensates the completed activities of its scope (only `activity`, when the event
+    /// names one in `activityRef`), and continues once every handler it started has ended.
+    Compensation { activity: Option<NodeIdx> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -542,6 +576,9 @@ pub enum BoundaryTrigger {
     Signal {
         name: String,
     },
+    /// Marks its activity as compensable: never triggered like the others, it only links
+    /// the activity to its handler (`Process::compensations`). Never interrupting.
+    Compensation,
 }
 
 #[derive(Debug, Clone)]

@@ -50,6 +50,8 @@ const RULES: &[(&str, &str)] = &[
     ("Q130", "an error start event of an event sub-process is marked non-interrupting"),
     ("Q131", "a multi-instance activity has neither a loopCardinality nor an input collection, or both"),
     ("Q132", "a multi-instance form qflow does not run: on an element other than a task or embedded sub-process, a parallel multi-instance sub-process, data-association inputs and outputs (loopDataInputRef, inputDataItem, ...), complexBehaviorDefinition, a behavior other than All, an unknown attribute or extension, a Zeebe collection that is not an expression, an element or output element without its collection"),
+    ("Q133", "a compensation boundary or handler of the wrong shape: a boundary with flows, with no association or several, naming a node that is not marked isForCompensation, a second compensation boundary on one activity; a handler no boundary names, named twice, not a task, with flows or boundary events, or outside its activity's scope"),
+    ("Q134", "a compensation throw or end event qflow cannot run as written: waitForCompletion=\"false\", or an activityRef naming no activity with a compensation boundary in the scope the event compensates"),
     ("Q201", "a condition or mapping expression does not compile (CEL)"),
     ("Q202", "a condition is written in an unsupported language (JUEL `${...}`, JavaScript, ...)"),
     ("Q203", "a Zeebe FEEL condition uses more than the supported comparison/boolean subset"),

@@ -149,6 +149,10 @@ fn reachability(
         if let NodeKind::IntermediateThrow(ThrowTrigger::Link { target, .. }) = &node.kind {
             work.push(*target);
         }
+        // An activity with a compensation boundary reaches its handler, which has no flows.
+        if let Some(c) = p.compensation(n) {
+            work.push(c.handler);
+        }
         if matches!(node.kind, NodeKind::SubProcess) {
             work.extend(ix.starts(Some(n)));
             work.extend(ix.refused_roots(Some(n)));
@@ -223,6 +227,10 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
             }
             // A link throw continues at its catch; `resolve_links` refused outgoing flows.
             NodeKind::IntermediateThrow(ThrowTrigger::Link { .. }) => {}
+            // A compensation boundary and its handler have no flows (`resolve_compensations`
+            // refused any).
+            NodeKind::Boundary(b) if b.trigger == BoundaryTrigger::Compensation => {}
+            _ if p.is_compensation_handler(idx(i)) => {}
             _ if n.outgoing.is_empty() => diags.push(
                 Diagnostic::error(
                     "Q108",

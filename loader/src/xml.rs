@@ -708,9 +708,25 @@ mod tests {
     fn the_byte_scan_finds_what_the_char_production_forbids() {
         let reference = |s: &str| s.char_indices().find(|(_, c)| !is_xml_char(*c));
         let edges = [
-            '\0', '\u{1}', '\t', '\n', '\u{b}', '\r', '\u{1f}', ' ', '\u{7f}', 'é',
-            '\u{d7ff}', '\u{e000}', '\u{efff}', '\u{fefe}', '\u{fffd}', '\u{fffe}',
-            '\u{ffff}', '\u{10000}', '\u{10ffff}',
+            '\0',
+            '\u{1}',
+            '\t',
+            '\n',
+            '\u{b}',
+            '\r',
+            '\u{1f}',
+            ' ',
+            '\u{7f}',
+            'é',
+            '\u{d7ff}',
+            '\u{e000}',
+            '\u{efff}',
+            '\u{fefe}',
+            '\u{fffd}',
+            '\u{fffe}',
+            '\u{ffff}',
+            '\u{10000}',
+            '\u{10ffff}',
         ];
         let mut cases = vec![String::new()];
         for a in edges {

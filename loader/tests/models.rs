@@ -3112,3 +3112,223 @@ fn multi_instance_expressions_outside_the_subsets_are_refused_where_they_are() {
         "Q203",
     );
 }
+
+// ----- compensation (docs/compensation.md) -----
+
+/// `book` (compensated by `unbook`, linked by `boundary` and `association`) → `undo`
+/// (a compensation throw whose definition is `throw_def`) → end.
+fn compensating(boundary: &str, handler: &str, association: &str, throw_def: &str) -> String {
+    process(&format!(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="book"/>
+<serviceTask id="book" q:task="book"/>
+{boundary}
+{handler}
+{association}
+<sequenceFlow id="f2" sourceRef="book" targetRef="undo"/>
+<intermediateThrowEvent id="undo">{throw_def}</intermediateThrowEvent>
+<sequenceFlow id="f3" sourceRef="undo" targetRef="end"/>
+<endEvent id="end"/>"#
+    ))
+}
+
+const COMP_BOUNDARY: &str = r#"<boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>"#;
+const COMP_HANDLER: &str = r#"<serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>"#;
+const COMP_ASSOC: &str = r#"<association id="a1" sourceRef="bookUndo" targetRef="unbook"/>"#;
+
+#[test]
+fn a_compensation_boundary_links_its_activity_to_the_handler_its_association_names() {
+    let l = loads(&compensating(
+        COMP_BOUNDARY,
+        COMP_HANDLER,
+        COMP_ASSOC,
+        r#"<compensateEventDefinition activityRef="book"/>"#,
+    ));
+    let p = &only(&l).process;
+    let book = p.find("book").unwrap();
+    let c = p.compensation(book).expect("book is compensable");
+    assert_eq!(p.node(c.boundary).id, "bookUndo");
+    assert_eq!(p.node(c.handler).id, "unbook");
+    assert!(p.is_compensation_handler(c.handler));
+    assert!(matches!(
+        p.node(p.find("undo").unwrap()).kind,
+        NodeKind::IntermediateThrow(ThrowTrigger::Compensation { activity: Some(a) }) if a == book
+    ));
+}
+
+#[test]
+fn a_compensation_end_event_without_activity_ref_compensates_the_whole_scope() {
+    let xml = compensating(COMP_BOUNDARY, COMP_HANDLER, COMP_ASSOC, "").replace(
+        r#"<intermediateThrowEvent id="undo"></intermediateThrowEvent>
+<sequenceFlow id="f3" sourceRef="undo" targetRef="end"/>
+<endEvent id="end"/>"#,
+        r#"<endEvent id="undo"><compensateEventDefinition/></endEvent>"#,
+    );
+    let l = loads(&xml);
+    let p = &only(&l).process;
+    assert!(matches!(
+        p.node(p.find("undo").unwrap()).kind,
+        NodeKind::EndEvent(EndKind::Compensation { activity: None })
+    ));
+}
+
+#[test]
+fn a_compensation_boundary_without_an_association_is_q133() {
+    refused(
+        &compensating(
+            r#"¶<boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>"#,
+            r#"<serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>"#,
+            "",
+            "<compensateEventDefinition/>",
+        )
+        .replace(
+            r#"<serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>"#,
+            "",
+        ),
+        "Q133",
+    );
+}
+
+#[test]
+fn a_handler_no_boundary_names_is_q133() {
+    refused(
+        &compensating(
+            "",
+            r#"¶<serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>"#,
+            "",
+            "<compensateEventDefinition/>",
+        ),
+        "Q133",
+    );
+}
+
+#[test]
+fn an_association_to_a_task_not_marked_for_compensation_is_q133() {
+    refused(
+        &compensating(
+            COMP_BOUNDARY,
+            r#"<serviceTask id="unbook" q:task="unbook"/>"#,
+            r#"¶<association id="a1" sourceRef="bookUndo" targetRef="unbook"/>"#,
+            "<compensateEventDefinition/>",
+        )
+        .replace(
+            r#"<serviceTask id="unbook" q:task="unbook"/>"#,
+            r#"<serviceTask id="unbook" q:task="unbook"/><sequenceFlow id="fx" sourceRef="unbook" targetRef="end"/>"#,
+        )
+        .replace(
+            r#"<sequenceFlow id="fx" sourceRef="unbook" targetRef="end"/>"#,
+            r#"<sequenceFlow id="fx" sourceRef="unbook" targetRef="end"/><sequenceFlow id="fy" sourceRef="start" targetRef="unbook"/>"#,
+        ),
+        "Q133",
+    );
+}
+
+#[test]
+fn a_handler_with_flows_is_q133() {
+    refused(
+        &compensating(
+            COMP_BOUNDARY,
+            r#"¶<serviceTask id="unbook" isForCompensation="true" q:task="unbook"/><sequenceFlow id="fx" sourceRef="unbook" targetRef="end"/>"#,
+            COMP_ASSOC,
+            "<compensateEventDefinition/>",
+        ),
+        "Q133",
+    );
+}
+
+#[test]
+fn a_compensation_boundary_with_an_outgoing_flow_is_q133() {
+    refused(
+        &compensating(
+            &format!(
+                r#"{COMP_BOUNDARY}¶<sequenceFlow id="fx" sourceRef="bookUndo" targetRef="end"/>"#
+            ),
+            COMP_HANDLER,
+            COMP_ASSOC,
+            "<compensateEventDefinition/>",
+        ),
+        "Q133",
+    );
+}
+
+#[test]
+fn a_handler_in_another_scope_is_q133() {
+    refused(
+        &compensating(
+            COMP_BOUNDARY,
+            r#"<subProcess id="sp"><startEvent id="s0"/><sequenceFlow id="s1" sourceRef="s0" targetRef="e0"/><endEvent id="e0"/>¶<serviceTask id="unbook" isForCompensation="true" q:task="unbook"/></subProcess>"#,
+            COMP_ASSOC,
+            "<compensateEventDefinition/>",
+        )
+        .replace(
+            r#"<sequenceFlow id="f2" sourceRef="book" targetRef="undo"/>"#,
+            r#"<sequenceFlow id="f2" sourceRef="book" targetRef="sp"/><sequenceFlow id="f2b" sourceRef="sp" targetRef="undo"/>"#,
+        ),
+        "Q133",
+    );
+}
+
+#[test]
+fn wait_for_completion_false_is_q134() {
+    refused(
+        &compensating(
+            COMP_BOUNDARY,
+            COMP_HANDLER,
+            COMP_ASSOC,
+            r#"<compensateEventDefinition ¶waitForCompletion="false"/>"#,
+        ),
+        "Q134",
+    );
+}
+
+#[test]
+fn an_activity_ref_to_an_activity_without_compensation_is_q134() {
+    refused(
+        &compensating(
+            COMP_BOUNDARY,
+            COMP_HANDLER,
+            COMP_ASSOC,
+            r#"<compensateEventDefinition ¶activityRef="start"/>"#,
+        ),
+        "Q134",
+    );
+}
+
+#[test]
+fn a_compensation_start_or_catch_event_stays_q103() {
+    let d = refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="w"/>
+<intermediateCatchEvent id="w">¶<compensateEventDefinition/></intermediateCatchEvent>
+<sequenceFlow id="f2" sourceRef="w" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q103",
+    );
+    assert!(d.help.unwrap().contains("compensation boundary event"));
+}
+
+#[test]
+fn compensation_inside_a_multi_instance_sub_process_is_q103() {
+    refused(
+        &process(
+            r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="mi"/>
+<subProcess id="mi">
+  <multiInstanceLoopCharacteristics isSequential="true"><loopCardinality>2</loopCardinality></multiInstanceLoopCharacteristics>
+  <startEvent id="s0"/>
+  <sequenceFlow id="s1" sourceRef="s0" targetRef="book"/>
+  <serviceTask id="book" q:task="book"/>
+  ¶<boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
+  <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+  <sequenceFlow id="s2" sourceRef="book" targetRef="e0"/>
+  <endEvent id="e0"/>
+</subProcess>
+<sequenceFlow id="f2" sourceRef="mi" targetRef="end"/>
+<endEvent id="end"/>"#,
+        ),
+        "Q103",
+    );
+}

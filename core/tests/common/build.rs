@@ -60,6 +60,7 @@ impl Builder {
                 event_mappings: BTreeMap::new(),
                 event_sub_processes: Vec::new(),
                 multi_instances: BTreeMap::new(),
+                compensations: BTreeMap::new(),
             },
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),

@@ -3,7 +3,7 @@
 //! events to their host activity once every node is known, and pairing link throw events
 //! with their catch events (§10.5.6) once every flow is known.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::expr::Expression;
 use crate::iso8601;
@@ -34,11 +34,16 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     fn unsupported_event(&mut self, el: &Element, def: &Element, what: &str) {
         let trigger = def.local.trim_end_matches("EventDefinition");
+        let help = if trigger == "compensate" {
+            "compensation is caught by a compensation boundary event on the activity it undoes, and thrown by an intermediate throw or end event; a compensation event sub-process is not supported (docs/compensation.md)"
+        } else {
+            "use a none, error, terminate, timer, message, signal, link, escalation or compensation event (docs/bpmn-coverage.md)"
+        };
         self.help(
             "Q103",
             def.pos,
             format!("a {trigger} {what} (<{}>) is not supported", def.local),
-            "use a none, error, terminate, timer, message, signal, link or escalation event (docs/bpmn-coverage.md)",
+            help,
         );
         let _ = el;
     }
@@ -225,7 +230,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
     }
 
-    pub(super) fn end_event(&mut self, el: &'a Element) -> Option<NodeKind> {
+    pub(super) fn end_event(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
         match self.event_definition(el).ok()? {
             None => Some(NodeKind::EndEvent(EndKind::None)),
             Some(d) if d.local == "terminateEventDefinition" => {
@@ -252,6 +257,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "messageEventDefinition" => {
                 let name = self.message_ref(d)?;
                 Some(NodeKind::EndEvent(EndKind::Message { name }))
+            }
+            Some(d) if d.local == "compensateEventDefinition" => {
+                self.compensation_throw(idx, d)?;
+                Some(NodeKind::EndEvent(EndKind::Compensation { activity: None }))
             }
             Some(d) => {
                 self.unsupported_event(el, d, "end event");
@@ -397,6 +406,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 let name = self.message_ref(d)?;
                 Some(NodeKind::IntermediateThrow(ThrowTrigger::Message { name }))
             }
+            Some(d) if d.local == "compensateEventDefinition" => {
+                self.compensation_throw(idx, d)?;
+                Some(NodeKind::IntermediateThrow(ThrowTrigger::Compensation {
+                    activity: None,
+                }))
+            }
             Some(d) => {
                 self.unsupported_event(el, d, "intermediate throw event");
                 None
@@ -428,6 +443,14 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "signalEventDefinition" => BoundaryTrigger::Signal {
                 name: self.signal_ref(d)?,
             },
+            // It only links its activity to the handler; `cancelActivity` means nothing.
+            Some(d) if d.local == "compensateEventDefinition" => {
+                return Some(NodeKind::Boundary(Boundary {
+                    attached_to: idx,
+                    interrupting: false,
+                    trigger: BoundaryTrigger::Compensation,
+                }));
+            }
             Some(d) if d.local == "escalationEventDefinition" => {
                 // `cancelActivity` keeps its schema default `true` here as on every
                 // boundary event (`tBoundaryEvent` in the BPMN 2.0.2 schema); `false` makes the catch non-interrupting.
@@ -454,6 +477,267 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             interrupting,
             trigger,
         }))
+    }
+
+    // ----- compensation -----
+
+    /// A compensation throw or end event: `waitForCompletion="false"` is refused (Zeebe
+    /// refuses it too: the throw always waits for the handlers it starts); `activityRef`
+    /// is resolved by `resolve_compensations`.
+    fn compensation_throw(&mut self, idx: NodeIdx, d: &'a Element) -> Option<()> {
+        if let Some(a) = d.attr("waitForCompletion") {
+            if a.value.trim() == "false" {
+                self.help(
+                    "Q134",
+                    a.pos,
+                    "waitForCompletion=\"false\" is not supported: a compensation throw waits for the handlers it starts",
+                    "remove waitForCompletion; to go on without waiting, throw the compensation on a parallel branch",
+                );
+                return None;
+            }
+        }
+        self.compensation_throws.push((idx, d));
+        Some(())
+    }
+
+    /// The scope a compensation thrown at `idx` compensates: the throw's own, or, for a
+    /// throw inside an event sub-process, the scope around that event sub-process (the
+    /// event sub-process compensates what its scope completed, as in Zeebe).
+    fn compensation_scope(&self, idx: NodeIdx) -> Option<NodeIdx> {
+        let scope = self.nodes[idx.0 as usize].scope;
+        match scope {
+            Some(s) if self.meta.event_subs.contains(&s) => self.nodes[s.0 as usize].scope,
+            _ => scope,
+        }
+    }
+
+    /// Whether `idx` lies inside a multi-instance activity (its inner sub-process).
+    fn inside_multi_instance(&self, idx: NodeIdx) -> bool {
+        let mut cur = self.nodes[idx.0 as usize].scope;
+        for _ in 0..1024 {
+            let Some(s) = cur else { return false };
+            if self.multi.contains_key(&s) {
+                return true;
+            }
+            cur = self.nodes[s.0 as usize].scope;
+        }
+        false
+    }
+
+    /// Once every node and flow is known: links each compensation boundary to the handler
+    /// its `<association>` names, checks the handler's shape, and resolves each throw's
+    /// `activityRef` (Q133, Q134; Q103 for what qflow does not run yet).
+    pub(super) fn resolve_compensations(&mut self) {
+        let boundaries: Vec<(NodeIdx, NodeIdx)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match &n.kind {
+                NodeKind::Boundary(b) if b.trigger == BoundaryTrigger::Compensation => {
+                    Some((NodeIdx(i as u32), b.attached_to))
+                }
+                _ => None,
+            })
+            .collect();
+        // Every node an association from a compensation boundary names: a handler refused
+        // for its own shape is not also reported as named by nobody.
+        let boundary_ids: BTreeSet<&str> = boundaries
+            .iter()
+            .map(|(b, _)| self.nodes[b.0 as usize].id.as_str())
+            .collect();
+        let associated: BTreeSet<NodeIdx> = self
+            .association_els
+            .iter()
+            .filter(|a| {
+                a.value("sourceRef")
+                    .is_some_and(|s| boundary_ids.contains(s.trim()))
+            })
+            .filter_map(|a| self.by_id.get(a.value("targetRef")?.trim()).copied())
+            .collect();
+        for (boundary, host) in boundaries {
+            let (bid, bpos) = {
+                let n = &self.nodes[boundary.0 as usize];
+                (n.id.clone(), n.pos)
+            };
+            if host == boundary || self.meta.refused.contains(&boundary) {
+                continue; // no host: reported by `resolve_boundaries`
+            }
+            if let Some(f) = self.nodes[boundary.0 as usize].outgoing.first() {
+                let pos = self.flows[f.0 as usize].pos;
+                self.help(
+                    "Q133",
+                    pos,
+                    format!("compensation boundary event `{bid}` has an outgoing sequence flow"),
+                    "a compensation boundary has no flows: link it to its handler with an <association>",
+                );
+                continue;
+            }
+            let targets: Vec<&'a Element> = self
+                .association_els
+                .iter()
+                .copied()
+                .filter(|a| a.value("sourceRef").map(str::trim) == Some(bid.as_str()))
+                .collect();
+            let target = match targets.as_slice() {
+                [one] => one,
+                [] => {
+                    self.help(
+                        "Q133",
+                        bpos,
+                        format!("compensation boundary event `{bid}` names no handler"),
+                        "add <association sourceRef=\"…boundary…\" targetRef=\"…handler…\"/> to an activity with isForCompensation=\"true\"",
+                    );
+                    continue;
+                }
+                [_, second, ..] => {
+                    self.help(
+                        "Q133",
+                        second.pos,
+                        format!(
+                            "compensation boundary event `{bid}` has more than one association"
+                        ),
+                        "keep one association, to the one handler of the activity",
+                    );
+                    continue;
+                }
+            };
+            let tref = target.value("targetRef").map(str::trim).unwrap_or("");
+            let Some(handler) = self.by_id.get(tref).copied() else {
+                self.help(
+                    "Q133",
+                    target.pos,
+                    format!("the association of compensation boundary event `{bid}` names `{tref}`, which is no node of this process"),
+                    "point targetRef at the handler activity",
+                );
+                continue;
+            };
+            if !self.for_compensation.contains(&handler) {
+                self.help(
+                    "Q133",
+                    target.pos,
+                    format!("compensation boundary event `{bid}` names `{tref}`, which is not marked isForCompensation=\"true\""),
+                    "mark the handler isForCompensation=\"true\" (it then has no sequence flows)",
+                );
+                continue;
+            }
+            if self.compensations.contains_key(&host) {
+                self.help(
+                    "Q133",
+                    bpos,
+                    format!(
+                        "`{}` has a second compensation boundary event",
+                        self.nodes[host.0 as usize].id
+                    ),
+                    "an activity has one compensation handler: keep one compensation boundary",
+                );
+                continue;
+            }
+            if self.compensations.values().any(|c| c.handler == handler) {
+                self.help(
+                    "Q133",
+                    target.pos,
+                    format!("`{tref}` is already the compensation handler of another activity"),
+                    "give each activity its own handler",
+                );
+                continue;
+            }
+            if self.inside_multi_instance(host) {
+                self.help(
+                    "Q103",
+                    bpos,
+                    format!(
+                        "compensation inside multi-instance activity is not supported (`{bid}`)"
+                    ),
+                    "compensate the multi-instance activity as a whole: attach the boundary to it",
+                );
+                continue;
+            }
+            if let Some(problem) = self.handler_problem(handler, host) {
+                let hpos = self.nodes[handler.0 as usize].pos;
+                self.help("Q133", hpos, format!("compensation handler `{tref}` {problem}"), "a handler is a task in the scope of its activity, with no sequence flows and no boundary events");
+                continue;
+            }
+            self.compensations
+                .insert(host, Compensation { boundary, handler });
+        }
+        let unlinked: Vec<NodeIdx> = self
+            .for_compensation
+            .iter()
+            .copied()
+            .filter(|h| !associated.contains(h) && !self.meta.refused.contains(h))
+            .collect();
+        for h in unlinked {
+            let n = &self.nodes[h.0 as usize];
+            let (id, pos) = (n.id.clone(), n.pos);
+            self.help(
+                "Q133",
+                pos,
+                format!("compensation handler `{id}` is named by no compensation boundary event, so it can never run"),
+                "attach a boundary event with <compensateEventDefinition/> to the activity it undoes and link it with an <association>",
+            );
+        }
+        // A handler whose link was refused is reported once, not again as unreachable or
+        // as a dead end.
+        let linked: BTreeSet<NodeIdx> = self.compensations.values().map(|c| c.handler).collect();
+        let refused: Vec<NodeIdx> = self.for_compensation.difference(&linked).copied().collect();
+        self.meta.refused.extend(refused);
+        for (throw, d) in std::mem::take(&mut self.compensation_throws) {
+            if self.inside_multi_instance(throw) {
+                self.help(
+                    "Q103",
+                    d.pos,
+                    "a compensation throw inside a multi-instance activity is not supported",
+                    "throw the compensation outside the multi-instance activity",
+                );
+                continue;
+            }
+            let Some(a) = d.attr("activityRef") else {
+                continue;
+            };
+            let name = a.value.trim();
+            let scope = self.compensation_scope(throw);
+            let target = self.by_id.get(name).copied().filter(|t| {
+                self.compensations.contains_key(t) && self.nodes[t.0 as usize].scope == scope
+            });
+            let Some(target) = target else {
+                self.help(
+                    "Q134",
+                    a.pos,
+                    format!("activityRef `{name}` names no activity with a compensation boundary in the scope this event compensates"),
+                    "name an activity of the same scope (for a throw in an event sub-process: of the scope around it) that has a compensation boundary event, or drop activityRef to compensate them all",
+                );
+                continue;
+            };
+            match &mut self.nodes[throw.0 as usize].kind {
+                NodeKind::IntermediateThrow(ThrowTrigger::Compensation { activity })
+                | NodeKind::EndEvent(EndKind::Compensation { activity }) => {
+                    *activity = Some(target)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Why `handler` cannot be the compensation handler of `host`, if it cannot.
+    fn handler_problem(&self, handler: NodeIdx, host: NodeIdx) -> Option<String> {
+        let h = &self.nodes[handler.0 as usize];
+        if !matches!(h.kind, NodeKind::Task(_)) || self.multi.contains_key(&handler) {
+            return Some(
+                "is not a task: a sub-process or multi-instance handler is not supported yet"
+                    .into(),
+            );
+        }
+        if !h.incoming.is_empty() || !h.outgoing.is_empty() {
+            return Some("has sequence flows".into());
+        }
+        if h.scope != self.nodes[host.0 as usize].scope {
+            return Some("is not in the scope of the activity it compensates".into());
+        }
+        let guarded = self
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.kind, NodeKind::Boundary(b) if b.attached_to == handler));
+        guarded.then(|| "has boundary events".into())
     }
 
     // ----- timers -----

@@ -23,7 +23,7 @@ mod multi;
 mod tasks;
 mod vendor;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::diag::Diagnostic;
 use crate::expr::Expression;
@@ -519,6 +519,15 @@ struct ProcessBuilder<'a, 'd> {
     /// The multi-instance activities read (`multi`), by node; their inner nodes are
     /// added after validation (`model::expand_multi_instances`).
     multi: BTreeMap<NodeIdx, MultiInstance>,
+    /// The `<association>` elements of every scope, read for the compensation boundaries
+    /// they link to handlers (`events::resolve_compensations`).
+    association_els: Vec<&'a Element>,
+    /// The activities marked `isForCompensation="true"`.
+    for_compensation: BTreeSet<NodeIdx>,
+    /// Compensation throw and end events with their event definition, whose
+    /// `activityRef` is resolved once every node is known.
+    compensation_throws: Vec<(NodeIdx, &'a Element)>,
+    compensations: BTreeMap<NodeIdx, Compensation>,
     meta: Meta,
 }
 
@@ -538,6 +547,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             event_mappings: BTreeMap::new(),
             event_starts: Vec::new(),
             multi: BTreeMap::new(),
+            association_els: Vec::new(),
+            for_compensation: BTreeSet::new(),
+            compensation_throws: Vec::new(),
+            compensations: BTreeMap::new(),
             meta: Meta::default(),
         }
     }
@@ -571,6 +584,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             let local = child.local.as_str();
             if local == "sequenceFlow" {
                 self.flow_els.push((child, scope));
+            } else if local == "association" {
+                self.association_els.push(child);
             } else if FLOW_NODES.contains(&local) {
                 self.add_node(child, scope);
             } else if scope.is_some()
@@ -653,15 +668,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
     }
 
-    /// Refuses loop/multi-instance markers, compensation and unknown BPMN children.
+    /// Reads multi-instance markers and `isForCompensation`; refuses other loop markers
+    /// and unknown BPMN children.
     fn check_node_children(&mut self, el: &Element, idx: NodeIdx) {
-        if el.value("isForCompensation") == Some("true") {
-            self.help(
-                "Q103",
-                el.pos,
-                format!("compensation handler <{}> is not supported", el.local),
-                "remove isForCompensation",
-            );
+        if el.value("isForCompensation").map(str::trim) == Some("true") {
+            self.for_compensation.insert(idx);
         }
         for c in &el.children {
             if c.ns != Ns::Bpmn {
@@ -719,7 +730,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 }
                 k
             }
-            "endEvent" => self.end_event(el),
+            "endEvent" => self.end_event(el, idx),
             "intermediateCatchEvent" => self.catch_event(el, idx),
             "intermediateThrowEvent" => self.throw_event(el, idx),
             "boundaryEvent" => {
@@ -785,6 +796,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         self.resolve_flows();
         self.resolve_links();
         self.resolve_defaults();
+        self.resolve_compensations();
     }
 
     fn finish(self) -> (Process, Meta) {
@@ -812,6 +824,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 event_mappings: self.event_mappings,
                 event_sub_processes,
                 multi_instances: self.multi,
+                compensations: self.compensations,
             },
             self.meta,
         )

@@ -1,0 +1,151 @@
+//! Compensation (BPMN §10.5.5, as Zeebe 8 runs it; `docs/compensation.md`): an activity
+//! with a compensation boundary is recorded each time it completes (`g`); a compensation
+//! throw or end event takes the recorded completions of its scope (all of them, or only
+//! its `activityRef`'s), starts the handler of each, and waits — its token stays at the
+//! throw — until every handler run it started has ended (`z/<handler>`).
+//!
+//! A handler is a task with no sequence flows: it is entered like any node and ends in
+//! `leave`'s no-outgoing-flow arm, which starts the handler's next owed run (one run of a
+//! handler at a time: its attempt counter, timers and task row are per node) and lets a
+//! throw that is owed nothing more go on. Completions recorded inside a sub-process are
+//! dropped when the sub-process ends; a throw compensates only its own scope (for a throw
+//! in an event sub-process: the scope around it). Nothing here reads the clock or does I/O.
+
+use qflow_loader::model::{EndKind, NodeIdx, NodeKind, ThrowTrigger};
+
+use super::codes;
+use super::flow::Run;
+use super::path::EventKind;
+
+/// Most completions of compensable activities an instance keeps for a throw to take
+/// (`g`); one more fails the instance with `COMPENSATION_LIMIT`.
+pub const COMPENSABLE_MAX: usize = 1_000;
+
+impl<'a> Run<'a> {
+    /// `idx` completed (its token left it normally): record it when it has a compensation
+    /// boundary, and drop what a completed sub-process recorded inside it.
+    pub(super) fn compensation_completed(&mut self, idx: NodeIdx) {
+        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+            self.forget_compensable_inside(idx);
+        }
+        if idx.instance() == 0 && self.p.compensation(idx).is_some() {
+            if self.snap.compensable.len() >= COMPENSABLE_MAX {
+                let message = format!(
+                    "`{}` completed once more with {COMPENSABLE_MAX} completions of \
+                     compensable activities already waiting for a compensation throw",
+                    self.id(idx)
+                );
+                return self.fail(codes::COMPENSATION_LIMIT, Some(idx), None, message);
+            }
+            let key = self.id(idx).into_owned();
+            self.snap.compensable.push(key);
+        }
+    }
+
+    /// Drops the recorded completions of activities inside the sub-process `sp`: they
+    /// cannot be compensated once it has ended.
+    pub(super) fn forget_compensable_inside(&mut self, sp: NodeIdx) {
+        if self.snap.compensable.is_empty() {
+            return;
+        }
+        let p = self.p;
+        self.snap.compensable.retain(|k| {
+            p.find(k)
+                .is_none_or(|n| !super::scope::inside_scope(p, n, sp))
+        });
+    }
+
+    /// The scope a compensation thrown at `throw` compensates: the throw's own, or the
+    /// one around the event sub-process the throw is in.
+    fn compensation_scope(&self, throw: NodeIdx) -> Option<NodeIdx> {
+        let scope = self.scope_of(throw);
+        match scope {
+            Some(s) if self.p.event_sub_process(s).is_some() => self.scope_of(s),
+            _ => scope,
+        }
+    }
+
+    /// A token entered the compensation throw or end event `throw`: starts the handler of
+    /// every recorded completion it compensates, newest first. Returns whether the token
+    /// waits at `throw` for them; `false` (nothing to compensate) means it goes on now.
+    pub(super) fn compensate(&mut self, throw: NodeIdx, activity: Option<NodeIdx>) -> bool {
+        let target = activity.map(|a| self.id(a).into_owned());
+        self.record_throw(EventKind::Compensation, throw, None, target.as_deref());
+        let scope = self.compensation_scope(throw);
+        let p = self.p;
+        let mut picked: Vec<NodeIdx> = Vec::new();
+        self.snap.compensable.retain(|k| {
+            let Some(n) = p.find(k) else { return true };
+            let hit = p.node(n).scope == scope && activity.is_none_or(|a| a == n);
+            if hit {
+                picked.push(n);
+            }
+            !hit
+        });
+        if picked.is_empty() {
+            return false;
+        }
+        let throw_key = self.id(throw).into_owned();
+        for host in picked.into_iter().rev() {
+            let Some(c) = self.p.compensation(host).copied() else {
+                continue;
+            };
+            self.record_catch(
+                EventKind::Compensation,
+                c.boundary,
+                Some((host, false)),
+                None,
+                None,
+            );
+            let handler = self.id(c.handler).into_owned();
+            let owed = self.snap.owed.entry(handler).or_default();
+            owed.push(throw_key.clone());
+            if owed.len() == 1 {
+                self.queue.push_back((c.handler, None));
+            }
+        }
+        self.add_token(throw);
+        true
+    }
+
+    /// The node `idx`, which has no outgoing flow, was left: if it is a compensation
+    /// handler, its run ended — start its next owed run, and let the throw it ran for go
+    /// on when that throw is owed nothing more.
+    pub(super) fn handler_finished(&mut self, idx: NodeIdx) {
+        let key = self.id(idx);
+        let Some(owed) = self.snap.owed.get_mut(key.as_ref()) else {
+            return;
+        };
+        let throw = if owed.is_empty() {
+            None
+        } else {
+            Some(owed.remove(0))
+        };
+        if owed.is_empty() {
+            self.snap.owed.remove(key.as_ref());
+        } else {
+            self.queue.push_back((idx, None));
+        }
+        let Some(throw) = throw else { return };
+        if self.snap.owed.values().any(|l| l.contains(&throw)) {
+            return;
+        }
+        let Some(t) = self.p.find(&throw) else { return };
+        if !self.remove_token(t) {
+            return; // the throw was interrupted meanwhile
+        }
+        match &self.p.node(t).kind {
+            NodeKind::IntermediateThrow(ThrowTrigger::Compensation { .. }) => self.leave(t),
+            // A compensation end event: the token ends now that its handlers have.
+            NodeKind::EndEvent(EndKind::Compensation { .. }) => {}
+            _ => {}
+        }
+    }
+
+    /// A handler run was interrupted (its scope ended): the runs it still owed are not
+    /// made (an interrupted handler is not started again, as in Zeebe).
+    pub(super) fn handler_interrupted(&mut self, idx: NodeIdx) {
+        let key = self.id(idx);
+        self.snap.owed.remove(key.as_ref());
+    }
+}

@@ -1,0 +1,235 @@
+//! Compensation in the core (`docs/compensation.md`): what a throw picks up, what an
+//! ending scope takes along, a handler that fails, the bound on recorded completions,
+//! and the snapshot keys `g` and `z/<handler>`.
+
+mod common;
+
+use common::{last, model, run_scenario, runs_of};
+use qflow_core::{step, Effect, Input, Snapshot, Status, COMPENSABLE_MAX};
+
+/// `book` (undone by `unbook`), then `rest` (the rest of the body), in the process.
+fn compensable(rest: &str) -> qflow_core::Definition {
+    model(&format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
+  <serviceTask id="book" q:task="book"/>
+  <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
+  <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+  {rest}"#
+    ))
+}
+
+#[test]
+fn a_failed_handler_fails_the_instance_and_a_resume_finishes_the_compensation() {
+    let def = compensable(
+        r#"<sequenceFlow id="f1" sourceRef="book" targetRef="undo"/>
+  <intermediateThrowEvent id="undo"><compensateEventDefinition/></intermediateThrowEvent>
+  <sequenceFlow id="f2" sourceRef="undo" targetRef="after"/>
+  <serviceTask id="after" q:task="after"/>
+  <sequenceFlow id="f3" sourceRef="after" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{
+          "instance": "c-1",
+          "tasks": {
+            "unbook": [
+              { "outcome": "fail", "code": "BANK_DOWN", "message": "503" },
+              { "outcome": "ok" }
+            ]
+          },
+          "events": [{ "event": "resume", "at_ms": 60000 }]
+        }"#,
+    );
+    // FAILED at the handler, with the throw still waiting and the run still owed.
+    let failed = trace
+        .steps
+        .iter()
+        .find(|s| s.effects.iter().any(|e| matches!(e, Effect::Failed { .. })))
+        .expect("the handler's failure fails the instance");
+    let snap = Snapshot::decode(&failed.snapshot).unwrap();
+    assert_eq!(snap.status(), Status::Failed);
+    assert_eq!(snap.failure().unwrap().code, "BANK_DOWN");
+    assert_eq!(snap.tokens(), ["unbook", "undo"]);
+    assert_eq!(snap.compensations_owed()["unbook"], ["undo"]);
+    assert!(runs_of(&trace, "after").iter().all(|(at, _)| *at >= 60000));
+    // Resumed: the handler runs again, the throw goes on, nothing of it is left.
+    assert_eq!(runs_of(&trace, "unbook"), vec![(0, 1), (60000, 2)]);
+    assert_eq!(runs_of(&trace, "after"), vec![(60000, 1)]);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert!(end.compensable().is_empty() && end.compensations_owed().is_empty());
+}
+
+#[test]
+fn an_interrupted_sub_process_takes_its_compensable_completions_along() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sp"/>
+  <subProcess id="sp">
+    <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="book"/>
+    <serviceTask id="book" q:task="book"/>
+    <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
+    <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
+    <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+    <sequenceFlow id="g1" sourceRef="book" targetRef="wait"/>
+    <userTask id="wait"/>
+    <sequenceFlow id="g2" sourceRef="wait" targetRef="se"/><endEvent id="se"/>
+  </subProcess>
+  <boundaryEvent id="late" attachedToRef="sp"><timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition></boundaryEvent>
+  <sequenceFlow id="f1" sourceRef="late" targetRef="undo"/>
+  <sequenceFlow id="f2" sourceRef="sp" targetRef="undo"/>
+  <intermediateThrowEvent id="undo"><compensateEventDefinition/></intermediateThrowEvent>
+  <sequenceFlow id="f3" sourceRef="undo" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{ "instance": "c-2", "horizon_ms": 7200000 }"#);
+    let waiting = Snapshot::decode(&trace.steps[1].snapshot).unwrap();
+    assert_eq!(waiting.compensable(), ["book"]);
+    // The timer interrupts `sp`: what completed inside it can no longer be compensated,
+    // so the throw outside finds nothing and goes straight on.
+    assert!(runs_of(&trace, "unbook").is_empty());
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert!(end.compensable().is_empty());
+}
+
+#[test]
+fn a_throw_inside_a_sub_process_compensates_only_that_scope() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="outer"/>
+  <serviceTask id="outer" q:task="outer"/>
+  <boundaryEvent id="outerUndo" attachedToRef="outer"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unouter" isForCompensation="true" q:task="unouter"/>
+  <association id="a0" sourceRef="outerUndo" targetRef="unouter"/>
+  <sequenceFlow id="f1" sourceRef="outer" targetRef="sp"/>
+  <subProcess id="sp">
+    <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="book"/>
+    <serviceTask id="book" q:task="book"/>
+    <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
+    <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
+    <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+    <sequenceFlow id="g1" sourceRef="book" targetRef="undo"/>
+    <endEvent id="undo"><compensateEventDefinition/></endEvent>
+  </subProcess>
+  <sequenceFlow id="f2" sourceRef="sp" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{ "instance": "c-3", "tasks": { "unbook": [{ "outcome": "ok", "after_ms": 500 }] } }"#,
+    );
+    assert_eq!(runs_of(&trace, "unbook"), vec![(0, 1)]);
+    assert!(runs_of(&trace, "unouter").is_empty());
+    // `sp` completes only once its compensation end event's handler has ended.
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert_eq!(trace.steps.last().unwrap().at_ms, 500);
+}
+
+#[test]
+fn an_activity_completing_past_the_bound_fails_the_instance() {
+    let def = model(&format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
+  <task id="book"/>
+  <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
+  <task id="unbook" isForCompensation="true"/>
+  <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+  <sequenceFlow id="f1" sourceRef="book" targetRef="count"/>
+  <scriptTask id="count"><extensionElements><q:script expression="n + 1" resultVariable="n"/></extensionElements></scriptTask>
+  <sequenceFlow id="f2" sourceRef="count" targetRef="more"/>
+  <exclusiveGateway id="more" default="f4"/>
+  <sequenceFlow id="f3" sourceRef="more" targetRef="book"><conditionExpression>n &lt; {}</conditionExpression></sequenceFlow>
+  <sequenceFlow id="f4" sourceRef="more" targetRef="e"/><endEvent id="e"/>"#,
+        COMPENSABLE_MAX + 1
+    ));
+    let trace = run_scenario(&def, r#"{ "instance": "c-4", "variables": { "n": 0 } }"#);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Failed);
+    let failure = end.failure().unwrap();
+    assert_eq!(failure.code, "COMPENSATION_LIMIT");
+    assert_eq!(failure.node.as_deref(), Some("book"));
+    assert_eq!(end.compensable().len(), COMPENSABLE_MAX);
+
+    // One completion fewer stays inside the bound.
+    let within = model(&format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
+  <task id="book"/>
+  <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
+  <task id="unbook" isForCompensation="true"/>
+  <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+  <sequenceFlow id="f1" sourceRef="book" targetRef="count"/>
+  <scriptTask id="count"><extensionElements><q:script expression="n + 1" resultVariable="n"/></extensionElements></scriptTask>
+  <sequenceFlow id="f2" sourceRef="count" targetRef="more"/>
+  <exclusiveGateway id="more" default="f4"/>
+  <sequenceFlow id="f3" sourceRef="more" targetRef="book"><conditionExpression>n &lt; {COMPENSABLE_MAX}</conditionExpression></sequenceFlow>
+  <sequenceFlow id="f4" sourceRef="more" targetRef="w"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f5" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#
+    ));
+    let trace = run_scenario(&within, r#"{ "instance": "c-5", "variables": { "n": 0 } }"#);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Running);
+    assert_eq!(end.compensable().len(), COMPENSABLE_MAX);
+}
+
+#[test]
+fn recorded_completions_and_owed_runs_round_trip_and_block_migration() {
+    let def = compensable(
+        r#"<sequenceFlow id="f1" sourceRef="book" targetRef="w"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f4" sourceRef="w" targetRef="undo"/>
+  <endEvent id="undo"><compensateEventDefinition/></endEvent>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{
+          "instance": "c-6",
+          "tasks": { "book": [{ "outcome": "ok", "outputs": { "booked": true } }] }
+        }"#,
+    );
+    let snap = last(&trace);
+    assert_eq!(snap.status(), Status::Running);
+    assert_eq!(snap.compensable(), ["book"]);
+    let bytes = snap.encode();
+    assert_eq!(Snapshot::decode(&bytes).unwrap().encode(), bytes);
+
+    let refused = step(
+        &def,
+        "c-6",
+        snap.clone(),
+        Input::Migrate {
+            mapping: Default::default(),
+            timers: Default::default(),
+            user_tasks: vec!["w".into()],
+        },
+        1_000,
+    )
+    .unwrap();
+    assert!(
+        matches!(refused.effects.as_slice(), [Effect::Stale { reason }] if reason.contains("compensated")),
+        "{:?}",
+        refused.effects
+    );
+    assert_eq!(refused.snapshot.encode(), bytes);
+
+    // The user task completes: the end event runs the handler once and waits for it.
+    let done = step(
+        &def,
+        "c-6",
+        snap,
+        Input::UserTaskCompleted {
+            node: "w".into(),
+            variables: Default::default(),
+            assignee: None,
+        },
+        2_000,
+    )
+    .unwrap();
+    assert!(done
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunTask { node, .. } if node == "unbook")));
+    assert_eq!(done.snapshot.tokens(), ["unbook", "undo"]);
+    assert_eq!(done.snapshot.compensations_owed()["unbook"], ["undo"]);
+    assert!(done.snapshot.compensable().is_empty());
+    let bytes = done.snapshot.encode();
+    assert_eq!(Snapshot::decode(&bytes).unwrap().encode(), bytes);
+}
