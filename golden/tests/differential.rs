@@ -27,6 +27,8 @@ use serde::Deserialize;
 /// through (no retry policies, `q:timeout`s, I/O mappings, cancels or operator events):
 /// their scenarios run in both engines unchanged.
 const GOLDEN_CASES: &[&str] = &[
+    "compensation_from_error_event_sub_process",
+    "compensation_saga_rolls_back",
     "error_boundary_by_code",
     "error_boundary_catch_all",
     "error_end_event",
