@@ -131,14 +131,16 @@ impl<'a> Run<'a> {
             return;
         }
         let Some(t) = self.p.find(&throw) else { return };
-        if !self.remove_token(t) {
-            return; // the throw was interrupted meanwhile
-        }
-        match &self.p.node(t).kind {
-            NodeKind::IntermediateThrow(ThrowTrigger::Compensation { .. }) => self.leave(t),
-            // A compensation end event: the token ends now that its handlers have.
-            NodeKind::EndEvent(EndKind::Compensation { .. }) => {}
-            _ => {}
+        // Every token waiting there goes on: two tokens that reached the throw at
+        // different times share its name in `z/`, so both wait for the last run either
+        // owed. None is left when the throw was interrupted meanwhile.
+        while self.remove_token(t) {
+            match &self.p.node(t).kind {
+                NodeKind::IntermediateThrow(ThrowTrigger::Compensation { .. }) => self.leave(t),
+                // A compensation end event: the token ends now that its handlers have.
+                NodeKind::EndEvent(EndKind::Compensation { .. }) => {}
+                _ => {}
+            }
         }
     }
 

@@ -30,7 +30,9 @@
 //! timers; `redrive.rs` re-emits in-flight attempts after a crash (C7a); `delivery.rs`
 //! is a channel's delivery curve, the one arithmetic the dispatcher and the simulator share;
 //! `path.rs` records, when asked ([`step_traced`]), the path a step took;
-//! `event_sub.rs` arms and starts event sub-processes.
+//! `event_sub.rs` arms and starts event sub-processes; `compensation.rs` records the
+//! completions of compensable activities and runs their handlers for a compensation
+//! throw.
 
 pub mod delivery;
 pub mod error;

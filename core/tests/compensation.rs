@@ -233,3 +233,76 @@ fn recorded_completions_and_owed_runs_round_trip_and_block_migration() {
     let bytes = done.snapshot.encode();
     assert_eq!(Snapshot::decode(&bytes).unwrap().encode(), bytes);
 }
+
+#[test]
+fn two_tokens_waiting_at_one_throw_both_go_on_when_the_last_run_ends() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+  <parallelGateway id="fork"/>
+  <sequenceFlow id="f1" sourceRef="fork" targetRef="bookA"/>
+  <sequenceFlow id="f2" sourceRef="fork" targetRef="w"/>
+  <serviceTask id="bookA" q:task="bookA"/>
+  <boundaryEvent id="undoAOn" attachedToRef="bookA"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unbookA" isForCompensation="true" q:task="unbookA"/>
+  <association id="a1" sourceRef="undoAOn" targetRef="unbookA"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f3" sourceRef="w" targetRef="bookB"/>
+  <serviceTask id="bookB" q:task="bookB"/>
+  <boundaryEvent id="undoBOn" attachedToRef="bookB"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unbookB" isForCompensation="true" q:task="unbookB"/>
+  <association id="a2" sourceRef="undoBOn" targetRef="unbookB"/>
+  <sequenceFlow id="f4" sourceRef="bookA" targetRef="undo"/>
+  <sequenceFlow id="f5" sourceRef="bookB" targetRef="undo"/>
+  <intermediateThrowEvent id="undo"><compensateEventDefinition/></intermediateThrowEvent>
+  <sequenceFlow id="f6" sourceRef="undo" targetRef="after"/>
+  <serviceTask id="after" q:task="after"/>
+  <sequenceFlow id="f7" sourceRef="after" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    // The first token takes bookA's completion and waits for unbookA (slow); the second
+    // takes bookB's and waits for unbookB, which ends last.
+    let trace = run_scenario(
+        &def,
+        r#"{
+          "instance": "c-7",
+          "tasks": {
+            "unbookA": [{ "outcome": "ok", "after_ms": 3000 }],
+            "unbookB": [{ "outcome": "ok", "after_ms": 4000 }]
+          },
+          "events": [{ "event": "complete_user_task", "at_ms": 1000, "node": "w", "variables": {} }]
+        }"#,
+    );
+    assert_eq!(runs_of(&trace, "unbookA"), vec![(0, 1)]);
+    assert_eq!(runs_of(&trace, "unbookB"), vec![(1000, 1)]);
+    let both_wait = trace
+        .steps
+        .iter()
+        .map(|s| Snapshot::decode(&s.snapshot).unwrap())
+        .any(|s| s.tokens().iter().filter(|t| *t == "undo").count() == 2);
+    assert!(both_wait, "two tokens waited at the throw at once");
+    // Both go on together when unbookB ends at 5 s: `after` runs once per token.
+    assert_eq!(runs_of(&trace, "after"), vec![(5000, 1), (5000, 1)]);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert!(end.tokens().is_empty() && end.compensations_owed().is_empty());
+}
+
+#[test]
+fn a_compensable_multi_instance_activity_is_compensated_once_as_a_whole() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="ship"/>
+  <serviceTask id="ship" q:task="ship">
+    <multiInstanceLoopCharacteristics isSequential="true"><loopCardinality>3</loopCardinality></multiInstanceLoopCharacteristics>
+  </serviceTask>
+  <boundaryEvent id="shipUndo" attachedToRef="ship"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="recall" isForCompensation="true" q:task="recall"/>
+  <association id="a1" sourceRef="shipUndo" targetRef="recall"/>
+  <sequenceFlow id="f1" sourceRef="ship" targetRef="undo"/>
+  <endEvent id="undo"><compensateEventDefinition activityRef="ship"/></endEvent>"#,
+    );
+    let trace = run_scenario(&def, r#"{ "instance": "c-8" }"#);
+    for k in 1..=3 {
+        assert_eq!(runs_of(&trace, &format!("ship#{k}")).len(), 1);
+    }
+    assert_eq!(runs_of(&trace, "recall").len(), 1);
+    assert_eq!(last(&trace).status(), Status::Completed);
+}
