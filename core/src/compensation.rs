@@ -22,23 +22,57 @@ use super::path::EventKind;
 pub const COMPENSABLE_MAX: usize = 1_000;
 
 impl<'a> Run<'a> {
-    /// `idx` completed (its token left it normally): record it when it has a compensation
+    /// A token enters `idx`: a compensable activity is refused its start, failing the
+    /// instance, when `COMPENSABLE_MAX` completions already wait for a throw — before it
+    /// does any work, so a resume does not find work done twice. (Activities already
+    /// running still record their completion: the bound is exceeded by at most the
+    /// activities running at once.)
+    pub(super) fn compensation_limit_reached(&mut self, idx: NodeIdx) -> bool {
+        if idx.instance() != 0
+            || self.p.compensation(idx).is_none()
+            || self.snap.compensable.len() < COMPENSABLE_MAX
+        {
+            return false;
+        }
+        let message = format!(
+            "`{}` would start with {COMPENSABLE_MAX} completions of compensable activities \
+             already waiting for a compensation throw (a loop around a compensable \
+             activity with no throw in it?)",
+            self.id(idx)
+        );
+        self.fail(codes::COMPENSATION_LIMIT, Some(idx), None, message);
+        true
+    }
+
+    /// `idx` completed and its token leaves it: record it when it has a compensation
     /// boundary, and drop what a completed sub-process recorded inside it.
     pub(super) fn compensation_completed(&mut self, idx: NodeIdx) {
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.forget_compensable_inside(idx);
         }
         if idx.instance() == 0 && self.p.compensation(idx).is_some() {
-            if self.snap.compensable.len() >= COMPENSABLE_MAX {
-                let message = format!(
-                    "`{}` completed once more with {COMPENSABLE_MAX} completions of \
-                     compensable activities already waiting for a compensation throw",
-                    self.id(idx)
-                );
-                return self.fail(codes::COMPENSATION_LIMIT, Some(idx), None, message);
-            }
             let key = self.id(idx).into_owned();
             self.snap.compensable.push(key);
+        }
+    }
+
+    /// After a resume: a handler owed runs that holds no token was queued to start in the
+    /// step that failed, and the failure dropped the queue; it starts now. `failed` (the
+    /// node the resume itself runs again) is left out.
+    pub(super) fn restart_owed_handlers(&mut self, failed: Option<NodeIdx>) {
+        if self.snap.owed.is_empty() {
+            return;
+        }
+        let idle: Vec<NodeIdx> = self
+            .snap
+            .owed
+            .keys()
+            .filter(|h| !self.snap.tokens.contains(h))
+            .filter_map(|h| self.p.find(h))
+            .filter(|h| Some(*h) != failed)
+            .collect();
+        for h in idle {
+            self.queue.push_back((h, None));
         }
     }
 

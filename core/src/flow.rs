@@ -1051,6 +1051,9 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn enter(&mut self, idx: NodeIdx, via: Option<FlowIdx>) {
+        if !self.p.compensations.is_empty() && self.compensation_limit_reached(idx) {
+            return;
+        }
         if let Some(mi) = self.p.multi_instance(idx) {
             return self.enter_multi(idx, mi);
         }
@@ -1367,9 +1370,6 @@ impl<'a> Run<'a> {
     /// A token leaves `idx` over its outgoing flows: every unconditioned flow and every
     /// flow whose condition holds. No outgoing flow consumes the token.
     pub(super) fn leave(&mut self, idx: NodeIdx) {
-        if !self.p.compensations.is_empty() {
-            self.compensation_completed(idx);
-        }
         // An inner instance has no flows: it goes back to its body.
         if let Some(body) = self.p.body_of(idx) {
             return self.inner_completed(body, idx);
@@ -1377,6 +1377,9 @@ impl<'a> Run<'a> {
         let outgoing = &self.p.node(idx).outgoing;
         match outgoing.as_slice() {
             [] => {
+                if !self.p.compensations.is_empty() {
+                    self.compensation_completed(idx);
+                }
                 // A compensation handler has no flows: its run ended.
                 if !self.snap.owed.is_empty() {
                     self.handler_finished(idx);
@@ -1384,7 +1387,12 @@ impl<'a> Run<'a> {
                 return;
             }
             // The common case, without collecting anything.
-            [only] if self.p.flow(*only).condition.is_none() => return self.take(idx, *only),
+            [only] if self.p.flow(*only).condition.is_none() => {
+                if !self.p.compensations.is_empty() {
+                    self.compensation_completed(idx);
+                }
+                return self.take(idx, *only);
+            }
             _ => {}
         }
         match self.true_flows(outgoing, None) {
@@ -1396,6 +1404,11 @@ impl<'a> Run<'a> {
                 self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
             }
             Ok(flows) => {
+                // Recorded only once the token can leave: a completion that fails here
+                // (no flow taken) is made again by the resume, and recorded then.
+                if !self.p.compensations.is_empty() {
+                    self.compensation_completed(idx);
+                }
                 if self.tracing() && outgoing.iter().any(|f| self.p.flow(*f).condition.is_some()) {
                     self.record_decision(idx, &flows, false);
                 }

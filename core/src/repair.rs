@@ -64,6 +64,7 @@ impl Run<'_> {
         for idx in waiting {
             self.wait_again(idx);
         }
+        self.restart_owed_handlers(failed);
         let Some(idx) = failed else { return };
         let registered = matches!(
             &self.p.node(idx).kind,

@@ -407,6 +407,7 @@ impl<'a> Run<'a> {
         self.resolve_all_timers();
         self.snap.cycles.clear();
         self.snap.compensable.clear();
+        self.snap.owed.clear();
         self.snap.status = Status::Completed;
         self.effects.push(Effect::Completed);
     }

@@ -306,3 +306,107 @@ fn a_compensable_multi_instance_activity_is_compensated_once_as_a_whole() {
     assert_eq!(runs_of(&trace, "recall").len(), 1);
     assert_eq!(last(&trace).status(), Status::Completed);
 }
+
+#[test]
+fn a_completion_leaving_over_several_flows_is_recorded_once() {
+    let def = compensable(
+        r#"<sequenceFlow id="f1" sourceRef="book" targetRef="w"/>
+  <sequenceFlow id="f2" sourceRef="book" targetRef="w2"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f3" sourceRef="w" targetRef="e"/><endEvent id="e"/>
+  <userTask id="w2"/>
+  <sequenceFlow id="f4" sourceRef="w2" targetRef="e2"/><endEvent id="e2"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{ "instance": "c-9" }"#);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Running);
+    assert_eq!(end.tokens(), ["w", "w2"]);
+    assert_eq!(end.compensable(), ["book"]);
+}
+
+#[test]
+fn a_resume_starts_the_handler_runs_a_failure_in_their_step_dropped() {
+    // The throw queues both handlers; the parallel branch's script fails in the same
+    // step, before they are entered, and the failure drops the queue: the runs are owed
+    // (`z/`) with no token.
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="a"/>
+  <serviceTask id="a" q:task="a"/>
+  <boundaryEvent id="aUndo" attachedToRef="a"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unA" isForCompensation="true" q:task="unA"/>
+  <association id="a1" sourceRef="aUndo" targetRef="unA"/>
+  <sequenceFlow id="f1" sourceRef="a" targetRef="b"/>
+  <serviceTask id="b" q:task="b"/>
+  <boundaryEvent id="bUndo" attachedToRef="b"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unB" isForCompensation="true" q:task="unB"/>
+  <association id="a2" sourceRef="bUndo" targetRef="unB"/>
+  <sequenceFlow id="f2" sourceRef="b" targetRef="fork"/>
+  <parallelGateway id="fork"/>
+  <sequenceFlow id="f3" sourceRef="fork" targetRef="undo"/>
+  <sequenceFlow id="f4" sourceRef="fork" targetRef="calc"/>
+  <intermediateThrowEvent id="undo"><compensateEventDefinition/></intermediateThrowEvent>
+  <sequenceFlow id="f5" sourceRef="undo" targetRef="e1"/><endEvent id="e1"/>
+  <scriptTask id="calc"><extensionElements><q:script expression="x + 1" resultVariable="y"/></extensionElements></scriptTask>
+  <sequenceFlow id="f6" sourceRef="calc" targetRef="e2"/><endEvent id="e2"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{ "instance": "c-10" }"#);
+    let failed = last(&trace);
+    assert_eq!(failed.status(), Status::Failed);
+    assert_eq!(failed.failure().unwrap().node.as_deref(), Some("calc"));
+    assert_eq!(failed.tokens(), ["undo"]);
+    assert_eq!(failed.compensations_owed().len(), 2);
+    assert!(runs_of(&trace, "unA").is_empty() && runs_of(&trace, "unB").is_empty());
+
+    // An operator supplies `x` (a tampered snapshot stands in for the fix) and resumes.
+    let mut view = top_level_map(&failed);
+    let vars = view.iter_mut().find(|(k, _)| k == "d");
+    match vars {
+        Some((_, rmpv::Value::Map(m))) => m.push(("x".into(), 1.into())),
+        _ => view.push(("d".into(), rmpv::Value::Map(vec![("x".into(), 1.into())]))),
+    }
+    let fixed = Snapshot::decode(&encode_map(&view)).unwrap();
+    let resumed = step(
+        &def,
+        "c-10",
+        fixed,
+        Input::Resume {
+            budget: Default::default(),
+        },
+        1_000,
+    )
+    .unwrap();
+    let started: Vec<&str> = resumed
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::RunTask { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, ["unA", "unB"]);
+    assert_eq!(resumed.snapshot.status(), Status::Running);
+    assert_eq!(resumed.snapshot.tokens(), ["unA", "unB", "undo"]);
+}
+
+fn top_level_map(snap: &Snapshot) -> Vec<(String, rmpv::Value)> {
+    let bytes = snap.encode();
+    let value = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
+    value
+        .as_map()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
+        .collect()
+}
+
+fn encode_map(entries: &[(String, rmpv::Value)]) -> Vec<u8> {
+    let map = rmpv::Value::Map(
+        entries
+            .iter()
+            .map(|(k, v)| (rmpv::Value::from(k.as_str()), v.clone()))
+            .collect(),
+    );
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &map).unwrap();
+    out
+}

@@ -3332,3 +3332,32 @@ fn compensation_inside_a_multi_instance_sub_process_is_q103() {
         "Q103",
     );
 }
+
+#[test]
+fn a_text_annotation_on_a_compensation_boundary_is_not_a_second_handler() {
+    let l = loads(&compensating(
+        COMP_BOUNDARY,
+        COMP_HANDLER,
+        r#"<association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+<textAnnotation id="note"><text>refund within a day</text></textAnnotation>
+<association id="a2" sourceRef="bookUndo" targetRef="note"/>"#,
+        r#"<compensateEventDefinition activityRef="book"/>"#,
+    ));
+    let p = &only(&l).process;
+    let c = p.compensation(p.find("book").unwrap()).unwrap();
+    assert_eq!(p.node(c.handler).id, "unbook");
+}
+
+#[test]
+fn an_association_from_a_compensation_boundary_to_an_annotation_only_is_q133() {
+    refused(
+        &compensating(
+            COMP_BOUNDARY,
+            "",
+            r#"<textAnnotation id="note"><text>refund</text></textAnnotation>
+¶<association id="a2" sourceRef="bookUndo" targetRef="note"/>"#,
+            "<compensateEventDefinition/>",
+        ),
+        "Q133",
+    );
+}

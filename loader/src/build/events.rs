@@ -572,12 +572,27 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 );
                 continue;
             }
-            let targets: Vec<&'a Element> = self
+            let from_boundary: Vec<&'a Element> = self
                 .association_els
                 .iter()
                 .copied()
                 .filter(|a| a.value("sourceRef").map(str::trim) == Some(bid.as_str()))
                 .collect();
+            // An association to a text annotation (a modeler's comment on the boundary)
+            // names no flow node and is not a handler link.
+            let targets: Vec<&'a Element> = from_boundary
+                .iter()
+                .copied()
+                .filter(|a| {
+                    a.value("targetRef")
+                        .is_some_and(|t| self.by_id.contains_key(t.trim()))
+                })
+                .collect();
+            let targets = if targets.is_empty() {
+                from_boundary
+            } else {
+                targets
+            };
             let target = match targets.as_slice() {
                 [one] => one,
                 [] => {
