@@ -16,6 +16,7 @@ use qflow_loader::model::{EndKind, NodeIdx, NodeKind, ThrowTrigger};
 use super::codes;
 use super::flow::Run;
 use super::path::EventKind;
+use crate::Attempt;
 
 /// Most completions of compensable activities an instance keeps for a throw to take
 /// (`g`); one more fails the instance with `COMPENSATION_LIMIT`.
@@ -53,6 +54,18 @@ impl<'a> Run<'a> {
         if idx.instance() == 0 && self.p.compensation(idx).is_some() {
             let key = self.id(idx).into_owned();
             self.snap.compensable.push(key);
+        }
+    }
+
+    /// Takes back the completion of `idx` that `leave` has just recorded (a
+    /// multi-instance body that did not complete every inner instance).
+    pub(super) fn unrecord_completion(&mut self, idx: NodeIdx) {
+        if self.p.compensation(idx).is_none() {
+            return;
+        }
+        let key = self.id(idx);
+        if let Some(at) = self.snap.compensable.iter().rposition(|k| *k == *key) {
+            self.snap.compensable.remove(at);
         }
     }
 
@@ -158,6 +171,13 @@ impl<'a> Run<'a> {
         if owed.is_empty() {
             self.snap.owed.remove(key.as_ref());
         } else {
+            // The next run's attempts number on from this one's, so that a late or
+            // repeated report of this run's attempt is stale for the next.
+            if let Some((node, attempt)) = self.finished_run.take() {
+                if node == idx {
+                    self.next_runs.push((idx, attempt));
+                }
+            }
             self.queue.push_back((idx, None));
         }
         let Some(throw) = throw else { return };
@@ -176,6 +196,23 @@ impl<'a> Run<'a> {
                 _ => {}
             }
         }
+    }
+
+    /// The first attempt of a registered task entered now: 1, or for a compensation
+    /// handler's next owed run the number after the attempts its previous run used, with
+    /// those attempts set aside from the budget (`b/<handler>`, as a budget reset does).
+    pub(super) fn handler_run_attempt(&mut self, idx: NodeIdx) -> Attempt {
+        let Some(at) = self.next_runs.iter().position(|(n, _)| *n == idx) else {
+            return Attempt::FIRST;
+        };
+        let (_, used) = self.next_runs.remove(at);
+        let Some(next) = Attempt::new(used.saturating_add(1)) else {
+            return Attempt::FIRST;
+        };
+        let key = self.id(idx).into_owned();
+        self.snap.set_attempt(&key, next);
+        self.snap.set_budget_base(&key, used);
+        next
     }
 
     /// A handler run was interrupted (its scope ended): the runs it still owed are not

@@ -384,6 +384,12 @@ pub(super) struct Run<'a> {
     /// A called instance's BPMN error that escaped it in this step (its code and
     /// message): reported to the parent as the instance ends (`call`).
     pub(super) escaped: Option<(Option<String>, String)>,
+    /// The compensation handler whose run completed in this step, with the attempt
+    /// number it ended on (`compensation`): its next owed run numbers on from there.
+    pub(super) finished_run: Option<(NodeIdx, u32)>,
+    /// Registered handlers queued for their next owed run, with the attempts earlier
+    /// runs used: the run starts at the next number, its budget counted afresh.
+    pub(super) next_runs: Vec<(NodeIdx, u32)>,
 }
 
 impl<'a> Run<'a> {
@@ -412,6 +418,8 @@ impl<'a> Run<'a> {
             user_tasks_migrated: None,
             path: trace.then(Vec::new),
             escaped: None,
+            finished_run: None,
+            next_runs: Vec::new(),
         }
     }
 
@@ -991,6 +999,10 @@ impl<'a> Run<'a> {
         }
         self.remove_token(idx);
         self.disarm(idx);
+        if !self.snap.owed.is_empty() {
+            let attempt = self.snap.attempt_in_progress(&self.id(idx)).get();
+            self.finished_run = Some((idx, attempt));
+        }
         self.snap.clear_retry_state(&self.id(idx));
         self.leave(idx);
     }
@@ -1228,7 +1240,8 @@ impl<'a> Run<'a> {
                     return;
                 }
                 self.snap.clear_retry_state(&self.id(idx));
-                self.run_attempt(idx, Attempt::FIRST);
+                let first = self.handler_run_attempt(idx);
+                self.run_attempt(idx, first);
             }
             TaskKind::User { .. } => {
                 self.add_token(idx);

@@ -67,13 +67,26 @@ pub(super) fn problems(
              a multi-instance body runs"
         ));
     }
-    // Recorded completions and owed handler runs name nodes of the source definition.
-    if !snap.compensable().is_empty() || !snap.compensations_owed().is_empty() {
-        out.push(
-            "the instance holds completed activities that can still be compensated; an \
-             instance is not migrated while it does"
-                .to_string(),
-        );
+    // A handler run in progress waits for its throw under the source's ids.
+    for handler in snap.compensations_owed().keys() {
+        out.push(format!(
+            "compensation handler `{handler}` has runs to make for a compensation throw; an \
+             instance is not migrated while a compensation runs"
+        ));
+    }
+    // A recorded completion moves under its new id, and must stay compensable there.
+    let mut named = std::collections::BTreeSet::new();
+    for entry in snap.compensable() {
+        let to = mapped(mapping, entry);
+        if !named.insert(to) {
+            continue;
+        }
+        if p.find(to).and_then(|n| p.compensation(n)).is_none() {
+            out.push(format!(
+                "`{entry}` completed and can still be compensated, but `{to}` has no \
+                 compensation boundary in the target"
+            ));
+        }
     }
     match snap.status() {
         Status::Failed => {}
@@ -195,6 +208,9 @@ impl Run<'_> {
             *t = mapped(mapping, t).to_owned();
         }
         s.tokens.sort();
+        for entry in &mut s.compensable {
+            *entry = mapped(mapping, entry).to_owned();
+        }
         rename(&mut s.attempts, mapping);
         rename(&mut s.markers, mapping);
         rename(&mut s.first_failure_ms, mapping);

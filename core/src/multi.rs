@@ -140,7 +140,9 @@ impl<'a> Run<'a> {
             if let Some(out) = &mi.output_collection {
                 self.snap.vars.insert(out.clone(), Json::Array(Vec::new()));
             }
-            return self.leave(body);
+            self.leave(body);
+            // Nothing ran, so nothing is to be compensated.
+            return self.unrecord_completion(body);
         }
         self.add_token(body);
         if !self.arm_boundaries(body) {
@@ -300,6 +302,11 @@ impl<'a> Run<'a> {
         self.remove_token(body);
         self.disarm(body);
         self.leave(body);
+        // A body its completion condition ended early is not compensated: only one whose
+        // every inner instance completed is (as Zeebe does).
+        if state.done < state.count {
+            self.unrecord_completion(body);
+        }
     }
 }
 

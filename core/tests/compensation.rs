@@ -171,7 +171,7 @@ fn an_activity_completing_past_the_bound_fails_the_instance() {
 }
 
 #[test]
-fn recorded_completions_and_owed_runs_round_trip_and_block_migration() {
+fn recorded_completions_round_trip_and_migrate_only_where_they_stay_compensable() {
     let def = compensable(
         r#"<sequenceFlow id="f1" sourceRef="book" targetRef="w"/>
   <userTask id="w"/>
@@ -191,24 +191,53 @@ fn recorded_completions_and_owed_runs_round_trip_and_block_migration() {
     let bytes = snap.encode();
     assert_eq!(Snapshot::decode(&bytes).unwrap().encode(), bytes);
 
-    let refused = step(
-        &def,
-        "c-6",
-        snap.clone(),
-        Input::Migrate {
-            mapping: Default::default(),
-            timers: Default::default(),
-            user_tasks: vec!["w".into()],
-        },
-        1_000,
-    )
-    .unwrap();
+    // Onto a model where `book` has no compensation boundary: refused, nothing changed.
+    let plain = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
+  <serviceTask id="book" q:task="book"/>
+  <sequenceFlow id="f1" sourceRef="book" targetRef="w"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f4" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let migrate = || Input::Migrate {
+        mapping: Default::default(),
+        timers: Default::default(),
+        user_tasks: vec!["w".into()],
+    };
+    let refused = step(&plain, "c-6", snap.clone(), migrate(), 1_000).unwrap();
     assert!(
-        matches!(refused.effects.as_slice(), [Effect::Stale { reason }] if reason.contains("compensated")),
+        matches!(refused.effects.as_slice(), [Effect::Stale { reason }] if reason.contains("no compensation boundary")),
         "{:?}",
         refused.effects
     );
     assert_eq!(refused.snapshot.encode(), bytes);
+    // Onto a model where it has one, under another id: the completion moves with it.
+    let renamed = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="reserve"/>
+  <serviceTask id="reserve" q:task="book"/>
+  <boundaryEvent id="reserveUndo" attachedToRef="reserve"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="unreserve" isForCompensation="true" q:task="unbook"/>
+  <association id="a1" sourceRef="reserveUndo" targetRef="unreserve"/>
+  <sequenceFlow id="f1" sourceRef="reserve" targetRef="w"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f4" sourceRef="w" targetRef="undo"/>
+  <endEvent id="undo"><compensateEventDefinition/></endEvent>"#,
+    );
+    let to_reserve = Input::Migrate {
+        mapping: [("book".to_owned(), "reserve".to_owned())].into(),
+        timers: Default::default(),
+        user_tasks: vec!["w".into()],
+    };
+    let moved = step(&renamed, "c-6", snap.clone(), to_reserve, 1_000).unwrap();
+    assert!(
+        !moved
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Stale { .. })),
+        "{:?}",
+        moved.effects
+    );
+    assert_eq!(moved.snapshot.compensable(), ["reserve"]);
 
     // The user task completes: the end event runs the handler once and waits for it.
     let done = step(
@@ -409,4 +438,117 @@ fn encode_map(entries: &[(String, rmpv::Value)]) -> Vec<u8> {
     let mut out = Vec::new();
     rmpv::encode::write_value(&mut out, &map).unwrap();
     out
+}
+
+#[test]
+fn a_multi_instance_activity_ended_early_or_empty_is_not_compensated() {
+    // Three bids, two needed: the completion condition ends the body with one inner
+    // instance interrupted; then an empty collection: nothing ran. Neither is recorded.
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="bid"/>
+  <serviceTask id="bid" q:task="bid">
+    <multiInstanceLoopCharacteristics>
+      <loopCardinality>3</loopCardinality>
+      <completionCondition>numberOfCompletedInstances >= 2</completionCondition>
+    </multiInstanceLoopCharacteristics>
+  </serviceTask>
+  <boundaryEvent id="bidUndo" attachedToRef="bid"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="withdraw" isForCompensation="true" q:task="withdraw"/>
+  <association id="a1" sourceRef="bidUndo" targetRef="withdraw"/>
+  <sequenceFlow id="f1" sourceRef="bid" targetRef="w"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f2" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{ "instance": "c-11", "tasks": { "bid": [{ "outcome": "ok", "after_ms": 10 }] } }"#,
+    );
+    let end = last(&trace);
+    assert_eq!(end.tokens(), ["w"]);
+    assert!(end.compensable().is_empty(), "{:?}", end.compensable());
+
+    let all = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="bid"/>
+  <serviceTask id="bid" q:task="bid">
+    <multiInstanceLoopCharacteristics>
+      <loopCardinality>n</loopCardinality>
+    </multiInstanceLoopCharacteristics>
+  </serviceTask>
+  <boundaryEvent id="bidUndo" attachedToRef="bid"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="withdraw" isForCompensation="true" q:task="withdraw"/>
+  <association id="a1" sourceRef="bidUndo" targetRef="withdraw"/>
+  <sequenceFlow id="f1" sourceRef="bid" targetRef="w"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f2" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let empty = last(&run_scenario(
+        &all,
+        r#"{ "instance": "c-12", "variables": { "n": 0 } }"#,
+    ));
+    assert_eq!(empty.tokens(), ["w"]);
+    assert!(empty.compensable().is_empty());
+    let full = last(&run_scenario(
+        &all,
+        r#"{ "instance": "c-13", "variables": { "n": 2 } }"#,
+    ));
+    assert_eq!(full.tokens(), ["w"]);
+    assert_eq!(full.compensable(), ["bid"]);
+}
+
+#[test]
+fn a_handlers_next_run_numbers_its_attempts_on_so_a_repeated_report_is_stale() {
+    let def = compensable(
+        r#"<sequenceFlow id="f1" sourceRef="book" targetRef="count"/>
+  <scriptTask id="count"><extensionElements><q:script expression="n + 1" resultVariable="n"/></extensionElements></scriptTask>
+  <sequenceFlow id="f2" sourceRef="count" targetRef="more"/>
+  <exclusiveGateway id="more" default="f4"/>
+  <sequenceFlow id="f3" sourceRef="more" targetRef="book"><conditionExpression>n &lt; 2</conditionExpression></sequenceFlow>
+  <sequenceFlow id="f4" sourceRef="more" targetRef="undo"/>
+  <endEvent id="undo"><compensateEventDefinition/></endEvent>"#,
+    );
+    // `book` completes twice; the first run of `unbook` answers, the second never does.
+    let trace = run_scenario(
+        &def,
+        r#"{
+          "instance": "c-14",
+          "variables": { "n": 0 },
+          "tasks": { "unbook": [{ "outcome": "ok" }, { "outcome": "hang" }] }
+        }"#,
+    );
+    assert_eq!(runs_of(&trace, "unbook"), vec![(0, 1), (0, 2)]);
+    let waiting = last(&trace);
+    assert_eq!(waiting.tokens(), ["unbook", "undo"]);
+    assert_eq!(waiting.attempt("unbook"), 2);
+    assert_eq!(waiting.budget_base("unbook"), 1);
+    // The first run's attempt reported again (a re-adopted attempt may report twice)
+    // is stale for the second run.
+    let repeated = step(
+        &def,
+        "c-14",
+        waiting.clone(),
+        Input::TaskCompleted {
+            node: "unbook".into(),
+            attempt: qflow_core::Attempt::FIRST,
+            outputs: Default::default(),
+        },
+        1_000,
+    )
+    .unwrap();
+    assert!(matches!(
+        repeated.effects.as_slice(),
+        [Effect::Stale { .. }]
+    ));
+    let done = step(
+        &def,
+        "c-14",
+        waiting,
+        Input::TaskCompleted {
+            node: "unbook".into(),
+            attempt: qflow_core::Attempt::new(2).unwrap(),
+            outputs: Default::default(),
+        },
+        1_000,
+    )
+    .unwrap();
+    assert_eq!(done.snapshot.status(), Status::Completed);
 }

@@ -135,7 +135,10 @@ fn cases_without_a_retry_policy_never_write_a_retry_key() {
         let resumed = scenario["events"]
             .as_array()
             .is_some_and(|events| events.iter().any(|e| e["event"] == "resume"));
-        if has_policy || has_pull || resumed {
+        // A compensation handler's later owed runs number their attempts on from the
+        // earlier runs' (`docs/compensation.md`): the counter records that, policy or not.
+        let reruns_handler = !def.process.compensations.is_empty();
+        if has_policy || has_pull || resumed || reruns_handler {
             continue;
         }
         checked += 1;
