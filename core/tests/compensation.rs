@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{last, model, run_scenario, runs_of};
+use common::{encode_map, last, model, run_scenario, runs_of, top_level_map};
 use qflow_core::{step, Effect, Input, Snapshot, Status, COMPENSABLE_MAX};
 
 /// `book` (undone by `unbook`), then `rest` (the rest of the body), in the process.
@@ -415,29 +415,6 @@ fn a_resume_starts_the_handler_runs_a_failure_in_their_step_dropped() {
     assert_eq!(started, ["unA", "unB"]);
     assert_eq!(resumed.snapshot.status(), Status::Running);
     assert_eq!(resumed.snapshot.tokens(), ["unA", "unB", "undo"]);
-}
-
-fn top_level_map(snap: &Snapshot) -> Vec<(String, rmpv::Value)> {
-    let bytes = snap.encode();
-    let value = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
-    value
-        .as_map()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
-        .collect()
-}
-
-fn encode_map(entries: &[(String, rmpv::Value)]) -> Vec<u8> {
-    let map = rmpv::Value::Map(
-        entries
-            .iter()
-            .map(|(k, v)| (rmpv::Value::from(k.as_str()), v.clone()))
-            .collect(),
-    );
-    let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, &map).unwrap();
-    out
 }
 
 #[test]

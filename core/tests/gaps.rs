@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{effects, last, model, run_scenario, runs_of};
+use common::{effects, encode_map, last, model, run_scenario, runs_of, top_level_map};
 use qflow_core::{step, Effect, Input, Snapshot, Status};
 use qflow_loader::model::Definition;
 
@@ -259,28 +259,4 @@ fn a_budget_base_beyond_the_attempt_counts_one_attempt() {
         out.snapshot.failure().unwrap().detail.as_deref(),
         Some("exhausted")
     );
-}
-
-/// The snapshot's top-level map as `(key, value)` pairs.
-fn top_level_map(snap: &Snapshot) -> Vec<(String, rmpv::Value)> {
-    let bytes = snap.encode();
-    let value = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
-    value
-        .as_map()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
-        .collect()
-}
-
-fn encode_map(entries: &[(String, rmpv::Value)]) -> Vec<u8> {
-    let map = rmpv::Value::Map(
-        entries
-            .iter()
-            .map(|(k, v)| (rmpv::Value::from(k.as_str()), v.clone()))
-            .collect(),
-    );
-    let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, &map).unwrap();
-    out
 }

@@ -9,6 +9,7 @@
 pub mod counterpart;
 pub mod engine;
 pub mod fault_sim;
+pub mod stores;
 
 use std::sync::Arc;
 

@@ -13,10 +13,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_runtime::calls::{child_instance_id, CALL_CHANNEL};
 use qflow_store::{DeploymentId, InstanceId, InstanceStatus, OutboxState, Store};
 use qflow_tests::engine::{eventually, Engine, LIMIT};
+use qflow_tests::stores;
 use serde_json::json;
 
 /// The called process, first version: a review an operator completes.
@@ -309,38 +309,12 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_activities_on_sqlite_across_restarts() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("calls.sqlite");
-    story(|| {
-        let path = path.clone();
-        async move {
-            let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.expect("open"));
-            store
-        }
-    })
-    .await;
+    story(stores::sqlite(dir.path().join("calls.sqlite"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_activities_on_postgres_across_restarts() {
-    let url = match std::env::var("QFLOW_TEST_PG_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!("skipped: QFLOW_TEST_PG_URL not set");
-            return;
-        }
-    };
-    let schema = format!("calls_{}", uuid::Uuid::new_v4().simple());
-    story(|| {
-        let (url, schema) = (url.clone(), schema.clone());
-        async move {
-            let config = PgConfig {
-                schema: Some(schema),
-                max_connections: 6,
-            };
-            let store: Arc<dyn Store> =
-                Arc::new(PgStore::connect_with(&url, config).await.expect("connect"));
-            store
-        }
-    })
-    .await;
+    if let Some(open) = stores::postgres("calls", 6) {
+        story(open).await;
+    }
 }

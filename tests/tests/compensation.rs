@@ -10,9 +10,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_store::{DeploymentId, InstanceId, InstanceStatus, Store, UserTaskQuery};
 use qflow_tests::engine::{eventually, Engine};
+use qflow_tests::stores;
 use serde_json::json;
 
 /// A booking a person makes and, when the trip is called off, undoes by hand.
@@ -114,38 +114,12 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compensation_throw_waits_for_its_handler_across_a_restart_on_sqlite() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("compensation.sqlite");
-    story(|| {
-        let path = path.clone();
-        async move {
-            let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.expect("open"));
-            store
-        }
-    })
-    .await;
+    story(stores::sqlite(dir.path().join("compensation.sqlite"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compensation_throw_waits_for_its_handler_across_a_restart_on_postgres() {
-    let url = match std::env::var("QFLOW_TEST_PG_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!("skipped: QFLOW_TEST_PG_URL not set");
-            return;
-        }
-    };
-    let schema = format!("compensation_{}", uuid::Uuid::new_v4().simple());
-    story(|| {
-        let (url, schema) = (url.clone(), schema.clone());
-        async move {
-            let config = PgConfig {
-                schema: Some(schema),
-                max_connections: 6,
-            };
-            let store: Arc<dyn Store> =
-                Arc::new(PgStore::connect_with(&url, config).await.expect("connect"));
-            store
-        }
-    })
-    .await;
+    if let Some(open) = stores::postgres("compensation", 6) {
+        story(open).await;
+    }
 }

@@ -14,9 +14,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use qflow_ops::{MessageRequest, SignalRequest};
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use qflow_persistence::SqliteStore;
 use qflow_store::{DeploymentId, InstanceFilter, InstanceId, InstanceStatus, OutboxState, Store};
 use qflow_tests::engine::{eventually, Engine};
+use qflow_tests::stores;
 
 /// Waits at a signal catch, then at a user task with a non-interrupting signal boundary.
 const WAITER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
@@ -311,40 +312,14 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signals_and_message_starts_on_sqlite_across_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("signals.sqlite");
-    story(|| {
-        let path = path.clone();
-        async move {
-            let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.expect("open"));
-            store
-        }
-    })
-    .await;
+    story(stores::sqlite(dir.path().join("signals.sqlite"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signals_and_message_starts_on_postgres_across_a_restart() {
-    let url = match std::env::var("QFLOW_TEST_PG_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!("skipped: QFLOW_TEST_PG_URL not set");
-            return;
-        }
-    };
-    let schema = format!("signals_{}", uuid::Uuid::new_v4().simple());
-    story(|| {
-        let (url, schema) = (url.clone(), schema.clone());
-        async move {
-            let config = PgConfig {
-                schema: Some(schema),
-                max_connections: 6,
-            };
-            let store: Arc<dyn Store> =
-                Arc::new(PgStore::connect_with(&url, config).await.expect("connect"));
-            store
-        }
-    })
-    .await;
+    if let Some(open) = stores::postgres("signals", 6) {
+        story(open).await;
+    }
 }
 
 /// Catches `tick`, passes a task and a gateway, and waits at the catch again — all in

@@ -13,10 +13,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use qflow_persistence::SqliteStore;
 use qflow_runtime::schedules::occurrence_instance_id;
 use qflow_runtime::{Clock, ManualClock, Runtime};
 use qflow_store::{DeploymentId, InstanceFilter, InstanceId, InstanceStatus, Store};
+use qflow_tests::stores;
 use qflow_tests::{fast_recovery_config, handlers};
 
 /// Starts every minute, three times; each instance runs one registered task and ends.
@@ -255,40 +256,14 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timer_starts_on_sqlite_across_a_restart_and_a_hot_deploy() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("timer-starts.sqlite");
-    story(|| {
-        let path = path.clone();
-        async move {
-            let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.expect("open"));
-            store
-        }
-    })
-    .await;
+    story(stores::sqlite(dir.path().join("timer-starts.sqlite"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timer_starts_on_postgres_across_a_restart_and_a_hot_deploy() {
-    let url = match std::env::var("QFLOW_TEST_PG_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!("skipped: QFLOW_TEST_PG_URL not set");
-            return;
-        }
-    };
-    let schema = format!("timer_starts_{}", uuid::Uuid::new_v4().simple());
-    story(|| {
-        let (url, schema) = (url.clone(), schema.clone());
-        async move {
-            let config = PgConfig {
-                schema: Some(schema),
-                max_connections: 4,
-            };
-            let store: Arc<dyn Store> =
-                Arc::new(PgStore::connect_with(&url, config).await.expect("connect"));
-            store
-        }
-    })
-    .await;
+    if let Some(open) = stores::postgres("timer_starts", 4) {
+        story(open).await;
+    }
 }
 
 /// A process with a none start, and a timer event sub-process whose start is not an
@@ -347,7 +322,10 @@ async fn occurrences_that_cannot_start_are_skipped_not_claimed_forever() {
         dyn_clock,
         fast_recovery_config(1),
     );
-    clock.advance_ms(10);
+    // Past the due instant and past the poller's interval: a poll that ran before the
+    // advance (at T0, with nothing due) sleeps until T0 + 20 ms on this clock, and an
+    // advance of only 10 ms would never wake it (seen once in CI, under load).
+    clock.advance_ms(fast_recovery_config(1).poll_interval_ms as i64);
     eventually_schedules(&*store, Vec::new()).await;
     assert!(instances_of(&*store, dep).await.is_empty());
     runtime.shutdown().await;

@@ -126,3 +126,29 @@ pub fn approve_beside_pay() -> Definition {
         <sequenceFlow id="f6" sourceRef="late" targetRef="lateEnd"/>"#,
     )
 }
+
+/// A snapshot's persisted top-level map, entry by entry: for tests that tamper with a
+/// key the API does not set (a variable an operator fixed, a budget base).
+pub fn top_level_map(snap: &Snapshot) -> Vec<(String, rmpv::Value)> {
+    let bytes = snap.encode();
+    let value = rmpv::decode::read_value(&mut bytes.as_slice()).unwrap();
+    value
+        .as_map()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
+        .collect()
+}
+
+/// The MessagePack bytes of a top-level map (the inverse of [`top_level_map`]).
+pub fn encode_map(entries: &[(String, rmpv::Value)]) -> Vec<u8> {
+    let map = rmpv::Value::Map(
+        entries
+            .iter()
+            .map(|(k, v)| (rmpv::Value::from(k.as_str()), v.clone()))
+            .collect(),
+    );
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &map).unwrap();
+    out
+}
