@@ -124,9 +124,10 @@ fn a_throw_inside_a_sub_process_compensates_only_that_scope() {
     assert_eq!(trace.steps.last().unwrap().at_ms, 500);
 }
 
-#[test]
-fn an_activity_completing_past_the_bound_fails_the_instance() {
-    let def = model(&format!(
+/// `book` (a pass-through, undone by `unbook`) completes `times` times in a loop, then
+/// the token waits at a user task.
+fn looping(times: usize) -> qflow_core::Definition {
+    model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
   <task id="book"/>
   <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
@@ -136,12 +137,20 @@ fn an_activity_completing_past_the_bound_fails_the_instance() {
   <scriptTask id="count"><extensionElements><q:script expression="n + 1" resultVariable="n"/></extensionElements></scriptTask>
   <sequenceFlow id="f2" sourceRef="count" targetRef="more"/>
   <exclusiveGateway id="more" default="f4"/>
-  <sequenceFlow id="f3" sourceRef="more" targetRef="book"><conditionExpression>n &lt; {}</conditionExpression></sequenceFlow>
-  <sequenceFlow id="f4" sourceRef="more" targetRef="e"/><endEvent id="e"/>"#,
-        COMPENSABLE_MAX + 1
+  <sequenceFlow id="f3" sourceRef="more" targetRef="book"><conditionExpression>n &lt; {times}</conditionExpression></sequenceFlow>
+  <sequenceFlow id="f4" sourceRef="more" targetRef="w"/>
+  <userTask id="w"/>
+  <sequenceFlow id="f5" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#
+    ))
+}
+
+#[test]
+fn an_activity_entered_past_the_bound_fails_the_instance() {
+    let over = looping(COMPENSABLE_MAX + 1);
+    let end = last(&run_scenario(
+        &over,
+        r#"{ "instance": "c-4", "variables": { "n": 0 } }"#,
     ));
-    let trace = run_scenario(&def, r#"{ "instance": "c-4", "variables": { "n": 0 } }"#);
-    let end = last(&trace);
     assert_eq!(end.status(), Status::Failed);
     let failure = end.failure().unwrap();
     assert_eq!(failure.code, "COMPENSATION_LIMIT");
@@ -149,24 +158,13 @@ fn an_activity_completing_past_the_bound_fails_the_instance() {
     assert_eq!(end.compensable().len(), COMPENSABLE_MAX);
 
     // One completion fewer stays inside the bound.
-    let within = model(&format!(
-        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
-  <task id="book"/>
-  <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
-  <task id="unbook" isForCompensation="true"/>
-  <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
-  <sequenceFlow id="f1" sourceRef="book" targetRef="count"/>
-  <scriptTask id="count"><extensionElements><q:script expression="n + 1" resultVariable="n"/></extensionElements></scriptTask>
-  <sequenceFlow id="f2" sourceRef="count" targetRef="more"/>
-  <exclusiveGateway id="more" default="f4"/>
-  <sequenceFlow id="f3" sourceRef="more" targetRef="book"><conditionExpression>n &lt; {COMPENSABLE_MAX}</conditionExpression></sequenceFlow>
-  <sequenceFlow id="f4" sourceRef="more" targetRef="w"/>
-  <userTask id="w"/>
-  <sequenceFlow id="f5" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#
+    let within = looping(COMPENSABLE_MAX);
+    let end = last(&run_scenario(
+        &within,
+        r#"{ "instance": "c-5", "variables": { "n": 0 } }"#,
     ));
-    let trace = run_scenario(&within, r#"{ "instance": "c-5", "variables": { "n": 0 } }"#);
-    let end = last(&trace);
     assert_eq!(end.status(), Status::Running);
+    assert_eq!(end.tokens(), ["w"]);
     assert_eq!(end.compensable().len(), COMPENSABLE_MAX);
 }
 
@@ -417,47 +415,41 @@ fn a_resume_starts_the_handler_runs_a_failure_in_their_step_dropped() {
     assert_eq!(resumed.snapshot.tokens(), ["unA", "unB", "undo"]);
 }
 
-#[test]
-fn a_multi_instance_activity_ended_early_or_empty_is_not_compensated() {
-    // Three bids, two needed: the completion condition ends the body with one inner
-    // instance interrupted; then an empty collection: nothing ran. Neither is recorded.
-    let def = model(
+/// `bid`, a multi-instance activity over `characteristics` undone by `withdraw` as a
+/// whole, then a user task.
+fn bids(characteristics: &str) -> qflow_core::Definition {
+    model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="bid"/>
   <serviceTask id="bid" q:task="bid">
-    <multiInstanceLoopCharacteristics>
-      <loopCardinality>3</loopCardinality>
-      <completionCondition>numberOfCompletedInstances >= 2</completionCondition>
-    </multiInstanceLoopCharacteristics>
+    <multiInstanceLoopCharacteristics>{characteristics}</multiInstanceLoopCharacteristics>
   </serviceTask>
   <boundaryEvent id="bidUndo" attachedToRef="bid"><compensateEventDefinition/></boundaryEvent>
   <serviceTask id="withdraw" isForCompensation="true" q:task="withdraw"/>
   <association id="a1" sourceRef="bidUndo" targetRef="withdraw"/>
   <sequenceFlow id="f1" sourceRef="bid" targetRef="w"/>
   <userTask id="w"/>
-  <sequenceFlow id="f2" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#,
+  <sequenceFlow id="f2" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#
+    ))
+}
+
+#[test]
+fn a_multi_instance_activity_ended_early_or_empty_is_not_compensated() {
+    // Three bids, two needed: the completion condition ends the body with one inner
+    // instance interrupted. Not recorded.
+    let early = bids(
+        "<loopCardinality>3</loopCardinality>\
+         <completionCondition>numberOfCompletedInstances >= 2</completionCondition>",
     );
     let trace = run_scenario(
-        &def,
+        &early,
         r#"{ "instance": "c-11", "tasks": { "bid": [{ "outcome": "ok", "after_ms": 10 }] } }"#,
     );
     let end = last(&trace);
     assert_eq!(end.tokens(), ["w"]);
     assert!(end.compensable().is_empty(), "{:?}", end.compensable());
 
-    let all = model(
-        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="bid"/>
-  <serviceTask id="bid" q:task="bid">
-    <multiInstanceLoopCharacteristics>
-      <loopCardinality>n</loopCardinality>
-    </multiInstanceLoopCharacteristics>
-  </serviceTask>
-  <boundaryEvent id="bidUndo" attachedToRef="bid"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="withdraw" isForCompensation="true" q:task="withdraw"/>
-  <association id="a1" sourceRef="bidUndo" targetRef="withdraw"/>
-  <sequenceFlow id="f1" sourceRef="bid" targetRef="w"/>
-  <userTask id="w"/>
-  <sequenceFlow id="f2" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#,
-    );
+    // No inner instance: nothing ran, nothing recorded; every one completed: recorded.
+    let all = bids("<loopCardinality>n</loopCardinality>");
     let empty = last(&run_scenario(
         &all,
         r#"{ "instance": "c-12", "variables": { "n": 0 } }"#,
