@@ -19,7 +19,8 @@ use super::path::EventKind;
 use crate::Attempt;
 
 /// Most completions of compensable activities an instance keeps for a throw to take
-/// (`g`); one more fails the instance with `COMPENSATION_LIMIT`.
+/// (`g`): a compensable activity entered with this many recorded fails the instance with
+/// `COMPENSATION_LIMIT` instead of starting.
 pub const COMPENSABLE_MAX: usize = 1_000;
 
 impl<'a> Run<'a> {
