@@ -7,15 +7,24 @@ mod common;
 use common::{encode_map, last, model, run_scenario, runs_of, top_level_map};
 use qflow_core::{step, Effect, Input, Snapshot, Status, COMPENSABLE_MAX};
 
+/// A compensation boundary on `host` and its handler, the registered task `handler`
+/// (its `q:task` name is its id), linked by an association.
+fn undone(host: &str, handler: &str) -> String {
+    format!(
+        r#"<boundaryEvent id="{host}Undo" attachedToRef="{host}"><compensateEventDefinition/></boundaryEvent>
+  <serviceTask id="{handler}" isForCompensation="true" q:task="{handler}"/>
+  <association id="{host}ToHandler" sourceRef="{host}Undo" targetRef="{handler}"/>"#
+    )
+}
+
 /// `book` (undone by `unbook`), then `rest` (the rest of the body), in the process.
 fn compensable(rest: &str) -> qflow_core::Definition {
     model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
   <serviceTask id="book" q:task="book"/>
-  <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
-  <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
-  {rest}"#
+  {undo}
+  {rest}"#,
+        undo = undone("book", "unbook")
     ))
 }
 
@@ -63,14 +72,12 @@ fn a_failed_handler_fails_the_instance_and_a_resume_finishes_the_compensation() 
 
 #[test]
 fn an_interrupted_sub_process_takes_its_compensable_completions_along() {
-    let def = model(
+    let def = model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sp"/>
   <subProcess id="sp">
     <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="book"/>
     <serviceTask id="book" q:task="book"/>
-    <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
-    <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
-    <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+    {undo_book}
     <sequenceFlow id="g1" sourceRef="book" targetRef="wait"/>
     <userTask id="wait"/>
     <sequenceFlow id="g2" sourceRef="wait" targetRef="se"/><endEvent id="se"/>
@@ -80,7 +87,8 @@ fn an_interrupted_sub_process_takes_its_compensable_completions_along() {
   <sequenceFlow id="f2" sourceRef="sp" targetRef="undo"/>
   <intermediateThrowEvent id="undo"><compensateEventDefinition/></intermediateThrowEvent>
   <sequenceFlow id="f3" sourceRef="undo" targetRef="e"/><endEvent id="e"/>"#,
-    );
+        undo_book = undone("book", "unbook"),
+    ));
     let trace = run_scenario(&def, r#"{ "instance": "c-2", "horizon_ms": 7200000 }"#);
     let waiting = Snapshot::decode(&trace.steps[1].snapshot).unwrap();
     assert_eq!(waiting.compensable(), ["book"]);
@@ -94,24 +102,22 @@ fn an_interrupted_sub_process_takes_its_compensable_completions_along() {
 
 #[test]
 fn a_throw_inside_a_sub_process_compensates_only_that_scope() {
-    let def = model(
+    let def = model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="outer"/>
   <serviceTask id="outer" q:task="outer"/>
-  <boundaryEvent id="outerUndo" attachedToRef="outer"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="unouter" isForCompensation="true" q:task="unouter"/>
-  <association id="a0" sourceRef="outerUndo" targetRef="unouter"/>
+  {undo_outer}
   <sequenceFlow id="f1" sourceRef="outer" targetRef="sp"/>
   <subProcess id="sp">
     <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="book"/>
     <serviceTask id="book" q:task="book"/>
-    <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
-    <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
-    <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+    {undo_book}
     <sequenceFlow id="g1" sourceRef="book" targetRef="undo"/>
     <endEvent id="undo"><compensateEventDefinition/></endEvent>
   </subProcess>
   <sequenceFlow id="f2" sourceRef="sp" targetRef="e"/><endEvent id="e"/>"#,
-    );
+        undo_outer = undone("outer", "unouter"),
+        undo_book = undone("book", "unbook"),
+    ));
     let trace = run_scenario(
         &def,
         r#"{ "instance": "c-3", "tasks": { "unbook": [{ "outcome": "ok", "after_ms": 500 }] } }"#,
@@ -124,15 +130,13 @@ fn a_throw_inside_a_sub_process_compensates_only_that_scope() {
     assert_eq!(trace.steps.last().unwrap().at_ms, 500);
 }
 
-/// `book` (a pass-through, undone by `unbook`) completes `times` times in a loop, then
+/// `book` (a pass-through, undone by the handler `unbook`, which never runs here) completes `times` times in a loop, then
 /// the token waits at a user task.
 fn looping(times: usize) -> qflow_core::Definition {
     model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="book"/>
   <task id="book"/>
-  <boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
-  <task id="unbook" isForCompensation="true"/>
-  <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
+  {undo}
   <sequenceFlow id="f1" sourceRef="book" targetRef="count"/>
   <scriptTask id="count"><extensionElements><q:script expression="n + 1" resultVariable="n"/></extensionElements></scriptTask>
   <sequenceFlow id="f2" sourceRef="count" targetRef="more"/>
@@ -140,7 +144,8 @@ fn looping(times: usize) -> qflow_core::Definition {
   <sequenceFlow id="f3" sourceRef="more" targetRef="book"><conditionExpression>n &lt; {times}</conditionExpression></sequenceFlow>
   <sequenceFlow id="f4" sourceRef="more" targetRef="w"/>
   <userTask id="w"/>
-  <sequenceFlow id="f5" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#
+  <sequenceFlow id="f5" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#,
+        undo = undone("book", "unbook")
     ))
 }
 
@@ -210,17 +215,16 @@ fn recorded_completions_round_trip_and_migrate_only_where_they_stay_compensable(
     );
     assert_eq!(refused.snapshot.encode(), bytes);
     // Onto a model where it has one, under another id: the completion moves with it.
-    let renamed = model(
+    let renamed = model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="reserve"/>
   <serviceTask id="reserve" q:task="book"/>
-  <boundaryEvent id="reserveUndo" attachedToRef="reserve"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="unreserve" isForCompensation="true" q:task="unbook"/>
-  <association id="a1" sourceRef="reserveUndo" targetRef="unreserve"/>
+  {undo_reserve}
   <sequenceFlow id="f1" sourceRef="reserve" targetRef="w"/>
   <userTask id="w"/>
   <sequenceFlow id="f4" sourceRef="w" targetRef="undo"/>
   <endEvent id="undo"><compensateEventDefinition/></endEvent>"#,
-    );
+        undo_reserve = undone("reserve", "unreserve"),
+    ));
     let to_reserve = Input::Migrate {
         mapping: [("book".to_owned(), "reserve".to_owned())].into(),
         timers: Default::default(),
@@ -263,28 +267,26 @@ fn recorded_completions_round_trip_and_migrate_only_where_they_stay_compensable(
 
 #[test]
 fn two_tokens_waiting_at_one_throw_both_go_on_when_the_last_run_ends() {
-    let def = model(
+    let def = model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
   <parallelGateway id="fork"/>
   <sequenceFlow id="f1" sourceRef="fork" targetRef="bookA"/>
   <sequenceFlow id="f2" sourceRef="fork" targetRef="w"/>
   <serviceTask id="bookA" q:task="bookA"/>
-  <boundaryEvent id="undoAOn" attachedToRef="bookA"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="unbookA" isForCompensation="true" q:task="unbookA"/>
-  <association id="a1" sourceRef="undoAOn" targetRef="unbookA"/>
+  {undo_bookA}
   <userTask id="w"/>
   <sequenceFlow id="f3" sourceRef="w" targetRef="bookB"/>
   <serviceTask id="bookB" q:task="bookB"/>
-  <boundaryEvent id="undoBOn" attachedToRef="bookB"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="unbookB" isForCompensation="true" q:task="unbookB"/>
-  <association id="a2" sourceRef="undoBOn" targetRef="unbookB"/>
+  {undo_bookB}
   <sequenceFlow id="f4" sourceRef="bookA" targetRef="undo"/>
   <sequenceFlow id="f5" sourceRef="bookB" targetRef="undo"/>
   <intermediateThrowEvent id="undo"><compensateEventDefinition/></intermediateThrowEvent>
   <sequenceFlow id="f6" sourceRef="undo" targetRef="after"/>
   <serviceTask id="after" q:task="after"/>
   <sequenceFlow id="f7" sourceRef="after" targetRef="e"/><endEvent id="e"/>"#,
-    );
+        undo_bookA = undone("bookA", "unbookA"),
+        undo_bookB = undone("bookB", "unbookB"),
+    ));
     // The first token takes bookA's completion and waits for unbookA (slow); the second
     // takes bookB's and waits for unbookB, which ends last.
     let trace = run_scenario(
@@ -315,17 +317,16 @@ fn two_tokens_waiting_at_one_throw_both_go_on_when_the_last_run_ends() {
 
 #[test]
 fn a_compensable_multi_instance_activity_is_compensated_once_as_a_whole() {
-    let def = model(
+    let def = model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="ship"/>
   <serviceTask id="ship" q:task="ship">
     <multiInstanceLoopCharacteristics isSequential="true"><loopCardinality>3</loopCardinality></multiInstanceLoopCharacteristics>
   </serviceTask>
-  <boundaryEvent id="shipUndo" attachedToRef="ship"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="recall" isForCompensation="true" q:task="recall"/>
-  <association id="a1" sourceRef="shipUndo" targetRef="recall"/>
+  {undo_ship}
   <sequenceFlow id="f1" sourceRef="ship" targetRef="undo"/>
   <endEvent id="undo"><compensateEventDefinition activityRef="ship"/></endEvent>"#,
-    );
+        undo_ship = undone("ship", "recall"),
+    ));
     let trace = run_scenario(&def, r#"{ "instance": "c-8" }"#);
     for k in 1..=3 {
         assert_eq!(runs_of(&trace, &format!("ship#{k}")).len(), 1);
@@ -356,17 +357,13 @@ fn a_resume_starts_the_handler_runs_a_failure_in_their_step_dropped() {
     // The throw queues both handlers; the parallel branch's script fails in the same
     // step, before they are entered, and the failure drops the queue: the runs are owed
     // (`z/`) with no token.
-    let def = model(
+    let def = model(&format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="a"/>
   <serviceTask id="a" q:task="a"/>
-  <boundaryEvent id="aUndo" attachedToRef="a"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="unA" isForCompensation="true" q:task="unA"/>
-  <association id="a1" sourceRef="aUndo" targetRef="unA"/>
+  {undo_a}
   <sequenceFlow id="f1" sourceRef="a" targetRef="b"/>
   <serviceTask id="b" q:task="b"/>
-  <boundaryEvent id="bUndo" attachedToRef="b"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="unB" isForCompensation="true" q:task="unB"/>
-  <association id="a2" sourceRef="bUndo" targetRef="unB"/>
+  {undo_b}
   <sequenceFlow id="f2" sourceRef="b" targetRef="fork"/>
   <parallelGateway id="fork"/>
   <sequenceFlow id="f3" sourceRef="fork" targetRef="undo"/>
@@ -375,7 +372,9 @@ fn a_resume_starts_the_handler_runs_a_failure_in_their_step_dropped() {
   <sequenceFlow id="f5" sourceRef="undo" targetRef="e1"/><endEvent id="e1"/>
   <scriptTask id="calc"><extensionElements><q:script expression="x + 1" resultVariable="y"/></extensionElements></scriptTask>
   <sequenceFlow id="f6" sourceRef="calc" targetRef="e2"/><endEvent id="e2"/>"#,
-    );
+        undo_a = undone("a", "unA"),
+        undo_b = undone("b", "unB"),
+    ));
     let trace = run_scenario(&def, r#"{ "instance": "c-10" }"#);
     let failed = last(&trace);
     assert_eq!(failed.status(), Status::Failed);
@@ -423,12 +422,11 @@ fn bids(characteristics: &str) -> qflow_core::Definition {
   <serviceTask id="bid" q:task="bid">
     <multiInstanceLoopCharacteristics>{characteristics}</multiInstanceLoopCharacteristics>
   </serviceTask>
-  <boundaryEvent id="bidUndo" attachedToRef="bid"><compensateEventDefinition/></boundaryEvent>
-  <serviceTask id="withdraw" isForCompensation="true" q:task="withdraw"/>
-  <association id="a1" sourceRef="bidUndo" targetRef="withdraw"/>
+  {undo}
   <sequenceFlow id="f1" sourceRef="bid" targetRef="w"/>
   <userTask id="w"/>
-  <sequenceFlow id="f2" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#
+  <sequenceFlow id="f2" sourceRef="w" targetRef="e"/><endEvent id="e"/>"#,
+        undo = undone("bid", "withdraw")
     ))
 }
 
