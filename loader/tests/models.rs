@@ -3305,7 +3305,7 @@ fn a_compensation_start_or_catch_event_stays_q103() {
 }
 
 #[test]
-fn compensation_inside_a_multi_instance_sub_process_is_q103() {
+fn compensation_inside_a_multi_instance_sub_process_is_q132() {
     refused(
         &process(
             r#"<startEvent id="start"/>
@@ -3315,7 +3315,7 @@ fn compensation_inside_a_multi_instance_sub_process_is_q103() {
   <startEvent id="s0"/>
   <sequenceFlow id="s1" sourceRef="s0" targetRef="book"/>
   <serviceTask id="book" q:task="book"/>
-  ¶<boundaryEvent id="bookUndo" attachedToRef="book"><compensateEventDefinition/></boundaryEvent>
+  <boundaryEvent id="bookUndo" attachedToRef="book">¶<compensateEventDefinition/></boundaryEvent>
   <serviceTask id="unbook" isForCompensation="true" q:task="unbook"/>
   <association id="a1" sourceRef="bookUndo" targetRef="unbook"/>
   <sequenceFlow id="s2" sourceRef="book" targetRef="e0"/>
@@ -3324,7 +3324,7 @@ fn compensation_inside_a_multi_instance_sub_process_is_q103() {
 <sequenceFlow id="f2" sourceRef="mi" targetRef="end"/>
 <endEvent id="end"/>"#,
         ),
-        "Q103",
+        "Q132",
     );
 }
 

@@ -511,19 +511,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
     }
 
-    /// Whether `idx` lies inside a multi-instance activity (its inner sub-process).
-    fn inside_multi_instance(&self, idx: NodeIdx) -> bool {
-        let mut cur = self.nodes[idx.0 as usize].scope;
-        for _ in 0..1024 {
-            let Some(s) = cur else { return false };
-            if self.multi.contains_key(&s) {
-                return true;
-            }
-            cur = self.nodes[s.0 as usize].scope;
-        }
-        false
-    }
-
     /// Once every node and flow is known: links each compensation boundary to the handler
     /// its `<association>` names, checks the handler's shape, and resolves each throw's
     /// `activityRef` (Q133, Q134; Q103 for what qflow does not run yet).
@@ -656,17 +643,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 );
                 continue;
             }
-            if self.inside_multi_instance(host) {
-                self.help(
-                    "Q103",
-                    bpos,
-                    format!(
-                        "compensation inside multi-instance activity is not supported (`{bid}`)"
-                    ),
-                    "compensate the multi-instance activity as a whole: attach the boundary to it",
-                );
-                continue;
-            }
             if let Some(problem) = self.handler_problem(handler, host) {
                 let hpos = self.nodes[handler.0 as usize].pos;
                 self.help("Q133", hpos, format!("compensation handler `{tref}` {problem}"), "a handler is a task in the scope of its activity, with no sequence flows and no boundary events");
@@ -697,15 +673,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let refused: Vec<NodeIdx> = self.for_compensation.difference(&linked).copied().collect();
         self.meta.refused.extend(refused);
         for (throw, d) in std::mem::take(&mut self.compensation_throws) {
-            if self.inside_multi_instance(throw) {
-                self.help(
-                    "Q103",
-                    d.pos,
-                    "a compensation throw inside a multi-instance activity is not supported",
-                    "throw the compensation outside the multi-instance activity",
-                );
-                continue;
-            }
             let Some(a) = d.attr("activityRef") else {
                 continue;
             };

@@ -29,7 +29,8 @@ const CAMUNDA_IGNORED: &[&str] = &["asyncBefore", "asyncAfter", "exclusive"];
 
 /// What inside a multi-instance sub-process qflow does not run once per inner
 /// instance: a nested multi-instance activity, an event sub-process, an inclusive
-/// gateway (its join's reachability is not reckoned per instance).
+/// gateway (its join's reachability is not reckoned per instance), a compensation event
+/// (completions and owed handler runs are not kept per instance).
 fn refused_inside<'e>(el: &'e Element, mi: &Element) -> Option<(&'static str, Pos)> {
     let mut stack: Vec<&'e Element> = el.children.iter().collect();
     while let Some(c) = stack.pop() {
@@ -44,6 +45,7 @@ fn refused_inside<'e>(el: &'e Element, mi: &Element) -> Option<(&'static str, Po
                 return Some(("an event sub-process", c.pos))
             }
             "inclusiveGateway" => return Some(("an inclusive gateway", c.pos)),
+            "compensateEventDefinition" => return Some(("a compensation event", c.pos)),
             _ => {}
         }
         stack.extend(c.children.iter());
