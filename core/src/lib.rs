@@ -121,9 +121,10 @@ pub mod codes {
     /// ceiling): a failed attempt of the call (C4), and the code of the incident the
     /// dispatcher opens on the node.
     pub const POISONED: &str = "POISONED";
-    /// An instance recorded more than `COMPENSABLE_MAX` completions of activities with a
-    /// compensation boundary that no throw has taken (a loop around a compensable
-    /// activity): it fails rather than let its snapshot grow without bound.
+    /// A compensable activity was entered with `COMPENSABLE_MAX` completions of
+    /// compensable activities already recorded and not taken by a throw (a loop around a
+    /// compensable activity): the instance fails rather than let its snapshot grow
+    /// without bound.
     pub const COMPENSATION_LIMIT: &str = "COMPENSATION_LIMIT";
     /// The child instance a call activity's attempt started ended FAILED or was
     /// cancelled: a failed attempt of the call activity (`docs/call-activities.md`).
