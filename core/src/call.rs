@@ -82,14 +82,8 @@ impl Run<'_> {
         }
         let node = self.id(idx).into_owned();
         // A wait begun again in one step (a loop back to it): the old child goes first.
-        // Two tokens waiting at once would share one call (`q/<node>`), and one of them
-        // could never leave: that is refused, not approximated.
-        if self.snap.tokens.iter().filter(|t| **t == node).count() > 1 {
-            let message = format!(
-                "a second token reached call activity `{node}` while its called instance runs"
-            );
-            return self.fail(codes::UNSUPPORTED_ELEMENT, Some(idx), None, message);
-        }
+        // A second token arriving while a child runs is another activity instance
+        // (`<node>@<c>`, E9), with a call and a child of its own.
         if let Some(old) = self.snap.children.remove(&node) {
             self.cancel_child(&node, old);
         }

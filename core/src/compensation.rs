@@ -53,7 +53,9 @@ impl<'a> Run<'a> {
             self.forget_compensable_inside(idx);
         }
         if idx.instance() == 0 && self.p.compensation(idx).is_some() {
-            let key = self.id(idx).into_owned();
+            // Recorded under the activity's name, whichever of its instances completed:
+            // two completions are two entries, and each is compensated.
+            let key = self.id(idx.uncopied()).into_owned();
             self.snap.compensable.push(key);
         }
     }
@@ -64,7 +66,7 @@ impl<'a> Run<'a> {
         if self.p.compensation(idx).is_none() {
             return;
         }
-        let key = self.id(idx);
+        let key = self.id(idx.uncopied());
         if let Some(at) = self.snap.compensable.iter().rposition(|k| *k == *key) {
             self.snap.compensable.remove(at);
         }

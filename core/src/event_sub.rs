@@ -26,6 +26,7 @@
 
 use qflow_loader::model::{EventSubProcess, NodeIdx, Process, StartTrigger, Variables};
 
+use super::codes;
 use super::flow::Run;
 use super::path::EventKind;
 use super::timers::{TimerKind, TimerName};
@@ -170,6 +171,16 @@ impl<'a> Run<'a> {
     /// join the instance's and a token enters the event sub-process at its start.
     pub(super) fn start_event_sub_process(&mut self, esp: &EventSubProcess, variables: Variables) {
         let scope = self.p.node(esp.node).scope;
+        if self.holds_token(esp.node) {
+            // Only a non-interrupting one can be running when its trigger comes again.
+            let message = format!(
+                "event sub-process `{}` was triggered again while its previous run works: \
+                 two runs of one event sub-process at once are not supported yet \
+                 (docs/activity-instances.md)",
+                self.id(esp.node)
+            );
+            return self.fail(codes::UNSUPPORTED_ELEMENT, Some(esp.node), None, message);
+        }
         if esp.interrupting {
             // The same ending a terminate end event gives the scope: every token in it
             // interrupted, its joins and queued arrivals dropped.

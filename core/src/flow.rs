@@ -28,6 +28,11 @@ use crate::snapshot::{Snapshot, Status};
 /// model that loops without waiting fails with `STEP_LIMIT` instead of hanging a lane.
 pub const ARRIVALS_PER_STEP_MAX: u32 = 10_000;
 
+/// Most activity instances of one node in one scope at once (E9): a token arriving at a
+/// node that has this many fails the instance with `ACTIVITY_INSTANCE_LIMIT` (a timer
+/// cycle starting work faster than it ends, say) instead of growing without bound.
+pub const ACTIVITY_INSTANCES_MAX: u32 = 1_000;
+
 /// Why `input` would change nothing, or `None` when it applies. Checked before any
 /// mutation, so a stale input leaves the snapshot byte-identical.
 pub(super) fn staleness(
@@ -262,12 +267,12 @@ fn waits_of(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
     let mut waits: Vec<NodeIdx> = if matches!(node.kind, NodeKind::EventBasedGateway) {
         node.outgoing
             .iter()
-            .map(|f| p.inherit(idx, p.flow(*f).target))
+            .map(|f| p.attached(idx, p.flow(*f).target))
             .collect()
     } else {
         vec![idx]
     };
-    waits.extend(p.boundaries_of(idx.plain()).map(|b| p.inherit(idx, b)));
+    waits.extend(p.boundaries_of(idx.plain()).map(|b| p.attached(idx, b)));
     waits
 }
 
@@ -440,7 +445,9 @@ impl<'a> Run<'a> {
     pub(super) fn apply(&mut self, input: Input) -> Result<(), Error> {
         // A resumed instance that ends again in this step reports its end again.
         let ended_before = self.snap.status.is_terminal() && !matches!(input, Input::Resume { .. });
+        let kind = input.kind();
         self.apply_input(input)?;
+        self.fail_if_stalled(kind);
         // First: an assignment that does not evaluate fails the instance, and the
         // subscription sync then closes what a FAILED instance must not hold open.
         self.sync_user_tasks();
@@ -578,11 +585,11 @@ impl<'a> Run<'a> {
                         self.record_event_start(EventKind::Message, esp, None, Some(&name));
                         self.start_event_sub_process(esp, variables);
                     } else if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
-                        let on = Some((self.p.inherit(idx, b.attached_to), b.interrupting));
+                        let on = Some((self.p.attached(idx, b.attached_to), b.interrupting));
                         self.record_catch(EventKind::Message, idx, on, None, Some(&name));
                         self.message_boundary(
                             idx,
-                            self.p.inherit(idx, b.attached_to),
+                            self.p.attached(idx, b.attached_to),
                             b.interrupting,
                             variables,
                         );
@@ -624,7 +631,7 @@ impl<'a> Run<'a> {
                             .snap
                             .tokens
                             .iter()
-                            .any(|t| t == &*self.id(self.p.inherit(idx, b.attached_to))),
+                            .any(|t| t == &*self.id(self.p.attached(idx, b.attached_to))),
                         _ => {
                             let at = gateway.unwrap_or(idx);
                             !self.snap.tokens.iter().any(|t| t == &*self.id(at))
@@ -641,11 +648,11 @@ impl<'a> Run<'a> {
                         if b.interrupting {
                             self.close_subscription(&self.id(idx));
                         }
-                        let on = Some((self.p.inherit(idx, b.attached_to), b.interrupting));
+                        let on = Some((self.p.attached(idx, b.attached_to), b.interrupting));
                         self.record_catch(EventKind::Signal, idx, on, None, Some(&name));
                         self.message_boundary(
                             idx,
-                            self.p.inherit(idx, b.attached_to),
+                            self.p.attached(idx, b.attached_to),
                             b.interrupting,
                             variables.clone(),
                         );
@@ -907,7 +914,7 @@ impl<'a> Run<'a> {
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
         };
-        let host = self.p.inherit(boundary, b.attached_to);
+        let host = self.p.attached(boundary, b.attached_to);
         let on = Some((host, b.interrupting));
         self.record_catch(EventKind::Timer, boundary, on, None, Some(name.as_str()));
         if b.interrupting {
@@ -1066,6 +1073,9 @@ impl<'a> Run<'a> {
         if !self.p.compensations.is_empty() && self.compensation_limit_reached(idx) {
             return;
         }
+        let Some(idx) = self.arriving_instance(idx) else {
+            return;
+        };
         if let Some(mi) = self.p.multi_instance(idx) {
             return self.enter_multi(idx, mi);
         }
@@ -1183,7 +1193,7 @@ impl<'a> Run<'a> {
                     return;
                 };
                 self.add_token(idx);
-                self.arm(TimerName::new(TimerKind::Catch, &node.id), due);
+                self.arm(TimerName::new(TimerKind::Catch, &self.id(idx)), due);
             }
             NodeKind::IntermediateCatch(CatchTrigger::Message { .. }) => self.add_token(idx),
             NodeKind::SubProcess => {
@@ -1202,7 +1212,7 @@ impl<'a> Run<'a> {
                 self.add_token(idx);
                 let mut dues = Vec::new();
                 for f in &node.outgoing {
-                    let target = self.p.inherit(idx, self.p.flow(*f).target);
+                    let target = self.p.attached(idx, self.p.flow(*f).target);
                     if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
                         &self.p.node(target).kind
                     {
@@ -1218,6 +1228,51 @@ impl<'a> Run<'a> {
                 }
             }
         }
+    }
+
+    /// The activity instance a token arriving at `idx` becomes (E9): the node itself
+    /// when no token stands there, else the first numbered instance `<id>@<c>` no token
+    /// holds — its attempts, timers, boundaries, rows and keys its own. `None` when the
+    /// instance failed instead: a sub-process (or multi-instance activity) already
+    /// running in this scope, whose second run would share the first's inside, or more
+    /// than [`ACTIVITY_INSTANCES_MAX`] instances of one node at once.
+    fn arriving_instance(&mut self, idx: NodeIdx) -> Option<NodeIdx> {
+        if !self.holds_token(idx) {
+            return Some(idx);
+        }
+        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
+            let message = format!(
+                "a second token entered sub-process `{}` while it runs: two runs of one \
+                 sub-process at once are not supported yet (docs/activity-instances.md)",
+                self.id(idx)
+            );
+            self.fail(codes::UNSUPPORTED_ELEMENT, Some(idx), None, message);
+            return None;
+        }
+        if !self.p.takes_copies(idx) {
+            return Some(idx);
+        }
+        let free = (2..=ACTIVITY_INSTANCES_MAX)
+            .map(|c| idx.with_copy(c))
+            .find(|i| !self.holds_token(*i));
+        if free.is_none() {
+            let message = format!(
+                "a token arrived at `{}` while {ACTIVITY_INSTANCES_MAX} instances of it \
+                 run at once",
+                self.id(idx)
+            );
+            self.fail(codes::ACTIVITY_INSTANCE_LIMIT, Some(idx), None, message);
+        }
+        free
+    }
+
+    /// Whether a token stands at `idx` (the frontier is sorted).
+    pub(super) fn holds_token(&self, idx: NodeIdx) -> bool {
+        let key = self.id(idx);
+        self.snap
+            .tokens
+            .binary_search_by(|t| t.as_str().cmp(&key))
+            .is_ok()
     }
 
     pub(super) fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {

@@ -56,6 +56,7 @@ mod redrive;
 mod repair;
 mod retry;
 mod scope;
+mod stall;
 mod subscriptions;
 mod support;
 mod timers;
@@ -76,6 +77,7 @@ pub use crate::snapshot::{Snapshot, Status};
 pub use call::child_waits;
 pub use channel::{verdict, CallKey, Verdict};
 pub use compensation::COMPENSABLE_MAX;
+pub use flow::ACTIVITY_INSTANCES_MAX;
 pub use multi::MULTI_INSTANCES_MAX;
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use qflow_loader::model::{ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX};
@@ -132,6 +134,14 @@ pub mod codes {
     /// A call activity's attempt found no deployment of the called process to start (none
     /// live, or not the version its binding names): a failed attempt of the call activity.
     pub const CALLED_PROCESS_NOT_FOUND: &str = "CALLED_PROCESS_NOT_FOUND";
+    /// A token arrived at a node that already runs `flow::ACTIVITY_INSTANCES_MAX`
+    /// activity instances at once (E9): the instance fails rather than grow without bound.
+    pub const ACTIVITY_INSTANCE_LIMIT: &str = "ACTIVITY_INSTANCE_LIMIT";
+    /// The step left a running instance with nothing that could ever move it — no task
+    /// in flight, no timer, no wait, no subscription, no outbox row, no child (E10). An
+    /// engine defect, made loud: the instance fails with an incident naming the step's
+    /// last node instead of waiting for ever.
+    pub const STALLED: &str = "STALLED";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
@@ -489,6 +499,42 @@ pub enum Input {
 }
 
 impl Input {
+    /// The input's kind, as its `type` tag spells it (`task_completed`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Input::Start { .. } => "start",
+            Input::StartCalled { .. } => "start_called",
+            Input::ChildEnded { .. } => "child_ended",
+            Input::TaskCompleted { .. } => "task_completed",
+            Input::TaskFailed { .. } => "task_failed",
+            Input::TaskBpmnError { .. } => "task_bpmn_error",
+            Input::TimerFired { .. } => "timer_fired",
+            Input::UserTaskCompleted { .. } => "user_task_completed",
+            Input::UserTaskBpmnError { .. } => "user_task_bpmn_error",
+            Input::UserTaskEscalated { .. } => "user_task_escalated",
+            Input::UserTaskClaimed { .. } => "user_task_claimed",
+            Input::UserTaskUnclaimed { .. } => "user_task_unclaimed",
+            Input::MessageReceived { .. } => "message_received",
+            Input::SignalReceived { .. } => "signal_received",
+            Input::Cancel => "cancel",
+            Input::Resume { .. } => "resume",
+            Input::RetryNow { .. } => "retry_now",
+            Input::Migrate { .. } => "migrate",
+            Input::ResolveIncident { .. } => "resolve_incident",
+            Input::PullLocked { .. } => "pull_locked",
+            Input::PullCompleted { .. } => "pull_completed",
+            Input::PullFailed { .. } => "pull_failed",
+            Input::PullBpmnError { .. } => "pull_bpmn_error",
+            Input::PullLockExtended { .. } => "pull_lock_extended",
+            Input::PullUnlocked { .. } => "pull_unlocked",
+            Input::ChannelAnswered { .. } => "channel_answered",
+            Input::ChannelBpmnError { .. } => "channel_bpmn_error",
+            Input::ChannelPoisoned { .. } => "channel_poisoned",
+            Input::OfferUserTasks => "offer_user_tasks",
+            Input::Redrive => "redrive",
+        }
+    }
+
     /// The node the input names, when it names one.
     pub fn node(&self) -> Option<&str> {
         match self {

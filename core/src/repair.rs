@@ -148,7 +148,7 @@ impl Run<'_> {
             }
             NodeKind::EventBasedGateway => {
                 for f in &self.p.node(idx).outgoing {
-                    let target = self.p.inherit(idx, self.p.flow(*f).target);
+                    let target = self.p.attached(idx, self.p.flow(*f).target);
                     if let NodeKind::IntermediateCatch(CatchTrigger::Timer(timer)) =
                         &self.p.node(target).kind
                     {

@@ -341,9 +341,10 @@ impl<'a> Run<'a> {
     /// The event-based gateway holding a token that `catch` races for, if any.
     pub(super) fn racing_gateway(&self, catch: NodeIdx) -> Option<NodeIdx> {
         self.p.node(catch).incoming.iter().find_map(|f| {
-            let source = self.p.flow(*f).source;
+            // The gateway's token is the catch's: the same inner and activity instance.
+            let source = self.p.attached(catch, self.p.flow(*f).source);
             let waits = matches!(self.p.node(source).kind, NodeKind::EventBasedGateway)
-                && self.snap.tokens.iter().any(|t| t == &*self.id(source));
+                && self.holds_token(source);
             waits.then_some(source)
         })
     }
@@ -423,7 +424,7 @@ fn catching(
     code: Option<&str>,
 ) -> Option<NodeIdx> {
     let mut catch_all = None;
-    for b in p.boundaries_of(host.plain()).map(|b| p.inherit(host, b)) {
+    for b in p.boundaries_of(host.plain()).map(|b| p.attached(host, b)) {
         let NodeKind::Boundary(bd) = &p.node(b).kind else {
             continue;
         };

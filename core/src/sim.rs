@@ -1535,11 +1535,16 @@ pub(crate) fn scripted_node(p: &qflow_loader::model::Process, key: &str) -> Opti
     Some(p.multi_instance(idx).map_or(idx, |mi| mi.inner))
 }
 
-/// The scripted entries for `node`: its own, else (for an inner instance `<id>#<k>`)
-/// those of the activity's id.
+/// The scripted entries for `node`: its own, else (for an activity instance `<id>@<c>`)
+/// those of the instance it is of, else (for an inner instance `<id>#<k>`) those of the
+/// activity's id. So `"pay"` scripts every instance of `pay`, and `"pay@2"` only the
+/// second when two run at once.
 fn scripted_list<'s, T>(scripts: &'s BTreeMap<String, Vec<T>>, node: &str) -> Option<&'s Vec<T>> {
     scripts.get(node).or_else(|| {
-        let (base, _) = node.split_once('#')?;
-        scripts.get(base)
+        let uncopied = node.rsplit_once('@').map_or(node, |(base, _)| base);
+        (uncopied != node)
+            .then(|| scripts.get(uncopied))
+            .flatten()
+            .or_else(|| scripts.get(uncopied.split_once('#')?.0))
     })
 }

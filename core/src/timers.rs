@@ -266,7 +266,7 @@ impl Run<'_> {
         let boundaries: Vec<NodeIdx> = self
             .p
             .boundaries_of(host.plain())
-            .map(|b| self.p.inherit(host, b))
+            .map(|b| self.p.attached(host, b))
             .collect();
         let mut dues = Vec::new();
         for b in boundaries {
@@ -346,7 +346,7 @@ impl Run<'_> {
         let boundaries: Vec<NodeIdx> = self
             .p
             .boundaries_of(idx.plain())
-            .map(|b| self.p.inherit(idx, b))
+            .map(|b| self.p.attached(idx, b))
             .collect();
         for b in boundaries {
             self.resolve(&TimerName::new(TimerKind::Boundary, &self.id(b)));
@@ -357,7 +357,7 @@ impl Run<'_> {
         if matches!(self.p.node(idx).kind, NodeKind::EventBasedGateway) {
             let outgoing = &self.p.node(idx).outgoing;
             for f in outgoing {
-                let target_key = self.id(self.p.inherit(idx, self.p.flow(*f).target));
+                let target_key = self.id(self.p.attached(idx, self.p.flow(*f).target));
                 let target: &str = &target_key;
                 self.resolve(&TimerName::new(TimerKind::Catch, target));
             }

@@ -536,7 +536,7 @@ fn an_escalation_the_child_does_not_catch_is_raised_at_the_call_activity() {
 }
 
 #[test]
-fn a_child_too_large_to_merge_fails_the_attempt_and_a_second_token_is_refused() {
+fn a_child_too_large_to_merge_fails_the_attempt() {
     let def = model(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="call"/>
       <callActivity id="call" calledElement="child"/>
@@ -557,8 +557,13 @@ fn a_child_too_large_to_merge_fails_the_attempt_and_a_second_token_is_refused() 
     let failure = refused.snapshot.failure().expect("FAILED");
     assert_eq!(failure.code, "OUTPUTS_REFUSED");
     assert!(!refused.snapshot.variables().contains_key("blob"));
+}
 
-    // Two branches into one call activity: the second token is refused, clearly.
+#[test]
+fn two_tokens_in_one_call_activity_are_two_instances_each_with_its_own_child() {
+    // Two branches into one call activity (E9): the second token is the activity instance
+    // `call@2`, with a call number, a child and a key of its own; each end is taken by
+    // its own instance, in either order.
     let def = model(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
       <parallelGateway id="split"/>
@@ -568,10 +573,45 @@ fn a_child_too_large_to_merge_fails_the_attempt_and_a_second_token_is_refused() 
       <sequenceFlow id="f3" sourceRef="call" targetRef="e"/><endEvent id="e"/>"#,
     );
     let both = start(&def, "p-11", json!({}));
-    let failure = both.snapshot.failure().expect("FAILED");
+    assert_eq!(both.snapshot.failure(), None);
+    let children: Vec<(String, u32, String)> = both
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::StartChild {
+                node, call, key, ..
+            } => Some((node.clone(), *call, key.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(children.len(), 2, "{:?}", both.effects);
     assert_eq!(
-        (failure.code.as_str(), failure.node.as_deref()),
-        ("UNSUPPORTED_ELEMENT", Some("call"))
+        (children[0].0.as_str(), children[1].0.as_str()),
+        ("call", "call@2")
     );
-    assert_eq!(started_child(&both.effects), None);
+    assert_ne!(children[0].2, children[1].2, "each child has its own key");
+    let end = |snap: Snapshot, (node, call, _): &(String, u32, String), at| {
+        let input = Input::ChildEnded {
+            node: node.clone(),
+            call: *call,
+            outcome: ChildOutcome::Completed {
+                variables: vars(json!({ node.clone(): true })),
+            },
+        };
+        step(&def, "p-11", snap, input, at).expect("a step")
+    };
+    // The second instance's child ends first; the first still waits on its own.
+    let second = end(both.snapshot, &children[1], 5);
+    assert_eq!(second.snapshot.status(), qflow_core::Status::Running);
+    assert_eq!(second.snapshot.tokens(), ["call"]);
+    // A repeated report of the second child is stale: its instance is gone.
+    let again = end(second.snapshot.clone(), &children[1], 6);
+    assert!(matches!(again.effects.as_slice(), [Effect::Stale { .. }]));
+    let first = end(second.snapshot, &children[0], 7);
+    assert_eq!(first.snapshot.status(), qflow_core::Status::Completed);
+    assert_eq!(
+        first.snapshot.variables().get("call@2"),
+        Some(&json!(true)),
+        "each child's variables came back"
+    );
 }

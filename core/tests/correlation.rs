@@ -296,10 +296,11 @@ fn a_non_interrupting_message_boundary_fires_per_message_while_the_task_runs() {
             "events": [
               {"event": "message", "at_ms": 1000, "name": "paid"},
               {"event": "message", "at_ms": 2000, "name": "paid"},
-              {"event": "complete_user_task", "at_ms": 5000, "node": "refund"},
+              {"event": "complete_user_task", "at_ms": 5000, "node": "refund@2"},
               {"event": "complete_user_task", "at_ms": 6000, "node": "refund"}]}"#,
     );
-    // Two messages, two tokens at `refund`; the task retried and completed beside them.
+    // Two messages, two tokens at `refund` — two activity instances, `refund` and
+    // `refund@2` (E9), completed one by one; the task retried and completed beside them.
     assert_eq!(common::runs_of(&trace, "pay").len(), 2);
     assert_eq!(trace.summary.status, "completed");
     assert!(

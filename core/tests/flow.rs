@@ -538,11 +538,13 @@ fn inclusive_join_consumes_one_token_per_flow_and_fires_again_for_leftovers() {
                       "after": [{"outcome": "ok", "after_ms": 5}]}}"#,
     );
     assert_eq!(trace.summary.status, "completed");
-    assert_eq!(runs_of(&trace, "after"), vec![(30, 1), (30, 1)]);
+    // Two tokens in `after` are two activity instances (E9), each run once.
+    assert_eq!(runs_of(&trace, "after"), vec![(30, 1)]);
+    assert_eq!(runs_of(&trace, "after@2"), vec![(30, 1)]);
     let at = |step: usize| qflow_core::Snapshot::decode(&trace.steps[step].snapshot).unwrap();
     assert_eq!(at(1).join_arrivals()["join"], ["fx"]);
     assert_eq!(at(2).join_arrivals()["join"], ["fx", "fx"]);
-    assert_eq!(at(3).tokens(), ["after", "after"]);
+    assert_eq!(at(3).tokens(), ["after", "after@2"]);
     assert!(at(3).join_arrivals().is_empty());
 
     // `d` first: its token waits until `a` arrives on fx, which `b` can still reach but

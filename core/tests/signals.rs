@@ -35,9 +35,16 @@ fn two_tokens_at_one_catch_both_take_one_broadcast() {
             _ => None,
         })
         .collect();
-    assert_eq!(opened, [("wait".into(), "tick".into(), String::new())]);
+    // Two tokens at the catch are two instances of it (E9), each with its own row.
+    assert_eq!(
+        opened,
+        [
+            ("wait".into(), "tick".into(), String::new()),
+            ("wait@2".into(), "tick".into(), String::new())
+        ]
+    );
     let first = qflow_core::Snapshot::decode(&trace.steps[0].snapshot).expect("decodes");
-    assert_eq!(first.tokens(), ["wait", "wait"]);
+    assert_eq!(first.tokens(), ["wait", "wait@2"]);
     let end = last(&trace);
     assert_eq!(end.status(), Status::Completed);
     assert!(end.subscriptions().is_empty());

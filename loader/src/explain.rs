@@ -104,7 +104,7 @@ pub fn timelines(definition: &Definition) -> Vec<Timeline> {
         .enumerate()
         .filter_map(|(i, node)| match &node.kind {
             NodeKind::Task(task) => task.retry.as_ref().map(|policy| {
-                let idx = NodeIdx(i as u32);
+                let idx = NodeIdx::at(i);
                 let routed = routed_timers(definition, idx);
                 timeline(
                     &node.id,

@@ -32,34 +32,79 @@ impl std::fmt::Display for Pos {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct DurationMs(pub u64);
 
-/// Index of a node in [`Process::nodes`]. The high bits may carry the number of an
-/// inner instance of a multi-instance activity (`docs/multi-instance.md`): the inner
-/// node of the body, run as its `k`-th instance, is `inner.with_instance(k)`, and
-/// [`Process::node`] reads the node whatever the instance. A plain index has instance 0.
+/// Index of a node in [`Process::nodes`]. The bits above the node's own may carry two
+/// numbers: the inner instance of a multi-instance activity (`docs/multi-instance.md`) —
+/// the inner node of the body, run as its `k`-th instance, is `inner.with_instance(k)` —
+/// and the activity instance (`docs/activity-instances.md`): the `c`-th of the tokens that
+/// stand at one node of one scope at once is `node.with_copy(c)` (`c` ≥ 2; the first
+/// instance of an activity has no number, so a model without two tokens in one activity
+/// names every node as it always did). [`Process::node`] reads the node whatever the
+/// numbers. A plain index has instance 0 and copy 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeIdx(pub u32);
+pub struct NodeIdx(pub u64);
 
 impl NodeIdx {
-    /// Bits of the index that name the node; the bits above name the inner instance.
-    /// 2^18 nodes is more than the loader's element limit allows.
-    const NODE_BITS: u32 = 18;
-    const NODE_MASK: u32 = (1 << Self::NODE_BITS) - 1;
+    /// Bits of the index that name the node; the bits above name the inner instance,
+    /// then the activity instance. 2^24 nodes is more than the loader's element limit
+    /// allows.
+    const NODE_BITS: u32 = 24;
+    const NODE_MASK: u64 = (1 << Self::NODE_BITS) - 1;
+    const INSTANCE_BITS: u32 = 20;
+    const INSTANCE_MASK: u64 = (1 << Self::INSTANCE_BITS) - 1;
+    const COPY_SHIFT: u32 = Self::NODE_BITS + Self::INSTANCE_BITS;
     /// The largest inner-instance number an index can carry.
-    pub const INSTANCE_MAX: u32 = u32::MAX >> Self::NODE_BITS;
+    pub const INSTANCE_MAX: u32 = (1 << Self::INSTANCE_BITS) - 1;
+    /// The largest activity-instance number an index can carry.
+    pub const COPY_MAX: u32 = (1 << (64 - Self::COPY_SHIFT)) - 1;
 
-    /// The node, without an inner-instance number.
+    /// The node itself, index `i` of [`Process::nodes`].
+    pub fn at(i: usize) -> NodeIdx {
+        NodeIdx(i as u64)
+    }
+
+    /// The position of the node in [`Process::nodes`].
+    pub fn position(self) -> usize {
+        (self.0 & Self::NODE_MASK) as usize
+    }
+
+    /// The node, without an inner-instance or activity-instance number.
     pub fn plain(self) -> NodeIdx {
         NodeIdx(self.0 & Self::NODE_MASK)
     }
 
-    /// The inner-instance number (1-based); 0 for a plain node.
-    pub fn instance(self) -> u32 {
-        self.0 >> Self::NODE_BITS
+    /// The node in its inner instance, without an activity-instance number: what a
+    /// sequence flow, a scope or a start event is given from here (a token that moves on
+    /// is a new activity instance wherever it arrives).
+    pub fn uncopied(self) -> NodeIdx {
+        NodeIdx(self.0 & ((1 << Self::COPY_SHIFT) - 1))
     }
 
-    /// The node run as its `k`-th inner instance (`k` is capped at [`Self::INSTANCE_MAX`]).
+    /// The inner-instance number (1-based); 0 for a plain node.
+    pub fn instance(self) -> u32 {
+        ((self.0 >> Self::NODE_BITS) & Self::INSTANCE_MASK) as u32
+    }
+
+    /// The node run as its `k`-th inner instance (`k` is capped at [`Self::INSTANCE_MAX`]),
+    /// keeping its activity-instance number.
     pub fn with_instance(self, k: u32) -> NodeIdx {
-        NodeIdx(self.plain().0 | (k.min(Self::INSTANCE_MAX) << Self::NODE_BITS))
+        let k = u64::from(k.min(Self::INSTANCE_MAX));
+        NodeIdx((self.0 & !(Self::INSTANCE_MASK << Self::NODE_BITS)) | (k << Self::NODE_BITS))
+    }
+
+    /// The activity-instance number: 0 for the first (unnumbered) instance, else ≥ 2.
+    pub fn copy(self) -> u32 {
+        (self.0 >> Self::COPY_SHIFT) as u32
+    }
+
+    /// The node as its `c`-th activity instance (0 or 1: the first, unnumbered; capped at
+    /// [`Self::COPY_MAX`]).
+    pub fn with_copy(self, c: u32) -> NodeIdx {
+        let c = if c <= 1 {
+            0
+        } else {
+            u64::from(c.min(Self::COPY_MAX))
+        };
+        NodeIdx(self.uncopied().0 | (c << Self::COPY_SHIFT))
     }
 }
 
@@ -208,31 +253,40 @@ pub struct EventSubProcess {
     pub interrupting: bool,
 }
 
+/// A decimal number without sign or leading zero: one spelling per number.
+fn number(s: &str) -> Option<u32> {
+    if s.is_empty() || s.starts_with('0') || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 impl Process {
     pub fn node(&self, idx: NodeIdx) -> &Node {
-        &self.nodes[idx.plain().0 as usize]
+        &self.nodes[idx.position()]
     }
     pub fn flow(&self, idx: FlowIdx) -> &Flow {
         &self.flows[idx.0 as usize]
     }
     /// The node named `id`; `task#3`, where `task` is a multi-instance activity, names
-    /// its third inner instance (`#` cannot occur in an XML id, so no node has that name).
+    /// its third inner instance (`#` cannot occur in an XML id, so no node has that name);
+    /// `task@2` names the second activity instance of `task` (`@` cannot occur in one
+    /// either), `task#3@2` the second in the third inner instance.
     pub fn find(&self, id: &str) -> Option<NodeIdx> {
         if let Some(idx) = self.by_id.get(id) {
             return Some(*idx);
+        }
+        if let Some((base, c)) = id.rsplit_once('@') {
+            // Digits only, no leading zero, 2 or more: one spelling per activity instance.
+            let c = number(c).filter(|c| (2..=NodeIdx::COPY_MAX).contains(c))?;
+            let idx = self.find(base).filter(|i| i.copy() == 0)?;
+            return self.takes_copies(idx).then(|| idx.with_copy(c));
         }
         if self.multi_instances.is_empty() {
             return None;
         }
         let (base, k) = id.split_once('#')?;
-        // Digits only, no sign, no leading zero: one spelling per inner instance.
-        if k.starts_with('0') || !k.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let k: u32 = k
-            .parse()
-            .ok()
-            .filter(|k| (1..=NodeIdx::INSTANCE_MAX).contains(k))?;
+        let k = number(k).filter(|k| (1..=NodeIdx::INSTANCE_MAX).contains(k))?;
         let node = *self.by_id.get(base)?;
         if let Some(mi) = self.multi_instances.get(&node) {
             return Some(mi.inner.with_instance(k));
@@ -240,13 +294,38 @@ impl Process {
         // A node inside an inner sub-process, in its `k`-th instance.
         self.is_instanced(node).then(|| node.with_instance(k))
     }
-    /// The name of `idx` in the snapshot, effects and timers: the node's id, or
-    /// `<body>#<k>` for the `k`-th inner instance of a multi-instance activity.
+    /// Whether a node can stand as a second activity instance beside its first: a task
+    /// (of any kind), an intermediate catch event, an event-based gateway, a boundary
+    /// event (which belongs to its host's instance) or a sub-process — where a token
+    /// waits. Gateways that route, start and end events and throws never hold one.
+    pub fn takes_copies(&self, idx: NodeIdx) -> bool {
+        matches!(
+            self.node(idx).kind,
+            NodeKind::Task(_)
+                | NodeKind::IntermediateCatch(_)
+                | NodeKind::EventBasedGateway
+                | NodeKind::Boundary(_)
+                | NodeKind::SubProcess
+        )
+    }
+    /// The name of `idx` in the snapshot, effects and timers: the node's id, `<body>#<k>`
+    /// for the `k`-th inner instance of a multi-instance activity, and `@<c>` after
+    /// either for the `c`-th activity instance.
     pub fn key(&self, idx: NodeIdx) -> std::borrow::Cow<'_, str> {
-        match idx.instance() {
-            0 => std::borrow::Cow::Borrowed(self.node(idx).id.as_str()),
-            k => std::borrow::Cow::Owned(format!("{}#{k}", self.node(idx).id)),
+        let id = self.node(idx).id.as_str();
+        match (idx.instance(), idx.copy()) {
+            (0, 0) => std::borrow::Cow::Borrowed(id),
+            (k, 0) => std::borrow::Cow::Owned(format!("{id}#{k}")),
+            (0, c) => std::borrow::Cow::Owned(format!("{id}@{c}")),
+            (k, c) => std::borrow::Cow::Owned(format!("{id}#{k}@{c}")),
         }
+    }
+    /// `to`, a node attached to `from` — a boundary event of the activity `from`, the
+    /// activity a boundary `from` is attached to, a catch racing after the event-based
+    /// gateway `from` or the gateway of the racing catch `from` — in the inner instance
+    /// and the activity instance `from` runs as: they belong to one token.
+    pub fn attached(&self, from: NodeIdx, to: NodeIdx) -> NodeIdx {
+        self.inherit(from, to).with_copy(from.copy())
     }
     /// The multi-instance activity whose body is `body`, if it is one.
     pub fn multi_instance(&self, body: NodeIdx) -> Option<&MultiInstance> {
@@ -300,8 +379,7 @@ impl Process {
     pub fn start_events(&self, scope: Option<NodeIdx>) -> impl Iterator<Item = NodeIdx> + '_ {
         let scope = scope.map(NodeIdx::plain);
         self.nodes.iter().enumerate().filter_map(move |(i, n)| {
-            (n.scope == scope && matches!(n.kind, NodeKind::StartEvent))
-                .then_some(NodeIdx(i as u32))
+            (n.scope == scope && matches!(n.kind, NodeKind::StartEvent)).then_some(NodeIdx::at(i))
         })
     }
     /// The process-level start events with a trigger, in document order: where an
@@ -311,7 +389,7 @@ impl Process {
             .iter()
             .enumerate()
             .filter_map(|(i, n)| match &n.kind {
-                NodeKind::TriggeredStart(t) if n.scope.is_none() => Some((NodeIdx(i as u32), t)),
+                NodeKind::TriggeredStart(t) if n.scope.is_none() => Some((NodeIdx::at(i), t)),
                 _ => None,
             })
     }
@@ -358,7 +436,7 @@ impl Process {
         if self.compensations.is_empty() {
             return None;
         }
-        self.compensations.get(&host)
+        self.compensations.get(&host.uncopied())
     }
     /// Whether `node` is the compensation handler of some activity.
     pub fn is_compensation_handler(&self, node: NodeIdx) -> bool {
@@ -372,7 +450,7 @@ impl Process {
             .iter()
             .enumerate()
             .filter_map(move |(i, n)| match n.kind {
-                NodeKind::Boundary(ref b) if b.attached_to == host => Some(NodeIdx(i as u32)),
+                NodeKind::Boundary(ref b) if b.attached_to == host => Some(NodeIdx::at(i)),
                 _ => None,
             })
     }
@@ -865,7 +943,7 @@ pub fn jitter_ppb(instance: &str, node: &str, attempt: u32) -> u32 {
 pub(crate) fn expand_multi_instances(p: &mut Process) {
     let bodies: Vec<NodeIdx> = p.multi_instances.keys().copied().collect();
     for body in bodies {
-        let inner = NodeIdx(p.nodes.len() as u32);
+        let inner = NodeIdx::at(p.nodes.len());
         let mut node = p.nodes[body.0 as usize].clone();
         for n in p.nodes.iter_mut() {
             if n.scope == Some(body) {

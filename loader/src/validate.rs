@@ -87,7 +87,7 @@ impl Index {
 }
 
 fn idx(i: usize) -> NodeIdx {
-    NodeIdx(i as u32)
+    NodeIdx::at(i)
 }
 
 /// Reports scopes without a start event and returns them (their nodes are not reported as

@@ -25,7 +25,7 @@ impl Builder {
             outgoing: Vec::new(),
             incoming: Vec::new(),
         });
-        NodeIdx(self.nodes.len() as u32 - 1)
+        NodeIdx::at(self.nodes.len() - 1)
     }
 
     pub fn flow(&mut self, from: NodeIdx, to: NodeIdx) -> FlowIdx {
@@ -47,7 +47,7 @@ impl Builder {
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.id.clone(), NodeIdx(i as u32)))
+            .map(|(i, n)| (n.id.clone(), NodeIdx::at(i)))
             .collect();
         Definition {
             id: id.to_owned(),

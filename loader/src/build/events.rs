@@ -521,7 +521,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             .enumerate()
             .filter_map(|(i, n)| match &n.kind {
                 NodeKind::Boundary(b) if b.trigger == BoundaryTrigger::Compensation => {
-                    Some((NodeIdx(i as u32), b.attached_to))
+                    Some((NodeIdx::at(i), b.attached_to))
                 }
                 _ => None,
             })

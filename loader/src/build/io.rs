@@ -386,7 +386,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         if !io.complete {
             return;
         }
-        let idx = NodeIdx(self.nodes.len() as u32);
+        let idx = NodeIdx::at(self.nodes.len());
         if self.event_mappings.contains_key(&idx) {
             self.help(
                 "Q308",

@@ -621,7 +621,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             // unreachable/dead-end noise.
             return;
         }
-        let idx = NodeIdx(self.nodes.len() as u32);
+        let idx = NodeIdx::at(self.nodes.len());
         self.check_node_children(el, idx);
         if !TASKS.contains(&el.local.as_str()) {
             check_other_extensions(self, el);
