@@ -395,6 +395,9 @@ pub(super) struct Run<'a> {
     /// Registered handlers queued for their next owed run, with the attempts earlier
     /// runs used: the run starts at the next number, its budget counted afresh.
     pub(super) next_runs: Vec<(NodeIdx, u32)>,
+    /// A channel call the current input answered (with a BPMN error): its request was
+    /// delivered, so ending its wait withdraws nothing.
+    pub(super) answered: Option<NodeIdx>,
 }
 
 impl<'a> Run<'a> {
@@ -425,6 +428,7 @@ impl<'a> Run<'a> {
             escaped: None,
             finished_run: None,
             next_runs: Vec::new(),
+            answered: None,
         }
     }
 

@@ -273,6 +273,11 @@ impl<'a> Run<'a> {
         if pull && self.snap.marker(node).is_none() {
             self.withdraw_pull(idx);
         }
+        // A channel call's undelivered request is abandoned with its wait (C6): the
+        // counterpart never receives an instruction after the process moved on.
+        if self.snap.calls.contains_key(node) && self.answered != Some(idx) {
+            self.withdraw_requests(idx);
+        }
         self.disarm(idx);
         self.snap.clear_retry_state(node);
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {

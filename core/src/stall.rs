@@ -32,8 +32,10 @@ pub(crate) fn stalled(p: &Process, snap: &Snapshot) -> Option<(String, &'static 
             continue;
         };
         let node = p.node(idx);
-        // The frontier is sorted: a repeated name is a neighbour.
-        if previous == Some(t.as_str()) && p.takes_copies(idx) {
+        // The frontier is sorted: a repeated name is a neighbour. This engine never
+        // writes one at a node that takes activity instances; a snapshot from before
+        // them may hold one, and goes on where one answer can serve each token.
+        if previous == Some(t.as_str()) && !shareable(node, snap.marker(t).is_some()) {
             return Some((
                 t.clone(),
                 "two tokens stand under one name, sharing one activity instance's state",
@@ -72,6 +74,30 @@ pub(crate) fn stalled(p: &Process, snap: &Snapshot) -> Option<(String, &'static 
         }
     }
     None
+}
+
+/// Whether two tokens under one name at `node` can both still move: each gets an answer
+/// of its own — two handler calls of one attempt in flight, two completions of one user
+/// or receive task, two messages or one broadcast at a catch, a compensation throw's
+/// shared wait, a sub-process's shared inside. A call, a request, an offer or a timer serves one token only, and so
+/// does an attempt counter in a backoff window.
+fn shareable(node: &qflow_loader::model::Node, parked: bool) -> bool {
+    match &node.kind {
+        NodeKind::Task(task) => match task.kind {
+            TaskKind::Registered { .. } => !parked,
+            TaskKind::User { .. } | TaskKind::Receive { .. } => true,
+            _ => false,
+        },
+        NodeKind::IntermediateCatch(CatchTrigger::Message { .. } | CatchTrigger::Signal { .. }) => {
+            true
+        }
+        // A sub-process holding two tokens (written before this engine refused a second
+        // run) completes both once its inside is empty.
+        NodeKind::SubProcess
+        | NodeKind::EndEvent(EndKind::Compensation { .. })
+        | NodeKind::IntermediateThrow(ThrowTrigger::Compensation { .. }) => true,
+        _ => false,
+    }
 }
 
 impl Run<'_> {
