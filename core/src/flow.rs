@@ -92,7 +92,24 @@ pub(super) fn staleness(
             super::repair::parked(p, snap, node.as_deref())
                 .is_empty()
                 .then(|| match node {
-                    Some(n) => format!("task `{n}` has no backoff pending"),
+                    Some(n) => {
+                        // Another instance of the same task may be the one parked: name it.
+                        let base = p.find(n).map(|i| i.uncopied());
+                        let others: Vec<String> = super::repair::parked(p, snap, None)
+                            .into_iter()
+                            .filter(|i| Some(i.uncopied()) == base)
+                            .map(|i| format!("`{}`", p.key(i)))
+                            .collect();
+                        if others.is_empty() {
+                            format!("task `{n}` has no backoff pending")
+                        } else {
+                            format!(
+                                "task `{n}` has no backoff pending; its other activity \
+                                 instances {} have: name one",
+                                others.join(", ")
+                            )
+                        }
+                    }
                     None => "no task of this instance has a backoff pending".to_owned(),
                 })
         }

@@ -19,6 +19,7 @@
 //! arrivals over flows the target lacks. Only a FAILED instance, or a running one with no
 //! attempt in flight, migrates.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use qflow_loader::model::{
@@ -30,9 +31,19 @@ use super::timers::{TimerKind, TimerName};
 use super::Effect;
 use crate::snapshot::{Snapshot, Status};
 
-/// The node mapping's image of `node`.
-fn mapped<'m>(mapping: &'m BTreeMap<String, String>, node: &'m str) -> &'m str {
-    mapping.get(node).map_or(node, String::as_str)
+/// The node mapping's image of `node`. An activity instance `<id>@<c>` (E9) moves with
+/// its node: `pay@2` maps to `charge@2` when `pay` maps to `charge`.
+fn mapped<'m>(mapping: &'m BTreeMap<String, String>, node: &'m str) -> Cow<'m, str> {
+    if let Some(to) = mapping.get(node) {
+        return Cow::Borrowed(to);
+    }
+    match node.rsplit_once('@') {
+        Some((base, c)) => match mapping.get(base) {
+            Some(to) => Cow::Owned(format!("{to}@{c}")),
+            None => Cow::Borrowed(node),
+        },
+        None => Cow::Borrowed(node),
+    }
 }
 
 /// A task whose attempts `q:retry` governs: registered, or a channel call.
@@ -78,10 +89,10 @@ pub(super) fn problems(
     let mut named = std::collections::BTreeSet::new();
     for entry in snap.compensable() {
         let to = mapped(mapping, entry);
-        if !named.insert(to) {
+        if !named.insert(to.clone()) {
             continue;
         }
-        if p.find(to).and_then(|n| p.compensation(n)).is_none() {
+        if p.find(&to).and_then(|n| p.compensation(n)).is_none() {
             out.push(format!(
                 "`{entry}` completed and can still be compensated, but `{to}` has no \
                  compensation boundary in the target"
@@ -92,7 +103,7 @@ pub(super) fn problems(
         Status::Failed => {}
         Status::Running => {
             for node in snap.tokens() {
-                let pull = super::pull::pull_task(def, mapped(mapping, node)).is_some();
+                let pull = super::pull::pull_task(def, &mapped(mapping, node)).is_some();
                 if snap.marker(node).is_none() && (pull || snap.lock(node).is_some()) {
                     out.push(format!(
                         "pull task `{node}` is offered to workers; migrate once it is in a \
@@ -100,7 +111,7 @@ pub(super) fn problems(
                     ));
                     continue;
                 }
-                if snap.marker(node).is_none() && is_registered(p, mapped(mapping, node)) {
+                if snap.marker(node).is_none() && is_registered(p, &mapped(mapping, node)) {
                     // A task's token outside a backoff window: the attempt is in flight.
                     out.push(format!(
                         "task `{node}` has an attempt in flight; migrate once it has an outcome \
@@ -116,11 +127,11 @@ pub(super) fn problems(
     }
     for node in snap.tokens() {
         let to = mapped(mapping, node);
-        if p.find(to).is_none() {
+        if p.find(&to).is_none() {
             out.push(format!(
                 "token at `{node}` maps to `{to}`, which the target does not have"
             ));
-        } else if snap.attempt(node) > 0 && !is_registered(p, to) {
+        } else if snap.attempt(node) > 0 && !is_registered(p, &to) {
             out.push(format!(
                 "task `{node}` has attempts and maps to `{to}`, which is not a registered task"
             ));
@@ -128,7 +139,7 @@ pub(super) fn problems(
     }
     if let Some(node) = snap.failure().and_then(|f| f.node) {
         let to = mapped(mapping, &node);
-        if p.find(to).is_none() {
+        if p.find(&to).is_none() {
             out.push(format!(
                 "the failed node `{node}` maps to `{to}`, which the target does not have"
             ));
@@ -136,7 +147,7 @@ pub(super) fn problems(
     }
     for (gw, flows) in &snap.joins {
         let to = mapped(mapping, gw);
-        if p.find(to).is_none() {
+        if p.find(&to).is_none() {
             out.push(format!(
                 "join `{gw}` maps to `{to}`, which the target does not have"
             ));
@@ -159,7 +170,7 @@ pub(super) fn problems(
         if !due.contains_key(name) {
             out.push(format!("timer `{name}` has no due instant in the plan"));
         }
-        let kind = p.find(to).map(|i| &p.node(i).kind);
+        let kind = p.find(&to).map(|i| &p.node(i).kind);
         let fits = match (t.kind(), kind) {
             (_, None) => false,
             (TimerKind::Retry, Some(NodeKind::Task(task))) => task.retry.is_some(),
@@ -169,7 +180,7 @@ pub(super) fn problems(
             }
             // The timer start of an event sub-process.
             (TimerKind::Boundary, Some(NodeKind::TriggeredStart(StartTrigger::Timer(_)))) => {
-                p.find(to).is_some_and(|i| p.event_start(i).is_some())
+                p.find(&to).is_some_and(|i| p.event_start(i).is_some())
             }
             (TimerKind::Catch, Some(NodeKind::IntermediateCatch(CatchTrigger::Timer(_)))) => true,
             _ => false,
@@ -186,7 +197,7 @@ pub(super) fn problems(
 fn rename<V>(map: &mut BTreeMap<String, V>, mapping: &BTreeMap<String, String>) {
     let old = std::mem::take(map);
     for (k, v) in old {
-        map.insert(mapped(mapping, &k).to_owned(), v);
+        map.insert(mapped(mapping, &k).into_owned(), v);
     }
 }
 
@@ -203,13 +214,14 @@ impl Run<'_> {
         for node in open {
             self.close_subscription(&node);
         }
+        let failed_before = self.snap.failure_node.clone();
         let s = &mut self.snap;
         for t in &mut s.tokens {
-            *t = mapped(mapping, t).to_owned();
+            *t = mapped(mapping, t).into_owned();
         }
         s.tokens.sort();
         for entry in &mut s.compensable {
-            *entry = mapped(mapping, entry).to_owned();
+            *entry = mapped(mapping, entry).into_owned();
         }
         rename(&mut s.attempts, mapping);
         rename(&mut s.markers, mapping);
@@ -223,7 +235,7 @@ impl Run<'_> {
         // drops the holder of a node that is no user task in the target.
         rename(&mut s.assignees, mapping);
         if let Some(n) = &s.failure_node {
-            s.failure_node = Some(mapped(mapping, n).to_owned());
+            s.failure_node = Some(mapped(mapping, n).into_owned());
         }
         let live: Vec<(String, u32)> = s.timers.iter().map(|(k, v)| (k.clone(), *v)).collect();
         for (name, incarnation) in live {
@@ -231,7 +243,7 @@ impl Run<'_> {
                 continue;
             };
             let Some(node) = old.node() else { continue };
-            let new = TimerName::new(old.kind(), mapped(mapping, node));
+            let new = TimerName::new(old.kind(), &mapped(mapping, node));
             if new == old {
                 continue;
             }
@@ -250,13 +262,21 @@ impl Run<'_> {
         // Open incidents travel with their node, like everything else kept per node: a
         // FAILED instance's incident is on its failure node, and after the move a resume
         // resolves it under the new name.
-        for (from, to) in mapping {
-            if from != to {
-                self.effects.push(Effect::MoveIncidents {
-                    from: from.clone(),
-                    to: to.clone(),
-                });
+        let mut moves: Vec<(String, String)> = mapping
+            .iter()
+            .filter(|(from, to)| from != to)
+            .map(|(from, to)| (from.clone(), to.clone()))
+            .collect();
+        // An activity instance's incidents are on its own name (`pay@2`): they move
+        // with it. Its old name is gone from the snapshot, so it is read off the mapping.
+        if let Some(failed) = failed_before.filter(|n| n.contains('@')) {
+            let to = mapped(mapping, &failed).into_owned();
+            if to != failed {
+                moves.push((failed, to));
             }
+        }
+        for (from, to) in moves {
+            self.effects.push(Effect::MoveIncidents { from, to });
         }
     }
 }

@@ -257,4 +257,59 @@ proptest! {
             }
         }
     }
+
+    /// No silent stall (E10) and distinct handler calls (E9), over generated splits,
+    /// merges of every gateway kind, boundaries, timer waits and retries with generated
+    /// outcomes: the core's stall detector never fires (it finds defects, and a model
+    /// does not cause one); a run that goes idle while RUNNING has a wait open that only
+    /// the outside can end (a user task, a handler that never answers); and no handler
+    /// call is asked for while another with the same node and attempt is outstanding —
+    /// two tokens in one task are two activity instances, never one name twice.
+    #[test]
+    fn no_run_stalls_and_no_two_handler_calls_are_indistinguishable(
+        (shape, sc) in shape().prop_flat_map(|s| { let sc = scenario(&s); (Just(s), sc) })
+    ) {
+        let def = build(&shape);
+        let Ok(trace) = sim::run(&def, &sc) else { return Ok(()); };
+        prop_assert_ne!(trace.summary.failure_code.as_deref(), Some("STALLED"));
+        let mut outstanding: std::collections::BTreeSet<(String, u32)> = Default::default();
+        for s in &trace.steps {
+            match &s.input {
+                qflow_core::Input::TaskCompleted { node, attempt, .. }
+                | qflow_core::Input::TaskFailed { node, attempt, .. }
+                | qflow_core::Input::TaskBpmnError { node, attempt, .. } => {
+                    outstanding.remove(&(node.clone(), attempt.get()));
+                }
+                _ => {}
+            }
+            for e in &s.effects {
+                match e {
+                    qflow_core::Effect::AttemptFinished { node, attempt, .. } => {
+                        outstanding.remove(&(node.clone(), attempt.get()));
+                    }
+                    qflow_core::Effect::RunTask { node, attempt, .. } => {
+                        let fresh = outstanding.insert((node.clone(), attempt.get()));
+                        prop_assert!(fresh, "step {}: a second call of {} attempt {}", s.seq, node, attempt);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if trace.summary.status == "running" && trace.summary.stop == sim::Stop::Idle {
+            let end = trace.final_snapshot().unwrap();
+            let p = &def.process;
+            let open = end.tokens().iter().any(|t| {
+                let Some(idx) = p.find(t) else { return false };
+                match &p.node(idx).kind {
+                    NodeKind::Task(Task { kind: TaskKind::User { .. }, .. }) => true,
+                    // A handler that never answers (`hang`) holds its attempt in flight.
+                    NodeKind::Task(Task { kind: TaskKind::Registered { .. }, .. }) => {
+                        end.marker(t).is_none()
+                    }
+                    _ => false,
+                }
+            });
+            prop_assert!(open, "idle while running with nothing open: {:?}", end.tokens());
+        }
+    }
 }

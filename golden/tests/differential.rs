@@ -27,6 +27,7 @@ use serde::Deserialize;
 /// through (no retry policies, `q:timeout`s, I/O mappings, cancels or operator events):
 /// their scenarios run in both engines unchanged.
 const GOLDEN_CASES: &[&str] = &[
+    "activity_instances_compensation_of_two_completions",
     "compensation_from_error_event_sub_process",
     "compensation_saga_rolls_back",
     "error_boundary_by_code",
@@ -348,8 +349,17 @@ fn is_wait(def: &Definition, id: &str) -> bool {
     })
 }
 
+/// The element a qflow name stands for: an activity instance `pay@2` (E9) or an inner
+/// instance `pay#2` is an execution of the element `pay`, which is all the peer names.
+fn element(def: &Definition, key: &str) -> String {
+    def.process
+        .find(key)
+        .map_or_else(|| key.to_owned(), |i| def.process.node(i).id.clone())
+}
+
 /// Tasks completed in qflow's trace: a registered task whose attempt finished ok, a user
 /// task whose completion was not stale, a receive task whose token a message moved on.
+/// Counted per element: the executions of all its activity instances.
 fn observe_qflow(def: &Definition, trace: &Trace) -> Observed {
     let mut completed = BTreeMap::new();
     let mut tokens_before: Vec<String> = Vec::new();
@@ -364,13 +374,13 @@ fn observe_qflow(def: &Definition, trace: &Trace) -> Observed {
         for effect in &step.effects {
             if let Effect::AttemptFinished { node, outcome, .. } = effect {
                 if *outcome == qflow_core::AttemptOutcome::Ok {
-                    *completed.entry(node.clone()).or_insert(0) += 1;
+                    *completed.entry(element(def, node)).or_insert(0) += 1;
                 }
             }
         }
         match &step.input {
             Input::UserTaskCompleted { node, .. } if !stale => {
-                *completed.entry(node.clone()).or_insert(0) += 1;
+                *completed.entry(element(def, node)).or_insert(0) += 1;
             }
             Input::MessageReceived { .. } if !stale => {
                 for node in left(&tokens_before, &tokens_after) {
@@ -379,7 +389,7 @@ fn observe_qflow(def: &Definition, trace: &Trace) -> Observed {
                             NodeKind::Task(t) if matches!(t.kind, TaskKind::Receive { .. }))
                     });
                     if receive {
-                        *completed.entry(node).or_insert(0) += 1;
+                        *completed.entry(element(def, &node)).or_insert(0) += 1;
                     }
                 }
             }
@@ -395,6 +405,7 @@ fn observe_qflow(def: &Definition, trace: &Trace) -> Observed {
         let mut w: Vec<String> = tokens_before
             .into_iter()
             .filter(|id| is_wait(def, id))
+            .map(|id| element(def, &id))
             .collect();
         w.sort();
         w
