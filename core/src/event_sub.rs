@@ -26,22 +26,39 @@
 
 use qflow_loader::model::{EventSubProcess, NodeIdx, Process, StartTrigger, Variables};
 
-use super::codes;
 use super::flow::Run;
 use super::path::EventKind;
 use super::timers::{TimerKind, TimerName};
 use crate::snapshot::{Snapshot, Status};
 
+/// The event sub-process `e` and its start as they stand in the instance `scope` of
+/// their enclosing sub-process (`None`: the process): named in that instance's runs
+/// (`docs/activity-instances.md`), the event sub-process's own first run.
+pub(super) fn in_scope(
+    p: &Process,
+    scope: Option<NodeIdx>,
+    e: &EventSubProcess,
+) -> (NodeIdx, NodeIdx) {
+    let node = match scope {
+        Some(sp) => p.child(sp, e.node),
+        None => e.node,
+    };
+    (node, p.child(node, e.start))
+}
+
 /// Is `scope` (`None`: the process) live, with its event sub-processes armed?
 pub(super) fn armed(p: &Process, snap: &Snapshot, scope: Option<NodeIdx>) -> bool {
-    let holds = |idx: NodeIdx| snap.tokens.iter().any(|t| *t == p.node(idx).id);
+    let holds = |idx: NodeIdx| {
+        let key = p.key(idx);
+        snap.tokens.iter().any(|t| *t == *key)
+    };
     let live = match scope {
         None => snap.status == Status::Running,
         Some(sp) => holds(sp),
     };
     live && !p
         .event_sub_processes_in(scope)
-        .any(|e| e.interrupting && holds(e.node))
+        .any(|e| e.interrupting && holds(in_scope(p, scope, e).0))
 }
 
 /// The start events of event sub-processes armed now, in order: the process's, then
@@ -56,7 +73,7 @@ pub(super) fn armed_starts(p: &Process, snap: &Snapshot) -> Vec<NodeIdx> {
         if let Some(idx) = p.find(t) {
             if p.event_sub_processes
                 .iter()
-                .any(|e| p.node(e.node).scope == Some(idx))
+                .any(|e| p.node(e.node).scope == Some(idx.plain()))
                 && !scopes.contains(&Some(idx))
             {
                 scopes.push(Some(idx));
@@ -66,7 +83,10 @@ pub(super) fn armed_starts(p: &Process, snap: &Snapshot) -> Vec<NodeIdx> {
     scopes
         .into_iter()
         .filter(|s| armed(p, snap, *s))
-        .flat_map(|s| p.event_sub_processes_in(s).map(|e| e.start))
+        .flat_map(|s| {
+            p.event_sub_processes_in(s)
+                .map(move |e| in_scope(p, s, e).1)
+        })
         .collect()
 }
 
@@ -103,11 +123,12 @@ impl<'a> Run<'a> {
         scope: Option<NodeIdx>,
         escalation: bool,
         code: Option<&str>,
-    ) -> Option<EventSubProcess> {
+    ) -> Option<(EventSubProcess, NodeIdx)> {
         if self.p.event_sub_processes.is_empty() || !armed(self.p, &self.snap, scope) {
             return None;
         }
-        catching_start(self.p, scope, escalation, code).cloned()
+        let e = catching_start(self.p, scope, escalation, code)?;
+        Some((e.clone(), in_scope(self.p, scope, e).1))
     }
 
     /// Arms the timer starts of the event sub-processes of `scope`, as `arm_boundaries`
@@ -122,7 +143,7 @@ impl<'a> Run<'a> {
         let starts: Vec<NodeIdx> = self
             .p
             .event_sub_processes_in(scope)
-            .map(|e| e.start)
+            .map(|e| in_scope(self.p, scope, e).1)
             .collect();
         let mut dues = Vec::new();
         for s in starts {
@@ -147,65 +168,77 @@ impl<'a> Run<'a> {
         let starts: Vec<NodeIdx> = self
             .p
             .event_sub_processes_in(scope)
-            .map(|e| e.start)
+            .map(|e| in_scope(self.p, scope, e).1)
             .collect();
         for s in starts {
             self.resolve(&TimerName::new(TimerKind::Boundary, &self.id(s)));
         }
     }
 
-    /// Records the catch of `event` at the start of `esp`.
+    /// Records the catch of `event` at `start`, the start of `esp` as it stands in its
+    /// enclosing scope's instance.
     pub(super) fn record_event_start(
         &mut self,
         event: EventKind,
         esp: &EventSubProcess,
+        start: NodeIdx,
         code: Option<&str>,
         name: Option<&str>,
     ) {
-        let scope = self.p.node(esp.node).scope;
-        self.record_catch_in(event, esp.start, scope, esp.interrupting, code, name);
+        let scope = self
+            .p
+            .scope_instance(start)
+            .and_then(|e| self.p.scope_instance(e));
+        self.record_catch_in(event, start, scope, esp.interrupting, code, name);
     }
 
-    /// The trigger of `esp` fired: an interrupting one ends everything else in its
-    /// enclosing scope and disarms the scope's other triggers; then the event's variables
-    /// join the instance's and a token enters the event sub-process at its start.
-    pub(super) fn start_event_sub_process(&mut self, esp: &EventSubProcess, variables: Variables) {
-        let scope = self.p.node(esp.node).scope;
-        if self.holds_token(esp.node) {
-            // Only a non-interrupting one can be running when its trigger comes again.
-            let message = format!(
-                "event sub-process `{}` was triggered again while its previous run works: \
-                 two runs of one event sub-process at once are not supported yet \
-                 (docs/activity-instances.md)",
-                self.id(esp.node)
-            );
-            return self.fail(codes::UNSUPPORTED_ELEMENT, Some(esp.node), None, message);
-        }
+    /// The trigger of `esp` fired at `start` (its start as it stands in its enclosing
+    /// scope's instance): an interrupting one ends everything else in that scope and
+    /// disarms the scope's other triggers; then the event's variables join the
+    /// instance's and a token enters the event sub-process at its start. A
+    /// non-interrupting one triggered while an earlier run of it works runs beside it, as
+    /// its next activity instance (`<esp>@2`, with an inside of its own).
+    pub(super) fn start_event_sub_process(
+        &mut self,
+        esp: &EventSubProcess,
+        start: NodeIdx,
+        variables: Variables,
+    ) {
+        let first = self.p.scope_instance(start).unwrap_or(esp.node);
+        let scope = self.p.scope_instance(first);
         if esp.interrupting {
             // The same ending a terminate end event gives the scope: every token in it
             // interrupted, its joins and queued arrivals dropped.
             self.terminate(scope);
             self.disarm_event_starts(scope);
         }
+        let Some(node) = self.arriving_instance(first) else {
+            return;
+        };
         self.snap.vars.extend(variables);
-        self.add_token(esp.node);
+        self.add_token(node);
         // Its own nested event sub-processes are armed now.
-        if !self.arm_event_starts(Some(esp.node)) {
+        if !self.arm_event_starts(Some(node)) {
             return;
         }
-        self.queue.push_back((esp.start, None));
+        self.queue.push_back((self.p.child(node, esp.start), None));
     }
 
     /// The timer start `b:<start>` of `esp` fired: a non-interrupting cycle is armed
     /// again for its next repetition, then the event sub-process starts.
-    pub(super) fn event_timer_fired(&mut self, esp: EventSubProcess, name: TimerName) {
+    pub(super) fn event_timer_fired(
+        &mut self,
+        esp: EventSubProcess,
+        start: NodeIdx,
+        name: TimerName,
+    ) {
         let Some(StartTrigger::Timer(timer)) = self.p.start_trigger(esp.start) else {
             return;
         };
-        self.record_event_start(EventKind::Timer, &esp, None, Some(name.as_str()));
-        if !esp.interrupting && !self.rearm_cycle(esp.start, timer, name) {
+        self.record_event_start(EventKind::Timer, &esp, start, None, Some(name.as_str()));
+        if !esp.interrupting && !self.rearm_cycle(start, timer, name) {
             return;
         }
-        self.start_event_sub_process(&esp, Variables::new());
+        self.start_event_sub_process(&esp, start, Variables::new());
     }
 }

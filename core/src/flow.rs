@@ -603,8 +603,8 @@ impl<'a> Run<'a> {
                     // subscription opens again with the key evaluated afresh.
                     self.close_subscription(&self.id(idx));
                     if let Some(esp) = self.p.event_start(idx) {
-                        self.record_event_start(EventKind::Message, esp, None, Some(&name));
-                        self.start_event_sub_process(esp, variables);
+                        self.record_event_start(EventKind::Message, esp, idx, None, Some(&name));
+                        self.start_event_sub_process(esp, idx, variables);
                     } else if let NodeKind::Boundary(b) = &self.p.node(idx).kind {
                         let on = Some((self.p.attached(idx, b.attached_to), b.interrupting));
                         self.record_catch(EventKind::Message, idx, on, None, Some(&name));
@@ -633,7 +633,10 @@ impl<'a> Run<'a> {
                 let waits = signal_waiters(self.p, &self.snap, &name, node.as_deref());
                 for (idx, gateway) in waits {
                     if let Some(esp) = self.p.event_start(idx) {
-                        let scope = self.p.node(esp.node).scope;
+                        let scope = self
+                            .p
+                            .scope_instance(idx)
+                            .and_then(|e| self.p.scope_instance(e));
                         if !super::event_sub::armed(self.p, &self.snap, scope) {
                             // An earlier catch of this same signal ended or disarmed the
                             // scope.
@@ -643,8 +646,8 @@ impl<'a> Run<'a> {
                         if esp.interrupting {
                             self.close_subscription(&self.id(idx));
                         }
-                        self.record_event_start(EventKind::Signal, esp, None, Some(&name));
-                        self.start_event_sub_process(esp, variables.clone());
+                        self.record_event_start(EventKind::Signal, esp, idx, None, Some(&name));
+                        self.start_event_sub_process(esp, idx, variables.clone());
                         continue;
                     }
                     let host_gone = match &self.p.node(idx).kind {
@@ -752,7 +755,7 @@ impl<'a> Run<'a> {
 
     /// The scope `idx` runs in: its sub-process, in the inner instance `idx` runs in.
     pub(super) fn scope_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
-        self.p.node(idx).scope.map(|s| self.p.inherit(idx, s))
+        self.p.scope_instance(idx)
     }
 
     pub(super) fn running(&self) -> bool {
@@ -930,7 +933,7 @@ impl<'a> Run<'a> {
         // `b:` also names the timer start of an event sub-process: a boundary on its
         // enclosing scope in all but name.
         if let Some(esp) = self.p.event_start(boundary) {
-            return self.event_timer_fired(esp.clone(), name);
+            return self.event_timer_fired(esp.clone(), boundary, name);
         }
         let NodeKind::Boundary(b) = &self.p.node(boundary).kind else {
             return;
@@ -1224,7 +1227,7 @@ impl<'a> Run<'a> {
                 }
                 let starts: Vec<NodeIdx> = self.p.start_events(Some(idx)).collect();
                 for s in starts {
-                    self.queue.push_back((self.p.inherit(idx, s), None));
+                    self.queue.push_back((self.p.child(idx, s), None));
                 }
             }
             NodeKind::EventBasedGateway => {
@@ -1257,17 +1260,11 @@ impl<'a> Run<'a> {
     /// instance failed instead: a sub-process (or multi-instance activity) already
     /// running in this scope, whose second run would share the first's inside, or more
     /// than [`ACTIVITY_INSTANCES_MAX`] instances of one node at once.
-    fn arriving_instance(&mut self, idx: NodeIdx) -> Option<NodeIdx> {
+    pub(super) fn arriving_instance(&mut self, idx: NodeIdx) -> Option<NodeIdx> {
         if !self.holds_token(idx) {
             return Some(idx);
         }
-        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
-            let message = format!(
-                "a second token entered sub-process `{}` while it runs: two runs of one \
-                 sub-process at once are not supported yet (docs/activity-instances.md)",
-                self.id(idx)
-            );
-            self.fail(codes::UNSUPPORTED_ELEMENT, Some(idx), None, message);
+        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) && !self.runs_twice(idx) {
             return None;
         }
         if !self.p.takes_copies(idx) {
@@ -1285,6 +1282,26 @@ impl<'a> Run<'a> {
             self.fail(codes::ACTIVITY_INSTANCE_LIMIT, Some(idx), None, message);
         }
         free
+    }
+
+    /// Whether the sub-process `sp` may run a second instance beside its running one:
+    /// its inside must be nameable per instance (nested no deeper than
+    /// `NodeIdx::RUN_LEVELS`), and a multi-instance body keeps one set of inner instances
+    /// (`i/<body>`). Otherwise the instance fails, loudly, and `false`.
+    pub(super) fn runs_twice(&mut self, sp: NodeIdx) -> bool {
+        let why = if self.p.multi_instance(sp).is_some() {
+            "a multi-instance activity entered again while its inner instances run"
+        } else if self.p.level(sp) >= NodeIdx::RUN_LEVELS {
+            "a sub-process nested this deep runs one instance at a time"
+        } else {
+            return true;
+        };
+        let message = format!(
+            "a second token entered `{}` while it runs: {why} (docs/activity-instances.md)",
+            self.id(sp)
+        );
+        self.fail(codes::UNSUPPORTED_ELEMENT, Some(sp), None, message);
+        false
     }
 
     /// Whether a token stands at `idx` (the frontier is sorted).

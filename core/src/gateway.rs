@@ -200,10 +200,25 @@ impl Run<'_> {
             .tokens
             .iter()
             .chain(self.snap.joins.keys().filter(|g| *g != &*self.id(target)));
+        // Inside a sub-process, a token in another instance of it (`sub@2/…`) reaches
+        // that instance's join, never this one's.
+        let scope = self.p.scope_instance(target);
+        let elsewhere = |src: NodeIdx| {
+            let Some(sp) = scope else { return false };
+            let mut cur = self.p.scope_instance(src);
+            while let Some(a) = cur {
+                if a.plain() == sp.plain() {
+                    return a != sp;
+                }
+                cur = self.p.scope_instance(a);
+            }
+            false
+        };
         for s in sources {
             // Reckoned over plain nodes: no inclusive gateway is inside a multi-instance
             // sub-process (Q132), and an inner instance leaves through its body.
-            if let Some(mut idx) = self.p.find(s).map(NodeIdx::plain) {
+            let found = self.p.find(s).filter(|i| !elsewhere(*i));
+            if let Some(mut idx) = found.map(NodeIdx::plain) {
                 todo.push(idx);
                 // A token inside a sub-process also leaves through its enclosing ones.
                 while let Some(sp) = self.p.node(idx).scope {

@@ -109,8 +109,8 @@ pub(crate) fn scoped_vars<'s>(p: &Process, snap: &'s Snapshot, idx: NodeIdx) -> 
         if let Some(body) = p.body_of(cur) {
             levels.push((body, cur.instance()));
         }
-        match p.node(cur).scope {
-            Some(s) => cur = p.inherit(cur, s),
+        match p.scope_instance(cur) {
+            Some(s) => cur = s,
             None => break,
         }
     }

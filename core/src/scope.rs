@@ -89,9 +89,9 @@ impl<'a> Run<'a> {
         // its scope is disarmed and it cannot catch its own error; one thrown by a
         // non-interrupting event sub-process is caught beside it, as Zeebe does.
         loop {
-            if let Some(esp) = self.armed_catching_start(scope, false, code.as_deref()) {
-                self.record_event_start(EventKind::Error, &esp, code.as_deref(), None);
-                return self.start_event_sub_process(&esp, Default::default());
+            if let Some((esp, start)) = self.armed_catching_start(scope, false, code.as_deref()) {
+                self.record_event_start(EventKind::Error, &esp, start, code.as_deref(), None);
+                return self.start_event_sub_process(&esp, start, Default::default());
             }
             let Some(sp) = scope else { break };
             if let Some(b) = self.catching_boundary(sp, code.as_deref()) {
@@ -150,9 +150,9 @@ impl<'a> Run<'a> {
         let mut from_event_sub = false;
         loop {
             if !from_event_sub {
-                if let Some(esp) = self.armed_catching_start(scope, true, code) {
-                    self.record_event_start(EventKind::Escalation, &esp, code, None);
-                    self.start_event_sub_process(&esp, Default::default());
+                if let Some((esp, start)) = self.armed_catching_start(scope, true, code) {
+                    self.record_event_start(EventKind::Escalation, &esp, start, code, None);
+                    self.start_event_sub_process(&esp, start, Default::default());
                     return !esp.interrupting;
                 }
             }
@@ -457,7 +457,7 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
     if let Some(b) = catching(p, idx, of, code) {
         return Some(b);
     }
-    let mut scope = p.node(idx).scope.map(|s| p.inherit(idx, s));
+    let mut scope = p.scope_instance(idx);
     let mut from_event_sub = false;
     loop {
         if !from_event_sub {
@@ -470,7 +470,7 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
             return Some(b);
         }
         from_event_sub = p.event_sub_process(sp).is_some();
-        scope = p.node(sp).scope.map(|s| p.inherit(sp, s));
+        scope = p.scope_instance(sp);
     }
 }
 
@@ -478,7 +478,7 @@ pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
     // Scopes are reckoned in the inner instance each node runs in: `task#2` is inside
     // `sub#2`, not `sub#1`.
     let mut cur = node;
-    while let Some(s) = p.node(cur).scope.map(|s| p.inherit(cur, s)) {
+    while let Some(s) = p.scope_instance(cur) {
         if s == sp {
             return true;
         }

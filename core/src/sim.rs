@@ -1535,16 +1535,21 @@ pub(crate) fn scripted_node(p: &qflow_loader::model::Process, key: &str) -> Opti
     Some(p.multi_instance(idx).map_or(idx, |mi| mi.inner))
 }
 
-/// The scripted entries for `node`: its own, else (for an activity instance `<id>@<c>`)
-/// those of the instance it is of, else (for an inner instance `<id>#<k>`) those of the
-/// activity's id. So `"pay"` scripts every instance of `pay`, and `"pay@2"` only the
-/// second when two run at once.
+/// The scripted entries for `node`: its own, else those of the instance it is of (an
+/// activity instance `<id>@<c>` falls back to `<id>`), else those of the node in any
+/// scope instance (`sub@2/pay` falls back to `pay`), else (for an inner instance
+/// `<id>#<k>`) those of the activity's id. So `"pay"` scripts every instance of `pay`,
+/// and `"pay@2"` or `"sub@2/pay"` only that one.
 fn scripted_list<'s, T>(scripts: &'s BTreeMap<String, Vec<T>>, node: &str) -> Option<&'s Vec<T>> {
-    scripts.get(node).or_else(|| {
-        let uncopied = node.rsplit_once('@').map_or(node, |(base, _)| base);
-        (uncopied != node)
-            .then(|| scripts.get(uncopied))
-            .flatten()
-            .or_else(|| scripts.get(uncopied.split_once('#')?.0))
-    })
+    fn uncopied(name: &str) -> &str {
+        match name.rsplit_once('@') {
+            Some((base, c)) if !c.contains('/') => base,
+            _ => name,
+        }
+    }
+    let last = node.rsplit_once('/').map_or(node, |(_, l)| l);
+    [node, uncopied(node), last, uncopied(last)]
+        .into_iter()
+        .find_map(|n| scripts.get(n))
+        .or_else(|| scripts.get(uncopied(last).split_once('#')?.0))
 }

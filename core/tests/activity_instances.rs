@@ -224,27 +224,125 @@ fn a_name_for_an_instance_that_does_not_exist_is_stale_and_changes_nothing() {
 }
 
 #[test]
-fn a_second_run_of_a_running_sub_process_fails_loudly() {
-    // Scope instances are not built yet: a second token entering a running embedded
-    // sub-process would share the first run's inside, so the instance fails, clearly.
+fn one_sub_process_entered_twice_runs_two_insides_and_a_boundary_ends_one() {
+    // Two tokens into one embedded sub-process: two scope instances, `sub` and `sub@2`,
+    // each with its own inside (`work`, `sub@2/work`) and its own boundary timer
+    // (`b:late`, `b:late@2`). The second run's task fails once and retries within its own
+    // run; the first run is slow, so only its boundary fires and ends only it.
+    let def = model(&format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+      <parallelGateway id="split"/>
+      <sequenceFlow id="f1" sourceRef="split" targetRef="sub"/>
+      <sequenceFlow id="f2" sourceRef="split" targetRef="sub"/>
+      <subProcess id="sub">
+        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="work"/>
+        <serviceTask id="work" q:task="work">{RETRY}</serviceTask>
+        <sequenceFlow id="g1" sourceRef="work" targetRef="se"/><endEvent id="se"/>
+      </subProcess>
+      <boundaryEvent id="late" attachedToRef="sub"><timerEventDefinition><timeDuration>PT10S</timeDuration></timerEventDefinition></boundaryEvent>
+      <sequenceFlow id="f3" sourceRef="sub" targetRef="done"/><serviceTask id="done" q:task="done"/>
+      <sequenceFlow id="f4" sourceRef="done" targetRef="e"/><endEvent id="e"/>
+      <sequenceFlow id="f5" sourceRef="late" targetRef="chase"/><serviceTask id="chase" q:task="chase"/>
+      <sequenceFlow id="f6" sourceRef="chase" targetRef="e2"/><endEvent id="e2"/>"#
+    ));
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"work": [{"outcome": "ok", "after_ms": 20000}],
+                      "sub@2/work": [{"outcome": "fail", "code": "DOWN", "after_ms": 1000},
+                                     {"outcome": "ok", "after_ms": 1000}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+    let first = Snapshot::decode(&trace.steps[0].snapshot).unwrap();
+    assert_eq!(first.tokens(), ["sub", "sub@2", "sub@2/work", "work"]);
+    assert!(first.timers().contains_key("b:late") && first.timers().contains_key("b:late@2"));
+    // The second run's task retried inside its own run; the first run's was never failed.
+    assert_eq!(runs_of(&trace, "sub@2/work").len(), 2);
+    assert_eq!(runs_of(&trace, "work"), vec![(0, 1)]);
+    let mut rows = history(&trace);
+    rows.sort();
+    assert!(
+        rows.contains(&("work".into(), 1, "interrupted".into())),
+        "{rows:?}"
+    );
+    assert!(rows.contains(&("sub@2/work".into(), 1, "failed".into())));
+    assert!(rows.contains(&("sub@2/work".into(), 2, "ok".into())));
+    // The second run completed and went on; the boundary ended the first run only.
+    assert_eq!(runs_of(&trace, "done").len(), 1);
+    assert_eq!(runs_of(&trace, "chase"), vec![(10_000, 1)]);
+}
+
+#[test]
+fn a_join_inside_one_sub_process_instance_counts_its_own_tokens_only() {
+    // Each run splits and joins inside; the runs are at different points, and neither
+    // join fires on the other run's arrivals.
     let def = model(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
       <parallelGateway id="split"/>
       <sequenceFlow id="f1" sourceRef="split" targetRef="sub"/>
       <sequenceFlow id="f2" sourceRef="split" targetRef="sub"/>
       <subProcess id="sub">
-        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="t"/>
-        <userTask id="t"/><sequenceFlow id="g1" sourceRef="t" targetRef="se"/><endEvent id="se"/>
+        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="fork"/>
+        <parallelGateway id="fork"/>
+        <sequenceFlow id="g1" sourceRef="fork" targetRef="a"/>
+        <sequenceFlow id="g2" sourceRef="fork" targetRef="b"/>
+        <userTask id="a"/><userTask id="b"/>
+        <sequenceFlow id="g3" sourceRef="a" targetRef="join"/>
+        <sequenceFlow id="g4" sourceRef="b" targetRef="join"/>
+        <parallelGateway id="join"/>
+        <sequenceFlow id="g5" sourceRef="join" targetRef="se"/><endEvent id="se"/>
       </subProcess>
       <sequenceFlow id="f3" sourceRef="sub" targetRef="e"/><endEvent id="e"/>"#,
     );
-    let trace = run_scenario(&def, "{}");
-    let end = last(&trace);
-    let failure = end.failure().expect("FAILED");
-    assert_eq!(
-        (failure.code.as_str(), failure.node.as_deref()),
-        ("UNSUPPORTED_ELEMENT", Some("sub"))
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 10, "node": "a"},
+                       {"event": "complete_user_task", "at_ms": 20, "node": "sub@2/b"},
+                       {"event": "complete_user_task", "at_ms": 30, "node": "sub@2/a"},
+                       {"event": "complete_user_task", "at_ms": 40, "node": "b"}]}"#,
     );
+    let at = |i: usize| Snapshot::decode(&trace.steps[i].snapshot).unwrap();
+    // After one arrival in each run, each join holds its own.
+    assert_eq!(at(2).join_arrivals()["join"], ["g3"]);
+    assert_eq!(at(2).join_arrivals()["sub@2/join"], ["g4"]);
+    // The second run completes first, then the first.
+    assert_eq!(at(3).tokens(), ["b", "sub"]);
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+}
+
+#[test]
+fn a_non_interrupting_event_sub_process_triggered_twice_runs_twice_at_once() {
+    let def = qflow_core_model_with_message();
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "message", "at_ms": 10, "name": "ping"},
+                       {"event": "message", "at_ms": 20, "name": "ping"},
+                       {"event": "complete_user_task", "at_ms": 30, "node": "esp@2/answer"},
+                       {"event": "complete_user_task", "at_ms": 40, "node": "answer"},
+                       {"event": "complete_user_task", "at_ms": 50, "node": "main"}]}"#,
+    );
+    let at = |i: usize| Snapshot::decode(&trace.steps[i].snapshot).unwrap();
+    assert_eq!(
+        at(2).tokens(),
+        ["answer", "esp", "esp@2", "esp@2/answer", "main"]
+    );
+    // The second run ends on its own, before the first.
+    assert_eq!(at(3).tokens(), ["answer", "esp", "main"]);
+    assert_eq!(at(4).tokens(), ["main"]);
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+}
+
+fn qflow_core_model_with_message() -> qflow_core::Definition {
+    common::model_with(
+        r#"<message id="m" name="ping"/>"#,
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="main"/>
+      <userTask id="main"/><sequenceFlow id="f1" sourceRef="main" targetRef="e"/><endEvent id="e"/>
+      <subProcess id="esp" triggeredByEvent="true">
+        <startEvent id="es" isInterrupting="false"><messageEventDefinition messageRef="m"/></startEvent>
+        <sequenceFlow id="g0" sourceRef="es" targetRef="answer"/>
+        <userTask id="answer"/>
+        <sequenceFlow id="g1" sourceRef="answer" targetRef="ee"/><endEvent id="ee"/>
+      </subProcess>"#,
+    )
 }
 
 /// A snapshot as an engine before activity instances wrote it: two tokens under one name.

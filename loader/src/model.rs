@@ -32,34 +32,47 @@ impl std::fmt::Display for Pos {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct DurationMs(pub u64);
 
-/// Index of a node in [`Process::nodes`]. The bits above the node's own may carry two
-/// numbers: the inner instance of a multi-instance activity (`docs/multi-instance.md`) —
-/// the inner node of the body, run as its `k`-th instance, is `inner.with_instance(k)` —
-/// and the activity instance (`docs/activity-instances.md`): the `c`-th of the tokens that
-/// stand at one node of one scope at once is `node.with_copy(c)` (`c` ≥ 2; the first
-/// instance of an activity has no number, so a model without two tokens in one activity
-/// names every node as it always did). [`Process::node`] reads the node whatever the
-/// numbers. A plain index has instance 0 and copy 0.
+/// Index of a node in [`Process::nodes`]. The bits above the node's own may carry three
+/// kinds of number (`docs/activity-instances.md`):
+/// - the inner instance of a multi-instance activity (`docs/multi-instance.md`): the
+///   inner node of the body, run as its `k`-th instance, is `inner.with_instance(k)`;
+/// - the activity instance: the `c`-th of the tokens that stand at one node of one scope
+///   instance at once is `node.with_copy(c)` (`c` ≥ 2);
+/// - the scope runs: for each enclosing sub-process, by nesting level, which of its
+///   activity instances the node runs inside (`with_run`; 0 for the first).
+///
+/// The first instance of everything has no number, so a model without two tokens in one
+/// activity names every node as it always did. [`Process::node`] reads the node whatever
+/// the numbers. A plain index has every number 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeIdx(pub u64);
+pub struct NodeIdx(pub u128);
 
 impl NodeIdx {
-    /// Bits of the index that name the node; the bits above name the inner instance,
-    /// then the activity instance. 2^24 nodes is more than the loader's element limit
-    /// allows.
+    /// Bits of the index that name the node; above them the inner instance, the
+    /// activity instance, then one field per nesting level of scope runs. 2^24 nodes is
+    /// more than the loader's element limit allows.
     const NODE_BITS: u32 = 24;
-    const NODE_MASK: u64 = (1 << Self::NODE_BITS) - 1;
-    const INSTANCE_BITS: u32 = 20;
-    const INSTANCE_MASK: u64 = (1 << Self::INSTANCE_BITS) - 1;
+    const NODE_MASK: u128 = (1 << Self::NODE_BITS) - 1;
+    const INSTANCE_BITS: u32 = 12;
+    const INSTANCE_MASK: u128 = (1 << Self::INSTANCE_BITS) - 1;
     const COPY_SHIFT: u32 = Self::NODE_BITS + Self::INSTANCE_BITS;
+    const COPY_BITS: u32 = 12;
+    const COPY_MASK: u128 = (1 << Self::COPY_BITS) - 1;
+    const RUN_SHIFT: u32 = Self::COPY_SHIFT + Self::COPY_BITS;
+    const RUN_BITS: u32 = 10;
+    const RUN_MASK: u128 = (1 << Self::RUN_BITS) - 1;
+    /// Nesting levels whose scope runs an index can carry: a sub-process nested deeper
+    /// runs once at a time.
+    pub const RUN_LEVELS: usize = 8;
     /// The largest inner-instance number an index can carry.
     pub const INSTANCE_MAX: u32 = (1 << Self::INSTANCE_BITS) - 1;
-    /// The largest activity-instance number an index can carry.
-    pub const COPY_MAX: u32 = (1 << (64 - Self::COPY_SHIFT)) - 1;
+    /// The largest activity-instance number an index can carry (also the largest run of
+    /// a sub-process whose inside it can name).
+    pub const COPY_MAX: u32 = (1 << Self::RUN_BITS) - 1;
 
     /// The node itself, index `i` of [`Process::nodes`].
     pub fn at(i: usize) -> NodeIdx {
-        NodeIdx(i as u64)
+        NodeIdx(i as u128)
     }
 
     /// The position of the node in [`Process::nodes`].
@@ -67,16 +80,15 @@ impl NodeIdx {
         (self.0 & Self::NODE_MASK) as usize
     }
 
-    /// The node, without an inner-instance or activity-instance number.
+    /// The node, without any number.
     pub fn plain(self) -> NodeIdx {
         NodeIdx(self.0 & Self::NODE_MASK)
     }
 
-    /// The node in its inner instance, without an activity-instance number: what a
-    /// sequence flow, a scope or a start event is given from here (a token that moves on
-    /// is a new activity instance wherever it arrives).
+    /// The node in its inner instance and scope runs, without an activity-instance
+    /// number: the first instance of the node where this one runs.
     pub fn uncopied(self) -> NodeIdx {
-        NodeIdx(self.0 & ((1 << Self::COPY_SHIFT) - 1))
+        NodeIdx(self.0 & !(Self::COPY_MASK << Self::COPY_SHIFT))
     }
 
     /// The inner-instance number (1-based); 0 for a plain node.
@@ -85,26 +97,70 @@ impl NodeIdx {
     }
 
     /// The node run as its `k`-th inner instance (`k` is capped at [`Self::INSTANCE_MAX`]),
-    /// keeping its activity-instance number.
+    /// keeping its other numbers.
     pub fn with_instance(self, k: u32) -> NodeIdx {
-        let k = u64::from(k.min(Self::INSTANCE_MAX));
+        let k = u128::from(k.min(Self::INSTANCE_MAX));
         NodeIdx((self.0 & !(Self::INSTANCE_MASK << Self::NODE_BITS)) | (k << Self::NODE_BITS))
     }
 
     /// The activity-instance number: 0 for the first (unnumbered) instance, else ≥ 2.
     pub fn copy(self) -> u32 {
-        (self.0 >> Self::COPY_SHIFT) as u32
+        ((self.0 >> Self::COPY_SHIFT) & Self::COPY_MASK) as u32
     }
 
     /// The node as its `c`-th activity instance (0 or 1: the first, unnumbered; capped at
-    /// [`Self::COPY_MAX`]).
+    /// [`Self::COPY_MAX`]), keeping its other numbers.
     pub fn with_copy(self, c: u32) -> NodeIdx {
         let c = if c <= 1 {
             0
         } else {
-            u64::from(c.min(Self::COPY_MAX))
+            u128::from(c.min(Self::COPY_MAX))
         };
         NodeIdx(self.uncopied().0 | (c << Self::COPY_SHIFT))
+    }
+
+    /// Which activity instance of its enclosing sub-process at nesting `level` the node
+    /// runs inside: 0 for the first (and for a level beyond [`Self::RUN_LEVELS`]).
+    pub fn run(self, level: usize) -> u32 {
+        if level >= Self::RUN_LEVELS {
+            return 0;
+        }
+        let shift = Self::RUN_SHIFT + level as u32 * Self::RUN_BITS;
+        ((self.0 >> shift) & Self::RUN_MASK) as u32
+    }
+
+    /// The node running inside the `r`-th instance of its enclosing sub-process at
+    /// nesting `level` (0 or 1: the first; a level beyond [`Self::RUN_LEVELS`] is
+    /// ignored).
+    pub fn with_run(self, level: usize, r: u32) -> NodeIdx {
+        if level >= Self::RUN_LEVELS {
+            return self;
+        }
+        let shift = Self::RUN_SHIFT + level as u32 * Self::RUN_BITS;
+        let r = if r <= 1 {
+            0
+        } else {
+            u128::from(r.min(Self::COPY_MAX))
+        };
+        NodeIdx((self.0 & !(Self::RUN_MASK << shift)) | (r << shift))
+    }
+
+    /// The node in its inner instance, without an activity instance or scope runs: how
+    /// the model's own tables (multi-instance bodies, compensations, event
+    /// sub-processes) know it.
+    pub fn node_and_instance(self) -> NodeIdx {
+        NodeIdx(self.0 & ((1 << Self::COPY_SHIFT) - 1))
+    }
+
+    /// Whether the node runs inside any sub-process instance but the first.
+    pub fn in_later_run(self) -> bool {
+        self.0 >> Self::RUN_SHIFT != 0
+    }
+
+    /// `self` with the scope runs of `other` (every level).
+    pub fn with_runs_of(self, other: NodeIdx) -> NodeIdx {
+        let runs = !((1u128 << Self::RUN_SHIFT) - 1);
+        NodeIdx((self.0 & !runs) | (other.0 & runs))
     }
 }
 
@@ -271,15 +327,47 @@ impl Process {
     /// The node named `id`; `task#3`, where `task` is a multi-instance activity, names
     /// its third inner instance (`#` cannot occur in an XML id, so no node has that name);
     /// `task@2` names the second activity instance of `task` (`@` cannot occur in one
-    /// either), `task#3@2` the second in the third inner instance.
+    /// either), `task#3@2` the second in the third inner instance; `sub@2/task` names
+    /// `task` inside the second instance of its enclosing sub-process `sub` (a segment
+    /// per enclosing sub-process instance that is not the first, outermost first). Only
+    /// the spelling [`Process::key`] writes is found.
     pub fn find(&self, id: &str) -> Option<NodeIdx> {
+        if let Some(idx) = self.by_id.get(id) {
+            return Some(*idx);
+        }
+        if id.contains('/') {
+            return self.find_in_runs(id);
+        }
+        self.find_one(id)
+    }
+    /// `find` for a name with scope-run segments: the last segment is the node, each
+    /// earlier one an enclosing sub-process instance (`sub@2`), setting the run at its
+    /// level. Canonical: the name must be what `key` writes for the result.
+    fn find_in_runs(&self, id: &str) -> Option<NodeIdx> {
+        let (scopes, last) = id.rsplit_once('/')?;
+        let mut idx = self.find_one(last)?;
+        for seg in scopes.split('/') {
+            let sp = self.find_one(seg)?;
+            if sp.copy() < 2 || !matches!(self.node(sp).kind, NodeKind::SubProcess) {
+                return None;
+            }
+            let level = self.level(sp);
+            if level >= NodeIdx::RUN_LEVELS || !self.encloses(sp.plain(), idx.plain()) {
+                return None;
+            }
+            idx = idx.with_run(level, sp.copy());
+        }
+        (self.key(idx) == id).then_some(idx)
+    }
+    /// `find` for one segment: a node id with `#<k>` and `@<c>`.
+    fn find_one(&self, id: &str) -> Option<NodeIdx> {
         if let Some(idx) = self.by_id.get(id) {
             return Some(*idx);
         }
         if let Some((base, c)) = id.rsplit_once('@') {
             // Digits only, no leading zero, 2 or more: one spelling per activity instance.
             let c = number(c).filter(|c| (2..=NodeIdx::COPY_MAX).contains(c))?;
-            let idx = self.find(base).filter(|i| i.copy() == 0)?;
+            let idx = self.find_one(base).filter(|i| i.copy() == 0)?;
             return self.takes_copies(idx).then(|| idx.with_copy(c));
         }
         if self.multi_instances.is_empty() {
@@ -293,6 +381,28 @@ impl Process {
         }
         // A node inside an inner sub-process, in its `k`-th instance.
         self.is_instanced(node).then(|| node.with_instance(k))
+    }
+    /// Whether the sub-process `sp` (plain) encloses `node` (plain), at any depth.
+    fn encloses(&self, sp: NodeIdx, node: NodeIdx) -> bool {
+        let mut cur = self.node(node).scope;
+        while let Some(s) = cur {
+            if s == sp {
+                return true;
+            }
+            cur = self.node(s).scope;
+        }
+        false
+    }
+    /// The nesting level of `node`: how many sub-processes enclose it. The inside of a
+    /// sub-process at level `l` carries its run at level `l`.
+    pub fn level(&self, node: NodeIdx) -> usize {
+        let mut level = 0;
+        let mut cur = self.node(node).scope;
+        while let Some(s) = cur {
+            level += 1;
+            cur = self.node(s).scope;
+        }
+        level
     }
     /// Whether a node can stand as a second activity instance beside its first: a task
     /// (of any kind), an intermediate catch event, an event-based gateway, a boundary
@@ -309,30 +419,68 @@ impl Process {
         )
     }
     /// The name of `idx` in the snapshot, effects and timers: the node's id, `<body>#<k>`
-    /// for the `k`-th inner instance of a multi-instance activity, and `@<c>` after
-    /// either for the `c`-th activity instance.
+    /// for the `k`-th inner instance of a multi-instance activity, `@<c>` after either for
+    /// the `c`-th activity instance, and before it `<sub>@<r>/` for each enclosing
+    /// sub-process it runs in whose instance is not the first, outermost first.
     pub fn key(&self, idx: NodeIdx) -> std::borrow::Cow<'_, str> {
         let id = self.node(idx).id.as_str();
-        match (idx.instance(), idx.copy()) {
-            (0, 0) => std::borrow::Cow::Borrowed(id),
-            (k, 0) => std::borrow::Cow::Owned(format!("{id}#{k}")),
-            (0, c) => std::borrow::Cow::Owned(format!("{id}@{c}")),
-            (k, c) => std::borrow::Cow::Owned(format!("{id}#{k}@{c}")),
+        if !idx.in_later_run() {
+            return match (idx.instance(), idx.copy()) {
+                (0, 0) => std::borrow::Cow::Borrowed(id),
+                (k, 0) => std::borrow::Cow::Owned(format!("{id}#{k}")),
+                (0, c) => std::borrow::Cow::Owned(format!("{id}@{c}")),
+                (k, c) => std::borrow::Cow::Owned(format!("{id}#{k}@{c}")),
+            };
         }
+        let mut out = String::new();
+        let mut scopes = Vec::new();
+        let mut cur = self.node(idx).scope;
+        while let Some(s) = cur {
+            scopes.push(s);
+            cur = self.node(s).scope;
+        }
+        for (level, sp) in scopes.iter().rev().enumerate() {
+            let r = idx.run(level);
+            if r >= 2 {
+                let sp = self.inherit(idx, *sp).with_copy(r);
+                out.push_str(&self.key(NodeIdx(sp.node_and_instance().0).with_copy(r)));
+                out.push('/');
+            }
+        }
+        let own = NodeIdx(idx.node_and_instance().0).with_copy(idx.copy());
+        out.push_str(&self.key(own));
+        std::borrow::Cow::Owned(out)
     }
     /// `to`, a node attached to `from` — a boundary event of the activity `from`, the
     /// activity a boundary `from` is attached to, a catch racing after the event-based
-    /// gateway `from` or the gateway of the racing catch `from` — in the inner instance
-    /// and the activity instance `from` runs as: they belong to one token.
+    /// gateway `from` or the gateway of the racing catch `from` — in the inner instance,
+    /// the scope runs and the activity instance `from` runs as: they belong to one token.
     pub fn attached(&self, from: NodeIdx, to: NodeIdx) -> NodeIdx {
         self.inherit(from, to).with_copy(from.copy())
+    }
+    /// `child`, a node directly inside the sub-process `sp` (a start event, an event
+    /// sub-process), as it runs inside that instance of `sp`: in its inner instance, in
+    /// its scope runs, and in `sp`'s own activity instance at `sp`'s level.
+    pub fn child(&self, sp: NodeIdx, child: NodeIdx) -> NodeIdx {
+        let level = self.level(sp);
+        self.inherit(sp, child)
+            .with_copy(0)
+            .with_run(level, sp.copy())
+    }
+    /// The instance of the sub-process `idx` runs directly inside, if any: the inverse
+    /// of [`Process::child`].
+    pub fn scope_instance(&self, idx: NodeIdx) -> Option<NodeIdx> {
+        let sp = self.node(idx).scope?;
+        let level = self.level(sp);
+        let r = idx.run(level);
+        Some(self.inherit(idx, sp).with_run(level, 0).with_copy(r))
     }
     /// The multi-instance activity whose body is `body`, if it is one.
     pub fn multi_instance(&self, body: NodeIdx) -> Option<&MultiInstance> {
         if self.multi_instances.is_empty() {
             return None;
         }
-        self.multi_instances.get(&body)
+        self.multi_instances.get(&body.node_and_instance())
     }
     /// The body of which `idx` is an inner instance, if it is one (a node inside an
     /// inner sub-process instance is not: its scope is the inner node).
@@ -369,6 +517,10 @@ impl Process {
     /// start event), run in the inner instance `from` runs in: inside an inner
     /// sub-process instance every node carries that instance's number.
     pub fn inherit(&self, from: NodeIdx, to: NodeIdx) -> NodeIdx {
+        // Scope runs: a flow's ends, a boundary and its host lie in one scope, and a
+        // scope's runs are its inside's less its own level, which `scope_instance`
+        // clears and `child` sets.
+        let to = to.plain().with_runs_of(from);
         if from.instance() > 0 && self.is_instanced(to) {
             to.with_instance(from.instance())
         } else {
@@ -395,11 +547,15 @@ impl Process {
     }
     /// The event sub-process whose node is `node`, if it is one.
     pub fn event_sub_process(&self, node: NodeIdx) -> Option<&EventSubProcess> {
-        self.event_sub_processes.iter().find(|e| e.node == node)
+        self.event_sub_processes
+            .iter()
+            .find(|e| e.node == node.node_and_instance())
     }
     /// The event sub-process whose start event is `start`, if it is one.
     pub fn event_start(&self, start: NodeIdx) -> Option<&EventSubProcess> {
-        self.event_sub_processes.iter().find(|e| e.start == start)
+        self.event_sub_processes
+            .iter()
+            .find(|e| e.start == start.node_and_instance())
     }
     /// The event sub-processes directly in `scope` (`None`: the process), in document
     /// order: the ones the scope's life arms.
@@ -436,7 +592,7 @@ impl Process {
         if self.compensations.is_empty() {
             return None;
         }
-        self.compensations.get(&host.uncopied())
+        self.compensations.get(&host.node_and_instance())
     }
     /// Whether `node` is the compensation handler of some activity.
     pub fn is_compensation_handler(&self, node: NodeIdx) -> bool {

@@ -334,7 +334,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             output_collection: p.output_collection.map(|(n, _)| n),
             output_element: p.output_element.map(|(e, _)| e),
             completion: p.completion,
-            inner: NodeIdx(u64::MAX),
+            inner: NodeIdx(u128::MAX),
             counter_base: if p.camunda { 0 } else { 1 },
         })
     }
