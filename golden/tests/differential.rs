@@ -28,6 +28,8 @@ use serde::Deserialize;
 /// their scenarios run in both engines unchanged.
 const GOLDEN_CASES: &[&str] = &[
     "activity_instances_compensation_of_two_completions",
+    "activity_instances_event_sub_process_message_twice",
+    "activity_instances_event_sub_process_signal_twice",
     "compensation_from_error_event_sub_process",
     "compensation_saga_rolls_back",
     "error_boundary_by_code",
