@@ -617,3 +617,71 @@ async fn a_boundary_a_cancel_and_a_failed_assignment_take_tasks_off_the_list() {
         r.text
     );
 }
+
+/// Two tokens in one sub-process: its second instance's user task is `sub@2/review`
+/// (docs/activity-instances.md). The task list names both, and a front end addresses the
+/// second by its name percent-encoded into one path segment (`/` as `%2F`, `@` as `%40`).
+#[tokio::test]
+async fn the_user_task_of_a_second_sub_process_instance_is_listed_and_completed_by_name() {
+    const TWICE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <process id="twice" isExecutable="true">
+    <startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+    <parallelGateway id="split"/>
+    <sequenceFlow id="f1" sourceRef="split" targetRef="sub"/>
+    <sequenceFlow id="f2" sourceRef="split" targetRef="sub"/>
+    <subProcess id="sub">
+      <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="review"/>
+      <userTask id="review"/><sequenceFlow id="g1" sourceRef="review" targetRef="se"/>
+      <endEvent id="se"/>
+    </subProcess>
+    <sequenceFlow id="f3" sourceRef="sub" targetRef="e"/><endEvent id="e"/>
+  </process>
+</definitions>"#;
+    let w = world().await;
+    let r = w.post("/v1/deployments", json!({ "source": TWICE })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let dep = r.body["id"].as_i64().expect("id");
+    let id = w.start(dep, json!({})).await;
+    assert_eq!(
+        w.listed("").await,
+        [pair(&id, "review"), pair(&id, "sub@2/review")]
+    );
+    let one = w
+        .get(&format!("/v1/instances/{id}/user-tasks/sub%402%2Freview"))
+        .await;
+    assert_eq!(one.status, StatusCode::OK, "{}", one.text);
+    assert_eq!(one.body["node"], "sub@2/review", "{}", one.text);
+    let done = w
+        .post(
+            &format!("/v1/instances/{id}/user-tasks/sub%402%2Freview/complete"),
+            json!({ "variables": { "second": true } }),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+    assert_eq!(w.listed("").await, [pair(&id, "review")]);
+    // The same name again is stale: that instance is gone, and nothing changes.
+    let before = w.state_of(&id).await;
+    let again = w
+        .post(
+            &format!("/v1/instances/{id}/user-tasks/sub%402%2Freview/complete"),
+            json!({}),
+        )
+        .await;
+    assert!(again.status.is_client_error(), "{}", again.text);
+    assert_eq!(w.state_of(&id).await, before);
+    let last = w
+        .post(
+            &format!("/v1/instances/{id}/user-tasks/review/complete"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(last.status, StatusCode::OK, "{}", last.text);
+    let rec = w
+        .store
+        .instance(InstanceId::parse_str(&id).expect("id"))
+        .await
+        .expect("reads")
+        .expect("exists");
+    assert_eq!(rec.status, qflow_store::InstanceStatus::Completed);
+}
