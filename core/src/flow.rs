@@ -415,6 +415,9 @@ pub(super) struct Run<'a> {
     /// A channel call the current input answered (with a BPMN error): its request was
     /// delivered, so ending its wait withdraws nothing.
     pub(super) answered: Option<NodeIdx>,
+    /// Timers this step armed over a live incarnation: `(name, old, new)`, so that an
+    /// arm taken back in the same step resolves the row it would have replaced.
+    pub(super) rearmed: Vec<(String, u32, u32)>,
 }
 
 impl<'a> Run<'a> {
@@ -446,6 +449,7 @@ impl<'a> Run<'a> {
             finished_run: None,
             next_runs: Vec::new(),
             answered: None,
+            rearmed: Vec::new(),
         }
     }
 

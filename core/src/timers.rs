@@ -293,9 +293,16 @@ impl Run<'_> {
         // u32 incarnations last 4 billion arms per instance; saturating keeps it total.
         let incarnation = self.snap.incarnation.saturating_add(1);
         self.snap.incarnation = incarnation;
-        self.snap
+        if let Some(old) = self
+            .snap
             .timers
-            .insert(name.as_str().to_owned(), incarnation);
+            .insert(name.as_str().to_owned(), incarnation)
+        {
+            // The store's row is upserted: should this arm be taken back in this step,
+            // the row it replaced is the one to resolve.
+            self.rearmed
+                .push((name.as_str().to_owned(), old, incarnation));
+        }
         self.effects.push(Effect::ArmTimer {
             name,
             due_at_ms,
@@ -307,10 +314,7 @@ impl Run<'_> {
     pub(super) fn resolve(&mut self, name: &TimerName) {
         if let Some(incarnation) = self.snap.timers.remove(name.as_str()) {
             self.snap.cycles.remove(name.as_str());
-            self.effects.push(Effect::ResolveTimer {
-                name: name.clone(),
-                incarnation,
-            });
+            self.push_resolve(name.clone(), incarnation);
         }
     }
 
@@ -319,11 +323,36 @@ impl Run<'_> {
         for (name, incarnation) in live {
             // Every key was written by `arm`; one that does not parse names no row.
             if let Some(name) = TimerName::parse(&name) {
-                self.effects
-                    .push(Effect::ResolveTimer { name, incarnation });
+                self.push_resolve(name, incarnation);
             }
         }
         self.snap.cycles.clear();
+    }
+
+    /// Resolves the row of timer `name` at `incarnation`, netted against this step's
+    /// own arms: a timer armed earlier in the same step never reaches the store (its
+    /// `ArmTimer` is taken back — stores apply resolves before arms, so resolving it
+    /// would leave the armed row behind), and the row that arm would have replaced, if
+    /// any, is resolved instead.
+    fn push_resolve(&mut self, name: TimerName, incarnation: u32) {
+        let armed_here = self.effects.iter().position(|e| {
+            matches!(e, Effect::ArmTimer { name: n, incarnation: i, .. }
+                if *i == incarnation && n == &name)
+        });
+        let Some(at) = armed_here else {
+            self.effects
+                .push(Effect::ResolveTimer { name, incarnation });
+            return;
+        };
+        self.effects.remove(at);
+        let replaced = self
+            .rearmed
+            .iter()
+            .find(|(n, _, new)| *new == incarnation && n == name.as_str())
+            .map(|(_, old, _)| *old);
+        if let Some(old) = replaced {
+            self.push_resolve(name, old);
+        }
     }
 
     /// Resolves every timer that belongs to the activity `idx`: its timeout window, its

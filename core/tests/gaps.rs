@@ -260,3 +260,80 @@ fn a_budget_base_beyond_the_attempt_counts_one_attempt() {
         Some("exhausted")
     );
 }
+
+/// A step that fails part-way leaves no timer row behind: the timer boundary its first
+/// branch armed is taken back in the same step (stores apply resolves before arms, so a
+/// resolve beside the arm would have left the armed row to fire stale later).
+#[test]
+fn a_step_failing_part_way_takes_back_the_timers_it_armed() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+        <parallelGateway id="split"/>
+        <sequenceFlow id="f1" sourceRef="split" targetRef="review"/>
+        <sequenceFlow id="f2" sourceRef="split" targetRef="route"/>
+        <userTask id="review"/>
+        <boundaryEvent id="late" attachedToRef="review"><timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition></boundaryEvent>
+        <sequenceFlow id="f3" sourceRef="late" targetRef="e2"/><endEvent id="e2"/>
+        <sequenceFlow id="f4" sourceRef="review" targetRef="e"/><endEvent id="e"/>
+        <exclusiveGateway id="route"/>
+        <sequenceFlow id="f5" sourceRef="route" targetRef="e3"><conditionExpression>missing.field == 1</conditionExpression></sequenceFlow>
+        <endEvent id="e3"/>"#,
+    );
+    let out = step(
+        &def,
+        "g-1",
+        Snapshot::new(),
+        Input::Start {
+            variables: Default::default(),
+            start: None,
+        },
+        0,
+    )
+    .unwrap();
+    assert_eq!(out.snapshot.status(), Status::Failed);
+    assert!(out.snapshot.timers().is_empty());
+    let timer_effects: Vec<&Effect> = out
+        .effects
+        .iter()
+        .filter(|e| matches!(e, Effect::ArmTimer { .. } | Effect::ResolveTimer { .. }))
+        .collect();
+    assert!(timer_effects.is_empty(), "{timer_effects:?}");
+}
+
+/// An arm over a live timer that the same step takes back resolves the row it replaced.
+#[test]
+fn taking_back_a_rearm_resolves_the_row_it_replaced() {
+    // A non-interrupting cycle boundary re-arms `b:tick` when it fires; its path then
+    // fails the instance in the same step, which takes the re-arm back: the row of the
+    // fired incarnation is resolved (by the firing) and no new row is left.
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="review"/>
+        <userTask id="review"/>
+        <boundaryEvent id="tick" attachedToRef="review" cancelActivity="false"><timerEventDefinition><timeCycle>R5/PT1M</timeCycle></timerEventDefinition></boundaryEvent>
+        <sequenceFlow id="f1" sourceRef="tick" targetRef="route"/>
+        <exclusiveGateway id="route"/>
+        <sequenceFlow id="f2" sourceRef="route" targetRef="e2"><conditionExpression>missing.field == 1</conditionExpression></sequenceFlow>
+        <endEvent id="e2"/>
+        <sequenceFlow id="f3" sourceRef="review" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{"horizon_ms": 120000}"#);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Failed);
+    let failing = trace.steps.last().unwrap();
+    let Input::TimerFired { incarnation, .. } = &failing.input else {
+        panic!(
+            "the cycle's firing failed the instance: {:?}",
+            failing.input
+        );
+    };
+    let timers: Vec<(bool, u32)> = failing
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ArmTimer { incarnation, .. } => Some((true, *incarnation)),
+            Effect::ResolveTimer { incarnation, .. } => Some((false, *incarnation)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(timers, [(false, *incarnation)], "{:?}", failing.effects);
+}
