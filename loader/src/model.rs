@@ -422,7 +422,16 @@ impl Process {
     /// for the `k`-th inner instance of a multi-instance activity, `@<c>` after either for
     /// the `c`-th activity instance, and before it `<sub>@<r>/` for each enclosing
     /// sub-process it runs in whose instance is not the first, outermost first.
+    #[inline]
     pub fn key(&self, idx: NodeIdx) -> std::borrow::Cow<'_, str> {
+        if idx.0 >> NodeIdx::NODE_BITS == 0 {
+            // The plain node: the hot path of every step.
+            return std::borrow::Cow::Borrowed(self.node(idx).id.as_str());
+        }
+        self.numbered_key(idx)
+    }
+    /// [`Process::key`] of an index carrying a number.
+    fn numbered_key(&self, idx: NodeIdx) -> std::borrow::Cow<'_, str> {
         let id = self.node(idx).id.as_str();
         if !idx.in_later_run() {
             return match (idx.instance(), idx.copy()) {
