@@ -17,7 +17,14 @@ use qflow_loader::model::{
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Service { retry: bool },
+    Service {
+        retry: bool,
+    },
+    /// An embedded sub-process around one service task (with or without a policy): two
+    /// tokens entering it run two insides.
+    Sub {
+        retry: bool,
+    },
     User,
     Pass,
     Exclusive,
@@ -31,6 +38,7 @@ enum Kind {
 fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![
         3 => any::<bool>().prop_map(|retry| Kind::Service { retry }),
+        1 => any::<bool>().prop_map(|retry| Kind::Sub { retry }),
         1 => Just(Kind::User),
         1 => Just(Kind::Pass),
         1 => Just(Kind::Exclusive),
@@ -49,6 +57,9 @@ struct Shape {
     kinds: Vec<Kind>,
     flows: Vec<(usize, usize)>,
     boundaries: Vec<(usize, bool, u64)>,
+    /// A process-level non-interrupting timer-cycle event sub-process around a service
+    /// task with a policy, firing every this many ms (its runs may overlap).
+    esp: Option<u64>,
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -58,22 +69,51 @@ fn shape() -> impl Strategy<Value = Shape> {
             Just(kinds),
             proptest::collection::vec((0..n, 0..n), 1..(2 * n)),
             proptest::collection::vec((0..n, any::<bool>(), 1u64..30_000), 0..3),
+            proptest::option::of(500u64..10_000),
         )
-            .prop_map(|(kinds, flows, boundaries)| Shape {
+            .prop_map(|(kinds, flows, boundaries, esp)| Shape {
                 kinds,
                 flows,
                 boundaries,
+                esp,
             })
     })
+}
+
+fn policy(retry: bool) -> Option<RetryPolicy> {
+    retry.then(|| RetryPolicy {
+        max_attempts: std::num::NonZeroU32::new(3).unwrap(),
+        ..RetryPolicy::default()
+    })
+}
+
+/// A start event, a registered task `<id>t` and an end event inside the sub-process `sp`.
+fn fill(b: &mut Builder, sp: qflow_loader::model::NodeIdx, id: &str, start: NodeKind, retry: bool) {
+    let s = b.node(&format!("{id}s"), start);
+    let t = b.node(
+        &format!("{id}t"),
+        registered(&format!("{id}t"), policy(retry)),
+    );
+    let e = b.node(&format!("{id}e"), NodeKind::EndEvent(EndKind::None));
+    for n in [s, t, e] {
+        b.inside(n, sp);
+    }
+    b.flow(s, t);
+    b.flow(t, e);
 }
 
 fn build(shape: &Shape) -> Definition {
     let mut b = Builder::default();
     let start = b.node("start", NodeKind::StartEvent);
     let mut ids = Vec::new();
+    let mut subs = Vec::new();
     for (i, k) in shape.kinds.iter().enumerate() {
         let id = format!("n{i}");
         let kind = match k {
+            Kind::Sub { retry } => {
+                subs.push((i, *retry));
+                NodeKind::SubProcess
+            }
             Kind::Service { retry } => registered(
                 &id,
                 retry.then(|| RetryPolicy {
@@ -112,6 +152,25 @@ fn build(shape: &Shape) -> Definition {
         };
         ids.push(b.node(&id, kind));
     }
+    for (i, retry) in subs {
+        fill(
+            &mut b,
+            ids[i],
+            &format!("n{i}"),
+            NodeKind::StartEvent,
+            retry,
+        );
+    }
+    if let Some(every) = shape.esp {
+        let x = b.node("x", NodeKind::SubProcess);
+        let trigger = qflow_loader::model::StartTrigger::Timer(TimerDef::Cycle {
+            repetitions: Some(3),
+            interval: DurationMs(every),
+        });
+        fill(&mut b, x, "x", NodeKind::TriggeredStart(trigger), true);
+        let start = b.find_node("xs");
+        b.event_sub(x, start, false);
+    }
     b.flow(start, ids[0]);
     for (from, to) in &shape.flows {
         if matches!(shape.kinds[*from], Kind::End | Kind::Terminate) {
@@ -120,7 +179,10 @@ fn build(shape: &Shape) -> Definition {
         b.flow(ids[*from], ids[*to]);
     }
     for (i, (host, interrupting, ms)) in shape.boundaries.iter().enumerate() {
-        if !matches!(shape.kinds[*host], Kind::Service { .. } | Kind::User) {
+        if !matches!(
+            shape.kinds[*host],
+            Kind::Service { .. } | Kind::User | Kind::Sub { .. }
+        ) {
             continue;
         }
         let bd = b.node(
@@ -159,9 +221,16 @@ fn scripted() -> impl Strategy<Value = Scripted> {
 
 fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
     let n = shape.kinds.len();
-    let services: Vec<usize> = (0..n)
-        .filter(|i| matches!(shape.kinds[*i], Kind::Service { .. }))
+    let mut services: Vec<String> = (0..n)
+        .filter_map(|i| match shape.kinds[i] {
+            Kind::Service { .. } => Some(format!("n{i}")),
+            Kind::Sub { .. } => Some(format!("n{i}t")),
+            _ => None,
+        })
         .collect();
+    if shape.esp.is_some() {
+        services.push("xt".to_owned());
+    }
     let users: Vec<usize> = (0..n)
         .filter(|i| matches!(shape.kinds[*i], Kind::User))
         .collect();
@@ -177,7 +246,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
             tasks: services
                 .iter()
                 .zip(scripts)
-                .map(|(i, s)| (format!("n{i}"), s))
+                .map(|(i, s)| (i.clone(), s))
                 .collect::<BTreeMap<_, _>>(),
             channels: BTreeMap::new(),
             delivery_curves: BTreeMap::new(),
@@ -242,11 +311,12 @@ proptest! {
                         let f = p.flows.iter().find(|f| f.id == *flow);
                         prop_assert!(f.is_some(), "no flow {}", flow);
                         let f = f.unwrap();
-                        // A flow leaves an activity instance (`n@2`, E9) and names the
-                        // node it arrives at.
+                        // A flow leaves an activity instance (`n@2`, E9) and arrives in
+                        // the same scope instance (`x@2/xt`): both name their nodes.
                         let source = p.find(from).map(|i| p.node(i).id.as_str());
                         prop_assert_eq!(Some(p.node(f.source).id.as_str()), source);
-                        prop_assert_eq!(&p.node(f.target).id, to);
+                        let target = p.find(to).map(|i| p.node(i).id.as_str());
+                        prop_assert_eq!(Some(p.node(f.target).id.as_str()), target);
                     }
                     PathEvent::End { node, .. } => {
                         let idx = p.find(node).unwrap();

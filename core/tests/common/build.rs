@@ -12,6 +12,7 @@ use qflow_loader::model::{
 pub struct Builder {
     nodes: Vec<Node>,
     flows: Vec<Flow>,
+    event_subs: Vec<qflow_loader::model::EventSubProcess>,
 }
 
 impl Builder {
@@ -26,6 +27,30 @@ impl Builder {
             incoming: Vec::new(),
         });
         NodeIdx::at(self.nodes.len() - 1)
+    }
+
+    /// The node named `id` (built so far).
+    pub fn find_node(&self, id: &str) -> NodeIdx {
+        NodeIdx::at(
+            self.nodes
+                .iter()
+                .position(|n| n.id == id)
+                .expect("a node of that id"),
+        )
+    }
+
+    /// Puts `node` inside the sub-process `scope`.
+    pub fn inside(&mut self, node: NodeIdx, scope: NodeIdx) {
+        self.nodes[node.position()].scope = Some(scope);
+    }
+
+    /// Makes the sub-process `node` an event sub-process started at `start`.
+    pub fn event_sub(&mut self, node: NodeIdx, start: NodeIdx, interrupting: bool) {
+        self.event_subs.push(qflow_loader::model::EventSubProcess {
+            node,
+            start,
+            interrupting,
+        });
     }
 
     pub fn flow(&mut self, from: NodeIdx, to: NodeIdx) -> FlowIdx {
@@ -58,7 +83,7 @@ impl Builder {
                 flows: self.flows,
                 by_id,
                 event_mappings: BTreeMap::new(),
-                event_sub_processes: Vec::new(),
+                event_sub_processes: self.event_subs,
                 multi_instances: BTreeMap::new(),
                 compensations: BTreeMap::new(),
             },
