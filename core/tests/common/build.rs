@@ -30,6 +30,7 @@ impl Builder {
     }
 
     /// The node named `id` (built so far).
+    #[allow(dead_code)] // the step bench shares this file and builds no scopes
     pub fn find_node(&self, id: &str) -> NodeIdx {
         NodeIdx::at(
             self.nodes
@@ -40,11 +41,13 @@ impl Builder {
     }
 
     /// Puts `node` inside the sub-process `scope`.
+    #[allow(dead_code)] // the step bench shares this file and builds no scopes
     pub fn inside(&mut self, node: NodeIdx, scope: NodeIdx) {
         self.nodes[node.position()].scope = Some(scope);
     }
 
     /// Makes the sub-process `node` an event sub-process started at `start`.
+    #[allow(dead_code)] // the step bench shares this file and builds no scopes
     pub fn event_sub(&mut self, node: NodeIdx, start: NodeIdx, interrupting: bool) {
         self.event_subs.push(qflow_loader::model::EventSubProcess {
             node,
