@@ -155,7 +155,11 @@ impl<'a> Run<'a> {
             }
         }
         for (s, due) in dues {
-            self.arm(TimerName::new(TimerKind::Boundary, &self.id(s)), due);
+            let name = TimerName::new(TimerKind::Boundary, &self.id(s));
+            // A resume does not arm again what had fired for good before the failure.
+            if !self.snap.spent.iter().any(|t| t == name.as_str()) {
+                self.arm(name, due);
+            }
         }
         true
     }

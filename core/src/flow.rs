@@ -1052,6 +1052,7 @@ impl<'a> Run<'a> {
         self.snap.joins.clear();
         self.snap.compensable.clear();
         self.snap.owed.clear();
+        self.snap.spent.clear();
         self.resolve_all_timers();
         self.snap.status = Status::Cancelled;
         self.effects.push(Effect::Cancelled);

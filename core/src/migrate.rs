@@ -234,6 +234,16 @@ impl Run<'_> {
         // Whoever holds a user task keeps it under its new name; the sync after the step
         // drops the holder of a node that is no user task in the target.
         rename(&mut s.assignees, mapping);
+        for name in &mut s.spent {
+            if let Some(t) = TimerName::parse(name) {
+                if let Some(node) = t.node() {
+                    *name = TimerName::new(t.kind(), &mapped(mapping, node))
+                        .as_str()
+                        .to_owned();
+                }
+            }
+        }
+        s.spent.sort();
         if let Some(n) = &s.failure_node {
             s.failure_node = Some(mapped(mapping, n).into_owned());
         }

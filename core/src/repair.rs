@@ -65,7 +65,10 @@ impl Run<'_> {
             self.wait_again(idx);
         }
         self.restart_owed_handlers(failed);
-        let Some(idx) = failed else { return };
+        let Some(idx) = failed else {
+            self.snap.spent.clear();
+            return;
+        };
         let registered = matches!(
             &self.p.node(idx).kind,
             NodeKind::Task(t) if matches!(
@@ -83,6 +86,8 @@ impl Run<'_> {
         } else {
             self.queue.push_back((idx, None));
         }
+        // The waits are armed again; what moves on from here is entered afresh.
+        self.snap.spent.clear();
     }
 
     /// A FAILED registered task's next attempt.

@@ -16,10 +16,11 @@
 //! non-interrupting event sub-process is caught beside it (as Zeebe does).
 //! Nothing here reads the clock or does I/O.
 
-use qflow_loader::model::{Boundary, BoundaryTrigger, NodeIdx, NodeKind, Process};
+use qflow_loader::model::{Boundary, BoundaryTrigger, NodeIdx, NodeKind, Process, StartTrigger};
 
 use super::flow::Run;
 use super::path::EventKind;
+use super::timers::{TimerKind, TimerName};
 use super::{codes, AttemptOutcome, Effect};
 use crate::snapshot::{Failure, Status};
 
@@ -390,7 +391,12 @@ impl<'a> Run<'a> {
         self.effects
             .retain(|e| !matches!(e, Effect::RunTask { .. } | Effect::SendRequest { .. }));
         self.withdraw_all_pulls();
+        // What a resume must not arm again, and how far each live cycle had got: read
+        // before the timers go.
+        self.snap.spent = self.spent_timers(node.as_deref());
+        let cycles = std::mem::take(&mut self.snap.cycles);
         self.resolve_all_timers();
+        self.snap.cycles = cycles;
         self.snap.status = Status::Failed;
         self.snap.set_failure(Failure {
             code: code.to_owned(),
@@ -407,6 +413,46 @@ impl<'a> Run<'a> {
             node,
         });
         self.queue.clear();
+    }
+
+    /// The non-interrupting timers of the instance's waits — boundaries of its tokens,
+    /// timer starts of its armed event sub-processes — that are not live: they fired for
+    /// good (a one-shot that fired, a cycle that ran out). A resume re-arms every other
+    /// timer of its waits from the resume instant, and these not at all. A timer at the
+    /// failing node is left out: its own failure (a computed timer that did not evaluate)
+    /// may be why it is not live.
+    fn spent_timers(&self, failed: Option<&str>) -> Vec<String> {
+        let timer_of = |idx: NodeIdx| match &self.p.node(idx).kind {
+            NodeKind::Boundary(b) if !b.interrupting => {
+                matches!(b.trigger, BoundaryTrigger::Timer(_))
+            }
+            NodeKind::TriggeredStart(StartTrigger::Timer(_)) => {
+                self.p.event_start(idx).is_some_and(|e| !e.interrupting)
+            }
+            _ => false,
+        };
+        let mut waits: Vec<NodeIdx> = Vec::new();
+        for t in &self.snap.tokens {
+            if let Some(host) = self.p.find(t) {
+                waits.extend(
+                    self.p
+                        .boundaries_of(host.plain())
+                        .map(|b| self.p.attached(host, b)),
+                );
+            }
+        }
+        waits.extend(super::event_sub::armed_starts(self.p, &self.snap));
+        let mut spent: Vec<String> = waits
+            .into_iter()
+            .filter(|w| timer_of(*w))
+            .map(|w| self.id(w).into_owned())
+            .filter(|w| Some(w.as_str()) != failed)
+            .map(|w| TimerName::new(TimerKind::Boundary, &w).as_str().to_owned())
+            .filter(|name| !self.snap.timers.contains_key(name))
+            .collect();
+        spent.sort();
+        spent.dedup();
+        spent
     }
 
     pub(super) fn complete(&mut self) {

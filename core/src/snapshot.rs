@@ -104,6 +104,11 @@ pub struct Snapshot {
     pub(crate) incarnation: u32,
     /// Cycle timers: name → occurrences already fired.
     pub(crate) cycles: BTreeMap<String, u32>,
+    /// `ks`: while FAILED, the non-interrupting timers (boundaries of waiting tokens,
+    /// timer starts of armed event sub-processes) that had already fired for good when
+    /// the instance failed — a one-shot that fired, a cycle that ran out — so that a
+    /// resume does not arm them again. Sorted.
+    pub(crate) spent: Vec<String>,
     /// `a/<node>`: the attempt in progress, present only once a node with a policy failed.
     pub(crate) attempts: BTreeMap<String, u32>,
     /// `m/<node>`: the backoff-window marker, carrying the failure class.
@@ -172,6 +177,7 @@ const K_VARS: &str = "d";
 const K_TIMERS: &str = "k";
 const K_INCARNATION: &str = "n";
 const K_CYCLES: &str = "y";
+const K_SPENT: &str = "ks";
 const K_PARENT: &str = "pa";
 const K_COMPENSABLE: &str = "g";
 const P_JOIN: &str = "j/";
@@ -482,6 +488,7 @@ impl Snapshot {
             self.budget_bases.is_empty(),
         );
         put("cycle_fires", json!(self.cycles), self.cycles.is_empty());
+        put("spent_timers", json!(self.spent), self.spent.is_empty());
         put(
             "subscriptions",
             json!(self.subscriptions),
@@ -615,6 +622,9 @@ impl Snapshot {
         }
         if !self.cycles.is_empty() {
             entries.push((K_CYCLES.into(), Entry::UintMap(&self.cycles)));
+        }
+        if !self.spent.is_empty() {
+            entries.push((K_SPENT.into(), Entry::StrList(&self.spent)));
         }
         if let Some(parent) = &parent {
             entries.push((K_PARENT.into(), Entry::Vars(parent)));
@@ -793,6 +803,7 @@ impl Snapshot {
                 .map(|n| self.incarnation = n)
                 .is_some(),
             K_CYCLES => rd.u32_map().map(|m| self.cycles = m).is_some(),
+            K_SPENT => rd.str_list().map(|l| self.spent = l).is_some(),
             K_COMPENSABLE => rd.str_list().map(|l| self.compensable = l).is_some(),
             K_PARENT => rd
                 .vars(DECODE_DEPTH_MAX)
@@ -948,6 +959,7 @@ fn is_known_key(key: &str) -> bool {
         K_TIMERS,
         K_INCARNATION,
         K_CYCLES,
+        K_SPENT,
         K_PARENT,
         K_COMPENSABLE,
     ]

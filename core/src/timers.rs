@@ -280,7 +280,11 @@ impl Run<'_> {
             }
         }
         for (b, due) in dues {
-            self.arm(TimerName::new(TimerKind::Boundary, &self.id(b)), due);
+            let name = TimerName::new(TimerKind::Boundary, &self.id(b));
+            // A resume does not arm again what had fired for good before the failure.
+            if !self.snap.spent.iter().any(|s| s == name.as_str()) {
+                self.arm(name, due);
+            }
         }
         if matches!(self.p.node(host).kind, NodeKind::SubProcess) {
             return self.arm_event_starts(Some(host));

@@ -345,3 +345,77 @@ fn migrate_renames_what_travels_and_refuses_what_does_not_fit() {
         Effect::ArmTimer { name, due_at_ms: 3_600_010, .. } if name == "r:charge"
     )));
 }
+
+/// The `b:` timer firings of a run, as `(instant, name)`.
+fn fired_timers(trace: &qflow_core::sim::Trace) -> Vec<(i64, String)> {
+    trace
+        .steps
+        .iter()
+        .filter_map(|s| match &s.input {
+            Input::TimerFired { name, .. } if name.as_str().starts_with("b:") => {
+                Some((s.at_ms, name.as_str().to_owned()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A resume does not arm again what had fired for good before the failure: a one-shot
+/// non-interrupting timer event sub-process that fired stays fired, and a cycle goes on
+/// counting its repetitions where it stood (before, both started over from the resume).
+#[test]
+fn a_resume_re_arms_neither_a_fired_one_shot_nor_a_cycle_from_scratch() {
+    // `review` waits with an R3/PT10S reminder while `pay`, beside it, fails at 15 s; the
+    // process-level nudge (PT5S, non-interrupting) fired at 5 s.
+    let def = common::model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+        <parallelGateway id="split"/>
+        <sequenceFlow id="f1" sourceRef="split" targetRef="review"/>
+        <sequenceFlow id="f2" sourceRef="split" targetRef="pay"/>
+        <userTask id="review"/>
+        <boundaryEvent id="tick" attachedToRef="review" cancelActivity="false"><timerEventDefinition><timeCycle>R3/PT10S</timeCycle></timerEventDefinition></boundaryEvent>
+        <sequenceFlow id="f3" sourceRef="tick" targetRef="t1"/><endEvent id="t1"/>
+        <sequenceFlow id="f4" sourceRef="review" targetRef="e1"/><endEvent id="e1"/>
+        <serviceTask id="pay" q:task="pay"/>
+        <sequenceFlow id="f5" sourceRef="pay" targetRef="e2"/><endEvent id="e2"/>
+        <subProcess id="nudge" triggeredByEvent="true">
+          <startEvent id="ns" isInterrupting="false"><timerEventDefinition><timeDuration>PT5S</timeDuration></timerEventDefinition></startEvent>
+          <sequenceFlow id="g0" sourceRef="ns" targetRef="ne"/><endEvent id="ne"/>
+        </subProcess>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "DOWN", "after_ms": 15000}, {"outcome": "ok"}]},
+            "events": [{"event": "resume", "at_ms": 40000},
+                       {"event": "complete_user_task", "at_ms": 90000, "node": "review"}],
+            "horizon_ms": 100000}"#,
+    );
+    let failed = trace
+        .steps
+        .iter()
+        .map(|s| Snapshot::decode(&s.snapshot).unwrap())
+        .find(|s| s.status() == Status::Failed)
+        .expect("a FAILED step");
+    // While FAILED the snapshot keeps what fired for good and how far the cycle got.
+    let view = failed.inspect();
+    assert_eq!(view["spent_timers"], serde_json::json!(["b:ns"]), "{view}");
+    assert_eq!(
+        view["cycle_fires"],
+        serde_json::json!({"b:tick": 1}),
+        "{view}"
+    );
+    // The nudge never fires again; the reminder makes its two remaining repetitions from
+    // the resume on (50 s, 60 s), not three.
+    assert_eq!(
+        fired_timers(&trace),
+        [
+            (5000, "b:ns".to_owned()),
+            (10_000, "b:tick".to_owned()),
+            (50_000, "b:tick".to_owned()),
+            (60_000, "b:tick".to_owned())
+        ]
+    );
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert_eq!(end.inspect().get("spent_timers"), None);
+}
