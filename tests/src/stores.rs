@@ -50,3 +50,29 @@ pub fn postgres(prefix: &str, max_connections: u32) -> Option<Opener> {
         .boxed()
     }))
 }
+
+/// The store a host binary (`qflow-server-host`, `qflow-activity-host`) runs on, from its
+/// `--db FILE` or `--database-url URL` (with `--schema`) arguments.
+pub async fn host_store(
+    db: Option<String>,
+    url: Option<String>,
+    schema: Option<String>,
+    max_connections: u32,
+) -> anyhow::Result<Arc<dyn Store>> {
+    use anyhow::Context;
+    Ok(match (db, url) {
+        (Some(db), None) => Arc::new(SqliteStore::open(&db).await.context("open sqlite")?),
+        (None, Some(url)) => Arc::new(
+            PgStore::connect_with(
+                &url,
+                PgConfig {
+                    schema,
+                    max_connections,
+                },
+            )
+            .await
+            .context("connect postgres")?,
+        ),
+        _ => anyhow::bail!("give --db FILE or --database-url URL"),
+    })
+}

@@ -20,8 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use anyhow::bail;
 use qflow_runtime::TaskOutcome;
 use qflow_runtime::{AsyncHandlers, Clock, Runtime, RuntimeConfig, SystemClock, TaskCall};
 use qflow_store::{InstanceFilter, InstanceId, InstanceStatus, Store};
@@ -101,21 +100,7 @@ async fn main() -> anyhow::Result<()> {
             _ => rest.push(a),
         }
     }
-    let store: Arc<dyn Store> = match (db, url) {
-        (Some(db), None) => Arc::new(SqliteStore::open(&db).await.context("open sqlite")?),
-        (None, Some(url)) => Arc::new(
-            PgStore::connect_with(
-                &url,
-                PgConfig {
-                    schema,
-                    max_connections: 4,
-                },
-            )
-            .await
-            .context("connect postgres")?,
-        ),
-        _ => bail!("give --db FILE or --database-url URL"),
-    };
+    let store = qflow_tests::stores::host_store(db, url, schema, 4).await?;
     let block = match rest.as_slice() {
         [mode, block] if mode == "start" => Some(block.clone()),
         [mode] if mode == "resume" => None,

@@ -26,10 +26,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use qflow_channels::{ChannelSettings, Channels, DeliveryCurve, Dispatcher, DispatcherConfig};
 use qflow_ops::Ops;
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
 use qflow_runtime::{Runtime, RuntimeConfig, SystemClock};
 use qflow_server::{hash_token, Limits, Scope, Token, Tokens};
-use qflow_store::Store;
 use qflow_tests::{fast_recovery_config, flaky_model, handlers, one_task_model};
 
 #[tokio::main]
@@ -52,21 +50,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let listen: SocketAddr = listen.context("--listen ADDR")?.parse()?;
-    let store: Arc<dyn Store> = match (db, url) {
-        (Some(db), None) => Arc::new(SqliteStore::open(&db).await.context("open sqlite")?),
-        (None, Some(url)) => Arc::new(
-            PgStore::connect_with(
-                &url,
-                PgConfig {
-                    schema,
-                    max_connections: 8,
-                },
-            )
-            .await
-            .context("connect postgres")?,
-        ),
-        _ => bail!("give --db FILE or --database-url URL"),
-    };
+    let store = qflow_tests::stores::host_store(db, url, schema, 8).await?;
     let secret = std::env::var("QFLOW_HOST_TOKEN").context("QFLOW_HOST_TOKEN")?;
     let mut sha256 = [0u8; 32];
     hex::decode_to_slice(hash_token(&secret), &mut sha256)?;
