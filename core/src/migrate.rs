@@ -31,18 +31,32 @@ use super::timers::{TimerKind, TimerName};
 use super::Effect;
 use crate::snapshot::{Snapshot, Status};
 
-/// The node mapping's image of `node`. An activity instance `<id>@<c>` (E9) moves with
-/// its node: `pay@2` maps to `charge@2` when `pay` maps to `charge`.
+/// The node mapping's image of `node`. An activity instance (E9) moves with its node, and
+/// so does the inside of a sub-process instance: with `pay` mapped to `charge` and `sub`
+/// to `order`, `pay@2` maps to `charge@2` and `sub@2/pay` to `order@2/charge`.
 fn mapped<'m>(mapping: &'m BTreeMap<String, String>, node: &'m str) -> Cow<'m, str> {
     if let Some(to) = mapping.get(node) {
         return Cow::Borrowed(to);
     }
-    match node.rsplit_once('@') {
-        Some((base, c)) => match mapping.get(base) {
-            Some(to) => Cow::Owned(format!("{to}@{c}")),
-            None => Cow::Borrowed(node),
+    if !node.contains(['@', '/']) {
+        return Cow::Borrowed(node);
+    }
+    let segment = |seg: &str| match mapping.get(seg) {
+        Some(to) => to.clone(),
+        None => match seg.rsplit_once('@') {
+            Some((base, c)) => match mapping.get(base) {
+                Some(to) => format!("{to}@{c}"),
+                None => seg.to_owned(),
+            },
+            None => seg.to_owned(),
         },
-        None => Cow::Borrowed(node),
+    };
+    let to: Vec<String> = node.split('/').map(segment).collect();
+    let to = to.join("/");
+    if to == node {
+        Cow::Borrowed(node)
+    } else {
+        Cow::Owned(to)
     }
 }
 

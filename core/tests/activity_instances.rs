@@ -417,3 +417,48 @@ fn a_step_that_leaves_a_token_nothing_can_move_fails_the_instance_stalled() {
     // A FAILED instance leaves no timer to fire into it: the park is resolved.
     assert!(out.snapshot.timers().is_empty());
 }
+
+#[test]
+fn a_migration_moves_the_inside_of_a_second_sub_process_instance_with_its_nodes() {
+    let twice = |task: &str| {
+        model(&format!(
+            r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+      <parallelGateway id="split"/>
+      <sequenceFlow id="f1" sourceRef="split" targetRef="sub"/>
+      <sequenceFlow id="f2" sourceRef="split" targetRef="sub"/>
+      <subProcess id="sub">
+        <startEvent id="ss"/><sequenceFlow id="g0" sourceRef="ss" targetRef="{task}"/>
+        <userTask id="{task}"/><sequenceFlow id="g1" sourceRef="{task}" targetRef="se"/>
+        <endEvent id="se"/>
+      </subProcess>
+      <sequenceFlow id="f3" sourceRef="sub" targetRef="e"/><endEvent id="e"/>"#
+        ))
+    };
+    let (source, target) = (twice("review"), twice("check"));
+    let start = Input::Start {
+        variables: Default::default(),
+        start: None,
+    };
+    let running = step(&source, "m-1", Snapshot::new(), start, 0)
+        .unwrap()
+        .snapshot;
+    assert_eq!(running.tokens(), ["review", "sub", "sub@2", "sub@2/review"]);
+    let migrate = Input::Migrate {
+        mapping: [("review".to_owned(), "check".to_owned())].into(),
+        timers: Default::default(),
+        user_tasks: vec!["review".into(), "sub@2/review".into()],
+    };
+    let moved = step(&target, "m-1", running, migrate, 5).unwrap();
+    assert!(
+        !moved
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Stale { .. })),
+        "{:?}",
+        moved.effects
+    );
+    assert_eq!(
+        moved.snapshot.tokens(),
+        ["check", "sub", "sub@2", "sub@2/check"]
+    );
+}

@@ -451,12 +451,14 @@ impl Process {
         for (level, sp) in scopes.iter().rev().enumerate() {
             let r = idx.run(level);
             if r >= 2 {
-                let sp = self.inherit(idx, *sp).with_copy(r);
-                out.push_str(&self.key(NodeIdx(sp.node_and_instance().0).with_copy(r)));
+                // The segment names the enclosing instance alone: its own runs are the
+                // segments before it.
+                let sp = self.inherit(idx, *sp).node_and_instance().with_copy(r);
+                out.push_str(&self.key(sp));
                 out.push('/');
             }
         }
-        let own = NodeIdx(idx.node_and_instance().0).with_copy(idx.copy());
+        let own = idx.node_and_instance().with_copy(idx.copy());
         out.push_str(&self.key(own));
         std::borrow::Cow::Owned(out)
     }
