@@ -382,6 +382,16 @@ fn ok_by_worker(node: &str) -> (String, u32, String, Option<String>) {
 }
 
 /// A repeated answer to `task` is refused and changes nothing.
+/// Another worker's fetch gets nothing: every row is locked (`why` says by whom).
+async fn nothing_for_another_worker(engine: &Engine, why: &str) {
+    let got = engine
+        .ops
+        .fetch_and_lock(fetch("other"))
+        .await
+        .expect("fetches");
+    assert!(got.is_empty(), "{why}: {got:?}");
+}
+
 async fn refused_without_effect(engine: &Engine, store: &dyn Store, id: InstanceId, task: &str) {
     let (before, _) = snapshot(store, id).await;
     let history_before = worker_history(store, id).await;
@@ -467,15 +477,7 @@ where
         pull_rows(&*store, id).await,
         [held("charge"), held("charge@2")]
     );
-    assert!(
-        engine
-            .ops
-            .fetch_and_lock(fetch("other"))
-            .await
-            .expect("fetches")
-            .is_empty(),
-        "both are locked"
-    );
+    nothing_for_another_worker(&engine, "both are locked").await;
 
     // The first completion: one instance leaves, the other's lock stays.
     let applied = engine
@@ -502,15 +504,7 @@ where
     assert_eq!(record.status, InstanceStatus::Running);
     assert_eq!(snap.tokens(), ["charge@2".to_owned()]);
     assert_eq!(pull_rows(&*store, id).await, [held("charge@2")]);
-    assert!(
-        engine
-            .ops
-            .fetch_and_lock(fetch("other"))
-            .await
-            .expect("fetches")
-            .is_empty(),
-        "the second is still locked by its worker"
-    );
+    nothing_for_another_worker(&engine, "the second is still locked by its worker").await;
     refused_without_effect(&engine, &*store, id, &first).await;
 
     // The second completion ends the instance.
