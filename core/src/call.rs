@@ -23,7 +23,7 @@
 
 use qflow_loader::model::{NodeIdx, NodeKind, Process, Task, TaskKind};
 
-use super::flow::Run;
+use super::run::Run;
 use crate::snapshot::{Snapshot, Status};
 use crate::{codes, Attempt, AttemptOutcome, ChildOutcome, Definition, Effect, FailureKind};
 

@@ -59,7 +59,7 @@
 use qflow_loader::model::{NodeIdx, NodeKind, Process, Task, TaskKind};
 use serde::{Deserialize, Serialize};
 
-use super::flow::Run;
+use super::run::Run;
 use crate::snapshot::{Snapshot, Status};
 use crate::{codes, Attempt, AttemptOutcome, Definition, Effect, FailureKind, Input};
 

@@ -14,8 +14,8 @@
 use qflow_loader::model::{EndKind, NodeIdx, NodeKind, ThrowTrigger};
 
 use super::codes;
-use super::flow::Run;
 use super::path::EventKind;
+use super::run::Run;
 use crate::Attempt;
 
 /// Most completions of compensable activities an instance keeps for a throw to take
@@ -101,7 +101,7 @@ impl<'a> Run<'a> {
         let p = self.p;
         self.snap.compensable.retain(|k| {
             p.find(k)
-                .is_none_or(|n| !super::scope::inside_scope(p, n, sp))
+                .is_none_or(|n| !super::instances::inside(p, n, sp))
         });
     }
 

@@ -26,8 +26,8 @@
 
 use qflow_loader::model::{EventSubProcess, NodeIdx, Process, StartTrigger, Variables};
 
-use super::flow::Run;
 use super::path::EventKind;
+use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use crate::snapshot::{Snapshot, Status};
 

@@ -1,37 +1,33 @@
 //! Applying inputs and moving tokens: what each input does, entering and leaving nodes,
-//! tasks and their attempts, mappings. One [`Run`] is one step in progress over a
-//! working copy of the snapshot; gateways, scopes and timers live in their own modules
-//! as further `impl Run` blocks.
+//! tasks and their attempts, mappings. One [`Run`] (`run`) is one step in progress over
+//! a working copy of the snapshot; which instance a token becomes is `instances`';
+//! gateways, scopes and timers live in their own modules as further `impl Run` blocks.
 //!
 //! Work is a FIFO queue of "a token arrives at node N over flow F", drained until the
 //! instance waits again; no recursion over the graph, and a hard cap on the number of
 //! arrivals per step so that a model with a wait-free cycle fails instead of spinning.
 //! Nothing here reads the clock or iterates a hash map.
 
-use std::borrow::Cow;
-use std::collections::VecDeque;
-
 use qflow_loader::model::{
-    Boundary, BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, MappingStyle, NodeIdx,
-    NodeKind, Process, StartTrigger, Task, TaskKind, ThrowTrigger, TimeKind, TimerDef, Variables,
+    BoundaryTrigger, CatchTrigger, Definition, EndKind, FlowIdx, MappingStyle, NodeIdx, NodeKind,
+    Process, StartTrigger, Task, TaskKind, ThrowTrigger, TimeKind, TimerDef, Variables,
 };
 use qflow_loader::Expression;
 use serde_json::Value as Json;
 
-use super::path::{EventKind, PathEvent};
+use super::instances::{self, Arrival};
+use super::mapping::task_inputs;
+use super::path::EventKind;
+use super::run::Run;
+use super::subscriptions::{awaited_message, awaited_signal, message_waits, signal_waits};
 use super::timers::{TimerKind, TimerName};
-use super::{codes, Attempt, AttemptOutcome, Effect, FailureKind, Input, Step};
+use super::{codes, Attempt, AttemptOutcome, Effect, FailureKind, Input};
 use crate::error::Error;
 use crate::snapshot::{Snapshot, Status};
 
 /// Most node arrivals one step may process. A real model waits long before this; a
 /// model that loops without waiting fails with `STEP_LIMIT` instead of hanging a lane.
 pub const ARRIVALS_PER_STEP_MAX: u32 = 10_000;
-
-/// Most activity instances of one node in one scope at once (E9): a token arriving at a
-/// node that has this many fails the instance with `ACTIVITY_INSTANCE_LIMIT` (a timer
-/// cycle starting work faster than it ends, say) instead of growing without bound.
-pub const ACTIVITY_INSTANCES_MAX: u32 = 1_000;
 
 /// Why `input` would change nothing, or `None` when it applies. Checked before any
 /// mutation, so a stale input leaves the snapshot byte-identical.
@@ -241,72 +237,6 @@ fn waiting_user_task(p: &Process, snap: &Snapshot, node: &str) -> Option<String>
     }
 }
 
-/// The message a receive task, message catch event, message boundary event or message
-/// start of an event sub-process at `idx` waits for.
-pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
-    match &p.node(idx).kind {
-        NodeKind::TriggeredStart(StartTrigger::Message { name }) if p.node(idx).scope.is_some() => {
-            Some(name)
-        }
-        NodeKind::Task(Task {
-            kind: TaskKind::Receive { message },
-            ..
-        }) => message.as_deref(),
-        NodeKind::IntermediateCatch(CatchTrigger::Message { name }) => Some(name),
-        NodeKind::Boundary(Boundary {
-            trigger: BoundaryTrigger::Message { name },
-            ..
-        }) => Some(name),
-        _ => None,
-    }
-}
-
-/// The signal a signal catch event, signal boundary event or signal start of an event
-/// sub-process at `idx` waits for.
-pub(super) fn awaited_signal(p: &Process, idx: NodeIdx) -> Option<&str> {
-    match &p.node(idx).kind {
-        NodeKind::TriggeredStart(StartTrigger::Signal { name }) if p.node(idx).scope.is_some() => {
-            Some(name)
-        }
-        NodeKind::IntermediateCatch(CatchTrigger::Signal { name }) => Some(name),
-        NodeKind::Boundary(Boundary {
-            trigger: BoundaryTrigger::Signal { name },
-            ..
-        }) => Some(name),
-        _ => None,
-    }
-}
-
-/// The nodes a token at `idx` may wait at, in order: the node itself, the catches racing
-/// after it (an event-based gateway), then its boundary events (an activity).
-fn waits_of(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
-    let node = p.node(idx);
-    let mut waits: Vec<NodeIdx> = if matches!(node.kind, NodeKind::EventBasedGateway) {
-        node.outgoing
-            .iter()
-            .map(|f| p.attached(idx, p.flow(*f).target))
-            .collect()
-    } else {
-        vec![idx]
-    };
-    waits.extend(p.boundaries_of(idx.plain()).map(|b| p.attached(idx, b)));
-    waits
-}
-
-/// The message waits a token at `idx` holds open, in [`waits_of`] order.
-pub(super) fn message_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
-    let mut waits = waits_of(p, idx);
-    waits.retain(|w| awaited_message(p, *w).is_some());
-    waits
-}
-
-/// The signal waits a token at `idx` holds open, in [`waits_of`] order.
-pub(super) fn signal_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
-    let mut waits = waits_of(p, idx);
-    waits.retain(|w| awaited_signal(p, *w).is_some());
-    waits
-}
-
 /// Every wait for the signal `name` (only the one at `at`, when given), in frontier
 /// order: the node that catches it, and the event-based gateway the token sits at when
 /// it waits there. Only the first catch racing after one gateway takes part: the race
@@ -378,93 +308,7 @@ fn message_waiter(
     })
 }
 
-/// One step in progress.
-pub(super) struct Run<'a> {
-    pub(super) def: &'a Definition,
-    pub(super) p: &'a Process,
-    /// Feeds the retry jitter; unused by token movement itself.
-    pub(super) instance: &'a str,
-    pub(super) now_ms: i64,
-    pub(super) snap: Snapshot,
-    pub(super) effects: Vec<Effect>,
-    pub(super) queue: VecDeque<(NodeIdx, Option<FlowIdx>)>,
-    arrivals: u32,
-    /// A task whose attempt the current input already reported as finished, so that
-    /// interrupting it does not report the attempt a second time.
-    pub(super) attempt_reported: Option<NodeIdx>,
-    /// Whether the instance was running when the step began.
-    pub(super) was_running: bool,
-    /// The user tasks offered to the task list when the step began (`user_tasks`).
-    pub(super) user_tasks_before: Vec<String>,
-    /// User tasks a token entered in this step, once per entry.
-    pub(super) user_tasks_entered: Vec<NodeIdx>,
-    /// A migration's rows of the task list, by old ids: withdrawn unless offered again.
-    pub(super) user_tasks_migrated: Option<Vec<String>>,
-    /// The path the step takes, when the caller asked for it (`path`); `None` on the
-    /// runtime's hot path, where recording costs a branch and allocates nothing.
-    pub(super) path: Option<Vec<PathEvent>>,
-    /// A called instance's BPMN error that escaped it in this step (its code and
-    /// message): reported to the parent as the instance ends (`call`).
-    pub(super) escaped: Option<(Option<String>, String)>,
-    /// The compensation handler whose run completed in this step, with the attempt
-    /// number it ended on (`compensation`): its next owed run numbers on from there.
-    pub(super) finished_run: Option<(NodeIdx, u32)>,
-    /// Registered handlers queued for their next owed run, with the attempts earlier
-    /// runs used: the run starts at the next number, its budget counted afresh.
-    pub(super) next_runs: Vec<(NodeIdx, u32)>,
-    /// A channel call the current input answered (with a BPMN error): its request was
-    /// delivered, so ending its wait withdraws nothing.
-    pub(super) answered: Option<NodeIdx>,
-    /// Timers this step armed over a live incarnation: `(name, old, new)`, so that an
-    /// arm taken back in the same step resolves the row it would have replaced.
-    pub(super) rearmed: Vec<(String, u32, u32)>,
-}
-
 impl<'a> Run<'a> {
-    pub(super) fn new(
-        def: &'a Definition,
-        instance: &'a str,
-        snap: Snapshot,
-        now_ms: i64,
-        trace: bool,
-    ) -> Run<'a> {
-        let snap_running = snap.status == Status::Running;
-        let user_tasks_before = super::user_tasks::offered_user_tasks(def, &snap);
-        Run {
-            def,
-            p: &def.process,
-            instance,
-            now_ms,
-            snap,
-            effects: Vec::new(),
-            queue: VecDeque::new(),
-            arrivals: 0,
-            attempt_reported: None,
-            was_running: snap_running,
-            user_tasks_before,
-            user_tasks_entered: Vec::new(),
-            user_tasks_migrated: None,
-            path: trace.then(Vec::new),
-            escaped: None,
-            finished_run: None,
-            next_runs: Vec::new(),
-            answered: None,
-            rearmed: Vec::new(),
-        }
-    }
-
-    pub(super) fn finish(self) -> Step {
-        Step {
-            snapshot: self.snap,
-            effects: self.effects,
-        }
-    }
-
-    /// The path recorded so far (empty unless recording), leaving none.
-    pub(super) fn take_path(&mut self) -> Vec<PathEvent> {
-        self.path.take().unwrap_or_default()
-    }
-
     /// Applies a non-stale input, then moves tokens until the instance waits again, and
     /// brings its message subscriptions in line with where it waits.
     pub(super) fn apply(&mut self, input: Input) -> Result<(), Error> {
@@ -744,26 +588,6 @@ impl<'a> Run<'a> {
         }
         self.settle();
         Ok(())
-    }
-
-    pub(super) fn idx(&self, id: &str) -> NodeIdx {
-        // Every caller passed `staleness`, which checked that the id exists.
-        self.p.find(id).unwrap_or(NodeIdx(0))
-    }
-
-    /// The name of `idx` in the snapshot and effects: the node's id, or `<body>#<k>`
-    /// for an inner instance of a multi-instance activity (`Process::key`).
-    pub(super) fn id(&self, idx: NodeIdx) -> Cow<'a, str> {
-        self.p.key(idx)
-    }
-
-    /// The scope `idx` runs in: its sub-process, in the inner instance `idx` runs in.
-    pub(super) fn scope_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
-        self.p.scope_instance(idx)
-    }
-
-    pub(super) fn running(&self) -> bool {
-        self.snap.status == Status::Running
     }
 
     // ----- inputs ------------------------------------------------------------------
@@ -1259,63 +1083,17 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The activity instance a token arriving at `idx` becomes (E9): the node itself
-    /// when no token stands there, else the first numbered instance `<id>@<c>` no token
-    /// holds — its attempts, timers, boundaries, rows and keys its own. `None` when the
-    /// instance failed instead: a sub-process (or multi-instance activity) already
-    /// running in this scope, whose second run would share the first's inside, or more
-    /// than [`ACTIVITY_INSTANCES_MAX`] instances of one node at once.
+    /// The activity instance a token arriving at `idx` becomes (`instances::arriving`):
+    /// its attempts, timers, boundaries, rows and keys its own. `None` when no instance
+    /// can take the token, and the instance has failed instead.
     pub(super) fn arriving_instance(&mut self, idx: NodeIdx) -> Option<NodeIdx> {
-        if !self.holds_token(idx) {
-            return Some(idx);
+        match instances::arriving(self.p, &self.snap.tokens, idx) {
+            Arrival::At(instance) => Some(instance),
+            Arrival::Refused { code, message } => {
+                self.fail(code, Some(idx), None, message);
+                None
+            }
         }
-        if matches!(self.p.node(idx).kind, NodeKind::SubProcess) && !self.runs_twice(idx) {
-            return None;
-        }
-        if !self.p.takes_copies(idx) {
-            return Some(idx);
-        }
-        let free = (2..=ACTIVITY_INSTANCES_MAX)
-            .map(|c| idx.with_copy(c))
-            .find(|i| !self.holds_token(*i));
-        if free.is_none() {
-            let message = format!(
-                "a token arrived at `{}` while {ACTIVITY_INSTANCES_MAX} instances of it \
-                 run at once",
-                self.id(idx)
-            );
-            self.fail(codes::ACTIVITY_INSTANCE_LIMIT, Some(idx), None, message);
-        }
-        free
-    }
-
-    /// Whether the sub-process `sp` may run a second instance beside its running one:
-    /// its inside must be nameable per instance (nested no deeper than
-    /// `NodeIdx::RUN_LEVELS`), and a multi-instance body keeps one set of inner instances
-    /// (`i/<body>`). Otherwise the instance fails, loudly, and `false`.
-    pub(super) fn runs_twice(&mut self, sp: NodeIdx) -> bool {
-        let why = if self.p.multi_instance(sp).is_some() {
-            "a multi-instance activity entered again while its inner instances run"
-        } else if self.p.level(sp) >= NodeIdx::RUN_LEVELS {
-            "a sub-process nested this deep runs one instance at a time"
-        } else {
-            return true;
-        };
-        let message = format!(
-            "a second token entered `{}` while it runs: {why} (docs/activity-instances.md)",
-            self.id(sp)
-        );
-        self.fail(codes::UNSUPPORTED_ELEMENT, Some(sp), None, message);
-        false
-    }
-
-    /// Whether a token stands at `idx` (the frontier is sorted).
-    pub(super) fn holds_token(&self, idx: NodeIdx) -> bool {
-        let key = self.id(idx);
-        self.snap
-            .tokens
-            .binary_search_by(|t| t.as_str().cmp(&key))
-            .is_ok()
     }
 
     pub(super) fn enter_task(&mut self, idx: NodeIdx, task: &'a Task) {
@@ -1575,32 +1353,18 @@ impl<'a> Run<'a> {
 
     // ----- tokens and mappings ----------------------------------------------------------
 
+    /// Puts a token at the activity instance `idx`.
     pub(super) fn add_token(&mut self, idx: NodeIdx) {
-        let id_key = self.id(idx);
-        let id: &str = &id_key;
-        let at = self.snap.tokens.partition_point(|t| t.as_str() <= id);
-        self.snap.tokens.insert(at, id.to_string());
+        instances::insert(self.p, &mut self.snap.tokens, idx);
         // A wait begun again (a loop back to it in this step) opens its subscription
         // afresh: the sync after the step evaluates its key over the variables as they
         // are now.
         if !self.snap.subscriptions.is_empty() {
-            for w in waits_of(self.p, idx) {
+            for w in instances::waits_of(self.p, idx) {
                 if awaited_message(self.p, w).is_some() || awaited_signal(self.p, w).is_some() {
                     self.close_subscription(&self.id(w));
                 }
             }
-        }
-    }
-
-    pub(super) fn remove_token(&mut self, idx: NodeIdx) -> bool {
-        let id_key = self.id(idx);
-        let id: &str = &id_key;
-        match self.snap.tokens.iter().position(|t| t == id) {
-            Some(pos) => {
-                self.snap.tokens.remove(pos);
-                true
-            }
-            None => false,
         }
     }
 
@@ -1639,25 +1403,4 @@ impl<'a> Run<'a> {
     pub(super) fn policy(&self, idx: NodeIdx) -> Option<&'a qflow_loader::model::RetryPolicy> {
         retryable_task(self.p, idx).and_then(|t| t.retry.as_ref())
     }
-}
-
-/// A task's inputs: its input mappings evaluated over `vars`, or every instance variable
-/// when it has none; with vendor mappings, every instance variable with the task's locals
-/// over them. Shared by the first emission, re-adoption, pull fetches and the task list,
-/// so all see the same.
-pub(super) fn task_inputs(task: &Task, vars: &Variables) -> Result<Variables, String> {
-    if task.mapping_style != MappingStyle::Q {
-        // A vendor's inputs are locals over the variables, not a replacement of them.
-        return crate::vendor_io::visible(task.mapping_style, &task.inputs, vars);
-    }
-    if task.inputs.is_empty() {
-        return Ok(vars.clone());
-    }
-    task.inputs
-        .iter()
-        .map(|m| {
-            let v = m.source.eval(vars).map_err(|e| e.to_string())?;
-            Ok((m.target.clone(), v))
-        })
-        .collect()
 }

@@ -11,7 +11,8 @@
 use qflow_loader::model::{FlowIdx, NodeIdx, NodeKind};
 
 use super::codes;
-use super::flow::Run;
+use super::instances;
+use super::run::Run;
 
 impl Run<'_> {
     /// Exclusive gateway: the first flow in document order whose condition holds (an
@@ -202,18 +203,9 @@ impl Run<'_> {
             .chain(self.snap.joins.keys().filter(|g| *g != &*self.id(target)));
         // Inside a sub-process, a token in another instance of it (`sub@2/…`) reaches
         // that instance's join, never this one's.
-        let scope = self.p.scope_instance(target);
-        let elsewhere = |src: NodeIdx| {
-            let Some(sp) = scope else { return false };
-            let mut cur = self.p.scope_instance(src);
-            while let Some(a) = cur {
-                if a.plain() == sp.plain() {
-                    return a != sp;
-                }
-                cur = self.p.scope_instance(a);
-            }
-            false
-        };
+        let scope = self.scope_of(target);
+        let elsewhere =
+            |src: NodeIdx| scope.is_some_and(|sp| instances::in_other_instance(self.p, src, sp));
         for s in sources {
             // Reckoned over plain nodes: no inclusive gateway is inside a multi-instance
             // sub-process (Q132), and an inner instance leaves through its body.

@@ -49,12 +49,15 @@ mod compensation;
 mod event_sub;
 mod flow;
 mod gateway;
+mod instances;
+mod mapping;
 mod migrate;
 mod multi;
 mod pull;
 mod redrive;
 mod repair;
 mod retry;
+mod run;
 mod scope;
 mod stall;
 mod subscriptions;
@@ -77,7 +80,7 @@ pub use crate::snapshot::{Snapshot, Status};
 pub use call::child_waits;
 pub use channel::{verdict, CallKey, Verdict};
 pub use compensation::COMPENSABLE_MAX;
-pub use flow::ACTIVITY_INSTANCES_MAX;
+pub use instances::ACTIVITY_INSTANCES_MAX;
 pub use multi::MULTI_INSTANCES_MAX;
 pub use pull::{pull_inputs, pull_task, PullTask, PULL_RETRIES_DEFAULT};
 pub use qflow_loader::model::{ASSIGNMENT_NAME_CHARS_MAX, CANDIDATES_MAX};
@@ -134,7 +137,7 @@ pub mod codes {
     /// A call activity's attempt found no deployment of the called process to start (none
     /// live, or not the version its binding names): a failed attempt of the call activity.
     pub const CALLED_PROCESS_NOT_FOUND: &str = "CALLED_PROCESS_NOT_FOUND";
-    /// A token arrived at a node that already runs `flow::ACTIVITY_INSTANCES_MAX`
+    /// A token arrived at a node that already runs `instances::ACTIVITY_INSTANCES_MAX`
     /// activity instances at once (E9): the instance fails rather than grow without bound.
     pub const ACTIVITY_INSTANCE_LIMIT: &str = "ACTIVITY_INSTANCE_LIMIT";
     /// The step left a running instance with nothing that could ever move it — no task
@@ -943,7 +946,8 @@ fn step_recording(
     if let Some(reason) = flow::staleness(def, &snapshot, &input, now_ms) {
         return Ok(stale(snapshot, reason));
     }
-    let mut run = flow::Run::new(def, instance_id, snapshot, now_ms, path.is_some());
+    let offered = user_tasks::offered_user_tasks(def, &snapshot);
+    let mut run = run::Run::new(def, instance_id, snapshot, now_ms, path.is_some(), offered);
     run.apply(input)?;
     if let Some(path) = path {
         *path = run.take_path();

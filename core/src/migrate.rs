@@ -26,7 +26,7 @@ use qflow_loader::model::{
     BoundaryTrigger, CatchTrigger, Definition, NodeKind, Process, StartTrigger, TaskKind,
 };
 
-use super::flow::Run;
+use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use super::Effect;
 use crate::snapshot::{Snapshot, Status};

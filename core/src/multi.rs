@@ -23,8 +23,8 @@ use qflow_loader::model::{MultiInstance, MultiItems, NodeIdx, Process, Variables
 use serde_json::Value as Json;
 
 use super::codes;
-use super::flow::Run;
 use super::path::InnerState;
+use super::run::Run;
 use crate::snapshot::Snapshot;
 
 /// The most inner instances one body may have. A body starts (parallel) or may run
@@ -294,7 +294,7 @@ impl<'a> Run<'a> {
         }
         let p = self.p;
         self.queue
-            .retain(|(n, _)| !super::scope::inside_scope(p, *n, body));
+            .retain(|(n, _)| !super::instances::inside(p, *n, body));
         if let (Some(out), Some(outputs)) = (&mi.output_collection, state.outputs) {
             self.snap.vars.insert(out.clone(), Json::Array(outputs));
         }

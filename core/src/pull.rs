@@ -23,7 +23,7 @@
 
 use qflow_loader::model::{Definition, NodeIdx, NodeKind, Process, Task, TaskKind, Variables};
 
-use super::flow::Run;
+use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use crate::snapshot::Snapshot;
 use crate::{codes, Attempt, AttemptOutcome, Effect, FailureKind, Input, PullLock};
@@ -74,7 +74,7 @@ pub(crate) fn pull_at(p: &Process, idx: NodeIdx) -> Option<PullTask<'_>> {
 pub fn pull_inputs(def: &Definition, snap: &Snapshot, node: &str) -> Result<Variables, String> {
     let task = pull_task(def, node).ok_or_else(|| format!("`{node}` is not a pull task"))?;
     let vars = super::multi::scoped_vars(&def.process, snap, task.idx);
-    super::flow::task_inputs(task.task, &vars)
+    super::mapping::task_inputs(task.task, &vars)
 }
 
 /// Why a pull input does not apply to `snap`, or `None`. The reasons are meant for the

@@ -16,7 +16,7 @@
 
 use qflow_loader::model::{Definition, NodeIdx, NodeKind, Process, Task, TaskKind};
 
-use super::flow::Run;
+use super::run::Run;
 use crate::snapshot::Snapshot;
 use crate::{codes, Attempt, AttemptOutcome, Effect, FailureKind};
 
@@ -128,7 +128,7 @@ impl Run<'_> {
                 continue;
             };
             let vars = super::multi::scoped_vars(self.p, &self.snap, idx);
-            let Ok(inputs) = super::flow::task_inputs(task, &vars) else {
+            let Ok(inputs) = super::mapping::task_inputs(task, &vars) else {
                 continue;
             };
             self.snap.set_readoptions(node, count);

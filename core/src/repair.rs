@@ -20,7 +20,7 @@
 use qflow_loader::model::{CatchTrigger, NodeIdx, NodeKind, TaskKind};
 use serde::{Deserialize, Serialize};
 
-use super::flow::Run;
+use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use super::Effect;
 use crate::snapshot::Status;

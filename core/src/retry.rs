@@ -14,7 +14,7 @@
 
 use qflow_loader::model::{jitter_ppb, NodeIdx, RetryPolicy};
 
-use super::flow::Run;
+use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use super::{Attempt, FailureKind};
 

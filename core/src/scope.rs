@@ -18,8 +18,9 @@
 
 use qflow_loader::model::{Boundary, BoundaryTrigger, NodeIdx, NodeKind, Process, StartTrigger};
 
-use super::flow::Run;
+use super::instances;
 use super::path::EventKind;
+use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use super::{codes, AttemptOutcome, Effect};
 use crate::snapshot::{Failure, Status};
@@ -35,12 +36,8 @@ impl<'a> Run<'a> {
             {
                 return None;
             }
-            let busy = self
-                .snap
-                .tokens
-                .iter()
-                .chain(self.snap.joins.keys())
-                .any(|o| self.p.find(o).is_some_and(|i| self.inside(i, idx)));
+            let keys = self.snap.tokens.iter().chain(self.snap.joins.keys());
+            let busy = instances::first_inside(self.p, keys, idx).is_some();
             (!busy).then_some(idx)
         });
         let Some(idx) = done else {
@@ -50,11 +47,6 @@ impl<'a> Run<'a> {
         self.disarm(idx);
         self.leave(idx);
         true
-    }
-
-    /// Is `node` nested (at any depth) in the sub-process `sp`?
-    pub(super) fn inside(&self, node: NodeIdx, sp: NodeIdx) -> bool {
-        inside_scope(self.p, node, sp)
     }
 
     /// An activity raised `code`: its own error boundaries first (exact code, then
@@ -298,27 +290,21 @@ impl<'a> Run<'a> {
     /// that no longer exists.
     pub(super) fn clear_scope(&mut self, sp: NodeIdx) {
         let p = self.p;
-        self.queue.retain(|(node, _)| !inside_scope(p, *node, sp));
-        loop {
-            let inner = self.snap.tokens.iter().find_map(|t| {
-                let idx = self.p.find(t)?;
-                self.inside(idx, sp).then_some(idx)
-            });
-            match inner {
-                Some(idx) => self.interrupt(idx),
-                None => break,
-            }
+        self.queue
+            .retain(|(node, _)| !instances::inside(p, *node, sp));
+        while let Some(idx) = instances::first_inside(p, &self.snap.tokens, sp) {
+            self.interrupt(idx);
         }
         self.snap
             .joins
-            .retain(|gw, _| p.find(gw).is_none_or(|idx| !inside_scope(p, idx, sp)));
+            .retain(|gw, _| p.find(gw).is_none_or(|idx| !instances::inside(p, idx, sp)));
         // A handler run queued this step but not yet entered holds no token to interrupt;
         // what the scope's handlers still owed goes with the scope. Its recorded
         // completions stay: an interrupting event sub-process compensates them.
         if !self.snap.owed.is_empty() {
             self.snap
                 .owed
-                .retain(|h, _| p.find(h).is_none_or(|idx| !inside_scope(p, idx, sp)));
+                .retain(|h, _| p.find(h).is_none_or(|idx| !instances::inside(p, idx, sp)));
         }
     }
 
@@ -518,17 +504,4 @@ pub(super) fn escalation_catcher(p: &Process, idx: NodeIdx, code: Option<&str>) 
         from_event_sub = p.event_sub_process(sp).is_some();
         scope = p.scope_instance(sp);
     }
-}
-
-pub(super) fn inside_scope(p: &Process, node: NodeIdx, sp: NodeIdx) -> bool {
-    // Scopes are reckoned in the inner instance each node runs in: `task#2` is inside
-    // `sub#2`, not `sub#1`.
-    let mut cur = node;
-    while let Some(s) = p.scope_instance(cur) {
-        if s == sp {
-            return true;
-        }
-        cur = s;
-    }
-    false
 }

@@ -15,7 +15,7 @@
 use qflow_loader::model::{CatchTrigger, EndKind, NodeKind, Process, TaskKind, ThrowTrigger};
 
 use super::codes;
-use super::flow::Run;
+use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use crate::snapshot::{Snapshot, Status};
 

@@ -30,10 +30,14 @@
 //! check: its snapshots and effects are exactly what they were before subscriptions
 //! existed.
 
-use qflow_loader::model::NodeIdx;
+use qflow_loader::model::{
+    Boundary, BoundaryTrigger, CatchTrigger, NodeIdx, NodeKind, Process, StartTrigger, Task,
+    TaskKind,
+};
 use serde_json::Value as Json;
 
-use super::flow::{awaited_message, awaited_signal, message_waits, signal_waits, Run};
+use super::instances;
+use super::run::Run;
 use super::{codes, Effect};
 
 /// The longest correlation key, in characters (so at most 256 bytes of UTF-8: keys are
@@ -202,4 +206,54 @@ fn kind_of(v: &Json) -> &'static str {
         Json::Array(_) => "a list",
         Json::Object(_) => "a map",
     }
+}
+
+/// The message a receive task, message catch event, message boundary event or message
+/// start of an event sub-process at `idx` waits for.
+pub(super) fn awaited_message(p: &Process, idx: NodeIdx) -> Option<&str> {
+    match &p.node(idx).kind {
+        NodeKind::TriggeredStart(StartTrigger::Message { name }) if p.node(idx).scope.is_some() => {
+            Some(name)
+        }
+        NodeKind::Task(Task {
+            kind: TaskKind::Receive { message },
+            ..
+        }) => message.as_deref(),
+        NodeKind::IntermediateCatch(CatchTrigger::Message { name }) => Some(name),
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Message { name },
+            ..
+        }) => Some(name),
+        _ => None,
+    }
+}
+
+/// The signal a signal catch event, signal boundary event or signal start of an event
+/// sub-process at `idx` waits for.
+pub(super) fn awaited_signal(p: &Process, idx: NodeIdx) -> Option<&str> {
+    match &p.node(idx).kind {
+        NodeKind::TriggeredStart(StartTrigger::Signal { name }) if p.node(idx).scope.is_some() => {
+            Some(name)
+        }
+        NodeKind::IntermediateCatch(CatchTrigger::Signal { name }) => Some(name),
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Signal { name },
+            ..
+        }) => Some(name),
+        _ => None,
+    }
+}
+
+/// The message waits a token at `idx` holds open, in `instances::waits_of` order.
+pub(super) fn message_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
+    let mut waits = instances::waits_of(p, idx);
+    waits.retain(|w| awaited_message(p, *w).is_some());
+    waits
+}
+
+/// The signal waits a token at `idx` holds open, in `instances::waits_of` order.
+pub(super) fn signal_waits(p: &Process, idx: NodeIdx) -> Vec<NodeIdx> {
+    let mut waits = instances::waits_of(p, idx);
+    waits.retain(|w| awaited_signal(p, *w).is_some());
+    waits
 }

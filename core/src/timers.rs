@@ -11,7 +11,7 @@ use qflow_loader::iso8601;
 use qflow_loader::model::{BoundaryTrigger, DurationMs, NodeIdx, NodeKind, TimeKind, TimerDef};
 use serde::{Deserialize, Serialize};
 
-use super::flow::Run;
+use super::run::Run;
 use super::{codes, Effect, Variables};
 
 /// Which machinery a timer belongs to.

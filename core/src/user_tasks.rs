@@ -36,7 +36,7 @@ use qflow_loader::model::{
 };
 use serde_json::Value as Json;
 
-use super::flow::Run;
+use super::run::Run;
 use super::{codes, Effect, Input};
 use crate::snapshot::{Snapshot, Status};
 
@@ -83,7 +83,7 @@ pub fn user_task_inputs(
         .and_then(|i| user_task_at(p, i))
         .ok_or_else(|| format!("`{node}` is not a user task"))?;
     let vars = super::multi::scoped_vars(p, snap, idx.unwrap_or(NodeIdx(0)));
-    super::flow::task_inputs(task, &vars)
+    super::mapping::task_inputs(task, &vars)
 }
 
 /// Why a claim, an unclaim or a completion naming an assignee does not apply to `snap`,
