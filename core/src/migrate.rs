@@ -13,11 +13,22 @@
 //!
 //! The plan is validated against the target before anything changes, and any problem
 //! makes the input stale (nothing written), with every reason: a mapped node the target
-//! lacks, a task in flight (wait for its outcome or its backoff), a token at a registered
-//! task mapped to something that is not one, a timer the target node cannot have (a
-//! retry park on a task without `q:retry`, a timeout window without `q:timeout`), join
-//! arrivals over flows the target lacks. Only a FAILED instance, or a running one with no
-//! attempt in flight, migrates.
+//! lacks, a task in flight (wait for its outcome or its backoff), a task with attempts
+//! mapped to a node that counts none, a timer the target node cannot have (a retry park
+//! on a task without `q:retry`, a timeout window without `q:timeout`), join arrivals over
+//! flows the target lacks, a running multi-instance body mapped to one that is not
+//! multi-instance or runs its inner instances the other way, a call activity whose
+//! called instance still runs, a compensation in progress. Only a FAILED instance, or a
+//! running one with no attempt in flight, migrates.
+//!
+//! Every task kind migrates (docs/operations.md, "What migrates"): registered tasks,
+//! channel calls, pull tasks of every dialect and call activities carry their attempts,
+//! and may change into one another across versions — the attempt counter counts the
+//! activity's attempts whatever runs them, and what only one kind keeps (a pull task's
+//! attempts left and lock, a channel call's number) is dropped when the node changes
+//! kind. User tasks keep their holder; a multi-instance activity's inner instances
+//! (`<id>#<k>`) and the body's state move with it; activity instances (`pay@2`) and the
+//! inside of sub-process instances (`sub@2/pay`) with their nodes.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -32,24 +43,28 @@ use super::Effect;
 use crate::snapshot::{Snapshot, Status};
 
 /// The node mapping's image of `node`. An activity instance (E9) moves with its node, and
-/// so does the inside of a sub-process instance: with `pay` mapped to `charge` and `sub`
-/// to `order`, `pay@2` maps to `charge@2` and `sub@2/pay` to `order@2/charge`.
+/// so does the inside of a sub-process instance and a multi-instance activity's inner
+/// instance: with `pay` mapped to `charge` and `sub` to `order`, `pay@2` maps to
+/// `charge@2`, `pay#3` to `charge#3` and `sub@2/pay` to `order@2/charge`.
 fn mapped<'m>(mapping: &'m BTreeMap<String, String>, node: &'m str) -> Cow<'m, str> {
     if let Some(to) = mapping.get(node) {
         return Cow::Borrowed(to);
     }
-    if !node.contains(['@', '/']) {
+    if !node.contains(['@', '/', '#']) {
         return Cow::Borrowed(node);
     }
+    // A node id is an XML NCName, which holds neither `@` nor `#`: what follows the
+    // first of them is the instance's number, kept as it is.
     let segment = |seg: &str| match mapping.get(seg) {
         Some(to) => to.clone(),
-        None => match seg.rsplit_once('@') {
-            Some((base, c)) => match mapping.get(base) {
-                Some(to) => format!("{to}@{c}"),
+        None => {
+            let at = seg.find(['@', '#']).unwrap_or(seg.len());
+            let (base, numbers) = seg.split_at(at);
+            match mapping.get(base) {
+                Some(to) => format!("{to}{numbers}"),
                 None => seg.to_owned(),
-            },
-            None => seg.to_owned(),
-        },
+            }
+        }
     };
     let to: Vec<String> = node.split('/').map(segment).collect();
     let to = to.join("/");
@@ -60,12 +75,41 @@ fn mapped<'m>(mapping: &'m BTreeMap<String, String>, node: &'m str) -> Cow<'m, s
     }
 }
 
-/// A task whose attempts `q:retry` governs: registered, or a channel call.
-fn is_registered(p: &Process, id: &str) -> bool {
-    p.find(id).is_some_and(|i| {
-        matches!(&p.node(i).kind, NodeKind::Task(t)
-            if matches!(t.kind, TaskKind::Registered { .. } | TaskKind::Channel { .. }))
-    })
+/// The kind of task at `id` in `p`, when it is one that counts attempts: a registered
+/// task, a channel call, a pull task (every dialect) or a call activity. Attempts travel
+/// between these kinds (docs/operations.md, "What migrates"): the counter counts the
+/// activity's attempts, whatever runs them.
+fn attempt_kind(p: &Process, id: &str) -> Option<&'static str> {
+    let idx = p.find(id)?;
+    let NodeKind::Task(t) = &p.node(idx).kind else {
+        return None;
+    };
+    match t.kind {
+        TaskKind::Registered { .. } => Some("registered task"),
+        TaskKind::Channel { .. } => Some("channel call"),
+        TaskKind::Pull { .. } => Some("pull task"),
+        TaskKind::Call(_) => Some("call activity"),
+        _ => None,
+    }
+}
+
+/// What the node at `id` is, for a refusal's reason.
+fn kind_name(p: &Process, id: &str) -> &'static str {
+    let Some(idx) = p.find(id) else {
+        return "missing";
+    };
+    match &p.node(idx).kind {
+        NodeKind::Task(t) => match t.kind {
+            TaskKind::User { .. } => "user task",
+            TaskKind::Receive { .. } => "receive task",
+            TaskKind::Script { .. } => "script task",
+            TaskKind::Send { .. } => "send task",
+            TaskKind::PassThrough => "task that runs nothing",
+            _ => attempt_kind(p, id).unwrap_or("task"),
+        },
+        NodeKind::SubProcess => "sub-process",
+        _ => "event or gateway",
+    }
 }
 
 /// Why the migration cannot apply to `snap` on `def` (the target), or `None`. Every
@@ -85,12 +129,26 @@ pub(super) fn problems(
              migrated while a called instance runs"
         ));
     }
-    // A mapping renames node ids, not inner instances (`<id>#<k>`) or a body's state.
-    for body in snap.multi_instances().keys() {
-        out.push(format!(
-            "multi-instance activity `{body}` is running; an instance is not migrated while \
-             a multi-instance body runs"
-        ));
+    // A running body's state (`i/<body>`: how many inner instances, how many started and
+    // done, the items and outputs recorded as it was entered) moves with it, and its
+    // inner instances `<id>#<k>` with their node; the target must run the body the same
+    // way, one after another or all at once.
+    for (body, state) in snap.multi_instances() {
+        let to = mapped(mapping, body);
+        match p.find(&to).and_then(|i| p.multi_instance(i)) {
+            None => out.push(format!(
+                "multi-instance activity `{body}` is running and maps to `{to}`, which is not \
+                 a multi-instance activity in the target"
+            )),
+            Some(mi) if !super::multi::state_fits(state, mi) => {
+                out.push(format!(
+                "multi-instance activity `{body}` is running and maps to `{to}`, which runs its \
+                 inner instances {} in the target",
+                if mi.sequential { "one after another" } else { "all at once" }
+            ))
+            }
+            Some(_) => {}
+        }
     }
     // A handler run in progress waits for its throw under the source's ids.
     for handler in snap.compensations_owed().keys() {
@@ -125,7 +183,8 @@ pub(super) fn problems(
                     ));
                     continue;
                 }
-                if snap.marker(node).is_none() && is_registered(p, &mapped(mapping, node)) {
+                if snap.marker(node).is_none() && attempt_kind(p, &mapped(mapping, node)).is_some()
+                {
                     // A task's token outside a backoff window: the attempt is in flight.
                     out.push(format!(
                         "task `{node}` has an attempt in flight; migrate once it has an outcome \
@@ -145,9 +204,12 @@ pub(super) fn problems(
             out.push(format!(
                 "token at `{node}` maps to `{to}`, which the target does not have"
             ));
-        } else if snap.attempt(node) > 0 && !is_registered(p, &to) {
+        } else if snap.attempt(node) > 0 && attempt_kind(p, &to).is_none() {
             out.push(format!(
-                "task `{node}` has attempts and maps to `{to}`, which is not a registered task"
+                "task `{node}` has attempts and maps to `{to}`, a {} in the target, which \
+                 counts no attempts: map it to a registered task, channel call, pull task or \
+                 call activity",
+                kind_name(p, &to)
             ));
         }
     }
@@ -208,6 +270,19 @@ pub(super) fn problems(
     (!out.is_empty()).then(|| out.join("\n"))
 }
 
+/// A timer's name with its node mapped (a name the engine does not write stays).
+fn mapped_timer(mapping: &BTreeMap<String, String>, name: &str) -> String {
+    match TimerName::parse(name) {
+        Some(t) => match t.node() {
+            Some(node) => TimerName::new(t.kind(), &mapped(mapping, node))
+                .as_str()
+                .to_owned(),
+            None => name.to_owned(),
+        },
+        None => name.to_owned(),
+    }
+}
+
 fn rename<V>(map: &mut BTreeMap<String, V>, mapping: &BTreeMap<String, String>) {
     let old = std::mem::take(map);
     for (k, v) in old {
@@ -245,19 +320,32 @@ impl Run<'_> {
         rename(&mut s.pull_retries, mapping);
         rename(&mut s.calls, mapping);
         rename(&mut s.joins, mapping);
+        rename(&mut s.multis, mapping);
+        rename(&mut s.lock_workers, mapping);
+        rename(&mut s.lock_until_ms, mapping);
         // Whoever holds a user task keeps it under its new name; the sync after the step
         // drops the holder of a node that is no user task in the target.
         rename(&mut s.assignees, mapping);
         for name in &mut s.spent {
-            if let Some(t) = TimerName::parse(name) {
-                if let Some(node) = t.node() {
-                    *name = TimerName::new(t.kind(), &mapped(mapping, node))
-                        .as_str()
-                        .to_owned();
-                }
-            }
+            *name = mapped_timer(mapping, name);
         }
         s.spent.sort();
+        // Cycle counts are kept while FAILED (`y`) for timers that are not live: they move
+        // with their timer's node like the live ones below.
+        let cycles = std::mem::take(&mut s.cycles);
+        s.cycles = cycles
+            .into_iter()
+            .map(|(name, n)| (mapped_timer(mapping, &name), n))
+            .collect();
+        // State one kind of task keeps and another has no use for goes when a task changes
+        // kind across versions: a pull task's attempts left (`p/`) and lock (`w/`, `u/`),
+        // a channel call's number (`x/`). The attempt counter and its budget keys stay.
+        let p = self.p;
+        let is = |node: &str, kind: &str| attempt_kind(p, node) == Some(kind);
+        s.pull_retries.retain(|n, _| is(n, "pull task"));
+        s.lock_workers.retain(|n, _| is(n, "pull task"));
+        s.lock_until_ms.retain(|n, _| is(n, "pull task"));
+        s.calls.retain(|n, _| is(n, "channel call"));
         if let Some(n) = &s.failure_node {
             s.failure_node = Some(mapped(mapping, n).into_owned());
         }

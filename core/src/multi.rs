@@ -48,6 +48,18 @@ struct Body {
     outputs: Option<Vec<Json>>,
 }
 
+/// Whether a running body's state (`i/<body>`) can go on as `mi` runs a body (a
+/// migration's check): a sequential body runs at most one inner instance at a time, a
+/// parallel one has started all of them as it was entered.
+pub(super) fn state_fits(state: &Variables, mi: &MultiInstance) -> bool {
+    let body = Body::read(state);
+    if mi.sequential {
+        body.started <= body.done.saturating_add(1)
+    } else {
+        body.started == body.count
+    }
+}
+
 impl Body {
     /// Tolerant read: a missing or malformed count reads as 0.
     fn read(state: &Variables) -> Body {

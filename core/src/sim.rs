@@ -609,12 +609,15 @@ pub fn validate_with(
             }
         }
         if let ScriptedEvent::Pull { input, .. } = e {
-            let pull = input
-                .node()
-                .is_some_and(|n| crate::pull_task(def, n).is_some());
+            // A pull task of the model, or of a target the run may migrate onto.
+            let pull = input.node().is_some_and(|n| {
+                crate::pull_task(def, n).is_some()
+                    || targets.values().any(|t| crate::pull_task(t, n).is_some())
+            });
             if !pull || input.attempt().is_none() {
                 return Err(Error::Scenario(format!(
-                    "events[{i}].input: not a pull input on a pull task of process `{}`",
+                    "events[{i}].input: not a pull input on a pull task of process `{}` or of a \
+                     target",
                     def.id
                 )));
             }

@@ -591,7 +591,7 @@ fn a_scenario_scripts_every_inner_instance_by_the_activity_id_and_one_by_its_nam
 }
 
 #[test]
-fn a_migration_is_refused_while_a_body_runs() {
+fn a_migration_is_refused_while_an_inner_instance_runs_its_attempt() {
     let def = mi_model(SERVICE, r#"q:collection="items""#, "");
     let (snap, _) = start(&def, json!({"items": [1]}));
     let (after, effects) = apply(
