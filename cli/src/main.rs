@@ -60,7 +60,8 @@ enum Command {
     /// reference it).
     Retire(ops::RetireArgs),
     /// Move FAILED or parked instances onto another deployment with a node mapping;
-    /// `--dry-run` shows the per-instance diff and writes nothing (SPEC O2).
+    /// `--dry-run` shows the per-instance diff and writes nothing (SPEC O2). Ends with the
+    /// counts by outcome; exits 1 when any instance was (or would be) refused.
     Migrate(ops::MigrateArgs),
     /// List incidents, of one instance or of all.
     Incidents(ops::IncidentsArgs),

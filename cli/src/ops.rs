@@ -2,7 +2,8 @@
 //! front ends over `qflow_ops::Ops`, working on the store directly — beside a running
 //! `qflow run` on the same file, or before one starts. Human tables by default,
 //! `--format json` for scripts. Exit status 1 when the operation was refused (nothing
-//! changed), 2 when it could not be attempted.
+//! changed) — for `migrate`, when any instance was refused, even if others moved — 2 when
+//! it could not be attempted.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -661,11 +662,11 @@ pub fn migrate(args: &MigrateArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(crate::EXIT_REFUSED));
         }
     };
-    with_ops(&args.store, |ops| async move {
-        let results = ops.migrate(&plan, args.dry_run).await?;
-        emit(args.store.format, &results, |w| {
-            for r in &results {
-                writeln!(w, "{} {}", r.instance, r.outcome.replace('_', " "))?;
+    with_ops_status(&args.store, |ops| async move {
+        let report = ops.migrate(&plan, args.dry_run).await?;
+        let rendered = emit(args.store.format, &report, |w| {
+            for r in &report.results {
+                writeln!(w, "{} {}", r.instance, r.outcome.words())?;
                 if let Some(why) = &r.reason {
                     for line in why.lines() {
                         writeln!(w, "    {line}")?;
@@ -675,8 +676,17 @@ pub fn migrate(args: &MigrateArgs) -> Result<ExitCode> {
                     writeln!(w, "    {c}")?;
                 }
             }
-            writeln!(w, "{} instances", results.len())
-        })
+            // Last, where a reader of the terminal looks first.
+            writeln!(w, "{}", report.summary)
+        })?;
+        // A refused instance is left as it was while the others moved (or, in a dry run,
+        // would): the plan did not do all it says, so a script must not read success.
+        let status = if report.any_refused() {
+            ExitCode::from(crate::EXIT_REFUSED)
+        } else {
+            ExitCode::SUCCESS
+        };
+        Ok((rendered, status))
     })
 }
 
@@ -805,6 +815,18 @@ where
     F: FnOnce(Ops) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<u8>, qflow_ops::Error>>,
 {
+    with_ops_status(args, move |ops| async move {
+        op(ops).await.map(|rendered| (rendered, ExitCode::SUCCESS))
+    })
+}
+
+/// [`with_ops`] for an operation whose answer carries its own exit status (a migration
+/// that refused some instances prints its report and exits 1).
+fn with_ops_status<F, Fut>(args: &StoreArgs, op: F) -> Result<ExitCode>
+where
+    F: FnOnce(Ops) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<u8>, ExitCode), qflow_ops::Error>>,
+{
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -817,7 +839,7 @@ where
         });
         let ops = Ops::new(store, clock, args.actor());
         match op(ops).await {
-            Ok(rendered) => {
+            Ok((rendered, status)) => {
                 // Node ids, codes and messages come from models and handlers: their
                 // control characters are escaped, in JSON as JSON escapes.
                 let rendered = String::from_utf8_lossy(&rendered);
@@ -826,7 +848,7 @@ where
                     Format::Json => crate::text::escape_json(&rendered),
                 };
                 std::io::stdout().lock().write_all(shown.as_bytes())?;
-                Ok(ExitCode::SUCCESS)
+                Ok(status)
             }
             Err(e @ qflow_ops::Error::Store(_)) => Err(anyhow::Error::new(e)),
             Err(e) => {

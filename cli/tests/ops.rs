@@ -178,11 +178,16 @@ fn the_commands_need_an_existing_store() {
 /// Deploys the bundled model with a comment added (new content, a new version) from a
 /// file in `dir`; returns the version.
 fn deploy_changed(dir: &Path, db: &Path) -> i64 {
+    deploy_tagged(dir, db, "v2")
+}
+
+/// [`deploy_changed`] with the comment `tag`: each tag is another version.
+fn deploy_tagged(dir: &Path, db: &Path, tag: &str) -> i64 {
     let model = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/orders.bpmn");
     let source = std::fs::read_to_string(model).expect("reads the model");
-    let changed = dir.join("v2.bpmn");
-    let v2 = source.replace("</definitions>", "<!-- v2 --></definitions>");
-    std::fs::write(&changed, v2).expect("writes");
+    let changed = dir.join(format!("{tag}.bpmn"));
+    let tagged = source.replace("</definitions>", &format!("<!-- {tag} --></definitions>"));
+    std::fs::write(&changed, tagged).expect("writes");
     let deployed = json(&qflow(
         &["deploy", changed.to_str().unwrap(), "--format", "json"],
         db,
@@ -288,7 +293,10 @@ fn migrate_dry_runs_then_moves_the_failed_instances() {
         &["migrate", plan, "--dry-run", "--format", "json"],
         &db,
     ));
-    let dry = dry.as_array().expect("results");
+    assert_eq!(dry["summary"]["total"], failed, "{dry}");
+    assert_eq!(dry["summary"]["would_migrate"], failed, "{dry}");
+    assert_eq!(dry["summary"]["refused"], 0, "{dry}");
+    let dry = dry["results"].as_array().expect("results");
     assert_eq!(
         dry.len(),
         failed,
@@ -318,7 +326,8 @@ fn migrate_dry_runs_then_moves_the_failed_instances() {
     );
 
     let done = json(&qflow(&["migrate", plan, "--format", "json"], &db));
-    assert!(done
+    assert_eq!(done["summary"]["migrated"], failed, "{done}");
+    assert!(done["results"]
         .as_array()
         .expect("results")
         .iter()
@@ -344,6 +353,53 @@ fn migrate_dry_runs_then_moves_the_failed_instances() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere"));
     assert_eq!(instances_on(&db, v2), failed);
+
+    // One plan, two instances: one on the source moves, a completed one of version 1 is
+    // refused. The text ends with the counts and the exit status is 1, in the dry run
+    // too; the JSON is the report, counts first.
+    let v3 = deploy_tagged(dir.path(), &db, "v3");
+    let listed = |args: &[&str]| -> String {
+        let mut all = vec!["instances", "list", "--limit", "1", "--format", "json"];
+        all.extend_from_slice(args);
+        let rows = json(&qflow(&all, &db));
+        rows[0]["id"].as_str().expect("an id").to_owned()
+    };
+    let moving = listed(&["--deployment", &v2.to_string()]);
+    let completed = listed(&["--deployment", "1", "--state", "completed"]);
+    let mixed = write_plan(
+        "mixed.json",
+        format!(r#"{{"source": {v2}, "target": {v3}, "instances": ["{moving}", "{completed}"]}}"#),
+    );
+    let mixed = mixed.to_str().unwrap();
+    let out = qflow(&["migrate", mixed, "--dry-run"], &db);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.ends_with("2 instances: 1 would migrate, 1 refused\n"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{completed} refused\n")), "{text}");
+    assert_eq!(instances_on(&db, v3), 0, "the dry run wrote nothing");
+    let out = qflow(&["migrate", mixed, "--format", "json"], &db);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        report["summary"],
+        serde_json::json!({"total": 2, "migrated": 1, "would_migrate": 0, "refused": 1}),
+        "{report}"
+    );
+    assert_eq!(report["results"][0]["instance"], moving.as_str());
+    assert_eq!(report["results"][0]["outcome"], "migrated");
+    assert_eq!(report["results"][1]["instance"], completed.as_str());
+    assert_eq!(report["results"][1]["outcome"], "refused");
+    let why = report["results"][1]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains(&format!("not {v2}")), "{why}");
+    assert_eq!(instances_on(&db, v3), 1, "the other instance moved");
 }
 
 const WAITS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>

@@ -534,12 +534,44 @@ pub struct MigrationPlan {
     pub instances: Option<Vec<String>>,
 }
 
+/// A migration's outcome for one instance: `migrated`, `would_migrate` (a dry run) or
+/// `refused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MigrationOutcome {
+    /// The instance moved onto the target (its fence moved).
+    Migrated,
+    /// A dry run: the instance would move; nothing was written.
+    WouldMigrate,
+    /// The instance was left as it was; the result's `reason` says why.
+    Refused,
+}
+
+impl MigrationOutcome {
+    /// The outcome as the JSON spells it (`would_migrate`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigrationOutcome::Migrated => "migrated",
+            MigrationOutcome::WouldMigrate => "would_migrate",
+            MigrationOutcome::Refused => "refused",
+        }
+    }
+
+    /// The outcome in words (`would migrate`), for text and pages.
+    pub fn words(self) -> &'static str {
+        match self {
+            MigrationOutcome::Migrated => "migrated",
+            MigrationOutcome::WouldMigrate => "would migrate",
+            MigrationOutcome::Refused => "refused",
+        }
+    }
+}
+
 /// What a migration did, or would do, to one instance.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct MigrationResult {
     pub instance: String,
-    /// `migrated`, `would_migrate` (dry run) or `refused`.
-    pub outcome: &'static str,
+    pub outcome: MigrationOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What changes in the decoded snapshot, one line per changed part (`frontier:
@@ -547,6 +579,80 @@ pub struct MigrationResult {
     pub changes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fence_after: Option<u64>,
+}
+
+/// How many of a migration's instances ended in each outcome. `total` is their sum; a
+/// migration with `refused > 0` left those instances exactly as they were, whatever
+/// happened to the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, utoipa::ToSchema)]
+pub struct MigrationSummary {
+    pub total: u64,
+    pub migrated: u64,
+    pub would_migrate: u64,
+    pub refused: u64,
+}
+
+impl MigrationSummary {
+    /// The counts of `results`, one per instance.
+    pub fn of(results: &[MigrationResult]) -> Self {
+        let mut summary = MigrationSummary::default();
+        for r in results {
+            summary.total += 1;
+            match r.outcome {
+                MigrationOutcome::Migrated => summary.migrated += 1,
+                MigrationOutcome::WouldMigrate => summary.would_migrate += 1,
+                MigrationOutcome::Refused => summary.refused += 1,
+            }
+        }
+        summary
+    }
+}
+
+/// `2 instances: 1 migrated, 1 refused` (only the outcomes that occurred; `0 instances`
+/// for a plan that covered none): the line the CLI ends with and the console shows.
+impl std::fmt::Display for MigrationSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let noun = if self.total == 1 {
+            "instance"
+        } else {
+            "instances"
+        };
+        write!(f, "{} {noun}", self.total)?;
+        let counts = [
+            (self.migrated, MigrationOutcome::Migrated),
+            (self.would_migrate, MigrationOutcome::WouldMigrate),
+            (self.refused, MigrationOutcome::Refused),
+        ];
+        let mut sep = ": ";
+        for (n, outcome) in counts.into_iter().filter(|(n, _)| *n > 0) {
+            write!(f, "{sep}{n} {}", outcome.words())?;
+            sep = ", ";
+        }
+        Ok(())
+    }
+}
+
+/// A migration's answer (O2): the counts first, so a refusal cannot hide in a long list,
+/// then each instance's result in the order the plan covered them.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct MigrationReport {
+    pub summary: MigrationSummary,
+    pub results: Vec<MigrationResult>,
+}
+
+impl MigrationReport {
+    /// The report of `results`, counted once here for every front end.
+    pub fn new(results: Vec<MigrationResult>) -> Self {
+        MigrationReport {
+            summary: MigrationSummary::of(&results),
+            results,
+        }
+    }
+
+    /// Whether any instance was (or, in a dry run, would be) refused.
+    pub fn any_refused(&self) -> bool {
+        self.summary.refused > 0
+    }
 }
 
 /// A counterpart's answer to a channel call (SPEC C5), as the relay endpoint takes it.
@@ -1000,12 +1106,9 @@ impl Ops {
     /// Migrates the plan's instances (O2), or with `dry_run` shows what it would do and
     /// writes nothing. The plan is checked against both definitions before any instance
     /// is touched; each instance then moves atomically under its fence (a race with a
-    /// running lane is settled by the fence), audited, and its result is reported.
-    pub async fn migrate(
-        &self,
-        plan: &MigrationPlan,
-        dry_run: bool,
-    ) -> Result<Vec<MigrationResult>> {
+    /// running lane is settled by the fence), audited, and its result is reported. An
+    /// instance refused is an outcome in the report, not an error: the others still move.
+    pub async fn migrate(&self, plan: &MigrationPlan, dry_run: bool) -> Result<MigrationReport> {
         let source = self.deployment_record(plan.source).await?;
         let target = self.deployment_record(plan.target).await?;
         if target.retired {
@@ -1065,7 +1168,7 @@ impl Ops {
         for id in ids {
             results.push(self.migrate_one(id, plan, &from, dry_run).await?);
         }
-        Ok(results)
+        Ok(MigrationReport::new(results))
     }
 
     async fn migrate_one(
@@ -1077,7 +1180,7 @@ impl Ops {
     ) -> Result<MigrationResult> {
         let refused = |reason: String| MigrationResult {
             instance: id.to_string(),
-            outcome: "refused",
+            outcome: MigrationOutcome::Refused,
             reason: Some(reason),
             changes: Vec::new(),
             fence_after: None,
@@ -1127,7 +1230,11 @@ impl Ops {
         {
             Ok(stepped) => Ok(MigrationResult {
                 instance: id.to_string(),
-                outcome: if dry_run { "would_migrate" } else { "migrated" },
+                outcome: if dry_run {
+                    MigrationOutcome::WouldMigrate
+                } else {
+                    MigrationOutcome::Migrated
+                },
                 reason: None,
                 changes: changes(
                     &before.snapshot.inspect(),

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use qflow_core::{Budget, Snapshot};
-use qflow_ops::{Error, Ops};
+use qflow_ops::{Error, MigrationOutcome, MigrationSummary, Ops};
 use qflow_persistence::SqliteStore;
 use qflow_runtime::{
     AsyncHandlers, Clock, ManualClock, Runtime, RuntimeConfig, TaskContext, TaskOutcome,
@@ -309,15 +309,40 @@ async fn failed_instances_migrate_onto_a_fixed_deployment_and_complete() {
         f
     };
     let dry = w.ops.migrate(&plan, true).await.expect("dry run");
-    assert_eq!(dry.len(), 2);
-    assert!(dry.iter().all(|r| r.outcome == "would_migrate"));
-    insta::assert_snapshot!("migration_dry_run_diff", dry[0].changes.join("\n"));
+    assert_eq!(
+        dry.summary,
+        MigrationSummary {
+            total: 2,
+            would_migrate: 2,
+            ..MigrationSummary::default()
+        }
+    );
+    assert_eq!(dry.summary.to_string(), "2 instances: 2 would migrate");
+    assert!(dry
+        .results
+        .iter()
+        .all(|r| r.outcome == MigrationOutcome::WouldMigrate));
+    insta::assert_snapshot!("migration_dry_run_diff", dry.results[0].changes.join("\n"));
     for (id, fence) in ids.iter().zip(&fences) {
         assert_eq!(w.fence(*id).await, *fence, "a dry run writes nothing");
     }
 
     let done = w.ops.migrate(&plan, false).await.expect("migrates");
-    assert!(done.iter().all(|r| r.outcome == "migrated"), "{done:?}");
+    assert_eq!(done.summary.migrated, 2, "{done:?}");
+    assert!(!done.any_refused(), "{done:?}");
+    // The same plan again, naming the instances: they are on v2 now, so each is refused
+    // with its reason, counted as refused, and left as it is.
+    let again = qflow_ops::MigrationPlan {
+        instances: Some(ids.iter().map(ToString::to_string).collect()),
+        ..plan.clone()
+    };
+    let fences_v2 = [w.fence(ids[0]).await, w.fence(ids[1]).await];
+    let refused = w.ops.migrate(&again, false).await.expect("answers");
+    assert_eq!(refused.summary.to_string(), "2 instances: 2 refused");
+    assert!(refused.any_refused());
+    let why = refused.results[0].reason.as_deref().unwrap_or_default();
+    assert!(why.contains("not 1"), "{why}");
+    assert_eq!([w.fence(ids[0]).await, w.fence(ids[1]).await], fences_v2);
     for id in &ids {
         let view = w.ops.inspect(*id).await.expect("inspects");
         assert_eq!(view.instance.deployment, d2.id);
@@ -396,7 +421,11 @@ async fn after_a_migration_a_reset_budget_gets_the_whole_policy_again() {
         instances: None,
     };
     let done = w.ops.migrate(&plan, false).await.expect("migrates");
-    assert!(done.iter().all(|r| r.outcome == "migrated"), "{done:?}");
+    assert_eq!(
+        (done.summary.total, done.summary.migrated),
+        (2, 2),
+        "{done:?}"
+    );
 
     // `pay` still fails (broken): the fix is the handler name, the gateway is flaky.
     w.ops.resume(kept, Budget::Keep).await.expect("resumes");

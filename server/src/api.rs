@@ -9,7 +9,7 @@ use qflow_core::Budget;
 use qflow_ops::{
     parse_instance_id, Applied, AttemptView, AuditView, ChannelAnswerRequest, Correlated,
     DeploymentSummary, IncidentView, InstanceCounts, InstanceQuery, InstanceSummary, InstanceView,
-    MessageRequest, MigrationPlan, MigrationResult, Page, RelayVerdict, SignalBroadcast,
+    MessageRequest, MigrationPlan, MigrationReport, Page, RelayVerdict, SignalBroadcast,
     SignalRequest, StartRequest, Started, StartedAndWaited,
 };
 use serde::Deserialize;
@@ -740,10 +740,18 @@ pub struct MigrateBody {
 
 /// Migrates instances onto another deployment with a node mapping (O2), or with
 /// `dry_run` shows the per-instance diff and writes nothing.
+///
+/// The answer is the report: `summary` counts the instances by outcome (`total`,
+/// `migrated`, `would_migrate`, `refused`), then `results` gives each instance's outcome,
+/// reason and diff. The status is 200 even when instances were refused: a refused
+/// instance is an outcome of a plan that was carried out (the others moved), not an
+/// error of the request, so read `summary.refused`. A plan refused as a whole (no such
+/// deployment, a retired target, a mapping naming a missing node) is a problem document
+/// and touches no instance.
 #[utoipa::path(post, path = "/v1/migrations", tag = "instances",
     request_body = MigrateBody,
     responses(
-        (status = 200, description = "What happened (or would) to each instance", body = Vec<MigrationResult>),
+        (status = 200, description = "The counts by outcome, then what happened (or would) to each instance; refused instances are counted in `summary.refused`, with their reasons in `results`", body = MigrationReport),
         (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The target is retired", body = Problem, content_type = "application/problem+json"),
     ),
@@ -752,7 +760,7 @@ pub async fn migrate(
     State(state): State<AppState>,
     caller: Caller<OperateScope>,
     JsonBody(body): JsonBody<MigrateBody>,
-) -> Result<Json<Vec<MigrationResult>>> {
+) -> Result<Json<MigrationReport>> {
     state
         .ops
         .as_actor(&caller.name)

@@ -309,6 +309,110 @@ async fn a_failed_instance_is_found_inspected_resumed_and_completes_over_http() 
     assert_eq!(r.body[0]["action"], "resume", "{}", r.text);
 }
 
+/// The instance row's fence and snapshot (the audit log grows with the other instance).
+async fn row(w: &World, id: &str) -> (u64, Vec<u8>) {
+    let (fence, snapshot, _) = w.state_of(id).await;
+    (fence, snapshot)
+}
+
+/// A plan that moves one instance and refuses another is answered 200 with the report:
+/// the summary counts both outcomes, each result names its instance, and the refused one
+/// is exactly as it was — in the dry run and in the migration itself.
+#[tokio::test]
+async fn a_migration_that_refuses_one_instance_counts_it_in_the_summary() {
+    let w = world().await;
+    let v1 = w.deploy(&model("billing", "pay", "")).await;
+    let moving = w.start(v1).await;
+    w.wait(|s| s.failed >= 1).await;
+    let other = w.deploy(&model("shipping", "pay", "")).await;
+    let elsewhere = w.start(other).await;
+    w.wait(|s| s.failed >= 2).await;
+    let v2 = w.deploy(&model("billing", "charge", "")).await;
+    let plan = |dry_run: bool| {
+        json!({
+            "plan": {
+                "source": v1,
+                "target": v2,
+                "mapping": { "pay": "charge" },
+                "instances": [moving, elsewhere],
+            },
+            "dry_run": dry_run,
+        })
+    };
+    let (moving_before, elsewhere_before) = (row(&w, &moving).await, row(&w, &elsewhere).await);
+
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/migrations",
+            Some(ADMIN),
+            Some(plan(true)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.body["summary"],
+        json!({ "total": 2, "migrated": 0, "would_migrate": 1, "refused": 1 }),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.body["results"][0]["instance"], moving.as_str());
+    assert_eq!(r.body["results"][0]["outcome"], "would_migrate");
+    assert_eq!(r.body["results"][1]["instance"], elsewhere.as_str());
+    assert_eq!(r.body["results"][1]["outcome"], "refused");
+    assert_eq!(
+        row(&w, &moving).await,
+        moving_before,
+        "a dry run writes nothing"
+    );
+
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/migrations",
+            Some(ADMIN),
+            Some(plan(false)),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "refusals are outcomes: {}",
+        r.text
+    );
+    assert_eq!(
+        r.body["summary"],
+        json!({ "total": 2, "migrated": 1, "would_migrate": 0, "refused": 1 }),
+        "{}",
+        r.text
+    );
+    let results = r.body["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2, "{}", r.text);
+    assert_eq!(results[0]["instance"], moving.as_str());
+    assert_eq!(results[0]["outcome"], "migrated");
+    assert!(results[0]["fence_after"].is_u64(), "{}", r.text);
+    assert!(results[0].get("reason").is_none(), "{}", r.text);
+    assert_eq!(results[1]["instance"], elsewhere.as_str());
+    assert_eq!(results[1]["outcome"], "refused");
+    assert_eq!(
+        results[1]["reason"],
+        format!("instance is on deployment {other}, not {v1}"),
+        "{}",
+        r.text
+    );
+    assert!(results[1].get("fence_after").is_none(), "{}", r.text);
+    assert_eq!(row(&w, &elsewhere).await, elsewhere_before);
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{moving}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["instance"]["deployment"], v2, "{}", r.text);
+}
+
 #[tokio::test]
 async fn every_refusal_is_a_problem_document_and_changes_nothing() {
     let w = world_with(Limits {

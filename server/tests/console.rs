@@ -1,7 +1,8 @@
 //! The console through the whole router, without a socket or a browser (the browser test
 //! is `scripts/console-test`): sign-in and its cookie, pages behind the session, CSRF
 //! refusals that change nothing, a read-only session without buttons, escaping and
-//! wrapping of long, hostile ids, and the versioned assets.
+//! wrapping of long, hostile ids, the versioned assets, and the banner a migration with
+//! a refused instance opens with.
 
 use std::sync::Arc;
 
@@ -575,6 +576,94 @@ async fn a_console_form_over_its_body_limit_is_refused() {
     );
     let r = w.post("/console/migrate", &s, &big).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.text);
+}
+
+/// A migration page opens with a banner when any instance was refused, and without one
+/// when none was; the counts are on the page either way.
+#[tokio::test]
+async fn a_migration_with_a_refusal_opens_with_a_banner_and_one_without_has_none() {
+    let w = world().await;
+    let moving = w.failed_instance("billing", "pay").await;
+    let elsewhere = w.started(&model("shipping", "pay")).await;
+    w.wait(|s| s.failed >= 2).await;
+    let ops = Ops::with_runtime(w.rt.clone(), "test");
+    let target = ops.deploy(&model("billing", "charge"), None).await.unwrap();
+    let s = w.sign_in(ADMIN).await;
+    let form = |rest: &str| {
+        format!(
+            "csrf={}&source=1&target={}&map.pay=charge&{rest}",
+            s.csrf, target.id
+        )
+    };
+    const BANNER: &str = r#"id="migration-refused""#;
+
+    // Narrowed to an instance of another deployment: refused, in the dry run and applied.
+    let before = w.state_of(&elsewhere).await;
+    let dry = w
+        .post(
+            "/console/migrate",
+            &s,
+            &form(&format!("instance={elsewhere}&mode=dry-run")),
+        )
+        .await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", dry.text);
+    assert!(dry.text.contains(BANNER), "{}", dry.text);
+    assert!(
+        dry.text.contains("1 of 1 instance would be refused"),
+        "{}",
+        dry.text
+    );
+    assert!(dry.text.contains("1 instance: 1 refused"), "{}", dry.text);
+    assert!(!dry.text.contains("Confirm: migrate"), "nothing to confirm");
+    let done = w
+        .post(
+            "/console/migrate",
+            &s,
+            &form(&format!("instance={elsewhere}&mode=apply")),
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+    let banner = done
+        .text
+        .find(BANNER)
+        .expect("the result page has the banner");
+    let table = done.text.find(r#"id="migration-results""#).expect("table");
+    assert!(banner < table, "the banner comes before the results");
+    assert!(
+        done.text
+            .contains("1 of 1 instance refused</strong> — nothing was changed for them."),
+        "{}",
+        done.text
+    );
+    assert!(
+        done.text.contains("deployment 2, not 1"),
+        "the reason is in its row: {}",
+        done.text
+    );
+    assert_eq!(w.state_of(&elsewhere).await, before);
+
+    // Every FAILED instance of the source: it moves, and no banner.
+    let dry = w.post("/console/migrate", &s, &form("mode=dry-run")).await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", dry.text);
+    assert!(!dry.text.contains(BANNER), "{}", dry.text);
+    assert!(
+        dry.text.contains("1 instance: 1 would migrate"),
+        "{}",
+        dry.text
+    );
+    assert!(dry.text.contains("Confirm: migrate 1 instance(s)"));
+    let done = w.post("/console/migrate", &s, &form("mode=apply")).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+    assert!(!done.text.contains(BANNER), "{}", done.text);
+    assert!(
+        done.text.contains("1 instance: 1 migrated."),
+        "{}",
+        done.text
+    );
+    assert!(done.text.contains(&moving));
+    let id = qflow_ops::parse_instance_id(&moving).unwrap();
+    let row = w.store.instance(id).await.unwrap().expect("exists");
+    assert_eq!(row.deployment.0, target.id);
 }
 
 #[tokio::test]

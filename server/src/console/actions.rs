@@ -11,7 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use qflow_core::Budget;
-use qflow_ops::{MigrationPlan, MigrationResult};
+use qflow_ops::{MigrationOutcome, MigrationPlan, MigrationReport, MigrationResult};
 
 use super::view::{self, page, status, Nav};
 use super::{authorise, cookie_value, Form, Viewer, COOKIE};
@@ -286,7 +286,7 @@ pub async fn migrate(
         instances: instance.clone().map(|i| vec![i]),
     };
     let dry_run = form.get("mode") != Some("apply");
-    let results = match state
+    let report = match state
         .ops
         .as_actor(&viewer.session.name)
         .migrate(&plan, dry_run)
@@ -295,9 +295,11 @@ pub async fn migrate(
         Ok(r) => r,
         Err(e) => return view::ops_error(&viewer, e, back),
     };
-    let would = results.iter().filter(|r| r.outcome != "refused").count();
+    let summary = report.summary;
+    let would = summary.would_migrate;
     let body = html! {
         h1 { @if dry_run { "Dry run: " } @else { "Migrated: " } "deployment " (source) " → " (target) }
+        (refused_banner(&report, dry_run))
         p {
             "Mapping: "
             @if plan.mapping.is_empty() { "every node keeps its id" }
@@ -305,11 +307,14 @@ pub async fn migrate(
             "."
         }
         @if dry_run {
-            p.notice { "Nothing has been written yet. " (would) " of " (results.len()) " instance(s) would move; read each diff, then confirm." }
+            p.notice #migration-summary { "Nothing has been written yet. " (summary) ". Read each diff, then confirm." }
         } @else {
-            p.notice.ok role="status" { (would) " of " (results.len()) " instance(s) moved. A migrated FAILED instance stays FAILED on the new version: resume it from its page." }
+            p.notice.ok[!report.any_refused()] #migration-summary role="status" {
+                (summary) "."
+                @if summary.migrated > 0 { " A migrated FAILED instance stays FAILED on the new version: resume it from its page." }
+            }
         }
-        (results_table(&results, dry_run))
+        (results_table(&report.results, dry_run))
         @if dry_run && would > 0 {
             form method="post" action="/console/migrate" #confirm-migration {
                 (view::csrf(&viewer))
@@ -336,6 +341,33 @@ pub async fn migrate(
     )
 }
 
+/// The banner at the top of a migration's page when any instance was (or would be)
+/// refused, so a refusal cannot hide in a long table; nothing when none was.
+fn refused_banner(report: &MigrationReport, dry_run: bool) -> maud::Markup {
+    let s = report.summary;
+    let noun = if s.total == 1 {
+        "instance"
+    } else {
+        "instances"
+    };
+    html! {
+        @if report.any_refused() {
+            p.notice.bad #migration-refused role="alert" {
+                strong {
+                    (s.refused) " of " (s.total) " " (noun)
+                    @if dry_run { " would be refused" } @else { " refused" }
+                }
+                @if dry_run {
+                    " — confirming leaves them as they are."
+                } @else {
+                    " — nothing was changed for them."
+                }
+                " Each reason is in its row below."
+            }
+        }
+    }
+}
+
 fn results_table(results: &[MigrationResult], dry_run: bool) -> maud::Markup {
     html! {
         div.scroll {
@@ -347,8 +379,8 @@ fn results_table(results: &[MigrationResult], dry_run: bool) -> maud::Markup {
                             td data-label="Instance" { a.id href={ "/console/instances/" (r.instance) } { (r.instance) } }
                             td data-label="Outcome" {
                                 @match r.outcome {
-                                    "refused" => { (status("failed")) " refused" },
-                                    other => { (other.replace('_', " ")) },
+                                    MigrationOutcome::Refused => { (status("failed")) " refused" },
+                                    other => { (other.words()) },
                                 }
                                 @if let Some(f) = r.fence_after { br; span.muted { "fence " (f) } }
                             }
