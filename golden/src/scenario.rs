@@ -250,12 +250,17 @@ pub fn validate_with(
         if let ScriptedEvent::Pull { input, .. } = event {
             let path = format!("events[{i}].input");
             match input.node() {
+                // A pull task of the model, or of a target the run may migrate onto.
                 Some(node)
-                    if matches!(
-                        task_kind(definition, node),
-                        Some(Some(TaskKind::Pull { .. }))
-                    ) => {}
-                Some(node) => problem(path, format!("node `{node}` is not a pull task")),
+                    if std::iter::once(definition)
+                        .chain(targets.values())
+                        .any(|d| {
+                            matches!(task_kind(d, node), Some(Some(TaskKind::Pull { .. })))
+                        }) => {}
+                Some(node) => problem(
+                    path,
+                    format!("node `{node}` is not a pull task of the model or of a target"),
+                ),
                 None => problem(path, "a pull event's input names no node".to_owned()),
             }
         }
