@@ -91,8 +91,8 @@ pub enum StoreFile {
     Foreign(String),
 }
 
-/// The first 16 bytes of every SQLite 3 database file.
-const SQLITE_HEADER: &[u8] = b"SQLite format 3\0";
+/// SQLite's result code for a file that is not a database (`SQLITE_NOTADB`).
+const SQLITE_NOTADB: &str = "26";
 /// sqlx's record of applied migrations.
 const MIGRATIONS_TABLE: &str = "_sqlx_migrations";
 /// Table names shown when describing another program's database.
@@ -216,23 +216,28 @@ impl SqliteStore {
         if meta.len() == 0 && wal_len == 0 {
             return Ok(StoreFile::Empty);
         }
-        if meta.len() > 0 {
-            use std::io::Read;
-            let mut header = Vec::with_capacity(SQLITE_HEADER.len());
-            std::fs::File::open(path)
-                .and_then(|f| f.take(SQLITE_HEADER.len() as u64).read_to_end(&mut header))
-                .map_err(io)?;
-            if header != SQLITE_HEADER {
+        // The file is read through SQLite only, never opened by hand: closing a
+        // descriptor of the database file drops every POSIX lock this process holds on
+        // it, including those of a store already open on the file here. Another process
+        // on the file would then take this one for gone, checkpoint and remove the WAL
+        // under it, and this process would go on reading (and writing) a WAL nobody else
+        // sees (SQLite's "How To Corrupt", 2.2). SQLite's own descriptors are shared
+        // per file and closed only when no lock needs them.
+        let tables = match table_names(path).await {
+            Ok(tables) => tables,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(SQLITE_NOTADB) => {
                 return Ok(StoreFile::Foreign(
                     "not a SQLite database (the file does not start with the SQLite header)"
                         .to_owned(),
                 ));
             }
-        }
-        let tables = table_names(path).await.map_err(|source| Error::Connect {
-            target: target.clone(),
-            source,
-        })?;
+            Err(source) => {
+                return Err(Error::Connect {
+                    target: target.clone(),
+                    source,
+                })
+            }
+        };
         let has = |name: &str| tables.iter().any(|t| t == name);
         Ok(
             if has(MIGRATIONS_TABLE) && has("instances") && has("deployments") {
