@@ -124,3 +124,73 @@ async fn a_store_reopens_and_an_empty_file_becomes_one() {
     let store = SqliteStore::open(&db).await.expect("a qflow store reopens");
     store.close().await;
 }
+
+/// The child process's half of the next test: opens the store at `QFLOW_TEST_WRITER_DB`,
+/// deploys one process named by `QFLOW_TEST_WRITER_PROCESS`, and exits (the last
+/// connection of its process closes).
+async fn write_as_another_process(db: &str, process: &str) {
+    let store = SqliteStore::open(db).await.unwrap();
+    let hash = format!("{:0>64}", process.len());
+    qflow_store::Store::deploy(
+        &store,
+        qflow_store::NewDeployment {
+            process_id: process,
+            content_hash: &hash,
+            source: "<definitions/>",
+            deployed_at_ms: 1,
+            schedules: &[],
+        },
+    )
+    .await
+    .unwrap();
+    store.close().await;
+}
+
+/// Opening (and so inspecting) a second store on a file in a process that already has one
+/// open there must not drop the process's locks on the file: another process writing and
+/// exiting would take this one for gone, checkpoint and remove the WAL under it, and this
+/// process's stores would go on reading a WAL nobody else sees — never seeing that write.
+#[tokio::test]
+async fn a_second_store_on_one_file_keeps_seeing_what_another_process_writes() {
+    if let (Ok(db), Ok(process)) = (
+        std::env::var("QFLOW_TEST_WRITER_DB"),
+        std::env::var("QFLOW_TEST_WRITER_PROCESS"),
+    ) {
+        return write_as_another_process(&db, &process).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("qflow.db");
+    let first = SqliteStore::open(&db).await.unwrap();
+    // A second store in this process (as an application embedding a runtime and an
+    // operator API may open), then an inspection of the file.
+    let second = SqliteStore::open(&db).await.unwrap();
+    assert_eq!(SqliteStore::inspect(&db).await.unwrap(), StoreFile::Qflow);
+    for (round, process) in ["written_elsewhere", "and_again"].into_iter().enumerate() {
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_second_store_on_one_file_keeps_seeing_what_another_process_writes",
+                "--quiet",
+            ])
+            .env("QFLOW_TEST_WRITER_DB", &db)
+            .env("QFLOW_TEST_WRITER_PROCESS", process)
+            .status()
+            .unwrap();
+        assert!(status.success(), "the writer process failed");
+        for store in [&first, &second] {
+            let seen = qflow_store::Store::deployments(store).await.unwrap();
+            assert_eq!(seen.len(), round + 1, "round {round}: {seen:?}");
+            assert!(seen.iter().any(|d| d.process_id == process));
+        }
+    }
+    // This process's own write after the other's exit reaches the file too: a process
+    // opening it afresh sees all three.
+    write_as_another_process(db.to_str().unwrap(), "written_here").await;
+    second.close().await;
+    first.close().await;
+    let fresh = SqliteStore::open(&db).await.unwrap();
+    assert_eq!(
+        qflow_store::Store::deployments(&fresh).await.unwrap().len(),
+        3
+    );
+}
