@@ -9,9 +9,8 @@
 //! stores: SQLite, and PostgreSQL when `QFLOW_TEST_PG_URL` is set (otherwise that half
 //! says it is skipped).
 //!
-//! Channel calls are not in this matrix: the same loop for them runs in the core's tests
-//! (`core/tests/migrate_kinds.rs`) and the golden corpus (`migrate_resume_channel_call`),
-//! where the outbox's answers are scripted.
+//! A channel call's counterpart is a loopback webhook (`qflow_tests::counterpart`) that
+//! leaves every request unanswered until the model is fixed, so each attempt times out.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,13 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
+use qflow_channels::{ChannelSettings, Channels, DeliveryCurve, Dispatcher, DispatcherConfig};
 use qflow_core::{Snapshot, TaskOutcome};
 use qflow_ops::pull::{FetchRequest, FetchTopic};
 use qflow_ops::{parse_instance_id, Ops, StartRequest};
 use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock, TaskContext};
 use qflow_server::{hash_token, Limits, Scope, Token, Tokens};
 use qflow_store::{InstanceStatus, Store};
+use qflow_tests::counterpart::{Counterpart, Reply, Script, TEST_SECRET};
 use qflow_tests::stores::{postgres, sqlite, Opener};
 use serde_json::{json, Value};
 
@@ -39,6 +39,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Registered,
+    Channel,
     PullTopic,
     PullCamunda,
     PullZeebe,
@@ -49,8 +50,9 @@ enum Kind {
     InsideSubProcess,
 }
 
-const KINDS: [Kind; 9] = [
+const KINDS: [Kind; 10] = [
     Kind::Registered,
+    Kind::Channel,
     Kind::PullTopic,
     Kind::PullCamunda,
     Kind::PullZeebe,
@@ -91,7 +93,9 @@ impl Kind {
                 &[Failure::Exhausted, Failure::Final]
             }
             Kind::User | Kind::Script => &[Failure::Final],
-            Kind::Call | Kind::MultiInstance | Kind::InsideSubProcess => &[Failure::Exhausted],
+            Kind::Channel | Kind::Call | Kind::MultiInstance | Kind::InsideSubProcess => {
+                &[Failure::Exhausted]
+            }
         }
     }
 
@@ -107,7 +111,7 @@ impl Kind {
         // A handler's code is a declared error's (`definitions`); a call activity fails
         // only with the engine's own codes.
         let non_retryable = match self {
-            Kind::Call => "",
+            Kind::Call | Kind::Channel => "",
             _ => r#" nonRetryableCodes="DECLINED""#,
         };
         let retry = format!(
@@ -137,6 +141,10 @@ impl Kind {
                        </extensionElements></serviceTask>"#
                 )
             }
+            Kind::Channel => format!(
+                r#"<serviceTask id="{id}" q:channel="payments"><extensionElements>{retry}
+                     <q:timeout duration="PT1S"/></extensionElements></serviceTask>"#
+            ),
             Kind::User => format!(r#"<userTask id="{id}"/>"#),
             Kind::Script => {
                 let expr = if fixed { "price * 2" } else { "price * qty" };
@@ -225,6 +233,7 @@ impl Cell {
             }
             (Kind::Script, _) => "EXPRESSION_FAILED",
             (Kind::Call, _) => "CALLED_INSTANCE_FAILED",
+            (Kind::Channel, _) => "TIMEOUT",
             (_, Failure::Exhausted) => "DOWN",
             (_, Failure::Final) => "DECLINED",
         }
@@ -240,8 +249,8 @@ impl Cell {
 /// socket, and the library API for the workers' and the task list's actions.
 struct Host {
     runtime: Arc<Runtime>,
-    /// Carries out the engine's own outbox rows: a call activity's child starts and the
-    /// child's report of its end.
+    /// Delivers the channel calls' requests, and carries out the engine's own outbox
+    /// rows: a call activity's child starts and the child's report of its end.
     dispatcher: Dispatcher,
     ops: Ops,
     addr: SocketAddr,
@@ -250,7 +259,7 @@ struct Host {
 }
 
 impl Host {
-    async fn start(store: Arc<dyn Store>, fixed: Arc<AtomicBool>) -> Host {
+    async fn start(store: Arc<dyn Store>, fixed: Arc<AtomicBool>, counterpart: &str) -> Host {
         // `work` fails with the code the instance's `fail` variable names until the model
         // is fixed; then it succeeds.
         let handlers = AsyncHandlers::new().with_sync("work", move |ctx: &TaskContext<'_>| {
@@ -267,9 +276,11 @@ impl Host {
                 message: "the gateway said no".to_owned(),
             }
         });
+        let channels = payments(counterpart);
         let config = RuntimeConfig {
             lanes: 2,
             poll_interval_ms: 10,
+            channels: channels.names(),
             ..RuntimeConfig::default()
         };
         let runtime = Arc::new(Runtime::start(
@@ -282,11 +293,7 @@ impl Host {
             poll_interval_ms: 20,
             ..DispatcherConfig::default()
         };
-        let dispatcher = Dispatcher::start(
-            runtime.clone(),
-            Arc::new(Channels::new()),
-            dispatcher_config,
-        );
+        let dispatcher = Dispatcher::start(runtime.clone(), Arc::new(channels), dispatcher_config);
         let ops = Ops::with_runtime(runtime.clone(), "matrix");
         let mut sha256 = [0u8; 32];
         hex::decode_to_slice(hash_token(SECRET), &mut sha256).expect("a sha256");
@@ -352,6 +359,56 @@ impl Host {
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
     }
+}
+
+/// The webhook channel `payments` to the counterpart at `url`, built from the settings a
+/// `[channels.payments]` table gives `qflow serve`.
+fn payments(url: &str) -> Channels {
+    let settings = ChannelSettings {
+        adapter: "webhook".to_owned(),
+        url: Some(url.to_owned()),
+        connect_timeout_ms: 500,
+        response_timeout_ms: 1_000,
+        secret_env: Some("QFLOW_MATRIX_CHANNEL_SECRET".to_owned()),
+        secret_file: None,
+        ca_file: None,
+        delivery: DeliveryCurve {
+            initial_ms: 50,
+            multiplier_milli: 2_000,
+            max_ms: 500,
+            ceiling: None,
+        },
+    };
+    let env = |name: &str| (name == "QFLOW_MATRIX_CHANNEL_SECRET").then(|| TEST_SECRET.to_owned());
+    let now_s = Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    });
+    let mut channels = Channels::new();
+    channels.add(
+        settings
+            .build("payments", &env, now_s)
+            .expect("the channel builds"),
+    );
+    channels
+}
+
+/// The counterpart of `payments`: it takes every request and never answers while the
+/// model is broken (so the call's timeout fails the attempt), and answers at once once it
+/// is fixed.
+async fn counterpart(fixed: Arc<AtomicBool>) -> Counterpart {
+    let script: Script = Arc::new(move |_delivery, _counterpart| {
+        let fixed = fixed.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if fixed {
+                Reply::Answer(json!({"receipt": "r-1"}))
+            } else {
+                Reply::Accepted
+            }
+        })
+    });
+    Counterpart::start(TEST_SECRET, script).await
 }
 
 async fn status_of(store: &dyn Store, id: &str) -> (InstanceStatus, Option<String>) {
@@ -466,7 +523,8 @@ async fn fetch(ops: &Ops) -> Vec<qflow_ops::pull::LockedTaskView> {
 
 async fn repair_loop_for_every_kind(open: Opener, cli: CliStore) {
     let fixed = Arc::new(AtomicBool::new(false));
-    let host = Host::start(open().await, fixed.clone()).await;
+    let counterpart = counterpart(fixed.clone()).await;
+    let host = Host::start(open().await, fixed.clone(), &counterpart.url()).await;
     let store: Arc<dyn Store> = open().await;
 
     // Versions: the child, then each kind's broken and fixed models.
@@ -664,7 +722,7 @@ async fn repair_loop_for_every_kind(open: Opener, cli: CliStore) {
         let out = cli.qflow(&args);
         assert!(out.status.success(), "{c:?}: {out:?}");
     }
-    let host = Host::start(open().await, fixed.clone()).await;
+    let host = Host::start(open().await, fixed.clone(), &counterpart.url()).await;
 
     // Every instance ends as the fixed model says: its worker and task list answer under
     // the new name.
@@ -746,6 +804,11 @@ async fn repair_loop_for_every_kind(open: Opener, cli: CliStore) {
         );
     }
     host.stop().await;
+    assert!(
+        counterpart.violations().is_empty(),
+        "{:?}",
+        counterpart.violations()
+    );
 }
 
 fn path(p: &Path) -> &str {
