@@ -804,3 +804,37 @@ fn the_initiator_variable_is_null_unless_the_start_gives_it() {
     let named = common::run_scenario(&def, r#"{"variables": {"initiator": "kermit"}}"#);
     assert_eq!(common::last(&named).assignee("review"), Some("kermit"));
 }
+
+/// An activity or event without an outgoing flow is an implicit end (BPMN 2.0 §13.2,
+/// loader warning Q905): its token is consumed there, and the instance completes once no
+/// token is left — a branch of a split, and a route-less interrupting boundary that
+/// cancels its task.
+#[test]
+fn an_activity_or_event_without_a_flow_out_ends_its_token_there() {
+    let def = common::model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+        <parallelGateway id="fork"/>
+        <sequenceFlow id="f1" sourceRef="fork" targetRef="notify"/>
+        <sequenceFlow id="f2" sourceRef="fork" targetRef="slow"/>
+        <serviceTask id="notify" q:task="notify"/>
+        <serviceTask id="slow" q:task="slow"/>
+        <boundaryEvent id="late" attachedToRef="slow">
+          <timerEventDefinition><timeDuration>PT5S</timeDuration></timerEventDefinition>
+        </boundaryEvent>"#,
+    );
+    let trace = common::run_scenario(
+        &def,
+        r#"{"tasks": {"notify": [{"outcome": "ok"}], "slow": [{"outcome": "hang"}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed");
+    let snap = common::last(&trace);
+    assert!(snap.tokens().is_empty(), "{:?}", snap.tokens());
+    // The boundary fired at 5 s and cancelled the task it is attached to.
+    let fired = common::effects(&trace)
+        .into_iter()
+        .any(|(at, e)| at == 5_000 && matches!(e, qflow_core::Effect::Completed));
+    assert!(
+        fired,
+        "the instance completes when the boundary's token ends"
+    );
+}

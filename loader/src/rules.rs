@@ -25,7 +25,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q105", "a sequence flow connects nodes in different scopes (sub-processes)"),
     ("Q106", "a process or sub-process has no none start event"),
     ("Q107", "a node cannot be reached from any start event"),
-    ("Q108", "a node other than an end event has no outgoing sequence flow (dead end)"),
+    ("Q108", "a gateway has no outgoing sequence flow (dead end); before 2026-12 also any other node, which is now an implicit end (Q905)"),
     ("Q109", "a gateway's default flow is invalid (more than one, or not one of its outgoing flows)"),
     ("Q110", "a default flow on a node that is not an exclusive or inclusive gateway"),
     ("Q111", "a boundary event is attached to a missing node or to a node that is not an activity"),
@@ -80,6 +80,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q902", "warning: a vendor extension was ignored"),
     ("Q903", "warning: a process without flow nodes was skipped"),
     ("Q904", "warning: a sequence flow without an id was given a derived one"),
+    ("Q905", "warning: an activity or event has no outgoing sequence flow: its token ends there (implicit end, BPMN 2.0 §13.2)"),
 ];
 
 /// A generic "what to change" line for diagnostics raised where no specific advice exists

@@ -231,13 +231,36 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
             // refused any).
             NodeKind::Boundary(b) if b.trigger == BoundaryTrigger::Compensation => {}
             _ if p.is_compensation_handler(idx(i)) => {}
-            _ if n.outgoing.is_empty() => diags.push(
-                Diagnostic::error(
-                    "Q108",
-                    n.pos,
-                    format!("`{}` has no outgoing sequence flow (dead end)", n.id),
+            // A gateway decides where tokens go: without a flow out it has nowhere to
+            // send them (Zeebe and Camunda 7 refuse it too).
+            NodeKind::ExclusiveGateway { .. }
+            | NodeKind::InclusiveGateway { .. }
+            | NodeKind::ParallelGateway
+            | NodeKind::EventBasedGateway
+                if n.outgoing.is_empty() =>
+            {
+                diags.push(
+                    Diagnostic::error(
+                        "Q108",
+                        n.pos,
+                        format!("gateway `{}` has no outgoing sequence flow (dead end)", n.id),
+                    )
+                    .with_help("connect it onward, or end the path with an end event"),
                 )
-                .with_help("connect it onward, or end the path with an end event"),
+            }
+            // Any other flow node without a flow out is an implicit end (BPMN 2.0
+            // §13.2.1, "no outgoing sequence flow ... the token is consumed"): its token
+            // ends there, as in Zeebe and Camunda 7. Said, in case it is a slip.
+            _ if n.outgoing.is_empty() => diags.push(
+                Diagnostic::warning(
+                    "Q905",
+                    n.pos,
+                    format!(
+                        "`{}` has no outgoing sequence flow: its token ends there (an implicit end)",
+                        n.id
+                    ),
+                )
+                .with_help("end the path with an <endEvent/> to say so, or connect it onward"),
             ),
             _ => {}
         }

@@ -481,11 +481,34 @@ fn q108_dead_end() {
 <parallelGateway id="fork"/>
 <sequenceFlow id="f2" sourceRef="fork" targetRef="end"/>
 <sequenceFlow id="f3" sourceRef="fork" targetRef="stuck"/>
-¶<task id="stuck"/>
+¶<exclusiveGateway id="stuck"/>
 <endEvent id="end"/>"#,
         ),
         "Q108",
     );
+}
+
+/// An activity or event without an outgoing flow is an implicit end (BPMN 2.0 §13.2): it
+/// loads, with a warning at the node.
+#[test]
+fn q905_an_activity_or_event_without_a_flow_out_is_an_implicit_end() {
+    let (pos, xml) = locate(&process(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="fork"/>
+<parallelGateway id="fork"/>
+<sequenceFlow id="f2" sourceRef="fork" targetRef="end"/>
+<sequenceFlow id="f3" sourceRef="fork" targetRef="last"/>
+¶<task id="last"/>
+<endEvent id="end"/>"#,
+    ));
+    let loaded = loads(&xml);
+    let warned: Vec<String> = loaded
+        .warnings
+        .iter()
+        .map(|d| format!("{} {}", d.code, d.pos))
+        .collect();
+    assert_eq!(warned, [format!("Q905 {pos}")]);
+    assert!(loaded.warnings[0].message.contains("implicit end"));
 }
 
 #[test]
