@@ -256,3 +256,168 @@ fn a_broken_pipe_is_not_an_error() {
     assert_eq!(err, "", "nothing on stderr after the pipe closed");
     assert_eq!(status.code(), Some(0), "a closed pipe ends the run quietly");
 }
+
+/// Runs `qflow check model.bpmn` on `xml`, written to a scratch directory of its own that
+/// is the working directory (so the output names the file `model.bpmn`); returns the exit
+/// status and stdout.
+fn check_model(test: &str, xml: &str) -> (Option<i32>, String) {
+    let dir = std::env::temp_dir().join(format!("qflow-check-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    std::fs::write(dir.join("model.bpmn"), xml).expect("scratch model");
+    let out = Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .args(["check", "model.bpmn"])
+        .current_dir(&dir)
+        .output()
+        .expect("the qflow binary runs");
+    std::fs::remove_dir_all(&dir).ok();
+    (out.status.code(), stdout(&out))
+}
+
+/// A model whose one task carries `ext` inside `<extensionElements>`, on a line of its own
+/// (line 9), and whose start event is `start` (line 5).
+fn task_model(start: &str, ext: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:test">
+  <process id="p" isExecutable="true">
+    {start}
+    <sequenceFlow id="f1" sourceRef="start" targetRef="pay"/>
+    <serviceTask id="pay" q:task="pay">
+      <extensionElements>
+        {ext}
+      </extensionElements>
+    </serviceTask>
+    <sequenceFlow id="f2" sourceRef="pay" targetRef="end"/>
+    <endEvent id="end"/>
+  </process>
+</definitions>
+"#
+    )
+}
+
+/// Each diagnostic of the human output as (code, the shown source line from its caret
+/// on).
+fn carets(text: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(code) = line
+            .split("error[")
+            .nth(1)
+            .and_then(|r| r.split(']').next())
+        else {
+            continue;
+        };
+        let after_bar = |l: &str| l.split_once("| ").map(|(_, r)| r.to_owned());
+        let shown = after_bar(lines[i + 2]).expect("a source line");
+        let caret = after_bar(lines[i + 3]).expect("a caret line");
+        assert!(caret.ends_with('^'), "{caret:?}");
+        let at = caret.chars().count() - 1;
+        found.push((code.to_owned(), shown.chars().skip(at).collect()));
+    }
+    found
+}
+
+/// Issue 27, point 3: four diagnostics on one line, each caret under the attribute its
+/// diagnostic is about (the last two on a window of the line, cut before the caret).
+#[test]
+fn each_diagnostic_on_one_line_has_its_caret_under_its_own_attribute() {
+    let retry = r#"<q:retry maxAttempts="0" initial="PT1S" initialInterval="PT1S" maxInterval="PT0S" maxi="x"/>"#;
+    let (code, text) = check_model(
+        "same-line",
+        &task_model(r#"<startEvent id="start"/>"#, retry),
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let want = [
+        ("Q301", "maxAttempts="),
+        ("Q309", "initial=\"PT"),
+        ("Q301", "maxInterval="),
+        ("Q309", "maxi=\"x\"/>"),
+    ];
+    let shown = carets(&text);
+    assert_eq!(shown.len(), want.len(), "{text}");
+    for ((code, from_caret), (want_code, attribute)) in shown.iter().zip(want) {
+        assert_eq!(code, want_code, "{text}");
+        assert!(
+            from_caret.starts_with(attribute),
+            "{code} at {from_caret:?}:\n{text}"
+        );
+    }
+    insta::assert_snapshot!(text, @r#"
+    model.bpmn:9:18: error[Q301]: maxAttempts `0` must be a whole number from 1 to 1000
+       |
+     9 |         <q:retry maxAttempts="0" initial="PT1S" initialInterval="PT1S" maxInterval="PT0S" maxi="x"/>
+       |                  ^
+       = help: maxAttempts counts executions including the first, e.g. 3
+    model.bpmn:9:34: error[Q309]: unknown attribute `initial` on q:retry
+       |
+     9 |         <q:retry maxAttempts="0" initial="PT1S" initialInterval="PT1S" maxInterval="PT0S" maxi="x"/>
+       |                                  ^
+       = help: the attributes of q:retry are: maxAttempts, initialInterval, backoffMultiplier, maxInterval, jitter, nonRetryableCodes, maxElapsed
+    model.bpmn:9:72: error[Q301]: maxInterval must be longer than zero
+       |
+     9 | …retry maxAttempts="0" initial="PT1S" initialInterval="PT1S" maxInterval="PT0S" maxi="x"/>
+       |                                                              ^
+       = help: write a positive duration, e.g. PT1S
+    model.bpmn:9:91: error[Q309]: unknown attribute `maxi` on q:retry
+       |
+     9 | …0" initial="PT1S" initialInterval="PT1S" maxInterval="PT0S" maxi="x"/>
+       |                                                              ^
+       = help: the attributes of q:retry are: maxAttempts, initialInterval, backoffMultiplier, maxInterval, jitter, nonRetryableCodes, maxElapsed
+    model.bpmn: refused: 4 errors
+    "#);
+}
+
+/// Issue 27, point 3: a malformed attribute (Q001) is shown with the caret under that
+/// attribute — a duplicate's second occurrence, a name without `=` or value — not under
+/// the element's `<`, in a kept element and in a dropped foreign one, and on a later line
+/// of a start tag.
+#[test]
+fn a_malformed_attribute_has_its_caret_under_that_attribute() {
+    let retry = r#"<q:retry maxAttempts="3"/>"#;
+    for (test, start, message, attribute) in [
+        (
+            "twice",
+            r#"<startEvent id="start" name="a" name="b"/>"#,
+            "model.bpmn:5:37: error[Q001]: malformed XML attribute: `name` appears twice in one \
+             element (first at 5:28)",
+            "name=\"b\"",
+        ),
+        (
+            "twice-later-line",
+            "<startEvent id=\"start\" name=\"a\"\n                name=\"b\"/>",
+            "model.bpmn:6:17: error[Q001]: malformed XML attribute: `name` appears twice in one \
+             element (first at 5:28)",
+            "name=\"b\"",
+        ),
+        (
+            "no-value",
+            r#"<startEvent id="start" name/>"#,
+            "model.bpmn:5:28: error[Q001]: malformed XML attribute: `name` has no `=` and value",
+            "name/>",
+        ),
+        (
+            "unquoted",
+            r#"<startEvent id="start" name=a/>"#,
+            "model.bpmn:5:28: error[Q001]: malformed XML attribute: the value of `name` is not \
+             in quotes",
+            "name=a",
+        ),
+        (
+            "foreign",
+            r#"<startEvent id="start"/><x:note xmlns:x="urn:x" a="1" a="2"/>"#,
+            "model.bpmn:5:59: error[Q001]: malformed XML attribute: `a` appears twice in one \
+             element (first at 5:53)",
+            "a=\"2\"",
+        ),
+    ] {
+        let (code, text) = check_model(test, &task_model(start, retry));
+        assert_eq!(code, Some(1), "{test}: {text}");
+        assert!(text.starts_with(message), "{test}: {text}");
+        let shown = carets(&text);
+        assert_eq!(shown.len(), 1, "{test}: {text}");
+        assert_eq!(shown[0].0, "Q001", "{test}: {text}");
+        assert!(shown[0].1.starts_with(attribute), "{test}: {text}");
+    }
+}

@@ -326,6 +326,126 @@ fn a_key_given_twice_is_refused_with_its_path() {
     }
 }
 
+/// `depth` levels of arrays around a 1, as JSON text.
+fn nested(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth - 1), "]".repeat(depth - 1))
+}
+
+/// Issue 27, point 3: variables nested deeper than the engine's bound (32 levels, a
+/// scalar being one) used to be accepted and then refused by the engine mid-run, exit
+/// status 2 ("a bug worth reporting"). The reader refuses them, exit status 1, with the
+/// path of the first value too deep, wherever a scenario carries variables an input brings.
+#[test]
+fn variables_nested_past_the_engine_bound_are_refused_with_their_path() {
+    let deep = nested(33);
+    let at_33 = format!("x{}", "[0]".repeat(32));
+    for (test, scenario, want) in [
+        (
+            "deep-start",
+            format!(r#"{{ "variables": {{ "order": {{ "x": {deep} }} }} }}"#),
+            // `order` is the first level, `x` the second.
+            format!(
+                "at variables.order.x{}: nested 33 levels deep; a variable may nest 32 levels \
+                 at most",
+                "[0]".repeat(31)
+            ),
+        ),
+        (
+            "deep-user-task",
+            format!(
+                r#"{{ "events": [{{ "event": "complete_user_task", "at_ms": 1, "node": "confirm",
+                     "variables": {{ "x": {deep} }} }}] }}"#
+            ),
+            format!("at events[0].variables.{at_33}: nested 33 levels deep"),
+        ),
+        (
+            "deep-message",
+            format!(
+                r#"{{ "events": [{{ "event": "cancel", "at_ms": 5 }},
+                     {{ "event": "message", "at_ms": 1, "name": "m", "variables": {{ "x": {deep} }} }}] }}"#
+            ),
+            format!("at events[1].variables.{at_33}: nested 33 levels deep"),
+        ),
+        (
+            "deep-signal",
+            format!(
+                r#"{{ "events": [{{ "event": "signal", "at_ms": 1, "name": "s", "variables": {{ "x": {deep} }} }}] }}"#
+            ),
+            format!("at events[0].variables.{at_33}: nested 33 levels deep"),
+        ),
+        (
+            "deep-answer",
+            format!(
+                r#"{{ "channels": {{ "call": [{{ "answer": "ok" }}, {{ "answer": "ok", "outputs": {{ "x": {deep} }} }}] }} }}"#
+            ),
+            format!("at channels.call[1].outputs.{at_33}: nested 33 levels deep"),
+        ),
+        (
+            "deep-input",
+            format!(
+                r#"{{ "events": [{{ "event": "channel", "at_ms": 1, "input": {{ "type": "channel_answered",
+                     "call": 1, "attempt": 1, "variables": {{ "x": {deep} }} }} }}] }}"#
+            ),
+            format!(
+                "at events[0].input: in its `variables`, `{at_33}` nests deeper than 32 levels"
+            ),
+        ),
+    ] {
+        let (code, stderr) = run_refused(test, PAYMENT, &scenario);
+        assert_eq!(code, Some(1), "{test}: {stderr}");
+        assert!(
+            stderr.contains(&format!("scenario.json: error: {want}")),
+            "{test}: missing `{want}` in:\n{stderr}"
+        );
+    }
+    // At the bound the scenario is read and runs.
+    let (_, summary) = run_ok(
+        "deep-32",
+        PAYMENT,
+        &format!(r#"{{ "variables": {{ "x": {} }} }}"#, nested(32)),
+    );
+    assert_eq!(summary["status"], "running", "{summary}");
+}
+
+/// The size bound of one input (4 MiB of values, counted as the engine counts) is the
+/// reader's too: the path is the object that is the input, the message names the value
+/// where the total was crossed.
+#[test]
+fn variables_past_the_engine_size_bound_are_refused_with_their_path() {
+    // Each number counts 8 bytes: a 1 MiB file holds an input over 4 MiB.
+    let many = format!("[{}1]", "1,".repeat(4 * 1024 * 1024 / 8 + 1));
+    let (code, stderr) = run_refused(
+        "big-start",
+        PAYMENT,
+        &format!(r#"{{ "variables": {{ "n": 1, "x": {many} }} }}"#),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "scenario.json: error: at variables: the values reach more than 4194304 bytes at \
+             `x[524286]`; one input may bring 4194304 bytes at most"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A scripted handler's outputs are a result, not an input: over the bound the engine
+/// fails the attempt (`OUTPUTS_REFUSED`), as for a real handler, and the run is a result
+/// (exit status 0), so the reader takes them.
+#[test]
+fn handler_outputs_past_the_bound_are_a_result_not_a_refusal() {
+    let (_, summary) = run_ok(
+        "deep-outputs",
+        PAYMENT,
+        &format!(
+            r#"{{ "tasks": {{ "pay": [{{ "outcome": "ok", "outputs": {{ "x": {} }} }}] }} }}"#,
+            nested(33)
+        ),
+    );
+    assert_eq!(summary["status"], "failed", "{summary}");
+    assert_eq!(summary["failure_code"], "OUTPUTS_REFUSED", "{summary}");
+}
+
 /// Issue 8, defect 6: a `hang` outcome takes no fields, and a field another outcome kind
 /// takes is refused on this one, whichever comes first in the object.
 #[test]

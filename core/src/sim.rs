@@ -12,7 +12,8 @@
 //!
 //! The scenario types are the file format of `qflow simulate`, read by the strict
 //! deserializers in `sim/de.rs` (objects only, no duplicate keys, no field a kind does not
-//! take, errors naming the innermost field); keep them backward compatible.
+//! take, no variables the step would refuse as over the bounds of [`crate::limits`],
+//! errors naming the innermost field); keep them backward compatible.
 
 use std::collections::BTreeMap;
 

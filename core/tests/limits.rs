@@ -6,7 +6,8 @@ mod common;
 
 use common::{linear, run_scenario};
 use proptest::prelude::*;
-use qflow_core::limits::VALUE_DEPTH_MAX;
+use qflow_core::limits::{INPUT_BYTES_MAX, VALUE_DEPTH_MAX};
+use qflow_core::sim::Scenario;
 use qflow_core::{codes, step, Attempt, Effect, Error, Input, Snapshot, Status};
 use qflow_loader::model::Variables;
 use serde_json::Value;
@@ -71,6 +72,9 @@ fn handler_outputs_past_the_bound_fail_the_attempt_with_a_code() {
     Snapshot::decode(&out.snapshot.encode()).expect("what is written decodes");
 }
 
+/// A scripted handler's outputs are a result, not an input the step refuses: the reader
+/// takes them over the bound (a handler can return such a value), and the engine fails
+/// the attempt for them as it does for a real handler.
 #[test]
 fn a_scenario_with_deep_outputs_ends_failed_not_unreadable() {
     let def = linear(&[("pay", "")]);
@@ -84,6 +88,106 @@ fn a_scenario_with_deep_outputs_ends_failed_not_unreadable() {
         trace.summary.failure_code.as_deref(),
         Some(codes::OUTPUTS_REFUSED)
     );
+}
+
+/// `depth` levels of arrays around a 1, as JSON text.
+fn nested_json(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth - 1), "]".repeat(depth - 1))
+}
+
+/// Issue 27, point 3: a scenario whose variables the step would refuse (a run stopped by
+/// `Error::VariablesRefused`, exit status 2 from `qflow simulate`) is refused by the
+/// scenario reader instead, wherever the scenario carries them; one level less is read
+/// and runs. The JSON paths are asserted where a path-tracking reader is used
+/// (`cli/tests/simulate.rs`).
+#[test]
+fn the_scenario_reader_refuses_variables_the_step_would_refuse() {
+    let places = |v: &str| {
+        [
+            format!(r#"{{"variables": {{"x": {v}}}}}"#),
+            format!(
+                r#"{{"events": [{{"event": "complete_user_task", "at_ms": 1, "node": "approve", "variables": {{"x": {v}}}}}]}}"#
+            ),
+            format!(
+                r#"{{"events": [{{"event": "message", "at_ms": 1, "name": "m", "variables": {{"x": {v}}}}}]}}"#
+            ),
+            format!(
+                r#"{{"events": [{{"event": "signal", "at_ms": 1, "name": "s", "variables": {{"x": {v}}}}}]}}"#
+            ),
+            format!(
+                r#"{{"events": [{{"event": "user_task_bpmn_error", "at_ms": 1, "node": "approve", "code": "E", "variables": {{"x": {v}}}}}]}}"#
+            ),
+            format!(
+                r#"{{"events": [{{"event": "escalate_user_task", "at_ms": 1, "node": "approve", "code": "E", "variables": {{"x": {v}}}}}]}}"#
+            ),
+            format!(r#"{{"channels": {{"call": [{{"answer": "ok", "outputs": {{"x": {v}}}}}]}}}}"#),
+            format!(
+                r#"{{"events": [{{"event": "pull", "at_ms": 1, "input": {{"type": "pull_completed", "node": "fetch", "attempt": 1, "worker": "w", "variables": {{"x": {v}}}}}}}]}}"#
+            ),
+            format!(
+                r#"{{"events": [{{"event": "channel", "at_ms": 1, "input": {{"type": "channel_answered", "call": 1, "attempt": 1, "variables": {{"x": {v}}}}}}}]}}"#
+            ),
+        ]
+    };
+    let deep = nested_json(VALUE_DEPTH_MAX + 1);
+    for json in places(&deep) {
+        let err = serde_json::from_str::<Scenario>(&json)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("{} levels", VALUE_DEPTH_MAX)),
+            "{json}: {err}"
+        );
+    }
+    for json in places(&nested_json(VALUE_DEPTH_MAX)) {
+        serde_json::from_str::<Scenario>(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
+    }
+    // Deeper than the JSON reader's own recursion limit: still the bound's message.
+    let abyss = format!(r#"{{"variables": {{"x": {}}}}}"#, nested_json(200));
+    let err = serde_json::from_str::<Scenario>(&abyss)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nested 33 levels deep"), "{err}");
+    // Within the bound the run goes through the step: started, not refused.
+    let def = linear(&[("pay", "")]);
+    let ok = format!(
+        r#"{{"variables": {{"x": {}}}}}"#,
+        nested_json(VALUE_DEPTH_MAX)
+    );
+    let trace = run_scenario(&def, &ok);
+    assert_eq!(trace.summary.status, "completed");
+}
+
+/// The size bound of one input (`INPUT_BYTES_MAX`, counted as `check_variables` counts)
+/// is the reader's too, for the object that is one input.
+#[test]
+fn the_scenario_reader_refuses_an_input_over_the_size_bound() {
+    // Each number counts 8 bytes: a file far under the bound makes an input over it.
+    let items = INPUT_BYTES_MAX / 8 + 1;
+    let many = format!("[{}1]", "1,".repeat(items));
+    let err = serde_json::from_str::<Scenario>(&format!(r#"{{"variables": {{"x": {many}}}}}"#))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("more than {INPUT_BYTES_MAX} bytes")),
+        "{err}"
+    );
+    let event = format!(
+        r#"{{"events": [{{"event": "message", "at_ms": 1, "name": "m", "variables": {{"x": {many}}}}}]}}"#
+    );
+    let err = serde_json::from_str::<Scenario>(&event)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("more than {INPUT_BYTES_MAX} bytes")),
+        "{err}"
+    );
+    // Half of it in each of two inputs is within the bound for each.
+    let half = format!("[{}1]", "1,".repeat(items / 2));
+    let two = format!(
+        r#"{{"variables": {{"x": {half}}}, "events": [{{"event": "message", "at_ms": 1, "name": "m", "variables": {{"x": {half}}}}}]}}"#
+    );
+    serde_json::from_str::<Scenario>(&two).expect("each input is within the bound");
 }
 
 /// Any JSON value up to 48 levels deep, so both sides of the bound are generated.

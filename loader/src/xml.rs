@@ -10,6 +10,7 @@
 //! and never keep subtrees the loader ignores (diagram interchange, documentation, foreign
 //! extension namespaces): those are parsed for well-formedness and dropped.
 
+use quick_xml::events::attributes::AttrError;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::name::{Namespace, ResolveResult};
 use quick_xml::NsReader;
@@ -539,11 +540,7 @@ impl<'a> Parser<'a> {
             // Still check the attributes for well-formedness, without keeping them.
             for (n, a) in e.attributes().with_checks(true).enumerate() {
                 if let Err(err) = a {
-                    return Err(Diagnostic::error(
-                        "Q001",
-                        pos,
-                        format!("malformed XML attribute: {err}"),
-                    ));
+                    return Err(self.attr_error(e, off, &err));
                 }
                 if n >= self.opts.max_attributes {
                     return Err(Diagnostic::error(
@@ -566,6 +563,48 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
+    /// Q001 for a malformed attribute of the start tag `e` whose `<` is at `off`, with the
+    /// caret under the attribute it is about. quick-xml counts its positions from the byte
+    /// after `<` and gives the place the syntax broke: a duplicate's own name, but for a
+    /// missing `=` or value the token after the name, which is walked back to the name.
+    fn attr_error(&mut self, e: &BytesStart<'_>, off: usize, err: &AttrError) -> Diagnostic {
+        let tag: &[u8] = e;
+        let base = self.offset_of(tag, off + 1);
+        let (at, what, help) = match *err {
+            AttrError::Duplicated(at, first) => {
+                let first = self.cursor.at(base + first);
+                let name = name_at(tag, at);
+                let what = format!("`{name}` appears twice in one element (first at {first})");
+                (at, what, "keep one of them")
+            }
+            AttrError::ExpectedEq(at) => {
+                let at = name_before(tag, at);
+                let what = format!("`{}` has no `=` and value", name_at(tag, at));
+                (at, what, "write the attribute as name=\"value\"")
+            }
+            AttrError::ExpectedValue(at) => {
+                let at = name_before(tag, at);
+                let what = format!("`{}` has `=` but no value", name_at(tag, at));
+                (at, what, "write the attribute as name=\"value\"")
+            }
+            AttrError::UnquotedValue(at) => {
+                let at = name_before(tag, at);
+                let what = format!("the value of `{}` is not in quotes", name_at(tag, at));
+                (at, what, "put the value in quotes: name=\"value\"")
+            }
+            AttrError::ExpectedQuote(at, quote) => {
+                let what = format!("a value has no closing `{}`", char::from(quote));
+                (at, what, "close the value with the quote it opens with")
+            }
+        };
+        self.err(
+            "Q001",
+            base + at.min(tag.len()),
+            format!("malformed XML attribute: {what}"),
+        )
+        .with_help(help)
+    }
+
     fn attributes(
         &mut self,
         e: &BytesStart<'_>,
@@ -576,13 +615,7 @@ impl<'a> Parser<'a> {
         for (n, a) in e.attributes().with_checks(true).enumerate() {
             let a = match a {
                 Ok(a) => a,
-                Err(err) => {
-                    return Err(Diagnostic::error(
-                        "Q001",
-                        el_pos,
-                        format!("malformed XML attribute: {err}"),
-                    ))
-                }
+                Err(err) => return Err(self.attr_error(e, off, &err)),
             };
             if n >= self.opts.max_attributes {
                 return Err(Diagnostic::error(
@@ -655,6 +688,45 @@ impl<'a> Parser<'a> {
             None => self.root = Some(el),
         }
     }
+}
+
+/// Most characters of an attribute name quoted in a message: a hostile file may write
+/// one of megabytes.
+const QUOTED_NAME_CHARS_MAX: usize = 64;
+
+/// The attribute name starting at `at` in a start tag's bytes (up to `=` or a space),
+/// shortened to [`QUOTED_NAME_CHARS_MAX`] characters.
+fn name_at(tag: &[u8], at: usize) -> String {
+    let rest = tag.get(at..).unwrap_or_default();
+    let end = rest
+        .iter()
+        .position(|&b| b == b'=' || b.is_ascii_whitespace())
+        .unwrap_or(rest.len());
+    let name = String::from_utf8_lossy(&rest[..end]);
+    match name.char_indices().nth(QUOTED_NAME_CHARS_MAX) {
+        Some((cut, _)) => format!("{}…", &name[..cut]),
+        None => name.into_owned(),
+    }
+}
+
+/// The start of the attribute name that the token at `at` follows: back over spaces, an
+/// `=` and spaces, then over the name (`name = value`, `name another`, `name` at the end).
+fn name_before(tag: &[u8], at: usize) -> usize {
+    let mut i = at.min(tag.len());
+    let skip_spaces = |i: &mut usize| {
+        while *i > 0 && tag[*i - 1].is_ascii_whitespace() {
+            *i -= 1;
+        }
+    };
+    skip_spaces(&mut i);
+    if i > 0 && tag[i - 1] == b'=' {
+        i -= 1;
+        skip_spaces(&mut i);
+    }
+    while i > 0 && !tag[i - 1].is_ascii_whitespace() && tag[i - 1] != b'=' {
+        i -= 1;
+    }
+    i
 }
 
 /// Which elements the tree keeps. Foreign namespaces (diagram interchange, other vendors)
@@ -742,6 +814,61 @@ mod tests {
         for s in &cases {
             assert_eq!(first_forbidden(s), reference(s), "{s:?}");
         }
+    }
+
+    /// Issue 27, point 3: a malformed attribute is placed at its name, not at the `<` of
+    /// its element, whether the element is kept or dropped (foreign).
+    #[test]
+    fn a_malformed_attribute_is_placed_at_its_name() {
+        let d = format!("<d xmlns=\"{BPMN_NS}\" xmlns:x=\"urn:x\">\n");
+        for (tag, col, message) in [
+            (
+                "<process id=\"p\" a=\"1\" a=\"2\"/>",
+                23,
+                "`a` appears twice in one element (first at 2:17)",
+            ),
+            (
+                "<x:n id=\"p\" a=\"1\"  a=\"2\"/>",
+                20,
+                "`a` appears twice in one element (first at 2:13)",
+            ),
+            (
+                "<process id=\"p\" name/>",
+                17,
+                "`name` has no `=` and value",
+            ),
+            (
+                "<process id=\"p\" name  other=\"x\"/>",
+                17,
+                "`name` has no `=` and value",
+            ),
+            (
+                "<process id=\"p\" name = />",
+                17,
+                "`name` has `=` but no value",
+            ),
+            (
+                "<process id=\"p\" name=v/>",
+                17,
+                "the value of `name` is not in quotes",
+            ),
+        ] {
+            let err = parse_str(&format!("{d}{tag}</d>")).unwrap_err();
+            assert_eq!(err.code, "Q001", "{tag}");
+            assert_eq!(err.pos, Pos { line: 2, col }, "{tag}: {}", err.message);
+            assert_eq!(
+                err.message,
+                format!("malformed XML attribute: {message}"),
+                "{tag}"
+            );
+        }
+        let long = "n".repeat(200);
+        let err = parse_str(&format!("{d}<process {long}/></d>")).unwrap_err();
+        assert!(
+            err.message.contains(&format!("`{}…`", "n".repeat(64))),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -9,7 +9,11 @@
 //!   last one): refused while the key is read, so a path-tracking deserializer
 //!   (`serde_path_to_error`) names the key itself;
 //! - fields on an outcome or event kind that does not take them (`{"outcome": "hang",
-//!   "after_ms": 5}`: a derived internally tagged unit variant ignores the rest).
+//!   "after_ms": 5}`: a derived internally tagged unit variant ignores the rest);
+//! - variables over the engine's bounds (`crate::limits`) where the step would refuse the
+//!   input they come with (`Error::VariablesRefused`) — start variables, an event's
+//!   `variables` or `input`, a channel answer's `outputs`: a scenario the engine cannot run
+//!   is a bad file, refused with the path of the value, not a run that stops mid-way.
 //!
 //! And where a derived internally tagged enum buffers the whole object first (so that an
 //! error can only name the object), these read every field straight from the input: a
@@ -27,7 +31,8 @@ use serde_json::{Map, Number, Value};
 
 use super::{default_instance, Scenario, Scripted, ScriptedAnswer, ScriptedEvent};
 use crate::delivery::DeliveryCurve;
-use crate::{Budget, TimerName};
+use crate::limits::{self, VALUE_DEPTH_MAX};
+use crate::{Budget, Input, TimerName};
 
 const SCENARIO_FIELDS: &[&str] = &[
     "instance",
@@ -75,7 +80,7 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
             match field {
                 "instance" => s.instance = map.next_value()?,
                 "start_at_ms" => s.start_at_ms = map.next_value()?,
-                "variables" => s.variables = map.next_value_seed(Object)?,
+                "variables" => s.variables = map.next_value_seed(Object::Input)?,
                 "start_event" => s.start_event = Some(map.next_value::<String>()?),
                 "tasks" => s.tasks = map.next_value_seed(Tasks)?,
                 "channels" => s.channels = map.next_value_seed(Channels)?,
@@ -480,7 +485,7 @@ impl<'de> Visitor<'de> for ScriptedVisitor {
                         seen: &seen,
                     })?)
                 }
-                "outputs" => outputs = Some(map.next_value_seed(Object)?),
+                "outputs" => outputs = Some(map.next_value_seed(Object::Outputs)?),
                 "after_ms" => after_ms = Some(map.next_value::<u64>()?),
                 "code" => code = Some(map.next_value::<String>()?),
                 "message" => message = Some(map.next_value::<String>()?),
@@ -584,7 +589,7 @@ impl<'de> Visitor<'de> for AnswerVisitor {
                         seen: &seen,
                     })?)
                 }
-                "outputs" => outputs = Some(map.next_value_seed(Object)?),
+                "outputs" => outputs = Some(map.next_value_seed(Object::Input)?),
                 "after_ms" => after_ms = Some(map.next_value::<u64>()?),
                 "code" => code = Some(map.next_value::<String>()?),
                 "message" => message = Some(map.next_value::<String>()?),
@@ -735,7 +740,7 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut name = None;
         let mut incarnation = None;
         let mut budget = None;
-        let mut input: Option<crate::Input> = None;
+        let mut input: Option<Input> = None;
         let mut correlation_key = None;
         let mut target = None;
         let mut mapping = None;
@@ -765,7 +770,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                         Some(_) => Some(map.next_value::<String>()?),
                     })
                 }
-                "variables" => variables = Some(map.next_value_seed(Object)?),
+                "variables" => variables = Some(map.next_value_seed(Object::Input)?),
                 "name" => {
                     name = Some(match kind {
                         Some(FIRE_TIMER) => NameField::Timer(map.next_value()?),
@@ -774,7 +779,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 }
                 "incarnation" => incarnation = Some(map.next_value::<u32>()?),
                 "budget" => budget = Some(map.next_value::<Budget>()?),
-                "input" => input = Some(map.next_value()?),
+                "input" => input = Some(map.next_value_seed(BoundedInput)?),
                 "correlation_key" => correlation_key = map.next_value::<Option<String>>()?,
                 "target" => target = Some(map.next_value::<String>()?),
                 "mapping" => mapping = Some(map.next_value_seed(Renames)?),
@@ -919,7 +924,20 @@ impl<'de> Visitor<'de> for Renames {
 // Variables: JSON objects whose keys are unique at every depth.
 
 /// A JSON object read into [`Variables`]; no key twice, here or in any value inside.
-struct Object;
+#[derive(Clone, Copy)]
+enum Object {
+    /// The variables one input brings (start variables, an event's, a channel answer's):
+    /// the step refuses an input over the bounds of [`limits`], so they are refused here,
+    /// with the path of the value — a value nested too deep while it is read, a total
+    /// over [`limits::INPUT_BYTES_MAX`] once the object is read (the path is the object's
+    /// then; the message names the value where the total was crossed).
+    Input,
+    /// A scripted handler's or called instance's outputs. Over the bounds they are not a
+    /// refused input but a result the engine fails the attempt for (`OUTPUTS_REFUSED`),
+    /// as it does when a real handler returns one: a scenario may script that, so only
+    /// the JSON reader's own nesting limit applies.
+    Outputs,
+}
 
 impl<'de> DeserializeSeed<'de> for Object {
     type Value = Variables;
@@ -937,25 +955,93 @@ impl<'de> Visitor<'de> for Object {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Variables, A::Error> {
+        let bounded = matches!(self, Object::Input);
         let mut vars = Variables::new();
         loop {
             let key = map.next_key_seed(FreshKey(&|k| vars.contains_key(k)))?;
             let Some(key) = key else { break };
-            let value = map.next_value_seed(StrictValue)?;
+            let value = map.next_value_seed(StrictValue { depth: 1, bounded })?;
             vars.insert(key, value);
+        }
+        if bounded {
+            // The one judgement the step makes of the same variables (depth again, which
+            // cannot fail here, and the size of the whole input).
+            limits::check_variables(&vars).map_err(de::Error::custom)?;
         }
         Ok(vars)
     }
 }
 
+/// An event's `input` (`pull`, `channel`, `child`), read as the engine's [`Input`]; the
+/// variables of the inputs the step bounds are held to [`limits`] here. The input is read
+/// whole first (its tagged form is buffered), so the path is the input's and the message
+/// names the value inside `variables`.
+struct BoundedInput;
+
+impl<'de> DeserializeSeed<'de> for BoundedInput {
+    type Value = Input;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Input, D::Error> {
+        let input = Input::deserialize(d)?;
+        if let Some(vars) = bounded_variables(&input) {
+            limits::check_variables(vars)
+                .map_err(|why| de::Error::custom(format_args!("in its `variables`, {why}")))?;
+        }
+        Ok(input)
+    }
+}
+
+/// The variables of `input` that the step refuses over the bounds (`crate::step`, the
+/// same list): what a caller brings in. A task's and a called instance's results are not
+/// among them; over the bounds they fail the attempt instead.
+fn bounded_variables(input: &Input) -> Option<&Variables> {
+    match input {
+        Input::Start { variables, .. }
+        | Input::StartCalled { variables, .. }
+        | Input::UserTaskCompleted { variables, .. }
+        | Input::UserTaskBpmnError { variables, .. }
+        | Input::UserTaskEscalated { variables, .. }
+        | Input::MessageReceived { variables, .. }
+        | Input::SignalReceived { variables, .. }
+        | Input::PullCompleted { variables, .. }
+        | Input::PullBpmnError { variables, .. }
+        | Input::ChannelAnswered { variables, .. }
+        | Input::ChannelBpmnError { variables, .. } => Some(variables),
+        _ => None,
+    }
+}
+
 /// Any JSON value, built exactly as `serde_json::Value` builds it except that an object
-/// with a key twice is refused.
-struct StrictValue;
+/// with a key twice is refused and, when `bounded`, a value nested deeper than
+/// [`VALUE_DEPTH_MAX`] is refused where it starts: the error's path is the value's own
+/// (`variables.order.lines[0]…`). `depth` counts as [`limits`] does: a variable's value
+/// is at depth 1, an item of it at 2.
+struct StrictValue {
+    depth: usize,
+    bounded: bool,
+}
+
+impl StrictValue {
+    /// The seed of an item of this value: one level deeper.
+    fn inner(&self) -> StrictValue {
+        StrictValue {
+            depth: self.depth.saturating_add(1),
+            bounded: self.bounded,
+        }
+    }
+}
 
 impl<'de> DeserializeSeed<'de> for StrictValue {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        if self.bounded && self.depth > VALUE_DEPTH_MAX {
+            return Err(de::Error::custom(format_args!(
+                "nested {} levels deep; a variable may nest {VALUE_DEPTH_MAX} levels at most \
+                 (a scalar is one level, `[1]` two)",
+                self.depth
+            )));
+        }
         d.deserialize_any(self)
     }
 }
@@ -1013,7 +1099,7 @@ impl<'de> Visitor<'de> for StrictValue {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(StrictValue)? {
+        while let Some(item) = seq.next_element_seed(self.inner())? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -1024,7 +1110,7 @@ impl<'de> Visitor<'de> for StrictValue {
         loop {
             let key = map.next_key_seed(FreshKey(&|k| object.contains_key(k)))?;
             let Some(key) = key else { break };
-            let value = map.next_value_seed(StrictValue)?;
+            let value = map.next_value_seed(self.inner())?;
             object.insert(key, value);
         }
         Ok(Value::Object(object))
