@@ -18,7 +18,8 @@
 //! on a task without `q:retry`, a timeout window without `q:timeout`), join arrivals over
 //! flows the target lacks, a running multi-instance body mapped to one that is not
 //! multi-instance or runs its inner instances the other way, a call activity whose
-//! called instance still runs, a compensation in progress. Only a FAILED instance, or a
+//! called instance still runs, a compensation in progress, two names holding state that
+//! the mapping would merge into one. Only a FAILED instance, or a
 //! running one with no attempt in flight, migrates.
 //!
 //! Every task kind migrates (docs/operations.md, "What migrates"): registered tasks,
@@ -221,6 +222,53 @@ pub(super) fn problems(
             ));
         }
     }
+    // Two names the instance holds state under must not become one: the second would
+    // overwrite the first's attempts, marker, timer or row (`pay` mapped onto `charge`
+    // while `charge` keeps its own).
+    let tokens: std::collections::BTreeSet<&String> = snap.tokens.iter().collect();
+    let families: [(&str, Vec<&String>); 13] = [
+        ("token", tokens.into_iter().collect()),
+        ("attempt counter", snap.attempts.keys().collect()),
+        ("backoff marker", snap.markers.keys().collect()),
+        ("first failure", snap.first_failure_ms.keys().collect()),
+        ("budget base", snap.budget_bases.keys().collect()),
+        ("re-adoption count", snap.readoptions.keys().collect()),
+        ("pull budget", snap.pull_retries.keys().collect()),
+        ("pull lock", snap.lock_workers.keys().collect()),
+        ("channel call", snap.calls.keys().collect()),
+        ("join", snap.joins.keys().collect()),
+        ("user-task holder", snap.assignees.keys().collect()),
+        ("multi-instance body", snap.multis.keys().collect()),
+        ("called instance", snap.children.keys().collect()),
+    ];
+    for (what, keys) in families {
+        let mut images: BTreeMap<Cow<'_, str>, &String> = BTreeMap::new();
+        for key in keys {
+            let to = mapped(mapping, key);
+            match images.get(&to) {
+                Some(first) if *first != key => out.push(format!(
+                    "`{first}` and `{key}` would both become `{to}` ({what}): a mapping must \
+                     not merge two nodes that hold state"
+                )),
+                _ => {
+                    images.insert(to, key);
+                }
+            }
+        }
+    }
+    let mut timers: BTreeMap<String, &String> = BTreeMap::new();
+    for name in snap.timers.keys() {
+        let to = mapped_timer(mapping, name);
+        match timers.get(&to) {
+            Some(first) if *first != name => out.push(format!(
+                "timers `{first}` and `{name}` would both become `{to}`: a mapping must not \
+                 merge two nodes that hold state"
+            )),
+            _ => {
+                timers.insert(to, name);
+            }
+        }
+    }
     for (gw, flows) in &snap.joins {
         let to = mapped(mapping, gw);
         if p.find(&to).is_none() {
@@ -349,26 +397,29 @@ impl Run<'_> {
         if let Some(n) = &s.failure_node {
             s.failure_node = Some(mapped(mapping, n).into_owned());
         }
-        let live: Vec<(String, u32)> = s.timers.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        for (name, incarnation) in live {
-            let Some(old) = TimerName::parse(&name) else {
+        // Live timers whose node is renamed: all are taken out first, then all armed
+        // under their new names, so that a swap (`a` → `b`, `b` → `a`) or a chain never
+        // arms one over another still to be moved. Their cycle counts moved above.
+        let mut moving: Vec<(TimerName, u32, TimerName)> = Vec::new();
+        for (name, incarnation) in &s.timers {
+            let Some(old) = TimerName::parse(name) else {
                 continue;
             };
             let Some(node) = old.node() else { continue };
             let new = TimerName::new(old.kind(), &mapped(mapping, node));
-            if new == old {
-                continue;
+            if new != old {
+                moving.push((old, *incarnation, new));
             }
-            let cycles = self.snap.cycles.remove(old.as_str());
+        }
+        for (old, incarnation, _) in &moving {
             self.snap.timers.remove(old.as_str());
             self.effects.push(Effect::ResolveTimer {
-                name: old,
-                incarnation,
+                name: old.clone(),
+                incarnation: *incarnation,
             });
-            let at = due.get(&name).copied().unwrap_or(self.now_ms);
-            if let Some(c) = cycles {
-                self.snap.cycles.insert(new.as_str().to_owned(), c);
-            }
+        }
+        for (old, _, new) in moving {
+            let at = due.get(old.as_str()).copied().unwrap_or(self.now_ms);
             self.arm(new, at);
         }
         // Open incidents travel with their node, like everything else kept per node: a
@@ -379,9 +430,10 @@ impl Run<'_> {
             .filter(|(from, to)| from != to)
             .map(|(from, to)| (from.clone(), to.clone()))
             .collect();
-        // An activity instance's incidents are on its own name (`pay@2`): they move
-        // with it. Its old name is gone from the snapshot, so it is read off the mapping.
-        if let Some(failed) = failed_before.filter(|n| n.contains('@')) {
+        // An instance's incidents are on its own name (`pay@2`, `quote#2`, `sub@2/pay`):
+        // they move with it. Its old name is gone from the snapshot, so it is read off
+        // the mapping.
+        if let Some(failed) = failed_before.filter(|n| !mapping.contains_key(n)) {
             let to = mapped(mapping, &failed).into_owned();
             if to != failed {
                 moves.push((failed, to));

@@ -410,6 +410,15 @@ fn a_failed_inner_instance_of_a_multi_instance_task_migrates_and_resumes() {
     }
     // Onto the parallel target the same body moves, with its state and inner instances.
     let out = step(&v2, "i", failed, input, 10_000).unwrap();
+    // The failed inner instance's incident moves with it (the resume resolves it there).
+    assert!(
+        out.effects
+            .iter()
+            .any(|e| matches!(e, Effect::MoveIncidents { from, to }
+            if from == "quote#2" && to == "offer#2")),
+        "{:?}",
+        out.effects
+    );
     let moved = &out.snapshot;
     assert_eq!(moved.tokens(), ["offer", "offer#1", "offer#2"]);
     assert!(moved.multi_instances().contains_key("offer"));
@@ -578,6 +587,109 @@ fn attempts_do_not_move_onto_a_node_that_counts_none() {
         other => panic!("{other:?}"),
     }
     assert_eq!(snap.failure().map(|f| f.code), Some("DOWN".to_owned()));
+}
+
+/// Two parked tasks of a split: `a` and `b`, each in its backoff window.
+fn two_parked() -> (Definition, Snapshot) {
+    let def = load(&format!(
+        r#"<sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+        <parallelGateway id="fork"/>
+        <sequenceFlow id="fa" sourceRef="fork" targetRef="a"/>
+        <sequenceFlow id="fb" sourceRef="fork" targetRef="b"/>
+        <serviceTask id="a" q:task="a"><extensionElements>{RETRY4}</extensionElements></serviceTask>
+        <serviceTask id="b" q:task="b"><extensionElements>{RETRY4}</extensionElements></serviceTask>
+        <sequenceFlow id="fa2" sourceRef="a" targetRef="join"/>
+        <sequenceFlow id="fb2" sourceRef="b" targetRef="join"/>
+        <parallelGateway id="join"/>
+        <sequenceFlow id="f9" sourceRef="join" targetRef="e"/><endEvent id="e"/>"#
+    ));
+    let start = Input::Start {
+        variables: Default::default(),
+        start: None,
+    };
+    let mut snap = step(&def, "i", Snapshot::new(), start, 0).unwrap().snapshot;
+    for (node, at) in [("a", 10), ("b", 20)] {
+        let fail = Input::TaskFailed {
+            node: node.into(),
+            attempt: qflow_core::Attempt::FIRST,
+            kind: Default::default(),
+            code: "DOWN".into(),
+            message: String::new(),
+        };
+        snap = step(&def, "i", snap, fail, at).unwrap().snapshot;
+    }
+    assert!(snap.timers().contains_key("r:a") && snap.timers().contains_key("r:b"));
+    (def, snap)
+}
+
+/// A mapping that swaps two parked tasks moves both parks: every renamed timer is taken
+/// out before any is armed again, so neither new timer is resolved as the other's old one.
+#[test]
+fn swapping_two_parked_tasks_moves_both_parks() {
+    let (def, snap) = two_parked();
+    let input = Input::Migrate {
+        mapping: BTreeMap::from([
+            ("a".to_owned(), "b".to_owned()),
+            ("b".to_owned(), "a".to_owned()),
+        ]),
+        timers: BTreeMap::from([("r:a".to_owned(), 1_010), ("r:b".to_owned(), 1_020)]),
+        user_tasks: Vec::new(),
+    };
+    let out = step(&def, "i", snap.clone(), input, 30).unwrap();
+    let s = &out.snapshot;
+    assert_eq!(s.status(), Status::Running, "{:?}", out.effects);
+    assert_eq!(s.tokens(), snap.tokens());
+    assert!(s.timers().contains_key("r:a") && s.timers().contains_key("r:b"));
+    assert!(s.marker("a").is_some() && s.marker("b").is_some());
+    let armed: Vec<(String, i64)> = out
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ArmTimer {
+                name, due_at_ms, ..
+            } => Some((name.to_string(), *due_at_ms)),
+            _ => None,
+        })
+        .collect();
+    // `a`'s park (due 1 010) is `b`'s now, and the other way round.
+    assert_eq!(
+        armed,
+        [("r:b".to_owned(), 1_010), ("r:a".to_owned(), 1_020)],
+        "{:?}",
+        out.effects
+    );
+    // Each new timer's incarnation is the one the snapshot holds.
+    for e in &out.effects {
+        if let Effect::ArmTimer {
+            name, incarnation, ..
+        } = e
+        {
+            assert_eq!(s.timers()[name.as_str()], *incarnation);
+        }
+    }
+}
+
+/// A mapping that would merge two nodes holding state is refused, naming both.
+#[test]
+fn a_mapping_that_merges_two_nodes_with_state_is_refused() {
+    let (def, snap) = two_parked();
+    let input = Input::Migrate {
+        mapping: BTreeMap::from([("a".to_owned(), "b".to_owned())]),
+        timers: BTreeMap::from([("r:a".to_owned(), 1_010), ("r:b".to_owned(), 1_020)]),
+        user_tasks: Vec::new(),
+    };
+    let out = step(&def, "i", snap.clone(), input, 30).unwrap();
+    assert_eq!(out.snapshot.encode(), snap.encode());
+    match out.effects.as_slice() {
+        [Effect::Stale { reason }] => {
+            assert!(
+                reason.contains("`a` and `b` would both become `b`"),
+                "{reason}"
+            );
+            assert!(reason.contains("timers `r:a` and `r:b`"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 // ----- the law over generated cases ------------------------------------------------------
