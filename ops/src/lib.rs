@@ -1126,7 +1126,26 @@ impl Ops {
         let from = self.shared.stepper.definition(source.id).await?;
         let to = self.shared.stepper.definition(target.id).await?;
         let mut wrong = Vec::new();
+        // A mapping renames nodes; their instances (`pay@2`, `quote#3`, `sub@2/pay`)
+        // follow their node, and are not names a plan may map on their own.
+        let node_id =
+            |p: &qflow_loader::model::Process, id: &str| p.nodes.iter().any(|n| n.id == id);
         for (old, new) in &plan.mapping {
+            if from.process.find(old).is_some() && !node_id(&from.process, old) {
+                wrong.push(format!(
+                    "mapping.{old}: `{old}` names an instance of a node, not a node; map the \
+                     node and its instances follow"
+                ));
+                continue;
+            }
+            if to.process.find(new).is_some() && !node_id(&to.process, new) {
+                wrong.push(format!(
+                    "mapping.{old}: `{new}` names an instance of a node, not a node of \
+                     deployment {}",
+                    plan.target
+                ));
+                continue;
+            }
             if from.process.find(old).is_none() {
                 wrong.push(format!(
                     "mapping.{old}: deployment {} has no node `{old}`",

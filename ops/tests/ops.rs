@@ -297,6 +297,18 @@ async fn failed_instances_migrate_onto_a_fixed_deployment_and_complete() {
             ..
         })
     ));
+    // An instance's name (`pay@2`) is not a node: its node is what a plan maps.
+    let instance_name = qflow_ops::MigrationPlan {
+        mapping: [("pay@2".to_owned(), "charge".to_owned())].into(),
+        ..bad.clone()
+    };
+    match w.ops.migrate(&instance_name, true).await {
+        Err(Error::Invalid {
+            field: "mapping",
+            why,
+        }) => assert!(why.contains("names an instance of a node"), "{why}"),
+        other => panic!("{other:?}"),
+    }
     let plan = qflow_ops::MigrationPlan {
         mapping: [("pay".to_owned(), "charge".to_owned())].into(),
         ..bad
