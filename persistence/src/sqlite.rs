@@ -226,9 +226,9 @@ impl SqliteStore {
         let tables = match table_names(path).await {
             Ok(tables) => tables,
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(SQLITE_NOTADB) => {
+                // No SQLite header, or a header SQLite cannot read (a damaged file).
                 return Ok(StoreFile::Foreign(
-                    "not a SQLite database (the file does not start with the SQLite header)"
-                        .to_owned(),
+                    "not a SQLite database (SQLite cannot read it as one)".to_owned(),
                 ));
             }
             Err(source) => {

@@ -58,6 +58,12 @@ async fn inspect_tells_a_store_from_nothing_and_from_anything_else() {
     std::fs::write(at("text"), "hello\n").unwrap();
     assert!(foreign(SqliteStore::inspect(at("text")).await.unwrap())
         .starts_with("not a SQLite database"));
+    // A file that starts with the SQLite header but whose header SQLite cannot read.
+    let mut damaged = b"SQLite format 3\0".to_vec();
+    damaged.extend([0xffu8; 84]);
+    std::fs::write(at("damaged"), &damaged).unwrap();
+    assert!(foreign(SqliteStore::inspect(at("damaged")).await.unwrap())
+        .starts_with("not a SQLite database"));
     std::fs::create_dir(at("dir")).unwrap();
     assert_eq!(
         foreign(SqliteStore::inspect(at("dir")).await.unwrap()),
