@@ -731,6 +731,15 @@ async fn repair_loop_for_every_kind(open: Opener, cli: CliStore) {
     loop {
         for t in fetch(&host.ops).await {
             assert_eq!(t.node, NEW, "offered under its new name: {t:?}");
+            // The budget choice shows in what the worker is told is left: a kept budget
+            // gives the one attempt a resume is for, a reset one the target's.
+            let cell = &by_id[&t.instance];
+            let expected = match (cell.reset, cell.kind) {
+                (false, _) => 1,
+                (true, Kind::PullZeebe) => 5,
+                (true, _) => 3,
+            };
+            assert_eq!(t.retries, expected, "{cell:?}: {t:?}");
             host.ops
                 .complete_pull(&t.id, &t.worker, Default::default())
                 .await
@@ -758,6 +767,28 @@ async fn repair_loop_for_every_kind(open: Opener, cli: CliStore) {
             break;
         }
         deadline.tick(&pending).await;
+    }
+
+    // No incident is left open: the failure's incident moved with its node (an inner
+    // instance's too: `charge#2` → `collect#2`) and the resume resolved it there.
+    for c in &cells {
+        let incidents = host
+            .ops
+            .incidents(Some(parse_instance_id(&c.id).expect("id")), 0)
+            .await
+            .expect("incidents");
+        assert!(
+            !incidents.is_empty(),
+            "{c:?}: the failure opened an incident"
+        );
+        let open: Vec<_> = incidents
+            .iter()
+            .filter(|i| i.resolved_at_ms.is_none())
+            .collect();
+        assert!(
+            open.is_empty(),
+            "{c:?}: open incidents after completion: {open:?}"
+        );
     }
 
     // The history keeps every earlier attempt under the name it had then; the attempts

@@ -1,7 +1,8 @@
 //! Graph and design rules of L6 over a built definition.
 //!
-//! Graph rules: a start event per scope, reachability, no dead ends, event directions,
-//! event-based gateway targets, conditions only where a gateway decides. Design rules from
+//! Graph rules: a start event per scope, reachability, no dead-end gateways (any other node
+//! without a flow out is an implicit end, warned about), event directions, event-based
+//! gateway targets, conditions only where a gateway decides. Design rules from
 //! the retry design ("modelled outcomes beat policies — enforced at load"): a channel call
 //! has a timeout; a channel call's `q:retry` beside a routed timer boundary is refused;
 //! `nonRetryableCodes` name only codes that can occur. This module only reads the model
