@@ -12,6 +12,7 @@
 //! (`docs/bpmn-coverage.md`, "Vendor mappings").
 
 use qflow_loader::model::{Mapping, MappingStyle, Variables};
+use serde_json::Value as Json;
 
 /// The locals `inputs` make over `vars`: Zeebe evaluates each input over the variables
 /// and the inputs before it; Camunda 7 each over the variables alone. (The loader refuses
@@ -98,13 +99,21 @@ pub(crate) fn complete(
         let mut scope = vars.clone();
         scope.extend(locals.clone());
         scope.extend(result.unwrap_or_default());
-        let mut written = Variables::new();
+        // Evaluated in order over the scope, then written in order: a nested target
+        // (`order.total`) updates that property of the variable and keeps the rest.
+        let mut written: Vec<(&str, Json)> = Vec::with_capacity(outputs.len());
         for m in outputs {
-            let one = output(m, &scope)?;
-            scope.extend(one.clone());
-            written.extend(one);
+            let v = output_value(m, &scope)?;
+            put_path(&mut scope, &m.target, v.clone());
+            written.push((&m.target, v));
         }
-        vars.extend(written);
+        for (target, v) in written {
+            put_path(vars, target, v);
+        }
+        if outputs.iter().any(|m| m.target.contains('.')) {
+            crate::limits::check_variables(vars)
+                .map_err(|why| format!("output mappings: {why}"))?;
+        }
         return Ok(());
     }
     if let Some(result) = result {
@@ -124,6 +133,12 @@ pub(crate) fn complete(
 }
 
 fn output(m: &Mapping, scope: &Variables) -> Result<Variables, String> {
+    let v = output_value(m, scope)?;
+    Ok(Variables::from([(m.target.clone(), v)]))
+}
+
+/// An output mapping's value over `scope`, within the bounds of a variable.
+fn output_value(m: &Mapping, scope: &Variables) -> Result<Json, String> {
     let v = m
         .source
         .eval(scope)
@@ -131,5 +146,38 @@ fn output(m: &Mapping, scope: &Variables) -> Result<Variables, String> {
     let one = Variables::from([(m.target.clone(), v)]);
     crate::limits::check_variables(&one)
         .map_err(|why| format!("output mapping `{}`: {why}", m.target))?;
-    Ok(one)
+    Ok(one.into_iter().next().map(|(_, v)| v).unwrap_or(Json::Null))
+}
+
+/// Writes `v` at `target` in `vars`: a plain name sets the variable; a path
+/// (`order.total`, from a Zeebe output) sets that property, creating the objects on the
+/// way and keeping their other properties — a value on the way that is not an object is
+/// replaced by one, as Zeebe does.
+fn put_path(vars: &mut Variables, target: &str, v: Json) {
+    let mut segments = target.split('.');
+    let root = segments.next().unwrap_or(target);
+    let rest: Vec<&str> = segments.collect();
+    let Some((last, inner)) = rest.split_last() else {
+        vars.insert(root.to_owned(), v);
+        return;
+    };
+    let mut slot = vars
+        .entry(root.to_owned())
+        .or_insert_with(|| Json::Object(Default::default()));
+    for key in inner {
+        if !slot.is_object() {
+            *slot = Json::Object(Default::default());
+        }
+        slot = slot
+            .as_object_mut()
+            .expect("made an object above")
+            .entry((*key).to_owned())
+            .or_insert_with(|| Json::Object(Default::default()));
+    }
+    if !slot.is_object() {
+        *slot = Json::Object(Default::default());
+    }
+    slot.as_object_mut()
+        .expect("made an object above")
+        .insert((*last).to_owned(), v);
 }

@@ -229,3 +229,33 @@ fn a_zeebe_job_worker_fetches_the_variables_with_the_locals_and_completes_throug
         json!({"order": {"id": "o-1"}, "tracking": "T-9"})
     );
 }
+
+/// A Zeebe output with a nested target (`order.total`) creates or updates that property
+/// and keeps the variable's other properties, at every level; an object missing on the
+/// way is created, a value on the way that is not an object is replaced by one (Zeebe's
+/// output mappings, the same in every version).
+#[test]
+fn a_zeebe_output_with_a_nested_target_updates_that_property_only() {
+    let def = around_task(
+        ZEEBE,
+        r#"<zeebe:ioMapping>
+             <zeebe:output source="=total" target="order.total"/>
+             <zeebe:output source="=status" target="order.payment.status"/>
+             <zeebe:output source="=total" target="receipt.amount"/>
+             <zeebe:output source="paid" target="flag.value"/>
+           </zeebe:ioMapping>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"order": {"id": 7, "total": 1, "payment": {"card": "x"}}, "flag": 3},
+            "tasks": {"t": [{"outcome": "ok", "outputs": {"total": 12, "status": "ok"}}]}}"#,
+    );
+    assert_eq!(
+        final_vars(&trace),
+        json!({
+            "order": {"id": 7, "total": 12, "payment": {"card": "x", "status": "ok"}},
+            "receipt": {"amount": 12},
+            "flag": {"value": "paid"}
+        })
+    );
+}

@@ -1418,9 +1418,29 @@ fn q401_vendor_mappings_beyond_what_maps_one_to_one() {
     refused(&user(map), "Q401");
     let script = r#"<camunda:inputOutput><camunda:inputParameter name="x">¶<camunda:script scriptFormat="groovy">1</camunda:script></camunda:inputParameter></camunda:inputOutput>"#;
     assert!(refused(&user(script), "Q401").message.contains("<script>"));
-    let nested =
-        r#"<zeebe:ioMapping><zeebe:output source="=a" ¶target="order.total"/></zeebe:ioMapping>"#;
-    refused(&user(nested), "Q401");
+    // A nested target: a Zeebe output updates the property (one meaning in every Zeebe
+    // version); a Zeebe input's local differs by version, a Camunda parameter names a
+    // variable.
+    loads(&user(
+        r#"<zeebe:ioMapping><zeebe:output source="=a" target="order.total"/><zeebe:output source="=b" target="order.tax"/></zeebe:ioMapping>"#,
+    ));
+    let nested_input =
+        r#"<zeebe:ioMapping><zeebe:input source="=a" ¶target="order.total"/></zeebe:ioMapping>"#;
+    assert!(refused(&user(nested_input), "Q401")
+        .message
+        .contains("Zeebe versions differ"));
+    let nested_camunda = r#"<camunda:inputOutput><camunda:outputParameter ¶name="order.total">${a}</camunda:outputParameter></camunda:inputOutput>"#;
+    assert!(refused(&user(nested_camunda), "Q401")
+        .message
+        .contains("Camunda 7"));
+    // A later output that writes a path above or below an earlier one's, or reads its
+    // variable, is refused like a same-target pair.
+    let above = r#"<zeebe:ioMapping><zeebe:output source="=a" target="order.total"/>¶<zeebe:output source="=b" target="order"/></zeebe:ioMapping>"#;
+    refused(&user(above), "Q401");
+    let reads = r#"<zeebe:ioMapping><zeebe:output source="=a" target="order.total"/>¶<zeebe:output source="=order.total + 1" target="sum"/></zeebe:ioMapping>"#;
+    assert!(refused(&user(reads), "Q401").message.contains("reads"));
+    let deep = r#"<zeebe:ioMapping><zeebe:output source="=a" ¶target="a.b.c.d.e.f.g.h.i"/></zeebe:ioMapping>"#;
+    refused(&user(deep), "Q401");
     // Zeebe versions differ on whether a mapping sees the ones before it.
     let chained = r#"<zeebe:ioMapping><zeebe:input source="=a" target="x"/>¶<zeebe:input source="=x + 1" target="y"/></zeebe:ioMapping>"#;
     assert!(refused(&user(chained), "Q401").message.contains("earlier"));

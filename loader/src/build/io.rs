@@ -55,6 +55,20 @@ pub(super) fn cel_string(text: &str) -> String {
     out
 }
 
+/// Where a vendor mapping's target may be a nested path (`order.total`).
+#[derive(Clone, Copy)]
+enum Nested {
+    /// A Zeebe output: yes, it creates or updates the property.
+    Output,
+    /// A Zeebe input: no (its meaning differs between Zeebe versions).
+    ZeebeInput,
+    /// A Camunda 7 parameter: no (Camunda 7 names a variable).
+    Camunda,
+}
+
+/// The most segments a nested output target may have (`a.b.c.d.e.f.g.h`).
+const NESTED_TARGET_DEPTH_MAX: usize = 8;
+
 impl<'a, 'd> ProcessBuilder<'a, 'd> {
     /// `<zeebe:ioMapping>`: `<zeebe:input source="…" target="…"/>` and
     /// `<zeebe:output …/>`. A source starting with `=` is FEEL (in the subset); any other
@@ -91,10 +105,16 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 continue;
             };
             let earlier = if output { &io.outputs } else { &io.inputs };
-            if let Some(e) = earlier
-                .iter()
-                .find(|e| e.target == mapping.target || mapping.source.reads_variable(&e.target))
-            {
+            // Reckoned on the variable a target writes (`order` for `order.total`): a
+            // later mapping that reads it, or writes it or a path above or below it.
+            let root = |t: &str| t.split('.').next().unwrap_or(t).to_owned();
+            let overlaps = |a: &str, b: &str| {
+                a == b || a.starts_with(&format!("{b}.")) || b.starts_with(&format!("{a}."))
+            };
+            if let Some(e) = earlier.iter().find(|e| {
+                overlaps(&e.target, &mapping.target)
+                    || mapping.source.reads_variable(&root(&e.target))
+            }) {
                 self.help(
                     "Q401",
                     m.pos,
@@ -102,7 +122,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                         "zeebe:{} `{}` {} `{}`, the target of an earlier mapping: Zeebe versions differ on whether a mapping sees the ones before it",
                         m.local,
                         mapping.target,
-                        if e.target == mapping.target { "writes" } else { "reads" },
+                        if overlaps(&e.target, &mapping.target) { "writes" } else { "reads" },
                         e.target
                     ),
                     "give each mapping its own target and read only variables the element sees",
@@ -121,7 +141,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     fn zeebe_mapping(&mut self, m: &Element) -> Option<Mapping> {
         let what = format!("zeebe:{}", m.local);
-        let target = self.vendor_target(m, "target", &what)?;
+        let nested = if m.local == "output" {
+            Nested::Output
+        } else {
+            Nested::ZeebeInput
+        };
+        let target = self.vendor_target(m, "target", &what, nested)?;
         let (cel, pos) = match m.attr("source") {
             None => ("null".to_owned(), m.pos),
             Some(a) => {
@@ -184,7 +209,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     fn camunda_parameter(&mut self, m: &Element) -> Option<Mapping> {
         let what = format!("camunda:{}", m.local);
-        let target = self.vendor_target(m, "name", &what)?;
+        let target = self.vendor_target(m, "name", &what, Nested::Camunda)?;
         if let Some(inner) = m.children.first() {
             let help = match inner.local.as_str() {
                 "list" | "map" => "build the value in the worker or handler, or map single values",
@@ -225,9 +250,19 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         Some(Mapping { target, source })
     }
 
-    /// The variable a vendor mapping writes: a plain name (Q208 otherwise); a nested
-    /// target such as `order.total` is refused (Q401) — qflow maps whole variables.
-    fn vendor_target(&mut self, m: &Element, attr: &str, what: &str) -> Option<String> {
+    /// The variable a vendor mapping writes: a plain name (Q208 otherwise), or for a
+    /// Zeebe output a nested path such as `order.total`, which creates or updates that
+    /// property and keeps the rest of the variable (Zeebe's one meaning across versions).
+    /// A nested target of a Zeebe input (versions differ on whether the local keeps the
+    /// variable's other properties) or of a Camunda 7 parameter (a variable name there)
+    /// is refused (Q401).
+    fn vendor_target(
+        &mut self,
+        m: &Element,
+        attr: &str,
+        what: &str,
+        nested: Nested,
+    ) -> Option<String> {
         let Some(a) = m.attr(attr) else {
             self.help(
                 "Q208",
@@ -247,12 +282,38 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             return Some(name.to_owned());
         }
         if name.contains('.') && name.split('.').all(plain) {
-            self.help(
-                "Q401",
-                a.pos,
-                format!("{what} {attr} `{name}` writes a nested property, which is not supported"),
-                "map to a whole variable, and build the object in the worker or handler",
-            );
+            match nested {
+                Nested::Output if name.split('.').count() <= NESTED_TARGET_DEPTH_MAX => {
+                    return Some(name.to_owned());
+                }
+                Nested::Output => self.help(
+                    "Q401",
+                    a.pos,
+                    format!(
+                        "{what} {attr} `{name}` nests deeper than {NESTED_TARGET_DEPTH_MAX} levels"
+                    ),
+                    "map to a shallower path",
+                ),
+                Nested::ZeebeInput => self.help(
+                    "Q401",
+                    a.pos,
+                    format!(
+                        "{what} {attr} `{name}` writes a nested property of a local: Zeebe \
+                         versions differ on whether the local keeps the variable's other \
+                         properties"
+                    ),
+                    "map to a whole local variable, or read the property where it is used",
+                ),
+                Nested::Camunda => self.help(
+                    "Q401",
+                    a.pos,
+                    format!(
+                        "{what} {attr} `{name}` writes a nested property, which Camunda 7 \
+                         does not (a parameter names a variable)"
+                    ),
+                    "map to a whole variable, and build the object in the worker or handler",
+                ),
+            }
         } else {
             self.help(
                 "Q208",
