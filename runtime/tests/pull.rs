@@ -109,17 +109,12 @@ async fn expired_locks_are_fired_by_the_poller_and_end_failed_with_lock_expired(
         let locked = rt.fetch_and_lock(&fetch("gone", 1_000, 0)).await.unwrap();
         assert_eq!(locked.len(), 1, "attempt {attempt} is offered again");
         assert_eq!(locked[0].attempt.get(), attempt);
+        // The lock's expiry is the only step the clock's move makes: wait for it to be
+        // committed (woken by the runtime's progress, not by polling on time).
+        let before = rt.stats().view().steps;
         clock.advance_ms(1_000);
-        let spent = attempt as usize;
-        hang_guard(async {
-            loop {
-                if store.attempts(id).await.unwrap().len() >= spent {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-            }
-        })
-        .await;
+        hang_guard(rt.wait_until(|s| s.steps > before)).await;
+        assert_eq!(store.attempts(id).await.unwrap().len(), attempt as usize);
     }
     hang_guard(rt.wait_until(|s| s.failed >= 1)).await;
     let record = store.instance(id).await.unwrap().unwrap();
