@@ -503,6 +503,27 @@ pub enum Input {
 
 impl Input {
     /// The input's kind, as its `type` tag spells it (`task_completed`, …).
+    /// The variables this input brings in from outside, which the step bounds where they
+    /// enter (`limits`): over a bound the input is refused and nothing changes. A task's
+    /// and a called instance's results are not among them; over the bounds they fail the
+    /// attempt instead (`OUTPUTS_REFUSED`). The scenario reader checks the same list.
+    pub(crate) fn bounded_variables(&self) -> Option<&Variables> {
+        match self {
+            Input::Start { variables, .. }
+            | Input::StartCalled { variables, .. }
+            | Input::UserTaskCompleted { variables, .. }
+            | Input::UserTaskBpmnError { variables, .. }
+            | Input::UserTaskEscalated { variables, .. }
+            | Input::MessageReceived { variables, .. }
+            | Input::SignalReceived { variables, .. }
+            | Input::PullCompleted { variables, .. }
+            | Input::PullBpmnError { variables, .. }
+            | Input::ChannelAnswered { variables, .. }
+            | Input::ChannelBpmnError { variables, .. } => Some(variables),
+            _ => None,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Input::Start { .. } => "start",
@@ -929,18 +950,7 @@ fn step_recording(
     }
     // Values from outside are bounded where they enter (limits): over a bound, the
     // input is refused and nothing changes.
-    if let Input::Start { variables, .. }
-    | Input::StartCalled { variables, .. }
-    | Input::UserTaskCompleted { variables, .. }
-    | Input::UserTaskBpmnError { variables, .. }
-    | Input::UserTaskEscalated { variables, .. }
-    | Input::MessageReceived { variables, .. }
-    | Input::SignalReceived { variables, .. }
-    | Input::PullCompleted { variables, .. }
-    | Input::PullBpmnError { variables, .. }
-    | Input::ChannelAnswered { variables, .. }
-    | Input::ChannelBpmnError { variables, .. } = &input
-    {
+    if let Some(variables) = input.bounded_variables() {
         limits::check_variables(variables).map_err(Error::VariablesRefused)?;
     }
     if let Some(reason) = flow::staleness(def, &snapshot, &input, now_ms) {

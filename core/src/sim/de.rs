@@ -983,31 +983,11 @@ impl<'de> DeserializeSeed<'de> for BoundedInput {
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Input, D::Error> {
         let input = Input::deserialize(d)?;
-        if let Some(vars) = bounded_variables(&input) {
+        if let Some(vars) = input.bounded_variables() {
             limits::check_variables(vars)
                 .map_err(|why| de::Error::custom(format_args!("in its `variables`, {why}")))?;
         }
         Ok(input)
-    }
-}
-
-/// The variables of `input` that the step refuses over the bounds (`crate::step`, the
-/// same list): what a caller brings in. A task's and a called instance's results are not
-/// among them; over the bounds they fail the attempt instead.
-fn bounded_variables(input: &Input) -> Option<&Variables> {
-    match input {
-        Input::Start { variables, .. }
-        | Input::StartCalled { variables, .. }
-        | Input::UserTaskCompleted { variables, .. }
-        | Input::UserTaskBpmnError { variables, .. }
-        | Input::UserTaskEscalated { variables, .. }
-        | Input::MessageReceived { variables, .. }
-        | Input::SignalReceived { variables, .. }
-        | Input::PullCompleted { variables, .. }
-        | Input::PullBpmnError { variables, .. }
-        | Input::ChannelAnswered { variables, .. }
-        | Input::ChannelBpmnError { variables, .. } => Some(variables),
-        _ => None,
     }
 }
 
