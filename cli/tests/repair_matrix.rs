@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qflow_channels::{ChannelSettings, Channels, DeliveryCurve, Dispatcher, DispatcherConfig};
+use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
 use qflow_core::{Snapshot, TaskOutcome};
 use qflow_ops::pull::{FetchRequest, FetchTopic};
 use qflow_ops::{parse_instance_id, Ops, StartRequest};
@@ -364,34 +364,7 @@ impl Host {
 /// The webhook channel `payments` to the counterpart at `url`, built from the settings a
 /// `[channels.payments]` table gives `qflow serve`.
 fn payments(url: &str) -> Channels {
-    let settings = ChannelSettings {
-        adapter: "webhook".to_owned(),
-        url: Some(url.to_owned()),
-        connect_timeout_ms: 500,
-        response_timeout_ms: 1_000,
-        secret_env: Some("QFLOW_MATRIX_CHANNEL_SECRET".to_owned()),
-        secret_file: None,
-        ca_file: None,
-        delivery: DeliveryCurve {
-            initial_ms: 50,
-            multiplier_milli: 2_000,
-            max_ms: 500,
-            ceiling: None,
-        },
-    };
-    let env = |name: &str| (name == "QFLOW_MATRIX_CHANNEL_SECRET").then(|| TEST_SECRET.to_owned());
-    let now_s = Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64)
-    });
-    let mut channels = Channels::new();
-    channels.add(
-        settings
-            .build("payments", &env, now_s)
-            .expect("the channel builds"),
-    );
-    channels
+    qflow_tests::test_webhook("payments", url, 1_000, 50, 500)
 }
 
 /// The counterpart of `payments`: it takes every request and never answers while the

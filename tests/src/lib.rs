@@ -213,3 +213,47 @@ impl Verdict {
         );
     }
 }
+
+/// The webhook channel `name` to the loopback counterpart at `url`, built from the
+/// settings a `[channels.<name>]` table gives `qflow serve` (`ChannelSettings::build`), its
+/// signing secret the counterpart's [`counterpart::TEST_SECRET`] from a simulated
+/// environment: `response_timeout_ms` and a delivery curve of `initial_ms` doubling to
+/// `max_ms`, without a ceiling.
+pub fn test_webhook(
+    name: &str,
+    url: &str,
+    response_timeout_ms: u64,
+    initial_ms: u64,
+    max_ms: u64,
+) -> qflow_channels::Channels {
+    let settings = qflow_channels::ChannelSettings {
+        adapter: "webhook".to_owned(),
+        url: Some(url.to_owned()),
+        connect_timeout_ms: 2_000,
+        response_timeout_ms,
+        secret_env: Some("QFLOW_TEST_WEBHOOK_SECRET".to_owned()),
+        secret_file: None,
+        ca_file: None,
+        delivery: qflow_channels::DeliveryCurve {
+            initial_ms,
+            multiplier_milli: 2_000,
+            max_ms,
+            ceiling: None,
+        },
+    };
+    let env = |var: &str| {
+        (var == "QFLOW_TEST_WEBHOOK_SECRET").then(|| counterpart::TEST_SECRET.to_owned())
+    };
+    let now_s = Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    });
+    let mut channels = qflow_channels::Channels::new();
+    channels.add(
+        settings
+            .build(name, &env, now_s)
+            .expect("the channel builds"),
+    );
+    channels
+}

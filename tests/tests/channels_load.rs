@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use qflow_channels::{ChannelSettings, Channels, DeliveryCurve, Dispatcher, DispatcherConfig};
+use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
 use qflow_core::{Snapshot, Variables};
 use qflow_ops::Ops;
 use qflow_persistence::SqliteStore;
@@ -237,34 +237,7 @@ impl Sim {
 /// signing secret from the (simulated) environment and a delivery curve of 20 ms
 /// doubling to 200 ms, without a ceiling.
 fn payments(url: &str) -> Channels {
-    let settings = ChannelSettings {
-        adapter: "webhook".to_owned(),
-        url: Some(url.to_owned()),
-        connect_timeout_ms: 2_000,
-        response_timeout_ms: 10_000,
-        secret_env: Some("QFLOW_LOAD_SECRET".to_owned()),
-        secret_file: None,
-        ca_file: None,
-        delivery: DeliveryCurve {
-            initial_ms: 20,
-            multiplier_milli: 2_000,
-            max_ms: 200,
-            ceiling: None,
-        },
-    };
-    let env = |name: &str| (name == "QFLOW_LOAD_SECRET").then(|| TEST_SECRET.to_owned());
-    let now_s = Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64)
-    });
-    let mut channels = Channels::new();
-    channels.add(
-        settings
-            .build("payments", &env, now_s)
-            .expect("the channel builds"),
-    );
-    channels
+    qflow_tests::test_webhook("payments", url, 10_000, 20, 200)
 }
 
 /// The engine's HTTP API on a loopback socket, with one token of the `worker` scope.
