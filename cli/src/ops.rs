@@ -32,6 +32,11 @@ pub struct StoreArgs {
     /// Who the audit log names for a change (default: `$USER@cli`).
     #[arg(long, global = true)]
     actor: Option<String>,
+    /// The `qflow.toml` the server runs with: its `[delegates]` routes are the ones
+    /// deployments are made and loaded under (a deployment made under other routes is
+    /// refused, never run as another model).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
 }
 
 impl StoreArgs {
@@ -700,7 +705,21 @@ pub fn deploy(args: &DeployArgs) -> Result<ExitCode> {
                 w,
                 "deployed {} as version {} ({})",
                 d.process_id, d.id, d.content_hash
-            )
+            )?;
+            for t in &d.topics {
+                let by = if t.bindings.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", t.bindings.join(", "))
+                };
+                writeln!(
+                    w,
+                    "  needs a worker on topic `{}`: {}{by}",
+                    t.topic,
+                    t.tasks.join(", ")
+                )?;
+            }
+            Ok(())
         })
     })
 }
@@ -837,7 +856,14 @@ where
             use qflow_runtime::Clock;
             qflow_runtime::SystemClock.now_ms()
         });
-        let ops = Ops::new(store, clock, args.actor());
+        let mut ops = Ops::new(store, clock, args.actor());
+        if let Some(path) = &args.config {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let config =
+                qflow_server::config::ServerConfig::from_toml(&text, &path.display().to_string())?;
+            ops = ops.with_delegates(config.delegates);
+        }
         match op(ops).await {
             Ok((rendered, status)) => {
                 // Node ids, codes and messages come from models and handlers: their

@@ -119,6 +119,7 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         retention: Some(config.retention.clone()),
         channels: channels.names(),
         lifecycle_channel: config.lifecycle_channel.clone(),
+        delegates: config.delegates.clone(),
         ..RuntimeConfig::default()
     };
     let runtime = Arc::new(Runtime::start(

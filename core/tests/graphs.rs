@@ -131,6 +131,8 @@ fn build(shape: &Shape) -> Definition {
                 outputs: Vec::new(),
                 respond: false,
                 mapping_style: MappingStyle::Q,
+                headers: Vec::new(),
+                delegate: None,
             }),
             Kind::Pass => NodeKind::Task(Task {
                 kind: TaskKind::PassThrough,
@@ -140,6 +142,8 @@ fn build(shape: &Shape) -> Definition {
                 outputs: Vec::new(),
                 respond: false,
                 mapping_style: MappingStyle::Q,
+                headers: Vec::new(),
+                delegate: None,
             }),
             Kind::Exclusive => NodeKind::ExclusiveGateway { default: None },
             Kind::Parallel => NodeKind::ParallelGateway,

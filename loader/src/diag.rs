@@ -9,6 +9,9 @@ use crate::model::Pos;
 pub enum Severity {
     Error,
     Warning,
+    /// What the loader decided on the author's behalf, for them to know (a Java binding
+    /// read as a pull topic): nothing to fix.
+    Note,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +46,14 @@ impl Diagnostic {
         }
     }
 
+    /// A note with `code` at `pos`: the model loads as the note says.
+    pub fn note(code: &'static str, pos: Pos, message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            severity: Severity::Note,
+            ..Diagnostic::error(code, pos, message)
+        }
+    }
+
     /// Adds the "what to change" line.
     pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
         self.help = Some(help.into());
@@ -59,6 +70,7 @@ impl std::fmt::Display for Severity {
         f.write_str(match self {
             Severity::Error => "error",
             Severity::Warning => "warning",
+            Severity::Note => "note",
         })
     }
 }

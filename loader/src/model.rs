@@ -847,6 +847,180 @@ pub struct Task {
     /// (`zeebe:ioMapping`, `camunda:inputOutput`), whose inputs are local variables of
     /// the task and whose outputs decide what reaches the instance.
     pub mapping_style: MappingStyle,
+    /// The custom headers a worker of a pull task is given with each locked task
+    /// (Camunda 8 `customHeaders`, Camunda 7 `extensionProperties`): for a task bound to
+    /// Java code its binding ([`Delegate::header`]) and `resultVariable`, then
+    /// `zeebe:taskHeaders` and `camunda:properties` in document order. Static text; empty
+    /// on every other kind.
+    pub headers: Vec<(String, String)>,
+    /// The Camunda 7 Java binding the task was loaded from (`camunda:class`,
+    /// `camunda:delegateExpression`, `camunda:expression`): qflow runs no Java, so such a
+    /// task is a pull task whose topic is [`Delegate::topic`], unless the configuration
+    /// routes the binding elsewhere (`docs/vendor-mappings.md`, "Java delegates").
+    pub delegate: Option<Box<Delegate>>,
+}
+
+/// Which Camunda 7 attribute binds a task to Java code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DelegateKind {
+    /// `camunda:class="com.acme.ChargeCard"`: a class implementing `JavaDelegate`.
+    Class,
+    /// `camunda:delegateExpression="${chargeCard}"`: a bean resolved by an expression.
+    DelegateExpression,
+    /// `camunda:expression="${orders.charge(execution)}"`: a method call.
+    Expression,
+}
+
+impl DelegateKind {
+    /// The attribute's local name, which is also the header that carries the binding
+    /// (the names Camunda's 7-to-8 converter gives its task headers).
+    pub fn attribute(self) -> &'static str {
+        match self {
+            DelegateKind::Class => "class",
+            DelegateKind::DelegateExpression => "delegateExpression",
+            DelegateKind::Expression => "expression",
+        }
+    }
+}
+
+/// A task's Camunda 7 Java binding, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delegate {
+    pub kind: DelegateKind,
+    /// The attribute's value, trimmed: the key a `[delegates]` route is looked up by.
+    pub text: String,
+    /// The topic derived from the binding (`delegate_topic`): where its worker fetches
+    /// unless a route says otherwise.
+    pub topic: String,
+    /// Where the attribute is.
+    pub pos: Pos,
+}
+
+impl Delegate {
+    /// The header naming the binding: `("class", "com.acme.ChargeCard")`.
+    pub fn header(&self) -> (String, String) {
+        (self.kind.attribute().to_owned(), self.text.clone())
+    }
+}
+
+/// The topic a Camunda 7 Java binding runs under when nothing routes it, by the rule of
+/// Camunda's 7-to-8 diagram converter: a class is named by its simple name with the
+/// first letter lowered as Spring names a bean (`com.acme.ChargeCard` → `chargeCard`,
+/// `com.acme.URLFetcher` → `URLFetcher`, `a.Outer$Inner` → `inner`); an expression
+/// (`${…}` or `#{…}`) that is a chain of names, each maybe called with arguments, is
+/// the names joined in camel case with the arguments dropped (`${chargeCard}` →
+/// `chargeCard`, `${orders.charge(execution)}` → `ordersCharge`). Anything else — an
+/// operator, an index, text around the expression — has no name to derive: `Err` says
+/// why.
+pub fn delegate_topic(kind: DelegateKind, text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if kind == DelegateKind::Class {
+        let simple = text.rsplit('.').next().unwrap_or(text);
+        let simple = simple.rsplit('$').next().unwrap_or(simple);
+        let valid = text.split('.').all(java_identifier) && java_identifier(simple);
+        if !valid {
+            return Err(format!("`{text}` is not a Java class name"));
+        }
+        return Ok(decapitalize(simple));
+    }
+    let inner = text
+        .strip_prefix("${")
+        .or_else(|| text.strip_prefix("#{"))
+        .and_then(|t| t.strip_suffix('}'))
+        .ok_or_else(|| format!("`{text}` is not one `${{…}}` expression"))?;
+    let mut names: Vec<&str> = Vec::new();
+    let mut rest = inner.trim();
+    loop {
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| !(c.is_alphanumeric() || c == '_' || c == '$'))
+            .map_or(rest.len(), |(i, _)| i);
+        let name = &rest[..end];
+        if !java_identifier(name) {
+            return Err(format!(
+                "`{text}` is not a chain of names and calls (`bean.method(…)`)"
+            ));
+        }
+        names.push(name);
+        rest = rest[end..].trim_start();
+        if let Some(args) = rest.strip_prefix('(') {
+            rest = skip_arguments(args)
+                .ok_or_else(|| format!("`{text}` has an unclosed argument list"))?
+                .trim_start();
+        }
+        match rest.strip_prefix('.') {
+            Some(r) => rest = r.trim_start(),
+            None if rest.is_empty() => break,
+            None => {
+                return Err(format!(
+                    "`{text}` is not a chain of names and calls (`bean.method(…)`)"
+                ))
+            }
+        }
+    }
+    let mut topic = names[0].to_owned();
+    for n in &names[1..] {
+        let mut chars = n.chars();
+        if let Some(first) = chars.next() {
+            topic.extend(first.to_uppercase());
+            topic.push_str(chars.as_str());
+        }
+    }
+    Ok(topic)
+}
+
+fn java_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '$')
+}
+
+/// `java.beans.Introspector.decapitalize`: the first letter lowered, unless the first
+/// two are both capitals (`URLFetcher` stays).
+fn decapitalize(name: &str) -> String {
+    let mut chars = name.chars();
+    match (chars.next(), chars.next()) {
+        (Some(a), Some(b)) if a.is_uppercase() && b.is_uppercase() => name.to_owned(),
+        (Some(a), _) => a
+            .to_lowercase()
+            .chain(name[a.len_utf8()..].chars())
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// The text after the argument list that `args` (the text after its `(`) starts, or
+/// `None` if it is not closed; parentheses nest and quoted strings are skipped.
+fn skip_arguments(args: &str) -> Option<&str> {
+    let mut depth = 1usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in args.char_indices() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&args[i + 1..]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whose semantics a list of mappings has (L8; `docs/bpmn-coverage.md`, "Vendor

@@ -31,7 +31,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q111", "a boundary event is attached to a missing node or to a node that is not an activity"),
     ("Q112", "an errorRef names no declared error"),
     ("Q113", "a messageRef names no declared message"),
-    ("Q114", "a serviceTask does not say how it runs (q:task, q:channel or q:topic)"),
+    ("Q114", "a serviceTask does not say how it runs (q:task, q:channel or q:topic), or is bound to Java code no topic can be derived from"),
     ("Q115", "a serviceTask names more than one way to run"),
     ("Q116", "a start event has incoming flows, or an end event has outgoing flows"),
     ("Q117", "a callActivity has no calledElement"),
@@ -81,6 +81,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q903", "warning: a process without flow nodes was skipped"),
     ("Q904", "warning: a sequence flow without an id was given a derived one"),
     ("Q905", "warning: an activity or event has no outgoing sequence flow: its token ends there (implicit end, BPMN 2.0 §13.2)"),
+    ("Q950", "note: a service task bound to Java code (camunda:class, camunda:delegateExpression, camunda:expression) runs as a pull task; the note names its topic"),
 ];
 
 /// A generic "what to change" line for diagnostics raised where no specific advice exists

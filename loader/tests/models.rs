@@ -598,10 +598,233 @@ fn q114_service_task_without_kind() {
 }
 
 #[test]
-fn q114_camunda_java_class() {
+fn q114_java_binding_no_topic_can_be_derived_from() {
+    for binding in [
+        r#"camunda:expression="${a ? b : c}""#,
+        r#"camunda:expression="${orders[0].charge()}""#,
+        r#"camunda:delegateExpression="pay-${kind}""#,
+        r#"camunda:delegateExpression="${pay(""#,
+        r#"camunda:class="com.acme.""#,
+        r#"camunda:class="com acme Pay""#,
+    ] {
+        let d = refused(
+            &around(&format!(r#"<serviceTask id="t" ¶{binding}/>"#)),
+            "Q114",
+        );
+        assert!(
+            d.message.contains("no topic can be derived"),
+            "{binding}: {}",
+            d.message
+        );
+    }
+}
+
+/// The task `t` of a loaded model.
+fn task_t(l: &Loaded) -> &Task {
+    let p = &only(l).process;
+    match &p.node(p.find("t").unwrap()).kind {
+        NodeKind::Task(t) => t,
+        other => panic!("`t` is {other:?}"),
+    }
+}
+
+#[test]
+fn java_bindings_load_as_pull_tasks_on_the_converters_topic_with_a_note() {
+    for (binding, topic, header) in [
+        (
+            r#"camunda:class="com.acme.ChargeCard""#,
+            "chargeCard",
+            ("class", "com.acme.ChargeCard"),
+        ),
+        (
+            r#"camunda:class="com.acme.URLFetcher""#,
+            "URLFetcher",
+            ("class", "com.acme.URLFetcher"),
+        ),
+        (
+            r#"camunda:class="com.acme.Outer$Inner""#,
+            "inner",
+            ("class", "com.acme.Outer$Inner"),
+        ),
+        (
+            r#"camunda:delegateExpression="${chargeCard}""#,
+            "chargeCard",
+            ("delegateExpression", "${chargeCard}"),
+        ),
+        (
+            r##"camunda:delegateExpression=" #{archiveService} ""##,
+            "archiveService",
+            ("delegateExpression", "#{archiveService}"),
+        ),
+        (
+            r#"camunda:expression="${orders.charge(execution, 'a)b')}""#,
+            "ordersCharge",
+            ("expression", "${orders.charge(execution, 'a)b')}"),
+        ),
+        (
+            r##"camunda:expression="#{environment.services.getSpotPrice}""##,
+            "environmentServicesGetSpotPrice",
+            ("expression", "#{environment.services.getSpotPrice}"),
+        ),
+    ] {
+        let l = loads(&around(&format!(r#"<serviceTask id="t" {binding}/>"#)));
+        let t = task_t(&l);
+        assert_eq!(
+            t.kind,
+            TaskKind::Pull {
+                topic: topic.into(),
+                retries: None
+            },
+            "{binding}"
+        );
+        assert_eq!(
+            t.headers,
+            [(header.0.to_owned(), header.1.to_owned())],
+            "{binding}"
+        );
+        let d = t.delegate.as_ref().expect("the binding is kept");
+        assert_eq!(
+            (d.kind.attribute(), d.text.as_str(), d.topic.as_str()),
+            (header.0, header.1, topic)
+        );
+        let notes: Vec<&Diagnostic> = l.warnings.iter().filter(|w| w.code == "Q950").collect();
+        assert_eq!(notes.len(), 1, "{binding}: {:?}", l.warnings);
+        assert_eq!(notes[0].severity, Severity::Note);
+        assert!(
+            notes[0].message.contains(&format!("`{topic}`")),
+            "{}",
+            notes[0].message
+        );
+    }
+}
+
+#[test]
+fn a_java_binding_keeps_its_fields_result_variable_and_headers_for_the_worker() {
+    let l = loads(&around(
+        r#"<serviceTask id="t" camunda:expression="${mailer.send(execution)}" camunda:resultVariable="sent">
+  <extensionElements>
+    <camunda:inputOutput><camunda:inputParameter name="to">${customer.email}</camunda:inputParameter></camunda:inputOutput>
+    <camunda:field name="subject" stringValue="Your order"/>
+    <camunda:field name="body"><camunda:expression>${order.summary}</camunda:expression></camunda:field>
+    <camunda:field name="sender"><camunda:string> shop@example.com </camunda:string></camunda:field>
+    <camunda:properties><camunda:property name="team" value="billing"/></camunda:properties>
+  </extensionElements>
+</serviceTask>"#,
+    ));
+    let t = task_t(&l);
+    assert_eq!(t.mapping_style, MappingStyle::Camunda);
+    let inputs: Vec<(&str, &str)> = t
+        .inputs
+        .iter()
+        .map(|m| (m.target.as_str(), m.source.source()))
+        .collect();
+    assert_eq!(
+        inputs,
+        [
+            ("to", "customer.email"),
+            ("subject", "\"Your order\""),
+            ("body", "order.summary"),
+            ("sender", "\"shop@example.com\""),
+        ]
+    );
+    assert_eq!(
+        t.headers,
+        [
+            (
+                "expression".to_owned(),
+                "${mailer.send(execution)}".to_owned()
+            ),
+            ("resultVariable".to_owned(), "sent".to_owned()),
+            ("team".to_owned(), "billing".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn zeebe_task_headers_reach_a_job_worker() {
+    let l = loads(&around(
+        r#"<serviceTask id="t"><extensionElements>
+  <zeebe:taskDefinition type="charge"/>
+  <zeebe:taskHeaders><zeebe:header key="method" value="card"/><zeebe:header key="empty"/></zeebe:taskHeaders>
+</extensionElements></serviceTask>"#,
+    ));
+    assert_eq!(
+        task_t(&l).headers,
+        [
+            ("method".to_owned(), "card".to_owned()),
+            ("empty".to_owned(), String::new())
+        ]
+    );
+    assert!(
+        !l.warnings.iter().any(|w| w.message.contains("taskHeaders")),
+        "{:?}",
+        l.warnings
+    );
+}
+
+#[test]
+fn delegate_mistakes_are_refused_where_they_are() {
+    // Two bindings on one task.
     refused(
-        &around(r#"<serviceTask id="t" ¶camunda:class="com.acme.Pay"/>"#),
-        "Q114",
+        &around(r#"<serviceTask id="t" ¶camunda:class="a.B" camunda:expression="${b.c}"/>"#),
+        "Q115",
+    );
+    // A field on a task no Java binding runs: nothing to inject into.
+    refused(
+        &around(
+            r#"<serviceTask id="t" camunda:type="external" camunda:topic="x"><extensionElements>¶<camunda:field name="a" stringValue="1"/></extensionElements></serviceTask>"#,
+        ),
+        "Q401",
+    );
+    // A field with two values, or none.
+    refused(
+        &around(
+            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements><camunda:field name="a" stringValue="1"><camunda:string>¶2</camunda:string></camunda:field></extensionElements></serviceTask>"#,
+        ),
+        "Q401",
+    );
+    refused(
+        &around(
+            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements>¶<camunda:field name="a"/></extensionElements></serviceTask>"#,
+        ),
+        "Q102",
+    );
+    // A field that reads an input parameter: Camunda evaluates it over the local.
+    let d = refused(
+        &around(
+            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements>
+<camunda:inputOutput><camunda:inputParameter name="amount">${total}</camunda:inputParameter></camunda:inputOutput>
+¶<camunda:field name="label" expression="${amount}"/></extensionElements></serviceTask>"#,
+        ),
+        "Q401",
+    );
+    assert!(
+        d.message.contains("reads the input parameter `amount`"),
+        "{}",
+        d.message
+    );
+    // A field beside Zeebe mappings.
+    refused(
+        &around(
+            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements>
+<zeebe:ioMapping><zeebe:input source="=total" target="amount"/></zeebe:ioMapping>
+¶<camunda:field name="label" stringValue="x"/></extensionElements></serviceTask>"#,
+        ),
+        "Q401",
+    );
+    // A header key twice (the binding is a header too).
+    refused(
+        &around(
+            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements><camunda:properties>¶<camunda:property name="class" value="x"/></camunda:properties></extensionElements></serviceTask>"#,
+        ),
+        "Q308",
+    );
+    // A field expression outside the JUEL subset is foreign code.
+    refused(
+        &around(
+            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements><camunda:field name="g"><camunda:expression>¶${bean.gender(x)}</camunda:expression></camunda:field></extensionElements></serviceTask>"#,
+        ),
+        "Q203",
     );
 }
 
@@ -2095,17 +2318,23 @@ fn activiti_and_flowable_extensions_are_read_as_camunda_and_code_stays_refused()
     for ns in ["http://activiti.org/bpmn", "http://flowable.org/bpmn"] {
         let with =
             |xml: String| xml.replace(r#"id="defs">"#, &format!(r#"xmlns:act="{ns}" id="defs">"#));
-        let d = refused(
-            &with(around(r#"<serviceTask id="t" ¶act:class="com.acme.Pay"/>"#)),
-            "Q114",
-        );
-        assert!(d.message.contains("Java"), "{ns}: {}", d.message);
-        refused(
-            &with(around(
-                r#"<serviceTask id="t" ¶act:delegateExpression="${pay}"/>"#,
-            )),
-            "Q114",
-        );
+        // A Java binding in either spelling is a pull task on the converter's topic.
+        for binding in [
+            r#"act:class="com.acme.Pay""#,
+            r#"act:delegateExpression="${pay}""#,
+        ] {
+            let l = loads(&with(around(&format!(
+                r#"<serviceTask id="t" {binding}/>"#
+            ))));
+            assert_eq!(
+                task_t(&l).kind,
+                TaskKind::Pull {
+                    topic: "pay".into(),
+                    retries: None
+                },
+                "{ns} {binding}"
+            );
+        }
         refused(
             &with(around(
                 r#"<userTask id="t"><extensionElements>¶<act:taskListener event="create" class="X"/></extensionElements></userTask>"#,

@@ -201,6 +201,57 @@ pub struct DeploymentSummary {
     /// the newest deployment of a process has them (absent when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<ScheduleSummary>,
+    /// In a deploy's answer: the pull topics its tasks are offered on, each with the
+    /// tasks and what binds them — the workers to run (absent when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub topics: Vec<TopicNeed>,
+}
+
+/// A pull topic a deployment needs a worker for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct TopicNeed {
+    pub topic: String,
+    /// The BPMN ids of the tasks offered on it, in document order.
+    pub tasks: Vec<String>,
+    /// The Camunda 7 Java bindings it serves (`camunda:class com.acme.ChargeCard`), in
+    /// document order, when it was derived from or routed for one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bindings: Vec<String>,
+}
+
+/// The pull topics of `def`, in order of first use.
+fn topic_needs(def: &qflow_core::Definition) -> Vec<TopicNeed> {
+    use qflow_loader::model::{NodeKind, TaskKind};
+    let mut needs: Vec<TopicNeed> = Vec::new();
+    for n in &def.process.nodes {
+        let NodeKind::Task(t) = &n.kind else { continue };
+        let TaskKind::Pull { topic, .. } = &t.kind else {
+            continue;
+        };
+        let i = match needs.iter().position(|x| &x.topic == topic) {
+            Some(i) => i,
+            None => {
+                needs.push(TopicNeed {
+                    topic: topic.clone(),
+                    tasks: Vec::new(),
+                    bindings: Vec::new(),
+                });
+                needs.len() - 1
+            }
+        };
+        // Inner instances of a multi-instance task are the task's own: named once.
+        let id = n.id.split(['#', '@']).next().unwrap_or(&n.id).to_owned();
+        if !needs[i].tasks.contains(&id) {
+            needs[i].tasks.push(id);
+        }
+        if let Some(d) = &t.delegate {
+            let b = format!("camunda:{} {}", d.kind.attribute(), d.text);
+            if !needs[i].bindings.contains(&b) {
+                needs[i].bindings.push(b);
+            }
+        }
+    }
+    needs
 }
 
 /// When a deployment's timer start event next starts an instance.
@@ -224,6 +275,7 @@ impl From<&DeploymentRecord> for DeploymentSummary {
             deployed_at_ms: d.deployed_at_ms,
             retired: d.retired,
             schedules: Vec::new(),
+            topics: Vec::new(),
         }
     }
 }
@@ -882,6 +934,23 @@ impl Ops {
         }
     }
 
+    /// The same operations, loading deployments under these `[delegates]` routes (an
+    /// offline tool working on a server's store gives the server's): a deployment made
+    /// under other routes is refused rather than stepped as another model.
+    pub fn with_delegates(self, routes: qflow_runtime::delegates::DelegateRoutes) -> Ops {
+        let stepper = Stepper::new(self.shared.stepper.store().clone())
+            .with_lifecycle_channel(self.shared.stepper.lifecycle_channel().map(str::to_owned))
+            .with_delegates(routes);
+        Ops {
+            shared: Arc::new(Shared {
+                stepper,
+                now_ms: self.shared.now_ms.clone(),
+                runtime: self.shared.runtime.clone(),
+            }),
+            actor: self.actor,
+        }
+    }
+
     /// Operations served by `runtime` (its store and clock), which runs the handlers of
     /// the instances they start.
     pub fn with_runtime(runtime: Arc<Runtime>, actor: impl Into<String>) -> Ops {
@@ -889,7 +958,8 @@ impl Ops {
         Ops {
             shared: Arc::new(Shared {
                 stepper: Stepper::new(runtime.store().clone())
-                    .with_lifecycle_channel(runtime.lifecycle_channel().map(str::to_owned)),
+                    .with_lifecycle_channel(runtime.lifecycle_channel().map(str::to_owned))
+                    .with_delegates(runtime.delegates().clone()),
                 now_ms: Arc::new(move || clock.now_ms()),
                 runtime: Some(runtime),
             }),
@@ -1067,7 +1137,10 @@ impl Ops {
             }
         };
         let schedules = self.store().schedules(Some(record.id)).await?;
-        Ok(DeploymentSummary::from(&record).with_schedules(&schedules))
+        let def = self.shared.stepper.definition(record.id).await?;
+        let mut summary = DeploymentSummary::from(&record).with_schedules(&schedules);
+        summary.topics = topic_needs(&def);
+        Ok(summary)
     }
 
     /// Retires a deployment: no new instance starts on it. Refused while running or

@@ -108,6 +108,10 @@ pub struct LockedTaskView {
     pub process_id: String,
     #[schema(value_type = Object)]
     pub variables: Variables,
+    /// The task's static headers: `zeebe:taskHeaders`, `camunda:properties`, and for a
+    /// task bound to Java code its binding (`class`, `delegateExpression` or
+    /// `expression`, and `resultVariable`; docs/vendor-mappings.md).
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 /// What an answer did.
@@ -393,6 +397,7 @@ fn view(t: LockedTask, request: &FetchRequest) -> LockedTaskView {
         retries: t.retries,
         process_id: t.process_id,
         variables,
+        headers: t.headers.into_iter().collect(),
     }
 }
 

@@ -24,6 +24,7 @@
 pub mod calls;
 pub mod claim;
 pub mod clock;
+pub mod delegates;
 pub mod error;
 mod handlers;
 pub mod histogram;
@@ -42,7 +43,6 @@ use std::sync::{Arc, Mutex};
 
 use qflow_core::TimerName;
 use qflow_loader::model::{Definition, Variables};
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
@@ -101,6 +101,9 @@ pub struct RuntimeConfig {
     /// running stays the size of its live and recent work. FAILED and running instances
     /// are never purged, whatever this says.
     pub retention: Option<RetentionConfig>,
+    /// `[delegates]`: where Camunda 7 Java bindings run instead of their derived pull
+    /// topics ([`delegates`]). Default none.
+    pub delegates: delegates::DelegateRoutes,
 }
 
 impl Default for RuntimeConfig {
@@ -119,6 +122,7 @@ impl Default for RuntimeConfig {
             channels: Vec::new(),
             lifecycle_channel: None,
             retention: Some(RetentionConfig::default()),
+            delegates: delegates::DelegateRoutes::new(),
         }
     }
 }
@@ -254,7 +258,7 @@ pub struct Stepper {
 impl Stepper {
     pub fn new(store: Arc<dyn Store>) -> Stepper {
         Stepper {
-            defs: Definitions::new(store.clone()),
+            defs: Definitions::new(store.clone(), delegates::DelegateRoutes::new()),
             store,
             lease_ms: RuntimeConfig::default().inflight_lease_ms,
             lifecycle: None,
@@ -265,6 +269,18 @@ impl Stepper {
     /// serving the store does when it is configured so.
     pub fn with_lifecycle_channel(mut self, channel: Option<String>) -> Stepper {
         self.lifecycle = channel;
+        self
+    }
+
+    /// The channel lifecycle events go to, if any.
+    pub fn lifecycle_channel(&self) -> Option<&str> {
+        self.lifecycle.as_deref()
+    }
+
+    /// Loads definitions under these `[delegates]` routes (a server's, so that it steps
+    /// the instances of a routed deployment as its runtime does).
+    pub fn with_delegates(mut self, routes: delegates::DelegateRoutes) -> Stepper {
+        self.defs = Definitions::new(self.store.clone(), routes);
         self
     }
 
@@ -368,14 +384,17 @@ pub(crate) struct Definitions {
     /// replica removes the entry; one through another replica is seen here only after a
     /// restart (see `docs/ARCHITECTURE.md`).
     live: Mutex<BTreeSet<DeploymentId>>,
+    /// The `[delegates]` routes definitions are loaded under.
+    routes: delegates::DelegateRoutes,
 }
 
 impl Definitions {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Definitions {
+    pub(crate) fn new(store: Arc<dyn Store>, routes: delegates::DelegateRoutes) -> Definitions {
         Definitions {
             store,
             loaded: Mutex::new(BTreeMap::new()),
             live: Mutex::new(BTreeSet::new()),
+            routes,
         }
     }
 
@@ -400,7 +419,30 @@ impl Definitions {
             .deployment(id)
             .await?
             .ok_or(Error::UnknownDeployment(id.0))?;
-        let def = Arc::new(load_process(&record.source, Some(&record.process_id))?);
+        let (def, applied) = load_process(&record.source, Some(&record.process_id), &self.routes)?;
+        if !delegates::agrees(&record.content_hash, &applied) {
+            let now: Vec<String> = applied
+                .iter()
+                .map(|(b, r)| format!("`{b}` → {r}"))
+                .collect();
+            return Err(Error::Refused {
+                what: "deployment".to_owned(),
+                why: format!(
+                    "deployment {} of `{}` was made under other [delegates] routes than this \
+                     configuration gives its Java bindings (now: {}); its instances keep the \
+                     routes they started with: restore those routes, or deploy the model \
+                     again and migrate the instances to the new deployment",
+                    id.0,
+                    record.process_id,
+                    if now.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        now.join(", ")
+                    }
+                ),
+            });
+        }
+        let def = Arc::new(def);
         self.loaded
             .lock()
             .expect("definitions lock")
@@ -428,7 +470,7 @@ async fn deploy(
     handlers: Option<&AsyncHandlers>,
     channels: Option<&[String]>,
 ) -> Result<DeploymentRecord, Error> {
-    let def = load_process(source, process_id)?;
+    let (def, applied) = load_process(source, process_id, &defs.routes)?;
     if let Some(handlers) = handlers {
         let missing: Vec<String> = def
             .process
@@ -519,11 +561,7 @@ async fn deploy(
         }
     }
     let schedules = schedules_of(&def, now_ms)?;
-    let mut hasher = Sha256::new();
-    hasher.update(def.id.as_bytes());
-    hasher.update([0u8]);
-    hasher.update(source.as_bytes());
-    let hash = hex::encode(hasher.finalize());
+    let hash = delegates::content_hash(&def.id, source, &applied);
     let record = store
         .deploy(NewDeployment {
             process_id: &def.id,
@@ -570,8 +608,19 @@ fn schedules_of(def: &Definition, now_ms: i64) -> Result<Vec<NewSchedule>, Error
 }
 
 /// Loads `source` and picks the executable process `process_id`, or the only one when
-/// `None`. A refused model becomes `Error::Refused` carrying every diagnostic.
-fn load_process(source: &str, process_id: Option<&str>) -> Result<Definition, Error> {
+/// `None`, with `routes` applied to its Java bindings (and what applied). A refused model
+/// becomes `Error::Refused` carrying every diagnostic.
+fn load_process(
+    source: &str,
+    process_id: Option<&str>,
+    routes: &delegates::DelegateRoutes,
+) -> Result<(Definition, Vec<(String, delegates::DelegateRoute)>), Error> {
+    let mut def = load_one(source, process_id)?;
+    let applied = delegates::apply(&mut def, routes);
+    Ok((def, applied))
+}
+
+fn load_one(source: &str, process_id: Option<&str>) -> Result<Definition, Error> {
     let loaded = qflow_loader::load_str(source).map_err(|diags| Error::Refused {
         what: "model".to_owned(),
         why: diags
@@ -678,7 +727,7 @@ impl Runtime {
             receivers.push(rx);
         }
         let shared = Arc::new(Shared {
-            defs: Definitions::new(store.clone()),
+            defs: Definitions::new(store.clone(), config.delegates.clone()),
             store,
             clock,
             handlers,
@@ -722,6 +771,11 @@ impl Runtime {
     /// The lifecycle channel (C10) this runtime writes events for, if any.
     pub fn lifecycle_channel(&self) -> Option<&str> {
         self.shared.config.lifecycle_channel.as_deref()
+    }
+
+    /// The `[delegates]` routes this runtime loads definitions under.
+    pub fn delegates(&self) -> &delegates::DelegateRoutes {
+        &self.shared.config.delegates
     }
 
     pub fn stats(&self) -> Arc<Stats> {

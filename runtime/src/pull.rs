@@ -182,6 +182,9 @@ pub struct LockedTask {
     pub variables: Variables,
     /// The BPMN process id of the instance's definition.
     pub process_id: String,
+    /// The task's static headers (`model::Task::headers`: `zeebe:taskHeaders`,
+    /// `camunda:properties`, a Java binding), in document order.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Runtime {
@@ -328,9 +331,11 @@ fn locked_task(row: &PullTaskRecord, claim: &Claim, worker: &str) -> Option<Lock
     if holder != worker || snap.attempt_in_progress(&row.node) != row.attempt {
         return None;
     }
+    let task = qflow_core::pull_task(def, &row.node);
     let retries = snap
         .pull_retries(&row.node)
-        .unwrap_or_else(|| qflow_core::pull_task(def, &row.node).map_or(0, |t| t.retries));
+        .unwrap_or_else(|| task.as_ref().map_or(0, |t| t.retries));
+    let headers = task.map(|t| t.task.headers.clone()).unwrap_or_default();
     // An input mapping that cannot evaluate hands the worker no variables rather than
     // failing the fetch; the worker's answer decides what happens next.
     let variables = qflow_core::pull_inputs(def, snap, &row.node).unwrap_or_default();
@@ -343,5 +348,6 @@ fn locked_task(row: &PullTaskRecord, claim: &Claim, worker: &str) -> Option<Lock
         variables,
         process_id: def.id.clone(),
         node: row.node.clone(),
+        headers,
     })
 }

@@ -19,6 +19,10 @@
 //! deployments = { "12" = "P30D" }  # by version; wins over `processes`
 //! batch = 1000                  # instances per purge transaction
 //! interval_ms = 60000           # between purge rounds
+//!
+//! [delegates]                   # Camunda 7 Java bindings (docs/vendor-mappings.md)
+//! "com.acme.ChargeCard" = { topic = "payments" }   # another pull topic
+//! "${mailer}" = { task = "send-mail" }             # a handler the host registered
 //! ```
 //!
 //! Unknown keys are refused with their position, so a misspelt limit is never silently
@@ -53,6 +57,9 @@ pub struct ServerConfig {
     /// `lifecycle_channel`: the channel (one of `channels`) that receives every
     /// instance's retry lifecycle events (C10). Default none.
     pub lifecycle_channel: Option<String>,
+    /// `[delegates]`: where Camunda 7 Java bindings run instead of their derived pull
+    /// topics, by binding text. Default none.
+    pub delegates: qflow_runtime::delegates::DelegateRoutes,
 }
 
 /// Request limits, applied to every endpoint.
@@ -87,6 +94,7 @@ impl Default for ServerConfig {
             retention: RetentionConfig::default(),
             channels: BTreeMap::new(),
             lifecycle_channel: None,
+            delegates: BTreeMap::new(),
         }
     }
 }
@@ -105,7 +113,21 @@ struct File {
     #[serde(default)]
     channels: BTreeMap<String, qflow_channels::ChannelSettings>,
     lifecycle_channel: Option<String>,
+    #[serde(default)]
+    delegates: BTreeMap<String, DelegateEntry>,
 }
+
+/// One `[delegates]` route: exactly one of its fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DelegateEntry {
+    topic: Option<String>,
+    task: Option<String>,
+}
+
+/// The longest route target (topic or handler name), in characters: the pull surface's
+/// topic bound.
+const ROUTE_NAME_CHARS_MAX: usize = 256;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -193,6 +215,40 @@ impl ServerConfig {
             }
         }
         config.lifecycle_channel = file.lifecycle_channel;
+        for (binding, entry) in file.delegates {
+            use qflow_runtime::delegates::DelegateRoute;
+            let at = format!("{origin}: delegates.{binding:?}");
+            let route = match (entry.topic, entry.task) {
+                (Some(t), None) => DelegateRoute::Topic(t),
+                (None, Some(t)) => DelegateRoute::Task(t),
+                _ => {
+                    return Err(ConfigError(format!(
+                        "{at}: give exactly one of `topic` (a pull topic) and `task` (a \
+                         registered handler)"
+                    )))
+                }
+            };
+            let (DelegateRoute::Topic(name) | DelegateRoute::Task(name)) = &route;
+            let name_ok = |n: &str| {
+                !n.trim().is_empty()
+                    && n.trim() == n
+                    && n.chars().count() <= ROUTE_NAME_CHARS_MAX
+                    && !n.chars().any(char::is_control)
+            };
+            if !name_ok(name) {
+                return Err(ConfigError(format!(
+                    "{at}: `{name}` is not a name: 1 to {ROUTE_NAME_CHARS_MAX} characters, no \
+                     control characters, no spaces around it"
+                )));
+            }
+            if binding.trim() != binding || binding.is_empty() {
+                return Err(ConfigError(format!(
+                    "{at}: write the binding as the model does, without spaces around it \
+                     (`com.acme.ChargeCard`, `${{chargeCard}}`)"
+                )));
+            }
+            config.delegates.insert(binding, route);
+        }
         if let Some(r) = file.retention {
             let field = format!("{origin}: retention");
             if let Some(d) = &r.default {
@@ -323,6 +379,44 @@ mod tests {
         }
         let e = ServerConfig::from_toml("[retention]\nkeep = \"P1D\"\n", "q.toml").unwrap_err();
         assert!(e.0.contains("unknown field `keep`"), "{e}");
+    }
+
+    #[test]
+    fn delegate_routes_name_one_target_each() {
+        use qflow_runtime::delegates::DelegateRoute;
+        let c = ServerConfig::from_toml(
+            "[delegates]\n\"com.acme.ChargeCard\" = { topic = \"payments\" }\n\"${mailer}\" = { task = \"send-mail\" }\n",
+            "q.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            c.delegates["com.acme.ChargeCard"],
+            DelegateRoute::Topic("payments".into())
+        );
+        assert_eq!(
+            c.delegates["${mailer}"],
+            DelegateRoute::Task("send-mail".into())
+        );
+        for (bad, why) in [
+            (
+                "[delegates]\n\"a.B\" = { topic = \"x\", task = \"y\" }\n",
+                "exactly one",
+            ),
+            ("[delegates]\n\"a.B\" = {}\n", "exactly one"),
+            ("[delegates]\n\"a.B\" = { topic = \"\" }\n", "is not a name"),
+            (
+                "[delegates]\n\" a.B\" = { topic = \"x\" }\n",
+                "without spaces",
+            ),
+            (
+                "[delegates]\n\"a.B\" = { channel = \"x\" }\n",
+                "unknown field `channel`",
+            ),
+        ] {
+            let e = ServerConfig::from_toml(bad, "q.toml").unwrap_err();
+            assert!(e.0.contains(why), "{bad}: {e}");
+            assert!(e.0.starts_with("q.toml"), "{e}");
+        }
     }
 
     #[test]

@@ -118,9 +118,10 @@ pub struct ActivatedJob {
     pub deadline: i64,
     #[schema(value_type = Object)]
     pub variables: serde_json::Value,
-    /// Always empty: qflow models carry no task headers.
-    #[schema(value_type = Object)]
-    pub custom_headers: serde_json::Value,
+    /// The task's static headers: `zeebe:taskHeaders`, `camunda:properties`, and for a
+    /// task bound to Java code its binding (`class`, `delegateExpression`,
+    /// `expression`, `resultVariable`), as Camunda's 7-to-8 converter writes them.
+    pub custom_headers: std::collections::BTreeMap<String, String>,
     pub tenant_id: &'static str,
 }
 
@@ -142,7 +143,7 @@ fn activated(t: LockedTaskView) -> ActivatedJob {
         retries: t.retries,
         deadline: t.lock_expires_at_ms,
         variables: serde_json::Value::Object(t.variables.into_iter().collect()),
-        custom_headers: serde_json::json!({}),
+        custom_headers: t.headers,
         tenant_id: DEFAULT_TENANT,
     }
 }

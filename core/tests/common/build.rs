@@ -111,6 +111,8 @@ pub fn registered(name: &str, retry: Option<RetryPolicy>) -> NodeKind {
         outputs: Vec::new(),
         respond: false,
         mapping_style: MappingStyle::Q,
+        headers: Vec::new(),
+        delegate: None,
     })
 }
 

@@ -33,6 +33,16 @@ pub(super) struct Extensions {
     pub(super) vendor_io: Option<VendorIo>,
     /// Where the first `q:input` / `q:output` is, if there is one.
     pub(super) q_mapping: Option<Pos>,
+    /// `camunda:field` injections that parsed, each with its position.
+    pub(super) fields: Vec<(Mapping, Pos)>,
+    /// Where the first `camunda:field` is (parsed or not).
+    pub(super) field_pos: Option<Pos>,
+    /// `zeebe:taskHeaders` and `camunda:properties` entries, in document order, each
+    /// with its position; the element of the first `zeebe:taskHeaders`.
+    pub(super) headers: Vec<(String, String, Pos)>,
+    pub(super) task_headers_pos: Option<Pos>,
+    /// The Camunda 7 Java binding the task runs by (set by the service kind).
+    pub(super) delegate: Option<Box<Delegate>>,
 }
 
 impl Extensions {
@@ -76,11 +86,60 @@ impl Extensions {
     /// A Camunda extension of a task: `camunda:inputOutput` is read as mappings; the
     /// rest is refused or ignored as `super::vendor` says.
     fn read_camunda(&mut self, pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
-        if c.local == "inputOutput" {
-            let io = pb.read_camunda_io(c);
-            self.set_vendor_io(pb, io);
-        } else {
-            camunda_child(pb, c);
+        match c.local.as_str() {
+            "inputOutput" => {
+                let io = pb.read_camunda_io(c);
+                self.set_vendor_io(pb, io);
+            }
+            "field" => {
+                self.field_pos.get_or_insert(c.pos);
+                if let Some(m) = pb.camunda_field(c) {
+                    self.fields.push((m, c.pos));
+                }
+            }
+            "properties" => {
+                for p in c
+                    .children
+                    .iter()
+                    .filter(|p| p.ns == Ns::Camunda && p.local == "property")
+                {
+                    if let (Some(name), Some(value)) = (p.value("name"), p.value("value")) {
+                        self.headers
+                            .push((name.trim().to_owned(), value.to_owned(), p.pos));
+                    }
+                }
+            }
+            _ => camunda_child(pb, c),
+        }
+    }
+
+    /// `<zeebe:taskHeaders><zeebe:header key="…" value="…"/></zeebe:taskHeaders>`: static
+    /// headers a job worker is given (a header without a key is refused).
+    pub(super) fn read_task_headers(&mut self, pb: &mut ProcessBuilder<'_, '_>, c: &Element) {
+        self.task_headers_pos.get_or_insert(c.pos);
+        for h in &c.children {
+            if h.ns != Ns::Zeebe || h.local != "header" {
+                pb.help(
+                    "Q401",
+                    h.pos,
+                    format!("<{}> inside zeebe:taskHeaders is not supported", h.local),
+                    "zeebe:taskHeaders holds zeebe:header elements",
+                );
+                continue;
+            }
+            match h.value("key").map(str::trim) {
+                Some(key) if !key.is_empty() => self.headers.push((
+                    key.to_owned(),
+                    h.value("value").unwrap_or_default().to_owned(),
+                    h.pos,
+                )),
+                _ => pb.help(
+                    "Q102",
+                    h.pos,
+                    "a zeebe:header has no key",
+                    "write <zeebe:header key=\"…\" value=\"…\"/>",
+                ),
+            }
         }
     }
 

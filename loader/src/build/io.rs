@@ -250,6 +250,157 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         Some(Mapping { target, source })
     }
 
+    /// A Camunda 7 field injection, `<camunda:field name="x" …>`, on a task bound to
+    /// Java code: read as an input parameter of the same name (a local variable the
+    /// worker is given), its value `stringValue="…"` or `<camunda:string>` (a constant)
+    /// or `expression="${…}"` or `<camunda:expression>` (JUEL in the subset). Exactly one
+    /// value; anything else is refused.
+    pub(super) fn camunda_field(&mut self, m: &Element) -> Option<Mapping> {
+        let what = "camunda:field";
+        let target = self.vendor_target(m, "name", what, Nested::Camunda)?;
+        let mut values: Vec<(bool, String, Pos)> = Vec::new();
+        for (attr, expression) in [("stringValue", false), ("expression", true)] {
+            if let Some(a) = m.attr(attr) {
+                values.push((expression, a.value.clone(), a.pos));
+            }
+        }
+        for c in &m.children {
+            match (c.ns, c.local.as_str()) {
+                (Ns::Camunda, "string") => {
+                    values.push((false, c.text.trim().to_owned(), c.text_pos))
+                }
+                (Ns::Camunda, "expression") => {
+                    values.push((true, c.text.trim().to_owned(), c.text_pos))
+                }
+                _ => {
+                    self.help(
+                        "Q401",
+                        c.pos,
+                        format!(
+                            "<{}> inside camunda:field `{target}` is not supported",
+                            c.local
+                        ),
+                        "a field holds a camunda:string or a camunda:expression",
+                    );
+                    return None;
+                }
+            }
+        }
+        let (expression, text, pos) = match values.len() {
+            1 => values.remove(0),
+            0 => {
+                self.help(
+                    "Q102",
+                    m.pos,
+                    format!("camunda:field `{target}` has no value"),
+                    "give it stringValue=\"…\", expression=\"${…}\", a <camunda:string> or a <camunda:expression>",
+                );
+                return None;
+            }
+            _ => {
+                self.help(
+                    "Q401",
+                    values[1].2,
+                    format!("camunda:field `{target}` has more than one value"),
+                    "keep one of stringValue, expression, <camunda:string>, <camunda:expression>",
+                );
+                return None;
+            }
+        };
+        let cel = if expression {
+            match crate::feel::juel_to_cel(text.trim()) {
+                Ok(cel) => cel,
+                Err(why) => {
+                    self.help(
+                        "Q203",
+                        pos,
+                        format!("{what} `{target}`: JUEL `{}`: {why}", text.trim()),
+                        "keep to one `${…}` with literals, variable paths and the JUEL subset (docs/diagnostics.md, Q203)",
+                    );
+                    return None;
+                }
+            }
+        } else {
+            cel_string(&text)
+        };
+        let source = self.mapping_expression(&cel, pos, what)?;
+        Some(Mapping { target, source })
+    }
+
+    /// Adds a delegate task's field injections to its mappings as Camunda 7 input
+    /// parameters (creating the `camunda:inputOutput` it may not have). A field of the
+    /// name of an input parameter, or whose expression reads one (a field is evaluated
+    /// over the activity's scope, a parameter over the outer one), is refused; so are
+    /// fields beside Zeebe or `q:` mappings.
+    pub(super) fn add_fields(
+        &mut self,
+        vendor: &mut Option<VendorIo>,
+        fields: Vec<(Mapping, Pos)>,
+        q_pos: Option<Pos>,
+    ) {
+        let Some(first) = fields.first().map(|f| f.1) else {
+            return;
+        };
+        if vendor
+            .as_ref()
+            .is_some_and(|io| io.style != MappingStyle::Camunda)
+            || q_pos.is_some()
+        {
+            self.help(
+                "Q401",
+                first,
+                "camunda:field beside zeebe:ioMapping or q:input / q:output is not supported",
+                "write the fields as camunda:inputParameter elements, or keep to one dialect",
+            );
+            if let Some(io) = vendor {
+                io.complete = false;
+            }
+            return;
+        }
+        let io = vendor.get_or_insert_with(|| VendorIo {
+            style: MappingStyle::Camunda,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            pos: first,
+            complete: true,
+        });
+        let parameters = io.inputs.len();
+        for (field, pos) in fields {
+            let clash = io.inputs[..parameters]
+                .iter()
+                .find(|p| p.target == field.target || field.source.reads_variable(&p.target))
+                .map(|p| (p.target.clone(), p.target == field.target));
+            let twice = io.inputs[parameters..]
+                .iter()
+                .any(|p| p.target == field.target);
+            if let Some((parameter, same)) = clash {
+                let how = if same { "has the name of" } else { "reads" };
+                self.help(
+                    "Q401",
+                    pos,
+                    format!(
+                        "camunda:field `{}` {how} the input parameter `{}`: Camunda 7 \
+                         evaluates a field over the activity's locals and a parameter over \
+                         the outer scope",
+                        field.target, parameter
+                    ),
+                    "rename the field, or read the value the parameter reads",
+                );
+                io.complete = false;
+            } else if twice {
+                self.help(
+                    "Q308",
+                    pos,
+                    format!("camunda:field `{}` appears twice", field.target),
+                    "keep one field of each name",
+                );
+                io.complete = false;
+            } else {
+                io.inputs.push(field);
+            }
+        }
+    }
+
     /// The variable a vendor mapping writes: a plain name (Q208 otherwise), or for a
     /// Zeebe output a nested path such as `order.total`, which creates or updates that
     /// property and keeps the rest of the variable (Zeebe's one meaning across versions).

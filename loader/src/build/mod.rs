@@ -717,6 +717,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             outputs: Vec::new(),
             respond: false,
             mapping_style: MappingStyle::Q,
+            headers: Vec::new(),
+            delegate: None,
         })
     }
 

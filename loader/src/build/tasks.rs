@@ -12,7 +12,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     pub(super) fn task(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
         let mut ext = Extensions::read(self, el);
         let kind = match el.local.as_str() {
-            "serviceTask" => self.service_kind(el, &ext)?,
+            "serviceTask" => self.service_kind(el, &mut ext)?,
             "scriptTask" => self.script_kind(el, &mut ext)?,
             other => {
                 for a in ["task", "channel", "topic"] {
@@ -58,6 +58,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 "move the script to a scriptTask",
             );
         }
+        let headers = self.task_headers(el, &kind, &mut ext);
         let retry = ext.retry.and_then(|(policy, pos)| {
             let allowed = match &kind {
                 TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Call(_) => true,
@@ -127,6 +128,19 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 ext.vendor_io = None;
             }
         }
+        match (&ext.delegate, ext.field_pos) {
+            (Some(_), _) => {
+                let fields = std::mem::take(&mut ext.fields);
+                self.add_fields(&mut ext.vendor_io, fields, ext.q_mapping);
+            }
+            (None, Some(pos)) => self.help(
+                "Q401",
+                pos,
+                "camunda:field is not supported here: a field injects a value into a Java delegate, and this task is not bound to one",
+                "map the value with camunda:inputParameter (or q:input)",
+            ),
+            (None, None) => {}
+        }
         let (inputs, outputs, mapping_style) = self.task_mappings(
             (ext.inputs, ext.outputs),
             ext.vendor_io.take(),
@@ -140,7 +154,58 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             outputs,
             respond,
             mapping_style,
+            headers,
+            delegate: ext.delegate,
         }))
+    }
+
+    /// The headers a pull task's worker is given: the Java binding and Camunda's
+    /// `resultVariable`, then `zeebe:taskHeaders` and `camunda:properties` as written,
+    /// each key once (Q308 on a second). On any other kind
+    /// `zeebe:taskHeaders` has no reader and is ignored with a warning, as before.
+    fn task_headers(
+        &mut self,
+        el: &Element,
+        kind: &TaskKind,
+        ext: &mut Extensions,
+    ) -> Vec<(String, String)> {
+        if !matches!(kind, TaskKind::Pull { .. }) {
+            if let Some(pos) = ext.task_headers_pos {
+                self.diags.push(crate::diag::Diagnostic::warning(
+                    "Q902",
+                    pos,
+                    "zeebe:taskHeaders is ignored",
+                ));
+            }
+            return Vec::new();
+        }
+        let mut all = Vec::new();
+        if let Some(d) = &ext.delegate {
+            let (k, v) = d.header();
+            all.push((k, v, d.pos));
+            if let Some(a) = el.attr_ns(Ns::Camunda, "resultVariable") {
+                all.push((
+                    "resultVariable".to_owned(),
+                    a.value.trim().to_owned(),
+                    a.pos,
+                ));
+            }
+        }
+        all.append(&mut ext.headers);
+        let mut headers: Vec<(String, String)> = Vec::with_capacity(all.len());
+        for (key, value, pos) in all {
+            if headers.iter().any(|(k, _)| *k == key) {
+                self.help(
+                    "Q308",
+                    pos,
+                    format!("the task header `{key}` is given twice"),
+                    "give each header key once (the Java binding and resultVariable are headers too)",
+                );
+                continue;
+            }
+            headers.push((key, value));
+        }
+        headers
     }
 
     /// A script task runs when its script is CEL (`q:script`, or `zeebe:script` in the
@@ -180,7 +245,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
     }
 
-    fn service_kind(&mut self, el: &'a Element, ext: &Extensions) -> Option<TaskKind> {
+    fn service_kind(&mut self, el: &'a Element, ext: &mut Extensions) -> Option<TaskKind> {
         let mut found: Vec<(TaskKind, Pos, &str)> = Vec::new();
         // Whether the author named a way to run at all (even a malformed one): if so,
         // that error is the one to show, not "does not say how it runs".
@@ -254,17 +319,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     .iter()
                     .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (a, x.pos)));
                 match code_ref {
-                    Some((a, pos)) => self.help(
-                        "Q114",
-                        pos,
-                        format!("camunda:{a} names Java code that qflow cannot run"),
-                        "add q:task=\"<handler name>\" and register a handler for it",
-                    ),
+                    Some((a, pos)) => return self.delegate_kind(el, a, pos, ext),
                     None => self.help(
                         "Q114",
                         el.pos,
                         "the serviceTask does not say how it runs",
-                        "add q:task=\"<handler name>\" (registered handler), q:channel=\"<channel>\" (request/response) or q:topic=\"<topic>\" (external workers)",
+                        "say it one of three ways: q:task=\"<handler name>\" (a registered handler), q:channel=\"<channel>\" (a request through the outbox), or q:topic=\"<topic>\" (external workers; also camunda:type=\"external\" camunda:topic=\"…\" or <zeebe:taskDefinition type=\"…\"/>)",
                     ),
                 }
                 None
@@ -279,6 +339,75 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                         names.join(", ")
                     ),
                     "keep exactly one of q:task, q:channel, q:topic",
+                );
+                None
+            }
+        }
+    }
+
+    /// A service task bound to Java code (`camunda:class`, `camunda:delegateExpression`,
+    /// `camunda:expression`): qflow runs no Java, so it is a pull task whose topic is
+    /// derived from the binding (`model::delegate_topic`, the rule of Camunda's 7-to-8
+    /// converter), with the binding kept on the task for its worker and for routes. A
+    /// binding no topic can be derived from is refused (Q114) with the reason.
+    fn delegate_kind(
+        &mut self,
+        el: &Element,
+        attr: &str,
+        pos: Pos,
+        ext: &mut Extensions,
+    ) -> Option<TaskKind> {
+        let kind = match attr {
+            "class" => DelegateKind::Class,
+            "delegateExpression" => DelegateKind::DelegateExpression,
+            _ => DelegateKind::Expression,
+        };
+        let text = el
+            .attr_ns(Ns::Camunda, attr)
+            .map(|a| a.value.trim().to_owned())?;
+        let others: Vec<&str> = ["class", "delegateExpression", "expression"]
+            .into_iter()
+            .filter(|a| *a != attr && el.attr_ns(Ns::Camunda, a).is_some())
+            .collect();
+        if !others.is_empty() {
+            self.help(
+                "Q115",
+                pos,
+                format!(
+                    "the serviceTask binds camunda:{attr} and camunda:{}",
+                    others.join(", camunda:")
+                ),
+                "keep one Java binding",
+            );
+            return None;
+        }
+        match delegate_topic(kind, &text) {
+            Ok(topic) => {
+                self.diags.push(
+                    crate::diag::Diagnostic::note(
+                        "Q950",
+                        pos,
+                        format!("camunda:{attr} {text} runs as pull topic `{topic}`"),
+                    )
+                    .with_help("serve the topic with an external-task worker, or route the binding in qflow.toml [delegates] (docs/vendor-mappings.md)"),
+                );
+                ext.delegate = Some(Box::new(Delegate {
+                    kind,
+                    text,
+                    topic: topic.clone(),
+                    pos,
+                }));
+                Some(TaskKind::Pull {
+                    topic,
+                    retries: None,
+                })
+            }
+            Err(why) => {
+                self.help(
+                    "Q114",
+                    pos,
+                    format!("camunda:{attr} names Java code, and no topic can be derived from it: {why}"),
+                    "add q:topic=\"<topic>\" for the worker that does this work, or q:task=\"<handler>\"",
                 );
                 None
             }

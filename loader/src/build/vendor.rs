@@ -199,6 +199,9 @@ impl Extensions {
         if c.local == "script" {
             return self.read_script(pb, c, true);
         }
+        if c.local == "taskHeaders" {
+            return self.read_task_headers(pb, c);
+        }
         if c.local == "ioMapping" {
             let io = pb.read_zeebe_io(c);
             return self.set_vendor_io(pb, io);
