@@ -1,16 +1,23 @@
 //! Camunda 7 compatibility for external workers (SPEC P2): the external-task endpoints
 //! of Camunda 7's REST API under `/engine-rest`, with its request and response shapes —
 //! typed variables `{value, type}`, error bodies `{type, message}`, `204 No Content` for
-//! answers — so that an existing worker (the official `camunda-external-task-client-js`)
-//! runs against qflow unmodified but for its bearer token.
+//! answers — so that existing workers (the official `camunda-external-task-client-js`,
+//! the PyPI `camunda-external-task-client-python3`) run against qflow unmodified but for
+//! their bearer token.
 //!
 //! Every route calls the same `qflow_ops::pull` operation as the native API; only the
-//! shapes differ here. What Camunda offers and qflow does not (priorities, tenants,
-//! filters by business key or definition, Java-serialized objects, file variables) is
-//! refused with a 400 that names it, never silently ignored, except `usePriority`,
-//! `localVariables`, `deserializeValues` and `includeExtensionProperties`, which change
-//! nothing a worker relies on. These routes are not in the OpenAPI document (they are
-//! Camunda's API, documented by Camunda); `docs/workers.md` lists every difference.
+//! shapes differ here. Each request body is read as the Camunda 7.24 DTO it is
+//! (`FetchExternalTasksDto` with its topics and sorting, `CompleteExternalTaskDto`,
+//! `ExternalTaskFailureDto`, `ExternalTaskBpmnError`, `ExtendLockOnExternalTaskDto`):
+//! a field that DTO lacks is refused (Camunda would drop it silently). Of the fields it
+//! has, a value that asks for nothing beyond what qflow does — null, empty, Camunda's
+//! default, or what qflow does anyway (`withoutTenantId: true`, `sorting` by `createTime`
+//! ascending, `usePriority`) — is accepted; one that asks for what qflow lacks
+//! (priorities, tenants, filters by business key, definition or variable values, local
+//! variables alone, variables on a failure) is refused with a 400 that names the field
+//! and says what qflow does instead, never silently ignored; a refused request changes
+//! nothing. These routes are not in the OpenAPI document (they are Camunda's API,
+//! documented by Camunda); `docs/workers.md` lists every field and every difference.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -115,15 +122,30 @@ fn authorized(caller: std::result::Result<Caller<WorkerScope>, Problem>) -> Resu
     caller.map(|_| ()).map_err(CamundaError::from_problem)
 }
 
-/// A JSON body; an empty one reads as `{}` (Camunda's unlock sends none).
+/// A JSON body; an empty one reads as `{}` (Camunda's unlock sends none). A refusal
+/// names the field at fault, an unknown one too.
 fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
         bytes
     };
-    serde_json::from_slice(bytes)
-        .map_err(|e| CamundaError::invalid(format!("the request body is not valid: {e}")))
+    let invalid = |at: String, e: &serde_json::Error| {
+        CamundaError::invalid(format!("the request body is not valid{at}: {e}"))
+    };
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        // The path names the field (`topics[0].fooBar`); `.` is the body itself.
+        let path = e.path().to_string();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!(" at `{path}`")
+        };
+        invalid(at, e.inner())
+    })?;
+    de.end().map_err(|e| invalid(String::new(), &e))?;
+    Ok(value)
 }
 
 fn no_content() -> Response {
@@ -221,73 +243,184 @@ pub fn typed(vars: Variables) -> Map<String, Value> {
 
 // ----- fetch and lock -------------------------------------------------------------------
 
+/// Camunda's `FetchExternalTasksDto` (and `asyncResponseTimeout`, which its REST layer
+/// adds): every field Camunda 7.24 reads, and no other.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FetchBody {
     worker_id: String,
     max_tasks: i64,
-    #[serde(default)]
     async_response_timeout: Option<i64>,
-    #[serde(default)]
-    topics: Vec<TopicBody>,
-    #[serde(default)]
-    sorting: Option<Value>,
-    // Accepted and ignored: qflow has no priorities.
-    #[serde(default, rename = "usePriority")]
-    _use_priority: Option<Value>,
+    topics: Option<Vec<TopicBody>>,
+    sorting: Option<Vec<SortingBody>>,
+    /// Either way: qflow has no priorities, every task has priority 0, so ordering by
+    /// priority first changes nothing.
+    #[serde(rename = "usePriority")]
+    _use_priority: Option<bool>,
+    /// Camunda reads this per topic only and ignores it here; so does qflow.
+    #[serde(rename = "includeExtensionProperties")]
+    _include_extension_properties: Option<bool>,
 }
 
+/// Camunda's `FetchExternalTaskTopicDto`: every field, each judged by `check_topic`.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TopicBody {
     topic_name: String,
     lock_duration: i64,
-    #[serde(default)]
     variables: Option<Vec<String>>,
-    #[serde(flatten)]
-    rest: Map<String, Value>,
+    business_key: Option<String>,
+    process_definition_id: Option<String>,
+    process_definition_id_in: Option<Vec<String>>,
+    process_definition_key: Option<String>,
+    process_definition_key_in: Option<Vec<String>>,
+    process_definition_version_tag: Option<String>,
+    process_variables: Option<Map<String, Value>>,
+    tenant_id_in: Option<Vec<String>>,
+    /// Either way: qflow has no tenants, so every task is without one.
+    #[serde(rename = "withoutTenantId")]
+    _without_tenant_id: Option<bool>,
+    local_variables: Option<bool>,
+    /// Either way: qflow's values are JSON, with no serialized objects to deserialize.
+    #[serde(rename = "deserializeValues")]
+    _deserialize_values: Option<bool>,
+    include_extension_properties: Option<bool>,
 }
 
-/// Topic filters qflow cannot apply; given (and not null), the fetch is refused.
-const UNSUPPORTED_FILTERS: &[&str] = &[
-    "businessKey",
-    "processDefinitionId",
-    "processDefinitionIdIn",
-    "processDefinitionKey",
-    "processDefinitionKeyIn",
-    "processDefinitionVersionTag",
-    "processVariables",
-    "tenantIdIn",
-    "withoutTenantId",
-];
+/// Camunda's `SortingDto` as fetch-and-lock reads it (it ignores `parameters`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SortingBody {
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+    #[serde(rename = "parameters")]
+    _parameters: Option<Value>,
+}
 
-/// Topic options that change nothing qflow hands out.
-const IGNORED_OPTIONS: &[&str] = &[
-    "localVariables",
-    "deserializeValues",
-    "includeExtensionProperties",
-];
+/// Camunda refuses a longer long poll with a 400; so does qflow (it caps shorter ones
+/// at its own request time limit).
+const ASYNC_RESPONSE_TIMEOUT_MS_MAX: i64 = 1_800_000;
 
-fn check_topic(t: &TopicBody) -> Result<()> {
-    for (key, value) in &t.rest {
-        if value.is_null() || IGNORED_OPTIONS.contains(&key.as_str()) {
-            continue;
+/// A field whose value asks for what qflow does not do.
+fn unsupported(field: &str, value: &impl Serialize, instead: &str) -> CamundaError {
+    let value = serde_json::to_string(value).unwrap_or_default();
+    CamundaError::invalid(format!("`{field}` {value} is not supported: {instead}"))
+}
+
+/// The order qflow offers tasks in is Camunda's `createTime` ascending: oldest offer
+/// first. An empty or absent `sorting` asks for no order at all, which that is too.
+fn check_sorting(sorting: &[SortingBody]) -> Result<()> {
+    for (i, s) in sorting.iter().enumerate() {
+        if s.sort_by.as_deref() != Some("createTime") {
+            // Camunda refuses these too ("Cannot set query sortBy parameter to value …").
+            return Err(CamundaError::invalid(format!(
+                "`sorting[{i}].sortBy` {}: Camunda sorts fetches by `createTime` only",
+                serde_json::to_string(&s.sort_by).unwrap_or_default()
+            )));
         }
-        let why = if UNSUPPORTED_FILTERS.contains(&key.as_str()) {
-            "qflow does not filter fetches by it"
-        } else {
-            "not a fetchAndLock topic field"
-        };
-        return Err(CamundaError::invalid(format!(
-            "topic `{}`: `{key}`: {why}",
-            t.topic_name
-        )));
+        match s.sort_order.as_deref() {
+            Some("asc") => {}
+            Some("desc") => {
+                return Err(unsupported(
+                    &format!("sorting[{i}].sortOrder"),
+                    &s.sort_order,
+                    "qflow offers tasks oldest offer first (`createTime` `asc`) and in no \
+                     other order",
+                ))
+            }
+            _ => {
+                return Err(CamundaError::invalid(format!(
+                    "`sorting[{i}].sortOrder` {}: give `asc` or `desc`, as Camunda requires",
+                    serde_json::to_string(&s.sort_order).unwrap_or_default()
+                )))
+            }
+        }
     }
     Ok(())
 }
 
-/// Camunda's `LockedExternalTaskDto`.
-fn locked_dto(t: LockedTaskView) -> Value {
+/// Refuses a topic whose filters or options ask for what qflow does not do; null,
+/// empty (`""` for `businessKey`, `[]`, `{}`: no filter in Camunda) and defaults pass.
+fn check_topic(t: &TopicBody) -> Result<()> {
+    let refuse = |field: &str, value: Value, instead: &str| {
+        let e = unsupported(field, &value, instead);
+        CamundaError::invalid(format!("topic `{}`: {}", t.topic_name, e.message))
+    };
+    let no_filter = "qflow does not filter fetches by it; send null or leave it out";
+    let some_list = |v: &Option<Vec<String>>| v.as_ref().is_some_and(|v| !v.is_empty());
+    if let Some(key) = t.business_key.as_ref().filter(|k| !k.is_empty()) {
+        return Err(refuse("businessKey", json!(key), no_filter));
+    }
+    if let Some(id) = &t.process_definition_id {
+        return Err(refuse("processDefinitionId", json!(id), no_filter));
+    }
+    if some_list(&t.process_definition_id_in) {
+        return Err(refuse(
+            "processDefinitionIdIn",
+            json!(t.process_definition_id_in),
+            no_filter,
+        ));
+    }
+    if let Some(key) = &t.process_definition_key {
+        return Err(refuse("processDefinitionKey", json!(key), no_filter));
+    }
+    if some_list(&t.process_definition_key_in) {
+        return Err(refuse(
+            "processDefinitionKeyIn",
+            json!(t.process_definition_key_in),
+            no_filter,
+        ));
+    }
+    if let Some(tag) = &t.process_definition_version_tag {
+        return Err(refuse(
+            "processDefinitionVersionTag",
+            json!(tag),
+            "qflow deployments have no version tags; send null or leave it out",
+        ));
+    }
+    if let Some(vars) = t.process_variables.as_ref().filter(|m| !m.is_empty()) {
+        return Err(refuse(
+            "processVariables",
+            json!(vars),
+            "qflow does not filter fetches by variable values; send {} or null",
+        ));
+    }
+    if some_list(&t.tenant_id_in) {
+        return Err(refuse(
+            "tenantIdIn",
+            json!(t.tenant_id_in),
+            "qflow has no tenants: every task is without one (`withoutTenantId` is \
+             accepted); send [] or null",
+        ));
+    }
+    if t.local_variables == Some(true) {
+        return Err(refuse(
+            "localVariables",
+            json!(true),
+            "qflow hands out a task's inputs (the instance's variables, with a \
+             `camunda:inputOutput` task's input parameters over them), not its local \
+             variables alone; send false or leave it out",
+        ));
+    }
+    Ok(())
+}
+
+/// The extension properties (`camunda:properties`) of a locked task's activity, which
+/// Camunda hands out when its topic asks (`includeExtensionProperties: true`). qflow's
+/// model does not carry them yet, so they are empty: this is where the loader's task
+/// properties are to be read once it has them.
+fn extension_properties(_task: &LockedTaskView) -> Map<String, Value> {
+    Map::new()
+}
+
+/// Camunda's `LockedExternalTaskDto`. `extensionProperties` is `{}` unless the task's
+/// topic asked for them, as in Camunda.
+fn locked_dto(t: LockedTaskView, include_extension_properties: bool) -> Value {
+    let extension_properties = if include_extension_properties {
+        extension_properties(&t)
+    } else {
+        Map::new()
+    };
     json!({
         "activityId": t.node,
         "activityInstanceId": format!("{}:{}", t.node, t.instance),
@@ -308,7 +441,7 @@ fn locked_dto(t: LockedTaskView) -> Value {
         "variables": typed(t.variables),
         "priority": 0,
         "businessKey": null,
-        "extensionProperties": {},
+        "extensionProperties": extension_properties,
     })
 }
 
@@ -319,27 +452,39 @@ async fn fetch_and_lock(
 ) -> Result<Response> {
     authorized(caller)?;
     let b: FetchBody = body(&bytes)?;
-    if b.sorting.as_ref().is_some_and(|s| !s.is_null()) {
-        return Err(CamundaError::invalid(
-            "`sorting`: qflow hands out the oldest offered tasks first and takes no sorting",
-        ));
-    }
-    for t in &b.topics {
+    check_sorting(b.sorting.as_deref().unwrap_or_default())?;
+    let topics = b.topics.unwrap_or_default();
+    for t in &topics {
         check_topic(t)?;
     }
-    // A long poll ends a second before the server's own time limit would answer it.
+    if let Some(t) = b
+        .async_response_timeout
+        .filter(|t| *t > ASYNC_RESPONSE_TIMEOUT_MS_MAX)
+    {
+        return Err(CamundaError::invalid(format!(
+            "`asyncResponseTimeout` {t} is greater than {ASYNC_RESPONSE_TIMEOUT_MS_MAX} ms, \
+             Camunda's limit"
+        )));
+    }
+    // A long poll ends a second before the server's own time limit would answer it; a
+    // negative timeout answers at once, as in Camunda.
     let limit = state.request_timeout_ms.saturating_sub(1_000) as i64;
     let wait_ms = b.async_response_timeout.unwrap_or(0).clamp(0, limit.max(0));
-    if b.async_response_timeout.is_some_and(|t| t < 0) {
-        return Err(CamundaError::invalid(
-            "`asyncResponseTimeout` must not be negative",
-        ));
+    // A topic named twice is fetched as its first entry says (`qflow_ops::pull`).
+    let mut with_properties: Vec<(String, bool)> = Vec::with_capacity(topics.len());
+    for t in &topics {
+        if !with_properties
+            .iter()
+            .any(|(name, _)| name == &t.topic_name)
+        {
+            let asked = t.include_extension_properties == Some(true);
+            with_properties.push((t.topic_name.clone(), asked));
+        }
     }
     let request = FetchRequest {
         worker: b.worker_id,
         max_tasks: b.max_tasks,
-        topics: b
-            .topics
+        topics: topics
             .into_iter()
             .map(|t| FetchTopic {
                 name: t.topic_name,
@@ -354,7 +499,15 @@ async fn fetch_and_lock(
         .fetch_and_lock(request)
         .await
         .map_err(CamundaError::from_ops)?;
-    let dtos: Vec<Value> = locked.into_iter().map(locked_dto).collect();
+    let dtos: Vec<Value> = locked
+        .into_iter()
+        .map(|t| {
+            let asked = with_properties
+                .iter()
+                .any(|(name, asked)| *asked && name == &t.topic);
+            locked_dto(t, asked)
+        })
+        .collect();
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -365,8 +518,9 @@ async fn fetch_and_lock(
 
 // ----- answers ---------------------------------------------------------------------------
 
+/// Camunda's `CompleteExternalTaskDto`.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CompleteBody {
     worker_id: String,
     #[serde(default)]
@@ -394,8 +548,9 @@ async fn complete(
     Ok(no_content())
 }
 
+/// Camunda's `ExternalTaskFailureDto`.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FailureBody {
     worker_id: String,
     #[serde(default)]
@@ -405,6 +560,28 @@ struct FailureBody {
     retries: Option<i64>,
     #[serde(default)]
     retry_timeout: Option<i64>,
+    #[serde(default)]
+    variables: Option<Map<String, Value>>,
+    #[serde(default)]
+    local_variables: Option<Map<String, Value>>,
+}
+
+/// Variables on a failure: none (null or `{}`) is all qflow takes.
+fn check_failure_variables(b: &FailureBody) -> Result<()> {
+    for (field, vars) in [
+        ("variables", &b.variables),
+        ("localVariables", &b.local_variables),
+    ] {
+        if let Some(vars) = vars.as_ref().filter(|v| !v.is_empty()) {
+            return Err(unsupported(
+                field,
+                &vars.keys().collect::<Vec<_>>(),
+                "qflow sets no variables when an attempt fails; send {} or null, or \
+                 complete or throw a BPMN error with them",
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn failure(
@@ -415,6 +592,7 @@ async fn failure(
 ) -> Result<Response> {
     authorized(caller)?;
     let b: FailureBody = body(&bytes)?;
+    check_failure_variables(&b)?;
     let Some(retries) = b.retries else {
         return Err(CamundaError::invalid(
             "`retries` is required: the attempts the task has left (0 ends it with an incident)",
@@ -443,8 +621,9 @@ async fn failure(
     Ok(no_content())
 }
 
+/// Camunda's `ExternalTaskBpmnError`.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct BpmnErrorBody {
     worker_id: String,
     error_code: String,
@@ -477,8 +656,9 @@ async fn bpmn_error(
     Ok(no_content())
 }
 
+/// Camunda's `ExtendLockOnExternalTaskDto`.
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ExtendLockBody {
     worker_id: String,
     new_duration: i64,

@@ -660,6 +660,261 @@ async fn the_camunda_7_endpoints_speak_camundas_shapes() {
     assert_eq!(r.body["type"], "AuthorizationException");
 }
 
+/// The fetch body `camunda-external-task-client-python3` 4.5.0 sends with its default
+/// configuration (`ExternalTaskClient.default_config`: one task, 5 min locks, a 30 s long
+/// poll, extension properties and deserialized values asked for, an empty variable
+/// filter, no selection, no sorting), captured from `scripts/camunda-python-worker` with
+/// `QFLOW_PY_CAPTURE` — only the topic names are this file's model's.
+fn python_client_fetch() -> Value {
+    let topic = |name: &str| {
+        json!({"topicName": name, "lockDuration": 300000, "processVariables": {},
+               "includeExtensionProperties": true, "deserializeValues": true,
+               "variables": null})
+    };
+    json!({"workerId": "camunda-py-worker", "maxTasks": 1,
+           "topics": [topic("payments"), topic("refunds")],
+           "asyncResponseTimeout": 30000, "usePriority": false, "sorting": null})
+}
+
+const C7_FETCH: &str = "/engine-rest/external-task/fetchAndLock";
+
+/// One Camunda 7 fetch expecting exactly one task, which it returns.
+async fn c7_lock(w: &World, body: Value) -> Value {
+    let r = w.post(C7_FETCH, body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let tasks = r.body.as_array().expect("a list");
+    assert_eq!(tasks.len(), 1, "{}", r.text);
+    tasks[0].clone()
+}
+
+/// A Camunda 7 refusal: 400 `InvalidRequestException` whose message has `needle`.
+fn c7_refused(r: &Reply, needle: &str) {
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.body["type"], "InvalidRequestException", "{}", r.text);
+    let message = r.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains(needle), "`{needle}` not in: {}", r.text);
+}
+
+/// The Python client's own bodies, as it sends them, complete a task with typed and
+/// untyped variables and local variables.
+#[tokio::test]
+async fn the_python_clients_fetch_and_complete_bodies_are_accepted() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = c7_lock(&w, python_client_fetch()).await;
+    assert_eq!(task["topicName"], "payments");
+    assert_eq!(task["workerId"], "camunda-py-worker");
+    assert_eq!(task["retries"], 3);
+    assert_eq!(task["extensionProperties"], json!({}), "asked for: present");
+    assert_eq!(task["variables"]["amount"]["value"], 42);
+    assert_eq!(task["lockExpirationTime"], "2023-11-14T22:18:20.000+0000");
+    let r = w
+        .post(
+            &format!(
+                "/engine-rest/external-task/{}/complete",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"workerId": "camunda-py-worker",
+                   "variables": {"receipt": {"value": "r-py"}, "charged": {"value": 42},
+                                 "details": {"value": {"by": "python", "items": [1, 2]}}},
+                   "localVariables": {"note": {"value": "local"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+    let vars = &view["snapshot"]["variables"];
+    assert_eq!(vars["receipt"], "r-py");
+    assert_eq!(vars["charged"], 42);
+    assert_eq!(vars["details"], json!({"by": "python", "items": [1, 2]}));
+    assert_eq!(vars["note"], "local");
+}
+
+/// The Python client's failure body (retries counted down from the task's, a retry
+/// timeout, details) parks the task; its BPMN error body routes the next attempt to
+/// the boundary.
+#[tokio::test]
+async fn the_python_clients_failure_and_bpmn_error_bodies_are_accepted() {
+    let w = world().await;
+    let id = w.start().await;
+    let task = c7_lock(&w, python_client_fetch()).await;
+    let r = w
+        .post(
+            &format!(
+                "/engine-rest/external-task/{}/failure",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"workerId": "camunda-py-worker", "errorMessage": "gateway down",
+                   "retries": 2, "retryTimeout": 500, "errorDetails": "503 from upstream"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    w.advance(500, 1).await;
+    let task = c7_lock(&w, python_client_fetch()).await;
+    assert_eq!(task["retries"], 2, "{task}");
+    let r = w
+        .post(
+            &format!(
+                "/engine-rest/external-task/{}/bpmnError",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"workerId": "camunda-py-worker", "errorCode": "DECLINED",
+                   "errorMessage": "card declined",
+                   "variables": {"reason": {"value": "card limit"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+    assert_eq!(view["snapshot"]["variables"]["reason"], "card limit");
+    let h = w.history(&id).await;
+    let outcomes: Vec<&str> = h.iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["failed", "bpmn_error"], "{h:?}");
+    assert_eq!(h[0]["message"], "gateway down\n503 from upstream");
+}
+
+/// Every field of Camunda's fetch DTOs, at a value that asks for nothing beyond what
+/// qflow does, is accepted: null, empty lists and maps, `""` for `businessKey` (no
+/// filter in Camunda), the defaults, `withoutTenantId: true` (qflow has no tenants),
+/// `sorting` by `createTime` ascending (qflow's order: the older offer is locked first),
+/// a negative long poll (answered at once). A failure's empty variables too.
+#[tokio::test]
+async fn camunda_fields_asking_for_nothing_qflow_lacks_are_accepted() {
+    let w = world().await;
+    let first = w.start().await;
+    w.clock.advance_ms(10);
+    let second = w.start().await;
+    let body = json!({
+        "workerId": "c7", "maxTasks": 1, "usePriority": true,
+        "includeExtensionProperties": true, "asyncResponseTimeout": -5,
+        "sorting": [{"sortBy": "createTime", "sortOrder": "asc", "parameters": null}],
+        "topics": [{
+            "topicName": "payments", "lockDuration": 10000, "variables": ["amount"],
+            "businessKey": "", "processDefinitionId": null, "processDefinitionIdIn": [],
+            "processDefinitionKey": null, "processDefinitionKeyIn": [],
+            "processDefinitionVersionTag": null, "processVariables": {},
+            "tenantIdIn": [], "withoutTenantId": true, "localVariables": false,
+            "deserializeValues": false, "includeExtensionProperties": false}]});
+    let task = c7_lock(&w, body.clone()).await;
+    assert_eq!(
+        task["processInstanceId"],
+        json!(first),
+        "oldest offer first"
+    );
+    assert_eq!(
+        task["variables"],
+        json!({"amount": {"value": 42, "type": "Integer", "valueInfo": {}}})
+    );
+    assert_eq!(task["extensionProperties"], json!({}));
+    let later = c7_lock(&w, body).await;
+    assert_eq!(later["processInstanceId"], json!(second));
+    let r = w
+        .post(
+            &format!(
+                "/engine-rest/external-task/{}/failure",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"workerId": "c7", "retries": 1, "retryTimeout": null,
+                   "variables": {}, "localVariables": null, "errorMessage": null}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    assert_eq!(w.history(&first).await[0]["outcome"], "failed");
+}
+
+/// A field whose value asks for what qflow does not do — a filter, a tenant, local
+/// variables alone, another order, variables on a failure — and a field Camunda's DTO
+/// does not have are refused with a 400 naming the field; nothing changes: the task is
+/// still offered to the next fetch, the instance's fence and history as they were.
+#[tokio::test]
+async fn camunda_fields_asking_for_what_qflow_lacks_are_refused_naming_them() {
+    let w = world().await;
+    let id = w.start().await;
+    let fence = w.fence(&id).await;
+    let fetch = |extra: Value| {
+        let mut topic = json!({"topicName": "payments", "lockDuration": 10000});
+        let mut body = json!({"workerId": "c7", "maxTasks": 1});
+        for (k, v) in extra.as_object().unwrap() {
+            match k.strip_prefix("topic.") {
+                Some(k) => topic[k] = v.clone(),
+                None => body[k] = v.clone(),
+            }
+        }
+        body["topics"] = json!([topic]);
+        body
+    };
+    let cases = [
+        (json!({"topic.businessKey": "order-7"}), "`businessKey` \"order-7\" is not supported"),
+        (json!({"topic.processDefinitionId": "checkout:1"}), "`processDefinitionId`"),
+        (json!({"topic.processDefinitionIdIn": ["checkout:1"]}), "`processDefinitionIdIn`"),
+        (json!({"topic.processDefinitionKey": "checkout"}), "`processDefinitionKey`"),
+        (json!({"topic.processDefinitionKeyIn": ["checkout"]}), "`processDefinitionKeyIn`"),
+        (json!({"topic.processDefinitionVersionTag": "v1"}), "`processDefinitionVersionTag`"),
+        (json!({"topic.processVariables": {"amount": 42}}), "`processVariables` {\"amount\":42} is not supported"),
+        (json!({"topic.tenantIdIn": ["acme"]}), "`tenantIdIn`"),
+        (json!({"topic.localVariables": true}), "`localVariables` true is not supported"),
+        (json!({"sorting": [{"sortBy": "createTime", "sortOrder": "desc"}]}), "`sorting[0].sortOrder` \"desc\" is not supported: qflow offers tasks oldest offer first"),
+        (json!({"sorting": [{"sortBy": "priority", "sortOrder": "asc"}]}), "`sorting[0].sortBy`"),
+        (json!({"sorting": [{"sortBy": "createTime"}]}), "`sorting[0].sortOrder` null"),
+        (json!({"asyncResponseTimeout": 1_800_001}), "`asyncResponseTimeout`"),
+        (json!({"topic.priority": 5}), "at `topics[0].priority`: unknown field `priority`"),
+        (json!({"tenantId": "acme"}), "unknown field `tenantId`"),
+    ];
+    for (extra, needle) in cases {
+        let r = w.post(C7_FETCH, fetch(extra)).await;
+        c7_refused(&r, needle);
+    }
+    let r = w
+        .post(C7_FETCH, fetch(json!({"topic.businessKey": "b"})))
+        .await;
+    c7_refused(&r, "topic `payments`: `businessKey`");
+    assert_eq!(
+        w.fence(&id).await,
+        fence,
+        "no refused fetch locked anything"
+    );
+
+    let task = c7_lock(&w, fetch(json!({}))).await;
+    let fence = w.fence(&id).await;
+    let uri = format!(
+        "/engine-rest/external-task/{}/failure",
+        task["id"].as_str().unwrap()
+    );
+    let r = w
+        .post(
+            &uri,
+            json!({"workerId": "c7", "retries": 2,
+                           "variables": {"why": {"value": "down"}}}),
+        )
+        .await;
+    c7_refused(
+        &r,
+        "`variables` [\"why\"] is not supported: qflow sets no variables when an attempt fails",
+    );
+    let r = w
+        .post(
+            &uri,
+            json!({"workerId": "c7", "retries": 2,
+                           "localVariables": {"why": {"value": "down"}}}),
+        )
+        .await;
+    c7_refused(&r, "`localVariables`");
+    let r = w
+        .post(
+            &format!(
+                "/engine-rest/external-task/{}/complete",
+                task["id"].as_str().unwrap()
+            ),
+            json!({"workerId": "c7", "variable": {}}),
+        )
+        .await;
+    c7_refused(&r, "unknown field `variable`");
+    assert_eq!(w.fence(&id).await, fence, "no refused answer was stepped");
+    assert!(w.history(&id).await.is_empty());
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "running", "{view}");
+}
+
 /// One Zeebe activation of `payments` for `worker`, expecting one job.
 async fn activate(w: &World, worker: &str, timeout_ms: i64) -> Value {
     let r = w
