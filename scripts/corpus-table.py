@@ -126,19 +126,21 @@ def render(files):
             f"| {reason_diags[key]} |"
         )
 
-    warn = collections.Counter()
-    for f in files:
-        for d in f["diagnostics"]:
-            if d["severity"] == "warning":
-                warn[(d["code"], message_class(d["message"]))] += 1
-    if warn:
+    for severity, title in [("warning", "Warnings"), ("note", "Notes")]:
+        seen = collections.Counter()
+        for f in files:
+            for d in f["diagnostics"]:
+                if d["severity"] == severity:
+                    seen[(d["code"], message_class(d["message"]))] += 1
+        if not seen:
+            continue
         out.append("")
-        out.append("Warnings (on loaded and refused files):")
+        out.append(f"{title} (on loaded and refused files):")
         out.append("")
-        out.append("| code | warning (message class) | diagnostics |")
+        out.append(f"| code | {severity} (message class) | diagnostics |")
         out.append("|---|---|---:|")
-        for key in sorted(warn, key=lambda k: (-warn[k], k)):
-            out.append(f"| {key[0]} | {escape(key[1])} | {warn[key]} |")
+        for key in sorted(seen, key=lambda k: (-seen[k], k)):
+            out.append(f"| {key[0]} | {escape(key[1])} | {seen[key]} |")
 
     out.append("")
     out.append("<details><summary>Per file</summary>")

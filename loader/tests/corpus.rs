@@ -129,6 +129,52 @@ fn l2_subset_models_from_miwg_and_bpmn_engine_load() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// The number of corpus files that load never falls below what docs/corpus.md reports
+/// (75 of 121 since the Java delegates of 2026-12), and every Java-bound service task
+/// that loads is a pull task on the topic its note names.
+#[test]
+fn at_least_75_corpus_files_load_and_java_bindings_are_pull_tasks() {
+    use qflow_loader::model::{NodeKind, TaskKind};
+    let Some(dir) = corpus_dir() else { return };
+    let mut loaded = 0;
+    let mut bindings = 0;
+    for path in model_files(&dir) {
+        let bytes = std::fs::read(&path).expect("corpus file is readable");
+        let Ok(Ok(l)) = load_guarded(&bytes) else {
+            continue;
+        };
+        loaded += 1;
+        let notes: Vec<&Diagnostic> = l.warnings.iter().filter(|d| d.code == "Q950").collect();
+        for def in &l.definitions {
+            for n in &def.process.nodes {
+                let NodeKind::Task(t) = &n.kind else { continue };
+                let Some(d) = &t.delegate else { continue };
+                bindings += 1;
+                assert_eq!(
+                    t.kind,
+                    TaskKind::Pull {
+                        topic: d.topic.clone(),
+                        retries: None
+                    },
+                    "{}: {}",
+                    path.display(),
+                    n.id
+                );
+                assert!(
+                    notes
+                        .iter()
+                        .any(|w| w.pos == d.pos && w.message.contains(&format!("`{}`", d.topic))),
+                    "{}: {} has no note naming its topic",
+                    path.display(),
+                    n.id
+                );
+            }
+        }
+    }
+    assert!(loaded >= 75, "only {loaded} corpus files load");
+    assert!(bindings >= 35, "only {bindings} Java-bound tasks");
+}
+
 /// Loading is a pure function of the bytes: two loads give the same verdict, the same
 /// diagnostics and the same definitions.
 #[test]

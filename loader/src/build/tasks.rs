@@ -387,7 +387,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     crate::diag::Diagnostic::note(
                         "Q950",
                         pos,
-                        format!("camunda:{attr} {text} runs as pull topic `{topic}`"),
+                        format!("camunda:{attr} `{text}` runs as pull topic `{topic}`"),
                     )
                     .with_help("serve the topic with an external-task worker, or route the binding in qflow.toml [delegates] (docs/vendor-mappings.md)"),
                 );
