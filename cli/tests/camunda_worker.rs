@@ -3,7 +3,9 @@
 //! real `qflow serve` over a socket (SPEC P2): Camunda 7 models with external tasks are
 //! deployed and started, the unmodified npm worker completes one, fails one with retries
 //! and a retry timeout, throws a BPMN error in one and extends its lock in one; each
-//! instance must end as expected.
+//! instance must end as expected. Then two of Camunda's own examples with Java delegates
+//! (from the outside corpus, unchanged) run to their ends with the same client serving
+//! the topics qflow derives from the bindings (`scripts/camunda-worker/delegates.mjs`).
 //!
 //! When `node` or the installed client is missing the test prints `skipped: …` and
 //! passes, unless `QFLOW_CAMUNDA_WORKER=required` (CI sets it), when it fails instead.
@@ -260,4 +262,169 @@ fn the_official_camunda_js_worker_completes_fails_throws_and_extends() {
     let h = server.history(&extends);
     assert_eq!(h.len(), 1, "no LOCK_EXPIRED attempt: {h:?}");
     assert_eq!(h[0]["outcome"], "ok");
+}
+
+/// A Camunda example model from the outside corpus, as published, or `None` (after
+/// saying `skipped: …`) when the corpus is not beside the workspace.
+fn camunda_example(name: &str) -> Option<String> {
+    let path = workspace()
+        .join("../shared/corpus/camunda/camunda-bpm-examples")
+        .join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            eprintln!("skipped: no Camunda example at {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+const TWITTER: &str = "spring-boot-starter__example-twitter__TwitterDemoProcess.bpmn";
+const RETRY_PROFILE: &str = "process-engine-plugin__failed-job-retry-profile__retry-example.bpmn";
+
+/// Camunda's own examples with Java delegates — the Spring Boot Twitter demo
+/// (`#{tweetAdapter}`, `#{emailAdapter}`, an exclusive gateway on `#{approved}`, a user
+/// task) and the retry-profile example (`camunda:class` on four tasks, two classes) —
+/// deployed unchanged and run to their ends by the official npm worker serving the
+/// topics qflow derives from the bindings, each task carrying its binding in
+/// `extensionProperties`.
+#[test]
+fn camunda_examples_with_java_delegates_run_with_the_official_worker_on_the_derived_topics() {
+    if let Some(why) = missing() {
+        if std::env::var("QFLOW_CAMUNDA_WORKER").as_deref() == Ok("required") {
+            panic!("QFLOW_CAMUNDA_WORKER=required, but {why}");
+        }
+        eprintln!("skipped: Camunda delegate examples against qflow serve: {why}");
+        return;
+    }
+    let (Some(twitter), Some(retry)) = (camunda_example(TWITTER), camunda_example(RETRY_PROFILE))
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = serve(&dir.path().join("qflow.sqlite"));
+
+    // The deploy answers name the topics to run workers for, with their bindings.
+    let (status, dep) = server.call("POST", "/v1/deployments", Some(json!({"source": twitter})));
+    assert_eq!(status, 200, "{dep}");
+    let topics: Vec<(&str, Value)> = dep["topics"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no topics in {dep}"))
+        .iter()
+        .map(|t| (t["topic"].as_str().unwrap(), t["bindings"].clone()))
+        .collect();
+    assert_eq!(
+        topics,
+        [
+            (
+                "emailAdapter",
+                json!(["camunda:delegateExpression #{emailAdapter}"])
+            ),
+            (
+                "tweetAdapter",
+                json!(["camunda:delegateExpression #{tweetAdapter}"])
+            ),
+        ],
+        "{dep}"
+    );
+    let twitter_dep = dep["id"].clone();
+    let (status, dep) = server.call("POST", "/v1/deployments", Some(json!({"source": retry})));
+    assert_eq!(status, 200, "{dep}");
+    let retry_dep = dep["id"].clone();
+
+    let start = |deployment: &Value, variables: Value| {
+        let (status, started) = server.call(
+            "POST",
+            "/v1/instances",
+            Some(json!({"deployment": deployment, "variables": variables})),
+        );
+        assert_eq!(status, 201, "{started}");
+        started["instance"].as_str().expect("instance").to_owned()
+    };
+    let approved = start(&twitter_dep, json!({"approved": true}));
+    let rejected = start(&twitter_dep, json!({"approved": false}));
+    let profiled = start(&retry_dep, json!({}));
+    // The tweets are reviewed (the user task assigned to `demo`) before any delegate runs.
+    for id in [&approved, &rejected] {
+        let (status, done) = server.call(
+            "POST",
+            &format!("/v1/instances/{id}/user-tasks/user_task_review_tweet/complete"),
+            Some(json!({"variables": {}})),
+        );
+        assert_eq!(status, 200, "{done}");
+    }
+
+    let out = Command::new("node")
+        .arg(workspace().join("scripts/camunda-worker/delegates.mjs"))
+        .env("QFLOW_URL", format!("http://{}", server.addr))
+        .env("QFLOW_TOKEN", &server.token)
+        .env(
+            "QFLOW_EXPECT",
+            json!({"tweetAdapter": 1, "emailAdapter": 1,
+                   "serviceTaskOneDelegate": 2, "serviceTaskTwoDelegate": 2})
+            .to_string(),
+        )
+        .output()
+        .expect("runs node");
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the worker failed: {said}");
+    // The model's own camunda:properties came with the binding.
+    assert!(
+        said.contains(r##""delegateExpression":"#{tweetAdapter}""##)
+            && said.contains(r#""KPI-Ratio":"Tweet Approved""#)
+            && said.contains(r#""retryProfile":"ERP""#),
+        "{said}"
+    );
+
+    // Each tweet took the branch its review chose, through the worker of that delegate.
+    let view = server.instance(&approved);
+    assert_eq!(view["instance"]["status"], "completed", "{view}\n{said}");
+    let vars = &view["snapshot"]["variables"];
+    assert_eq!(
+        vars["service_task_publish_on_twitter_by"], "tweetAdapter",
+        "{view}"
+    );
+    assert!(
+        vars.get("service_task_send_rejection_notification_by")
+            .is_none(),
+        "{view}"
+    );
+    let view = server.instance(&rejected);
+    assert_eq!(view["instance"]["status"], "completed", "{view}\n{said}");
+    assert_eq!(
+        view["snapshot"]["variables"]["service_task_send_rejection_notification_by"],
+        "emailAdapter",
+        "{view}"
+    );
+
+    // The four delegates ran in order; the first ERP call failed once and was retried.
+    let view = server.instance(&profiled);
+    assert_eq!(view["instance"]["status"], "completed", "{view}\n{said}");
+    let h = server.history(&profiled);
+    let steps: Vec<(&str, &str)> = h
+        .iter()
+        .map(|a| (a["node"].as_str().unwrap(), a["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("service-fetch-data", "ok"),
+            ("service-fetch-address", "ok"),
+            ("service-send-data", "failed"),
+            ("service-send-data", "ok"),
+            ("service-add-address", "ok"),
+        ],
+        "{h:?}"
+    );
+    assert!(
+        h[2]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ERP unavailable"),
+        "{h:?}"
+    );
 }

@@ -13,7 +13,7 @@ use qflow_runtime::{
     AsyncHandlers, Error, Fetch, Input, ManualClock, Runtime, RuntimeConfig, TaskOutcome,
 };
 use qflow_store::{InstanceStatus, Store};
-use support::hang_guard;
+use support::{deploy_and_start, hang_guard};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -122,7 +122,10 @@ async fn a_routed_topic_replaces_the_derived_one() {
     );
     let dep = rt.deploy(CHARGE, None).await.unwrap();
     assert!(dep.content_hash.contains('.'), "{}", dep.content_hash);
-    rt.start_instance(dep.id, Default::default()).await.unwrap();
+    // The same content under the same routes is the same deployment.
+    let id = deploy_and_start(&rt, CHARGE).await;
+    let record = rt.store().instance(id).await.unwrap().unwrap();
+    assert_eq!(record.deployment, dep.id);
     assert!(rt
         .fetch_and_lock(&fetch("chargeCard"))
         .await

@@ -405,12 +405,17 @@ fn check_topic(t: &TopicBody) -> Result<()> {
     Ok(())
 }
 
-/// The extension properties (`camunda:properties`) of a locked task's activity, which
-/// Camunda hands out when its topic asks (`includeExtensionProperties: true`). qflow's
-/// model does not carry them yet, so they are empty: this is where the loader's task
-/// properties are to be read once it has them.
-fn extension_properties(_task: &LockedTaskView) -> Map<String, Value> {
-    Map::new()
+/// The extension properties of a locked task's activity, which Camunda hands out when
+/// its topic asks (`includeExtensionProperties: true`): the task's headers — its
+/// `camunda:properties` (what Camunda 7 serves here), its `zeebe:taskHeaders`, and for a
+/// task bound to Java code the binding (`class`, `delegateExpression`, `expression`,
+/// `resultVariable`), the only place a Camunda 7 client can read it
+/// (docs/vendor-mappings.md, "Java delegates").
+fn extension_properties(task: &LockedTaskView) -> Map<String, Value> {
+    task.headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
 }
 
 /// Camunda's `LockedExternalTaskDto`. `extensionProperties` is `{}` unless the task's
