@@ -43,7 +43,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q123", "a link catch event has incoming sequence flows, or a link throw event has outgoing ones"),
     ("Q124", "a link throw event names a link whose catch event is in another scope (a link never crosses a sub-process boundary)"),
     ("Q125", "an escalationRef names no declared escalation"),
-    ("Q126", "an escalation boundary event is attached to a task other than a user task or call activity, which can never throw an escalation"),
+    ("Q126", "warning (an error before 2026-12): an escalation boundary event is attached to a task other than a user task or call activity, which can never throw an escalation, so it never fires"),
     ("Q127", "a signalRef names no declared <signal>"),
     ("Q128", "an event sub-process has no start event, more than one, or a start event without a trigger"),
     ("Q129", "a sequence flow enters or leaves an event sub-process, or a boundary event is attached to one"),

@@ -2770,20 +2770,68 @@ fn q125_unknown_escalation_ref() {
 }
 
 #[test]
-fn q126_escalation_boundary_on_a_task() {
-    refused(
-        &file(
-            ESCALATIONS,
-            r#"<startEvent id="start"/>
+fn q126_escalation_boundary_on_a_task_is_a_warning() {
+    // Zeebe and Camunda 7 deploy it (the boundary never fires); so does qflow, and says so.
+    let (pos, xml) = locate(&file(
+        ESCALATIONS,
+        r#"<startEvent id="start"/>
 <sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
 <task id="t"/>
 <boundaryEvent id="b" ¶attachedToRef="t"><escalationEventDefinition/></boundaryEvent>
 <sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
 <sequenceFlow id="f3" sourceRef="b" targetRef="end"/>
 <endEvent id="end"/>"#,
-        ),
-        "Q126",
+    ));
+    let l = loads(&xml);
+    let w: Vec<&Diagnostic> = l.warnings.iter().filter(|d| d.code == "Q126").collect();
+    assert_eq!(w.len(), 1, "{:?}", l.warnings);
+    assert_eq!((w[0].severity, w[0].pos), (Severity::Warning, pos));
+    assert!(w[0].message.contains("never fires"), "{}", w[0].message);
+}
+
+#[test]
+fn a_business_rule_task_runs_as_a_job_or_a_delegate_and_dmn_is_refused() {
+    let l = loads(&around(
+        r#"<businessRuleTask id="t"><extensionElements><zeebe:taskDefinition type="score"/>
+<zeebe:taskHeaders><zeebe:header key="rules" value="v2"/></zeebe:taskHeaders>
+<zeebe:ioMapping><zeebe:output source="=result" target="score"/></zeebe:ioMapping>
+</extensionElements></businessRuleTask>"#,
+    ));
+    let t = task_t(&l);
+    assert_eq!(
+        t.kind,
+        TaskKind::Pull {
+            topic: "score".into(),
+            retries: None
+        }
     );
+    assert_eq!(t.mapping_style, MappingStyle::Zeebe);
+    assert_eq!(t.headers, [("rules".to_owned(), "v2".to_owned())]);
+    let l = loads(&around(
+        r#"<businessRuleTask id="t" camunda:delegateExpression="${riskRules}"/>"#,
+    ));
+    assert_eq!(
+        task_t(&l).kind,
+        TaskKind::Pull {
+            topic: "riskRules".into(),
+            retries: None
+        }
+    );
+    loads(&around(
+        r#"<businessRuleTask id="t" camunda:type="external" camunda:topic="rules"/>"#,
+    ));
+    let d = refused(
+        &around(r#"<businessRuleTask id="t" ¶camunda:decisionRef="risk"/>"#),
+        "Q103",
+    );
+    assert!(d.message.contains("DMN"), "{}", d.message);
+    refused(
+        &around(
+            r#"<businessRuleTask id="t"><extensionElements>¶<zeebe:calledDecision decisionId="risk" resultVariable="r"/></extensionElements></businessRuleTask>"#,
+        ),
+        "Q401",
+    );
+    refused(&around(r#"¶<businessRuleTask id="t"/>"#), "Q103");
 }
 
 #[test]

@@ -871,11 +871,15 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     // failure or a BPMN error), so such a boundary could never fire. A
                     // user task can: the task list raises one (Camunda 7's
                     // `TaskService#handleEscalation`).
-                    self.help(
-                        "Q126",
-                        a.pos,
-                        format!("an escalation boundary event is attached to task `{}`, which can never throw an escalation", a.value.trim()),
-                        "attach it to the sub-process (or call activity) whose inside throws the escalation",
+                    // A warning, not an error: Zeebe and Camunda 7 deploy such a model
+                    // (the boundary just never fires), and so does qflow.
+                    self.diags.push(
+                        crate::diag::Diagnostic::warning(
+                            "Q126",
+                            a.pos,
+                            format!("an escalation boundary event is attached to task `{}`, which can never throw an escalation: it never fires", a.value.trim()),
+                        )
+                        .with_help("attach it to the sub-process (or call activity) whose inside throws the escalation, or remove it"),
                     );
                 }
             }

@@ -94,6 +94,7 @@ pub(super) const TASKS: &[&str] = &[
     "sendTask",
     "receiveTask",
     "scriptTask",
+    "businessRuleTask",
     "callActivity",
 ];
 
@@ -758,7 +759,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "subProcess" => self.sub_process(el, idx),
             other => {
                 let what = match other {
-                    "businessRuleTask" => "businessRuleTask (use a serviceTask with q:task)",
                     "complexGateway" => "complexGateway",
                     "adHocSubProcess" => "adHocSubProcess",
                     "transaction" => "transaction sub-process",

@@ -14,6 +14,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let kind = match el.local.as_str() {
             "serviceTask" => self.service_kind(el, &mut ext)?,
             "scriptTask" => self.script_kind(el, &mut ext)?,
+            "businessRuleTask" => self.business_rule_kind(el, &mut ext)?,
             other => {
                 for a in ["task", "channel", "topic"] {
                     if let Some(attr) = el.attr_ns(Ns::Q, a) {
@@ -323,7 +324,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     None => self.help(
                         "Q114",
                         el.pos,
-                        "the serviceTask does not say how it runs",
+                        format!("the {} does not say how it runs", el.local),
                         "say it one of three ways: q:task=\"<handler name>\" (a registered handler), q:channel=\"<channel>\" (a request through the outbox), or q:topic=\"<topic>\" (external workers; also camunda:type=\"external\" camunda:topic=\"…\" or <zeebe:taskDefinition type=\"…\"/>)",
                     ),
                 }
@@ -335,7 +336,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     "Q115",
                     found[1].1,
                     format!(
-                        "the serviceTask names more than one way to run: {}",
+                        "the {} names more than one way to run: {}",
+                        el.local,
                         names.join(", ")
                     ),
                     "keep exactly one of q:task, q:channel, q:topic",
@@ -343,6 +345,46 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 None
             }
         }
+    }
+
+    /// A business rule task runs where its rule is somebody else's work: as a job
+    /// (`zeebe:taskDefinition`, Camunda 8's way to implement one by a worker), an
+    /// external task, a Java binding or a `q:` way to run — then it is a service task in
+    /// all but name, as both vendors run it. A DMN decision (`camunda:decisionRef`,
+    /// `zeebe:calledDecision`) is refused: qflow evaluates no DMN.
+    fn business_rule_kind(&mut self, el: &'a Element, ext: &mut Extensions) -> Option<TaskKind> {
+        if let Some(a) = el.attr_ns(Ns::Camunda, "decisionRef") {
+            self.help(
+                "Q103",
+                a.pos,
+                "a <businessRuleTask> calling a DMN decision (camunda:decisionRef) is not supported: qflow evaluates no DMN",
+                "have a worker evaluate the rule: camunda:type=\"external\" camunda:topic=\"…\" or <zeebe:taskDefinition type=\"…\"/>",
+            );
+            return None;
+        }
+        let runs = ["task", "channel", "topic"]
+            .iter()
+            .any(|a| el.attr_ns(Ns::Q, a).is_some())
+            || ["type", "class", "delegateExpression", "expression"]
+                .iter()
+                .any(|a| el.attr_ns(Ns::Camunda, a).is_some())
+            || ext.zeebe_attempted;
+        if !runs {
+            // `zeebe:calledDecision` is refused where it is read (Q401).
+            let decision = el
+                .child(Ns::Bpmn, "extensionElements")
+                .is_some_and(|x| x.child(Ns::Zeebe, "calledDecision").is_some());
+            if !decision {
+                self.help(
+                    "Q103",
+                    el.pos,
+                    "the <businessRuleTask> does not say who evaluates its rule",
+                    "have a worker evaluate it: <zeebe:taskDefinition type=\"…\"/>, camunda:type=\"external\" camunda:topic=\"…\", or q:topic=\"…\"",
+                );
+            }
+            return None;
+        }
+        self.service_kind(el, ext)
     }
 
     /// A service task bound to Java code (`camunda:class`, `camunda:delegateExpression`,

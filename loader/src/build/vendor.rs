@@ -207,6 +207,7 @@ impl Extensions {
             return self.set_vendor_io(pb, io);
         }
         if c.local == "taskDefinition" {
+            self.zeebe_attempted = true;
             let topic = c.value("type").map(str::trim).unwrap_or_default();
             if topic.is_empty() || topic.starts_with('=') {
                 pb.help(
