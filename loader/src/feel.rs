@@ -4,11 +4,16 @@
 //! FEEL accepted: literals (numbers, strings, `true`, `false`, `null`), variable paths
 //! (`order.total`), comparisons (`=`, `!=`, `<`, `<=`, `>`, `>=`), `and`, `or`, `not(…)`,
 //! parentheses, `+` / `-` between variable paths and whole-number literals
-//! (`loopAmount + 1`), and list literals (`["ubuntu", "windows"]`, the same list in CEL;
-//! a multi-instance input collection is often one). Everything else — indexing and
-//! filters (`items[1]`, `items[x > 1]`), other arithmetic, decimal literals in a sum,
-//! function calls, ranges, `in`, `between`, quantifiers, `if`, names with spaces — is
-//! refused with a message, never approximated.
+//! (`loopAmount + 1`), `+` between strings and paths holding strings (concatenation),
+//! list literals (`["ubuntu", "windows"]`, the same list in CEL; a multi-instance input
+//! collection is often one), context literals (`{total: a, "the label": b}`, a CEL map),
+//! `if c then a else b` (CEL's `c ? a : b`) and the quantifiers `some x in xs satisfies
+//! c` / `every x in xs satisfies c` (CEL's `exists` / `all` macros). Everything else —
+//! indexing and filters (`items[1]`, `items[x > 1]`), other arithmetic, decimal literals
+//! in a sum, function calls, ranges, `in` outside a quantifier, `between`, `for`, names
+//! with spaces — is refused with a message, never approximated. Each added construct
+//! gives FEEL's value or fails the evaluation where FEEL would give another one (null,
+//! mostly): the functions below and `docs/vendor-mappings.md` say where.
 //!
 //! Sums are exact or fail, never a different value: FEEL numbers are decimals, CEL's
 //! `int` and `double` are not, and JSON integers reach CEL as `int` (`crate::expr`). So a
@@ -83,6 +88,12 @@ enum Tok {
     True,
     False,
     Null,
+    /// FEEL's `if`, `then`, `else`, `some`, `every`, `in`, `satisfies`.
+    Kw(&'static str),
+    /// FEEL's context literal: `{`, `:`, `}`.
+    LBrace,
+    Colon,
+    RBrace,
 }
 
 /// Translates a FEEL expression (without the leading `=`) into CEL source.
@@ -150,12 +161,16 @@ fn show(t: &Tok) -> String {
         Tok::True => "true".into(),
         Tok::False => "false".into(),
         Tok::Null => "null".into(),
+        Tok::Kw(k) => (*k).to_string(),
+        Tok::LBrace => "{".into(),
+        Tok::Colon => ":".into(),
+        Tok::RBrace => "}".into(),
     }
 }
 
 fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
     let subset = match dialect {
-        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, paths, whole-number sums)",
+        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, lists, contexts, paths, whole-number sums, string concatenation, if-then-else, some/every)",
         Dialect::Juel => "the supported JUEL subset (comparisons, &&/||/!, literals, paths)",
     };
     let chars: Vec<(usize, char)> = src.char_indices().collect();
@@ -192,6 +207,9 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
             '[' if !juel => (Tok::LBracket, 1),
             ',' if !juel => (Tok::Comma, 1),
             ']' if !juel => (Tok::RBracket, 1),
+            '{' if !juel => (Tok::LBrace, 1),
+            ':' if !juel => (Tok::Colon, 1),
+            '}' if !juel => (Tok::RBrace, 1),
             '=' if juel && two == Some('=') => (Tok::Op("=="), 2),
             '=' if juel => return Err(format!("`=` at offset {at}: JUEL compares with `==`")),
             '=' => (Tok::Op("=="), 1),
@@ -268,11 +286,14 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
                     (Dialect::Juel, "le") => Tok::Op("<="),
                     (Dialect::Juel, "gt") => Tok::Op(">"),
                     (Dialect::Juel, "ge") => Tok::Op(">="),
-                    (
-                        Dialect::Feel,
-                        "in" | "between" | "some" | "every" | "if" | "then" | "else" | "for"
-                        | "return" | "instance" | "satisfies" | "function",
-                    )
+                    (Dialect::Feel, "if") => Tok::Kw("if"),
+                    (Dialect::Feel, "then") => Tok::Kw("then"),
+                    (Dialect::Feel, "else") => Tok::Kw("else"),
+                    (Dialect::Feel, "some") => Tok::Kw("some"),
+                    (Dialect::Feel, "every") => Tok::Kw("every"),
+                    (Dialect::Feel, "in") => Tok::Kw("in"),
+                    (Dialect::Feel, "satisfies") => Tok::Kw("satisfies"),
+                    (Dialect::Feel, "between" | "for" | "return" | "instance" | "function")
                     | (Dialect::Juel, "empty" | "instanceof" | "div" | "mod") => {
                         return Err(format!("{} `{word}` is outside {subset}", dialect.name()))
                     }
@@ -370,7 +391,9 @@ impl P<'_> {
             return Ok(first);
         }
         let mut paths: Vec<String> = Vec::new();
-        let mut text = self.term(start, first, &mut paths)?;
+        let mut strings = false;
+        let mut ops: Vec<char> = Vec::new();
+        let mut text = self.term(start, first, &mut paths, &mut strings)?;
         let mut terms = 1;
         while let Some(Tok::Arith(op)) = self.peek().cloned() {
             self.i += 1;
@@ -380,10 +403,35 @@ impl P<'_> {
                     "a sum of more than {MAX_SUM_TERMS} terms is not supported"
                 ));
             }
+            ops.push(op);
             let at = self.i;
             let atom = self.atom()?;
-            let term = self.term(at, atom, &mut paths)?;
+            let term = self.term(at, atom, &mut paths, &mut strings)?;
             text = format!("{text} {op} {term}");
+        }
+        if strings {
+            // FEEL's `+` of strings concatenates (DMN 1.3 §10.3.2.3.3, Table 45); of a
+            // string and anything else it is null: the guard fails there instead.
+            if ops.contains(&'-') {
+                return Err("`-` of strings: FEEL subtracts numbers only".to_owned());
+            }
+            if self.toks[start..self.i]
+                .iter()
+                .any(|t| matches!(t, Tok::Num(_)))
+            {
+                return Err("`+` of a string and a number is null in FEEL".to_owned());
+            }
+            if paths.is_empty() {
+                return Ok(format!("({text})"));
+            }
+            let guard: Vec<String> = paths
+                .iter()
+                .map(|p| format!("type({p}) == string"))
+                .collect();
+            return Ok(format!(
+                "({} ? ({text}) : feel_concatenation_needs_strings())",
+                guard.join(" && ")
+            ));
         }
         if paths.is_empty() {
             return Ok(format!("({text})"));
@@ -397,12 +445,22 @@ impl P<'_> {
 
     /// One term of a sum, the atom parsed from token `at`: a variable path (remembered in
     /// `paths`) or a whole-number literal; anything else is refused.
-    fn term(&self, at: usize, atom: String, paths: &mut Vec<String>) -> Result<String, String> {
+    fn term(
+        &self,
+        at: usize,
+        atom: String,
+        paths: &mut Vec<String>,
+        strings: &mut bool,
+    ) -> Result<String, String> {
         match &self.toks[at] {
             Tok::Path(p) if self.i == at + 1 => {
                 if !paths.contains(p) {
                     paths.push(p.clone());
                 }
+                Ok(atom)
+            }
+            Tok::Str(_) if self.i == at + 1 && self.dialect == Dialect::Feel => {
+                *strings = true;
                 Ok(atom)
             }
             Tok::Num(n) if self.i == at + 1 && !n.contains('.') => Ok(atom),
@@ -459,11 +517,132 @@ impl P<'_> {
                 Ok(format!("({inner})"))
             }
             Tok::LBracket => self.list(),
+            Tok::LBrace => self.context(),
+            Tok::Kw("if") => self.nested(Self::if_then_else),
+            Tok::Kw(q @ ("some" | "every")) => self.nested(|p| p.quantified(q)),
             other => Err(format!(
                 "unexpected `{}` in the {dialect} condition",
                 show(&other)
             )),
         }
+    }
+
+    /// Runs `inner` one nesting level down (the constructs below recurse through it).
+    fn nested(
+        &mut self,
+        inner: impl FnOnce(&mut Self) -> Result<String, String>,
+    ) -> Result<String, String> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(format!("expressions nest deeper than {MAX_NESTING} levels"));
+        }
+        let out = inner(self)?;
+        self.depth -= 1;
+        Ok(out)
+    }
+
+    fn expect_kw(&mut self, kw: &'static str, construct: &str) -> Result<(), String> {
+        if self.peek() != Some(&Tok::Kw(kw)) {
+            return Err(format!("`{construct}` without its `{kw}`"));
+        }
+        self.i += 1;
+        Ok(())
+    }
+
+    /// After `if`: FEEL's `if c then a else b` (DMN 1.3 §10.3.2.6, grammar rule 47) as
+    /// CEL's `c ? a : b`. FEEL takes the else branch when `c` is false *or not a boolean*
+    /// (null included); CEL fails on a condition that is not a boolean: the evaluation
+    /// fails where FEEL gives the else branch, never a different value.
+    fn if_then_else(&mut self) -> Result<String, String> {
+        let c = self.or()?;
+        self.expect_kw("then", "if")?;
+        let a = self.or()?;
+        self.expect_kw("else", "if")?;
+        let b = self.or()?;
+        Ok(format!("({c} ? {a} : {b})"))
+    }
+
+    /// After `some` or `every`: FEEL's quantified expression `some x in xs satisfies c`
+    /// (DMN 1.3 §10.3.2.6, grammar rule 48; Table 57) as CEL's `xs.exists(x, c)` or
+    /// `xs.all(x, c)`. CEL's macros absorb an error where the answer is already known (a
+    /// `true` for `exists`, a `false` for `all`), as FEEL's quantifiers do with null; where
+    /// FEEL would give null (no element decides) CEL fails. One iteration context only.
+    fn quantified(&mut self, q: &str) -> Result<String, String> {
+        let name = match self.peek().cloned() {
+            Some(Tok::Path(n)) if !n.contains('.') => n,
+            _ => {
+                return Err(format!(
+                    "`{q}` must name its variable: {q} x in … satisfies …"
+                ))
+            }
+        };
+        self.i += 1;
+        self.expect_kw("in", q)?;
+        let list = self.or()?;
+        if self.peek() == Some(&Tok::Comma) {
+            return Err(format!("`{q}` over more than one list is not supported"));
+        }
+        self.expect_kw("satisfies", q)?;
+        let cond = self.or()?;
+        let mac = if q == "some" { "exists" } else { "all" };
+        Ok(format!("({list}).{mac}({name}, {cond})"))
+    }
+
+    /// After `{`: a FEEL context literal (DMN 1.3 §10.3.2.7, grammar rule 59), its keys
+    /// names or strings, as a CEL map with string keys. A FEEL entry may read the entries
+    /// before it; a CEL map cannot, so such an entry is refused, as are repeated keys.
+    fn context(&mut self) -> Result<String, String> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(format!("contexts nest deeper than {MAX_NESTING} levels"));
+        }
+        let mut keys: Vec<String> = Vec::new();
+        let mut entries = Vec::new();
+        if self.peek() == Some(&Tok::RBrace) {
+            self.i += 1;
+        } else {
+            loop {
+                let key = match self.peek().cloned() {
+                    Some(Tok::Path(k)) if !k.contains('.') => k,
+                    Some(Tok::Str(k)) => k,
+                    _ => return Err("a context key is a name or a string".into()),
+                };
+                self.i += 1;
+                if keys.contains(&key) {
+                    return Err(format!("the context key `{key}` appears twice"));
+                }
+                if self.peek() != Some(&Tok::Colon) {
+                    return Err(format!("the context key `{key}` has no `:`"));
+                }
+                self.i += 1;
+                let start = self.i;
+                let value = self.or()?;
+                let reads_earlier = self.toks[start..self.i].iter().find_map(|t| match t {
+                    Tok::Path(p) => {
+                        let root = p.split('.').next().unwrap_or(p);
+                        keys.iter().find(|k| *k == root)
+                    }
+                    _ => None,
+                });
+                if let Some(k) = reads_earlier {
+                    return Err(format!(
+                        "the context entry `{key}` reads the entry `{k}` before it, which a CEL map cannot"
+                    ));
+                }
+                entries.push(format!("\"{key}\": {value}"));
+                keys.push(key);
+                match self.peek() {
+                    Some(Tok::Comma) => self.i += 1,
+                    Some(Tok::RBrace) => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err("a context is not closed with `}`".into()),
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(format!("{{{}}}", entries.join(", ")))
     }
 
     /// After `[`: a FEEL list literal, its items separated by `,`, up to `]` — the same
@@ -551,15 +730,25 @@ mod tests {
         for feel in [
             "x * 2 > 2",
             "x + 0.5",
-            "x + \"a\"",
+            "x + \"a\" + 1",
+            "\"a\" - x",
             "(a + b) + c",
             "a + (b)",
             "-x",
             "count(items) > 0",
             "x in [1,2]",
             "x between 1 and 3",
-            "some i in xs satisfies i > 1",
-            "if a then b else c",
+            "some i, j in xs satisfies i > 1",
+            "some i.j in xs satisfies i > 1",
+            "some i in xs",
+            "if a then b",
+            "if a else b",
+            "{a: 1, a: 2}",
+            "{a: 1, b: a + 1}",
+            "{a.b: 1}",
+            "{a 1}",
+            "{a: 1",
+            "for x in xs return x",
             "date(\"2020-01-01\") < now()",
             "a < b < c",
             "(a",
@@ -689,6 +878,82 @@ mod tests {
         assert!(feel_to_cel(&["a"; 9].join(" + ")).is_err());
         assert!(feel_to_cel(&["a"; 8].join(" + ")).is_ok());
         assert!(juel_to_cel("${a + 1}").is_err());
+    }
+
+    /// The FEEL constructs of 2026-12 give FEEL's value where FEEL has one that is not
+    /// null, and fail otherwise: never a different value.
+    #[test]
+    fn conditionals_quantifiers_contexts_and_concatenation_give_feels_values() {
+        use crate::expr::Expression;
+        let eval = |feel: &str, vars: &str| {
+            let cel = feel_to_cel(feel).unwrap_or_else(|e| panic!("{feel}: {e}"));
+            let vars: crate::model::Variables = serde_json::from_str(vars).unwrap();
+            Expression::compile(&cel, crate::model::Pos::default(), 4096)
+                .unwrap_or_else(|e| panic!("{cel}: {e:?}"))
+                .eval(&vars)
+        };
+        let j = |v: serde_json::Value| Ok(v);
+        use serde_json::json;
+        // if-then-else: the branch by a boolean; a condition that is not one fails.
+        assert_eq!(
+            feel_to_cel("if amount > 100 then \"big\" else \"small\"").as_deref(),
+            Ok("(amount > 100 ? \"big\" : \"small\")")
+        );
+        let size = "if amount > 100 then \"big\" else \"small\"";
+        assert_eq!(eval(size, r#"{"amount": 150}"#), j(json!("big")));
+        assert_eq!(eval(size, r#"{"amount": 5}"#), j(json!("small")));
+        assert!(eval("if flag then 1 else 2", r#"{"flag": null}"#).is_err());
+        assert_eq!(
+            eval(
+                "if a then if b then 1 else 2 else 3",
+                r#"{"a": true, "b": false}"#
+            ),
+            j(json!(2))
+        );
+        // some / every over a list.
+        let red = "some risk in riskLevels satisfies risk = \"red\"";
+        assert_eq!(
+            feel_to_cel(red).as_deref(),
+            Ok("(riskLevels).exists(risk, risk == \"red\")")
+        );
+        assert_eq!(
+            eval(red, r#"{"riskLevels": ["green", "red"]}"#),
+            j(json!(true))
+        );
+        assert_eq!(eval(red, r#"{"riskLevels": ["green"]}"#), j(json!(false)));
+        assert_eq!(eval(red, r#"{"riskLevels": []}"#), j(json!(false)));
+        let all = "every r in riskLevels satisfies r = \"yellow\"";
+        assert_eq!(
+            eval(all, r#"{"riskLevels": ["yellow", "yellow"]}"#),
+            j(json!(true))
+        );
+        assert_eq!(
+            eval(all, r#"{"riskLevels": ["yellow", "red"]}"#),
+            j(json!(false))
+        );
+        assert_eq!(eval(all, r#"{"riskLevels": []}"#), j(json!(true)));
+        assert_eq!(
+            eval("some x in [1, 2, 3] satisfies x > 2", "{}"),
+            j(json!(true))
+        );
+        assert!(eval(red, r#"{"riskLevels": "red"}"#).is_err(), "not a list");
+        // Context literals.
+        assert_eq!(
+            feel_to_cel("{total: a + 1, \"the label\": name, inner: {ok: true}}").as_deref(),
+            Ok("{\"total\": (type(a) == int ? (a + 1) : feel_sum_needs_whole_numbers()), \"the label\": name, \"inner\": {\"ok\": true}}")
+        );
+        assert_eq!(
+            eval("{total: a + 1, label: name}", r#"{"a": 1, "name": "x"}"#),
+            j(json!({"total": 2, "label": "x"}))
+        );
+        assert_eq!(eval("{}", "{}"), j(json!({})));
+        // String concatenation.
+        assert_eq!(
+            eval("\"Hi \" + name + \"!\"", r#"{"name": "Ada"}"#),
+            j(json!("Hi Ada!"))
+        );
+        assert!(eval("\"n=\" + n", r#"{"n": 1}"#).is_err(), "FEEL: null");
+        assert_eq!(eval("\"a\" + \"b\"", "{}"), j(json!("ab")));
     }
 
     #[test]
