@@ -314,7 +314,7 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
     Ok(out)
 }
 
-fn is_cel_reserved(w: &str) -> bool {
+pub(crate) fn is_cel_reserved(w: &str) -> bool {
     matches!(
         w,
         "as" | "break"

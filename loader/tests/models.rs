@@ -1410,6 +1410,89 @@ fn camunda_input_output_on_a_call_activity_is_refused_and_zeebe_io_mapping_loads
     assert_eq!(task(only(&l), "t").mapping_style, MappingStyle::Zeebe);
 }
 
+/// A call activity's `camunda:in` / `camunda:out` as q: mappings with Camunda 7's meaning.
+#[test]
+fn camunda_in_and_out_map_a_call_activitys_variables_as_camunda_7_does() {
+    let call = |ext: &str| {
+        around(&format!(
+            r#"<callActivity id="t" calledElement="c"><extensionElements>{ext}</extensionElements></callActivity>"#
+        ))
+    };
+    let spec = |t: &Task| match &t.kind {
+        TaskKind::Call(s) => (**s).clone(),
+        other => panic!("{other:?}"),
+    };
+    let shown = |ms: &[Mapping]| -> Vec<(String, String)> {
+        ms.iter()
+            .map(|m| (m.target.clone(), m.source.source().to_owned()))
+            .collect()
+    };
+    // Only what the ins name goes in; no out: nothing comes back.
+    let l = loads(&call(
+        r#"<camunda:in source="jobAnnouncementId" target="id"/><camunda:in sourceExpression="${order.total}" target="total"/>"#,
+    ));
+    let t = task(only(&l), "t");
+    assert_eq!(t.mapping_style, MappingStyle::Q);
+    assert_eq!(
+        shown(&t.inputs),
+        [
+            ("id".to_owned(), "jobAnnouncementId".to_owned()),
+            ("total".to_owned(), "order.total".to_owned())
+        ]
+    );
+    assert!(t.outputs.is_empty());
+    assert!(
+        !spec(t).merge_child_variables,
+        "Camunda 7 passes nothing back by default"
+    );
+    // Outs name the child's variables (the call's result); all of them with variables="all".
+    let l = loads(&call(
+        r#"<camunda:in variables="all"/><camunda:out source="score" target="riskScore"/>"#,
+    ));
+    let t = task(only(&l), "t");
+    assert!(t.inputs.is_empty(), "every variable goes in");
+    assert_eq!(
+        shown(&t.outputs),
+        [("riskScore".to_owned(), "result.score".to_owned())]
+    );
+    assert!(!spec(t).merge_child_variables);
+    let l = loads(&call(
+        r#"<camunda:in variables="all"/><camunda:out variables="all"/>"#,
+    ));
+    assert!(spec(task(only(&l), "t")).merge_child_variables);
+    // What qflow cannot keep one to one is refused where it is written.
+    for (ext, code) in [
+        (r#"<camunda:in ¶businessKey="${key}"/>"#, "Q401"),
+        (
+            r#"<camunda:in source="a" target="a" ¶local="true"/>"#,
+            "Q401",
+        ),
+        (r#"<camunda:out ¶source="a" target="b"/>"#, "Q401"),
+        (
+            r#"<camunda:in variables="all"/><camunda:in ¶source="a" target="b"/>"#,
+            "Q401",
+        ),
+        (
+            r#"<camunda:in variables="all"/><camunda:out ¶sourceExpression="${a}" target="b"/>"#,
+            "Q401",
+        ),
+        (r#"¶<camunda:in target="b"/>"#, "Q102"),
+        (r#"<camunda:in ¶source="a.b" target="b"/>"#, "Q208"),
+        (
+            r#"<camunda:in ¶sourceExpression="${a.b()}" target="b"/>"#,
+            "Q203",
+        ),
+    ] {
+        refused(&call(ext), code);
+    }
+    refused(
+        &around(
+            r#"<userTask id="t"><extensionElements><camunda:in ¶source="a" target="b"/></extensionElements></userTask>"#,
+        ),
+        "Q401",
+    );
+}
+
 #[test]
 fn q303_codes_that_never_occur_on_a_call_activity_or_elsewhere() {
     refused(

@@ -43,6 +43,36 @@ pub(super) struct Extensions {
     pub(super) task_headers_pos: Option<Pos>,
     /// The Camunda 7 Java binding the task runs by (set by the service kind).
     pub(super) delegate: Option<Box<Delegate>>,
+    /// `camunda:in` / `camunda:out` of a call activity, as written (read by
+    /// `ProcessBuilder::call_variables` once the task is known to be one).
+    pub(super) call_ins: Vec<CallVariable>,
+    pub(super) call_outs: Vec<CallVariable>,
+}
+
+/// One `camunda:in` or `camunda:out`: what it passes, with its position.
+#[derive(Debug, Clone)]
+pub(super) enum CallVariable {
+    /// `variables="all"`.
+    All(Pos),
+    /// `source="a" target="b"` or `sourceExpression="${…}" target="b"`, translated.
+    Mapped {
+        target: String,
+        source: Expression,
+        /// Whether it was a `sourceExpression` (on an `out`, not mapped yet).
+        expression: bool,
+        pos: Pos,
+    },
+    /// Read, refused (the diagnostic is out).
+    Refused,
+}
+
+impl CallVariable {
+    pub(super) fn pos(&self) -> Option<Pos> {
+        match self {
+            CallVariable::All(p) | CallVariable::Mapped { pos: p, .. } => Some(*p),
+            CallVariable::Refused => None,
+        }
+    }
 }
 
 impl Extensions {
@@ -107,6 +137,14 @@ impl Extensions {
                         self.headers
                             .push((name.trim().to_owned(), value.to_owned(), p.pos));
                     }
+                }
+            }
+            "in" | "out" => {
+                let v = pb.camunda_call_variable(c);
+                if c.local == "in" {
+                    self.call_ins.push(v);
+                } else {
+                    self.call_outs.push(v);
                 }
             }
             _ => camunda_child(pb, c),

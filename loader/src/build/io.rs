@@ -250,6 +250,112 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         Some(Mapping { target, source })
     }
 
+    /// One `camunda:in` / `camunda:out` of a call activity: `variables="all"`, or a
+    /// `source` variable (or a JUEL `sourceExpression`) to a `target` variable. What asks
+    /// for more than qflow has — `businessKey`, `local="true"`, both or neither of source
+    /// and expression — is refused (Q401) where it is written.
+    pub(super) fn camunda_call_variable(&mut self, c: &Element) -> super::extensions::CallVariable {
+        use super::extensions::CallVariable;
+        let what = format!("camunda:{}", c.local);
+        for a in &c.attrs {
+            let refused = match a.local.as_str() {
+                "businessKey" => Some("qflow instances have no business key; pass it as a variable"),
+                "local" if a.value.trim() == "true" => {
+                    Some("qflow keeps no local variables of a call activity; map the values by name")
+                }
+                "source" | "sourceExpression" | "target" | "variables" | "local" => None,
+                _ => Some("camunda:in and camunda:out take source, sourceExpression, target and variables"),
+            };
+            if let Some(help) = refused {
+                self.help(
+                    "Q401",
+                    a.pos,
+                    format!("{what} {}=\"{}\" is not supported", a.local, a.value),
+                    help,
+                );
+                return CallVariable::Refused;
+            }
+        }
+        if let Some(a) = c.attr("variables") {
+            if a.value.trim() == "all"
+                && c.attr("source").is_none()
+                && c.attr("sourceExpression").is_none()
+            {
+                return CallVariable::All(c.pos);
+            }
+            self.help(
+                "Q401",
+                a.pos,
+                format!(
+                    "{what} variables=\"{}\" beside a source, or other than \"all\"",
+                    a.value
+                ),
+                "write variables=\"all\" alone, or a source and a target",
+            );
+            return CallVariable::Refused;
+        }
+        let Some(target) = self.vendor_target(c, "target", &what, Nested::Camunda) else {
+            return CallVariable::Refused;
+        };
+        let (cel, expression, pos) = match (c.attr("source"), c.attr("sourceExpression")) {
+            (Some(a), None) => {
+                let name = a.value.trim();
+                let plain = {
+                    let mut chars = name.chars();
+                    matches!(chars.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+                        && chars.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+                };
+                if !plain || crate::feel::is_cel_reserved(name) {
+                    self.help(
+                        "Q208",
+                        a.pos,
+                        format!("{what} source `{name}` is not a variable name"),
+                        "name a variable (letters, digits and _), or use sourceExpression=\"${…}\"",
+                    );
+                    return CallVariable::Refused;
+                }
+                // An `out` reads the child's variable, which a call's outputs see as
+                // `result`; an `in` reads the parent's.
+                let cel = if c.local == "out" {
+                    format!("result.{name}")
+                } else {
+                    name.to_owned()
+                };
+                (cel, false, a.pos)
+            }
+            (None, Some(a)) => match crate::feel::juel_to_cel(&a.value) {
+                Ok(cel) => (cel, true, a.pos),
+                Err(why) => {
+                    self.help(
+                        "Q203",
+                        a.pos,
+                        format!("{what} `{target}`: JUEL `{}`: {why}", a.value.trim()),
+                        "keep to one `${…}` with literals, variable paths and the JUEL subset",
+                    );
+                    return CallVariable::Refused;
+                }
+            },
+            _ => {
+                self.help(
+                    "Q102",
+                    c.pos,
+                    format!("{what} `{target}` needs exactly one of source and sourceExpression"),
+                    "write source=\"<variable>\" or sourceExpression=\"${…}\"",
+                );
+                return CallVariable::Refused;
+            }
+        };
+        match self.mapping_expression(&cel, pos, &what) {
+            Some(source) => CallVariable::Mapped {
+                target,
+                source,
+                expression,
+                pos,
+            },
+            None => CallVariable::Refused,
+        }
+    }
+
     /// A Camunda 7 field injection, `<camunda:field name="x" …>`, on a task bound to
     /// Java code: read as an input parameter of the same name (a local variable the
     /// worker is given), its value `stringValue="…"` or `<camunda:string>` (a constant)

@@ -11,7 +11,7 @@ use super::ProcessBuilder;
 impl<'a, 'd> ProcessBuilder<'a, 'd> {
     pub(super) fn task(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
         let mut ext = Extensions::read(self, el);
-        let kind = match el.local.as_str() {
+        let mut kind = match el.local.as_str() {
             "serviceTask" => self.service_kind(el, &mut ext)?,
             "scriptTask" => self.script_kind(el, &mut ext)?,
             "businessRuleTask" => self.business_rule_kind(el, &mut ext)?,
@@ -58,6 +58,25 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 ),
                 "move the script to a scriptTask",
             );
+        }
+        if !ext.call_ins.is_empty() || !ext.call_outs.is_empty() {
+            match &mut kind {
+                TaskKind::Call(spec) => self.call_variables(spec, &mut ext),
+                _ => {
+                    let pos = ext
+                        .call_ins
+                        .iter()
+                        .chain(&ext.call_outs)
+                        .find_map(|v| v.pos())
+                        .unwrap_or(el.pos);
+                    self.help(
+                        "Q401",
+                        pos,
+                        format!("camunda:in / camunda:out on a <{}> is not supported", el.local),
+                        "they map a call activity's variables; map a task's with camunda:inputOutput",
+                    );
+                }
+            }
         }
         let headers = self.task_headers(el, &kind, &mut ext);
         let retry = ext.retry.and_then(|(policy, pos)| {
@@ -345,6 +364,100 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 None
             }
         }
+    }
+
+    /// Camunda 7's `camunda:in` / `camunda:out` on a call activity, as `q:` mappings with
+    /// Camunda's meaning: the child starts with only what the `in`s name (`variables="all"`:
+    /// every variable), and only what the `out`s name comes back (`variables="all"`: every
+    /// child variable; no `out`: nothing, as Camunda 7 passes nothing by default). A call
+    /// with `out`s and no `in` (Camunda starts the child with nothing, qflow cannot), `all`
+    /// beside mapped entries of its kind, and an `out` by `sourceExpression` (evaluated over
+    /// the child in Camunda) are refused (Q401), as are these beside other mappings.
+    fn call_variables(&mut self, spec: &mut CallSpec, ext: &mut Extensions) {
+        use super::extensions::CallVariable;
+        let first = ext
+            .call_ins
+            .iter()
+            .chain(&ext.call_outs)
+            .find_map(|v| v.pos())
+            .unwrap_or_default();
+        if ext.q_mapping.is_some() || ext.vendor_io.is_some() {
+            self.help(
+                "Q401",
+                first,
+                "camunda:in / camunda:out beside q:input / q:output or a vendor mapping element",
+                "keep to one way of mapping the call's variables",
+            );
+            return;
+        }
+        if ext
+            .call_ins
+            .iter()
+            .chain(&ext.call_outs)
+            .any(|v| matches!(v, CallVariable::Refused))
+        {
+            return;
+        }
+        let split = |list: &[CallVariable]| -> (Option<Pos>, Vec<(Mapping, bool, Pos)>) {
+            let all = list.iter().find_map(|v| match v {
+                CallVariable::All(p) => Some(*p),
+                _ => None,
+            });
+            let mapped = list
+                .iter()
+                .filter_map(|v| match v {
+                    CallVariable::Mapped {
+                        target,
+                        source,
+                        expression,
+                        pos,
+                    } => Some((
+                        Mapping {
+                            target: target.clone(),
+                            source: source.clone(),
+                        },
+                        *expression,
+                        *pos,
+                    )),
+                    _ => None,
+                })
+                .collect();
+            (all, mapped)
+        };
+        let (all_in, ins) = split(&ext.call_ins);
+        let (all_out, outs) = split(&ext.call_outs);
+        for (all, mapped, kind) in [(all_in, &ins, "in"), (all_out, &outs, "out")] {
+            if let (Some(_), Some((_, _, pos))) = (all, mapped.first()) {
+                self.help(
+                    "Q401",
+                    *pos,
+                    format!("camunda:{kind} variables=\"all\" beside a mapped camunda:{kind} is not supported"),
+                    "pass every variable (variables=\"all\") or only the mapped ones",
+                );
+                return;
+            }
+        }
+        if all_in.is_none() && ins.is_empty() {
+            self.help(
+                "Q401",
+                first,
+                "a call activity with camunda:out and no camunda:in: Camunda 7 starts the child with no variables, which qflow does not",
+                "add a camunda:in for what the child needs, or camunda:in variables=\"all\"",
+            );
+            return;
+        }
+        if let Some((_, _, pos)) = outs.iter().find(|(_, expression, _)| *expression) {
+            self.help(
+                "Q401",
+                *pos,
+                "camunda:out sourceExpression is not supported: Camunda 7 evaluates it over the child's variables",
+                "copy the child's variable by name: camunda:out source=\"…\" target=\"…\"",
+            );
+            return;
+        }
+        ext.inputs = ins.into_iter().map(|(m, _, _)| m).collect();
+        ext.outputs = outs.into_iter().map(|(m, _, _)| m).collect();
+        spec.merge_child_variables = all_out.is_some();
     }
 
     /// A business rule task runs where its rule is somebody else's work: as a job
