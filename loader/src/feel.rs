@@ -585,7 +585,11 @@ impl P<'_> {
         self.expect_kw("satisfies", q)?;
         let cond = self.or()?;
         let mac = if q == "some" { "exists" } else { "all" };
-        Ok(format!("({list}).{mac}({name}, {cond})"))
+        // CEL iterates a map's keys; FEEL never quantifies over a context's keys: anything
+        // but a list fails.
+        Ok(format!(
+            "(type({list}) == list ? ({list}).{mac}({name}, {cond}) : feel_quantifier_needs_a_list())"
+        ))
     }
 
     /// After `{`: a FEEL context literal (DMN 1.3 §10.3.2.7, grammar rule 59), its keys
@@ -914,7 +918,7 @@ mod tests {
         let red = "some risk in riskLevels satisfies risk = \"red\"";
         assert_eq!(
             feel_to_cel(red).as_deref(),
-            Ok("(riskLevels).exists(risk, risk == \"red\")")
+            Ok("(type(riskLevels) == list ? (riskLevels).exists(risk, risk == \"red\") : feel_quantifier_needs_a_list())")
         );
         assert_eq!(
             eval(red, r#"{"riskLevels": ["green", "red"]}"#),
@@ -937,6 +941,28 @@ mod tests {
             j(json!(true))
         );
         assert!(eval(red, r#"{"riskLevels": "red"}"#).is_err(), "not a list");
+        // A context is not quantified over its keys (CEL would iterate a map's keys).
+        let keys = "some x in order satisfies x = \"total\"";
+        assert!(eval(keys, r#"{"order": {"total": 5}}"#).is_err());
+        assert!(eval("some x in {a: 1} satisfies x = \"a\"", "{}").is_err());
+        // The quantifier's variable shadows an outer one, as in FEEL.
+        assert_eq!(
+            eval(
+                "some x in xs satisfies x > 1",
+                r#"{"x": 100, "xs": [0, 1]}"#
+            ),
+            j(json!(false))
+        );
+        // `if` inside `and`/`or` takes its else branch as far as it goes.
+        assert_eq!(
+            eval(
+                "a and if b then false else true or c",
+                r#"{"a": true, "b": false, "c": false}"#
+            ),
+            j(json!(true))
+        );
+        assert_eq!(eval("if a then 1 else -1", r#"{"a": false}"#), j(json!(-1)));
+        assert_eq!(eval("{n: -1}", "{}"), j(json!({"n": -1})));
         // Context literals.
         assert_eq!(
             feel_to_cel("{total: a + 1, \"the label\": name, inner: {ok: true}}").as_deref(),

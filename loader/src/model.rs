@@ -860,6 +860,10 @@ pub struct Task {
     pub delegate: Option<Box<Delegate>>,
 }
 
+/// The longest pull topic, in characters: what the pull surfaces let a worker fetch
+/// (`qflow_ops::pull`, the Camunda endpoints). A longer one could never be fetched.
+pub const PULL_TOPIC_CHARS_MAX: usize = 256;
+
 /// Which Camunda 7 attribute binds a task to Java code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DelegateKind {

@@ -812,12 +812,54 @@ fn delegate_mistakes_are_refused_where_they_are() {
         ),
         "Q401",
     );
-    // A header key twice (the binding is a header too).
+    // A header key again: the binding's stays, otherwise the last is kept (Camunda's map),
+    // with a warning each.
+    let l = loads(&around(
+        r#"<serviceTask id="t" camunda:class="a.B"><extensionElements><camunda:properties><camunda:property name="class" value="x"/><camunda:property name="team" value="a"/><camunda:property name="team" value="b"/><camunda:property name="" value="c"/></camunda:properties></extensionElements></serviceTask>"#,
+    ));
+    assert_eq!(
+        task_t(&l).headers,
+        [
+            ("class".to_owned(), "a.B".to_owned()),
+            ("team".to_owned(), "b".to_owned())
+        ]
+    );
+    assert_eq!(
+        l.warnings.iter().filter(|w| w.code == "Q902").count(),
+        3,
+        "{:?}",
+        l.warnings
+    );
+    // A field an output parameter reads: Camunda reads the process variable there.
     refused(
         &around(
-            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements><camunda:properties>¶<camunda:property name="class" value="x"/></camunda:properties></extensionElements></serviceTask>"#,
+            r#"<serviceTask id="t" camunda:class="a.B"><extensionElements>
+<camunda:inputOutput><camunda:outputParameter name="shown">${subject}</camunda:outputParameter></camunda:inputOutput>
+¶<camunda:field name="subject" stringValue="x"/></extensionElements></serviceTask>"#,
         ),
-        "Q308",
+        "Q401",
+    );
+    // q:retry on a Java-bound task: kept for a routed handler, with a warning.
+    let l = loads(&around(
+        r#"<serviceTask id="t" camunda:class="a.B"><extensionElements><q:retry maxAttempts="3" initialInterval="PT1S"/></extensionElements></serviceTask>"#,
+    ));
+    assert!(task_t(&l).retry.is_some());
+    assert!(
+        l.warnings.iter().any(|w| w.code == "Q906"),
+        "{:?}",
+        l.warnings
+    );
+    // A topic no worker could fetch.
+    let long = "x".repeat(300);
+    refused(
+        &around(&format!(r#"<serviceTask id="t" ¶q:topic="{long}"/>"#)),
+        "Q401",
+    );
+    refused(
+        &around(&format!(
+            r#"<serviceTask id="t" ¶camunda:delegateExpression="${{{long}}}"/>"#
+        )),
+        "Q114",
     );
     // A field expression outside the JUEL subset is foreign code.
     refused(

@@ -386,6 +386,10 @@ pub(crate) struct Definitions {
     live: Mutex<BTreeSet<DeploymentId>>,
     /// The `[delegates]` routes definitions are loaded under.
     routes: delegates::DelegateRoutes,
+    /// Deployments refused because they were made under other routes, with the reason:
+    /// refused again at once, not re-parsed on every wake of their instances (the routes
+    /// of a process do not change while it runs).
+    refused: Mutex<BTreeMap<DeploymentId, String>>,
 }
 
 impl Definitions {
@@ -395,6 +399,7 @@ impl Definitions {
             loaded: Mutex::new(BTreeMap::new()),
             live: Mutex::new(BTreeSet::new()),
             routes,
+            refused: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -414,6 +419,12 @@ impl Definitions {
         if let Some(def) = self.loaded.lock().expect("definitions lock").get(&id) {
             return Ok(def.clone());
         }
+        if let Some(why) = self.refused.lock().expect("definitions lock").get(&id) {
+            return Err(Error::Refused {
+                what: "deployment".to_owned(),
+                why: why.clone(),
+            });
+        }
         let record = self
             .store
             .deployment(id)
@@ -425,21 +436,26 @@ impl Definitions {
                 .iter()
                 .map(|(b, r)| format!("`{b}` → {r}"))
                 .collect();
+            let why = format!(
+                "deployment {} of `{}` was made under other [delegates] routes than this \
+                 configuration gives its Java bindings (now: {}); its instances keep the \
+                 routes they started with: restore those routes, or deploy the model again \
+                 and migrate the instances to the new deployment",
+                id.0,
+                record.process_id,
+                if now.is_empty() {
+                    "none".to_owned()
+                } else {
+                    now.join(", ")
+                }
+            );
+            self.refused
+                .lock()
+                .expect("definitions lock")
+                .insert(id, why.clone());
             return Err(Error::Refused {
                 what: "deployment".to_owned(),
-                why: format!(
-                    "deployment {} of `{}` was made under other [delegates] routes than this \
-                     configuration gives its Java bindings (now: {}); its instances keep the \
-                     routes they started with: restore those routes, or deploy the model \
-                     again and migrate the instances to the new deployment",
-                    id.0,
-                    record.process_id,
-                    if now.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        now.join(", ")
-                    }
-                ),
+                why,
             });
         }
         let def = Arc::new(def);

@@ -203,6 +203,12 @@ async fn a_deployment_is_not_run_under_other_routes_than_it_was_made_with() {
         matches!(&e, Error::Refused { why, .. } if why.contains("other [delegates] routes") && why.contains("now: none")),
         "{e}"
     );
+    // Asked again, the same refusal (kept, not re-parsed on every wake).
+    let again = second
+        .start_instance(routed.id, Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(again.to_string(), e.to_string());
     let plain = second.deploy(CHARGE, None).await.unwrap();
     assert_ne!(plain.id, routed.id);
     second

@@ -479,6 +479,26 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             let twice = io.inputs[parameters..]
                 .iter()
                 .any(|p| p.target == field.target);
+            let read_by_output = io
+                .outputs
+                .iter()
+                .find(|o| o.source.reads_variable(&field.target))
+                .map(|o| o.target.clone());
+            if let Some(output) = read_by_output {
+                self.help(
+                    "Q401",
+                    pos,
+                    format!(
+                        "camunda:field `{}` is read by the output parameter `{output}`: in \
+                         Camunda 7 a field is no variable and the output reads the process \
+                         variable, in qflow it would read the field",
+                        field.target
+                    ),
+                    "rename the field, or map the value with a camunda:inputParameter",
+                );
+                io.complete = false;
+                continue;
+            }
             if let Some((parameter, same)) = clash {
                 let how = if same { "has the name of" } else { "reads" };
                 self.help(

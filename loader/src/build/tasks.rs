@@ -82,6 +82,21 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let retry = ext.retry.and_then(|(policy, pos)| {
             let allowed = match &kind {
                 TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Call(_) => true,
+                // A Java binding may be routed to a handler (`[delegates]`), where the
+                // policy applies; while it runs as a pull task the worker's own retries
+                // count, and the policy is inert (`qflow_core` retries registered tasks
+                // only): a warning says so.
+                TaskKind::Pull { .. } if ext.delegate.is_some() => {
+                    self.diags.push(
+                        crate::diag::Diagnostic::warning(
+                            "Q906",
+                            pos,
+                            "q:retry on a Java-bound task applies only when [delegates] routes the binding to a handler; as a pull task the worker's retries count",
+                        )
+                        .with_help("keep it for the routed handler, or remove it"),
+                    );
+                    true
+                }
                 TaskKind::Pull { .. } => {
                     self.help(
                         "Q304",
@@ -109,6 +124,17 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         });
         let timeout = ext.timeout.and_then(|(d, pos)| match &kind {
             TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Call(_) => Some(d),
+            TaskKind::Pull { .. } if ext.delegate.is_some() => {
+                self.diags.push(
+                    crate::diag::Diagnostic::warning(
+                        "Q906",
+                        pos,
+                        "q:timeout on a Java-bound task applies only when [delegates] routes the binding to a handler; as a pull task the worker's lock bounds it",
+                    )
+                    .with_help("keep it for the routed handler, or remove it"),
+                );
+                Some(d)
+            }
             other => {
                 self.help(
                     "Q307",
@@ -211,16 +237,44 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 ));
             }
         }
-        all.append(&mut ext.headers);
+        for (key, value, pos) in std::mem::take(&mut ext.headers) {
+            if key.is_empty() {
+                self.diags.push(crate::diag::Diagnostic::warning(
+                    "Q902",
+                    pos,
+                    "a camunda:property without a name is ignored",
+                ));
+                continue;
+            }
+            all.push((key, value, pos));
+        }
+        // A key given again: the last one is kept, as Camunda 7 builds its extension
+        // properties into a map — except the binding and resultVariable (first in the
+        // list), which describe the task and stay.
+        let fixed = if ext.delegate.is_some() {
+            1 + usize::from(el.attr_ns(Ns::Camunda, "resultVariable").is_some())
+        } else {
+            0
+        };
         let mut headers: Vec<(String, String)> = Vec::with_capacity(all.len());
         for (key, value, pos) in all {
-            if headers.iter().any(|(k, _)| *k == key) {
-                self.help(
-                    "Q308",
-                    pos,
-                    format!("the task header `{key}` is given twice"),
-                    "give each header key once (the Java binding and resultVariable are headers too)",
+            if let Some(i) = headers.iter().position(|(k, _)| *k == key) {
+                let kept = if i < fixed {
+                    "the Java binding's is kept"
+                } else {
+                    "the last one is kept"
+                };
+                self.diags.push(
+                    crate::diag::Diagnostic::warning(
+                        "Q902",
+                        pos,
+                        format!("the task header `{key}` is given again: {kept}"),
+                    )
+                    .with_help("give each header key once (the Java binding and resultVariable are headers too)"),
                 );
+                if i >= fixed {
+                    headers[i].1 = value;
+                }
                 continue;
             }
             headers.push((key, value));
@@ -332,7 +386,22 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             found.push((kind, pos, "zeebe:taskDefinition"));
         }
         match found.len() {
-            1 => Some(found.remove(0).0),
+            1 => {
+                let (kind, pos, what) = found.remove(0);
+                if let TaskKind::Pull { topic, .. } = &kind {
+                    let n = topic.chars().count();
+                    if n > PULL_TOPIC_CHARS_MAX {
+                        self.help(
+                            "Q401",
+                            pos,
+                            format!("the {what} is {n} characters long; workers fetch topics of at most {PULL_TOPIC_CHARS_MAX}"),
+                            "use a shorter topic",
+                        );
+                        return None;
+                    }
+                }
+                Some(kind)
+            }
             0 if attempted => None,
             0 => {
                 let code_ref = ["class", "delegateExpression", "expression"]
@@ -529,14 +598,25 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 "Q115",
                 pos,
                 format!(
-                    "the serviceTask binds camunda:{attr} and camunda:{}",
+                    "the {} binds camunda:{attr} and camunda:{}",
+                    el.local,
                     others.join(", camunda:")
                 ),
                 "keep one Java binding",
             );
             return None;
         }
-        match delegate_topic(kind, &text) {
+        let derived = delegate_topic(kind, &text).and_then(|t| {
+            if t.chars().count() > PULL_TOPIC_CHARS_MAX {
+                Err(format!(
+                    "the topic it gives is {} characters long; workers fetch topics of at most {PULL_TOPIC_CHARS_MAX}",
+                    t.chars().count()
+                ))
+            } else {
+                Ok(t)
+            }
+        });
+        match derived {
             Ok(topic) => {
                 self.diags.push(
                     crate::diag::Diagnostic::note(

@@ -150,7 +150,10 @@ const CAMUNDA_REFUSED: &[(&str, &str)] = &[
         "map a call activity's variables with q:input and q:output (or camunda:inputOutput); remove it",
     ),
     ("script", "qflow runs no scripts"),
-    ("failedJobRetryTimeCycle", "use <q:retry> for retries"),
+    (
+        "failedJobRetryTimeCycle",
+        "use <q:retry> on a task a handler runs; a pull worker reports its own retries",
+    ),
     (
         "errorEventDefinition",
         "map errors with BPMN error boundaries",
