@@ -6,9 +6,20 @@
 //! Every route calls the same `qflow_ops::pull` operation as the native API. Zeebe's
 //! answers name no worker (whoever has the job key answers), so an answer is made as
 //! the worker holding the lock; a job whose attempt is over or that no worker holds is
-//! refused (409) with the core's reason. What does not map is refused, never ignored:
-//! `tenantIds` other than `<default>`, a completion `result`, failure `variables`.
-//! `docs/workers.md` lists every difference (job keys are qflow task ids, not 64-bit
+//! refused (409) with the core's reason.
+//!
+//! Each request body is read as the Orchestration Cluster API's schema says
+//! (`JobActivationRequest`, `JobCompletionRequest` with its `JobResult`,
+//! `JobFailRequest`, `JobErrorRequest`, up to Camunda 8.10's fields): a field the schema
+//! lacks is refused. Of the fields it has, a value that asks for nothing beyond what
+//! qflow does — null, empty, Camunda's default, or what qflow does anyway (the
+//! `<default>` tenant, `tenantFilter: PROVIDED`, an empty `fetchVariable` meaning all
+//! variables) — is accepted; one that asks for what qflow lacks (other tenants, leases,
+//! user-task denials and corrections, ad-hoc activations, a business id set on
+//! completion, variables on a failure) is refused with a 400 naming the field and saying
+//! what qflow does instead, before the job is looked at, so a refused request changes
+//! nothing. The OpenAPI document states only the accepted values. `docs/workers.md`
+//! lists every field and every difference (job keys are qflow task ids, not 64-bit
 //! integers; an expired job timeout spends an attempt).
 
 use axum::extract::{Path, State};
@@ -29,6 +40,8 @@ type Result<T> = std::result::Result<T, Problem>;
 const REQUEST_TIMEOUT_DEFAULT_MS: i64 = 10_000;
 /// The only tenant qflow has.
 const DEFAULT_TENANT: &str = "<default>";
+/// The worker name an activation without one (absent, null or `""`) is recorded under.
+const WORKER_DEFAULT: &str = "zeebe-worker";
 
 fn invalid(field: &str, why: impl Into<String>) -> Problem {
     let why = why.into();
@@ -40,7 +53,66 @@ fn invalid(field: &str, why: impl Into<String>) -> Problem {
     .at(Place::Body, field, why)
 }
 
-/// A job activation (Camunda 8 `JobActivationRequest`).
+/// A field whose value asks for what qflow does not do: a 400 that names it (`path`, the
+/// field's members from the body's top, e.g. `["result", "denied"]`), shows the value
+/// when `value` is given, and says what qflow does instead.
+fn unsupported(path: &[&str], value: Option<serde_json::Value>, instead: &str) -> Problem {
+    let field = path.join(".");
+    let shown = value.map(|v| format!(" {v}")).unwrap_or_default();
+    let detail = format!("`{field}`{shown} is not supported: {instead}");
+    let mut problem = Problem::new(StatusCode::BAD_REQUEST, "invalid", detail.clone());
+    problem.errors.push(crate::problem::FieldError {
+        pointer: Some(crate::problem::pointer_of(path.iter().copied())),
+        parameter: None,
+        detail,
+    });
+    problem
+}
+
+/// The schema of a field qflow takes only as null (or absent).
+fn only_null() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::Null)
+        .description(Some(
+            "Only null or absent: any value asks for what qflow does not do (docs/workers.md).",
+        ))
+        .build()
+}
+
+/// The schema of a flag qflow takes only as `false` (or null, or absent).
+fn only_false() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Boolean, Type::Null]))
+        .enum_values(Some([
+            serde_json::Value::Bool(false),
+            serde_json::Value::Null,
+        ]))
+        .description(Some(
+            "Only false, null or absent: `true` asks for what qflow does not do \
+             (docs/workers.md).",
+        ))
+        .build()
+}
+
+/// The schema of `tenantFilter` as qflow takes it.
+fn only_provided_tenants() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some([
+            serde_json::json!("PROVIDED"),
+            serde_json::Value::Null,
+        ]))
+        .description(Some(
+            "`PROVIDED` (Camunda's default: the tenants `tenantIds` names) or null; \
+             `ASSIGNED` is refused, as Camunda refuses it without multi-tenancy.",
+        ))
+        .build()
+}
+
+/// A job activation (Camunda 8 `JobActivationRequest`): every field of Camunda 8.10's.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobActivationBody {
@@ -52,13 +124,10 @@ pub struct JobActivationBody {
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
     )]
     pub job_type: String,
-    /// Names the worker in the attempt history; default `zeebe-worker`.
+    /// Names the worker in the attempt history; absent, null or `""` (Camunda's
+    /// default): `zeebe-worker`.
     #[serde(default)]
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
-    )]
+    #[schema(max_length = 128, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub worker: Option<String>,
     /// How long the jobs stay locked, ms (1..=86,400,000).
     #[serde(deserialize_with = "qflow_ops::json::integer")]
@@ -68,7 +137,8 @@ pub struct JobActivationBody {
     #[serde(deserialize_with = "qflow_ops::json::integer")]
     #[schema(minimum = 1, maximum = 1000)]
     pub max_jobs_to_activate: i64,
-    /// Only these variables are handed out; absent: all of the task's inputs.
+    /// Only these variables are handed out; absent, null or `[]` (as in Camunda): all of
+    /// the task's inputs.
     #[serde(default)]
     pub fetch_variable: Option<Vec<String>>,
     /// Long polling, ms: 0 or absent waits up to 10 s (Zeebe's default), negative answers
@@ -76,13 +146,22 @@ pub struct JobActivationBody {
     #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
     #[schema(minimum = -86400000, maximum = 86400000)]
     pub request_timeout: Option<i64>,
-    /// Only `<default>` (qflow has no tenants).
+    /// Only `<default>`, `[]` or null (qflow has no tenants; Camunda without
+    /// multi-tenancy reads `[]` as `<default>`).
     #[serde(default)]
-    pub tenant_ids: Option<Vec<Tenant>>,
+    #[schema(value_type = Option<Vec<Tenant>>)]
+    pub tenant_ids: Option<Vec<String>>,
+    #[serde(default)]
+    #[schema(schema_with = only_provided_tenants)]
+    pub tenant_filter: Option<TenantFilter>,
+    /// Activation with a lease (Camunda 8.10); qflow takes only false or null.
+    #[serde(default)]
+    #[schema(schema_with = only_false)]
+    pub with_lease: Option<bool>,
 }
 
-/// An object without members: where Zeebe takes more (a job result, failure
-/// variables), qflow takes only this.
+/// An object without members: where Zeebe takes more (failure variables), qflow takes
+/// only this.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Empty {}
@@ -92,6 +171,57 @@ pub struct Empty {}
 pub enum Tenant {
     #[serde(rename = "<default>")]
     Default,
+}
+
+/// Camunda's `TenantFilterEnum`: whose tenants an activation is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum TenantFilter {
+    /// The tenants `tenantIds` names (Camunda's default).
+    #[serde(rename = "PROVIDED")]
+    Provided,
+    /// The tenants the caller is assigned to.
+    #[serde(rename = "ASSIGNED")]
+    Assigned,
+}
+
+/// Refuses an activation whose fields ask for what qflow does not do; what passes is
+/// what qflow does (no tenants but `<default>`, no leases).
+fn check_activation(b: &JobActivationBody) -> Result<()> {
+    let tenants = b.tenant_ids.as_deref().unwrap_or_default();
+    if tenants.iter().any(|t| t != DEFAULT_TENANT) {
+        return Err(unsupported(
+            &["tenantIds"],
+            Some(serde_json::json!(tenants)),
+            "qflow has no tenants: every job is the `<default>` tenant's, as in Camunda \
+             without multi-tenancy; send [\"<default>\"], [] or null",
+        ));
+    }
+    if b.tenant_filter == Some(TenantFilter::Assigned) {
+        return Err(unsupported(
+            &["tenantFilter"],
+            Some(serde_json::json!("ASSIGNED")),
+            "qflow has no tenants to assign to a caller (Camunda refuses it too when \
+             multi-tenancy is disabled); send PROVIDED or null",
+        ));
+    }
+    if b.with_lease == Some(true) {
+        return Err(unsupported(
+            &["withLease"],
+            Some(serde_json::json!(true)),
+            "qflow hands out no lease tokens; a job key already names one activation (one \
+             attempt), and an answer for a superseded one is refused with 409; send false \
+             or null",
+        ));
+    }
+    if b.request_timeout
+        .is_some_and(|t| !(-86_400_000..=86_400_000).contains(&t))
+    {
+        return Err(invalid(
+            "requestTimeout",
+            "is outside -86400000..=86400000 ms".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// An activated job (Camunda 8 `ActivatedJobResult`, the fields qflow has).
@@ -161,21 +291,7 @@ pub async fn activate(
     _caller: Caller<WorkerScope>,
     JsonBody(body): JsonBody<JobActivationBody>,
 ) -> Result<Json<ActivatedJobs>> {
-    // Any other tenant is refused when the body is read: `Tenant` has one value.
-    debug_assert!(body
-        .tenant_ids
-        .iter()
-        .flatten()
-        .all(|t| *t == Tenant::Default));
-    if body
-        .request_timeout
-        .is_some_and(|t| !(-86_400_000..=86_400_000).contains(&t))
-    {
-        return Err(invalid(
-            "requestTimeout",
-            "is outside -86400000..=86400000 ms".to_owned(),
-        ));
-    }
+    check_activation(&body)?;
     let limit = state.request_timeout_ms.saturating_sub(1_000) as i64;
     let wait_ms = match body.request_timeout {
         None | Some(0) => REQUEST_TIMEOUT_DEFAULT_MS,
@@ -184,12 +300,16 @@ pub async fn activate(
     }
     .min(limit.max(0));
     let request = FetchRequest {
-        worker: body.worker.unwrap_or_else(|| "zeebe-worker".to_owned()),
+        worker: body
+            .worker
+            .filter(|w| !w.is_empty())
+            .unwrap_or_else(|| WORKER_DEFAULT.to_owned()),
         max_tasks: body.max_jobs_to_activate,
         topics: vec![FetchTopic {
             name: body.job_type,
             lock_ms: body.timeout,
-            variables: body.fetch_variable,
+            // Camunda reads an empty list as no selection: every variable.
+            variables: body.fetch_variable.filter(|names| !names.is_empty()),
         }],
         wait_ms,
     };
@@ -203,7 +323,7 @@ pub async fn activate(
     }))
 }
 
-/// A job completion (Camunda 8 `JobCompletionRequest`).
+/// A job completion (Camunda 8 `JobCompletionRequest`): every field of Camunda 8.10's.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobCompletionBody {
@@ -211,34 +331,230 @@ pub struct JobCompletionBody {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub variables: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Refused when given: user-task and ad-hoc results do not apply to pull tasks.
+    /// A user-task or ad-hoc sub-process result: taken when it asks for nothing (no
+    /// denial, no corrections, no elements to activate), refused otherwise.
     #[serde(default)]
-    #[schema(value_type = Option<Empty>)]
-    pub result: Option<serde_json::Value>,
+    pub result: Option<JobResultBody>,
+    /// A lease token (Camunda 8.10): qflow hands none out, so only null.
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub lease_token: Option<String>,
+    /// A business id to set on the instance (Camunda 8.10): only null.
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub business_id: Option<String>,
 }
 
-/// A job failure (Camunda 8 `JobFailRequest`).
+/// Camunda's `JobResult`: the fields of both its kinds, `JobResultUserTask` and
+/// `JobResultAdHocSubProcess`, each taken only at its value that asks for nothing.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JobFailBody {
-    /// Attempts left (0 ends the instance FAILED with an incident); default 0.
-    #[serde(default, deserialize_with = "qflow_ops::json::integer")]
-    #[schema(minimum = 0, maximum = 4294967295u64)]
-    pub retries: i64,
+pub struct JobResultBody {
+    /// Which kind of result this is.
+    #[serde(default, rename = "type")]
+    pub result_type: Option<JobResultType>,
+    /// A user task listener's denial: only false or null.
     #[serde(default)]
-    #[schema(max_length = 4096)]
-    pub error_message: Option<String>,
-    /// Wait this long (ms) before the next attempt is offered (0..=30 days); default 0.
-    #[serde(default, deserialize_with = "qflow_ops::json::integer")]
-    #[schema(minimum = 0, maximum = 2592000000u64)]
-    pub retry_back_off: i64,
-    /// Refused when non-empty: a failure sets no variables in qflow.
+    #[schema(schema_with = only_false)]
+    pub denied: Option<bool>,
+    /// Only `""` or null: there is no denial to give a reason for.
     #[serde(default)]
-    #[schema(value_type = Option<Empty>)]
+    #[schema(max_length = 0)]
+    pub denied_reason: Option<String>,
+    /// A user task's corrected attributes: each only null.
+    #[serde(default)]
+    pub corrections: Option<JobResultCorrections>,
+    /// The ad-hoc sub-process elements to activate: only `[]` or null.
+    #[serde(default)]
+    #[schema(max_items = 0)]
+    pub activate_elements: Option<Vec<JobResultActivateElement>>,
+    /// Only false or null.
+    #[serde(default)]
+    #[schema(schema_with = only_false)]
+    pub is_completion_condition_fulfilled: Option<bool>,
+    /// Only false or null.
+    #[serde(default)]
+    #[schema(schema_with = only_false)]
+    pub is_cancel_remaining_instances: Option<bool>,
+}
+
+/// The kinds of job result Camunda has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+pub enum JobResultType {
+    #[serde(rename = "userTask")]
+    UserTask,
+    #[serde(rename = "adHocSubProcess")]
+    AdHocSubProcess,
+}
+
+/// Camunda's `JobResultCorrections`; a null attribute keeps the task's value there too.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobResultCorrections {
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub assignee: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub due_date: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub follow_up_date: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub candidate_users: Option<Vec<String>>,
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub candidate_groups: Option<Vec<String>>,
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub priority: Option<i64>,
+}
+
+/// Camunda's `JobResultActivateElement`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobResultActivateElement {
+    #[serde(default)]
+    pub element_id: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub variables: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-/// A BPMN error thrown by a job (Camunda 8 `JobErrorRequest`).
+/// What qflow says instead of a lease token, on every answer.
+const NO_LEASE: &str = "qflow activates no job with a lease (`withLease` is refused), so \
+                        there is no token to check; send null or leave it out";
+
+/// Refuses a job result that asks for what qflow does not do; what passes asks for
+/// nothing (Camunda's defaults: not denied, nothing corrected, nothing activated).
+fn check_result(r: &JobResultBody) -> Result<()> {
+    let no_listeners = "user-task denials and corrections are a task listener's answer, \
+                        and qflow has no task listeners: its jobs are service tasks'";
+    if r.denied == Some(true) {
+        return Err(unsupported(
+            &["result", "denied"],
+            Some(serde_json::json!(true)),
+            &format!("{no_listeners}; send false or null"),
+        ));
+    }
+    if let Some(reason) = r.denied_reason.as_ref().filter(|s| !s.is_empty()) {
+        return Err(unsupported(
+            &["result", "deniedReason"],
+            Some(serde_json::json!(reason)),
+            &format!("{no_listeners}; send \"\" or null"),
+        ));
+    }
+    if let Some(c) = &r.corrections {
+        let given = [
+            ("assignee", c.assignee.is_some()),
+            ("dueDate", c.due_date.is_some()),
+            ("followUpDate", c.follow_up_date.is_some()),
+            ("candidateUsers", c.candidate_users.is_some()),
+            ("candidateGroups", c.candidate_groups.is_some()),
+            ("priority", c.priority.is_some()),
+        ];
+        if let Some((field, _)) = given.iter().find(|(_, given)| *given) {
+            return Err(unsupported(
+                &["result", "corrections", field],
+                None,
+                &format!("{no_listeners}; send null (which keeps the value in Camunda too)"),
+            ));
+        }
+    }
+    let no_ad_hoc = "qflow has no ad-hoc sub-processes";
+    if let Some(elements) = r.activate_elements.as_ref().filter(|e| !e.is_empty()) {
+        let ids: Vec<_> = elements.iter().map(|e| e.element_id.clone()).collect();
+        return Err(unsupported(
+            &["result", "activateElements"],
+            Some(serde_json::json!(ids)),
+            &format!("{no_ad_hoc}; send [] or null"),
+        ));
+    }
+    for (field, flag) in [
+        (
+            "isCompletionConditionFulfilled",
+            r.is_completion_condition_fulfilled,
+        ),
+        (
+            "isCancelRemainingInstances",
+            r.is_cancel_remaining_instances,
+        ),
+    ] {
+        if flag == Some(true) {
+            return Err(unsupported(
+                &["result", field],
+                Some(serde_json::json!(true)),
+                &format!("{no_ad_hoc}; send false or null"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_completion(b: &JobCompletionBody) -> Result<()> {
+    if let Some(result) = &b.result {
+        check_result(result)?;
+    }
+    if b.lease_token.is_some() {
+        return Err(unsupported(&["leaseToken"], None, NO_LEASE));
+    }
+    if let Some(id) = &b.business_id {
+        return Err(unsupported(
+            &["businessId"],
+            Some(serde_json::json!(id)),
+            "qflow gives an instance its business key when it starts, never on a job's \
+             completion; send null or leave it out",
+        ));
+    }
+    Ok(())
+}
+
+/// A job failure (Camunda 8 `JobFailRequest`): every field of Camunda 8.10's.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobFailBody {
+    /// Attempts left (0 ends the instance FAILED with an incident); absent or null: 0,
+    /// as in Camunda.
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    #[schema(minimum = 0, maximum = 4294967295u64)]
+    pub retries: Option<i64>,
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub error_message: Option<String>,
+    /// Wait this long (ms) before the next attempt is offered (0..=30 days); absent or
+    /// null: 0.
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    #[schema(minimum = 0, maximum = 2592000000u64)]
+    pub retry_back_off: Option<i64>,
+    /// Only `{}` or null: a failure sets no variables in qflow.
+    #[serde(default)]
+    #[schema(value_type = Option<Empty>)]
+    pub variables: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A lease token (Camunda 8.10): qflow hands none out, so only null.
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub lease_token: Option<String>,
+}
+
+fn check_failure(b: &JobFailBody) -> Result<()> {
+    if let Some(vars) = b.variables.as_ref().filter(|v| !v.is_empty()) {
+        return Err(unsupported(
+            &["variables"],
+            Some(serde_json::json!(vars.keys().collect::<Vec<_>>())),
+            "qflow sets no variables when an attempt fails (Camunda sets them on the task's \
+             local scope, which a qflow task does not have); send {} or null, or complete \
+             or throw a BPMN error with them",
+        ));
+    }
+    if b.lease_token.is_some() {
+        return Err(unsupported(&["leaseToken"], None, NO_LEASE));
+    }
+    Ok(())
+}
+
+/// A BPMN error thrown by a job (Camunda 8 `JobErrorRequest`): every field of Camunda
+/// 8.10's.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobErrorBody {
@@ -255,6 +571,10 @@ pub struct JobErrorBody {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub variables: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A lease token (Camunda 8.10): qflow hands none out, so only null.
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub lease_token: Option<String>,
 }
 
 fn answered(result: qflow_ops::Result<qflow_ops::pull::PullApplied>) -> Result<StatusCode> {
@@ -287,13 +607,7 @@ pub async fn complete(
     Path(key): Path<String>,
     JsonBody(body): JsonBody<JobCompletionBody>,
 ) -> Result<StatusCode> {
-    let empty = |r: &serde_json::Value| r.is_null() || r.as_object().is_some_and(|o| o.is_empty());
-    if body.result.as_ref().is_some_and(|r| !empty(r)) {
-        return Err(invalid(
-            "result",
-            "job results (user-task corrections, ad-hoc activation) do not apply to pull tasks",
-        ));
-    }
+    check_completion(&body)?;
     let worker = holder(&state, &key).await?;
     let variables = body.variables.unwrap_or_default().into_iter().collect();
     answered(state.ops.complete_pull(&key, &worker, variables).await)
@@ -315,15 +629,16 @@ pub async fn fail(
     Path(key): Path<String>,
     JsonBody(body): JsonBody<JobFailBody>,
 ) -> Result<StatusCode> {
-    if body.variables.as_ref().is_some_and(|v| !v.is_empty()) {
-        return Err(invalid("variables", "a failure sets no variables in qflow"));
-    }
+    check_failure(&body)?;
     let worker = holder(&state, &key).await?;
     let message = body.error_message.unwrap_or_default();
+    // Camunda reads a null or absent `retries` and `retryBackOff` as 0.
+    let retries = body.retries.unwrap_or(0);
+    let back_off_ms = body.retry_back_off.unwrap_or(0);
     answered(
         state
             .ops
-            .fail_pull(&key, &worker, body.retries, body.retry_back_off, &message)
+            .fail_pull(&key, &worker, retries, back_off_ms, &message)
             .await,
     )
 }
@@ -345,6 +660,9 @@ pub async fn throw_error(
     Path(key): Path<String>,
     JsonBody(body): JsonBody<JobErrorBody>,
 ) -> Result<StatusCode> {
+    if body.lease_token.is_some() {
+        return Err(unsupported(&["leaseToken"], None, NO_LEASE));
+    }
     let worker = holder(&state, &key).await?;
     let message = body.error_message.unwrap_or_default();
     let variables = body.variables.unwrap_or_default().into_iter().collect();

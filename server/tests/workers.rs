@@ -1011,7 +1011,11 @@ async fn zeebe_refusals_unknown_jobs_tenants_results_and_failure_variables() {
                    "tenantIds": ["acme"]}),
         )
         .await;
-    refused(&r, StatusCode::BAD_REQUEST, "expected `<default>`");
+    refused(
+        &r,
+        StatusCode::BAD_REQUEST,
+        "`tenantIds` [\"acme\"] is not supported",
+    );
     let job = activate(&w, "z-1", 30_000).await;
     let key = job["jobKey"].as_str().unwrap();
     let r = w
@@ -1020,7 +1024,11 @@ async fn zeebe_refusals_unknown_jobs_tenants_results_and_failure_variables() {
             json!({"result": {"denied": true}}),
         )
         .await;
-    refused(&r, StatusCode::BAD_REQUEST, "do not apply");
+    refused(
+        &r,
+        StatusCode::BAD_REQUEST,
+        "`result.denied` true is not supported",
+    );
     let r = w
         .post(
             &format!("/v2/jobs/{key}/failure"),
@@ -1042,6 +1050,357 @@ async fn zeebe_refusals_unknown_jobs_tenants_results_and_failure_variables() {
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+}
+
+/// The activation body the official `@camunda8/orchestration-cluster-api` 9.1.5 (npm,
+/// the `latest` tag) sends from a `JobWorker` with `jobType: "payments"`,
+/// `jobTimeoutMs: 30000`, `maxParallelJobs: 10` and no `fetchVariables`, read from its
+/// published `dist/` (`JobWorker._poll`, `activateJobs`): the worker's generated name,
+/// `requestTimeout` 0 (its default long poll) and `tenantIds` `["<default>"]` (its
+/// `CAMUNDA_DEFAULT_TENANT_ID`, injected into every activation without tenants);
+/// `fetchVariable` only when the worker names some.
+fn js_client_activation() -> Value {
+    json!({"type": "payments", "worker": "worker-payments-1", "maxJobsToActivate": 10,
+           "requestTimeout": 0, "timeout": 30000, "tenantIds": ["<default>"]})
+}
+
+/// One activation expecting exactly one job, which it returns.
+async fn activate_one(w: &World, body: Value) -> Value {
+    let r = w.post("/v2/jobs/activation", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let jobs = r.body["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 1, "{}", r.text);
+    jobs[0].clone()
+}
+
+fn zeebe_answer(job: &Value, answer: &str) -> String {
+    format!(
+        "/v2/jobs/{}/{answer}",
+        job["jobKey"].as_str().expect("a key")
+    )
+}
+
+/// The official JS client's bodies, as its `JobWorker` and job actions send them: an
+/// activation; a handler that throws (`failJob` with `retries` one less, no back-off);
+/// `job.complete(variables)`; `job.error({errorCode, errorMessage})`; and the failure it
+/// sends when a job's variables fail its schema (no `retries`: 0, as in Camunda).
+#[tokio::test]
+async fn the_official_js_clients_job_bodies_are_accepted() {
+    let w = world().await;
+    let id = w.start().await;
+    let job = activate_one(&w, js_client_activation()).await;
+    assert_eq!(job["worker"], "worker-payments-1");
+    assert_eq!(
+        job["variables"],
+        json!({"amount": 42, "card": "x"}),
+        "no selection: all"
+    );
+    // The handler threw: `failJob({jobKey, errorMessage, retries: retries - 1})`.
+    let r = w
+        .post(
+            &zeebe_answer(&job, "failure"),
+            json!({"errorMessage": "card service down", "retries": 2}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    // No back-off: the next attempt is offered at once.
+    let job = activate_one(&w, js_client_activation()).await;
+    assert_eq!(job["retries"], 2, "{job}");
+    // `job.complete({receipt: "r-1"})`.
+    let r = w
+        .post(
+            &zeebe_answer(&job, "completion"),
+            json!({"variables": {"receipt": "r-1"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+    assert_eq!(view["snapshot"]["variables"]["receipt"], "r-1", "{view}");
+    let history = w.history(&id).await;
+    assert_eq!(history[0]["worker"], "worker-payments-1");
+
+    // `job.complete()` sends `{"variables": {}}`.
+    let id = w.start().await;
+    let job = activate_one(&w, js_client_activation()).await;
+    let r = w
+        .post(&zeebe_answer(&job, "completion"), json!({"variables": {}}))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    assert_eq!(w.instance(&id).await["instance"]["status"], "completed");
+
+    // `job.error({errorCode: "DECLINED", errorMessage: "no"})` routes to the boundary.
+    let id = w.start().await;
+    let job = activate_one(&w, js_client_activation()).await;
+    let r = w
+        .post(
+            &zeebe_answer(&job, "error"),
+            json!({"errorCode": "DECLINED", "errorMessage": "no"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "completed", "{view}");
+
+    // Variables that fail the worker's schema: `failJob({jobKey, errorMessage})`, so
+    // Camunda's default of 0 retries ends the instance FAILED.
+    let id = w.start().await;
+    let job = activate_one(&w, js_client_activation()).await;
+    let r = w
+        .post(
+            &zeebe_answer(&job, "failure"),
+            json!({"errorMessage": "Invalid variables"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    assert_eq!(w.instance(&id).await["instance"]["status"], "failed");
+}
+
+/// Every field of Camunda 8.10's request schemas at a value that asks for nothing qflow
+/// lacks — null, empty, Camunda's default — is accepted and means what it means in
+/// Camunda: an empty `worker` is the default name, an empty `fetchVariable` all
+/// variables, a null `retries` 0.
+#[tokio::test]
+async fn zeebe_fields_at_empty_null_or_default_values_are_accepted() {
+    let w = world().await;
+    let id = w.start().await;
+    let job = activate_one(
+        &w,
+        json!({"type": "payments", "worker": "", "timeout": 30000, "maxJobsToActivate": 1,
+               "fetchVariable": [], "requestTimeout": -1, "tenantIds": [],
+               "tenantFilter": "PROVIDED", "withLease": false}),
+    )
+    .await;
+    assert_eq!(job["worker"], "zeebe-worker", "{job}");
+    assert_eq!(
+        job["variables"],
+        json!({"amount": 42, "card": "x"}),
+        "[] selects all: {job}"
+    );
+    let r = w
+        .post(
+            &zeebe_answer(&job, "failure"),
+            json!({"retries": 2, "errorMessage": "down", "retryBackOff": null,
+                   "variables": {}, "leaseToken": null}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let job = activate_one(
+        &w,
+        json!({"type": "payments", "worker": null, "timeout": 30000, "maxJobsToActivate": 1,
+               "fetchVariable": null, "requestTimeout": null, "tenantIds": null,
+               "tenantFilter": null, "withLease": null}),
+    )
+    .await;
+    assert_eq!(job["retries"], 2, "attempt 2, offered at once: {job}");
+    let r = w
+        .post(
+            &zeebe_answer(&job, "completion"),
+            json!({"variables": null, "leaseToken": null, "businessId": null,
+                   "result": {"type": "userTask", "denied": false, "deniedReason": "",
+                              "corrections": {"assignee": null, "dueDate": null,
+                                              "followUpDate": null, "candidateUsers": null,
+                                              "candidateGroups": null, "priority": null}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    assert_eq!(w.instance(&id).await["instance"]["status"], "completed");
+
+    let id = w.start().await;
+    let job = activate_one(
+        &w,
+        json!({"type": "payments", "timeout": 30000, "maxJobsToActivate": 1,
+               "requestTimeout": -1, "tenantIds": ["<default>"]}),
+    )
+    .await;
+    let r = w
+        .post(
+            &zeebe_answer(&job, "completion"),
+            json!({"result": {"type": "adHocSubProcess", "activateElements": [],
+                              "isCompletionConditionFulfilled": false,
+                              "isCancelRemainingInstances": false}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    assert_eq!(w.instance(&id).await["instance"]["status"], "completed");
+
+    let id = w.start().await;
+    let job = activate_one(
+        &w,
+        json!({"type": "payments", "timeout": 30000, "maxJobsToActivate": 1,
+               "requestTimeout": -1}),
+    )
+    .await;
+    let r = w
+        .post(
+            &zeebe_answer(&job, "error"),
+            json!({"errorCode": "DECLINED", "errorMessage": null, "variables": null,
+                   "leaseToken": null}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    assert_eq!(w.instance(&id).await["instance"]["status"], "completed");
+}
+
+/// A 400 naming the field at `pointer` in its detail (`needle`) and its JSON pointer.
+fn zeebe_refused(r: &Reply, pointer: &str, needle: &str) {
+    refused(r, StatusCode::BAD_REQUEST, needle);
+    assert_eq!(r.body["errors"][0]["pointer"], pointer, "{}", r.text);
+}
+
+/// A field whose value asks for what qflow lacks (tenants, leases, user-task denials and
+/// corrections, ad-hoc activations, a business id, failure variables) is refused naming
+/// it, as is a field outside Camunda's schema; nothing is locked, stepped or recorded.
+#[tokio::test]
+async fn zeebe_fields_asking_for_what_qflow_lacks_are_refused_naming_them() {
+    let w = world().await;
+    let id = w.start().await;
+    let activation = |extra: Value| {
+        let mut body = json!({"type": "payments", "timeout": 30000, "maxJobsToActivate": 1,
+                              "requestTimeout": -1});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let fence = w.fence(&id).await;
+    for (extra, pointer, needle) in [
+        (
+            json!({"tenantIds": ["<default>", "acme"]}),
+            "/tenantIds",
+            "`tenantIds`",
+        ),
+        (
+            json!({"tenantFilter": "ASSIGNED"}),
+            "/tenantFilter",
+            "`tenantFilter` \"ASSIGNED\"",
+        ),
+        (json!({"withLease": true}), "/withLease", "`withLease` true"),
+        (
+            json!({"tenantFilter": "MINE"}),
+            "/tenantFilter",
+            "unknown variant `MINE`",
+        ),
+        (
+            json!({"priority": 1}),
+            "/priority",
+            "unknown field `priority`",
+        ),
+    ] {
+        let r = w.post("/v2/jobs/activation", activation(extra)).await;
+        zeebe_refused(&r, pointer, needle);
+    }
+    assert_eq!(
+        w.fence(&id).await,
+        fence,
+        "no refused activation locked the job"
+    );
+
+    let job = activate_one(&w, activation(json!({}))).await;
+    let fence = w.fence(&id).await;
+    let completion = zeebe_answer(&job, "completion");
+    for (body, pointer, needle) in [
+        (
+            json!({"result": {"type": "userTask", "denied": true}}),
+            "/result/denied",
+            "`result.denied` true is not supported",
+        ),
+        (
+            json!({"result": {"deniedReason": "not mine"}}),
+            "/result/deniedReason",
+            "`result.deniedReason`",
+        ),
+        (
+            json!({"result": {"type": "userTask", "corrections": {"assignee": "bo"}}}),
+            "/result/corrections/assignee",
+            "`result.corrections.assignee`",
+        ),
+        (
+            json!({"result": {"corrections": {"candidateGroups": []}}}),
+            "/result/corrections/candidateGroups",
+            "`result.corrections.candidateGroups`",
+        ),
+        (
+            json!({"result": {"type": "adHocSubProcess",
+                           "activateElements": [{"elementId": "review"}]}}),
+            "/result/activateElements",
+            "`result.activateElements` [\"review\"]",
+        ),
+        (
+            json!({"result": {"isCompletionConditionFulfilled": true}}),
+            "/result/isCompletionConditionFulfilled",
+            "`result.isCompletionConditionFulfilled`",
+        ),
+        (
+            json!({"result": {"isCancelRemainingInstances": true}}),
+            "/result/isCancelRemainingInstances",
+            "`result.isCancelRemainingInstances`",
+        ),
+        (
+            json!({"result": {"type": "listener"}}),
+            "/result/type",
+            "unknown variant `listener`",
+        ),
+        (
+            json!({"result": {"corrections": {"name": "x"}}}),
+            "/result/corrections/name",
+            "unknown field `name`",
+        ),
+        (
+            json!({"leaseToken": "lease-1"}),
+            "/leaseToken",
+            "`leaseToken` is not supported",
+        ),
+        (
+            json!({"businessId": "order-1"}),
+            "/businessId",
+            "`businessId` \"order-1\"",
+        ),
+        (
+            json!({"variable": {}}),
+            "/variable",
+            "unknown field `variable`",
+        ),
+    ] {
+        let r = w.post(&completion, body).await;
+        zeebe_refused(&r, pointer, needle);
+    }
+    let failure = zeebe_answer(&job, "failure");
+    for (body, pointer, needle) in [
+        (
+            json!({"retries": 1, "variables": {"why": "down"}}),
+            "/variables",
+            "`variables` [\"why\"] is not supported",
+        ),
+        (
+            json!({"retries": 1, "leaseToken": "lease-1"}),
+            "/leaseToken",
+            "`leaseToken`",
+        ),
+        (
+            json!({"retries": 1, "errorDetails": "x"}),
+            "/errorDetails",
+            "unknown field `errorDetails`",
+        ),
+    ] {
+        let r = w.post(&failure, body).await;
+        zeebe_refused(&r, pointer, needle);
+    }
+    let r = w
+        .post(
+            &zeebe_answer(&job, "error"),
+            json!({"errorCode": "DECLINED", "leaseToken": "lease-1"}),
+        )
+        .await;
+    zeebe_refused(&r, "/leaseToken", "`leaseToken`");
+    assert_eq!(w.fence(&id).await, fence, "no refused answer was stepped");
+    assert!(w.history(&id).await.is_empty());
+    let view = w.instance(&id).await;
+    assert_eq!(view["instance"]["status"], "running", "{view}");
+    // The job is still the activation's to answer.
+    let r = w.post(&completion, json!({})).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    assert_eq!(w.instance(&id).await["instance"]["status"], "completed");
 }
 
 /// A Camunda 8 model: `start → ship (zeebe:taskDefinition type="ship", 2 retries) → end`.
