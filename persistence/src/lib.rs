@@ -54,7 +54,7 @@ pub mod postgres;
 pub mod sqlite;
 
 pub use postgres::{PgConfig, PgStore};
-pub use sqlite::{SqliteStore, StoreFile};
+pub use sqlite::{SqliteSettings, SqliteStore, StoreFile};
 
 /// Errors from opening or connecting a store. Errors of the store operations themselves
 /// are `qflow_store::StoreError`.

@@ -133,12 +133,40 @@ fn foreign_tables(tables: &[String]) -> String {
     format!("a SQLite database with tables qflow did not create: {shown}")
 }
 
+/// How a SQLite store writes, beside what it writes (which never changes): the settings a
+/// host may tune. [`SqliteStore::open`] uses the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteSettings {
+    /// `PRAGMA wal_autocheckpoint` of the writer: after a commit leaves the WAL at least
+    /// this many pages long, SQLite copies it back into the database file. Default 1,000
+    /// (SQLite's own, about 4 MiB). 0 turns it off: the WAL then grows until something
+    /// checkpoints it — a measuring tool's setting (`runtime/examples/write_breakdown.rs`
+    /// reads the WAL to see which pages each commit wrote), never a server's.
+    pub wal_autocheckpoint_pages: u32,
+}
+
+impl Default for SqliteSettings {
+    fn default() -> Self {
+        SqliteSettings {
+            wal_autocheckpoint_pages: 1_000,
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if missing) the database file at `path` and brings its schema up
     /// to date. Refused with [`Error::NotAStore`] when the file holds anything but a
     /// qflow store, an empty file or an empty database ([`SqliteStore::inspect`]): qflow
     /// never adds its tables to another program's database.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, Error> {
+        SqliteStore::open_with(path, &SqliteSettings::default()).await
+    }
+
+    /// [`SqliteStore::open`] with `settings`.
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        settings: &SqliteSettings,
+    ) -> Result<SqliteStore, Error> {
         let path = path.as_ref().to_path_buf();
         let target = path.display().to_string();
         if let StoreFile::Foreign(found) = SqliteStore::inspect(&path).await? {
@@ -155,6 +183,10 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS));
+        let writer_options = base.clone().create_if_missing(true).pragma(
+            "wal_autocheckpoint",
+            settings.wal_autocheckpoint_pages.to_string(),
+        );
         let writer = SqlitePoolOptions::new()
             .min_connections(1)
             .max_connections(1)
@@ -162,7 +194,7 @@ impl SqliteStore {
             // the pool drop and reopen it behind our back.
             .idle_timeout(None)
             .max_lifetime(None)
-            .connect_with(base.clone().create_if_missing(true))
+            .connect_with(writer_options)
             .await
             .map_err(connect)?;
         MIGRATOR
