@@ -672,8 +672,30 @@ impl<'a> Run<'a> {
         if interrupting {
             self.interrupt(host);
         }
-        self.snap.vars.extend(variables);
+        if let Err(e) = self.catch_outputs(boundary, variables) {
+            return self.fail(codes::EXPRESSION_FAILED, Some(boundary), None, e);
+        }
         self.leave(boundary);
+    }
+
+    /// What a caught event's variables (a message's) write into the instance: all of them,
+    /// or — with Zeebe output mappings on the event — only the outputs, evaluated over the
+    /// instance variables with the event's variables over them.
+    fn catch_outputs(&mut self, idx: NodeIdx, caught: Variables) -> Result<(), String> {
+        match self.p.event_mappings.get(&idx) {
+            None => {
+                self.snap.vars.extend(caught);
+                Ok(())
+            }
+            Some(m) => crate::vendor_io::complete(
+                m.style,
+                &m.inputs,
+                &m.outputs,
+                &mut self.snap.vars,
+                Some(caught),
+            )
+            .map_err(|e| format!("the mappings of `{}`: {e}", self.p.node(idx).id)),
+        }
     }
 
     /// A signal throw (intermediate or end): one broadcast, through the outbox under a
@@ -853,8 +875,8 @@ impl<'a> Run<'a> {
             if let Err(e) = self.map_outputs(task, result) {
                 return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
             }
-        } else {
-            self.snap.vars.extend(result);
+        } else if let Err(e) = self.catch_outputs(idx, result) {
+            return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
         }
         self.remove_token(idx);
         self.disarm(idx);
@@ -934,8 +956,11 @@ impl<'a> Run<'a> {
         }
         let node = self.p.node(idx);
         // Vendor output mappings of an event the token passes through (L8): written as it
-        // arrives, before it moves on (or ends the instance).
-        if !self.p.event_mappings.is_empty() {
+        // arrives, before it moves on (or ends the instance). A catch event's are applied
+        // when it catches (`complete_activity`, `message_boundary`), not on arrival.
+        if !self.p.event_mappings.is_empty()
+            && !matches!(node.kind, NodeKind::IntermediateCatch(_) | NodeKind::Boundary(_))
+        {
             if let Some(m) = self.p.event_mappings.get(&idx) {
                 let vars = &mut self.snap.vars;
                 if let Err(e) =

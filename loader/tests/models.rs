@@ -1452,6 +1452,54 @@ fn camunda_input_output_on_a_call_activity_is_refused_and_zeebe_io_mapping_loads
     assert_eq!(task(only(&l), "t").mapping_style, MappingStyle::Zeebe);
 }
 
+#[test]
+fn zeebe_outputs_on_a_message_catch_load_and_other_triggered_events_stay_refused() {
+    let decls = r#"<message id="m" name="paid"/>"#;
+    let catch = |ext: &str, def: &str| {
+        file(
+            decls,
+            &format!(
+                r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<intermediateCatchEvent id="t"><extensionElements>{ext}</extensionElements>{def}</intermediateCatchEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#
+            ),
+        )
+    };
+    let msg = r#"<messageEventDefinition messageRef="m"/>"#;
+    let l = loads(&catch(
+        r#"<zeebe:ioMapping><zeebe:output source="=amount" target="paidCents"/></zeebe:ioMapping>"#,
+        msg,
+    ));
+    let p = &only(&l).process;
+    let m = &p.event_mappings[&p.find("t").unwrap()];
+    assert_eq!(m.style, MappingStyle::Zeebe);
+    assert_eq!(m.outputs[0].target, "paidCents");
+    // Inputs on it, Camunda's mappings, and other triggers are still refused.
+    refused(
+        &catch(
+            r#"¶<zeebe:ioMapping><zeebe:input source="=a" target="b"/></zeebe:ioMapping>"#,
+            msg,
+        ),
+        "Q401",
+    );
+    refused(
+        &catch(
+            r#"¶<camunda:inputOutput><camunda:outputParameter name="b">${a}</camunda:outputParameter></camunda:inputOutput>"#,
+            msg,
+        ),
+        "Q401",
+    );
+    refused(
+        &catch(
+            r#"¶<zeebe:ioMapping><zeebe:output source="=a" target="b"/></zeebe:ioMapping>"#,
+            "<timerEventDefinition><timeDuration>PT1S</timeDuration></timerEventDefinition>",
+        ),
+        "Q401",
+    );
+}
+
 /// A call activity's `camunda:in` / `camunda:out` as q: mappings with Camunda 7's meaning.
 #[test]
 fn camunda_in_and_out_map_a_call_activitys_variables_as_camunda_7_does() {

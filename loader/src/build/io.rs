@@ -674,7 +674,16 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             || (io.style == MappingStyle::Camunda
                 && el.local == "intermediateThrowEvent"
                 && definitions == ["signalEventDefinition"]);
+        // Zeebe's output mappings on a message catch (intermediate or boundary): the
+        // message's variables are locals of the event and only the outputs reach the
+        // instance, applied as the message is caught (Zeebe docs, "Variable mappings" of
+        // message events).
+        let zeebe_message_catch = io.style == MappingStyle::Zeebe
+            && io.inputs.is_empty()
+            && matches!(el.local.as_str(), "intermediateCatchEvent" | "boundaryEvent")
+            && definitions == ["messageEventDefinition"];
         let refusal = match (io.style, el.local.as_str()) {
+            _ if zeebe_message_catch => None,
             _ if !matches!(
                 el.local.as_str(),
                 "startEvent" | "intermediateThrowEvent" | "endEvent"
