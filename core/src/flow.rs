@@ -959,7 +959,10 @@ impl<'a> Run<'a> {
         // arrives, before it moves on (or ends the instance). A catch event's are applied
         // when it catches (`complete_activity`, `message_boundary`), not on arrival.
         if !self.p.event_mappings.is_empty()
-            && !matches!(node.kind, NodeKind::IntermediateCatch(_) | NodeKind::Boundary(_))
+            && !matches!(
+                node.kind,
+                NodeKind::IntermediateCatch(_) | NodeKind::Boundary(_)
+            )
         {
             if let Some(m) = self.p.event_mappings.get(&idx) {
                 let vars = &mut self.snap.vars;

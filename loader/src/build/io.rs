@@ -680,7 +680,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         // message events).
         let zeebe_message_catch = io.style == MappingStyle::Zeebe
             && io.inputs.is_empty()
-            && matches!(el.local.as_str(), "intermediateCatchEvent" | "boundaryEvent")
+            && matches!(
+                el.local.as_str(),
+                "intermediateCatchEvent" | "boundaryEvent"
+            )
             && definitions == ["messageEventDefinition"];
         let refusal = match (io.style, el.local.as_str()) {
             _ if zeebe_message_catch => None,
