@@ -1453,6 +1453,48 @@ fn camunda_input_output_on_a_call_activity_is_refused_and_zeebe_io_mapping_loads
 }
 
 #[test]
+fn two_bindings_on_one_derived_topic_warn_and_a_q_way_to_run_wins_with_a_note() {
+    let l = loads(&process(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="a"/>
+<serviceTask id="a" camunda:class="com.a.Charge"/>
+<sequenceFlow id="f2" sourceRef="a" targetRef="b"/>
+<serviceTask id="b" camunda:class="com.b.Charge"/>
+<sequenceFlow id="f3" sourceRef="b" targetRef="c"/>
+<serviceTask id="c" camunda:class="com.a.Charge"/>
+<sequenceFlow id="f4" sourceRef="c" targetRef="end"/>
+<endEvent id="end"/>"#,
+    ));
+    let w: Vec<&Diagnostic> = l.warnings.iter().filter(|d| d.code == "Q907").collect();
+    assert_eq!(
+        w.len(),
+        1,
+        "only the second binding warns: {:?}",
+        l.warnings
+    );
+    assert!(
+        w[0].message.contains("`com.b.Charge` and `com.a.Charge`"),
+        "{}",
+        w[0].message
+    );
+    let (pos, xml) = locate(&around(
+        r#"<serviceTask id="t" q:topic="charge" ¶camunda:class="com.acme.Pay"/>"#,
+    ));
+    let l = loads(&xml);
+    assert_eq!(
+        task_t(&l).kind,
+        TaskKind::Pull {
+            topic: "charge".into(),
+            retries: None
+        }
+    );
+    assert!(task_t(&l).delegate.is_none());
+    let n: Vec<&Diagnostic> = l.warnings.iter().filter(|d| d.code == "Q908").collect();
+    assert_eq!(n.len(), 1, "{:?}", l.warnings);
+    assert_eq!((n[0].severity, n[0].pos), (Severity::Note, pos));
+}
+
+#[test]
 fn zeebe_outputs_on_a_message_catch_load_and_other_triggered_events_stay_refused() {
     let decls = r#"<message id="m" name="paid"/>"#;
     let catch = |ext: &str, def: &str| {

@@ -529,6 +529,9 @@ struct ProcessBuilder<'a, 'd> {
     /// `activityRef` is resolved once every node is known.
     compensation_throws: Vec<(NodeIdx, &'a Element)>,
     compensations: BTreeMap<NodeIdx, Compensation>,
+    /// The first Java binding seen on each derived pull topic (`tasks::delegate_kind`), to
+    /// warn when two different bindings of the process share one.
+    delegate_topics: BTreeMap<String, String>,
     meta: Meta,
 }
 
@@ -552,6 +555,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             for_compensation: BTreeSet::new(),
             compensation_throws: Vec::new(),
             compensations: BTreeMap::new(),
+            delegate_topics: BTreeMap::new(),
             meta: Meta::default(),
         }
     }

@@ -388,6 +388,23 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         match found.len() {
             1 => {
                 let (kind, pos, what) = found.remove(0);
+                if let Some(a) = ["class", "delegateExpression", "expression"]
+                    .iter()
+                    .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (*a, x)))
+                {
+                    self.diags.push(
+                        crate::diag::Diagnostic::note(
+                            "Q908",
+                            a.1.pos,
+                            format!(
+                                "camunda:{} `{}` is not used: {what} says how the task runs",
+                                a.0,
+                                a.1.value.trim()
+                            ),
+                        )
+                        .with_help("remove one of the two, so the model says one thing"),
+                    );
+                }
                 if let TaskKind::Pull { topic, .. } = &kind {
                     let n = topic.chars().count();
                     if n > PULL_TOPIC_CHARS_MAX {
@@ -626,6 +643,22 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     )
                     .with_help("serve the topic with an external-task worker, or route the binding in qflow.toml [delegates] (docs/vendor-mappings.md)"),
                 );
+                match self.delegate_topics.get(&topic) {
+                    Some(first) if *first != text => {
+                        let message = format!(
+                            "camunda:{attr} `{text}` and `{first}` both run as pull topic `{topic}`: one worker serves both"
+                        );
+                        self.diags.push(
+                            crate::diag::Diagnostic::warning("Q907", pos, message).with_help(
+                                "route one of them to another topic in qflow.toml [delegates], or tell them apart in the worker by the task's header",
+                            ),
+                        );
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.delegate_topics.insert(topic.clone(), text.clone());
+                    }
+                }
                 ext.delegate = Some(Box::new(Delegate {
                     kind,
                     text,
