@@ -8,7 +8,8 @@
 //! list literals (`["ubuntu", "windows"]`, the same list in CEL; a multi-instance input
 //! collection is often one), context literals (`{total: a, "the label": b}`, a CEL map),
 //! `if c then a else b` (CEL's `c ? a : b`) and the quantifiers `some x in xs satisfies
-//! c` / `every x in xs satisfies c` (CEL's `exists` / `all` macros). Everything else —
+//! c` / `every x in xs satisfies c` (CEL's `exists` / `all` macros), and the functions
+//! `contains`, `starts with`, `ends with` and `count`. Everything else —
 //! indexing and filters (`items[1]`, `items[x > 1]`), other arithmetic, decimal literals
 //! in a sum, function calls, ranges, `in` outside a quantifier, `between`, `for`, names
 //! with spaces — is refused with a message, never approximated. Each added construct
@@ -484,6 +485,22 @@ impl P<'_> {
             Tok::Num(n) => Ok(n),
             Tok::Str(s) => Ok(format!("\"{s}\"")),
             Tok::Path(p) => {
+                if self.dialect == Dialect::Feel {
+                    // `starts with(…)`, `ends with(…)`: FEEL names with a space.
+                    let spaced = matches!(p.as_str(), "starts" | "ends")
+                        && self.peek() == Some(&Tok::Path("with".into()))
+                        && self.toks.get(self.i + 1) == Some(&Tok::LParen);
+                    if spaced {
+                        self.i += 1;
+                        let name = format!("{p} with");
+                        return self.nested(|s| s.function(&name));
+                    }
+                    if matches!(p.as_str(), "contains" | "count")
+                        && self.peek() == Some(&Tok::LParen)
+                    {
+                        return self.nested(|s| s.function(&p));
+                    }
+                }
                 if self.peek() == Some(&Tok::LParen) {
                     return Err(format!(
                         "function call `{p}(…)` is outside the supported {dialect} subset"
@@ -539,6 +556,58 @@ impl P<'_> {
         let out = inner(self)?;
         self.depth -= 1;
         Ok(out)
+    }
+
+    /// After a FEEL function's name, at its `(`: the string functions `contains`,
+    /// `starts with`, `ends with` (DMN 1.3 §10.3.4.3) and the list function `count`
+    /// (§10.3.4.4), positional arguments only, as CEL's `contains`, `startsWith`,
+    /// `endsWith` and `size` under a guard on the arguments' types: FEEL gives null for
+    /// other types (and reads a non-list as a one-item list for `count`), CEL fails there —
+    /// never a different value.
+    fn function(&mut self, name: &str) -> Result<String, String> {
+        self.i += 1; // `(`
+        let mut args = Vec::new();
+        if self.peek() != Some(&Tok::RParen) {
+            loop {
+                args.push(self.or()?);
+                match self.peek() {
+                    Some(Tok::Comma) => self.i += 1,
+                    Some(Tok::RParen) => break,
+                    _ => {
+                        return Err(format!(
+                            "`{name}(…)` takes positional arguments, closed with `)`"
+                        ))
+                    }
+                }
+            }
+        }
+        self.i += 1; // `)`
+        let arity = if name == "count" { 1 } else { 2 };
+        if args.len() != arity {
+            return Err(format!(
+                "`{name}(…)` takes {arity} argument(s), not {}",
+                args.len()
+            ));
+        }
+        Ok(match name {
+            "count" => format!(
+                "(type({a}) == list ? size({a}) : feel_count_needs_a_list())",
+                a = args[0]
+            ),
+            _ => {
+                let method = match name {
+                    "contains" => "contains",
+                    "starts with" => "startsWith",
+                    _ => "endsWith",
+                };
+                format!(
+                    "(type({s}) == string && type({t}) == string ? ({s}).{method}({t}) : feel_{f}_needs_strings())",
+                    s = args[0],
+                    t = args[1],
+                    f = name.replace(' ', "_"),
+                )
+            }
+        })
     }
 
     fn expect_kw(&mut self, kw: &'static str, construct: &str) -> Result<(), String> {
@@ -739,7 +808,7 @@ mod tests {
             "(a + b) + c",
             "a + (b)",
             "-x",
-            "count(items) > 0",
+            "sum(items) > 0",
             "x in [1,2]",
             "x between 1 and 3",
             "some i, j in xs satisfies i > 1",
@@ -980,6 +1049,33 @@ mod tests {
         );
         assert!(eval("\"n=\" + n", r#"{"n": 1}"#).is_err(), "FEEL: null");
         assert_eq!(eval("\"a\" + \"b\"", "{}"), j(json!("ab")));
+        // String and list functions.
+        let v = r#"{"s": "order-17", "xs": [1, 2, 3], "n": 5}"#;
+        assert_eq!(eval("contains(s, \"-1\")", v), j(json!(true)));
+        assert_eq!(eval("starts with(s, \"order\")", v), j(json!(true)));
+        assert_eq!(eval("ends with(s, \"18\")", v), j(json!(false)));
+        assert_eq!(eval("count(xs) = 3 and count([]) = 0", v), j(json!(true)));
+        for fails in [
+            "contains(n, \"5\")",
+            "contains(xs, 1)",
+            "count(n)",
+            "starts with(s, 1)",
+        ] {
+            assert!(
+                eval(fails, v).is_err(),
+                "{fails}: FEEL gives null (or 1 for count)"
+            );
+        }
+        for refused in [
+            "contains(s)",
+            "count(xs, 1)",
+            "contains(string: s, match: \"x\")",
+            "string length(s)",
+            "upper case(s)",
+            "starts(s, \"x\")",
+        ] {
+            assert!(feel_to_cel(refused).is_err(), "{refused}");
+        }
     }
 
     #[test]

@@ -1108,7 +1108,7 @@ fn q203_only_one_leading_equals_sign_is_the_feel_marker() {
 #[test]
 fn q203_feel_beyond_the_subset() {
     refused(
-        &gateway_with_condition("<conditionExpression>¶=count(items) > 0</conditionExpression>"),
+        &gateway_with_condition("<conditionExpression>¶=sum(items) > 0</conditionExpression>"),
         "Q203",
     );
 }
@@ -1912,7 +1912,7 @@ fn q203_vendor_mapping_sources_beyond_the_subsets() {
             "{juel}"
         );
     }
-    for feel in ["=count(xs)", "=a * 2", "=a + 0.5"] {
+    for feel in ["=sum(xs)", "=a * 2", "=a + 0.5"] {
         let io = format!(
             r#"<zeebe:ioMapping><zeebe:input ¶source="{feel}" target="x"/></zeebe:ioMapping>"#
         );
