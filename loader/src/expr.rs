@@ -126,6 +126,11 @@ impl Expression {
         Expression::compile_checked(source, pos, max_len, false)
     }
 
+    /// The top-level variables the expression reads, sorted.
+    pub(crate) fn read_names(&self) -> &[String] {
+        &self.reads
+    }
+
     /// Whether the expression reads the top-level variable `name`.
     pub(crate) fn reads_variable(&self, name: &str) -> bool {
         self.reads

@@ -222,31 +222,32 @@ pub struct TopicNeed {
 /// The pull topics of `def`, in order of first use.
 fn topic_needs(def: &qflow_core::Definition) -> Vec<TopicNeed> {
     use qflow_loader::model::{NodeKind, TaskKind};
+    use std::collections::{BTreeMap, BTreeSet};
     let mut needs: Vec<TopicNeed> = Vec::new();
+    // By name, so that a model of many pull tasks costs its size, not its square.
+    let mut at: BTreeMap<String, usize> = BTreeMap::new();
+    let mut seen: BTreeSet<(usize, bool, String)> = BTreeSet::new();
     for n in &def.process.nodes {
         let NodeKind::Task(t) = &n.kind else { continue };
         let TaskKind::Pull { topic, .. } = &t.kind else {
             continue;
         };
-        let i = match needs.iter().position(|x| &x.topic == topic) {
-            Some(i) => i,
-            None => {
-                needs.push(TopicNeed {
-                    topic: topic.clone(),
-                    tasks: Vec::new(),
-                    bindings: Vec::new(),
-                });
-                needs.len() - 1
-            }
-        };
+        let i = *at.entry(topic.clone()).or_insert_with(|| {
+            needs.push(TopicNeed {
+                topic: topic.clone(),
+                tasks: Vec::new(),
+                bindings: Vec::new(),
+            });
+            needs.len() - 1
+        });
         // Inner instances of a multi-instance task are the task's own: named once.
         let id = n.id.split(['#', '@']).next().unwrap_or(&n.id).to_owned();
-        if !needs[i].tasks.contains(&id) {
+        if seen.insert((i, false, id.clone())) {
             needs[i].tasks.push(id);
         }
         if let Some(d) = &t.delegate {
             let b = format!("camunda:{} {}", d.kind.attribute(), d.text);
-            if !needs[i].bindings.contains(&b) {
+            if seen.insert((i, true, b.clone())) {
                 needs[i].bindings.push(b);
             }
         }

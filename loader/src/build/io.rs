@@ -470,20 +470,30 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             pos: first,
             complete: true,
         });
-        let parameters = io.inputs.len();
+        // Looked up by name, so that a model of many fields and parameters costs what its
+        // size does, not its square.
+        let parameters: std::collections::BTreeSet<String> =
+            io.inputs.iter().map(|p| p.target.clone()).collect();
+        let mut read_by: std::collections::BTreeMap<String, String> = Default::default();
+        for o in &io.outputs {
+            for r in o.source.read_names() {
+                read_by.entry(r.clone()).or_insert_with(|| o.target.clone());
+            }
+        }
+        let mut added: std::collections::BTreeSet<String> = Default::default();
         for (field, pos) in fields {
-            let clash = io.inputs[..parameters]
-                .iter()
-                .find(|p| p.target == field.target || field.source.reads_variable(&p.target))
-                .map(|p| (p.target.clone(), p.target == field.target));
-            let twice = io.inputs[parameters..]
-                .iter()
-                .any(|p| p.target == field.target);
-            let read_by_output = io
-                .outputs
-                .iter()
-                .find(|o| o.source.reads_variable(&field.target))
-                .map(|o| o.target.clone());
+            let clash = if parameters.contains(&field.target) {
+                Some((field.target.clone(), true))
+            } else {
+                field
+                    .source
+                    .read_names()
+                    .iter()
+                    .find(|r| parameters.contains(*r))
+                    .map(|r| (r.clone(), false))
+            };
+            let twice = added.contains(&field.target);
+            let read_by_output = read_by.get(&field.target).cloned();
             if let Some(output) = read_by_output {
                 self.help(
                     "Q401",
@@ -522,6 +532,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 );
                 io.complete = false;
             } else {
+                added.insert(field.target.clone());
                 io.inputs.push(field);
             }
         }

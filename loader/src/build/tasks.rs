@@ -257,8 +257,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             0
         };
         let mut headers: Vec<(String, String)> = Vec::with_capacity(all.len());
+        // Key → place in `headers`: found by name, not by a scan per header.
+        let mut at: std::collections::BTreeMap<String, usize> = Default::default();
         for (key, value, pos) in all {
-            if let Some(i) = headers.iter().position(|(k, _)| *k == key) {
+            if let Some(&i) = at.get(&key) {
                 let kept = if i < fixed {
                     "the Java binding's is kept"
                 } else {
@@ -277,6 +279,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 }
                 continue;
             }
+            at.insert(key.clone(), headers.len());
             headers.push((key, value));
         }
         headers
