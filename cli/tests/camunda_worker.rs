@@ -182,13 +182,22 @@ fn missing() -> Option<String> {
     }
 }
 
+/// Whether the worker can run here; when it cannot, says `skipped: {what}: …` (or fails,
+/// with `QFLOW_CAMUNDA_WORKER=required`).
+fn worker_ready(what: &str) -> bool {
+    let Some(why) = missing() else {
+        return true;
+    };
+    if std::env::var("QFLOW_CAMUNDA_WORKER").as_deref() == Ok("required") {
+        panic!("QFLOW_CAMUNDA_WORKER=required, but {why}");
+    }
+    eprintln!("skipped: {what}: {why}");
+    false
+}
+
 #[test]
 fn the_official_camunda_js_worker_completes_fails_throws_and_extends() {
-    if let Some(why) = missing() {
-        if std::env::var("QFLOW_CAMUNDA_WORKER").as_deref() == Ok("required") {
-            panic!("QFLOW_CAMUNDA_WORKER=required, but {why}");
-        }
-        eprintln!("skipped: camunda-external-task-client-js against qflow serve: {why}");
+    if !worker_ready("camunda-external-task-client-js against qflow serve") {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
@@ -290,11 +299,7 @@ const RETRY_PROFILE: &str = "process-engine-plugin__failed-job-retry-profile__re
 /// `extensionProperties`.
 #[test]
 fn camunda_examples_with_java_delegates_run_with_the_official_worker_on_the_derived_topics() {
-    if let Some(why) = missing() {
-        if std::env::var("QFLOW_CAMUNDA_WORKER").as_deref() == Ok("required") {
-            panic!("QFLOW_CAMUNDA_WORKER=required, but {why}");
-        }
-        eprintln!("skipped: Camunda delegate examples against qflow serve: {why}");
+    if !worker_ready("Camunda delegate examples against qflow serve") {
         return;
     }
     let (Some(twitter), Some(retry)) = (camunda_example(TWITTER), camunda_example(RETRY_PROFILE))

@@ -59,6 +59,16 @@ fn fetch(topic: &str) -> Fetch {
     }
 }
 
+/// A one-lane runtime on a SQLite file in `dir`, on a manual clock at `T0`.
+async fn runtime(
+    dir: &tempfile::TempDir,
+    handlers: AsyncHandlers,
+    routes: DelegateRoutes,
+) -> Runtime {
+    let clock = Arc::new(ManualClock::new(T0));
+    Runtime::start(store(dir).await, handlers, clock, config(routes))
+}
+
 fn routes(binding: &str, route: DelegateRoute) -> DelegateRoutes {
     [(binding.to_owned(), route)].into()
 }
@@ -66,13 +76,7 @@ fn routes(binding: &str, route: DelegateRoute) -> DelegateRoutes {
 #[tokio::test]
 async fn a_binding_runs_on_its_derived_topic_with_its_header_and_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let rt = Runtime::start(
-        store(&dir).await,
-        AsyncHandlers::new(),
-        clock,
-        config(DelegateRoutes::new()),
-    );
+    let rt = runtime(&dir, AsyncHandlers::new(), DelegateRoutes::new()).await;
     let dep = rt.deploy(CHARGE, None).await.unwrap();
     assert!(
         !dep.content_hash.contains('.'),
@@ -110,16 +114,15 @@ async fn record_vars_have(rt: &Runtime, id: qflow_store::InstanceId, name: &str)
 #[tokio::test]
 async fn a_routed_topic_replaces_the_derived_one() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let rt = Runtime::start(
-        store(&dir).await,
+    let rt = runtime(
+        &dir,
         AsyncHandlers::new(),
-        clock,
-        config(routes(
+        routes(
             "com.acme.ChargeCard",
             DelegateRoute::Topic("payments".into()),
-        )),
-    );
+        ),
+    )
+    .await;
     let dep = rt.deploy(CHARGE, None).await.unwrap();
     assert!(dep.content_hash.contains('.'), "{}", dep.content_hash);
     // The same content under the same routes is the same deployment.

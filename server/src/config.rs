@@ -125,9 +125,9 @@ struct DelegateEntry {
     task: Option<String>,
 }
 
-/// The longest route target (topic or handler name), in characters: the pull surface's
-/// topic bound.
-const ROUTE_NAME_CHARS_MAX: usize = 256;
+/// The longest route target (topic or handler name), in characters: the loader's bound on
+/// a pull topic, which a routed topic must keep too.
+const ROUTE_NAME_CHARS_MAX: usize = qflow_loader::model::PULL_TOPIC_CHARS_MAX;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -37,6 +37,14 @@ impl VendorIo {
 }
 
 /// A CEL string literal of `text`: what a static vendor value is.
+/// A plain variable name as the vendor mappings take it: ASCII letters, digits and `_`,
+/// not starting with a digit.
+fn plain_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 pub(super) fn cel_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
@@ -300,12 +308,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let (cel, expression, pos) = match (c.attr("source"), c.attr("sourceExpression")) {
             (Some(a), None) => {
                 let name = a.value.trim();
-                let plain = {
-                    let mut chars = name.chars();
-                    matches!(chars.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
-                        && chars.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
-                };
-                if !plain || crate::feel::is_cel_reserved(name) {
+                if !plain_name(name) || crate::feel::is_cel_reserved(name) {
                     self.help(
                         "Q208",
                         a.pos,
@@ -561,11 +564,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             return None;
         };
         let name = a.value.trim();
-        let plain = |s: &str| {
-            let mut chars = s.chars();
-            matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
+        let plain = plain_name;
         if plain(name) {
             return Some(name.to_owned());
         }
