@@ -9,9 +9,9 @@ use qflow_store::memory::{effective_instances_limit, node_timer_names};
 use qflow_store::{
     Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
     DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    NewOutboxRow, OutboxRecord, OutboxState, PullTaskRecord, PurgeRequest, ScheduleRecord,
-    StoreError, StoreResult, SubscriptionRecord, TimerName, TimerRecord, UserTaskQuery,
-    UserTaskRecord, PURGE_LIMIT_MAX,
+    JournalEntry, NewOutboxRow, OutboxRecord, OutboxState, PullTaskRecord, PurgeRequest,
+    ScheduleRecord, StoreError, StoreResult, SubscriptionRecord, TimerName, TimerRecord,
+    UserTaskQuery, UserTaskRecord, JOURNAL_PAGE_MAX, PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -32,6 +32,9 @@ pub(crate) const PULL_COLUMNS: &str =
 /// gives the table.
 pub(crate) const USER_TASK_COLUMNS: &str = "t.instance, t.node, t.deployment, t.assignee, \
      t.candidate_groups, t.candidate_users, t.created_at_ms";
+
+pub(crate) const JOURNAL_COLUMNS: &str =
+    "seq, deployment, at_ms, input, delta, snapshot_hash, effects_hash, row_hash";
 
 pub(crate) const OUTBOX_COLUMNS: &str = "key, instance, node, channel, attempt, call_id, body, \
      created_at_ms, state, deliveries, due_at_ms, last_error";
@@ -242,6 +245,35 @@ pub(crate) fn attempt_from_row(row: &impl StoreRow) -> StoreResult<AttemptRecord
         code: row.field("code")?,
         message: row.field("message")?,
         worker: row.field("worker")?,
+    })
+}
+
+/// Reads `JOURNAL_COLUMNS`.
+pub(crate) fn journal_from_row(row: &impl StoreRow) -> StoreResult<JournalEntry> {
+    let seq: i64 = row.field("seq")?;
+    Ok(JournalEntry {
+        seq: u64::try_from(seq)
+            .map_err(|_| StoreError::Corrupt(format!("stored journal seq {seq} is negative")))?,
+        deployment: DeploymentId(row.field("deployment")?),
+        at_ms: row.field("at_ms")?,
+        input: row.field("input")?,
+        delta: row.field("delta")?,
+        snapshot_hash: row.field("snapshot_hash")?,
+        effects_hash: row.field("effects_hash")?,
+        row_hash: row.field("row_hash")?,
+    })
+}
+
+/// A journal row's `seq` as the `BIGINT`/`INTEGER` column holds it.
+pub(crate) fn seq_to_db(seq: u64) -> Result<i64, StoreError> {
+    i64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("journal seq {seq} out of range")))
+}
+
+/// The rows one journal read returns: 0 is [`JOURNAL_PAGE_MAX`], more is capped at it.
+pub(crate) fn journal_limit(limit: u32) -> i64 {
+    i64::from(match limit {
+        0 => JOURNAL_PAGE_MAX,
+        n => n.min(JOURNAL_PAGE_MAX),
     })
 }
 

@@ -8,7 +8,7 @@
 //!
 //! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention`,
 //! `0005_subscriptions`, `0006_pull_tasks`, `0007_listing_order`, `0008_open_incidents`,
-//! `0010_outbox`, `0011_schedules` in both directories; `0009` belongs to the user-task family, on its own
+//! `0010_outbox`, `0011_schedules`, `0012_journal` in both directories; `0009` belongs to the user-task family, on its own
 //! branch: sqlx applies every migration a database lacks whatever its number, so the two
 //! merge as they are). An applied migration is never edited, a change is a new one:
 //! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents`, `0009_user_tasks` in
@@ -22,6 +22,7 @@
 //! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
 //! | `incidents` | opened/resolved per instance and node; partial index of open ones (`0008`) | `commit`, `record_delivery` (a poisoned row's `POISONED` incident) |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
+//! | `journal` | the input journal (SPEC G3, `0012`): one row per journaled step, keyed `(instance, seq)` (the fence the step wrote), append-only; the primary key is its only index (SQLite: `WITHOUT ROWID`) | `commit` (`Commit::journal`), `purge_finished` |
 //! | `audit` | operator actions, with the fences their commit moved between | `commit` |
 //! | `subscriptions` | `(instance, node)` key, message name and correlation key; index on `(message, correlation_key, opened_at_ms)` | `commit` |
 //! | `pull_tasks` | `(instance, node)` key, topic, attempt, lock; partial index of offered (unlocked) rows by topic | `commit` |
@@ -39,7 +40,7 @@
 //! rows are written first (the CAS, `apply_state`), then the winners' effect rows family
 //! by family. Each store writes each family of `Commit` in exactly one function
 //! (`apply_timers`, `apply_incidents`, `apply_subscriptions`, `apply_attempts`,
-//! `apply_pull`, `apply_outbox`, `apply_audit`, called once per round from
+//! `apply_journal`, `apply_pull`, `apply_outbox`, `apply_audit`, called once per round from
 //! `apply_round`), its deletes and updates before its inserts (so a step that resolves
 //! and re-arms a timer keeps the new one, and one that withdraws a dead attempt's outbox
 //! rows and emits the next attempt's keeps the new row). A new family is one more such

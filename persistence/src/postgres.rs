@@ -28,10 +28,11 @@ use qflow_store::memory::{effective_instances_limit, effective_subscriptions_lim
 use qflow_store::{
     effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
-    InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewSchedule, OutboxRecord,
-    PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleAdvance,
-    ScheduleRecord, Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord,
-    UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    InstanceId, InstanceRecord, InstanceStatus, JournalEntry, NewDeployment, NewSchedule,
+    OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome,
+    ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult, SubscriptionRecord,
+    TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE,
+    PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -40,12 +41,13 @@ use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
     claimed_outbox, claimed_schedules, claimed_timers, contested_key, deliveries_from_db,
     deployment_from_row, ended_at_update, fence_from_db, fence_to_db, first_emit_per_key,
-    incident_from_row, instance_from_row, instances_query, last_arm_per_name, last_offer_per_node,
-    map_all, map_optional, merge_offered, outbox_from_row, plan, pull_from_row, purge_choice,
-    purge_limit, refusal, schedule_from_row, status_count_from_row, subscription_from_row,
-    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
-    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, OUTBOX_COLUMNS,
-    PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    incident_from_row, instance_from_row, instances_query, journal_from_row, journal_limit,
+    last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row,
+    plan, pull_from_row, purge_choice, purge_limit, refusal, schedule_from_row, seq_to_db,
+    status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
+    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
+    INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS, OUTBOX_COLUMNS, PULL_COLUMNS,
+    SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
@@ -368,6 +370,8 @@ fn purge_sql(by_deployment: bool) -> String {
         "WITH doomed AS MATERIALIZED ({choice} FOR UPDATE SKIP LOCKED), \
          attempts_gone AS (DELETE FROM attempts WHERE instance IN (SELECT id FROM doomed) \
              RETURNING 1), \
+         journal_gone AS (DELETE FROM journal WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
          incidents_gone AS (DELETE FROM incidents WHERE instance IN (SELECT id FROM doomed) \
              RETURNING 1), \
          audit_gone AS (DELETE FROM audit WHERE instance IN (SELECT id FROM doomed) \
@@ -388,6 +392,7 @@ fn purge_sql(by_deployment: bool) -> String {
              RETURNING 1) \
          SELECT (SELECT count(*) FROM instances_gone) AS instances, \
                 (SELECT count(*) FROM attempts_gone) AS attempts, \
+                (SELECT count(*) FROM journal_gone) AS journal, \
                 (SELECT count(*) FROM incidents_gone) AS incidents, \
                 (SELECT count(*) FROM audit_gone) AS audit, \
                 (SELECT count(*) FROM timers_gone) + (SELECT count(*) FROM pulls_gone) \
@@ -451,6 +456,7 @@ async fn apply_round(
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
+    apply_journal(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
@@ -1286,6 +1292,67 @@ async fn apply_attempts(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResu
     Ok(())
 }
 
+/// Appends the winners' input-journal rows (SPEC G3) in one `UNNEST` insert; a round
+/// without any (the journal is off for its deployments) sends nothing.
+async fn apply_journal(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    let mut j = JournalColumns::default();
+    for commit in winners {
+        if let Some(entry) = &commit.journal {
+            j.push(commit.instance, seq_to_db(entry.seq)?, entry);
+        }
+    }
+    if j.instance.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO journal (instance, seq, deployment, at_ms, input, delta, snapshot_hash, \
+         effects_hash, row_hash) \
+         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], \
+                              $5::text[], $6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[])",
+    )
+    .bind(&j.instance)
+    .bind(&j.seq)
+    .bind(&j.deployment)
+    .bind(&j.at_ms)
+    .bind(&j.input)
+    .bind(&j.delta)
+    .bind(&j.snapshot_hash)
+    .bind(&j.effects_hash)
+    .bind(&j.row_hash)
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
+    Ok(())
+}
+
+/// Column arrays of `journal` rows, for one `UNNEST`.
+#[derive(Default)]
+struct JournalColumns<'a> {
+    instance: Vec<InstanceId>,
+    seq: Vec<i64>,
+    deployment: Vec<i64>,
+    at_ms: Vec<i64>,
+    input: Vec<&'a str>,
+    delta: Vec<&'a [u8]>,
+    snapshot_hash: Vec<&'a [u8]>,
+    effects_hash: Vec<&'a [u8]>,
+    row_hash: Vec<&'a [u8]>,
+}
+
+impl<'a> JournalColumns<'a> {
+    fn push(&mut self, instance: InstanceId, seq: i64, entry: &'a JournalEntry) {
+        self.instance.push(instance);
+        self.seq.push(seq);
+        self.deployment.push(entry.deployment.0);
+        self.at_ms.push(entry.at_ms);
+        self.input.push(&entry.input);
+        self.delta.push(&entry.delta);
+        self.snapshot_hash.push(&entry.snapshot_hash);
+        self.effects_hash.push(&entry.effects_hash);
+        self.row_hash.push(&entry.row_hash);
+    }
+}
+
 #[derive(Default)]
 struct AttemptColumns<'a> {
     instance: Vec<InstanceId>,
@@ -1660,6 +1727,7 @@ impl Store for PgStore {
         Ok(PurgeOutcome {
             instances: purged(&row, "instances")?,
             attempts: purged(&row, "attempts")?,
+            journal: purged(&row, "journal")?,
             incidents: purged(&row, "incidents")?,
             audit: purged(&row, "audit")?,
             timers: purged(&row, "timers")?,
@@ -1727,6 +1795,29 @@ impl Store for PgStore {
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance = $1 ORDER BY id");
         let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
         map_all(rows.await, attempt_from_row)
+    }
+
+    /// One range scan of the journal's primary key, from `(instance, after)`.
+    async fn journal(
+        &self,
+        instance: InstanceId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<JournalEntry>> {
+        // Every stored seq fits a BIGINT: nothing comes after a larger one.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        let sql = format!(
+            "SELECT {JOURNAL_COLUMNS} FROM journal WHERE instance = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(instance)
+            .bind(after)
+            .bind(journal_limit(limit))
+            .fetch_all(&self.pool);
+        map_all(rows.await, journal_from_row)
     }
 
     async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {

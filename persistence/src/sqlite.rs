@@ -27,10 +27,10 @@ use qflow_store::memory::{effective_instances_limit, effective_subscriptions_lim
 use qflow_store::{
     effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
-    InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident, NewOutboxRow,
-    NewSchedule, NewSubscription, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome,
-    PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult,
-    SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
+    InstanceId, InstanceRecord, InstanceStatus, JournalEntry, NewDeployment, NewIncident,
+    NewOutboxRow, NewSchedule, NewSubscription, OutboxRecord, PullQuery, PullTaskRecord,
+    PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError,
+    StoreResult, SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
     POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::query_builder::Separated;
@@ -45,12 +45,12 @@ use crate::common::{
     batch_deployments, claimed_outbox, claimed_schedules, claimed_timers, contested_key,
     deliveries_from_db, deployment_from_row, ended_at_creation, ended_at_update, fence_from_db,
     fence_to_db, first_emit_per_key, incident_from_row, instance_from_row, instances_query,
-    last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row,
-    plan, pull_from_row, purge_choice, purge_limit, refusal, schedule_from_row,
-    status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
-    INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, OUTBOX_COLUMNS, PULL_COLUMNS, SCHEDULE_COLUMNS,
-    SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    journal_from_row, journal_limit, last_arm_per_name, last_offer_per_node, map_all, map_optional,
+    merge_offered, outbox_from_row, plan, pull_from_row, purge_choice, purge_limit, refusal,
+    schedule_from_row, seq_to_db, status_count_from_row, subscription_from_row, timer_from_row,
+    Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS,
+    INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS, OUTBOX_COLUMNS,
+    PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
@@ -624,9 +624,9 @@ const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_
          ORDER BY due_at_ms LIMIT ?4) \
      RETURNING deployment, node, due_at_ms, remaining";
 
-/// Rows per multi-row statement. At most 9 parameters a row (an outbox row) keeps a
-/// statement far below SQLite's 32,766-parameter limit, and a batch of up to this many
-/// commits needs one statement per kind of row instead of one per row.
+/// Rows per multi-row statement. At most 9 parameters a row (an outbox or a journal row)
+/// keeps a statement far below SQLite's 32,766-parameter limit, and a batch of up to this
+/// many commits needs one statement per kind of row instead of one per row.
 const ROWS_PER_STATEMENT: usize = 128;
 
 /// A commit whose CAS won, with its instance id as stored.
@@ -646,6 +646,7 @@ async fn apply_round(
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
+    apply_journal(tx, &winners).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
@@ -1249,6 +1250,36 @@ async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> St
     .await
 }
 
+/// Appends the winners' input-journal rows (SPEC G3) as multi-row inserts; a commit
+/// without one (the journal is off for its deployment) writes nothing here.
+async fn apply_journal(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    let mut rows: Vec<(&str, i64, &JournalEntry)> = Vec::new();
+    for &(id, commit) in winners {
+        if let Some(entry) = &commit.journal {
+            rows.push((id, seq_to_db(entry.seq)?, entry));
+        }
+    }
+    insert_rows(
+        tx,
+        "INSERT INTO journal (instance, seq, deployment, at_ms, input, delta, snapshot_hash, \
+         effects_hash, row_hash) ",
+        &rows,
+        |mut row, (id, seq, entry)| {
+            row.push_bind(*id)
+                .push_bind(*seq)
+                .push_bind(entry.deployment.0)
+                .push_bind(entry.at_ms)
+                .push_bind(entry.input.as_str())
+                .push_bind(entry.delta.as_slice())
+                .push_bind(entry.snapshot_hash.as_slice())
+                .push_bind(entry.effects_hash.as_slice())
+                .push_bind(entry.row_hash.as_slice());
+        },
+        "",
+    )
+    .await
+}
+
 /// The statement heads of [`delete_keyed`]: a timer row by `(instance, name)` and the
 /// incarnation it was armed with, a pull-task row by `(instance, node)`.
 const TIMER_DELETE: &str = "DELETE FROM timers WHERE ";
@@ -1776,6 +1807,7 @@ impl Store for SqliteStore {
         }
         let outcome = PurgeOutcome {
             attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await?,
+            journal: delete_where_in(&mut tx, "journal", "instance", &ids).await?,
             incidents: delete_where_in(&mut tx, "incidents", "instance", &ids).await?,
             audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
             timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
@@ -1858,6 +1890,29 @@ impl Store for SqliteStore {
             .bind(id_text(instance))
             .fetch_all(&self.readers);
         map_all(rows.await, attempt_from_row)
+    }
+
+    /// One range walk of the journal's primary key, from `(instance, after)`.
+    async fn journal(
+        &self,
+        instance: InstanceId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<JournalEntry>> {
+        // Every stored seq fits an i64: nothing comes after a larger one.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        let sql = format!(
+            "SELECT {JOURNAL_COLUMNS} FROM journal WHERE instance = ? AND seq > ? \
+             ORDER BY seq LIMIT ?"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(id_text(instance))
+            .bind(after)
+            .bind(journal_limit(limit))
+            .fetch_all(&self.readers);
+        map_all(rows.await, journal_from_row)
     }
 
     async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {

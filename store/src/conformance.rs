@@ -25,10 +25,10 @@ use anyhow::{anyhow, ensure, Result};
 use crate::{
     poisoned_message, Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome,
     DeliveryRecord, DeploymentId, InstanceFilter, InstanceId, InstanceState, InstanceStatus,
-    NewDeployment, NewIncident, NewOutboxRow, NewSchedule, NewSubscription, OutboxRecord,
-    OutboxState, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome,
-    ScheduleAdvance, ScheduleRecord, Store, StoreError, TimerClaim, TimerName, TimerRecord,
-    TimerRef, UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE,
+    JournalEntry, NewDeployment, NewIncident, NewOutboxRow, NewSchedule, NewSubscription,
+    OutboxRecord, OutboxState, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
+    RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, TimerClaim, TimerName,
+    TimerRecord, TimerRef, UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -149,6 +149,8 @@ macro_rules! conformance_tests {
             the_last_start_deletes_its_schedule_and_retirement_deletes_the_rest,
             replicas_racing_one_occurrence_start_one_instance,
             an_occurrence_can_be_skipped_only_where_its_schedule_stands,
+            journal_rows_are_appended_with_their_commit_only,
+            journal_rows_go_with_a_purged_instance,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -1694,6 +1696,7 @@ pub async fn purge_takes_only_instances_ended_before_the_cutoff_with_their_rows(
         timers: 2,
         subscriptions: 0,
         outbox: 2,
+        journal: 0,
     };
     ensure!(out == expected, "{out:?}");
     gone(s, id(1)).await?;
@@ -4085,5 +4088,276 @@ pub async fn an_occurrence_can_be_skipped_only_where_its_schedule_stands(ctx: Ct
         s.instances(&InstanceFilter::default()).await?.is_empty(),
         "nothing started"
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The input journal (SPEC G3)
+
+/// The journal row of step `seq` of an instance on `deployment` at `at_ms`, with a
+/// distinct input, delta and hashes per `(seq, tag)` and its own `row_hash`. The bytes
+/// include a zero byte and bytes above 0x7f, so a store that kept them as text would
+/// fail the comparison.
+pub fn journal_entry(seq: u64, deployment: DeploymentId, at_ms: i64, tag: u8) -> JournalEntry {
+    let mut entry = JournalEntry {
+        seq,
+        deployment,
+        at_ms,
+        input: format!("{{\"message\":\"paid\",\"seq\":{seq},\"tag\":{tag},\"name\":\"Zoë\"}}"),
+        delta: vec![0x00, tag, 0xff, seq as u8, 0x80],
+        snapshot_hash: vec![tag ^ seq as u8; 32],
+        effects_hash: vec![0xe0 | tag, 0x00, 0x7f, 0xff],
+        row_hash: Vec::new(),
+    };
+    entry.row_hash = entry.row_hash_of();
+    entry
+}
+
+/// `c` carrying `entry` as its journal row.
+fn journaled(mut c: Commit, entry: &JournalEntry) -> Commit {
+    c.journal = Some(entry.clone());
+    c
+}
+
+/// The whole journal of `instance`, read one page of `page` rows at a time after the
+/// last `seq` seen.
+async fn journal_pages(
+    s: &dyn Store,
+    instance: InstanceId,
+    page: u32,
+) -> Result<Vec<JournalEntry>> {
+    let mut out: Vec<JournalEntry> = Vec::new();
+    loop {
+        let after = out.last().map_or(0, |e| e.seq);
+        let rows = s.journal(instance, after, page).await?;
+        ensure!(rows.len() <= page as usize, "a page of {} rows", rows.len());
+        if rows.is_empty() {
+            return Ok(out);
+        }
+        out.extend(rows);
+    }
+}
+
+/// A commit with a journal row appends it in its transaction, and only when it applies:
+/// rows read back field for field in `seq` order, `after` and `limit` page them, a commit
+/// that loses its compare-and-swap (an update or a creation), repeats a business key or
+/// creates on a retired deployment appends nothing, nor does a commit without one.
+pub async fn journal_rows_are_appended_with_their_commit_only(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let e1 = journal_entry(1, dep, T0, 1);
+    let e2 = journal_entry(2, dep, T0 + 10, 1);
+    let mut e3 = journal_entry(3, dep, T0 + 20, 1);
+    // An empty delta and input are still rows (a step that changed nothing).
+    e3.delta = Vec::new();
+    e3.input = String::new();
+    e3.row_hash = e3.row_hash_of();
+
+    ensure!(
+        commit_one(s, journaled(commit(id(1), None, dep), &e1)).await?
+            == CommitOutcome::Applied { fence: 1 }
+    );
+    ensure!(
+        commit_one(s, journaled(commit(id(1), Some(1), dep), &e2)).await?
+            == CommitOutcome::Applied { fence: 2 }
+    );
+    // A stale update and a second creation lose their CAS and append nothing.
+    let stale = commit_one(
+        s,
+        journaled(
+            commit(id(1), Some(1), dep),
+            &journal_entry(2, dep, T0 + 11, 9),
+        ),
+    )
+    .await?;
+    ensure!(
+        stale
+            == CommitOutcome::Conflict {
+                current_fence: Some(2)
+            },
+        "{stale:?}"
+    );
+    let again = commit_one(
+        s,
+        journaled(commit(id(1), None, dep), &journal_entry(1, dep, T0 + 12, 9)),
+    )
+    .await?;
+    ensure!(
+        again
+            == CommitOutcome::Conflict {
+                current_fence: Some(2)
+            },
+        "{again:?}"
+    );
+    ensure!(
+        s.journal(id(1), 0, 0).await? == vec![e1.clone(), e2.clone()],
+        "a loser changed the journal"
+    );
+    ensure!(
+        commit_one(s, journaled(commit(id(1), Some(2), dep), &e3)).await?
+            == CommitOutcome::Applied { fence: 3 }
+    );
+    // Without a journal row (the journal off), the commit writes none.
+    ensure!(
+        commit_one(s, commit(id(1), Some(3), dep)).await? == CommitOutcome::Applied { fence: 4 }
+    );
+
+    let all = vec![e1.clone(), e2.clone(), e3.clone()];
+    let read = s.journal(id(1), 0, 0).await?;
+    ensure!(read == all, "{read:?}");
+    ensure!(read.iter().all(JournalEntry::is_intact));
+    ensure!(
+        ctx.second.journal(id(1), 0, 0).await? == all,
+        "the second handle"
+    );
+    ensure!(
+        s.journal(id(1), 0, u32::MAX).await? == all,
+        "a limit past the cap"
+    );
+    ensure!(s.journal(id(1), 1, 0).await? == vec![e2.clone(), e3.clone()]);
+    ensure!(s.journal(id(1), 0, 2).await? == vec![e1.clone(), e2.clone()]);
+    ensure!(s.journal(id(1), 1, 1).await? == vec![e2.clone()]);
+    ensure!(
+        s.journal(id(1), 3, 0).await?.is_empty(),
+        "nothing after the last"
+    );
+    ensure!(
+        s.journal(id(1), 4, 0).await?.is_empty(),
+        "no row for fence 4"
+    );
+    ensure!(s.journal(id(1), u64::MAX, 0).await?.is_empty());
+    ensure!(journal_pages(s, id(1), 1).await? == all, "page by page");
+    ensure!(journal_pages(s, id(1), 2).await? == all, "two at a time");
+    ensure!(
+        s.journal(id(9), 0, 0).await?.is_empty(),
+        "an unknown instance"
+    );
+
+    // In one batch: a creation and a stale update, each with its row, then two steps
+    // of one instance (two rounds). Only the winners' rows are appended.
+    let f1 = journal_entry(1, dep, T0 + 30, 2);
+    let outcomes = s
+        .commit(vec![
+            journaled(commit(id(2), None, dep), &f1),
+            journaled(
+                commit(id(1), Some(1), dep),
+                &journal_entry(2, dep, T0 + 30, 9),
+            ),
+        ])
+        .await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::Applied { fence: 1 },
+                CommitOutcome::Conflict {
+                    current_fence: Some(4)
+                },
+            ],
+        "{outcomes:?}"
+    );
+    let (f2, f3) = (
+        journal_entry(2, dep, T0 + 40, 2),
+        journal_entry(3, dep, T0 + 41, 2),
+    );
+    let outcomes = s
+        .commit(vec![
+            journaled(commit(id(2), Some(1), dep), &f2),
+            journaled(commit(id(2), Some(2), dep), &f3),
+        ])
+        .await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::Applied { fence: 2 },
+                CommitOutcome::Applied { fence: 3 },
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(s.journal(id(2), 0, 0).await? == vec![f1, f2, f3]);
+    ensure!(
+        s.journal(id(1), 0, 0).await? == all,
+        "the loser in the batch"
+    );
+
+    // A repeated business key and a retired deployment are refused with nothing written.
+    ensure!(
+        commit_one(
+            s,
+            journaled(keyed(id(3), dep, "k"), &journal_entry(1, dep, T0, 3))
+        )
+        .await?
+            == CommitOutcome::Applied { fence: 1 }
+    );
+    let duplicate = commit_one(
+        s,
+        journaled(keyed(id(4), dep, "k"), &journal_entry(1, dep, T0, 4)),
+    )
+    .await?;
+    ensure!(
+        duplicate == CommitOutcome::DuplicateBusinessKey { existing: id(3) },
+        "{duplicate:?}"
+    );
+    ensure!(
+        s.journal(id(4), 0, 0).await?.is_empty(),
+        "a refused key's row"
+    );
+    let old = deploy(s, "h2").await?;
+    ensure!(s.retire(old).await? == RetireOutcome::Retired);
+    let retired = commit_one(
+        s,
+        journaled(commit(id(5), None, old), &journal_entry(1, old, T0, 5)),
+    )
+    .await?;
+    ensure!(retired == CommitOutcome::DeploymentRetired, "{retired:?}");
+    ensure!(
+        s.journal(id(5), 0, 0).await?.is_empty(),
+        "a retired deployment's row"
+    );
+    Ok(())
+}
+
+/// The purge takes the journal rows of the instances it deletes (counted in
+/// `PurgeOutcome::journal`) and no other instance's; the purged instance's `seq`s are free
+/// again for a new instance of the same id.
+pub async fn journal_rows_go_with_a_purged_instance(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    commit_one(
+        s,
+        journaled(commit(id(1), None, dep), &journal_entry(1, dep, T0, 1)),
+    )
+    .await?;
+    let end = with_status(id(1), Some(1), dep, InstanceStatus::Completed, T0 + 10);
+    commit_one(s, journaled(end, &journal_entry(2, dep, T0 + 10, 1))).await?;
+    let end = with_status(id(3), None, dep, InstanceStatus::Cancelled, T0 + 5);
+    commit_one(s, journaled(end, &journal_entry(1, dep, T0 + 5, 3))).await?;
+    let kept = vec![
+        journal_entry(1, dep, T0, 2),
+        journal_entry(2, dep, T0 + 10, 2),
+    ];
+    commit_one(s, journaled(commit(id(2), None, dep), &kept[0])).await?;
+    commit_one(s, journaled(commit(id(2), Some(1), dep), &kept[1])).await?;
+
+    let out = s.purge_finished(purge(T0 + 100, 10)).await?;
+    let expected = PurgeOutcome {
+        instances: 2,
+        journal: 3,
+        ..PurgeOutcome::default()
+    };
+    ensure!(out == expected, "{out:?}");
+    ensure!(s.journal(id(1), 0, 0).await?.is_empty(), "journal of id(1)");
+    ensure!(s.journal(id(3), 0, 0).await?.is_empty(), "journal of id(3)");
+    ensure!(ctx.second.journal(id(1), 0, 0).await?.is_empty());
+    ensure!(
+        s.journal(id(2), 0, 0).await? == kept,
+        "the running instance's rows"
+    );
+    ensure!(s.purge_finished(purge(T0 + 100, 10)).await? == PurgeOutcome::default());
+    let reborn = journal_entry(1, dep, T0 + 200, 7);
+    ensure!(
+        commit_one(s, journaled(commit(id(1), None, dep), &reborn)).await?
+            == CommitOutcome::Applied { fence: 1 }
+    );
+    ensure!(s.journal(id(1), 0, 0).await? == vec![reborn]);
     Ok(())
 }
