@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --what-if=ordered-ids,no-attempt-rows,cached-deployments` (the what-ifs
+//! --open-loop --journal --what-if=ordered-ids,no-attempt-rows,cached-deployments` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -104,6 +104,9 @@ struct Options {
     open_loop: bool,
     /// Experiments that break the contract on purpose, to price one cost. Default none.
     what_if: WhatIf,
+    /// `--journal`: every step writes its input-journal row (SPEC G3), as
+    /// `[journal] enabled = true` does; the store column then reads `<store>+journal`.
+    journal: bool,
 }
 
 /// Store-side experiments, applied by [`TimedStore`]. None of them is how qflow runs;
@@ -152,6 +155,15 @@ impl WhatIf {
 }
 
 impl Options {
+    /// What a store's name is suffixed with: the what-ifs, then `+journal`.
+    fn label(&self) -> String {
+        let mut label = self.what_if.label();
+        if self.journal {
+            label.push_str("+journal");
+        }
+        label
+    }
+
     fn parse() -> Result<Options> {
         let mut o = Options {
             stores: vec![StoreKind::Memory, StoreKind::Sqlite, StoreKind::Postgres],
@@ -165,6 +177,7 @@ impl Options {
             timers: true,
             open_loop: false,
             what_if: WhatIf::default(),
+            journal: false,
         };
         for arg in std::env::args().skip(1) {
             let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
@@ -183,6 +196,7 @@ impl Options {
                 "--no-timers" => o.timers = false,
                 "--open-loop" => o.open_loop = true,
                 "--what-if" => o.what_if = WhatIf::parse(value)?,
+                "--journal" => o.journal = true,
                 other => {
                     bail!("unknown option {other:?}; see the module doc of benches/runtime.rs")
                 }
@@ -797,6 +811,11 @@ async fn measure_throughput(
     let config = RuntimeConfig {
         lanes,
         batch_max: o.batch_max,
+        journal: if o.journal {
+            qflow_runtime::journal::JournalPolicy::All
+        } else {
+            qflow_runtime::journal::JournalPolicy::Off
+        },
         ..RuntimeConfig::default()
     };
     let time = Arc::new(StoreTime::default());
@@ -1124,7 +1143,7 @@ async fn run(o: Options) -> Result<()> {
                     "| {}{} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {:.1} | {:.2} | {:.0} % | \
                      {:.1} | {} | {} |",
                     t.store.name(),
-                    o.what_if.label(),
+                    o.label(),
                     t.lanes,
                     t.instances,
                     t.secs,
@@ -1143,7 +1162,7 @@ async fn run(o: Options) -> Result<()> {
                     "throughput store={}{} lanes={} inst_per_s={:.1} steps_per_s={:.1} \
                      commits_per_s={:.1} mean_batch={:.2}",
                     t.store.name(),
-                    o.what_if.label(),
+                    o.label(),
                     t.lanes,
                     t.per_sec(t.delta.completed),
                     t.per_sec(t.delta.steps),

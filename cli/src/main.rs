@@ -70,6 +70,10 @@ enum Command {
     UserTasks(ops::UserTasksArgs),
     /// The audit log of operator actions: who changed which instance, when, how.
     Audit(ops::AuditArgs),
+    /// Run journaled instances through this build's step function and name the first
+    /// step, key and byte where it writes other bytes than the journal recorded (SPEC
+    /// G3; docs/replay.md). Read-only; exits 1 on any divergence.
+    Replay(ops::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -107,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Incidents(args) => ops::incidents(&args),
         Command::UserTasks(args) => ops::user_tasks(&args),
         Command::Audit(args) => ops::audit(&args),
+        Command::Replay(args) => ops::replay(&args),
     }
 }
 

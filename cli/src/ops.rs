@@ -34,7 +34,8 @@ pub struct StoreArgs {
     actor: Option<String>,
     /// The `qflow.toml` the server runs with: its `[delegates]` routes are the ones
     /// deployments are made and loaded under (a deployment made under other routes is
-    /// refused, never run as another model).
+    /// refused, never run as another model), and its `[journal]` journals the steps an
+    /// operator takes as the server would.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
 }
@@ -862,7 +863,9 @@ where
                 .with_context(|| format!("reading {}", path.display()))?;
             let config =
                 qflow_server::config::ServerConfig::from_toml(&text, &path.display().to_string())?;
-            ops = ops.with_delegates(config.delegates);
+            ops = ops
+                .with_delegates(config.delegates)
+                .with_journal(config.journal);
         }
         match op(ops).await {
             Ok((rendered, status)) => {
@@ -909,4 +912,132 @@ async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
     // The error names the file.
     let store = SqliteStore::open(&args.db).await?;
     Ok(Arc::new(store))
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Replay this instance alone.
+    #[arg(long)]
+    instance: Option<String>,
+    /// Only instances of this deployment (its version number).
+    #[arg(long)]
+    deployment: Option<i64>,
+    /// Only instances in this status: running, completed, failed or cancelled.
+    #[arg(long)]
+    status: Option<String>,
+    /// Only instances created at or after this instant (ms since the epoch).
+    #[arg(long)]
+    created_from_ms: Option<i64>,
+    /// Only instances created before this instant (ms since the epoch).
+    #[arg(long)]
+    created_to_ms: Option<i64>,
+    /// At most this many instances (default: every one, up to a million).
+    #[arg(long, default_value_t = 0)]
+    limit: u32,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// `qflow replay`: runs journaled instances through this build's step function and
+/// names the first step, key and byte where what it writes differs from the journal
+/// (docs/replay.md). Exits 1 on any divergence.
+pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
+    use std::io::IsTerminal;
+    with_ops_status(&args.store, |ops| async move {
+        let request = qflow_ops::replay::ReplayRequest {
+            instance: instance_arg(&args.instance)?,
+            deployment: args.deployment,
+            status: args.status.clone(),
+            created_from_ms: args.created_from_ms,
+            created_to_ms: args.created_to_ms,
+            limit: args.limit,
+        };
+        // Progress on a terminal only, on stderr, at most every half second.
+        let tty = std::io::stderr().is_terminal();
+        let mut seen = 0u64;
+        let mut last = std::time::Instant::now();
+        let mut progress = |_: &qflow_ops::replay::InstanceReplay| {
+            seen += 1;
+            if tty && last.elapsed() >= std::time::Duration::from_millis(500) {
+                last = std::time::Instant::now();
+                eprint!("\rqflow replay: {seen} instances replayed");
+            }
+        };
+        let report = ops.replay(&request, &mut progress).await?;
+        if tty && seen > 0 {
+            eprintln!("\rqflow replay: {seen} instances replayed");
+        }
+        let rendered = emit(args.store.format, &report, |w| write_replay(w, &report))?;
+        let status = if report.diverged() {
+            ExitCode::from(crate::EXIT_REFUSED)
+        } else {
+            ExitCode::SUCCESS
+        };
+        Ok((rendered, status))
+    })
+}
+
+fn write_replay(w: &mut dyn Write, r: &qflow_ops::replay::ReplayReport) -> std::io::Result<()> {
+    use qflow_ops::replay::Outcome;
+    for d in &r.details {
+        let outcome = match d.outcome {
+            Outcome::Identical => "identical",
+            Outcome::Reencoded => "re-encoded, same meaning",
+            Outcome::Divergent => "DIVERGENT",
+            Outcome::NotReplayable => "not replayable",
+            Outcome::NotJournaled => "not journaled",
+        };
+        writeln!(
+            w,
+            "{} (deployment {}): {outcome} after {} step(s)",
+            d.instance, d.deployment, d.steps
+        )?;
+        if d.reencoded_steps > 0 {
+            writeln!(
+                w,
+                "    {} step(s) re-encoded with the same meaning",
+                d.reencoded_steps
+            )?;
+        }
+        if let Some(why) = &d.reason {
+            writeln!(w, "    {why}")?;
+        }
+        if let Some(div) = &d.divergence {
+            let kind = serde_json::to_value(div.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            writeln!(
+                w,
+                "    first divergent step: {} at {} ms ({kind})",
+                div.seq, div.at_ms
+            )?;
+            writeln!(w, "    input:    {}", div.input)?;
+            if let Some(key) = &div.key {
+                let at = div.offset.map_or(String::new(), |o| format!(", byte {o}"));
+                writeln!(w, "    key:      {key}{at}")?;
+            } else if let Some(o) = div.offset {
+                writeln!(w, "    byte:     {o}")?;
+            }
+            writeln!(w, "    recorded: {}", div.recorded)?;
+            writeln!(w, "    replayed: {}", div.replayed)?;
+        }
+    }
+    if r.details_left_out > 0 {
+        writeln!(w, "({} more instances not shown)", r.details_left_out)?;
+    }
+    writeln!(
+        w,
+        "{} instances: {} replayed ({} identical, {} re-encoded, {} divergent), {} not \
+         replayable, {} not journaled; {} steps, {} journal bytes",
+        r.instances,
+        r.replayed,
+        r.identical,
+        r.reencoded,
+        r.divergent,
+        r.not_replayable,
+        r.not_journaled,
+        r.steps,
+        r.journal_bytes
+    )
 }

@@ -57,6 +57,10 @@ pub struct Args {
     /// resolved, whatever this says.
     #[arg(long, value_parser = qflow_server::config::parse_retention)]
     retention: Option<i64>,
+    /// Journal every step's input (SPEC G3), so that `qflow replay` can check another
+    /// build against this run (docs/replay.md).
+    #[arg(long)]
+    journal: bool,
 }
 
 /// What the scripted gateway does to an instance's `charge` task.
@@ -149,6 +153,11 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or(RetentionConfig::default().default_ms),
             ..RetentionConfig::default()
         }),
+        journal: if args.journal {
+            qflow_runtime::journal::JournalPolicy::All
+        } else {
+            qflow_runtime::journal::JournalPolicy::Off
+        },
         ..RuntimeConfig::default()
     };
     let runtime = Runtime::start(store.clone(), handlers(), Arc::new(SystemClock), config);

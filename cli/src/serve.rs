@@ -49,6 +49,10 @@ pub struct Args {
     /// until resolved, whatever this says.
     #[arg(long, value_parser = qflow_server::config::parse_retention)]
     retention: Option<i64>,
+    /// Journal every process's steps (SPEC G3, docs/replay.md), whatever the
+    /// configuration's `[journal]` says.
+    #[arg(long)]
+    journal: bool,
 }
 
 pub fn run(args: &Args) -> Result<ExitCode> {
@@ -114,12 +118,16 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     if let Some(ms) = args.retention {
         config.retention.default_ms = ms;
     }
+    if args.journal {
+        config.journal = qflow_runtime::journal::JournalPolicy::All;
+    }
     let runtime_config = RuntimeConfig {
         lanes: args.lanes.max(1),
         retention: Some(config.retention.clone()),
         channels: channels.names(),
         lifecycle_channel: config.lifecycle_channel.clone(),
         delegates: config.delegates.clone(),
+        journal: config.journal.clone(),
         ..RuntimeConfig::default()
     };
     let runtime = Arc::new(Runtime::start(

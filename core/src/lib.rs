@@ -39,6 +39,7 @@ pub mod error;
 pub mod handler;
 pub mod limits;
 pub mod path;
+pub mod journal;
 pub mod schedule;
 pub mod sim;
 pub mod snapshot;

@@ -21,6 +21,7 @@
 //! external workers' pull tasks in [`pull`].
 
 pub mod pull;
+pub mod replay;
 pub mod user_tasks;
 
 use std::sync::Arc;
@@ -913,6 +914,8 @@ pub struct Ops {
 
 struct Shared {
     stepper: Stepper,
+    /// The `[delegates]` routes the stepper loads definitions under.
+    routes: qflow_runtime::delegates::DelegateRoutes,
     now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
     runtime: Option<Arc<Runtime>>,
 }
@@ -928,6 +931,7 @@ impl Ops {
         Ops {
             shared: Arc::new(Shared {
                 stepper: Stepper::new(store),
+                routes: qflow_runtime::delegates::DelegateRoutes::new(),
                 now_ms,
                 runtime: None,
             }),
@@ -939,12 +943,31 @@ impl Ops {
     /// offline tool working on a server's store gives the server's): a deployment made
     /// under other routes is refused rather than stepped as another model.
     pub fn with_delegates(self, routes: qflow_runtime::delegates::DelegateRoutes) -> Ops {
+        let journal = self.shared.stepper.journal().clone();
+        self.rebuilt(routes, journal)
+    }
+
+    /// The same operations, journaling the steps they take under `policy` (SPEC G3), as
+    /// the runtime serving the store does: an operator's resume of a journaled instance
+    /// leaves no gap in its journal. An offline tool gives the server's `[journal]`.
+    pub fn with_journal(self, policy: qflow_runtime::journal::JournalPolicy) -> Ops {
+        let routes = self.shared.routes.clone();
+        self.rebuilt(routes, policy)
+    }
+
+    fn rebuilt(
+        self,
+        routes: qflow_runtime::delegates::DelegateRoutes,
+        journal: qflow_runtime::journal::JournalPolicy,
+    ) -> Ops {
         let stepper = Stepper::new(self.shared.stepper.store().clone())
             .with_lifecycle_channel(self.shared.stepper.lifecycle_channel().map(str::to_owned))
-            .with_delegates(routes);
+            .with_delegates(routes.clone())
+            .with_journal(journal);
         Ops {
             shared: Arc::new(Shared {
                 stepper,
+                routes,
                 now_ms: self.shared.now_ms.clone(),
                 runtime: self.shared.runtime.clone(),
             }),
@@ -953,14 +976,16 @@ impl Ops {
     }
 
     /// Operations served by `runtime` (its store and clock), which runs the handlers of
-    /// the instances they start.
+    /// the instances they start; they journal and route as it does.
     pub fn with_runtime(runtime: Arc<Runtime>, actor: impl Into<String>) -> Ops {
         let clock = runtime.clock();
         Ops {
             shared: Arc::new(Shared {
                 stepper: Stepper::new(runtime.store().clone())
                     .with_lifecycle_channel(runtime.lifecycle_channel().map(str::to_owned))
-                    .with_delegates(runtime.delegates().clone()),
+                    .with_delegates(runtime.delegates().clone())
+                    .with_journal(runtime.journal().clone()),
+                routes: runtime.delegates().clone(),
                 now_ms: Arc::new(move || clock.now_ms()),
                 runtime: Some(runtime),
             }),

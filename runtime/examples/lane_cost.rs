@@ -23,6 +23,7 @@
 use std::sync::Arc;
 
 use qflow_runtime::claim::{plan, Claim, LeaseRules};
+use qflow_runtime::journal::JournalPolicy;
 use qflow_runtime::{Input, RuntimeConfig};
 use qflow_store::memory::MemoryStore;
 use qflow_store::{CommitOutcome, DeploymentId, NewDeployment, Store};
@@ -104,7 +105,8 @@ fn run_wave(
         let mut commits = Vec::with_capacity(work.len());
         let mut thens = Vec::with_capacity(work.len());
         for (claim, input) in work.drain(..) {
-            let planned = plan(claim, input, None, *now, *now, rules).expect("plans");
+            let planned =
+                plan(claim, input, None, *now, *now, rules, &JournalPolicy::Off).expect("plans");
             commits.push(planned.commit);
             thens.push(planned.then);
         }

@@ -19,6 +19,7 @@ use qflow_store::{
 };
 
 use crate::handlers::TaskCall;
+use crate::journal::{Before, JournalPolicy};
 use crate::{Definitions, Error};
 
 /// How often [`claim_and_step`] re-reads and re-derives after losing the
@@ -179,8 +180,12 @@ pub fn plan(
     started_ms: i64,
     now: i64,
     rules: LeaseRules,
+    journal: &JournalPolicy,
 ) -> Result<Planned, Error> {
     let id = claim.instance.to_string();
+    let before = journal
+        .covers(&claim.def)
+        .then(|| Before::take(&input, &claim.snapshot, claim.fence.is_none()));
     let was_terminal = claim.snapshot.status().is_terminal();
     let Claim {
         instance,
@@ -229,6 +234,11 @@ pub fn plan(
         .as_ref()
         .is_some_and(|t| t.name.kind() == TimerKind::Lease);
     let mut commit = Commit::new(instance, fence, deployment, state, now);
+    if let Some(before) = before {
+        let seq = fence.map_or(1, |f| f + 1);
+        commit.journal =
+            Some(before.entry(seq, deployment, now, &commit.state.snapshot, &step.effects));
+    }
     commit.timers.resolve.extend(fired);
     let mut then = Then {
         next: Claim {
@@ -559,6 +569,8 @@ pub(crate) struct Op<'a> {
     pub dry_run: bool,
     /// The lifecycle channel (C10), when events are on.
     pub lifecycle: Option<&'a str>,
+    /// Which steps write a journal row (SPEC G3).
+    pub journal: &'a JournalPolicy,
 }
 
 /// Reads instance `id`, steps it and commits the step alone under its fence; on a lost
@@ -576,7 +588,15 @@ pub(crate) async fn claim_and_step(
             claim.deployment = *deployment;
             claim.def = def.clone();
         }
-        let mut planned = plan(claim, op.input.clone(), None, op.now, op.now, op.rules)?;
+        let mut planned = plan(
+            claim,
+            op.input.clone(),
+            None,
+            op.now,
+            op.now,
+            op.rules,
+            op.journal,
+        )?;
         if let Some(channel) = op.lifecycle {
             let cause = crate::lifecycle::Cause::of(&op.input);
             let finished = planned.then.finished_now;

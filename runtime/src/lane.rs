@@ -234,6 +234,7 @@ impl Lane {
             handing_over: self.shared.stopping.load(Ordering::SeqCst),
         };
         let started_ms = req.started_ms.unwrap_or(now);
+        let journal = &self.shared.config.journal;
         let cause = self
             .shared
             .config
@@ -241,7 +242,15 @@ impl Lane {
             .as_ref()
             .map(|_| crate::lifecycle::Cause::of(&input));
         let planned = if self.cache.contains_key(&req.instance) {
-            match plan(claim, input.clone(), fired.clone(), started_ms, now, rules) {
+            match plan(
+                claim,
+                input.clone(),
+                fired.clone(),
+                started_ms,
+                now,
+                rules,
+                journal,
+            ) {
                 // A refusal is only ever given from stored state: the cache may be behind
                 // a step another replica or an operator took (a lock taken over, an
                 // attempt re-offered), which only a commit's fence would have caught.
@@ -249,14 +258,14 @@ impl Lane {
                     self.cache.remove(&req.instance);
                     let store = &*self.shared.store;
                     match Claim::read(store, &self.shared.defs, req.instance).await {
-                        Ok(fresh) => plan(fresh, input, fired, started_ms, now, rules),
+                        Ok(fresh) => plan(fresh, input, fired, started_ms, now, rules, journal),
                         Err(e) => Err(e),
                     }
                 }
                 other => other,
             }
         } else {
-            plan(claim, input, fired, started_ms, now, rules)
+            plan(claim, input, fired, started_ms, now, rules, journal)
         };
         match planned {
             Ok(mut planned) => {

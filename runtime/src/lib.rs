@@ -28,6 +28,7 @@ pub mod delegates;
 pub mod error;
 mod handlers;
 pub mod histogram;
+pub mod journal;
 mod lane;
 pub mod lifecycle;
 mod poller;
@@ -104,6 +105,9 @@ pub struct RuntimeConfig {
     /// `[delegates]`: where Camunda 7 Java bindings run instead of their derived pull
     /// topics ([`delegates`]). Default none.
     pub delegates: delegates::DelegateRoutes,
+    /// Which instances' steps write a row of the input journal (SPEC G3,
+    /// `docs/replay.md`). Default off.
+    pub journal: journal::JournalPolicy,
 }
 
 impl Default for RuntimeConfig {
@@ -123,6 +127,7 @@ impl Default for RuntimeConfig {
             lifecycle_channel: None,
             retention: Some(RetentionConfig::default()),
             delegates: delegates::DelegateRoutes::new(),
+            journal: journal::JournalPolicy::Off,
         }
     }
 }
@@ -253,6 +258,7 @@ pub struct Stepper {
     defs: Definitions,
     lease_ms: i64,
     lifecycle: Option<String>,
+    journal: journal::JournalPolicy,
 }
 
 impl Stepper {
@@ -262,7 +268,21 @@ impl Stepper {
             store,
             lease_ms: RuntimeConfig::default().inflight_lease_ms,
             lifecycle: None,
+            journal: journal::JournalPolicy::Off,
         }
+    }
+
+    /// Journals the steps it takes under `policy` (SPEC G3), as the runtime serving the
+    /// store does when it is configured so: a journaled instance's history has no gap
+    /// where an operator stepped it.
+    pub fn with_journal(mut self, policy: journal::JournalPolicy) -> Stepper {
+        self.journal = policy;
+        self
+    }
+
+    /// Which steps this stepper journals.
+    pub fn journal(&self) -> &journal::JournalPolicy {
+        &self.journal
     }
 
     /// Writes lifecycle events (C10) for `channel` with every step, as the runtime
@@ -347,6 +367,7 @@ impl Stepper {
             onto: None,
             dry_run: false,
             lifecycle: self.lifecycle.as_deref(),
+            journal: &self.journal,
         }
     }
 
@@ -790,6 +811,11 @@ impl Runtime {
     }
 
     /// The `[delegates]` routes this runtime loads definitions under.
+    /// Which instances' steps this runtime journals (SPEC G3).
+    pub fn journal(&self) -> &journal::JournalPolicy {
+        &self.shared.config.journal
+    }
+
     pub fn delegates(&self) -> &delegates::DelegateRoutes {
         &self.shared.config.delegates
     }
@@ -1065,6 +1091,7 @@ impl Runtime {
             onto: None,
             dry_run: false,
             lifecycle: self.shared.config.lifecycle_channel.as_deref(),
+            journal: &self.shared.config.journal,
         };
         let stepped =
             claim::claim_and_step(&*self.shared.store, &self.shared.defs, instance, op).await?;

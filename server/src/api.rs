@@ -860,3 +860,85 @@ pub async fn audit(
         .map(Json)
         .map_err(|e| Problem::from_ops(e, Place::Query))
 }
+
+/// Which journaled instances to replay (docs/replay.md).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayBody {
+    /// This instance alone (the filters are then ignored).
+    #[schema(format = Uuid)]
+    pub instance: Option<String>,
+    /// Only instances of this deployment (its version).
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    #[schema(minimum = 1)]
+    pub deployment: Option<i64>,
+    /// Only instances in this status: `running`, `completed`, `failed` or `cancelled`.
+    pub status: Option<String>,
+    /// Only instances created at or after this instant (ms since the epoch).
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    pub created_from_ms: Option<i64>,
+    /// Only instances created before this instant.
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    pub created_to_ms: Option<i64>,
+    /// At most this many instances (default 1,000, at most 10,000: a larger replay is
+    /// `qflow replay`'s, which no request time limit cuts short).
+    #[schema(minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
+}
+
+/// The most instances one replay request looks at.
+const REPLAY_HTTP_LIMIT_MAX: u32 = 10_000;
+
+/// Replays journaled instances through this server's step function (SPEC G3) and
+/// reports, per instance that is not identical, the first divergent step with its
+/// input, the snapshot key and byte where the bytes differ and both values. Read-only:
+/// it takes no claim and writes nothing. The status is 200 whatever the outcome: read
+/// `divergent`.
+#[utoipa::path(post, path = "/v1/replays", tag = "instances",
+    request_body = ReplayBody,
+    responses(
+        (status = 200, description = "The counts by outcome and the instances worth reading", body = qflow_ops::replay::ReplayReport),
+        (status = 400, description = "A malformed filter", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such instance", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["operate"])))]
+pub async fn replay(
+    State(state): State<AppState>,
+    _caller: Caller<OperateScope>,
+    JsonBody(body): JsonBody<ReplayBody>,
+) -> Result<Json<qflow_ops::replay::ReplayReport>> {
+    let limit = match body.limit {
+        None => 1_000,
+        Some(n @ 1..=REPLAY_HTTP_LIMIT_MAX) => n,
+        Some(n) => {
+            let why = format!("{n} is outside 1..={REPLAY_HTTP_LIMIT_MAX}");
+            let mut p = Problem::new(StatusCode::BAD_REQUEST, "invalid", format!("limit: {why}"));
+            p.errors.push(crate::problem::FieldError {
+                pointer: Some(crate::problem::pointer_of(["limit"])),
+                parameter: None,
+                detail: why,
+            });
+            return Err(p);
+        }
+    };
+    let instance = match body.instance.as_deref() {
+        None => None,
+        Some(text) => Some(
+            qflow_ops::parse_instance_id(text).map_err(|e| Problem::from_ops(e, Place::Body))?,
+        ),
+    };
+    let request = qflow_ops::replay::ReplayRequest {
+        instance,
+        deployment: body.deployment,
+        status: body.status,
+        created_from_ms: body.created_from_ms,
+        created_to_ms: body.created_to_ms,
+        limit,
+    };
+    state
+        .ops
+        .replay(&request, &mut |_| {})
+        .await
+        .map(Json)
+        .map_err(|e| Problem::from_ops(e, Place::Body))
+}

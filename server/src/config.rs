@@ -23,6 +23,10 @@
 //! [delegates]                   # Camunda 7 Java bindings (docs/vendor-mappings.md)
 //! "com.acme.ChargeCard" = { topic = "payments" }   # another pull topic
 //! "${mailer}" = { task = "send-mail" }             # a handler the host registered
+//!
+//! [journal]                     # the input journal replay checks (docs/replay.md)
+//! enabled = true                # every process's instances; or instead:
+//! processes = ["order", "refund"]  # these processes' instances only
 //! ```
 //!
 //! Unknown keys are refused with their position, so a misspelt limit is never silently
@@ -60,6 +64,9 @@ pub struct ServerConfig {
     /// `[delegates]`: where Camunda 7 Java bindings run instead of their derived pull
     /// topics, by binding text. Default none.
     pub delegates: qflow_runtime::delegates::DelegateRoutes,
+    /// `[journal]`: which instances' steps write the input journal (SPEC G3,
+    /// `docs/replay.md`). Default off.
+    pub journal: qflow_runtime::journal::JournalPolicy,
 }
 
 /// Request limits, applied to every endpoint.
@@ -95,6 +102,7 @@ impl Default for ServerConfig {
             channels: BTreeMap::new(),
             lifecycle_channel: None,
             delegates: BTreeMap::new(),
+            journal: qflow_runtime::journal::JournalPolicy::Off,
         }
     }
 }
@@ -115,6 +123,15 @@ struct File {
     lifecycle_channel: Option<String>,
     #[serde(default)]
     delegates: BTreeMap<String, DelegateEntry>,
+    journal: Option<JournalEntry>,
+}
+
+/// `[journal]`: `enabled` for every process, or `processes` for some.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JournalEntry {
+    enabled: Option<bool>,
+    processes: Option<Vec<String>>,
 }
 
 /// One `[delegates]` route: exactly one of its fields.
@@ -249,6 +266,44 @@ impl ServerConfig {
             }
             config.delegates.insert(binding, route);
         }
+        if let Some(j) = file.journal {
+            use qflow_runtime::journal::JournalPolicy;
+            let at = format!("{origin}: journal");
+            config.journal = match (j.enabled, j.processes) {
+                (Some(true), None) => JournalPolicy::All,
+                (Some(false), None) | (None, None) => JournalPolicy::Off,
+                (None, Some(ids)) => {
+                    if ids.is_empty() {
+                        return Err(ConfigError(format!(
+                            "{at}.processes: name at least one process (or leave [journal] out \
+                             to keep it off)"
+                        )));
+                    }
+                    let mut set = BTreeSet::new();
+                    for id in ids {
+                        if id.trim().is_empty()
+                            || id.trim() != id
+                            || id.chars().any(char::is_control)
+                        {
+                            return Err(ConfigError(format!(
+                                "{at}.processes: `{id}` is not a BPMN process id"
+                            )));
+                        }
+                        if !set.insert(id.clone()) {
+                            return Err(ConfigError(format!(
+                                "{at}.processes: `{id}` is named twice"
+                            )));
+                        }
+                    }
+                    JournalPolicy::Processes(set)
+                }
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError(format!(
+                        "{at}: give `enabled` (every process) or `processes` (these), not both"
+                    )))
+                }
+            };
+        }
         if let Some(r) = file.retention {
             let field = format!("{origin}: retention");
             if let Some(d) = &r.default {
@@ -341,6 +396,49 @@ mod tests {
             c.tokens[0].scopes,
             BTreeSet::from([Scope::Read, Scope::Deploy])
         );
+    }
+
+    #[test]
+    fn the_journal_is_off_unless_switched_on_for_all_or_for_named_processes() {
+        use qflow_runtime::journal::JournalPolicy;
+        let parse = |t: &str| ServerConfig::from_toml(t, "q.toml");
+        assert_eq!(parse("").unwrap().journal, JournalPolicy::Off);
+        assert_eq!(
+            parse("[journal]\nenabled = true\n").unwrap().journal,
+            JournalPolicy::All
+        );
+        assert_eq!(
+            parse("[journal]\nenabled = false\n").unwrap().journal,
+            JournalPolicy::Off
+        );
+        assert_eq!(
+            parse("[journal]\nprocesses = [\"order\", \"refund\"]\n")
+                .unwrap()
+                .journal,
+            JournalPolicy::Processes(["order".to_owned(), "refund".to_owned()].into())
+        );
+        for (text, says) in [
+            (
+                "[journal]\nenabled = true\nprocesses = [\"a\"]\n",
+                "q.toml: journal: give `enabled`",
+            ),
+            (
+                "[journal]\nprocesses = []\n",
+                "q.toml: journal.processes: name at least one",
+            ),
+            (
+                "[journal]\nprocesses = [\"a\", \"a\"]\n",
+                "`a` is named twice",
+            ),
+            (
+                "[journal]\nprocesses = [\" a\"]\n",
+                "is not a BPMN process id",
+            ),
+            ("[journal]\nenable = true\n", "unknown field `enable`"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -121,6 +121,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(api::incidents))
         .routes(routes!(api::resolve_incident))
         .routes(routes!(api::audit))
+        .routes(routes!(api::replay))
         .routes(routes!(workers::fetch_and_lock))
         .routes(routes!(workers::complete))
         .routes(routes!(workers::failure))

@@ -637,7 +637,78 @@ pub struct Commit {
     /// store checks, atomically with `retire`, that `deployment` is not retired, as it
     /// does for a creation. Ordinary steps leave it `false` and take no such lock.
     pub moves: bool,
+    /// The step's row of the input journal (SPEC G3), when the journal is on for the
+    /// instance's deployment: appended exactly when the commit is applied.
+    pub journal: Option<JournalEntry>,
 }
+
+/// One step's row of the input journal (SPEC G3, `docs/replay.md`): what the step was
+/// given and a record of what it wrote, enough to run it again through another build of
+/// the step function and compare bytes. Rows of an instance are keyed by `seq`, the
+/// fence its commit wrote (1: the creation), so a journal that was switched on while the
+/// instance ran, or off for a while, shows as a gap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// The fence the step's commit wrote: the step's number in the instance's history.
+    pub seq: u64,
+    /// The deployment whose definition the step ran on (a migration's step: the target).
+    pub deployment: DeploymentId,
+    /// The step's `now`.
+    pub at_ms: i64,
+    /// The input, as the engine's `Input` type serializes it to JSON.
+    pub input: String,
+    /// The snapshot the step wrote, as a delta against the one before it
+    /// (`qflow_core::journal::delta`).
+    pub delta: Vec<u8>,
+    /// `qflow_core::journal::hash` of the snapshot bytes the step wrote.
+    pub snapshot_hash: Vec<u8>,
+    /// `qflow_core::journal::hash` of the step's effects (`journal::effects_bytes`).
+    pub effects_hash: Vec<u8>,
+    /// The hash of every other field ([`JournalEntry::row_hash_of`]): a row that does not
+    /// match its own hash is reported as damaged, never trusted.
+    pub row_hash: Vec<u8>,
+}
+
+impl JournalEntry {
+    /// The hash [`JournalEntry::row_hash`] must be: over `seq`, the deployment, `at_ms`,
+    /// the input, the delta and the two hashes, each length-prefixed.
+    pub fn row_hash_of(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(
+            40 + self.input.len() + self.delta.len() + 2 * qflow_core::journal::HASH_BYTES,
+        );
+        bytes.extend_from_slice(&self.seq.to_be_bytes());
+        bytes.extend_from_slice(&self.deployment.0.to_be_bytes());
+        bytes.extend_from_slice(&self.at_ms.to_be_bytes());
+        for part in [
+            self.input.as_bytes(),
+            &self.delta,
+            &self.snapshot_hash,
+            &self.effects_hash,
+        ] {
+            bytes.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            bytes.extend_from_slice(part);
+        }
+        qflow_core::journal::hash(&bytes).to_vec()
+    }
+
+    /// Whether the row matches its own hash.
+    pub fn is_intact(&self) -> bool {
+        self.row_hash == self.row_hash_of()
+    }
+
+    /// The bytes the row takes, as stores count them for `docs/replay.md`'s size per
+    /// step (the fields, not the store's own overhead).
+    pub fn size_bytes(&self) -> usize {
+        24 + self.input.len()
+            + self.delta.len()
+            + self.snapshot_hash.len()
+            + self.effects_hash.len()
+            + self.row_hash.len()
+    }
+}
+
+/// The most journal rows one [`Store::journal`] call returns.
+pub const JOURNAL_PAGE_MAX: u32 = 10_000;
 
 /// An operator action, as a commit carries it into the audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -690,6 +761,7 @@ impl Commit {
             user_tasks: UserTaskWrites::default(),
             schedule: None,
             moves: false,
+            journal: None,
         }
     }
 }
@@ -823,6 +895,9 @@ pub struct PurgeOutcome {
     /// Outbox rows of the purged instances, whatever their state: the instance they
     /// belong to is gone, and a delivery for it could only be answered `unknown`.
     pub outbox: u64,
+    /// Input-journal rows of the purged instances (SPEC G3): the journal follows
+    /// retention.
+    pub journal: u64,
 }
 
 impl PurgeOutcome {
@@ -835,6 +910,7 @@ impl PurgeOutcome {
         self.timers += other.timers;
         self.subscriptions += other.subscriptions;
         self.outbox += other.outbox;
+        self.journal += other.journal;
     }
 }
 
@@ -967,6 +1043,17 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<(InstanceStatus, u64)>>;
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>>;
+
+    /// The input journal of one instance (SPEC G3): its rows with `seq` after `after`, in
+    /// `seq` order, at most `limit` ([`JOURNAL_PAGE_MAX`]; 0: that cap). Read without a
+    /// claim: a replay runs beside the lanes and takes nothing from them.
+    async fn journal(
+        &self,
+        instance: InstanceId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<JournalEntry>>;
+
     /// The audit log, of one instance or of all, oldest first, at most `limit` rows (0:
     /// the 10,000 cap), the newest ones when there are more.
     async fn audit(
@@ -977,7 +1064,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Retention (O7): deletes at most `limit` instances that have ended (completed or
     /// cancelled) before `ended_before_ms`, oldest end first, with every row that hangs
-    /// off them — attempt history, incidents, audit rows, and any timer residue — in one
+    /// off them — attempt history, incidents, audit rows, journal rows, and any timer residue — in one
     /// short transaction. Running and FAILED instances are never touched, at any age.
     /// Returns what went; fewer instances than `limit` means nothing more is due.
     ///

@@ -18,12 +18,12 @@ use async_trait::async_trait;
 use crate::{
     effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditEntry, AuditRecord, Commit,
     CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, IncidentWrites,
-    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, NewDeployment, NewIncident,
-    OutboxRecord, OutboxState, OutboxWrites, PullQuery, PullTaskRecord, PullWrites, PurgeOutcome,
-    PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult,
-    SubscriptionRecord, SubscriptionWrites, TimerClaim, TimerKind, TimerName, TimerRecord,
-    TimerWrites, UserTaskQuery, UserTaskRecord, UserTaskWrites, POISONED_INCIDENT_CODE,
-    PULL_QUERY_LIMIT_MAX, SUBSCRIPTIONS_LIMIT_MAX,
+    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, JournalEntry, NewDeployment,
+    NewIncident, OutboxRecord, OutboxState, OutboxWrites, PullQuery, PullTaskRecord, PullWrites,
+    PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError,
+    StoreResult, SubscriptionRecord, SubscriptionWrites, TimerClaim, TimerKind, TimerName,
+    TimerRecord, TimerWrites, UserTaskQuery, UserTaskRecord, UserTaskWrites,
+    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX, SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -84,6 +84,8 @@ struct State {
     /// correlation index.
     subscriptions_by_key: BTreeSet<(String, String, i64, InstanceId, String)>,
     attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
+    /// The input journal (SPEC G3), by instance, in `seq` order.
+    journal: BTreeMap<InstanceId, Vec<JournalEntry>>,
     audit: Vec<AuditRecord>,
     /// Pull-task rows by `(instance, node)`, and the offered ones by
     /// `(topic, offered_at_ms, instance, node)`: the fetch index (unlocked rows only).
@@ -249,6 +251,9 @@ impl State {
         self.apply_incidents(commit.instance, commit.incidents, commit.now_ms);
         self.apply_subscriptions(commit.instance, commit.subscriptions, commit.now_ms);
         self.apply_attempts(commit.instance, commit.attempts);
+        if let Some(entry) = commit.journal {
+            self.journal.entry(commit.instance).or_default().push(entry);
+        }
         self.apply_pull(commit.instance, commit.pull);
         self.apply_outbox(commit.instance, commit.outbox, commit.now_ms);
         self.apply_user_tasks(commit.instance, commit.user_tasks);
@@ -456,6 +461,7 @@ impl State {
             }
             out.instances += 1;
             out.attempts += self.attempts.remove(&key.1).map_or(0, |a| a.len() as u64);
+            out.journal += self.journal.remove(&key.1).map_or(0, |j| j.len() as u64);
             // Pull rows of an ended instance would be residue (its last step withdrew
             // them); they go with it like timer residue.
             let pulls: Vec<(InstanceId, String)> = self
@@ -1194,6 +1200,29 @@ impl Store for MemoryStore {
             .get(&instance)
             .cloned()
             .unwrap_or_default())
+    }
+
+    async fn journal(
+        &self,
+        instance: InstanceId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<JournalEntry>> {
+        let limit = match limit {
+            0 => crate::JOURNAL_PAGE_MAX,
+            n => n.min(crate::JOURNAL_PAGE_MAX),
+        } as usize;
+        Ok(self
+            .lock()
+            .journal
+            .get(&instance)
+            .map_or_else(Vec::new, |rows| {
+                rows.iter()
+                    .filter(|r| r.seq > after)
+                    .take(limit)
+                    .cloned()
+                    .collect()
+            }))
     }
 
     async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {
