@@ -586,6 +586,14 @@ impl Store for TimedStore {
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
         self.inner.attempts(instance).await
     }
+    async fn journal(
+        &self,
+        instance: InstanceId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<qflow_store::JournalEntry>> {
+        self.inner.journal(instance, after, limit).await
+    }
     async fn offered_pull_tasks(
         &self,
         query: qflow_store::PullQuery<'_>,

@@ -38,6 +38,11 @@ pub struct StoreArgs {
     /// operator takes as the server would.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Journal the steps this command takes (SPEC G3, docs/replay.md), as `qflow run
+    /// --journal` and `qflow serve --journal` do theirs, so that a repair leaves no gap
+    /// in a journaled instance's history.
+    #[arg(long, global = true)]
+    journal: bool,
 }
 
 impl StoreArgs {
@@ -866,6 +871,9 @@ where
             ops = ops
                 .with_delegates(config.delegates)
                 .with_journal(config.journal);
+        }
+        if args.journal {
+            ops = ops.with_journal(qflow_runtime::journal::JournalPolicy::All);
         }
         match op(ops).await {
             Ok((rendered, status)) => {

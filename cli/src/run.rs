@@ -246,7 +246,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     };
     runtime.shutdown().await;
 
-    print_table(&*store, &ids, elapsed, &view, &args.db).await?;
+    print_table(&*store, &ids, elapsed, &view, &args.db, args.journal).await?;
     if resumed > 0 {
         println!("{resumed} instance(s) resumed from an earlier run on this file finished too");
     }
@@ -329,6 +329,7 @@ async fn print_table(
     elapsed: Duration,
     view: &qflow_runtime::StatsView,
     db: &std::path::Path,
+    journal: bool,
 ) -> anyhow::Result<()> {
     // (outcome, charge attempts) -> instances, in a stable order.
     let mut rows: BTreeMap<(String, u32), u64> = BTreeMap::new();
@@ -393,10 +394,13 @@ async fn print_table(
                 a.code.unwrap_or_default()
             )?;
         }
+        // A journaled run's repair is journaled too, or the instance's journal has a gap.
+        let journaled = if journal { " --journal" } else { "" };
         writeln!(
             out,
             "Inspect it with `qflow instances show {id} --db {}`; \
-             `qflow instances resume {id} --db {}` tries it again (docs/operations.md).",
+             `qflow instances resume {id} --db {}{journaled}` tries it again \
+             (docs/operations.md).",
             db.display(),
             db.display()
         )?;

@@ -526,6 +526,16 @@ impl Store for FaultyStore {
         self.inner.attempts(instance).await
     }
 
+    async fn journal(
+        &self,
+        instance: InstanceId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<qflow_store::JournalEntry>> {
+        self.tick();
+        self.inner.journal(instance, after, limit).await
+    }
+
     async fn audit(
         &self,
         instance: Option<InstanceId>,
