@@ -10,6 +10,12 @@
 //! [`crate::step_traced`], so the trace also says the path it took (flows, decisions,
 //! events, ends); the snapshot and effects are those [`crate::step`] gives.
 //!
+//! A scenario may instead play recorded inputs ([`Scenario::inputs`], SPEC G3: what `qflow
+//! replay --export-scenario` writes from an instance's input journal): then the driver
+//! delivers exactly those inputs at their instants and carries out none of the effects,
+//! since in production every result, timer firing and delivery came back as an input of
+//! its own, recorded in the list.
+//!
 //! The scenario types are the file format of `qflow simulate`, read by the strict
 //! deserializers in `sim/de.rs` (objects only, no duplicate keys, no field a kind does not
 //! take, no variables the step would refuse as over the bounds of [`crate::limits`],
@@ -55,7 +61,21 @@ pub const DELIVERY_FAILS_MAX: u32 = 1_000;
 ///   "horizon_ms": 3600000
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Or a recorded one: with [`Scenario::inputs`], the run delivers those inputs — the
+/// journal of a production instance — and nothing else (`qflow replay
+/// --export-scenario` writes such a file):
+///
+/// ```json
+/// {
+///   "instance": "order-42",
+///   "inputs": [
+///     {"at_ms": 0, "input": {"type": "start", "variables": {"amount": 10}}},
+///     {"at_ms": 250, "input": {"type": "task_completed", "node": "pay", "attempt": 1, "outputs": {}}}
+///   ]
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     /// The instance id; it feeds the jitter of retry backoffs. Default `sim-1`.
     pub instance: String,
@@ -65,7 +85,6 @@ pub struct Scenario {
     pub variables: Variables,
     /// The start event with a trigger (message, signal, timer) the instance starts at, as
     /// when its trigger fires; `None` (the default): the none start events.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_event: Option<String>,
     /// Outcomes of registered tasks, by task node id, one entry per attempt (the first
     /// entry is attempt 1). The last entry repeats for later attempts; a task without
@@ -81,15 +100,174 @@ pub struct Scenario {
     /// `[channels.<name>.delivery]` table of `qflow.toml`, with its defaults and checks. A
     /// channel without one has the default curve (try for ever, from 500 ms doubling to a
     /// minute).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub delivery_curves: BTreeMap<String, DeliveryCurve>,
     /// External events at fixed virtual instants, in any order.
     pub events: Vec<ScriptedEvent>,
-    /// No event after this instant is processed. Default `start_at_ms` + one day.
+    /// No event after this instant is processed. Default `start_at_ms` + one day (none
+    /// for recorded `inputs`).
     pub horizon_ms: Option<i64>,
-    /// The run stops after this many steps. Default [`STEPS_DEFAULT_MAX`], at most
-    /// [`STEPS_LIMIT`].
+    /// The run stops after this many steps. Default [`STEPS_DEFAULT_MAX`] ([`STEPS_LIMIT`]
+    /// for recorded `inputs`), at most [`STEPS_LIMIT`].
     pub max_steps: Option<u32>,
+    /// Recorded inputs (SPEC G3): when `Some`, the run delivers exactly these, in order,
+    /// each at its instant, and nothing else — no scripted outcome, no timer firing, no
+    /// channel delivery, no broadcast of a signal the instance throws: in production each
+    /// of those arrived as an input of its own, and each is in the list. The first is the
+    /// start (`start` or `start_called`, carrying the variables and the start event), the
+    /// instants never go backwards, and the scenario's `tasks`, `channels`,
+    /// `delivery_curves`, `events`, `variables`, `start_event` and `start_at_ms` are left
+    /// at their defaults ([`validate`] refuses the rest). `None`: a scripted run.
+    pub inputs: Option<Vec<RecordedInput>>,
+}
+
+/// One recorded step of an instance: the input it took and the instant (`now`) it was
+/// taken at, as the input journal keeps them.
+///
+/// ```json
+/// {"at_ms": 1280, "input": {"type": "timer_fired", "name": "r:pay", "incarnation": 2}}
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordedInput {
+    /// The instant the step was taken at, in ms since the Unix epoch; never before the
+    /// previous input's.
+    pub at_ms: i64,
+    /// The input, as [`Input`] serializes (`{"type": "task_completed", ...}`). A
+    /// `migrate` input is delivered as recorded: its `timers` and `user_tasks` are those
+    /// the store gave the step.
+    pub input: Input,
+    /// For a `migrate` input, and only for one: the name of the target definition the
+    /// instance moved onto, one of the run's [`Targets`] (`qflow simulate --target
+    /// NAME=FILE`, a golden case's `target-NAME.bpmn`). From that step on the run goes on
+    /// with it, unless the step refused the migration (a `stale` effect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl RecordedInput {
+    /// `input` taken at `at_ms` (no migration target).
+    pub fn new(at_ms: i64, input: Input) -> RecordedInput {
+        RecordedInput {
+            at_ms,
+            input,
+            target: None,
+        }
+    }
+}
+
+/// The fields a scenario of recorded inputs leaves out: what those inputs already say.
+pub const RECORDED_EXCLUDES: &[&str] = &[
+    "tasks",
+    "channels",
+    "delivery_curves",
+    "events",
+    "variables",
+    "start_event",
+    "start_at_ms",
+];
+
+impl Default for Scenario {
+    /// The scenario of an empty file: instance `sim-1`, started at 0 with no variables,
+    /// nothing scripted.
+    fn default() -> Scenario {
+        Scenario {
+            instance: default_instance(),
+            start_at_ms: 0,
+            variables: Variables::new(),
+            start_event: None,
+            tasks: BTreeMap::new(),
+            channels: BTreeMap::new(),
+            delivery_curves: BTreeMap::new(),
+            events: Vec::new(),
+            horizon_ms: None,
+            max_steps: None,
+            inputs: None,
+        }
+    }
+}
+
+impl Scenario {
+    /// The scenario that plays `inputs` (the journal of instance `instance`) and nothing
+    /// else, with no horizon and no step budget but the list's.
+    pub fn recorded(instance: impl Into<String>, inputs: Vec<RecordedInput>) -> Scenario {
+        Scenario {
+            instance: instance.into(),
+            inputs: Some(inputs),
+            ..Scenario::default()
+        }
+    }
+
+    /// The fields of [`RECORDED_EXCLUDES`] this scenario gives a value other than the
+    /// default, in that order.
+    fn scripted_fields(&self) -> Vec<&'static str> {
+        let given = [
+            !self.tasks.is_empty(),
+            !self.channels.is_empty(),
+            !self.delivery_curves.is_empty(),
+            !self.events.is_empty(),
+            !self.variables.is_empty(),
+            self.start_event.is_some(),
+            self.start_at_ms != 0,
+        ];
+        RECORDED_EXCLUDES
+            .iter()
+            .zip(given)
+            .filter_map(|(f, given)| given.then_some(*f))
+            .collect()
+    }
+}
+
+/// The serialized form is the file format, and reads back: a scripted scenario writes
+/// every field as it always did; one of recorded inputs writes `instance`, `inputs`,
+/// `horizon_ms` and `max_steps`, and of the fields it leaves out only those given a value
+/// other than the default (which the reader then refuses, as [`validate`] does).
+impl Serialize for Scenario {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let recorded = self.inputs.is_some();
+        let scripted = self.scripted_fields();
+        let write = |field: &str| !recorded || scripted.contains(&field);
+        let written = [
+            write("start_at_ms"),
+            write("variables"),
+            self.start_event.is_some(),
+            write("tasks"),
+            write("channels"),
+            !self.delivery_curves.is_empty(),
+            write("events"),
+            recorded,
+        ];
+        // `instance`, `horizon_ms` and `max_steps` are always written.
+        let len = 3 + written.iter().filter(|w| **w).count();
+        let mut out = s.serialize_struct("Scenario", len)?;
+        out.serialize_field("instance", &self.instance)?;
+        if write("start_at_ms") {
+            out.serialize_field("start_at_ms", &self.start_at_ms)?;
+        }
+        if write("variables") {
+            out.serialize_field("variables", &self.variables)?;
+        }
+        if let Some(start) = &self.start_event {
+            out.serialize_field("start_event", start)?;
+        }
+        if write("tasks") {
+            out.serialize_field("tasks", &self.tasks)?;
+        }
+        if write("channels") {
+            out.serialize_field("channels", &self.channels)?;
+        }
+        if !self.delivery_curves.is_empty() {
+            out.serialize_field("delivery_curves", &self.delivery_curves)?;
+        }
+        if write("events") {
+            out.serialize_field("events", &self.events)?;
+        }
+        if let Some(inputs) = &self.inputs {
+            out.serialize_field("inputs", inputs)?;
+        }
+        out.serialize_field("horizon_ms", &self.horizon_ms)?;
+        out.serialize_field("max_steps", &self.max_steps)?;
+        out.end()
+    }
 }
 
 fn default_instance() -> String {
@@ -468,7 +646,8 @@ pub enum Stop {
     /// The instance completed, failed or was cancelled.
     Finished,
     /// Nothing more was scheduled: the instance waits for something the scenario does
-    /// not provide.
+    /// not provide (with recorded `inputs`: the list is played out and the instance is
+    /// still running).
     Idle,
     /// The next event lies beyond the horizon.
     Horizon,
@@ -647,13 +826,18 @@ pub fn validate_with(
             }
         }
     }
-    if let Some(horizon) = scenario.horizon_ms {
-        if horizon < scenario.start_at_ms {
+    if let Some((path, message)) = recorded_problems(def, scenario, targets).into_iter().next() {
+        return Err(Error::Scenario(format!("{path}: {message}")));
+    }
+    match scenario.horizon_ms {
+        // Recorded inputs start at the first input's instant (`recorded_problems`).
+        Some(horizon) if horizon < scenario.start_at_ms && scenario.inputs.is_none() => {
             return Err(Error::Scenario(format!(
                 "horizon_ms: {horizon} is before start_at_ms ({})",
                 scenario.start_at_ms
             )));
         }
+        _ => {}
     }
     if let Some(max) = scenario.max_steps {
         if max == 0 || max > STEPS_LIMIT {
@@ -663,6 +847,178 @@ pub fn validate_with(
         }
     }
     Ok(())
+}
+
+/// The problems of a scenario's recorded `inputs`, as (JSON path, message), in the order
+/// of the list: fields given beside them (`tasks`, `variables`, ... — what the inputs
+/// already say), an empty or too long list, a first input that is not a start or a later
+/// one that is (the step refuses a start of a started instance), a start event the
+/// process does not have, an instant that is negative or before the previous input's, a
+/// `migrate` input without a target given to the run, a target on another input, a
+/// horizon before the first input. None for a scripted scenario.
+/// `qflow_golden::scenario` reports them all; [`validate`] the first.
+pub fn recorded_problems(
+    def: &Definition,
+    scenario: &Scenario,
+    targets: &Targets,
+) -> Vec<(String, String)> {
+    let Some(inputs) = &scenario.inputs else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for field in scenario.scripted_fields() {
+        problems.push(("inputs".to_owned(), combined_with(field)));
+    }
+    if inputs.is_empty() {
+        problems.push((
+            "inputs".to_owned(),
+            "no input; the first input starts the instance (`start` or `start_called`)".to_owned(),
+        ));
+    }
+    if inputs.len() > STEPS_LIMIT as usize {
+        problems.push((
+            "inputs".to_owned(),
+            format!(
+                "{} inputs; a run takes at most {STEPS_LIMIT} steps",
+                inputs.len()
+            ),
+        ));
+    }
+    let mut previous: Option<i64> = None;
+    for (i, recorded) in inputs.iter().enumerate() {
+        let path = format!("inputs[{i}]");
+        let starts = matches!(
+            recorded.input,
+            Input::Start { .. } | Input::StartCalled { .. }
+        );
+        match (i, starts) {
+            (0, false) => problems.push((
+                format!("{path}.input"),
+                format!(
+                    "a `{}` input; the first input starts the instance (`start` or \
+                     `start_called`)",
+                    recorded.input.kind()
+                ),
+            )),
+            (0, true) => {}
+            (_, true) => problems.push((
+                format!("{path}.input"),
+                "a second start; only the first input starts the instance (the engine \
+                 refuses a start of a started instance)"
+                    .to_owned(),
+            )),
+            (_, false) => {}
+        }
+        let none_start = matches!(
+            recorded.input,
+            Input::Start { start: None, .. } | Input::StartCalled { .. }
+        );
+        if none_start && i == 0 && def.process.start_events(None).next().is_none() {
+            problems.push((
+                format!("{path}.input"),
+                format!(
+                    "process `{}` has no none start event; a start without `start` begins \
+                     there",
+                    def.id
+                ),
+            ));
+        }
+        if let Input::Start {
+            start: Some(start), ..
+        } = &recorded.input
+        {
+            let p = &def.process;
+            let triggered = p.find(start).is_some_and(|n| {
+                matches!(p.node(n).kind, NodeKind::TriggeredStart(_)) && p.node(n).scope.is_none()
+            });
+            if !triggered {
+                problems.push((
+                    format!("{path}.input.start"),
+                    format!(
+                        "process `{}` has no start event `{start}` with a trigger (message, \
+                         signal, timer)",
+                        def.id
+                    ),
+                ));
+            }
+        }
+        let at_ms = recorded.at_ms;
+        if at_ms < 0 {
+            problems.push((
+                format!("{path}.at_ms"),
+                format!("{at_ms} is negative; instants are milliseconds since the Unix epoch"),
+            ));
+        } else if let Some(before) = previous.filter(|before| at_ms < *before) {
+            problems.push((
+                format!("{path}.at_ms"),
+                format!(
+                    "{at_ms} is before the previous input's instant ({before}); recorded \
+                     instants never go backwards"
+                ),
+            ));
+        }
+        previous = Some(previous.map_or(at_ms, |before| before.max(at_ms)));
+        match (&recorded.input, &recorded.target) {
+            (Input::Migrate { .. }, None) => problems.push((
+                path,
+                "a `migrate` input cannot be played without the definition it moved the \
+                 instance onto: name it in the entry's `target` (`qflow simulate --target \
+                 NAME=FILE`; a golden case keeps it in `target-NAME.bpmn`)"
+                    .to_owned(),
+            )),
+            (Input::Migrate { .. }, Some(target)) if !targets.contains_key(target) => problems
+                .push((
+                    format!("{path}.target"),
+                    format!(
+                        "no target definition `{target}` was given to migrate onto (`qflow \
+                         simulate --target {target}=FILE`; a golden case keeps it in \
+                         `target-{target}.bpmn`)"
+                    ),
+                )),
+            (Input::Migrate { .. }, Some(_)) | (_, None) => {}
+            (input, Some(_)) => problems.push((
+                format!("{path}.target"),
+                format!(
+                    "a `{}` input takes no target; only a `migrate` input does",
+                    input.kind()
+                ),
+            )),
+        }
+    }
+    if let (Some(horizon), Some(first)) = (scenario.horizon_ms, inputs.first()) {
+        if horizon < first.at_ms {
+            problems.push((
+                "horizon_ms".to_owned(),
+                format!(
+                    "{horizon} is before the first input's instant ({})",
+                    first.at_ms
+                ),
+            ));
+        }
+    }
+    problems
+}
+
+/// The refusal of `field` given beside recorded inputs, at `inputs` (the reader's, when
+/// the field comes first in the file, and [`validate`]'s).
+fn combined_with(field: &str) -> String {
+    format!(
+        "recorded inputs cannot be combined with `{field}`: {}",
+        beside_inputs(field)
+    )
+}
+
+/// Why `field` cannot be given beside recorded inputs: what the inputs say instead.
+fn beside_inputs(field: &str) -> &'static str {
+    match field {
+        "variables" => "the first input, the start, carries the instance's variables",
+        "start_event" => "the first input, the start, names the start event (its `start`)",
+        "start_at_ms" => "the first input's `at_ms` is the instant of the start",
+        _ => {
+            "they are played as recorded and nothing is scripted beside them (every handler \
+             result, timer, delivery and event of the instance is an input of the list)"
+        }
+    }
 }
 
 /// The problems of a scenario's delivery scripting, as (JSON path, message), the
@@ -735,7 +1091,9 @@ struct Due {
 /// with it at its instant. Simultaneous deliveries go task results first (in emission
 /// order), then scripted events (file order), then timers (`(due, name)` order). The
 /// run stops when the instance is terminal, nothing is scheduled, the next delivery is
-/// beyond the horizon, or the step budget is spent.
+/// beyond the horizon, or the step budget is spent. A scenario of recorded
+/// [`Scenario::inputs`] is played instead: each input at its instant, in the list's
+/// order, nothing else, until the list is played out.
 pub fn run(def: &Definition, scenario: &Scenario) -> Result<Trace, Error> {
     let mut run = steps(def, scenario)?;
     let steps = run.by_ref().collect::<Result<Vec<_>, _>>()?;
@@ -767,9 +1125,18 @@ pub fn steps_with<'a>(
     targets: &'a Targets,
 ) -> Result<Steps<'a>, Error> {
     validate_with(def, scenario, targets)?;
-    let horizon_ms = scenario
-        .horizon_ms
-        .unwrap_or(scenario.start_at_ms.saturating_add(HORIZON_DEFAULT_MS));
+    // Recorded inputs are played to the end of the list unless the scenario says
+    // otherwise: no default horizon, and the list is the step budget.
+    let recorded = scenario.inputs.as_deref();
+    let horizon_ms = match (scenario.horizon_ms, recorded) {
+        (Some(horizon), _) => horizon,
+        (None, Some(_)) => i64::MAX,
+        (None, None) => scenario.start_at_ms.saturating_add(HORIZON_DEFAULT_MS),
+    };
+    let steps_default = match recorded {
+        Some(_) => STEPS_LIMIT,
+        None => STEPS_DEFAULT_MAX,
+    };
     let mut sim = Sim {
         def,
         scenario,
@@ -791,7 +1158,13 @@ pub fn steps_with<'a>(
         tries: BTreeMap::new(),
         tried: Vec::new(),
         rows: BTreeMap::new(),
+        recorded: recorded.is_some(),
     };
+    for (i, r) in recorded.unwrap_or_default().iter().enumerate() {
+        if let Some(t) = r.target.as_ref().and_then(|t| targets.get(t)) {
+            sim.migrations.insert(i as u64, t);
+        }
+    }
     for (i, e) in scenario.events.iter().enumerate() {
         let due = Due {
             at_ms: e.at_ms(),
@@ -809,9 +1182,12 @@ pub fn steps_with<'a>(
     Ok(Steps {
         sim,
         horizon_ms,
-        max_steps: scenario.max_steps.unwrap_or(STEPS_DEFAULT_MAX),
-        now_ms: scenario.start_at_ms,
+        max_steps: scenario.max_steps.unwrap_or(steps_default),
+        now_ms: recorded
+            .and_then(|r| r.first())
+            .map_or(scenario.start_at_ms, |r| r.at_ms),
         started: false,
+        next_input: 0,
         stop: None,
         failed: false,
     })
@@ -826,6 +1202,8 @@ pub struct Steps<'a> {
     /// The virtual clock: the instant of the last step (it never runs backwards).
     now_ms: i64,
     started: bool,
+    /// Of recorded inputs, the position of the next one to deliver.
+    next_input: usize,
     /// Why the run stopped, once it has.
     stop: Option<Stop>,
     failed: bool,
@@ -837,6 +1215,16 @@ impl Iterator for Steps<'_> {
     fn next(&mut self) -> Option<Result<TraceStep, Error>> {
         if self.stop.is_some() || self.failed {
             return None;
+        }
+        let scenario: &Scenario = self.sim.scenario;
+        if let Some(inputs) = &scenario.inputs {
+            let step = match self.next_recorded(inputs) {
+                Ok(Some((input, now_ms))) => self.sim.deliver(input, now_ms),
+                Ok(None) => return None,
+                Err(e) => Err(e),
+            };
+            self.failed = step.is_err();
+            return Some(step);
         }
         let step = if self.started {
             match self.next_delivery() {
@@ -897,6 +1285,35 @@ impl Steps<'_> {
         Ok(None)
     }
 
+    /// The next recorded input and its instant, or `None` when the run stops here
+    /// (recording why): the list is played out (`finished` if the instance is over by
+    /// then, else `idle`), the step budget is spent, or the next input lies beyond the
+    /// horizon. A terminal instance still takes the inputs recorded after its end, as it
+    /// did in production (each is stale, or a resume, a migration, an incident resolved).
+    fn next_recorded(&mut self, inputs: &[RecordedInput]) -> Result<Option<(Input, i64)>, Error> {
+        let stop = match inputs.get(self.next_input) {
+            None => {
+                let snap = Snapshot::decode(&self.sim.bytes)?;
+                if snap.status().is_terminal() {
+                    Stop::Finished
+                } else {
+                    Stop::Idle
+                }
+            }
+            Some(_) if self.sim.taken >= self.max_steps => Stop::MaxSteps,
+            Some(r) if r.at_ms > self.horizon_ms => Stop::Horizon,
+            Some(r) => {
+                // A `migrate` steps with the target its entry names.
+                self.sim.target = self.sim.migrations.get(&(self.next_input as u64)).copied();
+                self.next_input += 1;
+                self.now_ms = r.at_ms;
+                return Ok(Some((r.input.clone(), r.at_ms)));
+            }
+        };
+        self.stop = Some(stop);
+        Ok(None)
+    }
+
     /// Takes whatever steps remain, keeping none, and returns the summary of the run.
     pub fn finish(mut self) -> Result<Summary, Error> {
         for step in self.by_ref() {
@@ -924,7 +1341,8 @@ struct Sim<'a> {
     /// Steps taken so far, and the instant of the last one.
     taken: u32,
     last_at_ms: i64,
-    /// The target definition of each `migrate` event, by its position in the file.
+    /// The target definition of each `migrate` event (or recorded `migrate` input), by
+    /// its position in the file.
     migrations: BTreeMap<u64, &'a Definition>,
     /// The target of the migration being delivered now.
     target: Option<&'a Definition>,
@@ -951,6 +1369,9 @@ struct Sim<'a> {
     signal_waits: BTreeMap<String, (String, u64)>,
     /// The open message subscriptions: node → (message, key, order opened).
     message_waits: BTreeMap<String, (String, String, u64)>,
+    /// The run plays recorded inputs: the step's effects schedule nothing (every later
+    /// input is in the list), they are only counted for the summary.
+    recorded: bool,
 }
 
 impl<'a> Sim<'a> {
@@ -1053,12 +1474,49 @@ impl<'a> Sim<'a> {
         )?;
         self.bytes = out.snapshot.encode();
         for effect in &out.effects {
-            self.carry_out(effect, now_ms);
+            self.count_attempt(effect);
         }
+        if !self.recorded {
+            for effect in &out.effects {
+                self.carry_out(effect, now_ms);
+            }
+            self.broadcast(&out.effects, now_ms);
+        }
+        self.taken += 1;
+        self.last_at_ms = now_ms;
+        Ok(TraceStep {
+            seq: self.taken,
+            at_ms: now_ms,
+            input,
+            node,
+            attempt,
+            effects: out.effects,
+            path,
+            deliveries: std::mem::take(&mut self.tried),
+            snapshot: self.bytes.clone(),
+        })
+    }
+
+    /// Counts the attempt an effect starts (`run_task`, `send_request`, `start_child`),
+    /// per activity instance, for the summary.
+    fn count_attempt(&mut self, effect: &Effect) {
+        if let Effect::RunTask { node, attempt, .. }
+        | Effect::SendRequest { node, attempt, .. }
+        | Effect::StartChild { node, attempt, .. } = effect
+        {
+            let seen = self.attempts.entry(node.clone()).or_default();
+            *seen = (*seen).max(attempt.get());
+        }
+    }
+
+    /// Schedules what the outbox delivers to this instance itself once the step is
+    /// committed: the broadcasts of the signals it threw and the messages it published
+    /// under a correlation key its own waits have.
+    fn broadcast(&mut self, effects: &[Effect], now_ms: i64) {
         // A signal thrown in the step reaches, as the outbox's broadcast does once the
         // step is committed, every wait for it open then — this instance's own included —
         // one delivery per subscription row, in the order the rows opened.
-        for effect in &out.effects {
+        for effect in effects {
             if let Effect::ThrowSignal { name, .. } = effect {
                 // In the order the waits opened, as the store's walk goes.
                 let mut waits: Vec<(u64, String)> = self
@@ -1090,7 +1548,7 @@ impl<'a> Sim<'a> {
         // outbox's publication does, the oldest wait subscribed under that name and key
         // — here, one of this instance's own. Without a key (or without such a wait) it
         // is for a message start event or another instance: nothing here.
-        for effect in &out.effects {
+        for effect in effects {
             if let Effect::PublishMessage {
                 name,
                 correlation_key: Some(key),
@@ -1122,19 +1580,6 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        self.taken += 1;
-        self.last_at_ms = now_ms;
-        Ok(TraceStep {
-            seq: self.taken,
-            at_ms: now_ms,
-            input,
-            node,
-            attempt,
-            effects: out.effects,
-            path,
-            deliveries: std::mem::take(&mut self.tried),
-            snapshot: self.bytes.clone(),
-        })
     }
 
     fn carry_out(&mut self, effect: &Effect, now_ms: i64) {
@@ -1145,8 +1590,6 @@ impl<'a> Sim<'a> {
                 attempt,
                 inputs,
             } => {
-                let seen = self.attempts.entry(node.clone()).or_default();
-                *seen = (*seen).max(attempt.get());
                 let scripted = self.scripted(node, *attempt);
                 let ctx = TaskContext {
                     instance_id: &self.scenario.instance,
@@ -1172,14 +1615,8 @@ impl<'a> Sim<'a> {
                 }
             }
             Effect::SendRequest {
-                node,
-                channel,
-                attempt,
-                key,
-                ..
+                node, channel, key, ..
             } => {
-                let seen = self.attempts.entry(node.clone()).or_default();
-                *seen = (*seen).max(attempt.get());
                 self.send_request(node, channel, key, now_ms);
             }
             Effect::WithdrawRequests { node } => {
@@ -1238,8 +1675,6 @@ impl<'a> Sim<'a> {
                 attempt,
                 ..
             } => {
-                let seen = self.attempts.entry(node.clone()).or_default();
-                *seen = (*seen).max(attempt.get());
                 let scripted = self.scripted(node, *attempt);
                 if let Some((after_ms, outcome)) = child_outcome(&scripted) {
                     let input = Input::ChildEnded {
@@ -1556,4 +1991,392 @@ fn scripted_list<'s, T>(scripts: &'s BTreeMap<String, Vec<T>>, node: &str) -> Op
         .into_iter()
         .find_map(|n| scripts.get(n))
         .or_else(|| scripts.get(uncopied(last).split_once('#')?.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A golden case's model (or target), from its XML.
+    fn golden_model(xml: &str) -> Definition {
+        let mut loaded = qflow_loader::load_str(xml).expect("the golden model loads");
+        assert_eq!(loaded.definitions.len(), 1);
+        loaded.definitions.remove(0)
+    }
+
+    /// `golden/cases/retry_late_result_after_timeout`: `fetch` with a 30 s `q:timeout`
+    /// and a retry policy; attempt 1 outlives the timeout, its late result is stale.
+    fn retry_and_timer() -> (Definition, Scenario) {
+        let def = golden_model(include_str!(
+            "../../golden/cases/retry_late_result_after_timeout/model.bpmn"
+        ));
+        let scenario = serde_json::from_str(include_str!(
+            "../../golden/cases/retry_late_result_after_timeout/scenario.json"
+        ))
+        .expect("the golden scenario reads");
+        (def, scenario)
+    }
+
+    /// The inputs a run's trace took, each at its instant: what the journal records.
+    fn recorded(trace: &Trace) -> Vec<RecordedInput> {
+        trace
+            .steps
+            .iter()
+            .map(|s| RecordedInput::new(s.at_ms, s.input.clone()))
+            .collect()
+    }
+
+    /// The step-by-step record two runs are compared on: instant, input, effects, path
+    /// and the snapshot bytes.
+    /// What one step did: instant, input, effects, path, snapshot bytes.
+    type Taken = (i64, Input, Vec<Effect>, Vec<PathEvent>, Vec<u8>);
+
+    fn taken(trace: &Trace) -> Vec<Taken> {
+        trace
+            .steps
+            .iter()
+            .map(|s| {
+                let (input, effects) = (s.input.clone(), s.effects.clone());
+                (s.at_ms, input, effects, s.path.clone(), s.snapshot.clone())
+            })
+            .collect()
+    }
+
+    /// The replay took the scripted run's steps, byte for byte, and ended the same.
+    fn assert_replays(scripted: &Trace, replay: &Trace) {
+        assert_eq!(taken(replay), taken(scripted));
+        let (a, b) = (&replay.summary, &scripted.summary);
+        assert_eq!(a.status, b.status);
+        assert_eq!(a.attempts, b.attempts);
+        assert_eq!(a.snapshot_sha256, b.snapshot_sha256);
+        assert_eq!((a.steps, a.ended_at_ms), (b.steps, b.ended_at_ms));
+    }
+
+    #[test]
+    fn recorded_inputs_reproduce_every_snapshot_of_the_scripted_run() {
+        let (def, scenario) = retry_and_timer();
+        let scripted = run(&def, &scenario).unwrap();
+        // The case's story: start, attempt 1's timeout, its late (stale) result, the
+        // retry park's end, attempt 2's result.
+        let kinds: Vec<&str> = scripted.steps.iter().map(|s| s.input.kind()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "start",
+                "timer_fired",
+                "task_completed",
+                "timer_fired",
+                "task_completed"
+            ]
+        );
+        let replay = run(
+            &def,
+            &Scenario::recorded(&scenario.instance, recorded(&scripted)),
+        )
+        .unwrap();
+        assert_replays(&scripted, &replay);
+        let stale = &replay.steps[2].effects;
+        assert!(
+            matches!(stale.as_slice(), [Effect::Stale { .. }]),
+            "{stale:?}"
+        );
+        assert_eq!(replay.summary.stop, Stop::Finished);
+    }
+
+    #[test]
+    fn recorded_inputs_reproduce_broadcasts_deliveries_and_stale_timers() {
+        let cases = [
+            (
+                include_str!("../../golden/cases/retry_stale_timer/model.bpmn"),
+                include_str!("../../golden/cases/retry_stale_timer/scenario.json"),
+            ),
+            (
+                include_str!("../../golden/cases/signal_throw_reaches_own_catch/model.bpmn"),
+                include_str!("../../golden/cases/signal_throw_reaches_own_catch/scenario.json"),
+            ),
+            (
+                include_str!("../../golden/cases/channel_delivery_fails_then_answers/model.bpmn"),
+                include_str!(
+                    "../../golden/cases/channel_delivery_fails_then_answers/scenario.json"
+                ),
+            ),
+            (
+                include_str!("../../golden/cases/user_task_claims/model.bpmn"),
+                include_str!("../../golden/cases/user_task_claims/scenario.json"),
+            ),
+        ];
+        for (model, scenario) in cases {
+            let def = golden_model(model);
+            let scenario: Scenario = serde_json::from_str(scenario).unwrap();
+            let scripted = run(&def, &scenario).unwrap();
+            let replay = run(
+                &def,
+                &Scenario::recorded(&scenario.instance, recorded(&scripted)),
+            )
+            .unwrap();
+            assert_replays(&scripted, &replay);
+            // The outbox's failed tries are not inputs: a replay has none to show.
+            assert!(replay.steps.iter().all(|s| s.deliveries.is_empty()));
+        }
+    }
+
+    #[test]
+    fn a_recorded_migration_moves_onto_the_target_its_entry_names() {
+        let def = golden_model(include_str!(
+            "../../golden/cases/migrate_running_renames_timer/model.bpmn"
+        ));
+        let v2 = golden_model(include_str!(
+            "../../golden/cases/migrate_running_renames_timer/target-v2.bpmn"
+        ));
+        let targets = Targets::from([("v2".to_owned(), v2)]);
+        let scenario: Scenario = serde_json::from_str(include_str!(
+            "../../golden/cases/migrate_running_renames_timer/scenario.json"
+        ))
+        .unwrap();
+        let scripted = run_with(&def, &scenario, &targets).unwrap();
+        let mut inputs = recorded(&scripted);
+        let migrate = inputs
+            .iter()
+            .position(|r| matches!(r.input, Input::Migrate { .. }))
+            .expect("the case migrates");
+        // Without the target the input cannot be played.
+        let without = Scenario::recorded(&scenario.instance, inputs.clone());
+        let err = run_with(&def, &without, &targets).unwrap_err();
+        assert!(
+            matches!(&err, Error::Scenario(m) if m.starts_with(&format!("inputs[{migrate}]: "))),
+            "{err}"
+        );
+        inputs[migrate].target = Some("v2".into());
+        let replay = run_with(
+            &def,
+            &Scenario::recorded(&scenario.instance, inputs.clone()),
+            &targets,
+        )
+        .unwrap();
+        assert_replays(&scripted, &replay);
+        // A target the run was not given is refused at the entry's `target`.
+        inputs[migrate].target = Some("v3".into());
+        let err = run_with(&def, &Scenario::recorded("x", inputs), &targets).unwrap_err();
+        assert!(
+            matches!(&err, Error::Scenario(m) if m.starts_with(&format!("inputs[{migrate}].target: "))),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nothing_but_the_inputs_is_delivered() {
+        let (def, scenario) = retry_and_timer();
+        // The start alone: attempt 1 runs and its timeout is armed, but no scripted
+        // result, no timer firing follows.
+        let start = Input::Start {
+            variables: Variables::new(),
+            start: None,
+        };
+        let only_start = Scenario::recorded(&scenario.instance, vec![RecordedInput::new(0, start)]);
+        let trace = run(&def, &only_start).unwrap();
+        assert_eq!(trace.steps.len(), 1);
+        assert!(trace.steps[0]
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::ArmTimer { .. })));
+        assert_eq!(trace.summary.stop, Stop::Idle);
+        assert_eq!(trace.summary.status, "running");
+        assert_eq!(
+            trace.summary.attempts,
+            BTreeMap::from([("fetch".into(), 1)])
+        );
+
+        // Inputs recorded after the end are still delivered, each stale, and the run is
+        // finished once the list is played out.
+        let mut inputs = recorded(&run(&def, &scenario).unwrap());
+        let last = inputs.last().unwrap().at_ms;
+        inputs.push(RecordedInput::new(
+            last + 5,
+            Input::TimerFired {
+                name: "t:fetch".parse().unwrap(),
+                incarnation: 1,
+            },
+        ));
+        inputs.push(RecordedInput::new(last + 9, Input::Redrive));
+        let trace = run(&def, &Scenario::recorded(&scenario.instance, inputs)).unwrap();
+        let tail: Vec<_> = trace.steps[trace.steps.len() - 2..]
+            .iter()
+            .map(|s| (s.at_ms, s.effects.clone()))
+            .collect();
+        assert!(
+            tail.iter()
+                .all(|(_, e)| matches!(e.as_slice(), [Effect::Stale { .. }])),
+            "{tail:?}"
+        );
+        assert_eq!((tail[0].0, tail[1].0), (last + 5, last + 9));
+        assert_eq!(trace.summary.stop, Stop::Finished);
+        assert_eq!(trace.summary.status, "completed");
+    }
+
+    /// Whatever a recorded input names, the step judges it: an input that fits nothing
+    /// in the instance is stale, never an error that would stop the replay. (A
+    /// `resolve_incident` is not judged by the step: the shell checks first that an
+    /// incident is open there, and the step records the resolution.)
+    #[test]
+    fn an_input_of_every_kind_that_fits_nothing_is_stale() {
+        let (def, _) = retry_and_timer();
+        let others = serde_json::json!([
+            {"type": "child_ended", "node": "x", "call": 9, "outcome": {"outcome": "completed"}},
+            {"type": "task_completed", "node": "x", "attempt": 1},
+            {"type": "task_failed", "node": "fetch", "attempt": 7, "code": "C"},
+            {"type": "task_bpmn_error", "node": "x", "attempt": 1, "code": "E"},
+            {"type": "timer_fired", "name": "b:x", "incarnation": 4},
+            {"type": "user_task_completed", "node": "x"},
+            {"type": "user_task_bpmn_error", "node": "x", "code": "E"},
+            {"type": "user_task_escalated", "node": "x", "code": "E"},
+            {"type": "user_task_claimed", "node": "x", "assignee": "a"},
+            {"type": "user_task_unclaimed", "node": "x"},
+            {"type": "message_received", "name": "m"},
+            {"type": "signal_received", "name": "s", "node": "x"},
+            {"type": "resume"},
+            {"type": "retry_now", "node": "x"},
+            {"type": "pull_locked", "node": "x", "attempt": 1, "worker": "w", "lock_ms": 5},
+            {"type": "pull_completed", "node": "x", "attempt": 1, "worker": "w"},
+            {"type": "pull_failed", "node": "x", "attempt": 1, "worker": "w", "retries": 0},
+            {"type": "pull_bpmn_error", "node": "x", "attempt": 1, "worker": "w", "code": "E"},
+            {"type": "pull_lock_extended", "node": "x", "attempt": 1, "worker": "w", "lock_ms": 5},
+            {"type": "pull_unlocked", "node": "x", "attempt": 1},
+            {"type": "channel_answered", "call": 9, "attempt": 1},
+            {"type": "channel_bpmn_error", "call": 9, "attempt": 1, "code": "E"},
+            {"type": "channel_poisoned", "call": 9, "attempt": 1},
+            {"type": "offer_user_tasks"},
+        ]);
+        let others: Vec<Input> = serde_json::from_value(others).unwrap();
+        let start = Input::Start {
+            variables: Variables::new(),
+            start: None,
+        };
+        let mut inputs = vec![RecordedInput::new(0, start)];
+        inputs.extend(others.iter().map(|i| RecordedInput::new(1, i.clone())));
+        let trace = run(&def, &Scenario::recorded("x", inputs)).unwrap();
+        assert_eq!(trace.steps.len(), others.len() + 1);
+        for step in &trace.steps[1..] {
+            let stale = matches!(step.effects.as_slice(), [Effect::Stale { .. }]);
+            assert!(stale, "{:?}: {:?}", step.input, step.effects);
+            assert_eq!(step.snapshot, trace.steps[0].snapshot, "{:?}", step.input);
+        }
+    }
+
+    #[test]
+    fn horizon_and_max_steps_bound_the_list() {
+        let (def, scenario) = retry_and_timer();
+        let inputs = recorded(&run(&def, &scenario).unwrap());
+        let mut s = Scenario::recorded(&scenario.instance, inputs.clone());
+        s.max_steps = Some(2);
+        let trace = run(&def, &s).unwrap();
+        assert_eq!((trace.steps.len(), trace.summary.stop), (2, Stop::MaxSteps));
+        let mut s = Scenario::recorded(&scenario.instance, inputs.clone());
+        s.horizon_ms = Some(inputs[2].at_ms - 1);
+        let trace = run(&def, &s).unwrap();
+        assert_eq!((trace.steps.len(), trace.summary.stop), (2, Stop::Horizon));
+        // Without either, the whole list plays, however long after the start it ends.
+        let mut late = inputs.clone();
+        for r in &mut late[1..] {
+            r.at_ms += 10 * HORIZON_DEFAULT_MS;
+        }
+        let trace = run(&def, &Scenario::recorded(&scenario.instance, late)).unwrap();
+        assert_eq!(trace.steps.len(), inputs.len());
+    }
+
+    fn refusal(def: &Definition, s: &Scenario) -> String {
+        match validate(def, s) {
+            Err(Error::Scenario(message)) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_recorded_scenario_that_does_not_fit_is_refused_naming_the_field() {
+        let (def, scenario) = retry_and_timer();
+        let inputs = recorded(&run(&def, &scenario).unwrap());
+        let base = Scenario::recorded(&scenario.instance, inputs.clone());
+        assert_eq!(validate(&def, &base), Ok(()));
+
+        let mut s = base.clone();
+        s.tasks = scenario.tasks.clone();
+        assert!(refusal(&def, &s)
+            .starts_with("inputs: recorded inputs cannot be combined with `tasks`"));
+        let mut s = base.clone();
+        s.start_at_ms = 5;
+        assert!(refusal(&def, &s)
+            .starts_with("inputs: recorded inputs cannot be combined with `start_at_ms`"));
+
+        let s = Scenario::recorded("x", inputs[1..].to_vec());
+        assert!(
+            refusal(&def, &s).starts_with("inputs[0].input: a `timer_fired` input; the first"),
+            "{}",
+            refusal(&def, &s)
+        );
+        let s = Scenario::recorded("x", Vec::new());
+        assert!(refusal(&def, &s).starts_with("inputs: no input"));
+
+        let mut backwards = inputs.clone();
+        backwards[3].at_ms = backwards[2].at_ms - 1;
+        let s = Scenario::recorded("x", backwards);
+        assert!(
+            refusal(&def, &s).starts_with("inputs[3].at_ms: "),
+            "{}",
+            refusal(&def, &s)
+        );
+        let mut twice = inputs.clone();
+        twice.insert(1, inputs[0].clone());
+        assert!(refusal(&def, &Scenario::recorded("x", twice))
+            .starts_with("inputs[1].input: a second start"));
+        let mut negative = inputs.clone();
+        negative[0].at_ms = -1;
+        assert!(refusal(&def, &Scenario::recorded("x", negative))
+            .starts_with("inputs[0].at_ms: -1 is negative"));
+        let mut targeted = inputs.clone();
+        targeted[1].target = Some("v2".into());
+        assert!(refusal(&def, &Scenario::recorded("x", targeted))
+            .starts_with("inputs[1].target: a `timer_fired` input takes no target"));
+        let mut s = base.clone();
+        s.horizon_ms = Some(-1);
+        assert!(refusal(&def, &s).starts_with("horizon_ms: -1 is before the first input's"));
+        let mut unknown_start = inputs;
+        unknown_start[0].input = Input::Start {
+            variables: Variables::new(),
+            start: Some("nope".into()),
+        };
+        assert!(refusal(&def, &Scenario::recorded("x", unknown_start))
+            .starts_with("inputs[0].input.start: "));
+    }
+
+    #[test]
+    fn a_recorded_scenario_reads_back_from_its_serialization() {
+        let (def, scenario) = retry_and_timer();
+        let mut s =
+            Scenario::recorded(&scenario.instance, recorded(&run(&def, &scenario).unwrap()));
+        s.max_steps = Some(9);
+        let json = serde_json::to_value(&s).unwrap();
+        let fields: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(fields, ["horizon_ms", "inputs", "instance", "max_steps"]);
+        assert_eq!(
+            json["inputs"][1],
+            serde_json::json!({"at_ms": 30000, "input": {"type": "timer_fired", "name": "t:fetch", "incarnation": 1}})
+        );
+        let back: Scenario = serde_json::from_value(json).unwrap();
+        assert_eq!(back, s);
+        // A scripted scenario writes what it always wrote.
+        let json = serde_json::to_value(&scenario).unwrap();
+        assert!(json.get("inputs").is_none());
+        assert!(json.get("tasks").is_some() && json.get("start_at_ms").is_some());
+        assert_eq!(serde_json::from_value::<Scenario>(json).unwrap(), scenario);
+        // A value with both writes both, and is refused when read back.
+        let mut both = s.clone();
+        both.tasks = scenario.tasks.clone();
+        let text = serde_json::to_string(&both).unwrap();
+        let err = serde_json::from_str::<Scenario>(&text).unwrap_err();
+        assert!(err.to_string().contains("cannot be combined with"), "{err}");
+    }
 }

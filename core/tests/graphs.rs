@@ -266,6 +266,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
                 .collect(),
             horizon_ms: Some(300_000),
             max_steps: Some(500),
+            inputs: None,
         })
 }
 

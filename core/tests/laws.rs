@@ -112,6 +112,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 events,
                 horizon_ms: Some(600_000),
                 max_steps: None,
+                inputs: None,
             }
         })
 }

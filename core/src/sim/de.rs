@@ -14,6 +14,9 @@
 //!   input they come with (`Error::VariablesRefused`) — start variables, an event's
 //!   `variables` or `input`, a channel answer's `outputs`: a scenario the engine cannot run
 //!   is a bad file, refused with the path of the value, not a run that stops mid-way.
+//! - recorded `inputs` beside a field they replace (`tasks`, `variables`, …): refused when
+//!   the second of the two is read, at its path; a list of more inputs than a run takes
+//!   steps ([`STEPS_LIMIT`]) is refused at the list while it is read, not kept in memory.
 //!
 //! And where a derived internally tagged enum buffers the whole object first (so that an
 //! error can only name the object), these read every field straight from the input: a
@@ -29,7 +32,10 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
-use super::{default_instance, Scenario, Scripted, ScriptedAnswer, ScriptedEvent};
+use super::{
+    beside_inputs, combined_with, RecordedInput, Scenario, Scripted, ScriptedAnswer, ScriptedEvent,
+    RECORDED_EXCLUDES, STEPS_LIMIT,
+};
 use crate::delivery::DeliveryCurve;
 use crate::limits::{self, VALUE_DEPTH_MAX};
 use crate::{Budget, Input, TimerName};
@@ -43,6 +49,7 @@ const SCENARIO_FIELDS: &[&str] = &[
     "channels",
     "delivery_curves",
     "events",
+    "inputs",
     "horizon_ms",
     "max_steps",
 ];
@@ -63,20 +70,22 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scenario, A::Error> {
-        let mut s = Scenario {
-            instance: default_instance(),
-            start_at_ms: 0,
-            variables: Variables::new(),
-            start_event: None,
-            tasks: BTreeMap::new(),
-            channels: BTreeMap::new(),
-            delivery_curves: BTreeMap::new(),
-            events: Vec::new(),
-            horizon_ms: None,
-            max_steps: None,
-        };
+        let mut s = Scenario::default();
         let mut seen = Vec::new();
         while let Some(field) = map.next_key_seed(Field::of(SCENARIO_FIELDS, &mut seen))? {
+            // Recorded inputs say what these fields would: the one of the two that comes
+            // second is refused, at its own path.
+            if field == "inputs" {
+                if let Some(given) = RECORDED_EXCLUDES.iter().find(|f| seen.contains(f)) {
+                    match map.next_value_seed(Refuse(combined_with(given)))? {}
+                }
+            } else if RECORDED_EXCLUDES.contains(&field) && seen.contains(&"inputs") {
+                let why = format!(
+                    "`{field}` cannot be combined with recorded `inputs`: {}",
+                    beside_inputs(field)
+                );
+                match map.next_value_seed(Refuse(why))? {}
+            }
             match field {
                 "instance" => s.instance = map.next_value()?,
                 "start_at_ms" => s.start_at_ms = map.next_value()?,
@@ -86,12 +95,99 @@ impl<'de> Visitor<'de> for ScenarioVisitor {
                 "channels" => s.channels = map.next_value_seed(Channels)?,
                 "delivery_curves" => s.delivery_curves = map.next_value_seed(Curves)?,
                 "events" => s.events = map.next_value()?,
+                "inputs" => s.inputs = Some(map.next_value_seed(Recorded)?),
                 "horizon_ms" => s.horizon_ms = map.next_value()?,
                 "max_steps" => s.max_steps = map.next_value()?,
                 _ => unreachable!("Field only yields names from SCENARIO_FIELDS"),
             }
         }
         Ok(s)
+    }
+}
+
+/// A value refused whatever it is, with this message: the error is raised where the value
+/// starts, so a path-tracking deserializer names its field.
+struct Refuse(String);
+
+impl<'de> DeserializeSeed<'de> for Refuse {
+    type Value = std::convert::Infallible;
+
+    fn deserialize<D: Deserializer<'de>>(self, _: D) -> Result<Self::Value, D::Error> {
+        Err(de::Error::custom(self.0))
+    }
+}
+
+/// `inputs`: the recorded inputs, at most [`STEPS_LIMIT`] of them (a longer list is
+/// refused as soon as its next item is read, at the list's path).
+struct Recorded;
+
+impl<'de> DeserializeSeed<'de> for Recorded {
+    type Value = Vec<RecordedInput>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Recorded {
+    type Value = Vec<RecordedInput>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "a list of recorded inputs (`[{\"at_ms\": 0, \"input\": {\"type\": \"start\"}}]`)",
+        )
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut inputs = Vec::new();
+        while let Some(input) = seq.next_element::<RecordedInput>()? {
+            if inputs.len() == STEPS_LIMIT as usize {
+                return Err(de::Error::custom(format_args!(
+                    "more than {STEPS_LIMIT} inputs; a run takes at most {STEPS_LIMIT} steps"
+                )));
+            }
+            inputs.push(input);
+        }
+        Ok(inputs)
+    }
+}
+
+const RECORDED_FIELDS: &[&str] = &["at_ms", "input", "target"];
+
+impl<'de> Deserialize<'de> for RecordedInput {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RecordedInput, D::Error> {
+        d.deserialize_map(RecordedVisitor)
+    }
+}
+
+struct RecordedVisitor;
+
+impl<'de> Visitor<'de> for RecordedVisitor {
+    type Value = RecordedInput;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a recorded input object (`{\"at_ms\": 0, \"input\": {\"type\": \"start\"}}`)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RecordedInput, A::Error> {
+        let mut at_ms = None;
+        let mut input = None;
+        let mut target = None;
+        let mut seen = Vec::new();
+        while let Some(field) = map.next_key_seed(Field::of(RECORDED_FIELDS, &mut seen))? {
+            match field {
+                "at_ms" => at_ms = Some(map.next_value::<i64>()?),
+                // Held to the engine's bounds as an event's `input` is.
+                "input" => input = Some(map.next_value_seed(BoundedInput)?),
+                "target" => target = Some(map.next_value::<String>()?),
+                _ => unreachable!("Field only yields names from RECORDED_FIELDS"),
+            }
+        }
+        Ok(RecordedInput {
+            at_ms: at_ms.ok_or_else(|| de::Error::missing_field("at_ms"))?,
+            input: input.ok_or_else(|| de::Error::missing_field("input"))?,
+            target,
+        })
     }
 }
 
