@@ -68,6 +68,10 @@ fn hex_decode(hex: &str, out: &mut [u8; 32]) {
 }
 
 async fn world_with(limits: Limits) -> World {
+    world_journaled(limits, qflow_runtime::journal::JournalPolicy::Off).await
+}
+
+async fn world_journaled(limits: Limits, journal: qflow_runtime::journal::JournalPolicy) -> World {
     let dir = tempfile::tempdir().expect("temp dir");
     let store: Arc<dyn Store> = Arc::new(
         SqliteStore::open(dir.path().join("qflow.db"))
@@ -90,6 +94,7 @@ async fn world_with(limits: Limits) -> World {
     let config = RuntimeConfig {
         lanes: 1,
         poll_interval_ms: 1,
+        journal,
         ..RuntimeConfig::default()
     };
     let rt = Arc::new(Runtime::start(
@@ -1319,4 +1324,80 @@ async fn listed(w: &World, query: &str) -> Vec<String> {
         .iter()
         .map(|i| i["id"].as_str().unwrap().to_owned())
         .collect()
+}
+
+#[tokio::test]
+async fn a_replay_over_http_reports_journaled_instances_and_refuses_bad_requests() {
+    let w = world_journaled(
+        Limits::default(),
+        qflow_runtime::journal::JournalPolicy::All,
+    )
+    .await;
+    w.broken.store(false, Ordering::SeqCst);
+    let dep = w.deploy(&model("billing", "pay", "")).await;
+    let id = w.start(dep).await;
+    w.wait(|s| s.completed >= 1).await;
+    let (fence, _, _) = w.state_of(&id).await;
+
+    let all = w
+        .send(Method::POST, "/v1/replays", Some(ADMIN), Some(json!({})))
+        .await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.text);
+    assert_eq!(all.body["instances"], 1, "{}", all.text);
+    assert_eq!(all.body["identical"], 1, "{}", all.text);
+    assert_eq!(all.body["steps"], fence, "{}", all.text);
+    let one = w
+        .send(
+            Method::POST,
+            "/v1/replays",
+            Some(ADMIN),
+            Some(json!({ "instance": id, "limit": 5 })),
+        )
+        .await;
+    assert_eq!(one.body["identical"], 1, "{}", one.text);
+
+    // A reader may not replay; bad bodies are problems with a pointer; nothing changes.
+    let before = w.state_of(&id).await;
+    let r = w
+        .send(Method::POST, "/v1/replays", Some(READER), Some(json!({})))
+        .await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "forbidden");
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/replays",
+            Some(ADMIN),
+            Some(json!({ "limit": 0 })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/limit", "{}", r.text);
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/replays",
+            Some(ADMIN),
+            Some(json!({ "stauts": "failed" })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/replays",
+            Some(ADMIN),
+            Some(json!({ "status": "stuck" })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    let r = w
+        .send(
+            Method::POST,
+            "/v1/replays",
+            Some(ADMIN),
+            Some(json!({ "instance": "0190c7a2-5b1e-7c3d-9f00-3a4b5c6d7e8f" })),
+        )
+        .await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
+    assert_eq!(w.state_of(&id).await, before);
 }
