@@ -6,7 +6,7 @@
 //! it could not be attempted.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -942,6 +942,15 @@ pub struct ReplayArgs {
     /// At most this many instances (default: every one, up to a million).
     #[arg(long, default_value_t = 0)]
     limit: u32,
+    /// Instead of replaying: write this instance's journal as files `qflow simulate`
+    /// plays (model.bpmn, scenario.json, target-v<N>.bpmn for each deployment it migrated
+    /// onto, expect.json: a golden case's layout) into `--out`.
+    #[arg(long, requires = "out")]
+    export_scenario: Option<String>,
+    /// The directory `--export-scenario` writes; created, and refused when it exists and
+    /// is not empty.
+    #[arg(long, requires = "export_scenario")]
+    out: Option<PathBuf>,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -951,6 +960,9 @@ pub struct ReplayArgs {
 /// (docs/replay.md). Exits 1 on any divergence.
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     use std::io::IsTerminal;
+    if let (Some(id), Some(out)) = (&args.export_scenario, &args.out) {
+        return export_scenario(args, id, out);
+    }
     with_ops_status(&args.store, |ops| async move {
         let request = qflow_ops::replay::ReplayRequest {
             instance: instance_arg(&args.instance)?,
@@ -1048,4 +1060,54 @@ fn write_replay(w: &mut dyn Write, r: &qflow_ops::replay::ReplayReport) -> std::
         r.steps,
         r.journal_bytes
     )
+}
+
+fn export_scenario(args: &ReplayArgs, id: &str, out: &Path) -> Result<ExitCode> {
+    if out.exists()
+        && std::fs::read_dir(out)
+            .with_context(|| format!("reading {}", out.display()))?
+            .next()
+            .is_some()
+    {
+        bail!(
+            "{} exists and is not empty: name a new directory",
+            out.display()
+        );
+    }
+    with_ops(&args.store, |ops| async move {
+        let id = parse_instance_id(id)?;
+        let exported = ops.export_scenario(id).await?;
+        let write = |name: &str, text: &str| {
+            std::fs::write(out.join(name), text).map_err(|e| {
+                qflow_ops::Error::Store(format!("writing {}: {e}", out.join(name).display()))
+            })
+        };
+        std::fs::create_dir_all(out)
+            .map_err(|e| qflow_ops::Error::Store(format!("creating {}: {e}", out.display())))?;
+        let scenario = serde_json::to_string_pretty(&exported.scenario)
+            .map_err(|e| qflow_ops::Error::Store(format!("rendering the scenario: {e}")))?;
+        write("model.bpmn", &exported.model)?;
+        write("scenario.json", &format!("{scenario}\n"))?;
+        write("expect.json", &format!("{}\n", exported.expect))?;
+        let mut targets = String::new();
+        for (name, source) in &exported.targets {
+            write(&format!("target-{name}.bpmn"), source)?;
+            targets.push_str(&format!(
+                " --target {name}={}/target-{name}.bpmn",
+                out.display()
+            ));
+        }
+        let steps = exported.scenario.inputs.as_ref().map_or(0, Vec::len);
+        let mut text = Vec::new();
+        writeln!(
+            text,
+            "wrote {steps} recorded inputs of {id} to {}; play them with:\n  qflow simulate \
+             {dir}/model.bpmn --scenario {dir}/scenario.json --process {}{targets}",
+            out.display(),
+            exported.process_id,
+            dir = out.display()
+        )
+        .map_err(|e| qflow_ops::Error::Store(e.to_string()))?;
+        Ok(text)
+    })
 }

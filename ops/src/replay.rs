@@ -542,3 +542,142 @@ impl Defs {
         got
     }
 }
+
+/// A journaled instance as files `qflow simulate` plays (SPEC G3): its model, the models
+/// it migrated onto, the scenario of its recorded inputs and what it ended as — a golden
+/// case's layout (`docs/golden.md`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportedScenario {
+    /// The process the instance runs (`qflow simulate --process`).
+    pub process_id: String,
+    /// The BPMN source of the deployment it started on (`model.bpmn`).
+    pub model: String,
+    /// The deployments it migrated onto, by the target name its `migrate` inputs give
+    /// (`target-<name>.bpmn`, `--target <name>=FILE`): `v<deployment>`.
+    pub targets: BTreeMap<String, String>,
+    /// The scenario (`scenario.json`): the recorded inputs at their instants.
+    pub scenario: qflow_core::sim::Scenario,
+    /// What the instance stood as at the journal's last step (`expect.json`).
+    pub expect: Json,
+}
+
+impl Ops {
+    /// The scenario that plays `instance`'s journal in `qflow simulate`, refused when the
+    /// journal cannot be trusted to reproduce it (it does not start at the creation, has
+    /// a gap or a damaged row, or a deployment was made under `[delegates]` routes the
+    /// simulator does not apply).
+    pub async fn export_scenario(&self, instance: InstanceId) -> Result<ExportedScenario> {
+        use qflow_core::sim::{RecordedInput, Scenario};
+        let record = self
+            .store()
+            .instance(instance)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "instance",
+                id: instance.to_string(),
+            })?;
+        let refuse = |why: String| Err(Error::Refused(format!("instance {instance}: {why}")));
+        let mut inputs = Vec::new();
+        let mut deployments: Vec<DeploymentId> = Vec::new();
+        let mut previous: Vec<u8> = Vec::new();
+        let mut after = 0u64;
+        'pages: loop {
+            let rows = self.store().journal(instance, after, PAGE_ROWS).await?;
+            let full = rows.len() == PAGE_ROWS as usize;
+            for row in &rows {
+                if row.seq > record.fence {
+                    break 'pages;
+                }
+                if row.seq != after + 1 {
+                    return refuse(if after == 0 {
+                        format!(
+                            "the journal starts at step {}: the instance was created before \
+                             the journal was switched on for it",
+                            row.seq
+                        )
+                    } else {
+                        format!(
+                            "steps {}..={} are not in the journal",
+                            after + 1,
+                            row.seq - 1
+                        )
+                    });
+                }
+                previous = match check_row(row, &previous) {
+                    Ok(bytes) => bytes,
+                    Err(why) => return refuse(why),
+                };
+                let input: Input = serde_json::from_str(&row.input).map_err(|e| {
+                    Error::Refused(format!(
+                        "instance {instance}: step {}: this build does not read the recorded \
+                         input: {e}",
+                        row.seq
+                    ))
+                })?;
+                let mut entry = RecordedInput::new(row.at_ms, input);
+                match deployments.last() {
+                    None => deployments.push(row.deployment),
+                    Some(last) if *last == row.deployment => {}
+                    Some(_) => {
+                        deployments.push(row.deployment);
+                        entry.target = Some(format!("v{}", row.deployment.0));
+                    }
+                }
+                inputs.push(entry);
+                after = row.seq;
+            }
+            if !full {
+                break;
+            }
+        }
+        if inputs.is_empty() {
+            return refuse("it has no journal rows (the journal was off while it ran)".into());
+        }
+        let mut sources = Vec::new();
+        for id in &deployments {
+            let d = self
+                .store()
+                .deployment(*id)
+                .await?
+                .ok_or_else(|| Error::NotFound {
+                    what: "deployment",
+                    id: id.0.to_string(),
+                })?;
+            if d.content_hash.contains('.') {
+                return refuse(format!(
+                    "deployment {} was made under [delegates] routes, which `qflow simulate` \
+                     does not apply: its scenario would run another model",
+                    id.0
+                ));
+            }
+            sources.push(d);
+        }
+        let first = sources.remove(0);
+        let targets = sources
+            .into_iter()
+            .map(|d| (format!("v{}", d.id.0), d.source))
+            .collect();
+        let mut expect = serde_json::json!({ "state": record.status.as_str() });
+        if after == record.fence {
+            if let Some(code) = &record.failure_code {
+                expect["failure_code"] = Json::String(code.clone());
+            }
+        } else {
+            // The journal stops short of the instance (switched off since): the state is
+            // the one its last journaled step left, which the instance row no longer is.
+            let snapshot = Snapshot::decode(&previous).map_err(|e| Error::Store(e.to_string()))?;
+            let status = qflow_runtime::claim::store_status(snapshot.status());
+            expect = serde_json::json!({ "state": status.as_str() });
+            if let Some(f) = snapshot.failure() {
+                expect["failure_code"] = Json::String(f.code);
+            }
+        }
+        Ok(ExportedScenario {
+            process_id: first.process_id,
+            model: first.source,
+            targets,
+            scenario: Scenario::recorded(instance.to_string(), inputs),
+            expect,
+        })
+    }
+}

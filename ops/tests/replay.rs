@@ -390,3 +390,47 @@ async fn a_journal_in_an_older_encoding_replays_as_re_encoded_not_divergent() {
     assert_eq!(report.details[0].reencoded_steps, 1);
     assert!(!report.diverged());
 }
+
+#[tokio::test]
+async fn an_exported_scenario_plays_the_instance_to_its_stored_bytes() {
+    let w = World::new().await;
+    let rt = w.runtime(JournalPolicy::All);
+    let dep = rt.deploy(MODEL, None).await.expect("deploys");
+    let id = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    w.run_to_end(id).await;
+    rt.shutdown().await;
+    let record = w.store.instance(id).await.unwrap().unwrap();
+
+    let exported = w.ops().export_scenario(id).await.expect("exports");
+    assert_eq!(exported.process_id, "billing");
+    assert_eq!(exported.model, MODEL);
+    assert!(exported.targets.is_empty());
+    assert_eq!(exported.expect, serde_json::json!({"state": "completed"}));
+    // Through JSON, as `qflow replay --export-scenario` writes it and `qflow simulate`
+    // reads it.
+    let text = serde_json::to_string_pretty(&exported.scenario).expect("renders");
+    let def = qflow_golden::load_model(MODEL).expect("loads");
+    let scenario = qflow_golden::scenario::parse(&text, &def).expect("parses");
+    let trace = qflow_core::sim::run(&def, &scenario).expect("plays");
+    assert_eq!(trace.steps.len() as u64, record.fence);
+    assert_eq!(trace.steps.last().unwrap().snapshot, record.snapshot);
+    assert_eq!(trace.summary.status, "completed");
+
+    // An instance without a journal from its start is refused, saying why.
+    let rt = w.runtime(JournalPolicy::Off);
+    let bare = rt
+        .start_instance(dep.id, Default::default())
+        .await
+        .expect("starts");
+    w.run_to_end(bare).await;
+    rt.shutdown().await;
+    match w.ops().export_scenario(bare).await {
+        Err(qflow_ops::Error::Refused(why)) => {
+            assert!(why.contains("no journal rows"), "{why}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
