@@ -38,6 +38,42 @@ pub fn hash(bytes: &[u8]) -> [u8; HASH_BYTES] {
     out
 }
 
+/// A [`hash`] fed in parts: the same digest as [`hash`] of the parts joined.
+pub struct Hasher(Sha256);
+
+impl Hasher {
+    pub fn new() -> Hasher {
+        Hasher(Sha256::new())
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub fn finish(self) -> [u8; HASH_BYTES] {
+        let digest = self.0.finalize();
+        let mut out = [0; HASH_BYTES];
+        out.copy_from_slice(&digest[..HASH_BYTES]);
+        out
+    }
+}
+
+impl std::io::Write for Hasher {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Default for Hasher {
+    fn default() -> Hasher {
+        Hasher::new()
+    }
+}
+
 /// The bytes of a step's effects that the journal hashes: their JSON, in the order the
 /// step emitted them (serde's output for the engine's own types is deterministic: maps
 /// are sorted, floats printed shortest).
@@ -54,23 +90,34 @@ pub struct Malformed(pub String);
 
 /// The top-level entries of snapshot bytes: key → the value's bytes, verbatim.
 pub fn entries(bytes: &[u8]) -> Result<BTreeMap<&str, &[u8]>, Malformed> {
+    let mut out = BTreeMap::new();
+    for (key, value) in entry_list(bytes)? {
+        if out.insert(key, value).is_some() {
+            return Err(Malformed(format!("the key `{key}` appears twice")));
+        }
+    }
+    Ok(out)
+}
+
+/// [`entries`] in the order the bytes hold them, without building a map: what a step's
+/// delta walks (canonical bytes hold their keys in byte order).
+fn entry_list(bytes: &[u8]) -> Result<Vec<(&str, &[u8])>, Malformed> {
     if bytes.is_empty() {
         // The snapshot before `Start`: nothing recorded yet.
-        return Ok(BTreeMap::new());
+        return Ok(Vec::new());
     }
     let mut rest = bytes;
     let len = map_len(&mut rest).ok_or_else(|| Malformed("top level is not a map".into()))?;
-    let mut out = BTreeMap::new();
+    // Each entry takes at least two bytes: a length from the header is not trusted
+    // beyond what the bytes can hold.
+    let mut out = Vec::with_capacity(len.min(rest.len() / 2));
     for _ in 0..len {
         let key = read_str(&mut rest)
             .ok_or_else(|| Malformed("a top-level key is not a UTF-8 string".into()))?;
         let before = rest;
-        rmpv::decode::read_value_with_max_depth(&mut rest, VALUE_DEPTH_MAX)
-            .map_err(|e| Malformed(format!("value of `{key}`: {e}")))?;
-        let value = &before[..before.len() - rest.len()];
-        if out.insert(key, value).is_some() {
-            return Err(Malformed(format!("the key `{key}` appears twice")));
-        }
+        skip_value(&mut rest, VALUE_DEPTH_MAX)
+            .ok_or_else(|| Malformed(format!("the value of `{key}` is not MessagePack")))?;
+        out.push((key, &before[..before.len() - rest.len()]));
     }
     if !rest.is_empty() {
         return Err(Malformed(format!(
@@ -79,6 +126,49 @@ pub fn entries(bytes: &[u8]) -> Result<BTreeMap<&str, &[u8]>, Malformed> {
         )));
     }
     Ok(out)
+}
+
+/// Moves `rest` past one MessagePack value, nested at most `depth` levels; `None` when
+/// the bytes end first, nest deeper, or hold a reserved byte.
+fn skip_value(rest: &mut &[u8], depth: usize) -> Option<()> {
+    if depth == 0 {
+        return None;
+    }
+    let first = *rest.first()?;
+    *rest = &rest[1..];
+    let (skip, items) = match first {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+        0x80..=0x8f => (0, 2 * (first & 0x0f) as usize),
+        0x90..=0x9f => (0, (first & 0x0f) as usize),
+        0xa0..=0xbf => ((first & 0x1f) as usize, 0),
+        0xc4 | 0xd9 => (be_len(rest, 1)?, 0),
+        0xc5 | 0xda => (be_len(rest, 2)?, 0),
+        0xc6 | 0xdb => (be_len(rest, 4)?, 0),
+        0xc7 => (be_len(rest, 1)? + 1, 0),
+        0xc8 => (be_len(rest, 2)? + 1, 0),
+        0xc9 => (be_len(rest, 4)? + 1, 0),
+        0xca => (4, 0),
+        0xcb => (8, 0),
+        0xcc | 0xd0 => (1, 0),
+        0xcd | 0xd1 => (2, 0),
+        0xce | 0xd2 => (4, 0),
+        0xcf | 0xd3 => (8, 0),
+        0xd4 => (2, 0),
+        0xd5 => (3, 0),
+        0xd6 => (5, 0),
+        0xd7 => (9, 0),
+        0xd8 => (17, 0),
+        0xdc => (0, be_len(rest, 2)?),
+        0xdd => (0, be_len(rest, 4)?),
+        0xde => (0, 2 * be_len(rest, 2)?),
+        0xdf => (0, 2 * be_len(rest, 4)?),
+        0xc1 => return None,
+    };
+    take(rest, skip)?;
+    for _ in 0..items {
+        skip_value(rest, depth - 1)?;
+    }
+    Some(())
 }
 
 /// The canonical bytes of a map of top-level entries (keys in byte order, the smallest
@@ -97,21 +187,61 @@ pub fn join(entries: &BTreeMap<&str, &[u8]>) -> Vec<u8> {
 /// `[key, value]` pairs in key order, `value` the new value's bytes as `bin`, or `nil`
 /// for a key removed.
 pub fn delta(before: &[u8], after: &[u8]) -> Result<Vec<u8>, Malformed> {
-    let old = entries(before)?;
-    let new = entries(after)?;
+    let old = entry_list(before)?;
+    let new = entry_list(after)?;
     let mut changes: Vec<(&str, Option<&[u8]>)> = Vec::new();
-    for (key, value) in &new {
-        if old.get(key) != Some(value) {
-            changes.push((key, Some(value)));
+    let sorted = |list: &[(&str, &[u8])]| {
+        list.windows(2)
+            .all(|w| w[0].0.as_bytes() < w[1].0.as_bytes())
+    };
+    if sorted(&old) && sorted(&new) {
+        // Canonical bytes on both sides: one merge walk.
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() || j < new.len() {
+            match (old.get(i), new.get(j)) {
+                (Some(o), Some(n)) if o.0 == n.0 => {
+                    if o.1 != n.1 {
+                        changes.push((n.0, Some(n.1)));
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some(o), Some(n)) if o.0.as_bytes() < n.0.as_bytes() => {
+                    changes.push((o.0, None));
+                    i += 1;
+                }
+                (Some(o), None) => {
+                    changes.push((o.0, None));
+                    i += 1;
+                }
+                (_, Some(n)) => {
+                    changes.push((n.0, Some(n.1)));
+                    j += 1;
+                }
+                (None, None) => break,
+            }
         }
-    }
-    for key in old.keys() {
-        if !new.contains_key(key) {
-            changes.push((key, None));
+    } else {
+        let old = entries(before)?;
+        let new = entries(after)?;
+        for (key, value) in &new {
+            if old.get(key) != Some(value) {
+                changes.push((key, Some(value)));
+            }
         }
+        for key in old.keys() {
+            if !new.contains_key(key) {
+                changes.push((key, None));
+            }
+        }
+        changes.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     }
-    changes.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(
+        16 + changes
+            .iter()
+            .map(|c| c.0.len() + c.1.map_or(1, |v| v.len() + 5))
+            .sum::<usize>(),
+    );
     mp::array_len(&mut out, changes.len());
     for (key, value) in changes {
         mp::array_len(&mut out, 2);
@@ -122,6 +252,15 @@ pub fn delta(before: &[u8], after: &[u8]) -> Result<Vec<u8>, Malformed> {
         }
     }
     Ok(out)
+}
+
+/// The hash of a step's effects ([`effects_bytes`] hashed), written straight into the
+/// hasher.
+pub fn effects_hash(effects: &[Effect]) -> [u8; HASH_BYTES] {
+    let mut h = Hasher::new();
+    // Serializing the engine's own types cannot fail, and this writer never does.
+    let _ = serde_json::to_writer(&mut h, effects);
+    h.finish()
 }
 
 /// The snapshot bytes `delta` makes of `before`.
@@ -419,6 +558,59 @@ mod tests {
         assert!(apply(&a, &[0x91, 0x92, 0xa1, b'x', 0x01]).is_err());
         assert!(entries(&[0x81, 0x01, 0x01]).is_err());
         assert!(entries(&[0x82, 0xa1, b'x', 0x01, 0xa1, b'x', 0x02]).is_err());
+        // A header claiming more entries than there are bytes, nesting past the bound.
+        assert!(entries(&[0xdf, 0xff, 0xff, 0xff, 0xff]).is_err());
+        let mut deep = vec![0x81, 0xa1, b'x'];
+        deep.extend(std::iter::repeat_n(0x91, 100));
+        deep.push(0x01);
+        assert!(entries(&deep).is_err());
+    }
+
+    #[test]
+    fn the_skip_parser_agrees_with_rmpv_on_every_kind_of_value() {
+        let values = [
+            rmpv::Value::Nil,
+            rmpv::Value::from(true),
+            rmpv::Value::from(-3),
+            rmpv::Value::from(300),
+            rmpv::Value::from(70_000),
+            rmpv::Value::from(u64::MAX),
+            rmpv::Value::from(i64::MIN),
+            rmpv::Value::F32(1.5),
+            rmpv::Value::F64(2.5),
+            rmpv::Value::from("x".repeat(40)),
+            rmpv::Value::from("y".repeat(300)),
+            rmpv::Value::Binary(vec![1; 300]),
+            rmpv::Value::Ext(3, vec![1, 2, 3, 4]),
+            rmpv::Value::Ext(4, vec![9; 20]),
+            rmpv::Value::Array((0..20).map(rmpv::Value::from).collect()),
+            rmpv::Value::Map(
+                (0..20)
+                    .map(|i| (rmpv::Value::from(format!("k{i}")), rmpv::Value::from(i)))
+                    .collect(),
+            ),
+        ];
+        for v in values {
+            let mut bytes = Vec::new();
+            rmpv::encode::write_value(&mut bytes, &v).unwrap();
+            let mut rest = &bytes[..];
+            assert_eq!(skip_value(&mut rest, VALUE_DEPTH_MAX), Some(()), "{v}");
+            assert!(rest.is_empty(), "{v}");
+            for cut in 0..bytes.len() {
+                let mut rest = &bytes[..cut];
+                assert_eq!(
+                    skip_value(&mut rest, VALUE_DEPTH_MAX),
+                    None,
+                    "{v} cut at {cut}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_effects_hash_is_the_hash_of_their_bytes() {
+        let effects = vec![Effect::Stale { reason: "x".into() }];
+        assert_eq!(effects_hash(&effects), hash(&effects_bytes(&effects)));
     }
 
     #[test]

@@ -236,12 +236,16 @@ async fn a_damaged_row_is_reported_not_trusted() {
     let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
         .await
         .expect("connects");
-    let changed =
-        sqlx::query("UPDATE journal SET effects_hash = X'00' WHERE instance = ? AND seq = 2")
-            .bind(id.to_string())
-            .execute(&mut conn)
-            .await
-            .expect("updates");
+    let changed = sqlx::query(
+        "UPDATE journal SET effects_hash = X'00' WHERE seq = 2 \
+         AND id IN (WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances WHERE id = ?1 \
+         UNION ALL SELECT prev FROM journal JOIN c USING (id) WHERE prev IS NOT NULL) \
+         SELECT id FROM c)",
+    )
+    .bind(id.to_string())
+    .execute(&mut conn)
+    .await
+    .expect("updates");
     assert_eq!(changed.rows_affected(), 1);
     drop(conn);
 
@@ -363,14 +367,19 @@ async fn a_journal_in_an_older_encoding_replays_as_re_encoded_not_divergent() {
     let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
         .await
         .expect("connects");
-    sqlx::query("UPDATE journal SET delta = ?, snapshot_hash = ?, row_hash = ? WHERE instance = ? AND seq = 1")
-        .bind(&row.delta)
-        .bind(&row.snapshot_hash)
-        .bind(&row.row_hash)
-        .bind(id.to_string())
-        .execute(&mut conn)
-        .await
-        .expect("updates");
+    sqlx::query(
+        "UPDATE journal SET delta = ?1, snapshot_hash = ?2, row_hash = ?3 WHERE seq = 1 \
+         AND id IN (WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances WHERE id = ?4 \
+         UNION ALL SELECT prev FROM journal JOIN c USING (id) WHERE prev IS NOT NULL) \
+         SELECT id FROM c)",
+    )
+    .bind(&row.delta)
+    .bind(&row.snapshot_hash)
+    .bind(&row.row_hash)
+    .bind(id.to_string())
+    .execute(&mut conn)
+    .await
+    .expect("updates");
     drop(conn);
 
     let store: Arc<dyn Store> = Arc::new(

@@ -17,7 +17,7 @@
 //! Must never: keep a write transaction open across anything but its own statements, or
 //! read from the reader pool inside a write (it would not see the transaction's rows).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -641,12 +641,18 @@ async fn apply_round(
     round: &[usize],
     outcomes: &mut [CommitOutcome],
 ) -> StoreResult<()> {
-    let winners = apply_state(tx, batch, ids, round, outcomes).await?;
+    let journal_ids = journal_ids(tx, batch, round).await?;
+    let winners = apply_state(tx, batch, ids, &journal_ids, round, outcomes).await?;
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
-    apply_journal(tx, &winners).await?;
+    // A round's instances are distinct: a winner's id names its journal row.
+    let by_instance: HashMap<&str, i64> = round
+        .iter()
+        .filter_map(|&i| journal_ids[i].map(|j| (ids[i].as_str(), j)))
+        .collect();
+    apply_journal(tx, &winners, &by_instance).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
@@ -929,6 +935,7 @@ async fn apply_state<'a>(
     tx: &mut SqliteConnection,
     batch: &'a [Commit],
     ids: &'a [String],
+    journal_ids: &[Option<i64>],
     round: &[usize],
     outcomes: &mut [CommitOutcome],
 ) -> StoreResult<Vec<Winner<'a>>> {
@@ -939,7 +946,7 @@ async fn apply_state<'a>(
     for chunk in creates.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             business_key, created_at_ms, updated_at_ms, ended_at_ms) ",
+             business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last) ",
         );
         query.push_values(chunk, |mut row, &index| {
             let commit = &batch[index];
@@ -952,7 +959,8 @@ async fn apply_state<'a>(
                 .push_bind(commit.state.business_key.as_deref())
                 .push_bind(commit.now_ms)
                 .push_bind(commit.now_ms)
-                .push_bind(ended_at_creation(commit));
+                .push_bind(ended_at_creation(commit))
+                .push_bind(journal_ids[index]);
         });
         // No conflict target: a taken id and a taken `(deployment, business_key)` (the
         // unique index `instances_business_key`) both skip the row, and the loser pass
@@ -978,7 +986,7 @@ async fn apply_state<'a>(
             InstanceStatus::Completed | InstanceStatus::Cancelled
         )
     });
-    let lightly: HashSet<String> = update_instances(tx, batch, ids, &light, true)
+    let lightly: HashSet<String> = update_instances(tx, batch, ids, journal_ids, &light, true)
         .await?
         .into_iter()
         .collect();
@@ -988,7 +996,7 @@ async fn apply_state<'a>(
             .filter(|&&index| !lightly.contains(&ids[index])),
     );
     won.extend(lightly);
-    won.extend(update_instances(tx, batch, ids, &full, false).await?);
+    won.extend(update_instances(tx, batch, ids, journal_ids, &full, false).await?);
 
     let mut winners = Vec::with_capacity(won.len());
     for &index in round {
@@ -1051,6 +1059,7 @@ async fn update_instances(
     tx: &mut SqliteConnection,
     batch: &[Commit],
     ids: &[String],
+    journal_ids: &[Option<i64>],
     rows: &[usize],
     light: bool,
 ) -> StoreResult<Vec<String>> {
@@ -1058,7 +1067,7 @@ async fn update_instances(
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, v_snapshot, \
-             v_now_ms) AS (",
+             v_now_ms, v_journal) AS (",
         );
         let mut fences = Vec::with_capacity(chunk.len());
         for &index in chunk {
@@ -1073,21 +1082,27 @@ async fn update_instances(
                 .push_bind(commit.state.status.as_str())
                 .push_bind(commit.state.failure_code.as_deref())
                 .push_bind(commit.state.snapshot.as_slice())
-                .push_bind(commit.now_ms);
+                .push_bind(commit.now_ms)
+                .push_bind(journal_ids[index]);
         });
+        // A journaled step links its row to the instance's newest one (`journal_prev`,
+        // read by the insert that follows) and becomes the newest (SET reads the old
+        // values, so `journal_prev` takes the old `journal_last`).
+        const JOURNAL_SET: &str = "journal_prev = CASE WHEN v_journal IS NULL THEN \
+             journal_prev ELSE journal_last END, journal_last = COALESCE(v_journal, journal_last)";
         if light {
-            query.push(
+            query.push(format!(
                 ") UPDATE instances SET fence = fence + 1, snapshot = v_snapshot, \
-                 updated_at_ms = v_now_ms \
+                 updated_at_ms = v_now_ms, {JOURNAL_SET} \
                  FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
                  AND status = v_status AND failure_code IS v_failure_code \
-                 RETURNING id",
-            );
+                 RETURNING id"
+            ));
         } else {
             query.push(format!(
                 ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
                  status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
-                 updated_at_ms = v_now_ms, ended_at_ms = {} \
+                 updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET} \
                  FROM v WHERE id = v_id AND fence = v_fence \
                  AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
                      SELECT 1 FROM instances AS o \
@@ -1250,22 +1265,56 @@ async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> St
     .await
 }
 
-/// Appends the winners' input-journal rows (SPEC G3) as multi-row inserts; a commit
-/// without one (the journal is off for its deployment) writes nothing here.
-async fn apply_journal(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    let mut rows: Vec<(&str, i64, &JournalEntry)> = Vec::new();
+/// The journal row ids of a round's journaled commits, by batch index: the next ids in
+/// append order (the single writer makes `MAX(id)` ours). A commit that loses its
+/// compare-and-swap leaves its id unused. No read when the round journals nothing.
+async fn journal_ids(
+    tx: &mut SqliteConnection,
+    batch: &[Commit],
+    round: &[usize],
+) -> StoreResult<Vec<Option<i64>>> {
+    let mut out = vec![None; batch.len()];
+    if !round.iter().any(|&i| batch[i].journal.is_some()) {
+        return Ok(out);
+    }
+    let mut next: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM journal")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+    for &index in round {
+        if batch[index].journal.is_some() {
+            next += 1;
+            out[index] = Some(next);
+        }
+    }
+    Ok(out)
+}
+
+/// Appends the winners' input-journal rows (SPEC G3) as multi-row inserts, each linked
+/// to its instance's row before it (`journal_prev`, which the instance update of this
+/// round just set); a commit without one (the journal is off for its deployment) writes
+/// nothing here.
+async fn apply_journal(
+    tx: &mut SqliteConnection,
+    winners: &[Winner<'_>],
+    journal_ids: &HashMap<&str, i64>,
+) -> StoreResult<()> {
+    let mut rows: Vec<(&str, i64, i64, &JournalEntry)> = Vec::new();
     for &(id, commit) in winners {
-        if let Some(entry) = &commit.journal {
-            rows.push((id, seq_to_db(entry.seq)?, entry));
+        if let (Some(entry), Some(&jid)) = (&commit.journal, journal_ids.get(id)) {
+            rows.push((id, jid, seq_to_db(entry.seq)?, entry));
         }
     }
     insert_rows(
         tx,
-        "INSERT INTO journal (instance, seq, deployment, at_ms, input, delta, snapshot_hash, \
+        "INSERT INTO journal (id, prev, seq, deployment, at_ms, input, delta, snapshot_hash, \
          effects_hash, row_hash) ",
         &rows,
-        |mut row, (id, seq, entry)| {
-            row.push_bind(*id)
+        |mut row, (id, jid, seq, entry)| {
+            row.push_bind(*jid)
+                .push("(SELECT journal_prev FROM instances WHERE id = ")
+                .push_bind_unseparated(*id)
+                .push_unseparated(")")
                 .push_bind(*seq)
                 .push_bind(entry.deployment.0)
                 .push_bind(entry.at_ms)
@@ -1278,6 +1327,19 @@ async fn apply_journal(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> Sto
         "",
     )
     .await
+}
+
+/// The journal rows of the instances whose ids the `?` list binds, as the recursive walk
+/// of their chains (see `0012_journal.sql`); `prev < id` bounds a damaged chain.
+fn journal_chain_sql(placeholders: &str) -> String {
+    format!(
+        "WITH RECURSIVE chain(id) AS ( \
+             SELECT journal_last FROM instances WHERE id IN ({placeholders}) \
+                 AND journal_last IS NOT NULL \
+             UNION ALL \
+             SELECT j.prev FROM journal AS j JOIN chain AS c ON j.id = c.id \
+                 WHERE j.prev IS NOT NULL AND j.prev < j.id) "
+    )
 }
 
 /// The statement heads of [`delete_keyed`]: a timer row by `(instance, name)` and the
@@ -1354,6 +1416,21 @@ async fn purge_ids(tx: &mut SqliteConnection, request: &PurgeRequest) -> StoreRe
 
 /// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
 /// `PURGE_LIMIT_MAX`, far below SQLite's parameter limit); returns the rows deleted.
+/// Deletes the journal rows of `ids` (their chains), before their instance rows go.
+async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
+    let placeholders = vec!["?"; ids.len()].join(", ");
+    let sql = format!(
+        "{}DELETE FROM journal WHERE id IN (SELECT id FROM chain)",
+        journal_chain_sql(&placeholders)
+    );
+    let mut query = sqlx::query(&sql);
+    for id in ids {
+        query = query.bind(id.as_str());
+    }
+    let done = query.execute(&mut *tx).await.map_err(backend)?;
+    Ok(done.rows_affected())
+}
+
 async fn delete_where_in(
     tx: &mut SqliteConnection,
     table: &str,
@@ -1807,7 +1884,7 @@ impl Store for SqliteStore {
         }
         let outcome = PurgeOutcome {
             attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await?,
-            journal: delete_where_in(&mut tx, "journal", "instance", &ids).await?,
+            journal: delete_journals(&mut tx, &ids).await?,
             incidents: delete_where_in(&mut tx, "incidents", "instance", &ids).await?,
             audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
             timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
@@ -1892,7 +1969,7 @@ impl Store for SqliteStore {
         map_all(rows.await, attempt_from_row)
     }
 
-    /// One range walk of the journal's primary key, from `(instance, after)`.
+    /// One walk of the instance's chain (`0012_journal.sql`), by the rowid of each row.
     async fn journal(
         &self,
         instance: InstanceId,
@@ -1904,8 +1981,9 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         };
         let sql = format!(
-            "SELECT {JOURNAL_COLUMNS} FROM journal WHERE instance = ? AND seq > ? \
-             ORDER BY seq LIMIT ?"
+            "{}SELECT {JOURNAL_COLUMNS} FROM journal WHERE id IN (SELECT id FROM chain) \
+             AND seq > ? ORDER BY seq LIMIT ?",
+            journal_chain_sql("?")
         );
         let rows = sqlx::query(&sql)
             .bind(id_text(instance))

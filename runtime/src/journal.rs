@@ -89,7 +89,7 @@ impl Before {
             input: self.input,
             delta,
             snapshot_hash: journal::hash(after).to_vec(),
-            effects_hash: journal::hash(&journal::effects_bytes(effects)).to_vec(),
+            effects_hash: journal::effects_hash(effects).to_vec(),
             row_hash: Vec::new(),
         };
         entry.row_hash = entry.row_hash_of();

@@ -673,22 +673,20 @@ impl JournalEntry {
     /// The hash [`JournalEntry::row_hash`] must be: over `seq`, the deployment, `at_ms`,
     /// the input, the delta and the two hashes, each length-prefixed.
     pub fn row_hash_of(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(
-            40 + self.input.len() + self.delta.len() + 2 * qflow_core::journal::HASH_BYTES,
-        );
-        bytes.extend_from_slice(&self.seq.to_be_bytes());
-        bytes.extend_from_slice(&self.deployment.0.to_be_bytes());
-        bytes.extend_from_slice(&self.at_ms.to_be_bytes());
+        let mut h = qflow_core::journal::Hasher::new();
+        h.update(&self.seq.to_be_bytes());
+        h.update(&self.deployment.0.to_be_bytes());
+        h.update(&self.at_ms.to_be_bytes());
         for part in [
             self.input.as_bytes(),
             &self.delta,
             &self.snapshot_hash,
             &self.effects_hash,
         ] {
-            bytes.extend_from_slice(&(part.len() as u64).to_be_bytes());
-            bytes.extend_from_slice(part);
+            h.update(&(part.len() as u64).to_be_bytes());
+            h.update(part);
         }
-        qflow_core::journal::hash(&bytes).to_vec()
+        h.finish().to_vec()
     }
 
     /// Whether the row matches its own hash.
