@@ -99,14 +99,20 @@ fn run_wave(
             (claim, input)
         })
         .collect();
+    // `QFLOW_COST_JOURNAL=1`: every step writes its journal row (not part of the gate's
+    // figure; what docs/replay.md prices the journal's instructions with).
+    let journal = &if std::env::var_os("QFLOW_COST_JOURNAL").is_some() {
+        JournalPolicy::All
+    } else {
+        JournalPolicy::Off
+    };
     let mut batches = 0;
     while !work.is_empty() {
         *now += 1;
         let mut commits = Vec::with_capacity(work.len());
         let mut thens = Vec::with_capacity(work.len());
         for (claim, input) in work.drain(..) {
-            let planned =
-                plan(claim, input, None, *now, *now, rules, &JournalPolicy::Off).expect("plans");
+            let planned = plan(claim, input, None, *now, *now, rules, journal).expect("plans");
             commits.push(planned.commit);
             thens.push(planned.then);
         }
