@@ -37,9 +37,9 @@
 pub mod delivery;
 pub mod error;
 pub mod handler;
+pub mod journal;
 pub mod limits;
 pub mod path;
-pub mod journal;
 pub mod schedule;
 pub mod sim;
 pub mod snapshot;

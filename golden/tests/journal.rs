@@ -28,7 +28,11 @@ fn every_committed_step_rebuilds_from_its_delta_chain() {
                 Snapshot::decode(&previous).unwrap().encode()
             };
             let delta = journal::delta(&base, bytes).unwrap_or_else(|e| panic!("{at}: {e}"));
-            assert_eq!(&journal::apply(&base, &delta).unwrap(), bytes, "{at}: rebuilt");
+            assert_eq!(
+                &journal::apply(&base, &delta).unwrap(),
+                bytes,
+                "{at}: rebuilt"
+            );
             let removed = journal::entries(&base).unwrap().len();
             assert!(
                 delta.len() <= bytes.len() + base.len() + 8 * (entries.len() + removed) + 8,
