@@ -144,9 +144,9 @@ fn skip_value(rest: &mut &[u8], depth: usize) -> Option<()> {
         0xc4 | 0xd9 => (be_len(rest, 1)?, 0),
         0xc5 | 0xda => (be_len(rest, 2)?, 0),
         0xc6 | 0xdb => (be_len(rest, 4)?, 0),
-        0xc7 => (be_len(rest, 1)? + 1, 0),
-        0xc8 => (be_len(rest, 2)? + 1, 0),
-        0xc9 => (be_len(rest, 4)? + 1, 0),
+        0xc7 => (be_len(rest, 1)?.checked_add(1)?, 0),
+        0xc8 => (be_len(rest, 2)?.checked_add(1)?, 0),
+        0xc9 => (be_len(rest, 4)?.checked_add(1)?, 0),
         0xca => (4, 0),
         0xcb => (8, 0),
         0xcc | 0xd0 => (1, 0),
@@ -160,8 +160,8 @@ fn skip_value(rest: &mut &[u8], depth: usize) -> Option<()> {
         0xd8 => (17, 0),
         0xdc => (0, be_len(rest, 2)?),
         0xdd => (0, be_len(rest, 4)?),
-        0xde => (0, 2 * be_len(rest, 2)?),
-        0xdf => (0, 2 * be_len(rest, 4)?),
+        0xde => (0, be_len(rest, 2)?.checked_mul(2)?),
+        0xdf => (0, be_len(rest, 4)?.checked_mul(2)?),
         0xc1 => return None,
     };
     take(rest, skip)?;

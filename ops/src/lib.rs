@@ -64,9 +64,13 @@ pub mod json {
             }
             fn visit_f64<E: Error>(self, v: f64) -> Result<i64, E> {
                 // 2^63 is exactly representable; everything below it in magnitude and
-                // integral converts exactly.
+                // integral converts exactly. −2^63 itself is refused as a float: it is
+                // also the nearest float to integers just below i64's range
+                // (-9223372036854775809 parses to it), which must not be taken as in
+                // range; i64::MIN written as an integer is read by `visit_i64`.
                 if v.fract() == 0.0
-                    && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v)
+                    && v > -9_223_372_036_854_775_808.0
+                    && v < 9_223_372_036_854_775_808.0
                 {
                     Ok(v as i64)
                 } else {
@@ -112,6 +116,11 @@ pub mod json {
             // Parsed exactly (serde_json's `float_roundtrip`), so a long integral decimal
             // stays integral.
             assert_eq!(n(r#"{"n": 2220513835735369.0}"#), Ok(2_220_513_835_735_369));
+            // Just outside i64's range, written as integers: refused, though the nearest
+            // float to the first is −2^63; i64::MIN itself as an integer is in range.
+            assert!(n(r#"{"n": -9223372036854775809}"#).is_err());
+            assert!(n(r#"{"n": 9223372036854775808}"#).is_err());
+            assert_eq!(n(r#"{"n": -9223372036854775808}"#), Ok(i64::MIN));
         }
     }
 }

@@ -143,8 +143,8 @@ pub struct Divergence {
 pub struct ReplayReport {
     /// Instances looked at.
     pub instances: u64,
-    /// Instances replayed to the end of their journal (identical, re-encoded or
-    /// divergent).
+    /// Instances replayed: to the end of their journal (identical, re-encoded) or to
+    /// their first divergent step (divergent).
     pub replayed: u64,
     pub identical: u64,
     pub reencoded: u64,
@@ -155,7 +155,8 @@ pub struct ReplayReport {
     pub steps: u64,
     /// Journal bytes read (the rows' fields), over all instances.
     pub journal_bytes: u64,
-    /// The divergent, not replayable and re-encoded instances, at most [`DETAILS_MAX`].
+    /// The divergent, not replayable and re-encoded instances, at most [`DETAILS_MAX`]:
+    /// divergent and not replayable ones first in line (a re-encoded one makes room).
     pub details: Vec<InstanceReplay>,
     /// Instances left out of `details` beyond [`DETAILS_MAX`].
     pub details_left_out: u64,
@@ -183,9 +184,23 @@ impl ReplayReport {
         }
         if self.details.len() < DETAILS_MAX {
             self.details.push(r);
-        } else {
-            self.details_left_out += 1;
+            return;
         }
+        // Full: a divergent or not replayable instance takes the place of a re-encoded
+        // one (after a format change every instance is re-encoded, and the list must
+        // still show what needs reading).
+        let evict = (r.outcome != Outcome::Reencoded)
+            .then(|| {
+                self.details
+                    .iter()
+                    .rposition(|d| d.outcome == Outcome::Reencoded)
+            })
+            .flatten();
+        if let Some(i) = evict {
+            self.details.remove(i);
+            self.details.push(r);
+        }
+        self.details_left_out += 1;
     }
 
     /// Whether the replay found a divergence (what a front end's exit status says).
@@ -360,6 +375,13 @@ impl Ops {
                 break;
             }
         }
+        if expected <= fence && self.store().instance(record.id).await?.is_none() {
+            // Retention purged it (rows and all) since its row was read.
+            return not_replayable(
+                out,
+                "it was purged by retention while the replay ran".to_owned(),
+            );
+        }
         if expected == 1 {
             out.outcome = Outcome::NotJournaled;
             return Ok(out);
@@ -403,17 +425,12 @@ fn check_row(row: &JournalEntry, previous: &[u8]) -> std::result::Result<Vec<u8>
     if !row.is_intact() {
         return Err(damaged("it does not match its own hash".to_owned()));
     }
-    // The writer took the delta against the canonical encoding of the state it stepped
-    // from (a creation: against nothing); so does this.
-    let base = if row.seq == 1 {
-        Vec::new()
-    } else {
-        Snapshot::decode(previous)
-            .map_err(|e| damaged(format!("the snapshot before it does not decode: {e}")))?
-            .encode()
-    };
+    // The writer took the delta against the bytes the store held before the step (a
+    // creation: against nothing), which the previous row rebuilt: so does this, whatever
+    // encoding the build that wrote them used.
+    let base: &[u8] = if row.seq == 1 { &[] } else { previous };
     let rebuilt =
-        journal::apply(&base, &row.delta).map_err(|e| damaged(format!("its delta: {e}")))?;
+        journal::apply(base, &row.delta).map_err(|e| damaged(format!("its delta: {e}")))?;
     if journal::hash(&rebuilt)[..] != row.snapshot_hash[..] {
         return Err(damaged(
             "the snapshot its delta rebuilds does not match the recorded snapshot hash".to_owned(),
@@ -657,6 +674,12 @@ impl Ops {
             .into_iter()
             .map(|d| (format!("v{}", d.id.0), d.source))
             .collect();
+        if after == record.fence && previous != record.snapshot {
+            return refuse(format!(
+                "the journal's last snapshot (step {after}) is not the instance's stored \
+                 snapshot: the instance row was changed outside the engine"
+            ));
+        }
         let mut expect = serde_json::json!({ "state": record.status.as_str() });
         if after == record.fence {
             if let Some(code) = &record.failure_code {

@@ -349,37 +349,59 @@ async fn a_journal_in_an_older_encoding_replays_as_re_encoded_not_divergent() {
     let rows = w.store.journal(id, 0, 0).await.expect("reads");
     drop(w.store);
 
-    // Step 1 as an older build would have written it: the status in a wider integer —
-    // other bytes, the same state once decoded. The row is consistent with itself (its
-    // hashes are of these bytes), as a row an older release wrote would be.
-    let mut row = rows[0].clone();
-    let bytes = journal::apply(&[], &row.delta).expect("applies");
-    let mut entries = journal::entries(&bytes).expect("splits");
-    let wide = [0xcd, 0x00, 0x01];
-    entries.insert("s", &wide);
-    let older = journal::join(&entries);
-    assert_ne!(older, bytes);
-    row.delta = journal::delta(&[], &older).expect("a delta");
-    row.snapshot_hash = journal::hash(&older).to_vec();
-    row.row_hash = row.row_hash_of();
+    // The whole history as an older build would have written it: the status in a wider
+    // integer at every step — other bytes, the same state once decoded. Each row is
+    // consistent with itself and with the one before (its delta is taken against the
+    // older bytes before it, its hashes are of the older bytes), and the instance row
+    // holds the older bytes, as a store an older release wrote would.
+    let mut canonical: Vec<u8> = Vec::new();
+    let mut older_before: Vec<u8> = Vec::new();
+    let mut older_rows = Vec::new();
+    for row in &rows {
+        let base: &[u8] = if row.seq == 1 { &[] } else { &canonical };
+        canonical = journal::apply(base, &row.delta).expect("applies");
+        let mut entries = journal::entries(&canonical).expect("splits");
+        // The status code (a positive fixint) as a 16-bit integer.
+        let wide = entries.get("s").map(|v| [0xcd, 0x00, v[0]]);
+        if let Some(wide) = &wide {
+            entries.insert("s", wide);
+        }
+        let older = journal::join(&entries);
+        let mut changed = row.clone();
+        changed.delta = journal::delta(&older_before, &older).expect("a delta");
+        changed.snapshot_hash = journal::hash(&older).to_vec();
+        changed.row_hash = changed.row_hash_of();
+        older_rows.push(changed);
+        older_before = older;
+    }
+    assert_ne!(older_before, canonical);
 
     let url = format!("sqlite://{}", w.dir.path().join("qflow.db").display());
     let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
         .await
         .expect("connects");
-    sqlx::query(
-        "UPDATE journal SET delta = ?1, snapshot_hash = ?2, row_hash = ?3 WHERE seq = 1 \
-         AND id IN (WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances WHERE id = ?4 \
-         UNION ALL SELECT prev FROM journal JOIN c USING (id) WHERE prev IS NOT NULL) \
-         SELECT id FROM c)",
-    )
-    .bind(&row.delta)
-    .bind(&row.snapshot_hash)
-    .bind(&row.row_hash)
-    .bind(id.to_string())
-    .execute(&mut conn)
-    .await
-    .expect("updates");
+    for row in &older_rows {
+        sqlx::query(
+            "UPDATE journal SET delta = ?1, snapshot_hash = ?2, row_hash = ?3 WHERE seq = ?5 \
+             AND id IN (WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances \
+             WHERE id = ?4 UNION ALL SELECT prev FROM journal JOIN c USING (id) \
+             WHERE prev IS NOT NULL) SELECT id FROM c)",
+        )
+        .bind(&row.delta)
+        .bind(&row.snapshot_hash)
+        .bind(&row.row_hash)
+        .bind(id.to_string())
+        .bind(row.seq as i64)
+        .execute(&mut conn)
+        .await
+        .expect("updates");
+    }
+    sqlx::query("UPDATE instances SET snapshot = ? WHERE id = ?")
+        .bind(&older_before)
+        .bind(id.to_string())
+        .execute(&mut conn)
+        .await
+        .expect("updates");
     drop(conn);
 
     let store: Arc<dyn Store> = Arc::new(
@@ -396,7 +418,8 @@ async fn a_journal_in_an_older_encoding_replays_as_re_encoded_not_divergent() {
         "{report:?}"
     );
     assert_eq!(report.details[0].outcome, Outcome::Reencoded);
-    assert_eq!(report.details[0].reencoded_steps, 1);
+    // Every step wrote the status: every step re-encoded, none damaged.
+    assert_eq!(report.details[0].reencoded_steps, rows.len() as u64);
     assert!(!report.diverged());
 }
 

@@ -40,6 +40,11 @@ pub struct Claim {
     /// none, `Some(i64::MIN)` when there may be one whose due instant is unknown (the
     /// state was read from the store).
     pub lease_due: Option<i64>,
+    /// The snapshot's bytes as the store holds them (what the commit of `fence` wrote),
+    /// when this claim knows them: read from the store, or kept from a journaled step.
+    /// A journaled step takes its delta against exactly these bytes (SPEC G3), so a
+    /// replay by a build that encodes differently rebuilds what was recorded.
+    pub stored: Option<Vec<u8>>,
 }
 
 impl Claim {
@@ -52,6 +57,7 @@ impl Claim {
             fence: None,
             snapshot: Snapshot::new(),
             lease_due: None,
+            stored: None,
         }
     }
 
@@ -81,6 +87,7 @@ impl Claim {
             fence: Some(record.fence),
             snapshot: Snapshot::decode(&record.snapshot)?,
             lease_due: Some(i64::MIN),
+            stored: Some(record.snapshot),
         })
     }
 }
@@ -183,9 +190,6 @@ pub fn plan(
     journal: &JournalPolicy,
 ) -> Result<Planned, Error> {
     let id = claim.instance.to_string();
-    let before = journal
-        .covers(&claim.def)
-        .then(|| Before::take(&input, &claim.snapshot, claim.fence.is_none()));
     let was_terminal = claim.snapshot.status().is_terminal();
     let Claim {
         instance,
@@ -194,7 +198,11 @@ pub fn plan(
         fence,
         snapshot,
         lease_due,
+        stored,
     } = claim;
+    let before = journal
+        .covers(&def)
+        .then(|| Before::take(&input, &snapshot, stored, fence.is_none()));
     // An answer the step takes proves its request was delivered (see below).
     let answered = match &input {
         Input::ChannelAnswered { call, attempt, .. }
@@ -234,6 +242,7 @@ pub fn plan(
         .as_ref()
         .is_some_and(|t| t.name.kind() == TimerKind::Lease);
     let mut commit = Commit::new(instance, fence, deployment, state, now);
+    let journaled = before.is_some();
     if let Some(before) = before {
         let seq = fence.map_or(1, |f| f + 1);
         commit.journal =
@@ -248,6 +257,7 @@ pub fn plan(
             fence,
             snapshot: step.snapshot,
             lease_due,
+            stored: None,
         },
         calls: Vec::new(),
         handed_over: Vec::new(),
@@ -257,6 +267,10 @@ pub fn plan(
         pull_topics: Vec::new(),
         outbox: false,
     };
+    if journaled {
+        // The next journaled step of this claim takes its delta against these bytes.
+        then.next.stored = Some(commit.state.snapshot.clone());
+    }
     let stale = step
         .effects
         .iter()

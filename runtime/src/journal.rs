@@ -56,16 +56,24 @@ pub(crate) struct Before {
 
 impl Before {
     /// Taken before the step consumes `input`. A creation's delta is taken against no
-    /// bytes at all (a replay starts from nothing); every other step's against the
-    /// canonical encoding of the snapshot it steps from.
-    pub(crate) fn take(input: &Input, snapshot: &qflow_core::Snapshot, creation: bool) -> Before {
+    /// bytes at all (a replay starts from nothing); every other step's against the bytes
+    /// the store holds (`stored`), which the previous row's delta rebuilt — whatever
+    /// build wrote them. Only a claim that does not know them (a cached claim from
+    /// before the journal covered its process) encodes its decoded snapshot, which is
+    /// the same bytes when this build wrote them.
+    pub(crate) fn take(
+        input: &Input,
+        snapshot: &qflow_core::Snapshot,
+        stored: Option<Vec<u8>>,
+        creation: bool,
+    ) -> Before {
         Before {
             // The engine's own input type always serializes.
             input: serde_json::to_string(input).unwrap_or_default(),
-            snapshot: if creation {
-                Vec::new()
-            } else {
-                snapshot.encode()
+            snapshot: match (creation, stored) {
+                (true, _) => Vec::new(),
+                (false, Some(bytes)) => bytes,
+                (false, None) => snapshot.encode(),
             },
         }
     }

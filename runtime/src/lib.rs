@@ -810,12 +810,12 @@ impl Runtime {
         self.shared.config.lifecycle_channel.as_deref()
     }
 
-    /// The `[delegates]` routes this runtime loads definitions under.
     /// Which instances' steps this runtime journals (SPEC G3).
     pub fn journal(&self) -> &journal::JournalPolicy {
         &self.shared.config.journal
     }
 
+    /// The `[delegates]` routes this runtime loads definitions under.
     pub fn delegates(&self) -> &delegates::DelegateRoutes {
         &self.shared.config.delegates
     }

@@ -921,6 +921,20 @@ pub async fn replay(
             return Err(p);
         }
     };
+    if let Some(d) = body.deployment.filter(|d| *d < 1) {
+        let why = format!("{d} is not a deployment version (1 or more)");
+        let mut p = Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("deployment: {why}"),
+        );
+        p.errors.push(crate::problem::FieldError {
+            pointer: Some(crate::problem::pointer_of(["deployment"])),
+            parameter: None,
+            detail: why,
+        });
+        return Err(p);
+    }
     let instance = match body.instance.as_deref() {
         None => None,
         Some(text) => Some(
