@@ -882,12 +882,13 @@ pub struct ReplayBody {
     pub created_to_ms: Option<i64>,
     /// At most this many instances (default 1,000, at most 10,000: a larger replay is
     /// `qflow replay`'s, which no request time limit cuts short).
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
     #[schema(minimum = 1, maximum = 10000)]
-    pub limit: Option<u32>,
+    pub limit: Option<i64>,
 }
 
 /// The most instances one replay request looks at.
-const REPLAY_HTTP_LIMIT_MAX: u32 = 10_000;
+const REPLAY_HTTP_LIMIT_MAX: i64 = 10_000;
 
 /// Replays journaled instances through this server's step function (SPEC G3) and
 /// reports, per instance that is not identical, the first divergent step with its
@@ -909,7 +910,8 @@ pub async fn replay(
 ) -> Result<Json<qflow_ops::replay::ReplayReport>> {
     let limit = match body.limit {
         None => 1_000,
-        Some(n @ 1..=REPLAY_HTTP_LIMIT_MAX) => n,
+        // In range, so the conversion is exact.
+        Some(n @ 1..=REPLAY_HTTP_LIMIT_MAX) => n as u32,
         Some(n) => {
             let why = format!("{n} is outside 1..={REPLAY_HTTP_LIMIT_MAX}");
             let mut p = Problem::new(StatusCode::BAD_REQUEST, "invalid", format!("limit: {why}"));

@@ -1355,6 +1355,32 @@ async fn a_replay_over_http_reports_journaled_instances_and_refuses_bad_requests
         )
         .await;
     assert_eq!(one.body["identical"], 1, "{}", one.text);
+    // An integral number in float spelling is an integer (JSON Schema's rule; schemathesis
+    // sends `1815.0`); a fraction is not.
+    let float = w
+        .send(
+            Method::POST,
+            "/v1/replays",
+            Some(ADMIN),
+            Some(json!({ "limit": 1815.0, "deployment": 1.0 })),
+        )
+        .await;
+    assert_eq!(float.status, StatusCode::OK, "{}", float.text);
+    assert_eq!(float.body["identical"], 1, "{}", float.text);
+    let fraction = w
+        .send(
+            Method::POST,
+            "/v1/replays",
+            Some(ADMIN),
+            Some(json!({ "limit": 2.5 })),
+        )
+        .await;
+    assert_problem(&fraction, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(
+        fraction.body["errors"][0]["pointer"], "/limit",
+        "{}",
+        fraction.text
+    );
 
     // A reader may not replay; bad bodies are problems with a pointer; nothing changes.
     let before = w.state_of(&id).await;
