@@ -10,9 +10,13 @@
 //! through the current step function and compares bytes: the first differing top-level
 //! key, the byte offset in the snapshot, and both values decoded.
 //!
-//! Hashes are SHA-256 cut to [`HASH_BYTES`]: they guard against damage and against a
-//! build that writes other bytes, not against somebody who can write the database (they
-//! can rewrite the row and its hashes alike).
+//! A row's hashes are made with one [`HashKind`], told by their length: XXH3-64 since
+//! the journal's second format, the first 16 bytes of SHA-256 in the rows the first
+//! builds wrote (still read, so their journals still replay). They guard against damage
+//! and against a build that writes other bytes, not against somebody who can write the
+//! database (they can rewrite the row and its hashes alike, whatever the hash), so a
+//! fast non-cryptographic hash serves as well as a cryptographic one and costs a step a
+//! fraction of it (`docs/performance.md`, "The input journal").
 //!
 //! Everything here is pure: no clock, no I/O, no panic on any input bytes.
 
@@ -20,41 +24,103 @@ use std::collections::BTreeMap;
 
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::snapshot::{mp, Snapshot};
 use crate::Effect;
 
-/// Bytes kept of each SHA-256 digest.
-pub const HASH_BYTES: usize = 16;
+/// How a journal row's hashes (of the snapshot, of the effects, of the row) are made.
+/// A row's kind is told by the length of its hashes: every kind has its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashKind {
+    /// The first 16 bytes of SHA-256; effects hashed as their JSON. The rows of the
+    /// journal's first format (qflow 0.1.0 up to bc66e07), read, no longer written.
+    Sha256First16,
+    /// XXH3-64, 8 bytes big-endian; effects hashed as their named MessagePack
+    /// (`rmp_serde::encode::write_named`). What this build writes.
+    Xxh3,
+}
+
+impl HashKind {
+    /// The kind this build writes.
+    pub const CURRENT: HashKind = HashKind::Xxh3;
+
+    /// The length of each hash of this kind.
+    pub fn hash_len(self) -> usize {
+        match self {
+            HashKind::Sha256First16 => 16,
+            HashKind::Xxh3 => 8,
+        }
+    }
+
+    /// The kind whose hashes are `len` bytes long, if any.
+    pub fn of_len(len: usize) -> Option<HashKind> {
+        [HashKind::Sha256First16, HashKind::Xxh3]
+            .into_iter()
+            .find(|k| k.hash_len() == len)
+    }
+
+    /// A hasher of this kind.
+    pub fn hasher(self) -> Hasher {
+        match self {
+            HashKind::Sha256First16 => Hasher::Sha256(Sha256::new()),
+            HashKind::Xxh3 => Hasher::Xxh3(Box::new(Xxh3::new())),
+        }
+    }
+
+    /// The hash of `bytes`.
+    pub fn hash(self, bytes: &[u8]) -> Vec<u8> {
+        match self {
+            HashKind::Sha256First16 => Sha256::digest(bytes)[..16].to_vec(),
+            HashKind::Xxh3 => xxhash_rust::xxh3::xxh3_64(bytes).to_be_bytes().to_vec(),
+        }
+    }
+
+    /// The hash of a step's effects, in the order the step emitted them, serialized
+    /// straight into the hasher (serde's output for the engine's own types is
+    /// deterministic: maps are sorted, floats exact).
+    pub fn effects_hash(self, effects: &[Effect]) -> Vec<u8> {
+        let mut h = self.hasher();
+        // Serializing the engine's own types cannot fail, and this writer never does.
+        match self {
+            HashKind::Sha256First16 => {
+                let _ = serde_json::to_writer(&mut h, effects);
+            }
+            HashKind::Xxh3 => {
+                let _ = rmp_serde::encode::write_named(&mut h, effects);
+            }
+        }
+        h.finish()
+    }
+}
 
 /// Nesting deeper than this in a recorded value is shown as an error, not recursed into.
 const VALUE_DEPTH_MAX: usize = 64;
 
-/// A digest of `bytes`: the first [`HASH_BYTES`] bytes of their SHA-256.
-pub fn hash(bytes: &[u8]) -> [u8; HASH_BYTES] {
-    let digest = Sha256::digest(bytes);
-    let mut out = [0; HASH_BYTES];
-    out.copy_from_slice(&digest[..HASH_BYTES]);
-    out
+/// [`HashKind::hash`] of the kind this build writes.
+pub fn hash(bytes: &[u8]) -> Vec<u8> {
+    HashKind::CURRENT.hash(bytes)
 }
 
-/// A [`hash`] fed in parts: the same digest as [`hash`] of the parts joined.
-pub struct Hasher(Sha256);
+/// A [`HashKind::hash`] fed in parts: the same hash as of the parts joined.
+pub enum Hasher {
+    Sha256(Sha256),
+    Xxh3(Box<Xxh3>),
+}
 
 impl Hasher {
-    pub fn new() -> Hasher {
-        Hasher(Sha256::new())
-    }
-
     pub fn update(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
+        match self {
+            Hasher::Sha256(h) => h.update(bytes),
+            Hasher::Xxh3(h) => h.update(bytes),
+        }
     }
 
-    pub fn finish(self) -> [u8; HASH_BYTES] {
-        let digest = self.0.finalize();
-        let mut out = [0; HASH_BYTES];
-        out.copy_from_slice(&digest[..HASH_BYTES]);
-        out
+    pub fn finish(self) -> Vec<u8> {
+        match self {
+            Hasher::Sha256(h) => h.finalize()[..16].to_vec(),
+            Hasher::Xxh3(h) => h.digest().to_be_bytes().to_vec(),
+        }
     }
 }
 
@@ -66,20 +132,6 @@ impl std::io::Write for Hasher {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-impl Default for Hasher {
-    fn default() -> Hasher {
-        Hasher::new()
-    }
-}
-
-/// The bytes of a step's effects that the journal hashes: their JSON, in the order the
-/// step emitted them (serde's output for the engine's own types is deterministic: maps
-/// are sorted, floats printed shortest).
-pub fn effects_bytes(effects: &[Effect]) -> Vec<u8> {
-    // Serializing the engine's own types into a `Vec` cannot fail.
-    serde_json::to_vec(effects).unwrap_or_default()
 }
 
 /// A snapshot whose bytes are not a string-keyed MessagePack map (the journal's deltas
@@ -254,13 +306,9 @@ pub fn delta(before: &[u8], after: &[u8]) -> Result<Vec<u8>, Malformed> {
     Ok(out)
 }
 
-/// The hash of a step's effects ([`effects_bytes`] hashed), written straight into the
-/// hasher.
-pub fn effects_hash(effects: &[Effect]) -> [u8; HASH_BYTES] {
-    let mut h = Hasher::new();
-    // Serializing the engine's own types cannot fail, and this writer never does.
-    let _ = serde_json::to_writer(&mut h, effects);
-    h.finish()
+/// [`HashKind::effects_hash`] of the kind this build writes.
+pub fn effects_hash(effects: &[Effect]) -> Vec<u8> {
+    HashKind::CURRENT.effects_hash(effects)
 }
 
 /// The snapshot bytes `delta` makes of `before`.
@@ -608,9 +656,43 @@ mod tests {
     }
 
     #[test]
-    fn the_effects_hash_is_the_hash_of_their_bytes() {
+    fn the_effects_hash_is_the_hash_of_their_serialized_bytes() {
         let effects = vec![Effect::Stale { reason: "x".into() }];
-        assert_eq!(effects_hash(&effects), hash(&effects_bytes(&effects)));
+        let json = serde_json::to_vec(&effects).unwrap();
+        let named = rmp_serde::to_vec_named(&effects).unwrap();
+        assert_eq!(
+            HashKind::Sha256First16.effects_hash(&effects),
+            HashKind::Sha256First16.hash(&json)
+        );
+        assert_eq!(
+            HashKind::Xxh3.effects_hash(&effects),
+            HashKind::Xxh3.hash(&named)
+        );
+        assert_eq!(effects_hash(&effects), HashKind::Xxh3.hash(&named));
+    }
+
+    #[test]
+    fn each_hash_kind_is_told_by_its_length() {
+        for kind in [HashKind::Sha256First16, HashKind::Xxh3] {
+            assert_eq!(kind.hash(b"qflow").len(), kind.hash_len());
+            assert_eq!(HashKind::of_len(kind.hash_len()), Some(kind));
+            let mut h = kind.hasher();
+            h.update(b"qf");
+            h.update(b"low");
+            assert_eq!(h.finish(), kind.hash(b"qflow"));
+        }
+        assert_eq!(HashKind::of_len(32), None);
+        assert_eq!(HashKind::of_len(0), None);
+        // Fixed values: a change of either function would stop old rows verifying.
+        assert_eq!(
+            hex(&HashKind::Sha256First16.hash(b"")),
+            "e3b0c44298fc1c149afbf4c8996fb924"
+        );
+        assert_eq!(hex(&HashKind::Xxh3.hash(b"")), "2d06800538d394c2");
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     #[test]

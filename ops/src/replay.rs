@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use qflow_core::journal;
+use qflow_core::journal::{self, HashKind};
 use qflow_core::{Definition, Effect, Input, Snapshot, Step};
 use qflow_store::{
     DeploymentId, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, JournalEntry,
@@ -431,7 +431,9 @@ fn check_row(row: &JournalEntry, previous: &[u8]) -> std::result::Result<Vec<u8>
     let base: &[u8] = if row.seq == 1 { &[] } else { previous };
     let rebuilt =
         journal::apply(base, &row.delta).map_err(|e| damaged(format!("its delta: {e}")))?;
-    if journal::hash(&rebuilt)[..] != row.snapshot_hash[..] {
+    // An intact row's hashes are of a kind this build knows.
+    let kind = row.hash_kind().unwrap_or(HashKind::CURRENT);
+    if kind.hash(&rebuilt) != row.snapshot_hash {
         return Err(damaged(
             "the snapshot its delta rebuilds does not match the recorded snapshot hash".to_owned(),
         ));
@@ -509,8 +511,8 @@ fn judge(
             );
         }
     }
-    let effects = journal::effects_bytes(&stepped.effects);
-    if journal::hash(&effects)[..] != row.effects_hash[..] {
+    let kind = row.hash_kind().unwrap_or(HashKind::CURRENT);
+    if kind.effects_hash(&stepped.effects) != row.effects_hash {
         return diverged(
             DivergenceKind::Effects,
             None,

@@ -17,7 +17,7 @@
 //! Must never: keep a write transaction open across anything but its own statements, or
 //! read from the reader pool inside a write (it would not see the transaction's rows).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -624,7 +624,7 @@ const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_
          ORDER BY due_at_ms LIMIT ?4) \
      RETURNING deployment, node, due_at_ms, remaining";
 
-/// Rows per multi-row statement. At most 9 parameters a row (an outbox or a journal row)
+/// Rows per multi-row statement. At most 11 parameters a row (an instance creation)
 /// keeps a statement far below SQLite's 32,766-parameter limit, and a batch of up to this
 /// many commits needs one statement per kind of row instead of one per row.
 const ROWS_PER_STATEMENT: usize = 128;
@@ -642,7 +642,7 @@ async fn apply_round(
     outcomes: &mut [CommitOutcome],
 ) -> StoreResult<()> {
     let journal_ids = journal_ids(tx, batch, round).await?;
-    let winners = apply_state(tx, batch, ids, &journal_ids, round, outcomes).await?;
+    let (winners, prevs) = apply_state(tx, batch, ids, &journal_ids, round, outcomes).await?;
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
@@ -652,7 +652,7 @@ async fn apply_round(
         .iter()
         .filter_map(|&i| journal_ids[i].map(|j| (ids[i].as_str(), j)))
         .collect();
-    apply_journal(tx, &winners, &by_instance).await?;
+    apply_journal(tx, &winners, &by_instance, &prevs).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
@@ -929,8 +929,14 @@ async fn apply_audit(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> Store
     .await
 }
 
+/// The journal row before a winner's new one (`instances.journal_prev` as its update
+/// set it), by instance id; a creation and an instance journaled for the first time
+/// have none.
+type JournalPrevs = HashMap<String, Option<i64>>;
+
 /// Writes the round's `state` rows: creations insert where the id is free, updates
-/// compare-and-swap on the fence. Returns the winners, in round order.
+/// compare-and-swap on the fence. Returns the winners, in round order, and their
+/// journal links.
 async fn apply_state<'a>(
     tx: &mut SqliteConnection,
     batch: &'a [Commit],
@@ -938,11 +944,11 @@ async fn apply_state<'a>(
     journal_ids: &[Option<i64>],
     round: &[usize],
     outcomes: &mut [CommitOutcome],
-) -> StoreResult<Vec<Winner<'a>>> {
+) -> StoreResult<(Vec<Winner<'a>>, JournalPrevs)> {
     let (creates, updates): (Vec<usize>, Vec<usize>) = round
         .iter()
         .partition(|&&index| batch[index].expected_fence.is_none());
-    let mut won: HashSet<String> = HashSet::with_capacity(round.len());
+    let mut won: JournalPrevs = HashMap::with_capacity(round.len());
     for chunk in creates.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
@@ -972,7 +978,7 @@ async fn apply_state<'a>(
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
-        won.extend(created);
+        won.extend(created.into_iter().map(|id| (id, None)));
     }
     // Most updates keep the row's deployment, status and failure code (a step of a
     // running instance): they set only the fence, snapshot and update instant, which no
@@ -986,14 +992,14 @@ async fn apply_state<'a>(
             InstanceStatus::Completed | InstanceStatus::Cancelled
         )
     });
-    let lightly: HashSet<String> = update_instances(tx, batch, ids, journal_ids, &light, true)
+    let lightly: JournalPrevs = update_instances(tx, batch, ids, journal_ids, &light, true)
         .await?
         .into_iter()
         .collect();
     full.extend(
         light
             .iter()
-            .filter(|&&index| !lightly.contains(&ids[index])),
+            .filter(|&&index| !lightly.contains_key(&ids[index])),
     );
     won.extend(lightly);
     won.extend(update_instances(tx, batch, ids, journal_ids, &full, false).await?);
@@ -1001,14 +1007,14 @@ async fn apply_state<'a>(
     let mut winners = Vec::with_capacity(won.len());
     for &index in round {
         let (id, commit) = (ids[index].as_str(), &batch[index]);
-        if won.contains(id) {
+        if won.contains_key(id) {
             outcomes[index] = applied(commit);
             winners.push((id, commit));
         } else {
             outcomes[index] = refused(tx, id, commit).await?;
         }
     }
-    Ok(winners)
+    Ok((winners, won))
 }
 
 /// Why a commit of the round did not apply: a lost compare-and-swap, or a business key
@@ -1052,7 +1058,8 @@ async fn refused(
 }
 
 /// The fence CAS of the updates `rows` (indexes into `batch`), `ROWS_PER_STATEMENT` a
-/// statement; returns the ids whose CAS won. `light`: only rows whose deployment, status
+/// statement; returns the ids whose CAS won, each with the journal row its new one
+/// follows. `light`: only rows whose deployment, status
 /// and failure code stay as stored are updated, and only their fence, snapshot and
 /// update instant are set (see `apply_state`); the others are left for the full update.
 async fn update_instances(
@@ -1062,7 +1069,7 @@ async fn update_instances(
     journal_ids: &[Option<i64>],
     rows: &[usize],
     light: bool,
-) -> StoreResult<Vec<String>> {
+) -> StoreResult<Vec<(String, Option<i64>)>> {
     let mut won = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
@@ -1086,8 +1093,8 @@ async fn update_instances(
                 .push_bind(journal_ids[index]);
         });
         // A journaled step links its row to the instance's newest one (`journal_prev`,
-        // read by the insert that follows) and becomes the newest (SET reads the old
-        // values, so `journal_prev` takes the old `journal_last`).
+        // which RETURNING hands to the insert that follows) and becomes the newest (SET
+        // reads the old values, so `journal_prev` takes the old `journal_last`).
         const JOURNAL_SET: &str = "journal_prev = CASE WHEN v_journal IS NULL THEN \
              journal_prev ELSE journal_last END, journal_last = COALESCE(v_journal, journal_last)";
         if light {
@@ -1096,7 +1103,7 @@ async fn update_instances(
                  updated_at_ms = v_now_ms, {JOURNAL_SET} \
                  FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
                  AND status = v_status AND failure_code IS v_failure_code \
-                 RETURNING id"
+                 RETURNING id, journal_prev"
             ));
         } else {
             query.push(format!(
@@ -1107,12 +1114,12 @@ async fn update_instances(
                  AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
                      SELECT 1 FROM instances AS o \
                      WHERE o.deployment = v_deployment AND o.business_key = instances.business_key)) \
-                 RETURNING id",
+                 RETURNING id, journal_prev",
                 ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
             ));
         }
-        let updated: Vec<String> = query
-            .build_query_scalar()
+        let updated: Vec<(String, Option<i64>)> = query
+            .build_query_as()
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
@@ -1291,18 +1298,20 @@ async fn journal_ids(
 }
 
 /// Appends the winners' input-journal rows (SPEC G3) as multi-row inserts, each linked
-/// to its instance's row before it (`journal_prev`, which the instance update of this
-/// round just set); a commit without one (the journal is off for its deployment) writes
+/// to its instance's row before it (`prevs`: the `journal_prev` the instance update of
+/// this round set); a commit without one (the journal is off for its deployment) writes
 /// nothing here.
 async fn apply_journal(
     tx: &mut SqliteConnection,
     winners: &[Winner<'_>],
     journal_ids: &HashMap<&str, i64>,
+    prevs: &JournalPrevs,
 ) -> StoreResult<()> {
-    let mut rows: Vec<(&str, i64, i64, &JournalEntry)> = Vec::new();
+    let mut rows: Vec<(i64, Option<i64>, i64, &JournalEntry)> = Vec::new();
     for &(id, commit) in winners {
         if let (Some(entry), Some(&jid)) = (&commit.journal, journal_ids.get(id)) {
-            rows.push((id, jid, seq_to_db(entry.seq)?, entry));
+            let prev = prevs.get(id).copied().flatten();
+            rows.push((jid, prev, seq_to_db(entry.seq)?, entry));
         }
     }
     insert_rows(
@@ -1310,11 +1319,9 @@ async fn apply_journal(
         "INSERT INTO journal (id, prev, seq, deployment, at_ms, input, delta, snapshot_hash, \
          effects_hash, row_hash) ",
         &rows,
-        |mut row, (id, jid, seq, entry)| {
+        |mut row, (jid, prev, seq, entry)| {
             row.push_bind(*jid)
-                .push("(SELECT journal_prev FROM instances WHERE id = ")
-                .push_bind_unseparated(*id)
-                .push_unseparated(")")
+                .push_bind(*prev)
                 .push_bind(*seq)
                 .push_bind(entry.deployment.0)
                 .push_bind(entry.at_ms)

@@ -96,8 +96,8 @@ impl Before {
             at_ms,
             input: self.input,
             delta,
-            snapshot_hash: journal::hash(after).to_vec(),
-            effects_hash: journal::effects_hash(effects).to_vec(),
+            snapshot_hash: journal::hash(after),
+            effects_hash: journal::effects_hash(effects),
             row_hash: Vec::new(),
         };
         entry.row_hash = entry.row_hash_of();

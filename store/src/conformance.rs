@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::{anyhow, ensure, Result};
+use qflow_core::journal::HashKind;
 
 use crate::{
     poisoned_message, Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome,
@@ -4105,8 +4106,12 @@ pub fn journal_entry(seq: u64, deployment: DeploymentId, at_ms: i64, tag: u8) ->
         at_ms,
         input: format!("{{\"message\":\"paid\",\"seq\":{seq},\"tag\":{tag},\"name\":\"Zoë\"}}"),
         delta: vec![0x00, tag, 0xff, seq as u8, 0x80],
-        snapshot_hash: vec![tag ^ seq as u8; 32],
-        effects_hash: vec![0xe0 | tag, 0x00, 0x7f, 0xff],
+        snapshot_hash: vec![tag ^ seq as u8; HashKind::CURRENT.hash_len()],
+        effects_hash: [0xe0 | tag, 0x00, 0x7f, 0xff]
+            .into_iter()
+            .cycle()
+            .take(HashKind::CURRENT.hash_len())
+            .collect(),
         row_hash: Vec::new(),
     };
     entry.row_hash = entry.row_hash_of();

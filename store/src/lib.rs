@@ -16,6 +16,7 @@
 //! caller (`qflow-ops`) validates it, and stores assume it.
 
 use async_trait::async_trait;
+use qflow_core::journal::HashKind;
 pub use qflow_core::{Attempt, AttemptOutcome, TimerKind, TimerName};
 use uuid::Uuid;
 
@@ -660,20 +661,36 @@ pub struct JournalEntry {
     /// The snapshot the step wrote, as a delta against the one before it
     /// (`qflow_core::journal::delta`).
     pub delta: Vec<u8>,
-    /// `qflow_core::journal::hash` of the snapshot bytes the step wrote.
+    /// The hash of the snapshot bytes the step wrote (`HashKind::hash`).
     pub snapshot_hash: Vec<u8>,
-    /// `qflow_core::journal::hash` of the step's effects (`journal::effects_bytes`).
+    /// The hash of the step's effects (`HashKind::effects_hash`).
     pub effects_hash: Vec<u8>,
     /// The hash of every other field ([`JournalEntry::row_hash_of`]): a row that does not
-    /// match its own hash is reported as damaged, never trusted.
+    /// match its own hash is reported as damaged, never trusted. Its length tells the
+    /// row's [`HashKind`] (all three hashes are of that kind).
     pub row_hash: Vec<u8>,
 }
 
 impl JournalEntry {
-    /// The hash [`JournalEntry::row_hash`] must be: over `seq`, the deployment, `at_ms`,
-    /// the input, the delta and the two hashes, each length-prefixed.
+    /// The kind of the row's hashes, told by the length of its row hash; none when that
+    /// length is no kind's (a damaged row). A row being built (no row hash yet) is of
+    /// the kind this build writes.
+    pub fn hash_kind(&self) -> Option<HashKind> {
+        if self.row_hash.is_empty() {
+            return Some(HashKind::CURRENT);
+        }
+        HashKind::of_len(self.row_hash.len())
+    }
+
+    /// The hash [`JournalEntry::row_hash`] must be, of the row's [`HashKind`] (this
+    /// build's when the row has none): over `seq`, the deployment, `at_ms`, the input,
+    /// the delta and the two hashes, each length-prefixed.
     pub fn row_hash_of(&self) -> Vec<u8> {
-        let mut h = qflow_core::journal::Hasher::new();
+        self.row_hash_as(self.hash_kind().unwrap_or(HashKind::CURRENT))
+    }
+
+    fn row_hash_as(&self, kind: HashKind) -> Vec<u8> {
+        let mut h = kind.hasher();
         h.update(&self.seq.to_be_bytes());
         h.update(&self.deployment.0.to_be_bytes());
         h.update(&self.at_ms.to_be_bytes());
@@ -689,9 +706,13 @@ impl JournalEntry {
         h.finish().to_vec()
     }
 
-    /// Whether the row matches its own hash.
+    /// Whether the row matches its own hash, and its three hashes are of one kind.
     pub fn is_intact(&self) -> bool {
-        self.row_hash == self.row_hash_of()
+        self.hash_kind().is_some_and(|kind| {
+            self.snapshot_hash.len() == kind.hash_len()
+                && self.effects_hash.len() == kind.hash_len()
+                && self.row_hash == self.row_hash_as(kind)
+        })
     }
 
     /// The bytes the row takes, as stores count them for `docs/replay.md`'s size per
