@@ -24,6 +24,7 @@
 
 mod budget;
 mod estimate;
+pub(crate) mod feel_support;
 
 pub use budget::{EVAL_BYTES_MAX, EVAL_STEPS_MAX};
 pub use estimate::REFUSAL_FACTOR;
@@ -175,6 +176,9 @@ impl Expression {
             .into_iter()
             .map(str::to_string)
             .collect();
+        // A FEEL `is defined(x)` or a name CEL would read as a type reaches CEL as a
+        // string (`feel_support`): its variable is read all the same.
+        reads.extend(feel_support::named_roots(program.expression()));
         reads.sort();
         reads.dedup();
         Ok(Expression {
@@ -202,6 +206,7 @@ impl Expression {
         let meter = Arc::new(budget::Meter::default());
         let mut ctx = cel::Context::default();
         budget::register(&mut ctx, &meter);
+        feel_support::register(&mut ctx);
         for name in self.reads.iter() {
             let Some(value) = vars.get(name) else {
                 continue;

@@ -8,11 +8,16 @@
 //! list literals (`["ubuntu", "windows"]`, the same list in CEL; a multi-instance input
 //! collection is often one), context literals (`{total: a, "the label": b}`, a CEL map),
 //! `if c then a else b` (CEL's `c ? a : b`) and the quantifiers `some x in xs satisfies
-//! c` / `every x in xs satisfies c` (CEL's `exists` / `all` macros), and the functions
-//! `contains`, `starts with`, `ends with` and `count`. Everything else —
-//! indexing and filters (`items[1]`, `items[x > 1]`), other arithmetic, decimal literals
-//! in a sum, function calls, ranges, `in` outside a quantifier, `between`, `for`, names
-//! with spaces — is refused with a message, never approximated. Each added construct
+//! c` / `every x in xs satisfies c` (CEL's `exists` / `all` macros), the functions
+//! `contains`, `starts with`, `ends with` and `count`, list filters and indexes
+//! (`items[type = "x"]`, `items[item.price > 10]`, `items[1]`, `items[-1].total`: CEL's
+//! `filter` macro and indexing, DMN 1.3 §10.3.2.5, see `P::filter`) and Camunda's
+//! `is defined(path)` (see `P::is_defined` and `crate::expr::feel_support`).
+//! Everything else — other arithmetic, decimal literals in a sum, other function calls,
+//! ranges, `in` outside a quantifier, `between`, `for`, names with spaces, a filter whose
+//! condition might be a number, a projection (`items[x > 1].price`) — is refused with a
+//! message, never approximated; the messages of the filters and `is defined` give the
+//! offset in the FEEL text. Each added construct
 //! gives FEEL's value or fails the evaluation where FEEL would give another one (null,
 //! mostly): the functions below and `docs/vendor-mappings.md` say where.
 //!
@@ -95,6 +100,8 @@ enum Tok {
     LBrace,
     Colon,
     RBrace,
+    /// FEEL's path after an index, `.total` in `orders[1].total` (without the dot).
+    Field(String),
 }
 
 /// Translates a FEEL expression (without the leading `=`) into CEL source.
@@ -126,12 +133,25 @@ fn translate(src: &str, dialect: Dialect) -> Result<String, String> {
             src.len()
         ));
     }
-    let toks = lex(src, dialect)?;
+    let (toks, offsets) = lex(src, dialect)?;
+    let taken: Vec<String> = toks
+        .iter()
+        .filter_map(|t| match t {
+            Tok::Path(p) => Some(p.split('.').next().unwrap_or(p).to_owned()),
+            _ => None,
+        })
+        .collect();
     let mut p = P {
         toks: &toks,
+        offsets: &offsets,
+        end: src.len(),
         i: 0,
         depth: 0,
         dialect,
+        scopes: Vec::new(),
+        taken,
+        items: 0,
+        boolean: false,
     };
     let out = p.or()?;
     if p.i != toks.len() {
@@ -166,16 +186,36 @@ fn show(t: &Tok) -> String {
         Tok::LBrace => "{".into(),
         Tok::Colon => ":".into(),
         Tok::RBrace => "}".into(),
+        Tok::Field(f) => format!(".{f}"),
     }
 }
 
-fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
+/// The tokens of `src` and the byte offset of each (for the messages).
+fn lex(src: &str, dialect: Dialect) -> Result<(Vec<Tok>, Vec<usize>), String> {
     let subset = match dialect {
-        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, lists, contexts, paths, whole-number sums, string concatenation, if-then-else, some/every)",
+        Dialect::Feel => "the supported FEEL subset (comparisons, and/or/not, literals, lists, contexts, paths, whole-number sums, string concatenation, if-then-else, some/every, filters, is defined)",
         Dialect::Juel => "the supported JUEL subset (comparisons, &&/||/!, literals, paths)",
     };
     let chars: Vec<(usize, char)> = src.char_indices().collect();
     let mut out = Vec::new();
+    let mut offsets = Vec::new();
+    // The end of the name starting at `from`: letters, digits, `_`, and dots between them.
+    let name_end = |from: usize| {
+        let mut j = from + 1;
+        while j < chars.len() {
+            let d = chars[j].1;
+            let path_dot = d == '.'
+                && chars
+                    .get(j + 1)
+                    .is_some_and(|x| x.1.is_alphabetic() || x.1 == '_');
+            if d.is_alphanumeric() || d == '_' || path_dot {
+                j += 1;
+            } else {
+                break;
+            }
+        }
+        j
+    };
     let mut i = 0;
     while i < chars.len() {
         let (at, c) = chars[i];
@@ -211,6 +251,18 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
             '{' if !juel => (Tok::LBrace, 1),
             ':' if !juel => (Tok::Colon, 1),
             '}' if !juel => (Tok::RBrace, 1),
+            // `orders[1].total`: a path after a `]`.
+            '.' if !juel
+                && matches!(out.last(), Some(Tok::RBracket))
+                && two.is_some_and(|d| d.is_alphabetic() || d == '_') =>
+            {
+                let j = name_end(i + 1);
+                let field: String = chars[i + 1..j].iter().map(|x| x.1).collect();
+                if !field.is_ascii() || field.split('.').any(is_cel_reserved) {
+                    return Err(format!("the name `{field}` cannot be used in a condition"));
+                }
+                (Tok::Field(field), j - i)
+            }
             '=' if juel && two == Some('=') => (Tok::Op("=="), 2),
             '=' if juel => return Err(format!("`=` at offset {at}: JUEL compares with `==`")),
             '=' => (Tok::Op("=="), 1),
@@ -259,19 +311,7 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
                 (Tok::Num(s), j - i)
             }
             c if c.is_alphabetic() || c == '_' => {
-                let mut j = i + 1;
-                while j < chars.len() {
-                    let d = chars[j].1;
-                    let path_dot = d == '.'
-                        && chars
-                            .get(j + 1)
-                            .is_some_and(|x| x.1.is_alphabetic() || x.1 == '_');
-                    if d.is_alphanumeric() || d == '_' || path_dot {
-                        j += 1;
-                    } else {
-                        break;
-                    }
-                }
+                let j = name_end(i);
                 let word: String = chars[i..j].iter().map(|x| x.1).collect();
                 let tok = match (dialect, word.as_str()) {
                     (_, "and") => Tok::And,
@@ -310,10 +350,28 @@ fn lex(src: &str, dialect: Dialect) -> Result<Vec<Tok>, String> {
             other => return Err(format!("`{other}` at offset {at} is outside {subset}")),
         };
         out.push(tok);
+        offsets.push(at);
         i += len;
     }
-    Ok(out)
+    Ok((out, offsets))
 }
+
+/// Names CEL reads as its types when no variable holds them.
+const CEL_TYPE_NAMES: [&str; 13] = [
+    "bool",
+    "bytes",
+    "double",
+    "duration",
+    "dyn",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "string",
+    "timestamp",
+    "type",
+    "uint",
+];
 
 pub(crate) fn is_cel_reserved(w: &str) -> bool {
     matches!(
@@ -338,11 +396,35 @@ pub(crate) fn is_cel_reserved(w: &str) -> bool {
     )
 }
 
+/// A name FEEL binds inside the expression, innermost last in [`P::scopes`].
+#[derive(Debug, Clone)]
+enum Scope {
+    /// `some x in … satisfies` / `every x in …`: `x`, bound by CEL's macro too.
+    Iteration(String),
+    /// A filter's element, bound in CEL by the `filter` macro to this variable: `item`
+    /// and the element's entries by name (DMN 1.3 §10.3.2.5).
+    Filter(String),
+}
+
 struct P<'a> {
     toks: &'a [Tok],
+    /// The byte offset of each token in the FEEL text, for the messages.
+    offsets: &'a [usize],
+    /// The length of the FEEL text, the offset of a message about its end.
+    end: usize,
     i: usize,
     depth: usize,
     dialect: Dialect,
+    /// The names bound where the parser is, outermost first.
+    scopes: Vec<Scope>,
+    /// The first segments of every path in the text: a filter's CEL variable is none.
+    taken: Vec<String>,
+    /// Filter variables made so far (their names count up).
+    items: usize,
+    /// Whether the expression just parsed is a comparison, `and`/`or`, `not(…)`, a
+    /// quantifier, a boolean literal or a function of a boolean result: one whose value
+    /// is never a number, which a filter needs (see [`P::filter`]).
+    boolean: bool,
 }
 
 impl P<'_> {
@@ -350,23 +432,34 @@ impl P<'_> {
         self.toks.get(self.i)
     }
 
+    /// The byte offset of the current token in the FEEL text (its end past the last).
+    fn offset(&self) -> usize {
+        self.offsets.get(self.i).copied().unwrap_or(self.end)
+    }
+
     fn or(&mut self) -> Result<String, String> {
         let mut left = self.and()?;
+        let mut boolean = self.boolean;
         while self.peek() == Some(&Tok::Or) {
             self.i += 1;
             let right = self.and()?;
             left = format!("{left} || {right}");
+            boolean = true;
         }
+        self.boolean = boolean;
         Ok(left)
     }
 
     fn and(&mut self) -> Result<String, String> {
         let mut left = self.cmp()?;
+        let mut boolean = self.boolean;
         while self.peek() == Some(&Tok::And) {
             self.i += 1;
             let right = self.cmp()?;
             left = format!("{left} && {right}");
+            boolean = true;
         }
+        self.boolean = boolean;
         Ok(left)
     }
 
@@ -378,6 +471,7 @@ impl P<'_> {
             if let Some(Tok::Op(_)) = self.peek() {
                 return Err("chained comparisons are not supported; use `and`".into());
             }
+            self.boolean = true;
             return Ok(format!("{left} {op} {right}"));
         }
         Ok(left)
@@ -410,6 +504,7 @@ impl P<'_> {
             let term = self.term(at, atom, &mut paths, &mut strings)?;
             text = format!("{text} {op} {term}");
         }
+        self.boolean = false;
         if strings {
             // FEEL's `+` of strings concatenates (DMN 1.3 §10.3.2.3.3, Table 45); of a
             // string and anything else it is null: the guard fails there instead.
@@ -454,9 +549,10 @@ impl P<'_> {
         strings: &mut bool,
     ) -> Result<String, String> {
         match &self.toks[at] {
-            Tok::Path(p) if self.i == at + 1 => {
-                if !paths.contains(p) {
-                    paths.push(p.clone());
+            // The path as translated: inside a filter a name may be the element's entry.
+            Tok::Path(_) if self.i == at + 1 => {
+                if !paths.contains(&atom) {
+                    paths.push(atom.clone());
                 }
                 Ok(atom)
             }
@@ -474,18 +570,74 @@ impl P<'_> {
         }
     }
 
+    /// An operand and what follows it in FEEL: a filter or an index in `[…]` (DMN 1.3
+    /// §10.3.2.5), and a path after an index (`orders[1].total`).
     fn atom(&mut self) -> Result<String, String> {
+        let filterable = self.dialect == Dialect::Feel
+            && matches!(
+                self.peek(),
+                Some(Tok::Path(_) | Tok::LParen | Tok::LBracket)
+            );
+        let mut out = self.primary()?;
+        if !filterable {
+            return Ok(out);
+        }
+        let mut indexed = false;
+        let mut any = false;
+        loop {
+            match self.peek().cloned() {
+                Some(Tok::LBracket) => {
+                    let at = self.offset();
+                    self.i += 1;
+                    let (text, index) = self.filter(&out, at)?;
+                    out = text;
+                    indexed = index;
+                }
+                Some(Tok::Field(f)) if indexed => {
+                    self.i += 1;
+                    out = format!("{out}.{f}");
+                    indexed = false;
+                }
+                Some(Tok::Field(f)) => {
+                    return Err(format!(
+                        "`.{f}` at offset {} follows a list: FEEL's projection (the list of every element's `{f}`) is not supported; index the list first (`…[1].{f}`) or name `item.{f}` inside the filter",
+                        self.offset()
+                    ))
+                }
+                _ => break,
+            }
+            any = true;
+        }
+        if any {
+            self.boolean = false;
+        }
+        Ok(out)
+    }
+
+    fn primary(&mut self) -> Result<String, String> {
         let dialect = self.dialect.name();
         let tok = self
             .peek()
             .cloned()
             .ok_or_else(|| format!("the {dialect} condition ends too early"))?;
         self.i += 1;
+        // Most operands are not booleans; the branches that are say so.
+        self.boolean = false;
         match tok {
             Tok::Num(n) => Ok(n),
             Tok::Str(s) => Ok(format!("\"{s}\"")),
             Tok::Path(p) => {
                 if self.dialect == Dialect::Feel {
+                    // `is defined(…)`, Camunda's built-in (a name with a space).
+                    let is_defined = p == "is"
+                        && self.peek() == Some(&Tok::Path("defined".into()))
+                        && self.toks.get(self.i + 1) == Some(&Tok::LParen);
+                    if is_defined {
+                        self.i += 1;
+                        let out = self.nested(Self::is_defined)?;
+                        self.boolean = true;
+                        return Ok(out);
+                    }
                     // `starts with(…)`, `ends with(…)`: FEEL names with a space.
                     let spaced = matches!(p.as_str(), "starts" | "ends")
                         && self.peek() == Some(&Tok::Path("with".into()))
@@ -493,12 +645,16 @@ impl P<'_> {
                     if spaced {
                         self.i += 1;
                         let name = format!("{p} with");
-                        return self.nested(|s| s.function(&name));
+                        let out = self.nested(|s| s.function(&name))?;
+                        self.boolean = true;
+                        return Ok(out);
                     }
                     if matches!(p.as_str(), "contains" | "count")
                         && self.peek() == Some(&Tok::LParen)
                     {
-                        return self.nested(|s| s.function(&p));
+                        let out = self.nested(|s| s.function(&p))?;
+                        self.boolean = p == "contains";
+                        return Ok(out);
                     }
                 }
                 if self.peek() == Some(&Tok::LParen) {
@@ -506,10 +662,16 @@ impl P<'_> {
                         "function call `{p}(…)` is outside the supported {dialect} subset"
                     ));
                 }
-                Ok(p)
+                Ok(self.resolve(&p))
             }
-            Tok::True => Ok("true".into()),
-            Tok::False => Ok("false".into()),
+            Tok::True => {
+                self.boolean = true;
+                Ok("true".into())
+            }
+            Tok::False => {
+                self.boolean = true;
+                Ok("false".into())
+            }
             Tok::Null => Ok("null".into()),
             Tok::Not => {
                 if self.peek() != Some(&Tok::LParen) {
@@ -517,6 +679,7 @@ impl P<'_> {
                 }
                 self.i += 1;
                 let inner = self.group()?;
+                self.boolean = true;
                 Ok(format!("!({inner})"))
             }
             Tok::Bang => {
@@ -527,16 +690,34 @@ impl P<'_> {
                 }
                 let operand = self.atom()?;
                 self.depth -= 1;
+                self.boolean = true;
                 Ok(format!("!{operand}"))
             }
+            // The group's own shape stays (`(a > 1)` is a comparison).
             Tok::LParen => {
                 let inner = self.group()?;
                 Ok(format!("({inner})"))
             }
-            Tok::LBracket => self.list(),
-            Tok::LBrace => self.context(),
-            Tok::Kw("if") => self.nested(Self::if_then_else),
-            Tok::Kw(q @ ("some" | "every")) => self.nested(|p| p.quantified(q)),
+            Tok::LBracket => {
+                let out = self.list()?;
+                self.boolean = false;
+                Ok(out)
+            }
+            Tok::LBrace => {
+                let out = self.context()?;
+                self.boolean = false;
+                Ok(out)
+            }
+            Tok::Kw("if") => {
+                let out = self.nested(Self::if_then_else)?;
+                self.boolean = false;
+                Ok(out)
+            }
+            Tok::Kw(q @ ("some" | "every")) => {
+                let out = self.nested(|p| p.quantified(q))?;
+                self.boolean = true;
+                Ok(out)
+            }
             other => Err(format!(
                 "unexpected `{}` in the {dialect} condition",
                 show(&other)
@@ -610,6 +791,187 @@ impl P<'_> {
         })
     }
 
+    /// A variable path as CEL reads it where the parser is. Outside a filter it is the
+    /// path itself. Inside one (DMN 1.3 §10.3.2.5) a name is the element's entry when the
+    /// element is a context holding it, else `item` is the element, else the name is
+    /// resolved outside the filter — as Camunda's FEEL engine puts the element's entries
+    /// over `item` over the outer names (feel-scala `FeelInterpreter.filterContext`):
+    /// `type` in `items[type = "x"]` becomes
+    /// `(type(f) == type({}) && "type" in f ? f.type : feel_var("type"))`.
+    fn resolve(&self, path: &str) -> String {
+        let (root, rest) = match path.split_once('.') {
+            Some((root, rest)) => (root, format!(".{rest}")),
+            None => (path, String::new()),
+        };
+        if !self.scopes.iter().any(|s| matches!(s, Scope::Filter(_))) {
+            return path.to_owned();
+        }
+        let base = self.resolve_root(root, self.scopes.len());
+        if rest.is_empty() {
+            base
+        } else {
+            format!("{base}{rest}")
+        }
+    }
+
+    /// The name `root` as the scopes below `depth` (outermost first) bind it.
+    fn resolve_root(&self, root: &str, depth: usize) -> String {
+        let Some(d) = depth.checked_sub(1) else {
+            // Outside every scope: the variable. A name that is also a CEL type (`type`,
+            // `int`, …) would read as the type where no variable holds it, so it is read by
+            // name (`feel_var` fails without a variable, as CEL does for any other name).
+            if CEL_TYPE_NAMES.contains(&root) {
+                return format!("feel_var(\"{root}\")");
+            }
+            return root.to_owned();
+        };
+        match &self.scopes[d] {
+            Scope::Iteration(name) if name == root => root.to_owned(),
+            Scope::Iteration(_) => self.resolve_root(root, d),
+            Scope::Filter(f) => {
+                let outside = if root == "item" {
+                    f.clone()
+                } else {
+                    self.resolve_root(root, d)
+                };
+                format!("(type({f}) == type({{}}) && \"{root}\" in {f} ? {f}.{root} : {outside})")
+            }
+        }
+    }
+
+    /// After `is defined`, at its `(`: Camunda's `is defined(path)` (a Camunda extension,
+    /// not among the built-in functions of DMN 1.3 §10.3.4; Camunda 8 docs, "Boolean
+    /// functions"). `false` when the path's variable or an entry on the way is missing,
+    /// `true` when it holds a value; a null value fails the evaluation, as Camunda's
+    /// versions disagree there (see `expr::feel_support`). Its argument must be a path.
+    fn is_defined(&mut self) -> Result<String, String> {
+        let at = self.offset();
+        self.i += 1; // `(`
+        let path = match (self.peek().cloned(), self.toks.get(self.i + 1)) {
+            (Some(Tok::Path(p)), Some(Tok::RParen)) => p,
+            _ => {
+                return Err(format!(
+                    "`is defined(…)` at offset {at} takes one variable path, as in `is defined(order.total)`"
+                ))
+            }
+        };
+        self.i += 2;
+        let (root, rest) = path.split_once('.').unwrap_or((path.as_str(), ""));
+        Ok(self.defined_root(root, rest, self.scopes.len()))
+    }
+
+    /// `is defined(root.rest)` as the scopes below `depth` bind `root`.
+    fn defined_root(&self, root: &str, rest: &str, depth: usize) -> String {
+        let Some(d) = depth.checked_sub(1) else {
+            let path = if rest.is_empty() {
+                root.to_owned()
+            } else {
+                format!("{root}.{rest}")
+            };
+            return format!("feel_is_defined(\"{path}\")");
+        };
+        match &self.scopes[d] {
+            Scope::Iteration(name) if name == root => {
+                format!("feel_is_defined_in({root}, \"{rest}\")")
+            }
+            Scope::Iteration(_) => self.defined_root(root, rest, d),
+            Scope::Filter(f) => {
+                let outside = if root == "item" {
+                    format!("feel_is_defined_in({f}, \"{rest}\")")
+                } else {
+                    self.defined_root(root, rest, d)
+                };
+                format!(
+                    "(type({f}) == type({{}}) && \"{root}\" in {f} ? feel_is_defined_in({f}.{root}, \"{rest}\") : {outside})"
+                )
+            }
+        }
+    }
+
+    /// A CEL variable for a filter's element that no path in the text names.
+    fn fresh_item(&mut self) -> String {
+        loop {
+            let name = format!("item{}", self.items);
+            self.items += 1;
+            if !self.taken.contains(&name) {
+                return name;
+            }
+        }
+    }
+
+    /// After the `[` (at offset `at`) following the list `list`: FEEL's filter or index
+    /// (DMN 1.3 §10.3.2.5). The text, and whether it is an index (one element).
+    ///
+    /// - A whole-number literal is an index, 1-based, negative from the end (`xs[1]`,
+    ///   `xs[-1]`): CEL's `xs[0]`, `xs[size(xs) - 1]`. FEEL gives null past either end,
+    ///   CEL fails there; `[0]` (always null) and a decimal are refused.
+    /// - A boolean condition keeps the elements for which it is `true`: CEL's
+    ///   `xs.filter(f, c)`. Where FEEL drops an element because the condition is null or
+    ///   not a boolean, CEL fails. The condition must be a comparison, `and`/`or`,
+    ///   `not(…)`, a quantifier, a predicate function or a boolean literal: Camunda's
+    ///   engine evaluates any other condition once outside the filter first, and a number
+    ///   there makes it an index (feel-scala `FeelInterpreter`, `Filter`), which a
+    ///   translation cannot know.
+    /// - Anything but a list fails (FEEL gives null; CEL would index a map's keys).
+    fn filter(&mut self, list: &str, at: usize) -> Result<(String, bool), String> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(format!("filters nest deeper than {MAX_NESTING} levels"));
+        }
+        if let (Some(Tok::Num(n)), Some(Tok::RBracket)) =
+            (self.peek().cloned(), self.toks.get(self.i + 1))
+        {
+            self.i += 2;
+            self.depth -= 1;
+            return Ok((Self::index(list, &n, at)?, true));
+        }
+        let item = self.fresh_item();
+        self.scopes.push(Scope::Filter(item.clone()));
+        let cond = self.or();
+        self.scopes.pop();
+        let cond = cond?;
+        if !self.boolean {
+            return Err(format!(
+                "the filter at offset {at} is not a comparison or another condition: FEEL would take a number there as an index, so write `[item = …]`, `[item.active = true]` or an index literal (`[1]`)"
+            ));
+        }
+        if self.peek() != Some(&Tok::RBracket) {
+            return Err(format!("the filter at offset {at} is not closed with `]`"));
+        }
+        self.i += 1;
+        self.depth -= 1;
+        Ok((
+            format!(
+                "(type({list}) == type([]) ? ({list}).filter({item}, {cond}) : feel_filter_needs_a_list())"
+            ),
+            false,
+        ))
+    }
+
+    /// FEEL's `list[n]` for the literal `n`: see [`P::filter`].
+    fn index(list: &str, n: &str, at: usize) -> Result<String, String> {
+        if n.contains('.') {
+            return Err(format!(
+                "the index `{n}` at offset {at} is not a whole number"
+            ));
+        }
+        let k: i64 = n
+            .parse()
+            .map_err(|_| format!("the index `{n}` at offset {at} is too large"))?;
+        let element = match k {
+            0 => {
+                return Err(format!(
+                    "the index `[0]` at offset {at} is always null: FEEL counts from 1 (`[1]` is the first element, `[-1]` the last)"
+                ))
+            }
+            k if k > 0 => format!("({list})[{}]", k - 1),
+            k => format!("({list})[size({list}) - {}]", k.unsigned_abs()),
+        };
+        Ok(format!(
+            "(type({list}) == type([]) ? {element} : feel_index_needs_a_list())"
+        ))
+    }
+
     fn expect_kw(&mut self, kw: &'static str, construct: &str) -> Result<(), String> {
         if self.peek() != Some(&Tok::Kw(kw)) {
             return Err(format!("`{construct}` without its `{kw}`"));
@@ -652,7 +1014,10 @@ impl P<'_> {
             return Err(format!("`{q}` over more than one list is not supported"));
         }
         self.expect_kw("satisfies", q)?;
-        let cond = self.or()?;
+        self.scopes.push(Scope::Iteration(name.clone()));
+        let cond = self.or();
+        self.scopes.pop();
+        let cond = cond?;
         let mac = if q == "some" { "exists" } else { "all" };
         // CEL iterates a map's keys; FEEL never quantifies over a context's keys: anything
         // but a list fails.
@@ -766,13 +1131,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn feel_list_literals_translate_and_indexing_stays_refused() {
+    fn feel_list_literals_translate() {
         assert_eq!(
             feel_to_cel(r#"["ubuntu", "windows", 3, [a.b]]"#).unwrap(),
             r#"["ubuntu", "windows", 3, [a.b]]"#
         );
         assert_eq!(feel_to_cel("[]").unwrap(), "[]");
-        for refused in ["items[1]", "[1, 2", "[1 2]", "items[x > 1]", "[1,]"] {
+        for refused in ["[1, 2", "[1 2]", "[1,]", "items[0]", "items[x]"] {
             assert!(feel_to_cel(refused).is_err(), "{refused}");
         }
         assert!(juel_to_cel("${[1]}").is_err());
@@ -1075,6 +1440,219 @@ mod tests {
             "starts(s, \"x\")",
         ] {
             assert!(feel_to_cel(refused).is_err(), "{refused}");
+        }
+    }
+
+    /// Translates `feel`, compiles the CEL and evaluates it over the JSON `vars`.
+    fn eval_feel(feel: &str, vars: &str) -> Result<serde_json::Value, crate::expr::EvalError> {
+        let cel = feel_to_cel(feel).unwrap_or_else(|e| panic!("{feel}: {e}"));
+        let vars: crate::model::Variables = serde_json::from_str(vars).unwrap();
+        crate::expr::Expression::compile(&cel, crate::model::Pos::default(), 4096)
+            .unwrap_or_else(|e| panic!("{cel}: {e:?}"))
+            .eval(&vars)
+    }
+
+    /// `is defined(path)`: false for a missing variable or entry (a null or a scalar on
+    /// the way included), true for a value, and a failure for a null value, where
+    /// Camunda's versions disagree (true before feel-scala 1.17, false since).
+    #[test]
+    fn is_defined_tells_a_missing_path_from_a_value() {
+        use serde_json::json;
+        assert_eq!(
+            feel_to_cel("is defined(order.total)").as_deref(),
+            Ok("feel_is_defined(\"order.total\")")
+        );
+        let ok = |feel: &str, vars: &str, want: bool| {
+            assert_eq!(eval_feel(feel, vars), Ok(json!(want)), "{feel} over {vars}");
+        };
+        ok("is defined(x)", "{}", false);
+        ok("is defined(x)", r#"{"x": 0}"#, true);
+        ok("is defined(x)", r#"{"x": false}"#, true);
+        ok("is defined(x)", r#"{"x": {}}"#, true);
+        ok("not(is defined(x))", r#"{"y": 1}"#, true);
+        ok("is defined(x.y)", r#"{"x": {"y": 1}}"#, true);
+        ok("is defined(x.y.z)", r#"{"x": {"y": {"z": "s"}}}"#, true);
+        ok("is defined(x.z)", r#"{"x": {"y": 1}}"#, false);
+        ok("is defined(x.y)", "{}", false);
+        ok("is defined(x.y)", r#"{"x": null}"#, false);
+        ok("is defined(x.y)", r#"{"x": 5}"#, false);
+        ok("is defined(x.y.z)", r#"{"x": {"y": "s"}}"#, false);
+        // A name that is also a CEL type is still a variable.
+        ok("is defined(type)", "{}", false);
+        ok("is defined(type)", r#"{"type": "a"}"#, true);
+        // Inside a quantifier the iteration variable exists; below it is tested.
+        ok(
+            "every o in orders satisfies is defined(o.id)",
+            r#"{"orders": [{"id": 1}, {"n": 2}]}"#,
+            false,
+        );
+        ok(
+            "if is defined(limit) then n > limit else true",
+            r#"{"n": 5}"#,
+            true,
+        );
+        // Where FEEL's answer depends on the version, or is a projection: fails.
+        for (feel, vars) in [
+            ("is defined(x)", r#"{"x": null}"#),
+            ("is defined(x.y)", r#"{"x": {"y": null}}"#),
+            ("is defined(x.y)", r#"{"x": [{"y": 1}]}"#),
+        ] {
+            assert!(eval_feel(feel, vars).is_err(), "{feel} over {vars}");
+        }
+        // The variable is read (and so bound) though CEL sees only a string.
+        let cel = feel_to_cel("is defined(order.total) and is defined(type)").unwrap();
+        let e = crate::expr::Expression::compile(&cel, crate::model::Pos::default(), 4096).unwrap();
+        assert_eq!(e.read_names(), ["order", "type"]);
+        for refused in [
+            "is defined(1)",
+            "is defined(a, b)",
+            "is defined(a + 1)",
+            "is defined()",
+            "is defined(xs[1])",
+        ] {
+            let e = feel_to_cel(refused).expect_err(refused);
+            assert!(e.contains("offset"), "{refused}: {e}");
+        }
+    }
+
+    /// Filters and indexes (DMN 1.3 §10.3.2.5) give FEEL's list or element, or fail
+    /// where FEEL would drop an element for a null condition or give null.
+    #[test]
+    fn filters_and_indexes_give_feels_values() {
+        use serde_json::json;
+        let items = r#"{"items": [{"type": "x", "price": 5}, {"type": "y", "price": 20}, {"type": "x", "price": 12}]}"#;
+        let is = |feel: &str, vars: &str, want: serde_json::Value| {
+            assert_eq!(eval_feel(feel, vars), Ok(want), "{feel} over {vars}");
+        };
+        assert_eq!(
+            feel_to_cel("items[item.price > 10]").as_deref(),
+            Ok("(type(items) == type([]) ? (items).filter(item0, (type(item0) == type({}) && \"item\" in item0 ? item0.item : item0).price > 10) : feel_filter_needs_a_list())")
+        );
+        is(
+            "items[type = \"x\"]",
+            items,
+            json!([{"type": "x", "price": 5}, {"type": "x", "price": 12}]),
+        );
+        is(
+            "items[item.price > 10]",
+            items,
+            json!([{"type": "y", "price": 20}, {"type": "x", "price": 12}]),
+        );
+        is(
+            "items[type = \"x\" and price > 10]",
+            items,
+            json!([{"type": "x", "price": 12}]),
+        );
+        is(
+            "count(items[price > limit]) = 1",
+            r#"{"items": [{"price": 5}, {"price": 20}], "limit": 10}"#,
+            json!(true),
+        );
+        // The specification's examples.
+        is("[1, 2, 3, 4][item > 2]", "{}", json!([3, 4]));
+        is(
+            "[{x: 1, y: 2}, {x: 2, y: 3}][x = 1]",
+            "{}",
+            json!([{"x": 1, "y": 2}]),
+        );
+        // FEEL drops the element whose `x` is null ([{x: 1, y: 2}]); CEL fails.
+        assert!(eval_feel("[{x: 1, y: 2}, {x: null, y: 3}][x < 2]", "{}").is_err());
+        // The element's entry wins over an outer name, `item` included; an outer name
+        // is read where the element has no such entry.
+        is(
+            "items[n = 1]",
+            r#"{"n": 2, "items": [{"n": 1}, {"m": 1}]}"#,
+            json!([{"n": 1}]),
+        );
+        is(
+            "items[n = 2]",
+            r#"{"n": 2, "items": [{"n": 1}, {"m": 1}]}"#,
+            json!([{"m": 1}]),
+        );
+        is(
+            "[{item: 5}, {item: 6}][item = 5]",
+            "{}",
+            json!([{"item": 5}]),
+        );
+        is(
+            "items[type = \"x\"]",
+            r#"{"type": "x", "items": [{"t": 1}]}"#,
+            json!([{"t": 1}]),
+        );
+        // An element without the entry and no variable of that name: FEEL compares null
+        // (the element is dropped); CEL fails, whatever the name (`type` is a CEL type).
+        assert!(eval_feel("items[type = \"x\"]", r#"{"items": [{"t": 1}]}"#).is_err());
+        assert!(eval_feel("items[kind = \"x\"]", r#"{"items": [{"t": 1}]}"#).is_err());
+        // Inside a quantifier, the element's entry shadows the iteration variable.
+        is(
+            "some x in xs satisfies count(items[x = 1]) > 0",
+            r#"{"xs": [5], "items": [{"x": 1}]}"#,
+            json!(true),
+        );
+        is(
+            "some o in orders satisfies count(o.lines[qty > 1]) > 0",
+            r#"{"orders": [{"lines": [{"qty": 1}]}, {"lines": [{"qty": 3}]}]}"#,
+            json!(true),
+        );
+        is(
+            "items[is defined(price)]",
+            r#"{"items": [{"price": 1}, {"name": "a"}]}"#,
+            json!([{"price": 1}]),
+        );
+        is(
+            "items[is defined(price)]",
+            r#"{"price": 0, "items": [{"price": 1}, {"name": "a"}]}"#,
+            json!([{"price": 1}, {"name": "a"}]),
+        );
+        // Indexes: 1-based, negative from the end, then a path on the element.
+        is("items[1].price", items, json!(5));
+        is("items[-1].price", items, json!(12));
+        is("items[type = \"x\"][-1].price", items, json!(12));
+        is("[\"a\", \"b\"][2]", "{}", json!("b"));
+        // Past either end FEEL gives null; CEL fails. Not a list: FEEL null, CEL fails.
+        for (feel, vars) in [
+            ("items[4]", items),
+            ("items[-4]", items),
+            ("items[1]", r#"{"items": []}"#),
+            ("items[1]", r#"{"items": {"a": 1}}"#),
+            ("items[a = 1]", r#"{"items": {"a": 1}}"#),
+            ("items[a = 1]", r#"{"items": "a"}"#),
+            ("items[1].missing", items),
+        ] {
+            assert!(eval_feel(feel, vars).is_err(), "{feel} over {vars}");
+        }
+        // Refused, with the offset: a condition that may be a number (FEEL would index
+        // by it), `[0]`, a decimal index, a projection after a filter.
+        for refused in [
+            "items[active]",
+            "items[item.active]",
+            "items[n + 1]",
+            "items[if a then 1 else 2]",
+            "items[count(xs)]",
+            "items[0]",
+            "items[1.5]",
+            "items[99999999999999999999]",
+            "items[a > 1].price",
+            "items[a > 1",
+        ] {
+            let e = feel_to_cel(refused).expect_err(refused);
+            assert!(e.contains("offset"), "{refused}: {e}");
+        }
+    }
+
+    /// Every FEEL seed of the `expr` fuzz target is in the subset, so the fuzzer starts
+    /// from translations that compile rather than from refusals.
+    #[test]
+    fn the_fuzz_seeds_translate_and_compile() {
+        let seeds = include_str!("../../fuzz/feel.seeds");
+        for line in seeds
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
+            let feel = line.strip_prefix('=').unwrap_or(line);
+            let cel = feel_to_cel(feel).unwrap_or_else(|e| panic!("{line}: {e}"));
+            crate::expr::Expression::compile(&cel, crate::model::Pos::default(), 4096)
+                .unwrap_or_else(|e| panic!("{line} as {cel}: {e:?}"));
         }
     }
 

@@ -1113,6 +1113,54 @@ fn q203_feel_beyond_the_subset() {
     );
 }
 
+/// A Zeebe condition with a list filter, an index and `is defined` loads and decides as
+/// FEEL does (the exact semantics are tested in `loader/src/feel.rs`).
+#[test]
+fn feel_filters_indexes_and_is_defined_load_as_conditions() {
+    let xml = gateway_with_condition(
+        r#"<conditionExpression>=count(items[type = "x" and item.price > 10]) > 0 and items[-1].price = 3 and not(is defined(order.discount))</conditionExpression>"#,
+    );
+    let l = loads(&xml);
+    let c = only(&l).process.flows[1].condition.clone().unwrap();
+    let vars = |json: &str| -> Variables { serde_json::from_str(json).unwrap() };
+    let items = r#"[{"type": "x", "price": 12}, {"type": "y", "price": 3}]"#;
+    assert_eq!(
+        c.eval_bool(&vars(&format!(r#"{{"items": {items}, "order": {{}}}}"#))),
+        Ok(true)
+    );
+    assert_eq!(
+        c.eval_bool(&vars(&format!(
+            r#"{{"items": {items}, "order": {{"discount": 5}}}}"#
+        ))),
+        Ok(false)
+    );
+    // Where FEEL's value is not CEL's (a null discount: the versions disagree), it fails.
+    assert!(c
+        .eval_bool(&vars(&format!(
+            r#"{{"items": {items}, "order": {{"discount": null}}}}"#
+        )))
+        .is_err());
+}
+
+#[test]
+fn q203_a_filter_feel_could_read_as_an_index() {
+    let d = refused(
+        &gateway_with_condition(
+            "<conditionExpression>¶=count(items[active]) > 0</conditionExpression>",
+        ),
+        "Q203",
+    );
+    assert!(d.message.contains("offset 11"), "{}", d.message);
+    for feel in ["=items[0] = 1", "=items[a > 1].price = 1", "=is defined(1)"] {
+        refused(
+            &gateway_with_condition(&format!(
+                "<conditionExpression>¶{feel}</conditionExpression>"
+            )),
+            "Q203",
+        );
+    }
+}
+
 fn timer_catch(def: &str) -> String {
     around(&format!(
         r#"<intermediateCatchEvent id="t"><timerEventDefinition>{def}</timerEventDefinition></intermediateCatchEvent>"#

@@ -1,0 +1,170 @@
+//! The CEL functions the FEEL translation (`crate::feel`) calls where plain CEL cannot say
+//! what FEEL means: whether a variable exists at all, and a variable read by name.
+//!
+//! CEL has no test for an unbound top-level name (`has()` takes a field selection, and
+//! an unbound identifier is an error, or worse, a type: `type`, `int`, `map` resolve to
+//! CEL's types when no variable holds the name). So the translation spells such a name
+//! as a string literal, `feel_is_defined("order.total")` or `feel_var("type")`, and
+//! [`named_roots`] adds the path's first segment to the names the expression reads, so
+//! the evaluation binds it when the variables hold it. These functions only look the
+//! name up; they never read anything else, never allocate more than a borrow, and walk a
+//! path no longer than the expression's text.
+//!
+//! What they must never do: give a value FEEL would not give. Where Camunda's FEEL
+//! versions disagree (`is defined` of a null value) the evaluation fails instead.
+
+use cel::common::ast::{Expr, IdedExpr, LiteralValue};
+use cel::common::types::{CelBool, CelString, Kind};
+use cel::common::value::{BuiltinRef, CowVal, Val};
+use cel::{ExecutionError, FunctionContext};
+
+/// `feel_is_defined("a.b.c")`: FEEL's `is defined(a.b.c)` over the variables in scope.
+pub const IS_DEFINED: &str = "feel_is_defined";
+/// `feel_is_defined_in(v, "b.c")`: FEEL's `is defined(…)` of the path `b.c` below the
+/// value `v`, which exists (an iteration variable or a filter element's entry).
+pub const IS_DEFINED_IN: &str = "feel_is_defined_in";
+/// `feel_var("type")`: the variable named `type`, or a failure if there is none.
+pub const VAR: &str = "feel_var";
+
+type FeelFn = Box<
+    dyn for<'c, 'v> Fn(&mut FunctionContext<'c, 'v>) -> Result<CowVal<'c, 'v>, ExecutionError>
+        + Send
+        + Sync,
+>;
+
+/// Registers the three functions in `ctx`.
+pub(crate) fn register(ctx: &mut cel::Context<'_, '_>) {
+    let is_defined: FeelFn = Box::new(|ftx| {
+        let path = string_arg(ftx, 0)?;
+        let (root, rest) = path.split_once('.').unwrap_or((path.as_str(), ""));
+        match ftx.ptx.get_variable(root) {
+            None => Ok(boolean(false)),
+            Some(v) => defined_below(v.as_ref(), rest)
+                .map(boolean)
+                .map_err(|m| ftx.error(format!("is defined({path}): {m}"))),
+        }
+    });
+    let is_defined_in: FeelFn = Box::new(|ftx| {
+        let rest = string_arg(ftx, 1)?;
+        let value = ftx
+            .args
+            .first()
+            .ok_or_else(|| ftx.error("feel_is_defined_in takes a value and a path"))?;
+        defined_below(value.as_ref(), &rest)
+            .map(boolean)
+            .map_err(|m| ftx.error(format!("is defined(…): {m}")))
+    });
+    let var: FeelFn = Box::new(|ftx| {
+        let name = string_arg(ftx, 0)?;
+        ftx.ptx
+            .get_variable(&name)
+            .ok_or_else(|| ftx.error(format!("no variable `{name}`")))
+    });
+    // The names are not the standard library's; a CEL author may call them too, with
+    // the same meaning.
+    let _ = ctx.add_function(IS_DEFINED, is_defined);
+    let _ = ctx.add_function(IS_DEFINED_IN, is_defined_in);
+    let _ = ctx.add_function(VAR, var);
+}
+
+fn string_arg(ftx: &FunctionContext<'_, '_>, at: usize) -> Result<String, ExecutionError> {
+    match ftx.args.get(at).map(|a| a.as_ref().as_builtin()) {
+        Some(BuiltinRef::String(s)) => Ok(s.inner().to_owned()),
+        _ => Err(ftx.error(format!("{} takes a path as a string", ftx.name))),
+    }
+}
+
+fn boolean<'c, 'v>(b: bool) -> CowVal<'c, 'v> {
+    CowVal::Borrowed(if b { &CelBool::TRUE } else { &CelBool::FALSE })
+}
+
+/// FEEL's `is defined` of the path `rest` (segments joined by `.`, possibly none) below
+/// the existing value `v`, as Camunda's FEEL engine (feel-scala) answers it:
+/// - an entry missing on the way, a null on the way, or a path through a string, number
+///   or boolean (they have no properties) is not defined: `false` in every version
+///   (before 1.17 the path is an error, which `is defined` turns into `false`; since,
+///   it is null, which `is defined` turns into `false`);
+/// - a path through a list is FEEL's projection (DMN 1.3 §10.3.2.5: `[{x: 1}].x` is
+///   `[1]`), a list, so defined; CEL's maps cannot say that here: the evaluation fails;
+/// - the value at the end, if not null, is defined: `true`;
+/// - a null value at the end: feel-scala before 1.17 (Camunda 8.2 and earlier) answers
+///   `true`, 1.17 and later (Camunda 8.4 and later document it) `false`. The evaluation
+///   fails rather than pick one.
+fn defined_below(v: &dyn Val, rest: &str) -> Result<bool, String> {
+    let segments: Vec<&str> = rest.split('.').filter(|s| !s.is_empty()).collect();
+    walk(v, &segments)
+}
+
+/// One step of [`defined_below`]. It recurses once per map it enters, so no deeper than
+/// the value's nesting (at most `MAX_INPUT_DEPTH` levels for a variable).
+fn walk(v: &dyn Val, segments: &[&str]) -> Result<bool, String> {
+    let kind = v.get_type().kind();
+    let Some((segment, rest)) = segments.split_first() else {
+        if kind == Kind::NullType {
+            return Err(
+                "the value is null: Camunda's FEEL answers true before feel-scala 1.17 (Camunda 8.2) and false since, so qflow does not answer"
+                    .to_owned(),
+            );
+        }
+        return Ok(true);
+    };
+    match kind {
+        Kind::Map => {
+            let key: CelString<'_> = (*segment).into();
+            let Some(indexer) = v.as_indexer() else {
+                return Ok(false);
+            };
+            match indexer.get(&key) {
+                Ok(x) => walk(x.as_ref(), rest),
+                Err(_) => Ok(false),
+            }
+        }
+        Kind::List => Err(format!(
+            "`.{segment}` on a list is a projection in FEEL (a list of entries), which qflow does not evaluate"
+        )),
+        _ => Ok(false),
+    }
+}
+
+/// The first segments of the paths spelled as string arguments of [`IS_DEFINED`] and
+/// [`VAR`] in `root`: the variables those calls read, which evaluation must bind.
+pub(crate) fn named_roots(root: &IdedExpr) -> Vec<String> {
+    let mut out = Vec::new();
+    // An explicit stack, as every walk of an author's tree here.
+    let mut stack: Vec<&IdedExpr> = vec![root];
+    while let Some(e) = stack.pop() {
+        match &e.expr {
+            Expr::Call(c) => {
+                if c.target.is_none() && (c.func_name == IS_DEFINED || c.func_name == VAR) {
+                    if let Some(Expr::Literal(LiteralValue::String(s))) =
+                        c.args.first().map(|a| &a.expr)
+                    {
+                        let path = s.inner();
+                        out.push(path.split('.').next().unwrap_or(path).to_owned());
+                    }
+                }
+                stack.extend(c.target.as_deref());
+                stack.extend(c.args.iter());
+            }
+            Expr::Comprehension(c) => stack.extend([
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]),
+            Expr::List(l) => stack.extend(l.elements.iter()),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let cel::common::ast::EntryExpr::MapEntry(me) = &entry.expr {
+                        stack.push(&me.key);
+                        stack.push(&me.value);
+                    }
+                }
+            }
+            Expr::Select(s) => stack.push(&s.operand),
+            _ => {}
+        }
+    }
+    out
+}
