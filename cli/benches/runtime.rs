@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --journal --what-if=ordered-ids,no-attempt-rows,cached-deployments` (the what-ifs
+//! --open-loop --journal --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -121,6 +121,10 @@ struct WhatIf {
     /// Answer `deployment()` from memory after the first read (the read every
     /// `start_instance` makes; hides a concurrent retirement).
     cached_deployments: bool,
+    /// With `--journal`: build every step's journal row in the lane, then drop it before
+    /// the store (breaks G3): prices the store's half of the journal apart from the
+    /// lane's.
+    journal_unstored: bool,
 }
 
 impl WhatIf {
@@ -131,8 +135,9 @@ impl WhatIf {
                 "ordered-ids" => w.ordered_ids = true,
                 "no-attempt-rows" => w.no_attempt_rows = true,
                 "cached-deployments" => w.cached_deployments = true,
+                "journal-unstored" => w.journal_unstored = true,
                 other => bail!(
-                    "unknown --what-if {other:?} (ordered-ids, no-attempt-rows, cached-deployments)"
+                    "unknown --what-if {other:?} (ordered-ids, no-attempt-rows, cached-deployments, journal-unstored)"
                 ),
             }
         }
@@ -149,6 +154,9 @@ impl WhatIf {
         }
         if self.cached_deployments {
             parts.push("cached-deployments");
+        }
+        if self.journal_unstored {
+            parts.push("journal-unstored");
         }
         parts.iter().map(|p| format!("+{p}")).collect()
     }
@@ -397,6 +405,11 @@ impl TimedStore {
         if self.what_if.no_attempt_rows {
             for c in &mut batch {
                 c.attempts.clear();
+            }
+        }
+        if self.what_if.journal_unstored {
+            for c in &mut batch {
+                c.journal = None;
             }
         }
         if self.what_if.ordered_ids {

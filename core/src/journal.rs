@@ -35,8 +35,9 @@ pub enum HashKind {
     /// The first 16 bytes of SHA-256; effects hashed as their JSON. The rows of the
     /// journal's first format (qflow 0.1.0 up to bc66e07), read, no longer written.
     Sha256First16,
-    /// XXH3-64, 8 bytes big-endian; effects hashed as their named MessagePack
-    /// (`rmp_serde::encode::write_named`). What this build writes.
+    /// XXH3-64, 8 bytes big-endian; effects hashed as their compact MessagePack
+    /// (`rmp_serde::encode::write`: structs as arrays, without field names). What this
+    /// build writes.
     Xxh3,
 }
 
@@ -61,9 +62,15 @@ impl HashKind {
 
     /// A hasher of this kind.
     pub fn hasher(self) -> Hasher {
+        self.hasher_for(256)
+    }
+
+    /// A hasher of this kind that expects about `bytes` bytes (its one allocation, when
+    /// the kind gathers its parts).
+    pub fn hasher_for(self, bytes: usize) -> Hasher {
         match self {
             HashKind::Sha256First16 => Hasher::Sha256(Sha256::new()),
-            HashKind::Xxh3 => Hasher::Xxh3(Vec::with_capacity(256)),
+            HashKind::Xxh3 => Hasher::Xxh3(Vec::with_capacity(bytes)),
         }
     }
 
@@ -86,7 +93,7 @@ impl HashKind {
                 let _ = serde_json::to_writer(&mut h, effects);
             }
             HashKind::Xxh3 => {
-                let _ = rmp_serde::encode::write_named(&mut h, effects);
+                let _ = rmp_serde::encode::write(&mut h, effects);
             }
         }
         h.finish()
@@ -663,16 +670,16 @@ mod tests {
     fn the_effects_hash_is_the_hash_of_their_serialized_bytes() {
         let effects = vec![Effect::Stale { reason: "x".into() }];
         let json = serde_json::to_vec(&effects).unwrap();
-        let named = rmp_serde::to_vec_named(&effects).unwrap();
+        let compact = rmp_serde::to_vec(&effects).unwrap();
         assert_eq!(
             HashKind::Sha256First16.effects_hash(&effects),
             HashKind::Sha256First16.hash(&json)
         );
         assert_eq!(
             HashKind::Xxh3.effects_hash(&effects),
-            HashKind::Xxh3.hash(&named)
+            HashKind::Xxh3.hash(&compact)
         );
-        assert_eq!(effects_hash(&effects), HashKind::Xxh3.hash(&named));
+        assert_eq!(effects_hash(&effects), HashKind::Xxh3.hash(&compact));
     }
 
     #[test]

@@ -690,20 +690,21 @@ impl JournalEntry {
     }
 
     fn row_hash_as(&self, kind: HashKind) -> Vec<u8> {
-        let mut h = kind.hasher();
-        h.update(&self.seq.to_be_bytes());
-        h.update(&self.deployment.0.to_be_bytes());
-        h.update(&self.at_ms.to_be_bytes());
-        for part in [
+        let parts = [
             self.input.as_bytes(),
             &self.delta,
             &self.snapshot_hash,
             &self.effects_hash,
-        ] {
+        ];
+        let mut h = kind.hasher_for(24 + parts.iter().map(|p| 8 + p.len()).sum::<usize>());
+        h.update(&self.seq.to_be_bytes());
+        h.update(&self.deployment.0.to_be_bytes());
+        h.update(&self.at_ms.to_be_bytes());
+        for part in parts {
             h.update(&(part.len() as u64).to_be_bytes());
             h.update(part);
         }
-        h.finish().to_vec()
+        h.finish()
     }
 
     /// Whether the row matches its own hash, and its three hashes are of one kind.
