@@ -185,7 +185,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                         "Q203",
                         pos,
                         format!("FEEL condition `{text}`: {m}"),
-                        "keep to comparisons, and/or/not, literals and variable paths, or write the condition in CEL",
+                        "keep to the FEEL subset of docs/vendor-mappings.md (comparisons, and/or/not, if-then-else, \
+                         some/every, contexts, list filters and indexes, is defined, the string \
+                         functions it lists), or write the condition in CEL",
                     );
                     return None;
                 }
