@@ -873,7 +873,8 @@ pub struct ReplayBody {
     #[schema(minimum = 1)]
     pub deployment: Option<i64>,
     /// Only instances in this status: `running`, `completed`, `failed` or `cancelled`.
-    pub status: Option<String>,
+    #[schema(inline)]
+    pub status: Option<InstanceState>,
     /// Only instances created at or after this instant (ms since the epoch).
     #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
     pub created_from_ms: Option<i64>,
@@ -946,7 +947,7 @@ pub async fn replay(
     let request = qflow_ops::replay::ReplayRequest {
         instance,
         deployment: body.deployment,
-        status: body.status,
+        status: body.status.map(|s| s.as_str().to_owned()),
         created_from_ms: body.created_from_ms,
         created_to_ms: body.created_to_ms,
         limit,
