@@ -9,7 +9,7 @@
 //! Schema (migrations `0001_core`, `0002_audit`, `0003_business_key`, `0004_retention`,
 //! `0005_subscriptions`, `0006_pull_tasks`, `0007_listing_order`, `0008_open_incidents`,
 //! `0010_outbox`, `0011_schedules`, `0012_journal` in both directories, and
-//! `0013_journal_without_foreign_keys` on PostgreSQL only; `0009` belongs to the user-task family, on its own
+//! `0013_journal_in_append_order` on PostgreSQL only (SQLite's `0012` has that layout already); `0009` belongs to the user-task family, on its own
 //! branch: sqlx applies every migration a database lacks whatever its number, so the two
 //! merge as they are). An applied migration is never edited, a change is a new one:
 //! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents`, `0009_user_tasks` in

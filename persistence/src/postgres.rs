@@ -363,14 +363,22 @@ const RECORD_DELIVERY_SQL: &str = "UPDATE outbox SET state = $1, \
 /// a row after we locked it waits for this statement only, then finds no row and treats
 /// its commit as a lost compare-and-swap. `MATERIALIZED` makes the choice once for all
 /// the deletes. The children go in sibling CTEs of the same statement; the foreign keys
-/// (`NO ACTION`) are checked at the statement's end, when they are gone too.
+/// (`NO ACTION`) are checked at the statement's end, when they are gone too. Journal rows
+/// are found through each instance's chain (`journal_chain`, read from the instance rows
+/// as the statement's snapshot has them, before `instances_gone`).
 fn purge_sql(by_deployment: bool) -> String {
     let choice = purge_choice("status", "$1", by_deployment.then_some("$3"), "$2");
     format!(
-        "WITH doomed AS MATERIALIZED ({choice} FOR UPDATE SKIP LOCKED), \
+        "WITH RECURSIVE doomed AS MATERIALIZED ({choice} FOR UPDATE SKIP LOCKED), \
          attempts_gone AS (DELETE FROM attempts WHERE instance IN (SELECT id FROM doomed) \
              RETURNING 1), \
-         journal_gone AS (DELETE FROM journal WHERE instance IN (SELECT id FROM doomed) \
+         journal_chain(id) AS ( \
+             SELECT journal_last FROM instances \
+                 WHERE id IN (SELECT id FROM doomed) AND journal_last IS NOT NULL \
+             UNION ALL \
+             SELECT j.prev FROM journal AS j JOIN journal_chain AS c ON j.id = c.id \
+                 WHERE j.prev IS NOT NULL AND j.prev < j.id), \
+         journal_gone AS (DELETE FROM journal WHERE id IN (SELECT id FROM journal_chain) \
              RETURNING 1), \
          incidents_gone AS (DELETE FROM incidents WHERE instance IN (SELECT id FROM doomed) \
              RETURNING 1), \
@@ -427,10 +435,13 @@ struct InstanceColumns {
     /// Written by creations only; an update keeps the stored key.
     business_key: Vec<Option<String>>,
     now_ms: Vec<i64>,
+    /// The id of the commit's journal row, if it writes one: the instance's newest.
+    journal: Vec<Option<i64>>,
 }
 
 impl InstanceColumns {
-    fn push(&mut self, commit: &Commit, fence: i64) {
+    fn push(&mut self, commit: &Commit, fence: i64, journal: Option<i64>) {
+        self.journal.push(journal);
         self.id.push(commit.instance);
         self.fence.push(fence);
         self.deployment.push(commit.deployment.0);
@@ -451,12 +462,12 @@ async fn apply_round(
     round: &[usize],
     outcomes: &mut [CommitOutcome],
 ) -> StoreResult<()> {
-    let winners = apply_state(tx, batch, round, outcomes).await?;
+    let (winners, links) = apply_state(tx, batch, round, outcomes).await?;
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
     apply_attempts(tx, &winners).await?;
-    apply_journal(tx, &winners).await?;
+    apply_journal(tx, &winners, &links).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
@@ -977,19 +988,29 @@ async fn apply_state<'a>(
     batch: &'a [Commit],
     round: &[usize],
     outcomes: &mut [CommitOutcome],
-) -> StoreResult<Vec<&'a Commit>> {
+) -> StoreResult<(Vec<&'a Commit>, JournalLinks)> {
     let mut ids: Vec<InstanceId> = round.iter().map(|&i| batch[i].instance).collect();
     ids.sort_unstable();
     // Locking in id order is what keeps two replicas' overlapping batches from deadlocking.
-    let current: HashMap<InstanceId, i64> =
-        sqlx::query("SELECT id, fence FROM instances WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-            .bind(&ids)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?
-            .iter()
-            .map(|row| Ok((row.instance_id("id")?, row.field("fence")?)))
-            .collect::<StoreResult<_>>()?;
+    // The lock also holds the instance's newest journal row still, which the commit's own
+    // row follows.
+    let current: HashMap<InstanceId, (i64, Option<i64>)> = sqlx::query(
+        "SELECT id, fence, journal_last FROM instances WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(backend)?
+    .iter()
+    .map(|row| {
+        Ok((
+            row.instance_id("id")?,
+            (row.field("fence")?, row.field("journal_last")?),
+        ))
+    })
+    .collect::<StoreResult<_>>()?;
+    let mut journal_ids = journal_ids(tx, batch, round, &current).await?.into_iter();
+    let mut links = JournalLinks::with_capacity(journal_ids.len());
 
     let mut creates = InstanceColumns::default();
     let mut updates = InstanceColumns::default();
@@ -1002,15 +1023,23 @@ async fn apply_state<'a>(
         match (commit.expected_fence, stored) {
             (None, None) => {
                 sent.insert(index);
-                creates.push(commit, 1)
+                let journal = commit.journal.as_ref().and_then(|_| journal_ids.next());
+                if let Some(id) = journal {
+                    links.insert(commit.instance, (id, None));
+                }
+                creates.push(commit, 1, journal)
             }
-            (Some(expected), Some(fence)) if fence_to_db(expected)? == fence => {
+            (Some(expected), Some((fence, last))) if fence_to_db(expected)? == fence => {
                 sent.insert(index);
-                updates.push(commit, fence)
+                let journal = commit.journal.as_ref().and_then(|_| journal_ids.next());
+                if let Some(id) = journal {
+                    links.insert(commit.instance, (id, last));
+                }
+                updates.push(commit, fence, journal)
             }
             _ => {
                 outcomes[index] = CommitOutcome::Conflict {
-                    current_fence: stored.map(fence_from_db).transpose()?,
+                    current_fence: stored.map(|(f, _)| fence_from_db(f)).transpose()?,
                 };
             }
         }
@@ -1020,13 +1049,14 @@ async fn apply_state<'a>(
     if !creates.id.is_empty() {
         let created: Vec<InstanceId> = sqlx::query_scalar(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             business_key, created_at_ms, updated_at_ms, ended_at_ms) \
+             business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last) \
              SELECT v.id, v.deployment, 1, v.status, v.failure_code, v.snapshot, v.business_key, \
                     v.now_ms, v.now_ms, \
-                    CASE WHEN v.status IN ('completed', 'cancelled') THEN v.now_ms END \
+                    CASE WHEN v.status IN ('completed', 'cancelled') THEN v.now_ms END, \
+                    v.journal \
              FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
-                         $6::text[], $7::bigint[]) \
-             AS v(id, deployment, status, failure_code, snapshot, business_key, now_ms) \
+                         $6::text[], $7::bigint[], $8::bigint[]) \
+             AS v(id, deployment, status, failure_code, snapshot, business_key, now_ms, journal) \
              ON CONFLICT DO NOTHING RETURNING id",
         )
         .bind(&creates.id)
@@ -1036,6 +1066,7 @@ async fn apply_state<'a>(
         .bind(&creates.snapshot)
         .bind(&creates.business_key)
         .bind(&creates.now_ms)
+        .bind(&creates.journal)
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
@@ -1045,10 +1076,11 @@ async fn apply_state<'a>(
         let sql = format!(
             "UPDATE instances AS i SET fence = i.fence + 1, deployment = v.deployment, \
              status = v.status, failure_code = v.failure_code, snapshot = v.snapshot, \
-             updated_at_ms = v.now_ms, ended_at_ms = {} \
+             updated_at_ms = v.now_ms, ended_at_ms = {}, \
+             journal_last = COALESCE(v.journal, i.journal_last) \
              FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-                         $6::bytea[], $7::bigint[]) \
-             AS v(id, fence, deployment, status, failure_code, snapshot, now_ms) \
+                         $6::bytea[], $7::bigint[], $8::bigint[]) \
+             AS v(id, fence, deployment, status, failure_code, snapshot, now_ms, journal) \
              WHERE i.id = v.id AND i.fence = v.fence \
              AND (i.deployment = v.deployment OR i.business_key IS NULL OR NOT EXISTS ( \
                  SELECT 1 FROM instances AS o \
@@ -1064,6 +1096,7 @@ async fn apply_state<'a>(
             .bind(&updates.failure_code)
             .bind(&updates.snapshot)
             .bind(&updates.now_ms)
+            .bind(&updates.journal)
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
@@ -1080,7 +1113,46 @@ async fn apply_state<'a>(
             outcomes[index] = refused(tx, commit).await?;
         }
     }
-    Ok(winners)
+    Ok((winners, links))
+}
+
+/// Each journaled commit's row: its id and the instance's row before it (none for a
+/// creation or an instance journaled for the first time), by instance. A commit that did
+/// not win leaves an unused id behind, as a rolled-back sequence call does.
+type JournalLinks = HashMap<InstanceId, (i64, Option<i64>)>;
+
+/// Ids for the journal rows of the round's commits that will be sent (one `nextval` each,
+/// one statement): rows in commit order, so an instance's rows ascend with its steps (a
+/// step commits only after the one before it did, so its id was taken later). None are
+/// taken when no commit journals.
+async fn journal_ids(
+    tx: &mut PgConnection,
+    batch: &[Commit],
+    round: &[usize],
+    current: &HashMap<InstanceId, (i64, Option<i64>)>,
+) -> StoreResult<Vec<i64>> {
+    let wanted = round
+        .iter()
+        .filter(|&&index| {
+            let commit = &batch[index];
+            commit.journal.is_some()
+                && match (commit.expected_fence, current.get(&commit.instance)) {
+                    (None, None) => true,
+                    (Some(expected), Some(&(fence, _))) => {
+                        fence_to_db(expected).is_ok_and(|e| e == fence)
+                    }
+                    _ => false,
+                }
+        })
+        .count();
+    if wanted == 0 {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT nextval('journal_id_seq') FROM generate_series(1, $1)")
+        .bind(wanted as i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)
 }
 
 /// Why a commit that went into the round's statements did not apply: another replica
@@ -1292,24 +1364,32 @@ async fn apply_attempts(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResu
     Ok(())
 }
 
-/// Appends the winners' input-journal rows (SPEC G3) in one `UNNEST` insert; a round
-/// without any (the journal is off for its deployments) sends nothing.
-async fn apply_journal(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+/// Appends the winners' input-journal rows (SPEC G3) in one `UNNEST` insert, each with
+/// the id `apply_state` gave it and linked to its instance's row before it (`links`); a
+/// round without any (the journal is off for its deployments) sends nothing.
+async fn apply_journal(
+    tx: &mut PgConnection,
+    winners: &[&Commit],
+    links: &JournalLinks,
+) -> StoreResult<()> {
     let mut j = JournalColumns::default();
     for commit in winners {
-        if let Some(entry) = &commit.journal {
-            j.push(commit.instance, seq_to_db(entry.seq)?, entry);
+        if let (Some(entry), Some(&(id, prev))) = (&commit.journal, links.get(&commit.instance)) {
+            j.push(id, prev, commit.instance, seq_to_db(entry.seq)?, entry);
         }
     }
     if j.instance.is_empty() {
         return Ok(());
     }
     sqlx::query(
-        "INSERT INTO journal (instance, seq, deployment, at_ms, input, delta, snapshot_hash, \
-         effects_hash, row_hash) \
-         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], \
-                              $5::text[], $6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[])",
+        "INSERT INTO journal (id, prev, instance, seq, deployment, at_ms, input, delta, \
+         snapshot_hash, effects_hash, row_hash) \
+         SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::uuid[], $4::bigint[], \
+                              $5::bigint[], $6::bigint[], $7::text[], $8::bytea[], $9::bytea[], \
+                              $10::bytea[], $11::bytea[])",
     )
+    .bind(&j.id)
+    .bind(&j.prev)
     .bind(&j.instance)
     .bind(&j.seq)
     .bind(&j.deployment)
@@ -1328,6 +1408,8 @@ async fn apply_journal(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResul
 /// Column arrays of `journal` rows, for one `UNNEST`.
 #[derive(Default)]
 struct JournalColumns<'a> {
+    id: Vec<i64>,
+    prev: Vec<Option<i64>>,
     instance: Vec<InstanceId>,
     seq: Vec<i64>,
     deployment: Vec<i64>,
@@ -1340,7 +1422,16 @@ struct JournalColumns<'a> {
 }
 
 impl<'a> JournalColumns<'a> {
-    fn push(&mut self, instance: InstanceId, seq: i64, entry: &'a JournalEntry) {
+    fn push(
+        &mut self,
+        id: i64,
+        prev: Option<i64>,
+        instance: InstanceId,
+        seq: i64,
+        entry: &'a JournalEntry,
+    ) {
+        self.id.push(id);
+        self.prev.push(prev);
         self.instance.push(instance);
         self.seq.push(seq);
         self.deployment.push(entry.deployment.0);
@@ -1797,7 +1888,10 @@ impl Store for PgStore {
         map_all(rows.await, attempt_from_row)
     }
 
-    /// One range scan of the journal's primary key, from `(instance, after)`.
+    /// One walk of the instance's chain (`0013_journal_in_append_order.sql`) from its
+    /// newest row down to `after`, by each row's primary key. Paging an instance of N rows
+    /// a page of L at a time walks about N²/2L rows in all: fine for the histories
+    /// instances have; a replay reads pages of 1,000.
     async fn journal(
         &self,
         instance: InstanceId,
@@ -1809,8 +1903,13 @@ impl Store for PgStore {
             return Ok(Vec::new());
         };
         let sql = format!(
-            "SELECT {JOURNAL_COLUMNS} FROM journal WHERE instance = $1 AND seq > $2 \
-             ORDER BY seq LIMIT $3"
+            "WITH RECURSIVE chain(id) AS ( \
+                 SELECT journal_last FROM instances WHERE id = $1 AND journal_last IS NOT NULL \
+                 UNION ALL \
+                 SELECT j.prev FROM journal AS j JOIN chain AS c ON j.id = c.id \
+                     WHERE j.prev IS NOT NULL AND j.prev < j.id AND j.seq > $2) \
+             SELECT {JOURNAL_COLUMNS} FROM journal WHERE id IN (SELECT id FROM chain) \
+             AND seq > $2 ORDER BY seq LIMIT $3"
         );
         let rows = sqlx::query(&sql)
             .bind(instance)

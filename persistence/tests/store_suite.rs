@@ -675,3 +675,129 @@ async fn postgres_schema_name_is_checked() {
         ),
     }
 }
+
+/// A PostgreSQL journal written before `0013_journal_in_append_order` (rows keyed by
+/// `(instance, seq)`, no chain) reads the same after the migration: each instance's rows
+/// in seq order, chained, and the next step's row follows them.
+#[tokio::test]
+async fn postgres_a_journal_keyed_by_instance_is_chained_by_the_migration() -> Result<()> {
+    use qflow_store::conformance::journal_entry;
+    use qflow_store::{DeploymentId, JournalEntry};
+
+    let Some(url) = pg_url() else {
+        println!("skipped: QFLOW_TEST_PG_URL not set");
+        return Ok(());
+    };
+    let schema = unique_name("qflow_journal_migration");
+    let result = async {
+        // The schema as the build before 0013 left it: every earlier migration applied.
+        let before = tempfile::tempdir()?;
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres");
+        for entry in std::fs::read_dir(source)? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if name.as_bytes() < b"0013".as_slice() {
+                std::fs::copy(&path, before.path().join(name))?;
+            }
+        }
+        let mut conn = PgConnection::connect(&url).await?;
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&mut conn)
+            .await?;
+        sqlx::query(&format!("SET search_path TO {schema}"))
+            .execute(&mut conn)
+            .await?;
+        sqlx::migrate::Migrator::new(before.path())
+            .await?
+            .run(&mut conn)
+            .await?;
+        // Two instances with rows written the old way (one of them in an order that
+        // is not its seq order), a third without any.
+        let dep: i64 = sqlx::query_scalar(
+            "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
+             VALUES ('p', 'h1', '', 0) RETURNING id",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        let rows = |n: u8, steps: u64| -> Vec<JournalEntry> {
+            (1..=steps)
+                .map(|seq| journal_entry(seq, DeploymentId(dep), T0 + seq as i64, n))
+                .collect()
+        };
+        let (one, two) = (rows(1, 3), rows(2, 2));
+        for (n, fence) in [(1u128, 3i64), (2, 2), (3, 1)] {
+            sqlx::query(
+                "INSERT INTO instances (id, deployment, fence, status, snapshot, \
+                 created_at_ms, updated_at_ms) VALUES ($1, $2, $3, 'running', '\\x80', 0, 0)",
+            )
+            .bind(id(n))
+            .bind(dep)
+            .bind(fence)
+            .execute(&mut conn)
+            .await?;
+        }
+        for (n, entry) in [
+            (2u128, &two[1]),
+            (1, &one[2]),
+            (1, &one[0]),
+            (2, &two[0]),
+            (1, &one[1]),
+        ] {
+            sqlx::query(
+                "INSERT INTO journal (instance, seq, deployment, at_ms, input, delta, \
+                 snapshot_hash, effects_hash, row_hash) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(id(n))
+            .bind(entry.seq as i64)
+            .bind(dep)
+            .bind(entry.at_ms)
+            .bind(&entry.input)
+            .bind(&entry.delta)
+            .bind(&entry.snapshot_hash)
+            .bind(&entry.effects_hash)
+            .bind(&entry.row_hash)
+            .execute(&mut conn)
+            .await?;
+        }
+        conn.close().await?;
+
+        // This build opens it and applies 0013.
+        let store = PgStore::connect_with(
+            &url,
+            PgConfig {
+                schema: Some(schema.clone()),
+                max_connections: 2,
+            },
+        )
+        .await?;
+        let checked = async {
+            ensure!(store.journal(id(1), 0, 0).await? == one, "instance 1");
+            ensure!(store.journal(id(2), 0, 0).await? == two, "instance 2");
+            ensure!(store.journal(id(1), 1, 1).await? == one[1..2], "a page");
+            ensure!(store.journal(id(3), 0, 0).await?.is_empty(), "instance 3");
+            // The next step's row follows the migrated ones.
+            let next = journal_entry(4, DeploymentId(dep), T0 + 4, 1);
+            let mut step = commit(id(1), Some(3), DeploymentId(dep));
+            step.journal = Some(next.clone());
+            ensure!(commit_one(&store, step).await? == CommitOutcome::Applied { fence: 4 });
+            let mut all = one.clone();
+            all.push(next);
+            ensure!(store.journal(id(1), 0, 0).await? == all, "after a step");
+            ensure!(store.journal(id(2), 0, 0).await? == two, "instance 2 after");
+            Ok(())
+        }
+        .await;
+        store.close().await;
+        checked
+    }
+    .await;
+    let mut conn = PgConnection::connect(&url).await?;
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&mut conn)
+        .await?;
+    result
+}
