@@ -803,7 +803,9 @@ impl P<'_> {
             Some((root, rest)) => (root, format!(".{rest}")),
             None => (path, String::new()),
         };
-        if !self.scopes.iter().any(|s| matches!(s, Scope::Filter(_))) {
+        if !self.scopes.iter().any(|s| matches!(s, Scope::Filter(_)))
+            && !CEL_TYPE_NAMES.contains(&root)
+        {
             return path.to_owned();
         }
         let base = self.resolve_root(root, self.scopes.len());
@@ -1441,6 +1443,42 @@ mod tests {
         ] {
             assert!(feel_to_cel(refused).is_err(), "{refused}");
         }
+    }
+
+    /// A variable named like a CEL type (`type`, `int`, …) is that variable everywhere,
+    /// not only inside a filter: unbound, CEL would read the type (`type = null` was
+    /// false where FEEL's missing variable is null, and qflow fails a missing variable).
+    #[test]
+    fn a_variable_named_like_a_cel_type_is_the_variable() {
+        use serde_json::json;
+        assert_eq!(
+            feel_to_cel("type = \"gold\"").as_deref(),
+            Ok("feel_var(\"type\") == \"gold\"")
+        );
+        assert_eq!(
+            feel_to_cel("int.value > 1").as_deref(),
+            Ok("feel_var(\"int\").value > 1")
+        );
+        assert_eq!(
+            eval_feel("type = \"gold\"", r#"{"type": "gold"}"#),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            eval_feel("type = null", r#"{"type": null}"#),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            eval_feel("int.value > 1", r#"{"int": {"value": 2}}"#),
+            Ok(json!(true))
+        );
+        // Missing: a failure, as for every other missing variable, never CEL's type.
+        assert!(eval_feel("type = null", "{}").is_err());
+        assert!(eval_feel("some x in [1] satisfies type = null", "{}").is_err());
+        // A quantifier's own variable of that name is the element.
+        assert_eq!(
+            eval_feel("some type in [1, 2] satisfies type > 1", "{}"),
+            Ok(json!(true))
+        );
     }
 
     /// Translates `feel`, compiles the CEL and evaluates it over the JSON `vars`.
