@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --journal --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored` (the what-ifs
+//! --open-loop --journal --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -125,6 +125,9 @@ struct WhatIf {
     /// the store (breaks G3): prices the store's half of the journal apart from the
     /// lane's.
     journal_unstored: bool,
+    /// With `--journal`: store every row with its input, delta and hashes emptied
+    /// (breaks G3): prices the rows' bytes apart from their number.
+    journal_tiny: bool,
 }
 
 impl WhatIf {
@@ -136,8 +139,9 @@ impl WhatIf {
                 "no-attempt-rows" => w.no_attempt_rows = true,
                 "cached-deployments" => w.cached_deployments = true,
                 "journal-unstored" => w.journal_unstored = true,
+                "journal-tiny" => w.journal_tiny = true,
                 other => bail!(
-                    "unknown --what-if {other:?} (ordered-ids, no-attempt-rows, cached-deployments, journal-unstored)"
+                    "unknown --what-if {other:?} (ordered-ids, no-attempt-rows, cached-deployments, journal-unstored, journal-tiny)"
                 ),
             }
         }
@@ -157,6 +161,9 @@ impl WhatIf {
         }
         if self.journal_unstored {
             parts.push("journal-unstored");
+        }
+        if self.journal_tiny {
+            parts.push("journal-tiny");
         }
         parts.iter().map(|p| format!("+{p}")).collect()
     }
@@ -410,6 +417,15 @@ impl TimedStore {
         if self.what_if.journal_unstored {
             for c in &mut batch {
                 c.journal = None;
+            }
+        }
+        if self.what_if.journal_tiny {
+            for entry in batch.iter_mut().filter_map(|c| c.journal.as_mut()) {
+                entry.input.clear();
+                entry.delta.clear();
+                entry.snapshot_hash.clear();
+                entry.effects_hash.clear();
+                entry.row_hash.clear();
             }
         }
         if self.what_if.ordered_ids {
