@@ -132,6 +132,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(zeebe::complete))
         .routes(routes!(zeebe::fail))
         .routes(routes!(zeebe::throw_error))
+        .routes(routes!(zeebe::update))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics_text))

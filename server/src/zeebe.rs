@@ -69,6 +69,18 @@ fn unsupported(path: &[&str], value: Option<serde_json::Value>, instead: &str) -
     problem
 }
 
+/// A 400 for a value out of its field's rule, at the field's JSON pointer.
+fn invalid_at(path: &[&str], why: &str) -> Problem {
+    let detail = format!("`{}`: {why}", path.join("."));
+    let mut problem = Problem::new(StatusCode::BAD_REQUEST, "invalid", detail.clone());
+    problem.errors.push(crate::problem::FieldError {
+        pointer: Some(crate::problem::pointer_of(path.iter().copied())),
+        parameter: None,
+        detail,
+    });
+    problem
+}
+
 /// The schema of a field qflow takes only as null (or absent).
 fn only_null() -> utoipa::openapi::Object {
     use utoipa::openapi::schema::{ObjectBuilder, Type};
@@ -672,4 +684,85 @@ pub async fn throw_error(
             .bpmn_error_pull(&key, &worker, &body.error_code, &message, variables)
             .await,
     )
+}
+
+/// What to change on an activated job (Camunda 8 `JobUpdateRequest`): every field of
+/// Camunda 8.10's.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobUpdateBody {
+    pub changeset: JobChangeset,
+    /// A reference Camunda writes into the records of the operation: qflow keeps no such
+    /// records, so only null.
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub operation_reference: Option<serde_json::Value>,
+}
+
+/// The changed values of a job (Camunda 8 `JobChangeset`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobChangeset {
+    /// Only null or absent: a job's attempts left come from the model and from the
+    /// failure that reports an attempt (`retries` of `POST /v2/jobs/{jobKey}/failure`).
+    #[serde(default)]
+    #[schema(schema_with = only_null)]
+    pub retries: Option<serde_json::Value>,
+    /// The job's new timeout, in ms from now (Camunda's meaning): the worker's lock on it
+    /// is extended to then.
+    #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
+    #[schema(minimum = 1, maximum = 86400000)]
+    pub timeout: Option<i64>,
+}
+
+/// Changes an activated job (Camunda 8 `PATCH /v2/jobs/{jobKey}`): its timeout, counted
+/// from now, as the worker holding it extends its lock. Its retries are not changed here
+/// (docs/workers.md).
+#[utoipa::path(patch, path = "/v2/jobs/{jobKey}", tag = "zeebe jobs",
+    params(("jobKey" = String, Path, description = "The job key an activation returned")),
+    request_body = JobUpdateBody,
+    responses(
+        (status = 204, description = "Updated: the job times out that long from now"),
+        (status = 400, description = "A change qflow does not make, or no change", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The job is not activated", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["worker"])))]
+pub async fn update(
+    State(state): State<AppState>,
+    _caller: Caller<WorkerScope>,
+    Path(key): Path<String>,
+    JsonBody(body): JsonBody<JobUpdateBody>,
+) -> Result<StatusCode> {
+    if let Some(reference) = body.operation_reference.filter(|v| !v.is_null()) {
+        return Err(unsupported(
+            &["operationReference"],
+            Some(reference),
+            "qflow keeps no operation records to tag; send null or leave it out",
+        ));
+    }
+    if let Some(retries) = body.changeset.retries.filter(|v| !v.is_null()) {
+        return Err(unsupported(
+            &["changeset", "retries"],
+            Some(retries),
+            "a job's attempts left come from the model and from the failure that reports an \
+             attempt (`retries` of POST /v2/jobs/{jobKey}/failure); a FAILED instance is \
+             repaired with POST /v1/instances/{id}/resume, which chooses its budget",
+        ));
+    }
+    let Some(timeout) = body.changeset.timeout else {
+        return Err(invalid_at(
+            &["changeset"],
+            "a change must set `timeout` (ms from now), the one change qflow makes to an \
+             activated job",
+        ));
+    };
+    if !(1..=86_400_000).contains(&timeout) {
+        return Err(invalid_at(
+            &["changeset", "timeout"],
+            &format!("{timeout} is not a timeout in 1..=86400000 ms from now"),
+        ));
+    }
+    let worker = holder(&state, &key).await?;
+    answered(state.ops.extend_lock(&key, &worker, timeout).await)
 }

@@ -1464,3 +1464,88 @@ async fn a_zeebe_model_runs_through_the_camunda_8_job_endpoints() {
     assert_eq!(view["instance"]["status"], "completed", "{view}");
     assert_eq!(w.history(&id).await[0]["worker"], "courier");
 }
+
+/// `PATCH /v2/jobs/{jobKey}` (Camunda 8 `updateJob`): a new timeout counts from now and
+/// moves the job's lock timer, so it outlives its first timeout and still completes;
+/// retries, an operation reference, no change or a timeout out of range are refused at
+/// their pointer and change nothing; an unknown job is 404.
+#[tokio::test]
+async fn zeebe_job_update_moves_its_timeout_and_refuses_retries() {
+    let w = world().await;
+    let id = w.start().await;
+    let job = activate(&w, "z-1", 1_000).await;
+    let key = job["jobKey"].as_str().unwrap().to_owned();
+    let lock_due = |view: &Value| -> Vec<i64> {
+        view["timers"]
+            .as_array()
+            .expect("timers")
+            .iter()
+            .filter(|t| t["node"] == "charge")
+            .filter_map(|t| t["due_at_ms"].as_i64())
+            .collect()
+    };
+    assert_eq!(lock_due(&w.instance(&id).await), vec![T0 + 1_000]);
+    let fence = w.fence(&id).await;
+    let patch = |body: Value| {
+        let uri = format!("/v2/jobs/{key}");
+        let w = &w;
+        async move { w.send(Method::PATCH, &uri, WORKER, Some(body)).await }
+    };
+    for (body, pointer, needle) in [
+        (
+            json!({"changeset": {"retries": 5}}),
+            "/changeset/retries",
+            "attempts left",
+        ),
+        (
+            json!({"changeset": {"timeout": 0}}),
+            "/changeset/timeout",
+            "1..=86400000",
+        ),
+        (json!({"changeset": {}}), "/changeset", "must set `timeout`"),
+        (
+            json!({"changeset": {"retries": null, "timeout": null}}),
+            "/changeset",
+            "must set",
+        ),
+        (
+            json!({"changeset": {"timeout": 5000}, "operationReference": 7}),
+            "/operationReference",
+            "operation records",
+        ),
+    ] {
+        zeebe_refused(&patch(body).await, pointer, needle);
+    }
+    let r = patch(json!({"changeset": {"timeout": 5000}, "extra": 1})).await;
+    refused(&r, StatusCode::BAD_REQUEST, "extra");
+    assert_eq!(w.fence(&id).await, fence, "a refusal stepped the instance");
+
+    w.clock.advance_ms(500);
+    let r = patch(
+        json!({"changeset": {"retries": null, "timeout": 60000}, "operationReference": null}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    // From now (T0 + 500), not from the activation.
+    assert_eq!(lock_due(&w.instance(&id).await), vec![T0 + 60_500]);
+    // Past its first timeout, the job is still the worker's.
+    w.clock.advance_ms(5_000);
+    let r = w
+        .post(&format!("/v2/jobs/{key}/completion"), json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let history = w.history(&id).await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["outcome"], "ok", "{history:?}");
+    assert_eq!(history[0]["finished_at_ms"], T0 + 5_500, "{history:?}");
+
+    let r = w
+        .send(
+            Method::PATCH,
+            "/v2/jobs/0190c7a2-5b1e-7c3d-9f00-3a4b5c6d7e8f:1:charge",
+            WORKER,
+            Some(json!({"changeset": {"timeout": 5000}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+}
