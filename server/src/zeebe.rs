@@ -709,9 +709,10 @@ pub struct JobChangeset {
     #[schema(schema_with = only_null)]
     pub retries: Option<serde_json::Value>,
     /// The job's new timeout, in ms from now (Camunda's meaning): the worker's lock on it
-    /// is extended to then.
+    /// is extended to then. Optional in Camunda's schema, required here: it is the one
+    /// change qflow makes (a body without it is a 400 at `/changeset`).
     #[serde(default, deserialize_with = "qflow_ops::json::optional_integer")]
-    #[schema(minimum = 1, maximum = 86400000)]
+    #[schema(value_type = i64, required = true, minimum = 1, maximum = 86400000)]
     pub timeout: Option<i64>,
 }
 
