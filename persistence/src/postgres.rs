@@ -1888,7 +1888,7 @@ impl Store for PgStore {
         map_all(rows.await, attempt_from_row)
     }
 
-    /// One walk of the instance's chain (`0013_journal_in_append_order.sql`) from its
+    /// One walk of the instance's chain (`0014_journal_in_append_order.sql`) from its
     /// newest row down to `after`, by each row's primary key. Paging an instance of N rows
     /// a page of L at a time walks about N²/2L rows in all: fine for the histories
     /// instances have; a replay reads pages of 1,000.

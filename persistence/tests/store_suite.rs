@@ -676,7 +676,7 @@ async fn postgres_schema_name_is_checked() {
     }
 }
 
-/// A PostgreSQL journal written before `0013_journal_in_append_order` (rows keyed by
+/// A PostgreSQL journal written before `0014_journal_in_append_order` (rows keyed by
 /// `(instance, seq)`, no chain) reads the same after the migration: each instance's rows
 /// in seq order, chained, and the next step's row follows them.
 #[tokio::test]
@@ -690,7 +690,7 @@ async fn postgres_a_journal_keyed_by_instance_is_chained_by_the_migration() -> R
     };
     let schema = unique_name("qflow_journal_migration");
     let result = async {
-        // The schema as the build before 0013 left it: every earlier migration applied.
+        // The schema as the build before 0014 left it: every earlier migration applied.
         let before = tempfile::tempdir()?;
         let source = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres");
         for entry in std::fs::read_dir(source)? {
@@ -699,7 +699,7 @@ async fn postgres_a_journal_keyed_by_instance_is_chained_by_the_migration() -> R
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default();
-            if name.as_bytes() < b"0013".as_slice() {
+            if name.as_bytes() < b"0014".as_slice() {
                 std::fs::copy(&path, before.path().join(name))?;
             }
         }
@@ -788,6 +788,18 @@ async fn postgres_a_journal_keyed_by_instance_is_chained_by_the_migration() -> R
             all.push(next);
             ensure!(store.journal(id(1), 0, 0).await? == all, "after a step");
             ensure!(store.journal(id(2), 0, 0).await? == two, "instance 2 after");
+            // A build from before the chain inserts without an id: refused, not a row
+            // outside every chain.
+            let old_insert = sqlx::query(
+                "INSERT INTO journal (instance, seq, deployment, at_ms, input, delta, \
+                 snapshot_hash, effects_hash, row_hash) \
+                 VALUES ($1, 5, $2, 0, '', '', '', '', '')",
+            )
+            .bind(id(1))
+            .bind(dep)
+            .execute(store.pool())
+            .await;
+            ensure!(old_insert.is_err(), "an insert without an id was taken");
             Ok(())
         }
         .await;

@@ -758,10 +758,12 @@ pub async fn update(
              activated job",
         ));
     };
-    if !(1..=86_400_000).contains(&timeout) {
+    // The lock's bound (`LOCK_MS_MAX`, the schema's maximum).
+    let max = qflow_runtime::pull::LOCK_MS_MAX;
+    if !u64::try_from(timeout).is_ok_and(|ms| (1..=max).contains(&ms)) {
         return Err(invalid_at(
             &["changeset", "timeout"],
-            &format!("{timeout} is not a timeout in 1..=86400000 ms from now"),
+            &format!("{timeout} is not a timeout in 1..={max} ms from now"),
         ));
     }
     let worker = holder(&state, &key).await?;

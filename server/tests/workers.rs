@@ -1538,6 +1538,11 @@ async fn zeebe_job_update_moves_its_timeout_and_refuses_retries() {
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0]["outcome"], "ok", "{history:?}");
     assert_eq!(history[0]["finished_at_ms"], T0 + 5_500, "{history:?}");
+    // A job whose attempt is over is not activated: 409, and nothing steps.
+    let fence = w.fence(&id).await;
+    let r = patch(json!({"changeset": {"timeout": 5000}})).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(w.fence(&id).await, fence);
 
     let r = w
         .send(

@@ -8,17 +8,20 @@
 -- its newest row, each row the one before it (`prev`, always an older id). The commit
 -- reads `journal_last` with the instance row it locks anyway and sets it in the update it
 -- runs anyway.
+-- (The foreign keys went in `0013_journal_without_foreign_keys.sql`.)
 --
--- The foreign keys go too: the commit that writes a row holds both rows it names (its
--- instance's, whose compare-and-swap it won, and the deployment the step ran on); the
--- purge deletes an instance's rows with it, in one statement; deployments are never
--- deleted. They cost each row two index probes and a KEY SHARE lock on its deployment's
--- row, which every lane's transaction took at once.
+-- `prev < id` holds because ids come from one sequence that never caches ahead and never
+-- cycles, and a step's id is taken after the lock on its instance's row, which the step
+-- before it held until it committed. A database moved by logical replication, which
+-- does not copy sequence values, must have `journal_id_seq` set past `MAX(journal.id)`
+-- before qflow writes to it (docs/replay.md).
+--
+-- `id` has no default: every replica must run a build that knows the chain before this
+-- migration runs. A build from before it would insert rows outside every chain (never
+-- read, never purged); without a default its inserts fail loudly instead.
 ALTER TABLE journal DROP CONSTRAINT journal_pkey;
-ALTER TABLE journal DROP CONSTRAINT journal_instance_fkey;
-ALTER TABLE journal DROP CONSTRAINT journal_deployment_fkey;
 
-CREATE SEQUENCE journal_id_seq AS BIGINT;
+CREATE SEQUENCE journal_id_seq AS BIGINT CACHE 1 NO CYCLE;
 ALTER TABLE journal ADD COLUMN id BIGINT;
 ALTER TABLE journal ADD COLUMN prev BIGINT;
 
@@ -35,7 +38,6 @@ UPDATE journal AS j SET prev = p.prev
 SELECT setval('journal_id_seq', (SELECT COALESCE(MAX(id), 0) + 1 FROM journal), false);
 
 ALTER TABLE journal ALTER COLUMN id SET NOT NULL;
-ALTER TABLE journal ALTER COLUMN id SET DEFAULT nextval('journal_id_seq');
 ALTER SEQUENCE journal_id_seq OWNED BY journal.id;
 ALTER TABLE journal ADD PRIMARY KEY (id);
 ALTER TABLE journal ADD CONSTRAINT journal_prev_older CHECK (prev IS NULL OR prev < id);
