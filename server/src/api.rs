@@ -769,19 +769,12 @@ pub async fn migrate(
         .map(Json)
         .map_err(|e| match e {
             // Plan fields live under `/plan` in this body.
-            qflow_ops::Error::Invalid { field, why } => {
-                let mut p = Problem::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid",
-                    format!("plan.{field}: {why}"),
-                );
-                p.errors.push(crate::problem::FieldError {
-                    pointer: Some(crate::problem::pointer_of(["plan", field])),
-                    parameter: None,
-                    detail: why,
-                });
-                p
-            }
+            qflow_ops::Error::Invalid { field, why } => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("plan.{field}: {why}"),
+            )
+            .at_pointer(["plan", field], why),
             other => Problem::from_ops(other, Place::Body),
         })
 }
@@ -915,28 +908,23 @@ pub async fn replay(
         Some(n @ 1..=REPLAY_HTTP_LIMIT_MAX) => n as u32,
         Some(n) => {
             let why = format!("{n} is outside 1..={REPLAY_HTTP_LIMIT_MAX}");
-            let mut p = Problem::new(StatusCode::BAD_REQUEST, "invalid", format!("limit: {why}"));
-            p.errors.push(crate::problem::FieldError {
-                pointer: Some(crate::problem::pointer_of(["limit"])),
-                parameter: None,
-                detail: why,
-            });
-            return Err(p);
+            return Err(
+                Problem::new(StatusCode::BAD_REQUEST, "invalid", format!("limit: {why}")).at(
+                    Place::Body,
+                    "limit",
+                    why,
+                ),
+            );
         }
     };
     if let Some(d) = body.deployment.filter(|d| *d < 1) {
         let why = format!("{d} is not a deployment version (1 or more)");
-        let mut p = Problem::new(
+        return Err(Problem::new(
             StatusCode::BAD_REQUEST,
             "invalid",
             format!("deployment: {why}"),
-        );
-        p.errors.push(crate::problem::FieldError {
-            pointer: Some(crate::problem::pointer_of(["deployment"])),
-            parameter: None,
-            detail: why,
-        });
-        return Err(p);
+        )
+        .at(Place::Body, "deployment", why));
     }
     let instance = match body.instance.as_deref() {
         None => None,

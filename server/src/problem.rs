@@ -75,6 +75,21 @@ impl Problem {
         self
     }
 
+    /// The same problem, naming the body member at `path` (from the body's top, e.g.
+    /// `["changeset", "timeout"]`) as the one at fault.
+    pub fn at_pointer<'a>(
+        mut self,
+        path: impl IntoIterator<Item = &'a str>,
+        detail: impl Into<String>,
+    ) -> Problem {
+        self.errors.push(FieldError {
+            pointer: Some(pointer_of(path)),
+            parameter: None,
+            detail: detail.into(),
+        });
+        self
+    }
+
     pub fn unauthorized(detail: &str) -> Problem {
         Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail)
     }

@@ -60,25 +60,15 @@ fn unsupported(path: &[&str], value: Option<serde_json::Value>, instead: &str) -
     let field = path.join(".");
     let shown = value.map(|v| format!(" {v}")).unwrap_or_default();
     let detail = format!("`{field}`{shown} is not supported: {instead}");
-    let mut problem = Problem::new(StatusCode::BAD_REQUEST, "invalid", detail.clone());
-    problem.errors.push(crate::problem::FieldError {
-        pointer: Some(crate::problem::pointer_of(path.iter().copied())),
-        parameter: None,
-        detail,
-    });
-    problem
+    Problem::new(StatusCode::BAD_REQUEST, "invalid", detail.clone())
+        .at_pointer(path.iter().copied(), detail)
 }
 
 /// A 400 for a value out of its field's rule, at the field's JSON pointer.
 fn invalid_at(path: &[&str], why: &str) -> Problem {
     let detail = format!("`{}`: {why}", path.join("."));
-    let mut problem = Problem::new(StatusCode::BAD_REQUEST, "invalid", detail.clone());
-    problem.errors.push(crate::problem::FieldError {
-        pointer: Some(crate::problem::pointer_of(path.iter().copied())),
-        parameter: None,
-        detail,
-    });
-    problem
+    Problem::new(StatusCode::BAD_REQUEST, "invalid", detail.clone())
+        .at_pointer(path.iter().copied(), detail)
 }
 
 /// The schema of a field qflow takes only as null (or absent).
