@@ -994,7 +994,7 @@ async fn apply_state<'a>(
     // Locking in id order is what keeps two replicas' overlapping batches from deadlocking.
     // The lock also holds the instance's newest journal row still, which the commit's own
     // row follows.
-    let current: HashMap<InstanceId, (i64, Option<i64>)> = sqlx::query(
+    let current: HashMap<InstanceId, Stored> = sqlx::query(
         "SELECT id, fence, journal_last FROM instances WHERE id = ANY($1) ORDER BY id FOR UPDATE",
     )
     .bind(&ids)
@@ -1009,33 +1009,16 @@ async fn apply_state<'a>(
         ))
     })
     .collect::<StoreResult<_>>()?;
-    let mut journal_ids = journal_ids(tx, batch, round, &current).await?.into_iter();
-    let mut links = JournalLinks::with_capacity(journal_ids.len());
-
-    let mut creates = InstanceColumns::default();
-    let mut updates = InstanceColumns::default();
-    // The commits that went into a statement: one of those that did not win was stopped
-    // by a concurrent creation of its id or by a business key.
-    let mut sent: HashSet<usize> = HashSet::with_capacity(round.len());
+    // Each commit of the round goes into the creations, the updates (with the fence and
+    // newest journal row it found), or is a conflict now.
+    let mut sent: Vec<(usize, Option<Stored>)> = Vec::with_capacity(round.len());
     for &index in round {
         let commit = &batch[index];
         let stored = current.get(&commit.instance).copied();
         match (commit.expected_fence, stored) {
-            (None, None) => {
-                sent.insert(index);
-                let journal = commit.journal.as_ref().and_then(|_| journal_ids.next());
-                if let Some(id) = journal {
-                    links.insert(commit.instance, (id, None));
-                }
-                creates.push(commit, 1, journal)
-            }
+            (None, None) => sent.push((index, None)),
             (Some(expected), Some((fence, last))) if fence_to_db(expected)? == fence => {
-                sent.insert(index);
-                let journal = commit.journal.as_ref().and_then(|_| journal_ids.next());
-                if let Some(id) = journal {
-                    links.insert(commit.instance, (id, last));
-                }
-                updates.push(commit, fence, journal)
+                sent.push((index, Some((fence, last))))
             }
             _ => {
                 outcomes[index] = CommitOutcome::Conflict {
@@ -1044,6 +1027,29 @@ async fn apply_state<'a>(
             }
         }
     }
+    let journaled = sent
+        .iter()
+        .filter(|(index, _)| batch[*index].journal.is_some())
+        .count();
+    let mut journal_ids = journal_ids(tx, journaled).await?.into_iter();
+    let mut links = JournalLinks::with_capacity(journaled);
+
+    let mut creates = InstanceColumns::default();
+    let mut updates = InstanceColumns::default();
+    for &(index, found) in &sent {
+        let commit = &batch[index];
+        let journal = commit.journal.as_ref().and_then(|_| journal_ids.next());
+        if let Some(id) = journal {
+            links.insert(commit.instance, (id, found.and_then(|(_, last)| last)));
+        }
+        match found {
+            None => creates.push(commit, 1, journal),
+            Some((fence, _)) => updates.push(commit, fence, journal),
+        }
+    }
+    // The commits that went into a statement: one of those that did not win was stopped
+    // by a concurrent creation of its id or by a business key.
+    let sent: HashSet<usize> = sent.into_iter().map(|(index, _)| index).collect();
 
     let mut won: HashSet<InstanceId> = HashSet::with_capacity(round.len());
     if !creates.id.is_empty() {
@@ -1116,40 +1122,23 @@ async fn apply_state<'a>(
     Ok((winners, links))
 }
 
+/// A locked instance row's fence and newest journal row.
+type Stored = (i64, Option<i64>);
+
 /// Each journaled commit's row: its id and the instance's row before it (none for a
 /// creation or an instance journaled for the first time), by instance. A commit that did
 /// not win leaves an unused id behind, as a rolled-back sequence call does.
 type JournalLinks = HashMap<InstanceId, (i64, Option<i64>)>;
 
-/// Ids for the journal rows of the round's commits that will be sent (one `nextval` each,
-/// one statement): rows in commit order, so an instance's rows ascend with its steps (a
-/// step commits only after the one before it did, so its id was taken later). None are
-/// taken when no commit journals.
-async fn journal_ids(
-    tx: &mut PgConnection,
-    batch: &[Commit],
-    round: &[usize],
-    current: &HashMap<InstanceId, (i64, Option<i64>)>,
-) -> StoreResult<Vec<i64>> {
-    let wanted = round
-        .iter()
-        .filter(|&&index| {
-            let commit = &batch[index];
-            commit.journal.is_some()
-                && match (commit.expected_fence, current.get(&commit.instance)) {
-                    (None, None) => true,
-                    (Some(expected), Some(&(fence, _))) => {
-                        fence_to_db(expected).is_ok_and(|e| e == fence)
-                    }
-                    _ => false,
-                }
-        })
-        .count();
-    if wanted == 0 {
+/// `n` ids for journal rows, one `nextval` each in one statement (none when `n` is 0).
+/// A step's id is taken after the lock on its instance's row, which the step before it
+/// held until it committed, so an instance's rows ascend with its steps.
+async fn journal_ids(tx: &mut PgConnection, n: usize) -> StoreResult<Vec<i64>> {
+    if n == 0 {
         return Ok(Vec::new());
     }
     sqlx::query_scalar("SELECT nextval('journal_id_seq') FROM generate_series(1, $1)")
-        .bind(wanted as i64)
+        .bind(n as i64)
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)
