@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --journal --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
+//! --open-loop --journal --finished=N --parked-live=N --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -107,6 +107,13 @@ struct Options {
     /// `--journal`: every step writes its input-journal row (SPEC G3), as
     /// `[journal] enabled = true` does; the store column then reads `<store>+journal`.
     journal: bool,
+    /// `--finished=N`: before the warm-up, run the workload until N instances have
+    /// finished (retention keeps them: they ended now), so the timed run measures a
+    /// store that already holds them (issue 26, "Growth"). Default 0.
+    finished: u64,
+    /// `--parked-live=N`: before the warm-up, park N running instances on a timer due a
+    /// day later, straight into the tables (as the poll measurement does). Default 0.
+    parked_live: u64,
 }
 
 /// Store-side experiments, applied by [`TimedStore`]. None of them is how qflow runs;
@@ -193,6 +200,8 @@ impl Options {
             open_loop: false,
             what_if: WhatIf::default(),
             journal: false,
+            finished: 0,
+            parked_live: 0,
         };
         for arg in std::env::args().skip(1) {
             let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
@@ -212,6 +221,8 @@ impl Options {
                 "--open-loop" => o.open_loop = true,
                 "--what-if" => o.what_if = WhatIf::parse(value)?,
                 "--journal" => o.journal = true,
+                "--finished" => o.finished = value.parse()?,
+                "--parked-live" => o.parked_live = value.parse()?,
                 other => {
                     bail!("unknown option {other:?}; see the module doc of benches/runtime.rs")
                 }
@@ -678,6 +689,32 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<qflow_store::UserTaskRecord>> {
         self.inner.instance_user_tasks(instance).await
     }
+
+    async fn camunda_keys(&self, names: &[qflow_store::KeyName]) -> StoreResult<Vec<i64>> {
+        self.inner.camunda_keys(names).await
+    }
+
+    async fn camunda_key(&self, key: i64) -> StoreResult<Option<qflow_store::KeyName>> {
+        self.inner.camunda_key(key).await
+    }
+
+    async fn buffer_message(
+        &self,
+        message: &qflow_store::NewBufferedMessage,
+    ) -> StoreResult<qflow_store::BufferOutcome> {
+        self.inner.buffer_message(message).await
+    }
+
+    async fn buffered_messages(
+        &self,
+        query: qflow_store::BufferQuery<'_>,
+    ) -> StoreResult<Vec<qflow_store::BufferedMessage>> {
+        self.inner.buffered_messages(query).await
+    }
+
+    async fn expire_messages(&self, now_ms: i64, limit: u32) -> StoreResult<u64> {
+        self.inner.expire_messages(now_ms, limit).await
+    }
 }
 
 /// Bytes this process has caused to be written to storage so far (`/proc/self/io`),
@@ -868,6 +905,50 @@ async fn measure_throughput(
         config,
     ));
     let deployment = rt.deploy(MODEL, None).await?.id;
+
+    // Growth (issue 26): a store that already holds finished instances and parked ones.
+    if o.finished > 0 {
+        let size_before = opened.sqlite_path().map(|p| file_bytes(&p));
+        let began = Instant::now();
+        let base = rt.stats().view().completed;
+        while rt.stats().view().completed - base < o.finished {
+            drive(
+                &rt,
+                deployment,
+                o.window,
+                o.open_loop,
+                Duration::from_secs(5),
+            )
+            .await?;
+            eprintln!(
+                "# prefill: {} of {} finished ({:.0} s)",
+                rt.stats().view().completed - base,
+                o.finished,
+                began.elapsed().as_secs_f64()
+            );
+        }
+        let done = rt.stats().view().completed - base;
+        let grown = opened
+            .sqlite_path()
+            .map(|p| file_bytes(&p).saturating_sub(size_before.unwrap_or(0)));
+        println!(
+            "# prefill: {done} instances finished in {:.0} s before the timed run{}",
+            began.elapsed().as_secs_f64(),
+            grown.map_or(String::new(), |g| format!(
+                "; the SQLite file and its WAL grew {:.1} MiB, {} bytes per finished instance",
+                g as f64 / 1_048_576.0,
+                g / done.max(1)
+            ))
+        );
+    }
+    if o.parked_live > 0 {
+        let now_ms = qflow_runtime::Clock::now_ms(&SystemClock);
+        park_timers(&opened, deployment, 1, o.parked_live + 1, now_ms).await?;
+        println!(
+            "# parked: {} running instances on a timer due a day later",
+            o.parked_live
+        );
+    }
 
     // Warm-up: untimed load, so caches, prepared statements and the allocator settle.
     let before = rt.stats().view();
@@ -1259,4 +1340,18 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(run(options))
+}
+
+/// The bytes of a SQLite database: the file and its WAL.
+fn file_bytes(path: &std::path::Path) -> u64 {
+    let wal = path.with_extension(
+        path.extension()
+            .map(|e| format!("{}-wal", e.to_string_lossy()))
+            .unwrap_or_else(|| "wal".to_owned()),
+    );
+    [path.to_path_buf(), wal]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
 }

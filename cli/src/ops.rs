@@ -115,7 +115,7 @@ pub enum InstancesCommand {
         #[arg(long)]
         node: Option<String>,
     },
-    /// Cancel a running instance.
+    /// Cancel a running or FAILED instance (a FAILED one's incident is resolved).
     Cancel { id: String },
     /// Complete a waiting user task, with variables merged into the instance's.
     Complete {
@@ -151,6 +151,14 @@ pub enum InstancesCommand {
         /// Deliver to every waiting instance with this key, not exactly one.
         #[arg(long)]
         all: bool,
+        /// Keep the message this many milliseconds for waits that open later under the
+        /// name and key, each process taking it once (docs/messages.md).
+        #[arg(long, default_value_t = 0)]
+        time_to_live_ms: i64,
+        /// With a time to live: refused while a message with this id, name and key is
+        /// kept.
+        #[arg(long)]
+        message_id: Option<String>,
     },
 }
 
@@ -388,12 +396,16 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                 key,
                 variables,
                 all,
+                time_to_live_ms,
+                message_id,
             } => {
                 let request = qflow_ops::MessageRequest {
                     name: name.clone(),
                     correlation_key: key.clone(),
                     variables: variables_arg(variables)?,
                     all: *all,
+                    time_to_live_ms: Some(*time_to_live_ms),
+                    message_id: message_id.clone(),
                 };
                 let done = ops.correlate(request).await?;
                 emit(format, &done, |w| {
@@ -413,6 +425,13 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                                 crate::text::escape(d.reason.as_deref().unwrap_or(""))
                             )?,
                         }
+                    }
+                    if let Some(kept) = &done.buffered {
+                        writeln!(
+                            w,
+                            "kept as message {} until {} ms, for waits that open later",
+                            kept.key, kept.expires_at_ms
+                        )?;
                     }
                     Ok(())
                 })

@@ -10,21 +10,15 @@
 //! When `node` or the installed client is missing the test prints `skipped: …` and
 //! passes, unless `QFLOW_CAMUNDA_WORKER=required` (CI sets it), when it fails instead.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use common::{serve, workspace, Server};
 use serde_json::{json, Value};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_owned()
-}
 
 /// A Camunda 7 model: `start → external task on {topic} → done`, with an error boundary
 /// for `DECLINED` leading to `declined`.
@@ -48,64 +42,6 @@ fn model(process: &str, topic: &str) -> String {
   </bpmn:process>
 </bpmn:definitions>"#
     )
-}
-
-struct Server {
-    child: Child,
-    addr: String,
-    token: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `qflow serve` on a free loopback port and a fresh SQLite file; its first-contact
-/// admin token (all scopes, the `worker` scope among them).
-fn serve(db: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qflow"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .env_remove("QFLOW_DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawns qflow serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut said = Vec::new();
-    // A bound on a hang, not a timing assertion.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = lines
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("no banner from qflow serve; it said: {said:#?}"));
-        said.push(line.clone());
-        if let Some(rest) = line.strip_prefix("qflow: serving http://") {
-            break rest.split_whitespace().next().expect("address").to_owned();
-        }
-    };
-    while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
-        said.push(line);
-    }
-    let token = said
-        .iter()
-        .map(|l| l.trim())
-        .find(|l| l.starts_with("qf_"))
-        .unwrap_or_else(|| panic!("no token printed: {said:#?}"))
-        .to_owned();
-    Server { child, addr, token }
 }
 
 impl Server {

@@ -3,9 +3,11 @@
 //! restart on the same file accepts the same token; SIGTERM shuts down cleanly; an
 //! instance started over HTTP runs the demo's handlers to its end.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -23,41 +25,12 @@ fn serve(db: &std::path::Path) -> Server {
 
 /// [`serve`] with more arguments.
 fn serve_with(db: &std::path::Path, extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qflow"))
-        .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--db"])
-        .arg(db)
-        .args(extra)
-        .env_remove("QFLOW_DATABASE_URL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawns qflow serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut said = Vec::new();
-    // A bound on a hang, not a timing assertion.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = lines
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("no banner from qflow serve; it said: {said:#?}"));
-        said.push(line.clone());
-        if let Some(rest) = line.strip_prefix("qflow: serving http://") {
-            break rest.split_whitespace().next().expect("address").to_owned();
-        }
-    };
-    // The token lines follow the banner at once.
-    while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
-        said.push(line);
-    }
+    let common::Launched {
+        child,
+        addr,
+        lines,
+        said,
+    } = common::launch(&["--demo"], db, extra);
     Server {
         child,
         addr,

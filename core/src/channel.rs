@@ -296,7 +296,7 @@ impl Run<'_> {
                 self.attempt_ended(idx, attempt, outcome, Some((&code, &message)));
                 // Answered: its request was delivered, nothing of it to withdraw.
                 self.answered = Some(idx);
-                self.snap.vars.extend(variables);
+                self.write_vars_from(idx, variables);
                 // A modelled outcome: it routes, and never spends budget.
                 self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
             }

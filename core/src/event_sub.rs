@@ -219,7 +219,7 @@ impl<'a> Run<'a> {
         let Some(node) = self.arriving_instance(first) else {
             return;
         };
-        self.snap.vars.extend(variables);
+        self.write_vars_from(start, variables);
         self.add_token(node);
         // Its own nested event sub-processes are armed now.
         if !self.arm_event_starts(Some(node)) {

@@ -45,6 +45,7 @@ pub(super) fn staleness(
         | Input::PullBpmnError { .. }
         | Input::PullLockExtended { .. }
         | Input::PullUnlocked { .. } => super::pull::staleness(def, snap, input, now_ms),
+        Input::PullRetriesSet { .. } => super::pull::retries_staleness(def, snap, input),
         Input::ChannelAnswered { .. }
         | Input::ChannelBpmnError { .. }
         | Input::ChannelPoisoned { .. } => super::channel::staleness(def, snap, input),
@@ -407,7 +408,7 @@ impl<'a> Run<'a> {
                 variables,
             } => {
                 let idx = self.idx(&node);
-                self.snap.vars.extend(variables);
+                self.write_vars_from(idx, variables);
                 let message = if message.is_empty() {
                     format!("user task `{node}`")
                 } else {
@@ -421,7 +422,7 @@ impl<'a> Run<'a> {
                 variables,
             } => {
                 let idx = self.idx(&node);
-                self.snap.vars.extend(variables);
+                self.write_vars_from(idx, variables);
                 self.escalate_from_activity(idx, Some(&code));
             }
             Input::UserTaskClaimed { node, assignee, .. } => {
@@ -565,6 +566,11 @@ impl<'a> Run<'a> {
                 self.cancel();
                 return Ok(());
             }
+            Input::PullRetriesSet { node, retries, .. } => {
+                // Bookkeeping only: no token moves, nothing to settle.
+                self.snap.set_pull_retries(&node, retries);
+                return Ok(());
+            }
             Input::ResolveIncident { node } => {
                 // Bookkeeping only: no token moves, nothing to settle.
                 self.effects.push(Effect::ResolveIncident { node });
@@ -682,20 +688,16 @@ impl<'a> Run<'a> {
     /// or — with Zeebe output mappings on the event — only the outputs, evaluated over the
     /// instance variables with the event's variables over them.
     fn catch_outputs(&mut self, idx: NodeIdx, caught: Variables) -> Result<(), String> {
-        match self.p.event_mappings.get(&idx) {
-            None => {
-                self.snap.vars.extend(caught);
-                Ok(())
+        let writes = match self.p.event_mappings.get(&idx) {
+            None => caught,
+            Some(m) => {
+                let vars = super::locals::output_vars(self.p, &self.snap, idx);
+                crate::vendor_io::complete(m.style, &m.inputs, &m.outputs, &vars, Some(caught))
+                    .map_err(|e| format!("the mappings of `{}`: {e}", self.p.node(idx).id))?
             }
-            Some(m) => crate::vendor_io::complete(
-                m.style,
-                &m.inputs,
-                &m.outputs,
-                &mut self.snap.vars,
-                Some(caught),
-            )
-            .map_err(|e| format!("the mappings of `{}`: {e}", self.p.node(idx).id)),
-        }
+        };
+        self.write_vars_from(idx, writes);
+        Ok(())
     }
 
     /// A signal throw (intermediate or end): one broadcast, through the outbox under a
@@ -872,7 +874,7 @@ impl<'a> Run<'a> {
     /// A wait state finished with `result`: map the outputs, leave the node.
     pub(super) fn complete_activity(&mut self, idx: NodeIdx, result: Variables) {
         if let NodeKind::Task(task) = &self.p.node(idx).kind {
-            if let Err(e) = self.map_outputs(task, result) {
+            if let Err(e) = self.map_outputs(idx, task, result) {
                 return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
             }
         } else if let Err(e) = self.catch_outputs(idx, result) {
@@ -889,6 +891,21 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn cancel(&mut self) {
+        // A FAILED instance is cancelled as Zeebe and Camunda 7 cancel one with an
+        // incident: the failure's incident is resolved and the failure cleared, so the
+        // instance ends as cancelled (and retention takes it in time).
+        if let Some(failure) = self.snap.failure() {
+            // The failed attempt was reported when it failed: interrupting its token
+            // below must not report it again.
+            if let Some(idx) = failure.node.as_deref().and_then(|n| self.p.find(n)) {
+                self.attempt_reported = Some(idx);
+            }
+            // A failure at no node (a stall) opened its incident under the empty node.
+            self.effects.push(Effect::ResolveIncident {
+                node: failure.node.unwrap_or_default(),
+            });
+            self.snap.clear_failure();
+        }
         let tokens: Vec<String> = self.snap.tokens.clone();
         // A token at an id the definition lacks (a damaged snapshot) is simply dropped.
         for idx in tokens.iter().rev().filter_map(|t| self.p.find(t)) {
@@ -896,6 +913,7 @@ impl<'a> Run<'a> {
         }
         self.snap.tokens.clear();
         self.snap.joins.clear();
+        self.snap.locals.clear();
         self.snap.compensable.clear();
         self.snap.owed.clear();
         self.snap.spent.clear();
@@ -965,12 +983,16 @@ impl<'a> Run<'a> {
             )
         {
             if let Some(m) = self.p.event_mappings.get(&idx) {
-                let vars = &mut self.snap.vars;
-                if let Err(e) =
-                    crate::vendor_io::complete(m.style, &m.inputs, &m.outputs, vars, None)
-                {
-                    let message = format!("the mappings of `{}`: {e}", node.id);
-                    return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+                let vars = super::locals::output_vars(self.p, &self.snap, idx);
+                let writes =
+                    crate::vendor_io::complete(m.style, &m.inputs, &m.outputs, &vars, None);
+                drop(vars);
+                match writes {
+                    Ok(writes) => self.write_vars_from(idx, writes),
+                    Err(e) => {
+                        let message = format!("the mappings of `{}`: {e}", node.id);
+                        return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
+                    }
                 }
             }
         }
@@ -1077,7 +1099,16 @@ impl<'a> Run<'a> {
                 self.arm(TimerName::new(TimerKind::Catch, &self.id(idx)), due);
             }
             NodeKind::IntermediateCatch(CatchTrigger::Message { .. }) => self.add_token(idx),
+            NodeKind::SubProcess if self.p.ad_hoc(idx).is_some() => {
+                if let Some(ad_hoc) = self.p.ad_hoc(idx) {
+                    self.enter_ad_hoc(idx, ad_hoc);
+                }
+            }
             NodeKind::SubProcess => {
+                // Its locals first: its boundaries and its inside see them.
+                if !self.enter_locals(idx) {
+                    return;
+                }
                 self.add_token(idx);
                 if !self.arm_boundaries(idx) {
                     return;
@@ -1128,7 +1159,7 @@ impl<'a> Run<'a> {
         match &task.kind {
             TaskKind::PassThrough if task.mapping_style != MappingStyle::Q => {
                 // Passed through: the task completes with no result of its own.
-                if let Err(e) = self.map_outputs(task, Variables::new()) {
+                if let Err(e) = self.map_outputs(idx, task, Variables::new()) {
                     let message = format!("the mappings of `{}`: {e}", self.id(idx));
                     return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
                 }
@@ -1202,7 +1233,7 @@ impl<'a> Run<'a> {
                 }
                 // Sent: the task completes with no result of its own, through its output
                 // mappings as any task does.
-                if let Err(e) = self.map_outputs(task, Variables::new()) {
+                if let Err(e) = self.map_outputs(idx, task, Variables::new()) {
                     let message = format!("the mappings of `{}`: {e}", self.id(idx));
                     return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
                 }
@@ -1221,7 +1252,7 @@ impl<'a> Run<'a> {
     /// result. An expression that does not evaluate, or a value over the limits, fails
     /// the instance at the task.
     fn run_script(&mut self, idx: NodeIdx, task: &Task, expression: &Expression, result: &str) {
-        let vars = super::multi::scoped_vars(self.p, &self.snap, idx);
+        let vars = super::locals::scoped_vars(self.p, &self.snap, idx);
         let value = if task.mapping_style == MappingStyle::Q {
             expression.eval(&vars).map_err(|e| e.to_string())
         } else {
@@ -1241,8 +1272,8 @@ impl<'a> Run<'a> {
             return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, message);
         }
         if task.mapping_style == MappingStyle::Q {
-            self.snap.vars.extend(one);
-        } else if let Err(e) = self.map_outputs(task, one) {
+            self.write_vars_from(idx, one);
+        } else if let Err(e) = self.map_outputs(idx, task, one) {
             return self.fail(codes::EXPRESSION_FAILED, Some(idx), None, e);
         }
         self.leave(idx);
@@ -1301,6 +1332,10 @@ impl<'a> Run<'a> {
                 if !self.snap.owed.is_empty() {
                     self.handler_finished(idx);
                 }
+                // A path of an ad-hoc sub-process ends at an element without flows out.
+                if !self.p.ad_hocs.is_empty() {
+                    self.path_ended(idx);
+                }
                 return;
             }
             // The common case, without collecting anything.
@@ -1312,7 +1347,7 @@ impl<'a> Run<'a> {
             }
             _ => {}
         }
-        match self.true_flows(outgoing, None) {
+        match self.true_flows(idx, outgoing, None) {
             Ok(flows) if flows.is_empty() => {
                 let message = format!(
                     "no outgoing flow of `{}` has a true condition",
@@ -1351,9 +1386,10 @@ impl<'a> Run<'a> {
     }
 
     /// The flows among `flows` (except `skip`) without a condition or with a true one,
-    /// in document order.
+    /// in document order, judged from the activity instance `from` that leaves by them.
     pub(super) fn true_flows(
         &self,
+        from: NodeIdx,
         flows: &[FlowIdx],
         skip: Option<FlowIdx>,
     ) -> Result<Vec<FlowIdx>, String> {
@@ -1362,18 +1398,22 @@ impl<'a> Run<'a> {
             if Some(*f) == skip {
                 continue;
             }
-            if self.condition_holds(*f)? {
+            if self.condition_holds(from, *f)? {
                 taken.push(*f);
             }
         }
         Ok(taken)
     }
 
-    pub(super) fn condition_holds(&self, f: FlowIdx) -> Result<bool, String> {
+    /// Whether flow `f`'s condition holds for the token leaving the activity instance
+    /// `from` by it: over what that instance sees (`locals::scoped_vars`), so inside a
+    /// multi-instance body the inner instance's element and loop counter, and the
+    /// locals of the sub-process instances around it, are in scope.
+    pub(super) fn condition_holds(&self, from: NodeIdx, f: FlowIdx) -> Result<bool, String> {
         match &self.p.flow(f).condition {
             None => Ok(true),
             Some(expr) => {
-                let vars = super::multi::scoped_vars(self.p, &self.snap, self.p.flow(f).source);
+                let vars = super::locals::scoped_vars(self.p, &self.snap, from);
                 expr.eval_bool(&vars).map_err(|e| e.to_string())
             }
         }
@@ -1397,35 +1437,53 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn map_inputs(&self, idx: NodeIdx, task: &Task) -> Result<Variables, String> {
-        task_inputs(task, &super::multi::scoped_vars(self.p, &self.snap, idx))
+        task_inputs(task, &super::locals::scoped_vars(self.p, &self.snap, idx))
     }
 
     /// Writes a task's result into the instance variables: through the output mappings
     /// (which see the result as `result`), or merged whole when there are none; with
     /// vendor mappings, by the vendor's rules (`vendor_io::complete`).
-    pub(super) fn map_outputs(&mut self, task: &Task, result: Variables) -> Result<(), String> {
+    pub(super) fn map_outputs(
+        &mut self,
+        idx: NodeIdx,
+        task: &Task,
+        result: Variables,
+    ) -> Result<(), String> {
+        let writes = self.outputs_of(idx, task, result)?;
+        self.write_vars_from(idx, writes);
+        Ok(())
+    }
+
+    /// What [`Run::map_outputs`] writes, evaluated over what the task's outputs see
+    /// (`locals::output_vars`).
+    fn outputs_of(
+        &self,
+        idx: NodeIdx,
+        task: &Task,
+        result: Variables,
+    ) -> Result<Variables, String> {
+        if task.mapping_style == MappingStyle::Q && task.outputs.is_empty() {
+            return Ok(result);
+        }
+        let vars = super::locals::output_vars(self.p, &self.snap, idx);
         if task.mapping_style != MappingStyle::Q {
-            let vars = &mut self.snap.vars;
             let (style, inputs, outputs) = (task.mapping_style, &task.inputs, &task.outputs);
-            return crate::vendor_io::complete(style, inputs, outputs, vars, Some(result));
+            return crate::vendor_io::complete(style, inputs, outputs, &vars, Some(result));
         }
-        if task.outputs.is_empty() {
-            self.snap.vars.extend(result);
-            return Ok(());
-        }
-        let mut scope = self.snap.vars.clone();
+        let mut scope = vars.into_owned();
         scope.insert(
             "result".to_owned(),
             Json::Object(result.into_iter().collect()),
         );
+        let mut writes = Variables::new();
         for m in &task.outputs {
             let v = m.source.eval(&scope).map_err(|e| e.to_string())?;
             let one = Variables::from([(m.target.clone(), v)]);
             crate::limits::check_variables(&one)
                 .map_err(|why| format!("output mapping `{}`: {why}", m.target))?;
-            self.snap.vars.extend(one);
+            writes.extend(one);
         }
-        Ok(())
+        Ok(writes)
     }
 
     pub(super) fn policy(&self, idx: NodeIdx) -> Option<&'a qflow_loader::model::RetryPolicy> {

@@ -23,7 +23,7 @@ impl Run<'_> {
             if Some(*f) == default {
                 continue;
             }
-            match self.condition_holds(*f) {
+            match self.condition_holds(idx, *f) {
                 Ok(true) => {
                     self.record_decision(idx, &[*f], false);
                     return self.take(idx, *f);
@@ -51,7 +51,7 @@ impl Run<'_> {
     /// default, else FAILED.
     pub(super) fn route_inclusive(&mut self, idx: NodeIdx, default: Option<FlowIdx>) {
         let outgoing = &self.p.node(idx).outgoing;
-        match self.true_flows(outgoing, default) {
+        match self.true_flows(idx, outgoing, default) {
             Ok(flows) if !flows.is_empty() => {
                 self.record_decision(idx, &flows, false);
                 flows.into_iter().for_each(|f| self.take(idx, f));

@@ -44,6 +44,7 @@ pub mod schedule;
 pub mod sim;
 pub mod snapshot;
 
+mod ad_hoc;
 mod call;
 mod channel;
 mod compensation;
@@ -51,6 +52,7 @@ mod event_sub;
 mod flow;
 mod gateway;
 mod instances;
+mod locals;
 mod mapping;
 mod migrate;
 mod multi;
@@ -146,6 +148,12 @@ pub mod codes {
     /// engine defect, made loud: the instance fails with an incident naming the step's
     /// last node instead of waiting for ever.
     pub const STALLED: &str = "STALLED";
+    /// Every token left is an ad-hoc sub-process with nothing active inside — it
+    /// activated nothing, or its completion condition did not hold when its last path
+    /// ended — and no boundary or event sub-process could end one: Zeebe would wait for
+    /// an activation through its API, which qflow does not have
+    /// (`docs/ad-hoc-sub-processes.md`). A model or data outcome, not a defect.
+    pub const AD_HOC_IDLE: &str = "AD_HOC_IDLE";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized
@@ -452,6 +460,17 @@ pub enum Input {
         worker: String,
         lock_ms: u64,
     },
+    /// The attempts the pull task `node` has left, counting attempt `attempt`, become
+    /// `retries` (at least 1): Camunda 8's job retries update (`PATCH /v2/jobs/{key}`),
+    /// by anyone with the job's key. Taken while the attempt is the live one, by a
+    /// running instance or by one FAILED at `node` — where a resume that keeps the
+    /// budget then offers the task with these attempts (Camunda's "update the retries,
+    /// then resolve the incident"). Moves nothing else.
+    PullRetriesSet {
+        node: String,
+        attempt: Attempt,
+        retries: u32,
+    },
     /// The lock is given up (by its worker, or by an operator when `worker` is `None`):
     /// the attempt is offered again, no budget spent.
     PullUnlocked {
@@ -552,6 +571,7 @@ impl Input {
             Input::PullBpmnError { .. } => "pull_bpmn_error",
             Input::PullLockExtended { .. } => "pull_lock_extended",
             Input::PullUnlocked { .. } => "pull_unlocked",
+            Input::PullRetriesSet { .. } => "pull_retries_set",
             Input::ChannelAnswered { .. } => "channel_answered",
             Input::ChannelBpmnError { .. } => "channel_bpmn_error",
             Input::ChannelPoisoned { .. } => "channel_poisoned",
@@ -577,6 +597,7 @@ impl Input {
             | Input::PullBpmnError { node, .. }
             | Input::PullLockExtended { node, .. }
             | Input::PullUnlocked { node, .. }
+            | Input::PullRetriesSet { node, .. }
             | Input::ChildEnded { node, .. } => Some(node),
             Input::TimerFired { name, .. } => name.node(),
             Input::RetryNow { node } => node.as_deref(),
@@ -608,6 +629,7 @@ impl Input {
             | Input::PullBpmnError { attempt, .. }
             | Input::PullLockExtended { attempt, .. }
             | Input::PullUnlocked { attempt, .. }
+            | Input::PullRetriesSet { attempt, .. }
             | Input::ChannelAnswered { attempt, .. }
             | Input::ChannelBpmnError { attempt, .. }
             | Input::ChannelPoisoned { attempt, .. } => Some(*attempt),
@@ -942,7 +964,9 @@ fn step_recording(
         // (FAILED) and says why otherwise.
         (Input::Resume { .. }, _)
         | (Input::Migrate { .. }, _)
-        | (Input::ResolveIncident { .. }, _) => {}
+        | (Input::ResolveIncident { .. }, _)
+        | (Input::PullRetriesSet { .. }, Status::Failed)
+        | (Input::Cancel, Status::Failed) => {}
         (_, s) if s.is_terminal() => {
             let reason = format!("instance is {}", s.as_str());
             return Ok(stale(snapshot, reason));

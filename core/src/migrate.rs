@@ -172,6 +172,17 @@ pub(super) fn problems(
             ));
         }
     }
+    // A sub-process instance's locals move with it, and need a sub-process to end with.
+    for scope in snap.sub_process_locals().keys() {
+        let to = mapped(mapping, scope);
+        let sub = p.find(&to).map(|n| &p.node(n).kind);
+        if !matches!(sub, Some(NodeKind::SubProcess)) {
+            out.push(format!(
+                "sub-process `{scope}` holds local variables and maps to `{to}`, which is no \
+                 sub-process in the target"
+            ));
+        }
+    }
     match snap.status() {
         Status::Failed => {}
         Status::Running => {
@@ -226,7 +237,7 @@ pub(super) fn problems(
     // overwrite the first's attempts, marker, timer or row (`pay` mapped onto `charge`
     // while `charge` keeps its own).
     let tokens: std::collections::BTreeSet<&String> = snap.tokens.iter().collect();
-    let families: [(&str, Vec<&String>); 13] = [
+    let families: [(&str, Vec<&String>); 14] = [
         ("token", tokens.into_iter().collect()),
         ("attempt counter", snap.attempts.keys().collect()),
         ("backoff marker", snap.markers.keys().collect()),
@@ -240,6 +251,7 @@ pub(super) fn problems(
         ("user-task holder", snap.assignees.keys().collect()),
         ("multi-instance body", snap.multis.keys().collect()),
         ("called instance", snap.children.keys().collect()),
+        ("sub-process locals", snap.locals.keys().collect()),
     ];
     for (what, keys) in families {
         let mut images: BTreeMap<Cow<'_, str>, &String> = BTreeMap::new();
@@ -369,6 +381,9 @@ impl Run<'_> {
         rename(&mut s.calls, mapping);
         rename(&mut s.joins, mapping);
         rename(&mut s.multis, mapping);
+        // A sub-process instance's locals move with it (`sub@2` renamed is still that
+        // instance); the target's mappings apply from its next entry and completion.
+        rename(&mut s.locals, mapping);
         rename(&mut s.lock_workers, mapping);
         rename(&mut s.lock_until_ms, mapping);
         // Whoever holds a user task keeps it under its new name; the sync after the step

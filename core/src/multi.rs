@@ -13,11 +13,9 @@
 //!
 //! An inner instance's locals — the element, `loopCounter` — are never written to the
 //! variables: they are laid over them wherever the inner activity evaluates something
-//! ([`scoped_vars`]). Interrupting the body interrupts its inner instances (it is a
+//! (`locals::scoped_vars`). Interrupting the body interrupts its inner instances (it is a
 //! sub-process); a completion condition that holds does the same to the ones left.
 //! Nothing here reads the clock.
-
-use std::borrow::Cow;
 
 use qflow_loader::model::{MultiInstance, MultiItems, NodeIdx, Process, Variables};
 use serde_json::Value as Json;
@@ -106,38 +104,19 @@ fn locals(mi: &MultiInstance, body: &Body, k: u32, into: &mut Variables) {
     into.insert("loopCounter".into(), Json::from(counter));
 }
 
-/// The variables the node `idx` evaluates over: the instance variables, with the locals
-/// of every inner instance it runs in laid over them (the innermost last). Borrowed, at
-/// no cost, when no multi-instance activity is involved.
-pub(crate) fn scoped_vars<'s>(p: &Process, snap: &'s Snapshot, idx: NodeIdx) -> Cow<'s, Variables> {
-    if p.multi_instances.is_empty() {
-        return Cow::Borrowed(&snap.vars);
-    }
-    // (body, instance) from the innermost outwards. Inside an inner sub-process
-    // instance every node carries the instance's number, so the walk meets `sub#k`.
-    let mut levels: Vec<(NodeIdx, u32)> = Vec::new();
-    let mut cur = idx;
-    for _ in 0..1024 {
-        if let Some(body) = p.body_of(cur) {
-            levels.push((body, cur.instance()));
-        }
-        match p.scope_instance(cur) {
-            Some(s) => cur = s,
-            None => break,
-        }
-    }
-    if levels.is_empty() {
-        return Cow::Borrowed(&snap.vars);
-    }
-    let mut vars = snap.vars.clone();
-    for (body, k) in levels.into_iter().rev() {
-        let (Some(mi), Some(state)) = (p.multi_instance(body), snap.multis.get(&*p.key(body)))
-        else {
-            continue;
-        };
-        locals(mi, &Body::read(state), k, &mut vars);
-    }
-    Cow::Owned(vars)
+/// Lays the locals of the inner instance `k` of `body` over `into` (`locals::scoped_vars`
+/// walks the scopes; this knows the body's state).
+pub(crate) fn inner_locals(
+    p: &Process,
+    snap: &Snapshot,
+    body: NodeIdx,
+    k: u32,
+    into: &mut Variables,
+) {
+    let (Some(mi), Some(state)) = (p.multi_instance(body), snap.multis.get(&*p.key(body))) else {
+        return;
+    };
+    locals(mi, &Body::read(state), k, into);
 }
 
 impl<'a> Run<'a> {
@@ -150,7 +129,8 @@ impl<'a> Run<'a> {
         if count == 0 {
             // Nothing to run: the body completes at once (with an empty output).
             if let Some(out) = &mi.output_collection {
-                self.snap.vars.insert(out.clone(), Json::Array(Vec::new()));
+                let one = Variables::from([(out.clone(), Json::Array(Vec::new()))]);
+                self.write_vars_from(body, one);
             }
             self.leave(body);
             // Nothing ran, so nothing is to be compensated.
@@ -188,7 +168,7 @@ impl<'a> Run<'a> {
         body: NodeIdx,
         mi: &MultiInstance,
     ) -> Result<(u32, Option<Vec<Json>>), String> {
-        let vars = scoped_vars(self.p, &self.snap, body);
+        let vars = super::locals::scoped_vars(self.p, &self.snap, body);
         let name = self.id(body);
         let (count, items) = match &mi.items {
             MultiItems::Cardinality(e) => {
@@ -234,7 +214,9 @@ impl<'a> Run<'a> {
         };
         let k = inner.instance();
         self.record_inner(body, inner, InnerState::Completed);
-        let mut scope = scoped_vars(self.p, &self.snap, inner).into_owned();
+        // What the inner instance sees, a sub-process's own locals too (Zeebe evaluates
+        // the output element in the inner instance's scope).
+        let mut scope = super::locals::inside_vars(self.p, &self.snap, inner).into_owned();
         state.done = state.done.saturating_add(1);
         if let (Some(expr), Some(outputs)) = (&mi.output_element, &mut state.outputs) {
             match expr.eval(&scope) {
@@ -308,7 +290,8 @@ impl<'a> Run<'a> {
         self.queue
             .retain(|(n, _)| !super::instances::inside(p, *n, body));
         if let (Some(out), Some(outputs)) = (&mi.output_collection, state.outputs) {
-            self.snap.vars.insert(out.clone(), Json::Array(outputs));
+            let one = Variables::from([(out.clone(), Json::Array(outputs))]);
+            self.write_vars_from(body, one);
         }
         self.snap.set_multi(&self.id(body), None);
         self.remove_token(body);

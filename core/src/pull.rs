@@ -73,7 +73,7 @@ pub(crate) fn pull_at(p: &Process, idx: NodeIdx) -> Option<PullTask<'_>> {
 /// over the instance variables, or every instance variable when it has none.
 pub fn pull_inputs(def: &Definition, snap: &Snapshot, node: &str) -> Result<Variables, String> {
     let task = pull_task(def, node).ok_or_else(|| format!("`{node}` is not a pull task"))?;
-    let vars = super::multi::scoped_vars(&def.process, snap, task.idx);
+    let vars = super::locals::scoped_vars(&def.process, snap, task.idx);
     super::mapping::task_inputs(task.task, &vars)
 }
 
@@ -142,6 +142,43 @@ pub(super) fn staleness(
              the attempt counts as failed"
         )
     })
+}
+
+/// Why a [`Input::PullRetriesSet`] does not apply, or `None`: it needs a pull task with
+/// a token, its live attempt, at least one retry, and a running instance or one FAILED
+/// at that task (`step` has already refused it for any other terminal status).
+pub(super) fn retries_staleness(
+    def: &Definition,
+    snap: &Snapshot,
+    input: &Input,
+) -> Option<String> {
+    let Input::PullRetriesSet {
+        node,
+        attempt,
+        retries,
+    } = input
+    else {
+        return None;
+    };
+    if pull_task(def, node).is_none() {
+        return Some(format!("`{node}` is not a pull task of this definition"));
+    }
+    if *retries == 0 {
+        return Some("retries must be at least 1 (a job with none left fails)".to_owned());
+    }
+    if snap.status() == crate::Status::Failed
+        && snap.failure().and_then(|f| f.node).as_deref() != Some(node.as_str())
+    {
+        return Some(format!(
+            "the instance is FAILED, and not at pull task `{node}`"
+        ));
+    }
+    if !snap.tokens().iter().any(|t| t == node) {
+        return Some(format!("pull task `{node}` is not pending"));
+    }
+    let live = snap.attempt_in_progress(node);
+    (*attempt != live)
+        .then(|| format!("attempt {attempt} of `{node}` is over: the live attempt is {live}"))
 }
 
 impl Run<'_> {
@@ -233,7 +270,7 @@ impl Run<'_> {
                 self.pull_attempt_ended(idx, attempt, outcome, Some((&code, &message)), worker);
                 self.withdraw_pull(idx);
                 // Camunda lets the error carry variables; they are set before routing.
-                self.snap.vars.extend(variables);
+                self.write_vars_from(idx, variables);
                 self.throw_from_activity(idx, Some(code), message, codes::UNCAUGHT_BPMN_ERROR);
             }
             _ => {}

@@ -127,7 +127,7 @@ impl Run<'_> {
             let TaskKind::Registered { name } = &task.kind else {
                 continue;
             };
-            let vars = super::multi::scoped_vars(self.p, &self.snap, idx);
+            let vars = super::locals::scoped_vars(self.p, &self.snap, idx);
             let Ok(inputs) = super::mapping::task_inputs(task, &vars) else {
                 continue;
             };

@@ -83,6 +83,15 @@ impl Run<'_> {
             self.try_again(idx, budget);
         } else if self.snap.tokens.iter().any(|t| t == &*self.id(idx)) {
             self.wait_again(idx);
+            // An ad-hoc sub-process that failed with nothing inside (its completion
+            // condition or output mappings failed, or it was idle) is judged again as if
+            // its last path had just ended.
+            if let Some(ad_hoc) = self.p.ad_hoc(idx) {
+                let keys = self.snap.tokens.iter().chain(self.snap.joins.keys());
+                if super::instances::first_inside(self.p, keys, idx).is_none() {
+                    self.ad_hoc_path_completed(idx, ad_hoc);
+                }
+            }
         } else {
             self.queue.push_back((idx, None));
         }

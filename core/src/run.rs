@@ -5,12 +5,12 @@
 //!
 //! The element modules (`flow` for entering and leaving nodes, `gateway`, `scope`,
 //! `timers`, `retry`, `multi`, `event_sub`, `subscriptions`, `compensation`, `call`,
-//! `channel`, `pull`, `user_tasks`, `redrive`, `repair`, `migrate`, `stall`) add their
+//! `channel`, `pull`, `user_tasks`, `redrive`, `repair`, `migrate`, `stall`, `ad_hoc`) add their
 //! behaviour as further `impl Run` blocks and import `Run` from here; this module imports
 //! none of them, so the arrows point one way: elements → run → instances → model.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use qflow_loader::model::{Definition, EndKind, FlowIdx, NodeIdx, Process};
 
@@ -59,6 +59,9 @@ pub(super) struct Run<'a> {
     /// Timers this step armed over a live incarnation: `(name, old, new)`, so that an
     /// arm taken back in the same step resolves the row it would have replaced.
     pub(super) rearmed: Vec<(String, u32, u32)>,
+    /// The latest completion verdict of each ad-hoc sub-process instance one of whose
+    /// paths ended in this step (`ad_hoc`); never persisted.
+    pub(super) ad_hoc_verdicts: BTreeMap<NodeIdx, bool>,
 }
 
 impl<'a> Run<'a> {
@@ -91,6 +94,7 @@ impl<'a> Run<'a> {
             next_runs: Vec::new(),
             answered: None,
             rearmed: Vec::new(),
+            ad_hoc_verdicts: BTreeMap::new(),
         }
     }
 

@@ -38,14 +38,27 @@ impl<'a> Run<'a> {
             }
             let keys = self.snap.tokens.iter().chain(self.snap.joins.keys());
             let busy = instances::first_inside(self.p, keys, idx).is_some();
-            (!busy).then_some(idx)
+            // An ad-hoc sub-process with nothing inside completes only when a path of it
+            // ended in this step with its condition holding (`ad_hoc`); else it waits.
+            let waits = !self.p.ad_hocs.is_empty()
+                && self.p.ad_hoc(idx).is_some()
+                && self.ad_hoc_verdicts.get(&idx) != Some(&true);
+            (!busy && !waits).then_some(idx)
         });
         let Some(idx) = done else {
             return false;
         };
+        self.ad_hoc_verdicts.remove(&idx);
+        // Its output mappings are written before it leaves; a failing one fails the
+        // instance with the sub-process still holding its token and locals.
+        if !self.p.sub_process_mappings.is_empty() && !self.complete_locals(idx) {
+            return true;
+        }
         self.remove_token(idx);
         self.disarm(idx);
         self.leave(idx);
+        // After leaving: an inner instance's output element sees its locals.
+        self.drop_locals(idx);
         true
     }
 
@@ -276,6 +289,7 @@ impl<'a> Run<'a> {
         if matches!(self.p.node(idx).kind, NodeKind::SubProcess) {
             self.clear_scope(idx);
             self.forget_compensable_inside(idx);
+            self.drop_locals(idx);
         }
         if self.p.multi_instance(idx).is_some() {
             self.snap.set_multi(&self.id(idx), None);
@@ -443,6 +457,8 @@ impl<'a> Run<'a> {
 
     pub(super) fn complete(&mut self) {
         self.resolve_all_timers();
+        // No sub-process instance is left, so none of their locals is.
+        self.snap.locals.clear();
         self.snap.cycles.clear();
         self.snap.compensable.clear();
         self.snap.owed.clear();

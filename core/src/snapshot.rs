@@ -145,6 +145,11 @@ pub struct Snapshot {
     /// instances, how many started and completed, the input items and the output
     /// entries (`multi`); present only while the body runs.
     pub(crate) multis: BTreeMap<String, Variables>,
+    /// `l/<scope instance>`: the local variables of a running sub-process instance
+    /// (`sub`, `sub@2`, `sub#3`, `outer@2/sub`) — what Zeebe input mappings on the
+    /// sub-process made as it was entered, as the inside has written them since
+    /// (`locals`). Present only while the instance runs and holds a local.
+    pub(crate) locals: BTreeMap<String, Variables>,
     /// `q/<node>`: the call (a number drawn from the incarnation sequence) whose child
     /// instance the call activity at the node waits for; present from the attempt's
     /// start until the child's end is taken or the wait ends without it.
@@ -195,6 +200,7 @@ const P_ASSIGNEE: &str = "h/";
 const P_MULTI: &str = "i/";
 const P_CHILD: &str = "q/";
 const P_OWED: &str = "z/";
+const P_LOCALS: &str = "l/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -413,6 +419,25 @@ impl Snapshot {
         }
     }
 
+    /// The local variables of the running sub-process instances, by instance (`l/<sub>`).
+    pub fn sub_process_locals(&self) -> &BTreeMap<String, Variables> {
+        &self.locals
+    }
+
+    pub(crate) fn set_locals(&mut self, scope: &str, locals: Option<Variables>) {
+        if !self.extra.is_empty() {
+            self.extra.remove(&format!("{P_LOCALS}{scope}"));
+        }
+        match locals.filter(|l| !l.is_empty()) {
+            Some(l) => {
+                self.locals.insert(scope.to_owned(), l);
+            }
+            None => {
+                self.locals.remove(scope);
+            }
+        }
+    }
+
     /// The backoff-window marker of `node` (the failure class), if it is in one.
     pub fn marker(&self, node: &str) -> Option<&str> {
         self.markers.get(node).map(String::as_str)
@@ -506,6 +531,7 @@ impl Snapshot {
             self.multis.is_empty(),
         );
         put("children", json!(self.children), self.children.is_empty());
+        put("locals", json!(self.locals), self.locals.is_empty());
         put(
             "compensable",
             json!(self.compensable),
@@ -591,6 +617,7 @@ impl Snapshot {
             + self.assignees.len()
             + self.multis.len()
             + self.children.len()
+            + self.locals.len()
             + self.owed.len()
             + self.extra.len();
         let parent = self.parent.as_deref().map(parent_vars);
@@ -682,6 +709,9 @@ impl Snapshot {
         }
         for (node, call) in &self.children {
             entries.push((format!("{P_CHILD}{node}").into(), Entry::Uint(*call as u64)));
+        }
+        for (scope, locals) in &self.locals {
+            entries.push((format!("{P_LOCALS}{scope}").into(), Entry::Vars(locals)));
         }
         for (handler, throws) in &self.owed {
             entries.push((format!("{P_OWED}{handler}").into(), Entry::StrList(throws)));
@@ -882,6 +912,10 @@ impl Snapshot {
             rd.vars(DECODE_DEPTH_MAX)
                 .map(|v| self.multis.insert(body.to_owned(), v))
                 .is_some()
+        } else if let Some(scope) = key.strip_prefix(P_LOCALS) {
+            rd.vars(DECODE_DEPTH_MAX)
+                .map(|v| self.locals.insert(scope.to_owned(), v))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_PULL_RETRIES) {
             rd.uint()
                 .and_then(|n| u32::try_from(n).ok())
@@ -980,6 +1014,7 @@ fn is_known_key(key: &str) -> bool {
             P_MULTI,
             P_CHILD,
             P_OWED,
+            P_LOCALS,
         ]
         .iter()
         .any(|p| key.starts_with(p))

@@ -11,10 +11,26 @@
 //! counter, one timer, one row, and only one of them is ever answered. Anything this
 //! judgement does not know (a node the definition lacks) is given the benefit of the
 //! doubt: the check must never fail an instance that could move.
+//!
+//! A sub-process waits on its inside, and its inside can stop moving without any token
+//! standing anywhere a defect would put it ([`idle_scope`]): an ad-hoc sub-process may
+//! wait with nothing inside (Zeebe's rule: it activated nothing, or its completion
+//! condition did not hold), and any sub-process instance — an embedded one, a
+//! multi-instance inner instance, an event sub-process run — may be left holding only
+//! join arrivals that no token inside can complete (an exclusive split into a parallel
+//! join). When every token is such a scope and no event could end one, the instance
+//! fails `AD_HOC_IDLE` or `STUCK_AT_JOIN` rather than `STALLED`: that is the model's
+//! outcome, not a defect. (`STUCK_AT_JOIN` at the process level, where no token at all
+//! is left, is `flow::settle`'s.)
 
-use qflow_loader::model::{CatchTrigger, EndKind, NodeKind, Process, TaskKind, ThrowTrigger};
+use qflow_loader::model::{
+    BoundaryTrigger, CatchTrigger, EndKind, NodeIdx, NodeKind, Process, StartTrigger, TaskKind,
+    ThrowTrigger,
+};
 
 use super::codes;
+use super::event_sub::armed_starts;
+use super::instances;
 use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use crate::snapshot::{Snapshot, Status};
@@ -100,10 +116,114 @@ fn shareable(node: &qflow_loader::model::Node, parked: bool) -> bool {
     }
 }
 
+/// A scope instance that nothing inside can move any more, and what is left in it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Idle {
+    /// An ad-hoc sub-process instance with no token inside: it activated nothing, its
+    /// completion condition did not hold when its last path ended, or what is left inside
+    /// are join arrivals (`AD_HOC_IDLE`).
+    AdHoc { scope: String },
+    /// A sub-process instance (embedded, a multi-instance inner instance, an event
+    /// sub-process run) with no token inside and the arrivals of `join` (the first in
+    /// key order) left inside it (`STUCK_AT_JOIN`).
+    Join { scope: String, join: String },
+}
+
+/// The scope instance nothing can move any more, if the instance is stuck in one:
+/// running; every token is a sub-process instance, and every one of them that has no
+/// other token inside it either is an ad-hoc instance or holds join arrivals inside; and
+/// nothing could fire on any of them ([`could_fire`]). The first such scope in frontier
+/// order is named.
+///
+/// After a step's arrivals are drained, join arrivals in a scope instance with no token
+/// inside can never complete: only a token of that instance reaches its joins (flows do
+/// not cross a scope's edge), and an inclusive join that could fire has fired
+/// (`flow::settle`). Anything else — a token at a task, a catch, a gateway; a scope with
+/// nothing inside that is not ad-hoc; an id the definition lacks — might still move or
+/// end the instance (a terminate end, an error or signal reaching a boundary), so the
+/// judgement errs on the side of waiting, and fails the instance on a later step, once
+/// that token has gone and nothing else could move it.
+pub(crate) fn idle_scope(p: &Process, snap: &Snapshot) -> Option<Idle> {
+    if snap.status != Status::Running || (snap.joins.is_empty() && p.ad_hocs.is_empty()) {
+        return None;
+    }
+    let scope = |t: &String| {
+        p.find(t)
+            .filter(|idx| matches!(p.node(*idx).kind, NodeKind::SubProcess))
+    };
+    // One linear pass first: a token at anything but a sub-process may still move.
+    if !snap.tokens.iter().all(|t| scope(t).is_some()) {
+        return None;
+    }
+    let mut idle: Option<Idle> = None;
+    for t in &snap.tokens {
+        let idx = scope(t)?;
+        // A scope with a token inside waits on it; that token is judged on its own.
+        if instances::first_inside(p, &snap.tokens, idx).is_some() {
+            continue;
+        }
+        let join = match p.ad_hoc(idx) {
+            Some(_) => None,
+            // A plain scope with nothing inside completes in `settle`; one is here only
+            // from a snapshot this judgement does not understand.
+            None => Some(instances::first_inside(p, snap.joins.keys(), idx)?),
+        };
+        if idle.is_none() {
+            let scope = t.clone();
+            idle = Some(match join {
+                None => Idle::AdHoc { scope },
+                Some(join) => Idle::Join {
+                    scope,
+                    join: p.key(join).into_owned(),
+                },
+            });
+        }
+    }
+    let idle = idle?;
+    (!could_fire(p, snap)).then_some(idle)
+}
+
+/// Whether an event could still fire with no work going on: a boundary of a token that
+/// fires from outside (its timer armed, a message, a signal — interrupting or not), or
+/// an armed event sub-process with such a start (in a scope that holds a token, or the
+/// process). Error, escalation and compensation triggers need work to throw them.
+fn could_fire(p: &Process, snap: &Snapshot) -> bool {
+    let timer = |idx: NodeIdx| {
+        snap.timers
+            .contains_key(TimerName::new(TimerKind::Boundary, &p.key(idx)).as_str())
+    };
+    let boundary = snap.tokens.iter().filter_map(|t| p.find(t)).any(|host| {
+        p.boundaries_of(host.plain()).any(|b| {
+            let NodeKind::Boundary(bd) = &p.node(b).kind else {
+                return false;
+            };
+            match &bd.trigger {
+                BoundaryTrigger::Timer(_) => timer(p.attached(host, b)),
+                BoundaryTrigger::Message { .. } | BoundaryTrigger::Signal { .. } => true,
+                _ => false,
+            }
+        })
+    });
+    boundary
+        || armed_starts(p, snap)
+            .into_iter()
+            .any(|start| match p.start_trigger(start) {
+                Some(StartTrigger::Timer(_)) => timer(start),
+                Some(StartTrigger::Message { .. } | StartTrigger::Signal { .. }) => true,
+                _ => false,
+            })
+}
+
 impl Run<'_> {
-    /// Fails the instance with `STALLED` when the step left it running with a token
-    /// nothing can move (E10). `input` names the step's input for the incident.
+    /// Fails the instance when the step left it running with nothing that could move
+    /// it: `AD_HOC_IDLE` or `STUCK_AT_JOIN` when a scope's inside stopped moving
+    /// ([`idle_scope`], the model's outcome), `STALLED` when a token stands where
+    /// nothing can move it (E10, a defect). `input` names the step's input for the
+    /// incident.
     pub(super) fn fail_if_stalled(&mut self, input: &str) {
+        if let Some(idle) = idle_scope(self.p, &self.snap) {
+            return self.fail_idle(idle);
+        }
         let Some((token, why)) = stalled(self.p, &self.snap) else {
             return;
         };
@@ -114,5 +234,35 @@ impl Run<'_> {
              for inspection"
         );
         self.fail(codes::STALLED, idx, None, message);
+    }
+
+    /// Fails the instance stuck in the scope instance `idle` names.
+    fn fail_idle(&mut self, idle: Idle) {
+        match idle {
+            // Stuck in an ad-hoc sub-process: a model or data outcome, said as such.
+            Idle::AdHoc { scope } => {
+                let idx = self.p.find(&scope);
+                let message = format!(
+                    "ad-hoc sub-process `{scope}` has no active element (it activated none, or \
+                     its completion condition did not hold when its last path ended), and no \
+                     boundary or event sub-process can end it: nothing can move the instance. \
+                     Zeebe would wait for an activation through its API, which qflow does not \
+                     have; migrate or cancel the instance"
+                );
+                self.fail(codes::AD_HOC_IDLE, idx, None, message);
+            }
+            // The process level's deadlock (`settle`), one scope down: the join is the
+            // failed node, as it is there, so a resume arrives at it again.
+            Idle::Join { scope, join } => {
+                let idx = self.p.find(&join);
+                let message = format!(
+                    "no token is left in sub-process `{scope}` that could complete join \
+                     `{join}`, and no boundary or event sub-process can end it: nothing can \
+                     move the instance. Zeebe and Camunda 7 would leave it active for ever; \
+                     migrate or cancel the instance"
+                );
+                self.fail(codes::STUCK_AT_JOIN, idx, None, message);
+            }
+        }
     }
 }

@@ -160,14 +160,14 @@ impl<'a> Run<'a> {
     }
 
     /// The correlation key of `message` for the node `at` (the wait, or the sender),
-    /// evaluated over the instance variables — with the locals of the inner instance `at`
-    /// runs in over them: a string as it is, an integer in decimal; anything else is
+    /// evaluated over the instance variables — with the locals of the scopes `at` runs
+    /// in over them (`locals::event_vars`): a string as it is, an integer in decimal; anything else is
     /// refused.
     pub(super) fn correlation_key(&self, message: &str, at: NodeIdx) -> Result<String, String> {
         let Some(expr) = self.def.correlation_keys.get(message) else {
             return Err("the message declares no correlation key".to_owned());
         };
-        let vars = super::multi::scoped_vars(self.p, &self.snap, at);
+        let vars = super::locals::event_vars(self.p, &self.snap, at);
         let key = match expr.eval(&vars).map_err(|e| e.to_string())? {
             Json::String(s) => s,
             Json::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),

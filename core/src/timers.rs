@@ -233,13 +233,13 @@ impl Run<'_> {
     }
 
     /// The timer's definition as it stands now at node `at`: a computed one evaluated
-    /// over the instance variables (with the locals of the inner instance `at` runs in
-    /// over them) and read as the ISO-8601 text of its kind.
+    /// over the instance variables (with the locals of the scopes `at` runs in over them,
+    /// `locals::event_vars`) and read as the ISO-8601 text of its kind.
     pub(super) fn resolve_timer(&self, at: NodeIdx, timer: &TimerDef) -> Result<TimerDef, String> {
         if !matches!(timer, TimerDef::Computed { .. }) {
             return resolve(timer, &self.snap.vars);
         }
-        resolve(timer, &super::multi::scoped_vars(self.p, &self.snap, at))
+        resolve(timer, &super::locals::event_vars(self.p, &self.snap, at))
     }
 
     /// When `timer`, armed now at node `at`, is due; `None` when a computed timer does

@@ -82,7 +82,7 @@ pub fn user_task_inputs(
     let (task, _) = idx
         .and_then(|i| user_task_at(p, i))
         .ok_or_else(|| format!("`{node}` is not a user task"))?;
-    let vars = super::multi::scoped_vars(p, snap, idx.unwrap_or(NodeIdx(0)));
+    let vars = super::locals::scoped_vars(p, snap, idx.unwrap_or(NodeIdx(0)));
     super::mapping::task_inputs(task, &vars)
 }
 
@@ -266,7 +266,7 @@ impl Run<'_> {
         let node_key = self.id(idx);
         let node: &str = &node_key;
         let held = (!fresh).then(|| self.snap.assignee(node)).flatten();
-        let scoped = super::multi::scoped_vars(self.p, &self.snap, idx);
+        let scoped = super::locals::scoped_vars(self.p, &self.snap, idx);
         let vars: &Variables = &scoped;
         let assignee = match (held, &assignment.assignee) {
             (Some(h), _) => Some(h.to_owned()),

@@ -5,7 +5,8 @@
 //! An input mapping makes a *local* variable of the task: the task (its handler, worker,
 //! task-list entry or request body) is given the instance variables with the locals over
 //! them, and the output mappings see the locals — but the locals never reach the
-//! instance variables. qflow keeps no local scope in the snapshot: the locals are
+//! instance variables. qflow keeps no local scope of a task in the snapshot (a
+//! sub-process's locals it keeps, `locals`): the task's locals are
 //! evaluated again from the instance variables whenever they are needed (when the task is
 //! offered, run or re-adopted, and when it completes), so they are the vendor's as long as
 //! the variables their sources read do not change while the task waits
@@ -60,7 +61,10 @@ pub(crate) fn visible(
 }
 
 /// What a task's end (`result`: its completion variables; `None` for an event a token
-/// passes through) writes into `vars`, by the vendor's rules:
+/// passes through) writes, by the vendor's rules, evaluated over `vars` (what the
+/// element sees: the instance variables, with the locals of the sub-process instances
+/// around it over them). Returns the writes, whole top-level variables, for the caller
+/// to set where Zeebe's propagation puts each (`locals::Run::write_vars`):
 ///
 /// - Zeebe, with outputs: the result is local (over the input locals); each output, in
 ///   order, is evaluated over the variables, the locals, the result and the outputs
@@ -73,18 +77,19 @@ pub(crate) fn complete(
     style: MappingStyle,
     inputs: &[Mapping],
     outputs: &[Mapping],
-    vars: &mut Variables,
+    vars: &Variables,
     result: Option<Variables>,
-) -> Result<(), String> {
+) -> Result<Variables, String> {
     let mut locals = locals(style, inputs, vars)?;
+    let mut writes = Variables::new();
     // A completion variable named like a local sets the local (it ends with the task);
     // every other one is merged into the instance.
-    let merge = |vars: &mut Variables, locals: &mut Variables, result: Variables| {
+    let merge = |writes: &mut Variables, locals: &mut Variables, result: Variables| {
         for (k, v) in result {
             match locals.get_mut(&k) {
                 Some(local) => *local = v,
                 None => {
-                    vars.insert(k, v);
+                    writes.insert(k, v);
                 }
             }
         }
@@ -92,9 +97,9 @@ pub(crate) fn complete(
     if style == MappingStyle::Zeebe {
         if outputs.is_empty() {
             if let Some(result) = result {
-                merge(vars, &mut locals, result);
+                merge(&mut writes, &mut locals, result);
             }
-            return Ok(());
+            return Ok(writes);
         }
         let mut scope = vars.clone();
         scope.extend(locals.clone());
@@ -108,18 +113,26 @@ pub(crate) fn complete(
             written.push((&m.target, v));
         }
         for (target, v) in written {
-            put_path(vars, target, v);
+            // A nested target updates the variable as the element sees it.
+            let root = target.split('.').next().unwrap_or(target);
+            if !writes.contains_key(root) {
+                if let Some(old) = vars.get(root) {
+                    writes.insert(root.to_owned(), old.clone());
+                }
+            }
+            put_path(&mut writes, target, v);
         }
         if outputs.iter().any(|m| m.target.contains('.')) {
-            crate::limits::check_variables(vars)
+            crate::limits::check_variables(&writes)
                 .map_err(|why| format!("output mappings: {why}"))?;
         }
-        return Ok(());
+        return Ok(writes);
     }
     if let Some(result) = result {
-        merge(vars, &mut locals, result);
+        merge(&mut writes, &mut locals, result);
     }
     let mut scope = vars.clone();
+    scope.extend(writes.clone());
     scope.extend(locals.clone());
     for m in outputs {
         let one = output(m, &scope)?;
@@ -127,9 +140,9 @@ pub(crate) fn complete(
         if !locals.contains_key(&m.target) {
             scope.extend(one.clone());
         }
-        vars.extend(one);
+        writes.extend(one);
     }
-    Ok(())
+    Ok(writes)
 }
 
 fn output(m: &Mapping, scope: &Variables) -> Result<Variables, String> {

@@ -592,6 +592,57 @@ fn cancel_resolves_timers_and_ends_the_instance() {
     assert!(last(&trace).timers().is_empty());
 }
 
+/// A FAILED instance can be cancelled, as Zeebe and Camunda 7 cancel an instance with an
+/// incident: it ends cancelled, its failure cleared and the failure's incident resolved;
+/// a cancelled instance takes no second cancel.
+#[test]
+fn a_failed_instance_is_cancelled_with_its_failure_incident_resolved() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="gw"/>
+      <exclusiveGateway id="gw"/>
+      <sequenceFlow id="fa" sourceRef="gw" targetRef="a"><conditionExpression>amount &gt; 100</conditionExpression></sequenceFlow>
+      <serviceTask id="a" q:task="a"/><sequenceFlow id="fa2" sourceRef="a" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(&def, r#"{"variables": {"amount": 5}}"#);
+    assert_eq!(trace.summary.status, "failed");
+    let failed = last(&trace);
+    let step = qflow_core::step(&def, "x", failed, qflow_core::Input::Cancel, 50).unwrap();
+    assert_eq!(step.snapshot.status(), Status::Cancelled);
+    assert!(step.snapshot.failure().is_none());
+    assert!(step
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveIncident { node } if node == "gw")));
+    assert!(step.effects.iter().any(|e| matches!(e, Effect::Cancelled)));
+    let again = qflow_core::step(&def, "x", step.snapshot, qflow_core::Input::Cancel, 60).unwrap();
+    assert!(matches!(again.effects.as_slice(), [Effect::Stale { .. }]));
+
+    // A task that failed its last attempt: its token stays, and the cancel interrupts it
+    // without reporting the attempt a second time.
+    let def = linear(&[("pay", "")]);
+    let trace = run_scenario(
+        &def,
+        r#"{"tasks": {"pay": [{"outcome": "fail", "code": "DECLINED"}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "failed");
+    let failed = last(&trace);
+    assert_eq!(failed.tokens(), ["pay".to_owned()]);
+    let step = qflow_core::step(&def, "x", failed, qflow_core::Input::Cancel, 50).unwrap();
+    assert_eq!(step.snapshot.status(), Status::Cancelled);
+    assert!(
+        !step
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::AttemptFinished { .. })),
+        "{:?}",
+        step.effects
+    );
+    assert!(step
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ResolveIncident { node } if node == "pay")));
+}
+
 #[test]
 fn io_mappings_shape_handler_inputs_and_instance_variables() {
     let def = model(

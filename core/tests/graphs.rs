@@ -25,6 +25,13 @@ enum Kind {
     Sub {
         retry: bool,
     },
+    /// An embedded sub-process whose inside gets stuck: an exclusive split takes its
+    /// first flow, into a service task, and both its flows meet at a parallel join, so
+    /// the task's token waits there for ever. Nothing inside can move it; a boundary or
+    /// live work elsewhere may.
+    StuckSub {
+        retry: bool,
+    },
     User,
     Pass,
     Exclusive,
@@ -39,6 +46,7 @@ fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![
         3 => any::<bool>().prop_map(|retry| Kind::Service { retry }),
         1 => any::<bool>().prop_map(|retry| Kind::Sub { retry }),
+        1 => any::<bool>().prop_map(|retry| Kind::StuckSub { retry }),
         1 => Just(Kind::User),
         1 => Just(Kind::Pass),
         1 => Just(Kind::Exclusive),
@@ -102,6 +110,31 @@ fn fill(b: &mut Builder, sp: qflow_loader::model::NodeIdx, id: &str, start: Node
     b.flow(t, e);
 }
 
+/// Inside the sub-process `sp`: a start event, an exclusive split `<id>x` whose first
+/// flow enters the registered task `<id>t` and whose second goes straight on, a parallel
+/// join `<id>j` of both, and an end event. Only one branch ever reaches the join.
+fn fill_stuck(b: &mut Builder, sp: qflow_loader::model::NodeIdx, id: &str, retry: bool) {
+    let s = b.node(&format!("{id}s"), NodeKind::StartEvent);
+    let x = b.node(
+        &format!("{id}x"),
+        NodeKind::ExclusiveGateway { default: None },
+    );
+    let t = b.node(
+        &format!("{id}t"),
+        registered(&format!("{id}t"), policy(retry)),
+    );
+    let j = b.node(&format!("{id}j"), NodeKind::ParallelGateway);
+    let e = b.node(&format!("{id}e"), NodeKind::EndEvent(EndKind::None));
+    for n in [s, x, t, j, e] {
+        b.inside(n, sp);
+    }
+    b.flow(s, x);
+    b.flow(x, t);
+    b.flow(x, j);
+    b.flow(t, j);
+    b.flow(j, e);
+}
+
 fn build(shape: &Shape) -> Definition {
     let mut b = Builder::default();
     let start = b.node("start", NodeKind::StartEvent);
@@ -111,7 +144,11 @@ fn build(shape: &Shape) -> Definition {
         let id = format!("n{i}");
         let kind = match k {
             Kind::Sub { retry } => {
-                subs.push((i, *retry));
+                subs.push((i, *retry, false));
+                NodeKind::SubProcess
+            }
+            Kind::StuckSub { retry } => {
+                subs.push((i, *retry, true));
                 NodeKind::SubProcess
             }
             Kind::Service { retry } => registered(
@@ -156,14 +193,13 @@ fn build(shape: &Shape) -> Definition {
         };
         ids.push(b.node(&id, kind));
     }
-    for (i, retry) in subs {
-        fill(
-            &mut b,
-            ids[i],
-            &format!("n{i}"),
-            NodeKind::StartEvent,
-            retry,
-        );
+    for (i, retry, stuck) in subs {
+        let id = format!("n{i}");
+        if stuck {
+            fill_stuck(&mut b, ids[i], &id, retry);
+        } else {
+            fill(&mut b, ids[i], &id, NodeKind::StartEvent, retry);
+        }
     }
     if let Some(every) = shape.esp {
         let x = b.node("x", NodeKind::SubProcess);
@@ -185,7 +221,7 @@ fn build(shape: &Shape) -> Definition {
     for (i, (host, interrupting, ms)) in shape.boundaries.iter().enumerate() {
         if !matches!(
             shape.kinds[*host],
-            Kind::Service { .. } | Kind::User | Kind::Sub { .. }
+            Kind::Service { .. } | Kind::User | Kind::Sub { .. } | Kind::StuckSub { .. }
         ) {
             continue;
         }
@@ -228,7 +264,7 @@ fn scenario(shape: &Shape) -> impl Strategy<Value = Scenario> {
     let mut services: Vec<String> = (0..n)
         .filter_map(|i| match shape.kinds[i] {
             Kind::Service { .. } => Some(format!("n{i}")),
-            Kind::Sub { .. } => Some(format!("n{i}t")),
+            Kind::Sub { .. } | Kind::StuckSub { .. } => Some(format!("n{i}t")),
             _ => None,
         })
         .collect();
@@ -334,12 +370,15 @@ proptest! {
     }
 
     /// No silent stall (E10) and distinct handler calls (E9), over generated splits,
-    /// merges of every gateway kind, boundaries, timer waits and retries with generated
-    /// outcomes: the core's stall detector never fires (it finds defects, and a model
-    /// does not cause one); a run that goes idle while RUNNING has a wait open that only
-    /// the outside can end (a user task, a handler that never answers); and no handler
-    /// call is asked for while another with the same node and attempt is outstanding —
-    /// two tokens in one task are two activity instances, never one name twice.
+    /// merges of every gateway kind, boundaries, timer waits, sub-processes that get
+    /// stuck at a join inside, and retries with generated outcomes: the core's stall
+    /// detector never fires (it finds defects, and a model does not cause one); a run
+    /// that goes idle while RUNNING has a wait open that only the outside can end (a user
+    /// task, a handler that never answers) — a sub-process whose inside cannot move is
+    /// no such wait; an instance fails `STUCK_AT_JOIN` only with nothing but
+    /// sub-processes left, at a join that holds arrivals; and no handler call is asked
+    /// for while another with the same node and attempt is outstanding — two tokens in
+    /// one task are two activity instances, never one name twice.
     #[test]
     fn no_run_stalls_and_no_two_handler_calls_are_indistinguishable(
         (shape, sc) in shape().prop_flat_map(|s| { let sc = scenario(&s); (Just(s), sc) })
@@ -347,6 +386,16 @@ proptest! {
         let def = build(&shape);
         let Ok(trace) = sim::run(&def, &sc) else { return Ok(()); };
         prop_assert_ne!(trace.summary.failure_code.as_deref(), Some("STALLED"));
+        if trace.summary.failure_code.as_deref() == Some("STUCK_AT_JOIN") {
+            let end = trace.final_snapshot().unwrap();
+            let p = &def.process;
+            let scopes_only = end.tokens().iter().all(|t| {
+                p.find(t).is_some_and(|i| matches!(p.node(i).kind, NodeKind::SubProcess))
+            });
+            prop_assert!(scopes_only, "stuck with live tokens: {:?}", end.tokens());
+            let join = trace.summary.failure_node.clone().unwrap_or_default();
+            prop_assert!(end.join_arrivals().contains_key(&join), "no arrivals at {}", join);
+        }
         let mut outstanding: std::collections::BTreeSet<(String, u32)> = Default::default();
         for s in &trace.steps {
             match &s.input {

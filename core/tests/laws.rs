@@ -34,7 +34,7 @@ const MODEL: &str = r#"
   <endEvent id="e"/><endEvent id="e2"/>"#;
 
 /// `default` cases, or `PROPTEST_CASES` when set (for a deeper run by hand:
-/// `PROPTEST_CASES=2000 cargo test --release -p qflow-engine --test laws`).
+/// `PROPTEST_CASES=2000 cargo test --release -p qflow-core --test laws`).
 fn cases(default: u32) -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -159,9 +159,20 @@ fn any_key() -> impl Strategy<Value = String> {
         Just("k".to_owned()),
         Just("n".to_owned()),
         Just("y".to_owned()),
+        Just("ks".to_owned()),
+        Just("pa".to_owned()),
+        Just("g".to_owned()),
         "[ajme]/[a-z]{1,4}",
         "[g-z]{1,6}",
     ]
+}
+
+/// Top-level keys the engine does not know. Two-letter names in `[g-z]` include known
+/// keys (`ks`, the spent timers; `pa`, the parent link), which a snapshot reads as its
+/// own and need not keep verbatim; they are left out (CI once drew `ks`).
+fn unknown_key() -> impl Strategy<Value = String> {
+    const KNOWN: [&str; 2] = ["ks", "pa"];
+    "[g-z]{2,6}".prop_filter("a known top-level key", |k| !KNOWN.contains(&k.as_str()))
 }
 
 proptest! {
@@ -218,7 +229,7 @@ proptest! {
     #[test]
     fn unknown_keys_survive_decode_step_encode(
         sc in scenario(),
-        extra in proptest::collection::btree_map("[g-z]{2,6}", arbitrary_value(), 1..4),
+        extra in proptest::collection::btree_map(unknown_key(), arbitrary_value(), 1..4),
     ) {
         let def = with_retry();
         let trace = sim::run(&def, &sc).unwrap();

@@ -607,3 +607,42 @@ fn a_migration_is_refused_while_an_inner_instance_runs_its_attempt() {
     assert!(is_stale(&effects), "{effects:?}");
     assert_eq!(after.encode(), snap.encode());
 }
+
+/// A sequence flow's condition inside a multi-instance sub-process sees the inner
+/// instance's element and loop counter (`docs/multi-instance.md`, "Locals"): each inner
+/// instance takes its own branch at the gateway.
+#[test]
+fn a_condition_inside_a_multi_instance_sub_process_sees_its_element() {
+    let def = model(
+        r#"<startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="each"/>
+    <subProcess id="each">
+      <multiInstanceLoopCharacteristics q:collection="items" q:elementVariable="item"/>
+      <startEvent id="s1"/>
+      <sequenceFlow id="g1" sourceRef="s1" targetRef="x"/>
+      <exclusiveGateway id="x" default="g3"/>
+      <sequenceFlow id="g2" sourceRef="x" targetRef="bad">
+        <conditionExpression>item == "bad" &amp;&amp; loopCounter == 2</conditionExpression>
+      </sequenceFlow>
+      <sequenceFlow id="g3" sourceRef="x" targetRef="good"/>
+      <userTask id="bad"/>
+      <sequenceFlow id="g4" sourceRef="bad" targetRef="e1"/>
+      <userTask id="good"/>
+      <sequenceFlow id="g5" sourceRef="good" targetRef="e1"/>
+      <endEvent id="e1"/>
+    </subProcess>
+    <sequenceFlow id="f2" sourceRef="each" targetRef="e"/>
+    <endEvent id="e"/>"#,
+    );
+    let (snap, effects) = start(&def, json!({"items": ["ok", "bad"]}));
+    assert_eq!(snap.status(), Status::Running, "{effects:?}");
+    let mut offered: Vec<&str> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::OfferUserTask { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    offered.sort_unstable();
+    assert_eq!(offered, ["bad#2", "good#1"]);
+}

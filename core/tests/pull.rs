@@ -373,3 +373,95 @@ fn resume_after_a_final_failure_offers_one_more_attempt() {
     );
     assert_eq!(trace.summary.status, "completed");
 }
+
+/// Camunda 8's "update the job's retries, then resolve the incident": on a task FAILED
+/// with no retries left, `pull_retries_set` leaves the instance FAILED, and the resume
+/// that keeps the budget then offers the task with those retries; each failure after it
+/// counts them down as the worker reports. On a running instance it sets the attempts
+/// left of the live attempt. Refused: retries 0, an attempt that is over, another node
+/// of a FAILED instance.
+#[test]
+fn retries_set_on_a_failed_task_are_what_a_kept_resume_offers() {
+    let def = pull_model();
+    let failed = |at: i64, attempt: u32, retries: u32| {
+        answer(
+            at,
+            json!({"type": "pull_failed", "node": "work", "attempt": attempt, "worker": "w1",
+                   "retries": retries}),
+        )
+    };
+    let set = |at: i64, attempt: u32, retries: u32| {
+        answer(
+            at,
+            json!({"type": "pull_retries_set", "node": "work", "attempt": attempt,
+                   "retries": retries}),
+        )
+    };
+    let trace = run_scenario(
+        &def,
+        &scenario(vec![
+            lock(0, 1, "w1", 1_000),
+            failed(10, 1, 0),
+            set(15, 1, 3),
+            json!({"event": "resume", "at_ms": 20, "budget": "keep"}),
+            lock(30, 2, "w1", 1_000),
+            failed(40, 2, 2),
+            lock(50, 3, "w1", 1_000),
+        ]),
+    );
+    let steps = &trace.steps;
+    let after_set = Snapshot::decode(&steps[3].snapshot).unwrap();
+    assert_eq!(
+        after_set.status(),
+        Status::Failed,
+        "setting retries repairs nothing"
+    );
+    assert_eq!(after_set.pull_retries("work"), Some(3));
+    let resumed = Snapshot::decode(&steps[4].snapshot).unwrap();
+    assert_eq!(resumed.status(), Status::Running);
+    assert_eq!(
+        resumed.pull_retries("work"),
+        Some(3),
+        "the kept budget is the one set"
+    );
+    // The worker's next failure counts down from them; attempt 3 is offered and locked.
+    let relocked = Snapshot::decode(&steps[7].snapshot).unwrap();
+    assert_eq!(relocked.status(), Status::Running);
+    assert_eq!(relocked.pull_retries("work"), Some(2));
+    assert_eq!(
+        relocked.attempt_in_progress("work"),
+        Attempt::new(3).unwrap()
+    );
+
+    // Refusals, straight through `step`: each changes nothing.
+    let snap = Snapshot::decode(&steps[3].snapshot).unwrap();
+    for (attempt, retries, node, why) in [
+        (1, 0, "work", "at least 1"),
+        (2, 3, "work", "is over"),
+        (1, 3, "e", "not a pull task"),
+    ] {
+        let input = Input::PullRetriesSet {
+            node: node.into(),
+            attempt: Attempt::new(attempt).unwrap(),
+            retries,
+        };
+        let out = step(&def, "i", snap.clone(), input, 16).unwrap();
+        assert_eq!(out.snapshot, snap, "{why}");
+        assert!(
+            matches!(&out.effects[..], [Effect::Stale { reason }] if reason.contains(why)),
+            "{why}: {:?}",
+            out.effects
+        );
+    }
+    // A running instance's live attempt takes it.
+    let running = Snapshot::decode(&steps[1].snapshot).unwrap();
+    let input = Input::PullRetriesSet {
+        node: "work".into(),
+        attempt: Attempt::FIRST,
+        retries: 7,
+    };
+    let out = step(&def, "i", running, input, 5).unwrap();
+    assert!(out.effects.is_empty(), "{:?}", out.effects);
+    assert_eq!(out.snapshot.pull_retries("work"), Some(7));
+    assert_eq!(out.snapshot.status(), Status::Running);
+}

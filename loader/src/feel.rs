@@ -9,7 +9,8 @@
 //! collection is often one), context literals (`{total: a, "the label": b}`, a CEL map),
 //! `if c then a else b` (CEL's `c ? a : b`) and the quantifiers `some x in xs satisfies
 //! c` / `every x in xs satisfies c` (CEL's `exists` / `all` macros), the functions
-//! `contains`, `starts with`, `ends with` and `count`, list filters and indexes
+//! `contains`, `starts with`, `ends with`, `count` and `string join` (a function of
+//! `crate::expr::feel_support`), list filters and indexes
 //! (`items[type = "x"]`, `items[item.price > 10]`, `items[1]`, `items[-1].total`: CEL's
 //! `filter` macro and indexing, DMN 1.3 §10.3.2.5, see `P::filter`) and Camunda's
 //! `is defined(path)` (see `P::is_defined` and `crate::expr::feel_support`).
@@ -649,6 +650,14 @@ impl P<'_> {
                         self.boolean = true;
                         return Ok(out);
                     }
+                    // `string join(…)` (DMN 1.4 §10.3.4.4), a name with a space.
+                    let join = p == "string"
+                        && self.peek() == Some(&Tok::Path("join".into()))
+                        && self.toks.get(self.i + 1) == Some(&Tok::LParen);
+                    if join {
+                        self.i += 1;
+                        return self.nested(|s| s.function("string join"));
+                    }
                     if matches!(p.as_str(), "contains" | "count")
                         && self.peek() == Some(&Tok::LParen)
                     {
@@ -763,6 +772,23 @@ impl P<'_> {
             }
         }
         self.i += 1; // `)`
+        if name == "string join" {
+            // One argument joins with no delimiter (DMN 1.4), two with the second.
+            return match args.as_slice() {
+                [list] => Ok(format!(
+                    "{}({list}, \"\")",
+                    crate::expr::feel_support::STRING_JOIN
+                )),
+                [list, delimiter] => Ok(format!(
+                    "{}({list}, {delimiter})",
+                    crate::expr::feel_support::STRING_JOIN
+                )),
+                _ => Err(format!(
+                    "`string join(…)` takes a list and a delimiter, not {} argument(s)",
+                    args.len()
+                )),
+            };
+        }
         let arity = if name == "count" { 1 } else { 2 };
         if args.len() != arity {
             return Err(format!(
@@ -1433,7 +1459,26 @@ mod tests {
                 "{fails}: FEEL gives null (or 1 for count)"
             );
         }
+        // `string join` (DMN 1.4 §10.3.4.4): nulls left out, a null delimiter as none.
+        let w = r#"{"risks": ["fire", null, "flood"], "none": [], "mixed": ["a", 1], "s": "x"}"#;
+        assert_eq!(
+            eval("string join(risks, \", \")", w),
+            j(json!("fire, flood"))
+        );
+        assert_eq!(eval("string join(risks)", w), j(json!("fireflood")));
+        assert_eq!(eval("string join(risks, null)", w), j(json!("fireflood")));
+        assert_eq!(eval("string join(none, \"-\")", w), j(json!("")));
+        assert_eq!(eval("string join([\"a\", \"b\"], \"\")", w), j(json!("ab")));
+        for fails in [
+            "string join(mixed, \",\")",
+            "string join(s, \",\")",
+            "string join(risks, 1)",
+        ] {
+            assert!(eval(fails, w).is_err(), "{fails}: FEEL gives null");
+        }
         for refused in [
+            "string join()",
+            "string join(risks, \",\", \"[\", \"]\")",
             "contains(s)",
             "count(xs, 1)",
             "contains(string: s, match: \"x\")",

@@ -235,6 +235,12 @@ pub struct Process {
     /// intermediate throw, a none end event): `zeebe:ioMapping` outputs, or
     /// `camunda:inputOutput` where Camunda 7 allows it. Empty for almost every model.
     pub event_mappings: BTreeMap<NodeIdx, EventMappings>,
+    /// Zeebe's `zeebe:ioMapping` on embedded sub-processes, by the sub-process node (for
+    /// a multi-instance sub-process, its inner node): the inputs are local variables of
+    /// each scope instance of it, made as a token enters it; the outputs are evaluated
+    /// as it completes and written to the scope around it (`docs/vendor-mappings.md`,
+    /// "Sub-processes"). Empty for almost every model.
+    pub sub_process_mappings: BTreeMap<NodeIdx, EventMappings>,
     /// The event sub-processes (`subProcess triggeredByEvent="true"`, §10.3.5), in
     /// document order. Empty for almost every model.
     pub event_sub_processes: Vec<EventSubProcess>,
@@ -245,6 +251,28 @@ pub struct Process {
     /// The activities with a compensation boundary event (§10.5.5), by the activity:
     /// the boundary and the handler its association names. Empty for almost every model.
     pub compensations: BTreeMap<NodeIdx, Compensation>,
+    /// The ad-hoc sub-processes (`adHocSubProcess`, §10.3.4), by their node, a
+    /// [`NodeKind::SubProcess`] without start events: what a token entering one activates
+    /// and when it completes, as Zeebe runs it (`docs/ad-hoc-sub-processes.md`). Empty
+    /// for almost every model.
+    pub ad_hocs: BTreeMap<NodeIdx, AdHoc>,
+}
+
+/// An ad-hoc sub-process, run as Camunda 8 (Zeebe) runs its BPMN implementation: on
+/// entry the elements its active elements collection names are activated, one activity
+/// instance each, in the list's order; each time a path inside ends (an element with no
+/// outgoing flow completes) the completion condition is evaluated. No condition: it
+/// completes once nothing inside is active. True: it completes, cancelling what is
+/// still active when `cancel_remaining`, else once nothing is. False: it waits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdHoc {
+    /// `zeebe:adHoc activeElementsCollection`: a list of the ids of elements directly
+    /// inside without incoming flows. Without it nothing is activated.
+    pub active_elements: Option<Expression>,
+    /// `<completionCondition>`, evaluated inside the sub-process instance.
+    pub completion: Option<Expression>,
+    /// `cancelRemainingInstances` (default `true`).
+    pub cancel_remaining: bool,
 }
 
 /// An activity's compensation: the boundary event attached to it and the handler
@@ -485,6 +513,33 @@ impl Process {
         let level = self.level(sp);
         let r = idx.run(level);
         Some(self.inherit(idx, sp).with_run(level, 0).with_copy(r))
+    }
+    /// How the ad-hoc sub-process `sp` (any of its instances) runs, if it is one.
+    pub fn ad_hoc(&self, sp: NodeIdx) -> Option<&AdHoc> {
+        if self.ad_hocs.is_empty() {
+            return None;
+        }
+        self.ad_hocs.get(&sp.plain())
+    }
+    /// The element of the ad-hoc sub-process `sp` with the id `id` that its active
+    /// elements collection may name: a node directly inside it with no incoming flow,
+    /// neither a boundary event nor an event sub-process (Zeebe's `adHocActivitiesById`:
+    /// the child flow nodes without incoming flows).
+    pub fn ad_hoc_element(&self, sp: NodeIdx, id: &str) -> Option<NodeIdx> {
+        let idx = *self.by_id.get(id)?;
+        let node = self.node(idx);
+        let activatable = node.scope == Some(sp.plain())
+            && node.incoming.is_empty()
+            && !matches!(node.kind, NodeKind::Boundary(_))
+            && self.event_sub_process(idx).is_none();
+        activatable.then_some(idx)
+    }
+    /// The Zeebe mappings of the sub-process `sp` (any of its instances), if it has any.
+    pub fn sub_process_mappings(&self, sp: NodeIdx) -> Option<&EventMappings> {
+        if self.sub_process_mappings.is_empty() {
+            return None;
+        }
+        self.sub_process_mappings.get(&sp.plain())
     }
     /// The multi-instance activity whose body is `body`, if it is one.
     pub fn multi_instance(&self, body: NodeIdx) -> Option<&MultiInstance> {
@@ -1302,6 +1357,16 @@ pub(crate) fn expand_multi_instances(p: &mut Process) {
         p.nodes[body.0 as usize].kind = NodeKind::SubProcess;
         if let Some(mi) = p.multi_instances.get_mut(&body) {
             mi.inner = inner;
+        }
+        // A multi-instance sub-process's mappings are each inner instance's (Zeebe
+        // applies them per inner instance): they move with its inside.
+        if let Some(m) = p.sub_process_mappings.remove(&body) {
+            p.sub_process_mappings.insert(inner, m);
+        }
+        // So is a multi-instance ad-hoc sub-process's activation and completion: each
+        // inner instance is an ad-hoc sub-process instance.
+        if let Some(a) = p.ad_hocs.remove(&body) {
+            p.ad_hocs.insert(inner, a);
         }
     }
 }

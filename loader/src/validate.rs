@@ -109,12 +109,16 @@ fn starts(
     }
     for (scope, pos, what) in scopes {
         let refused = !ix.refused_roots(scope).is_empty();
-        if ix.starts(scope).is_empty() {
+        // An ad-hoc sub-process has no start (Q135): its elements without incoming
+        // flows are its roots (`reachability`), so what none of them reaches is
+        // reported as unreachable there.
+        let ad_hoc = scope.is_some_and(|s| p.ad_hoc(s).is_some());
+        if ix.starts(scope).is_empty() && !ad_hoc {
             startless.insert(scope);
         }
         // An event sub-process's start is checked where it is read (Q128).
         let event_sub = scope.is_some_and(|s| meta.event_subs.contains(&s));
-        if ix.starts(scope).is_empty() && !refused && !event_sub {
+        if ix.starts(scope).is_empty() && !refused && !event_sub && !ad_hoc {
             diags.push(
                 Diagnostic::error("Q106", pos, format!("{what} has no none start event"))
                     .with_help("add a <startEvent> without an event definition"),
@@ -155,6 +159,14 @@ fn reachability(
             work.push(c.handler);
         }
         if matches!(node.kind, NodeKind::SubProcess) {
+            // An ad-hoc sub-process reaches every element it may activate.
+            if p.ad_hoc(n).is_some() {
+                work.extend(p.nodes.iter().enumerate().filter_map(|(c, child)| {
+                    p.ad_hoc_element(n, &child.id)
+                        .filter(|_| child.scope == Some(n))
+                        .map(|_| idx(c))
+                }));
+            }
             work.extend(ix.starts(Some(n)));
             work.extend(ix.refused_roots(Some(n)));
             work.extend(ix.event_subs(Some(n)));
@@ -249,6 +261,9 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
                     .with_help("connect it onward, or end the path with an end event"),
                 )
             }
+            // Inside an ad-hoc sub-process a path ends at an element without a flow
+            // out: that is how the sub-process learns one of its paths completed.
+            _ if n.scope.is_some_and(|s| p.ad_hoc(s).is_some()) => {}
             // Any other flow node without a flow out is an implicit end (BPMN 2.0
             // §13.2.1, "no outgoing sequence flow ... the token is consumed"): its token
             // ends there, as in Zeebe and Camunda 7. Said, in case it is a slip.

@@ -84,6 +84,26 @@ const BUILT_IN: &[&str] = &[
     <bpmn:endEvent id="e"/>
   </bpmn:process>
 </bpmn:definitions>"#,
+    r#"<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" xmlns:q="urn:qflow:bpmn:1" id="ah">
+  <bpmn:process id="ah1" isExecutable="true">
+    <bpmn:startEvent id="s"/>
+    <bpmn:sequenceFlow id="a" sourceRef="s" targetRef="adhoc"/>
+    <bpmn:adHocSubProcess id="adhoc" cancelRemainingInstances="false" ordering="Parallel">
+      <bpmn:extensionElements>
+        <zeebe:adHoc activeElementsCollection="=toDo"/>
+        <zeebe:ioMapping><zeebe:input source="=0" target="n"/></zeebe:ioMapping>
+      </bpmn:extensionElements>
+      <bpmn:serviceTask id="t1" q:task="t1"/>
+      <bpmn:sequenceFlow id="b" sourceRef="t1" targetRef="t2"/>
+      <bpmn:userTask id="t2"/>
+      <bpmn:completionCondition>=n &gt; 1</bpmn:completionCondition>
+    </bpmn:adHocSubProcess>
+    <bpmn:boundaryEvent id="late" attachedToRef="adhoc"><bpmn:timerEventDefinition><bpmn:timeDuration>PT1M</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:boundaryEvent>
+    <bpmn:sequenceFlow id="c" sourceRef="adhoc" targetRef="e"/>
+    <bpmn:sequenceFlow id="d" sourceRef="late" targetRef="e"/>
+    <bpmn:endEvent id="e"/>
+  </bpmn:process>
+</bpmn:definitions>"#,
 ];
 
 /// Fragments that reach deep parser and rule paths when spliced into a model.
@@ -114,6 +134,11 @@ const TOKENS: &[&str] = &[
     "<serviceTask id=\"x\" q:channel=\"c\"/>",
     "<subProcess id=\"sp\">",
     "</subProcess>",
+    "<adHocSubProcess id=\"ah\" ordering=\"Sequential\">",
+    "</adHocSubProcess>",
+    "<completionCondition>=done</completionCondition>",
+    "cancelRemainingInstances=\"maybe\"",
+    "<extensionElements><zeebe:adHoc activeElementsCollection=\"=[1]\" outputElement=\"=x\"/></extensionElements>",
     "<boundaryEvent id=\"bx\" attachedToRef=\"pay\" cancelActivity=\"false\">",
     "<timerEventDefinition><timeDuration>P1Y</timeDuration></timerEventDefinition>",
     "<q:retry maxAttempts=\"0\"/>",

@@ -1855,6 +1855,74 @@ fn event_mappings_load_where_the_vendor_allows_them() {
     assert_eq!(p.event_mappings.len(), 3);
 }
 
+/// Zeebe's `zeebe:ioMapping` on an embedded sub-process loads (its inputs are locals of
+/// each instance of it, its outputs written as it completes); on a multi-instance
+/// sub-process it belongs to the inner node, which Zeebe maps once per inner instance.
+#[test]
+fn zeebe_mappings_on_an_embedded_sub_process_load() {
+    let sub = |ext: &str, mi: &str| {
+        around(&format!(
+            r#"<subProcess id="t">{mi}<extensionElements>{ext}</extensionElements>
+<startEvent id="in"/><sequenceFlow id="g1" sourceRef="in" targetRef="out"/><endEvent id="out"/>
+</subProcess>"#
+        ))
+    };
+    let io = r#"<zeebe:ioMapping><zeebe:input source="=order.total" target="amount"/><zeebe:output source="=amount" target="charged"/><zeebe:output source="=1" target="order.done"/></zeebe:ioMapping>"#;
+    let l = loads(&sub(io, ""));
+    let p = &only(&l).process;
+    let sp = p.find("t").unwrap();
+    let m = p.sub_process_mappings(sp).expect("mapped");
+    assert_eq!(m.style, MappingStyle::Zeebe);
+    assert_eq!(m.inputs[0].target, "amount");
+    let outputs: Vec<&str> = m.outputs.iter().map(|o| o.target.as_str()).collect();
+    assert_eq!(outputs, ["charged", "order.done"]);
+    // Not an event's mapping: nothing runs as a token passes the sub-process.
+    assert!(p.event_mappings.is_empty());
+    // A multi-instance sub-process: the mappings move to its inner node.
+    let mi = r#"<multiInstanceLoopCharacteristics><extensionElements><zeebe:loopCharacteristics inputCollection="=items" inputElement="item"/></extensionElements></multiInstanceLoopCharacteristics>"#;
+    let l = loads(&sub(io, mi));
+    let p = &only(&l).process;
+    let body = p.find("t").unwrap();
+    let inner = p.multi_instance(body).expect("a body").inner;
+    assert!(p.sub_process_mappings(body).is_none());
+    assert!(p.sub_process_mappings(inner.with_instance(2)).is_some());
+}
+
+/// What stays refused on sub-processes: Camunda 7's mappings, any mapping on an event
+/// sub-process, two mapping elements, and what Zeebe mappings refuse anywhere.
+#[test]
+fn q401_sub_process_mappings_qflow_does_not_run() {
+    let sub = |ext: &str| {
+        around(&format!(
+            r#"<subProcess id="t"><extensionElements>{ext}</extensionElements>
+<startEvent id="in"/><sequenceFlow id="g1" sourceRef="in" targetRef="out"/><endEvent id="out"/>
+</subProcess>"#
+        ))
+    };
+    let camunda = r#"¶<camunda:inputOutput><camunda:inputParameter name="x">${a}</camunda:inputParameter></camunda:inputOutput>"#;
+    assert!(refused(&sub(camunda), "Q401")
+        .message
+        .contains("camunda:inputOutput on a <subProcess>"));
+    let twice = r#"<zeebe:ioMapping/>¶<zeebe:ioMapping/>"#;
+    refused(&sub(twice), "Q308");
+    let nested_input =
+        r#"<zeebe:ioMapping><zeebe:input source="=a" ¶target="order.total"/></zeebe:ioMapping>"#;
+    refused(&sub(nested_input), "Q401");
+    let chained = r#"<zeebe:ioMapping><zeebe:input source="=a" target="x"/>¶<zeebe:input source="=x" target="y"/></zeebe:ioMapping>"#;
+    refused(&sub(chained), "Q401");
+    let esp = process(
+        r#"<startEvent id="s"/><sequenceFlow id="f1" sourceRef="s" targetRef="u"/>
+<userTask id="u"/><sequenceFlow id="f2" sourceRef="u" targetRef="e"/><endEvent id="e"/>
+<subProcess id="esp" triggeredByEvent="true"><extensionElements>¶<zeebe:ioMapping><zeebe:input source="=1" target="x"/></zeebe:ioMapping></extensionElements>
+<startEvent id="es"><timerEventDefinition><timeDuration>PT1H</timeDuration></timerEventDefinition></startEvent>
+<sequenceFlow id="g1" sourceRef="es" targetRef="ee"/><endEvent id="ee"/>
+</subProcess>"#,
+    );
+    assert!(refused(&esp, "Q401")
+        .message
+        .contains("on an event sub-process"));
+}
+
 /// A Camunda 7 signal throw passes no variables with its signal, so its mappings are a
 /// none throw's: they are kept (whether the signal throw itself loads is another rule's).
 #[test]
@@ -3937,5 +4005,144 @@ fn an_association_from_a_compensation_boundary_to_an_annotation_only_is_q133() {
             "<compensateEventDefinition/>",
         ),
         "Q133",
+    );
+}
+
+// ---------------------------------------------------------------- ad-hoc sub-processes
+
+/// start → ad-hoc sub-process `t` (its attributes `attrs`, its content `inner`) → end.
+fn ad_hoc_model(attrs: &str, inner: &str) -> String {
+    around(&format!(
+        "<adHocSubProcess id=\"t\"{attrs}>\n{inner}\n</adHocSubProcess>"
+    ))
+}
+
+const AD_HOC_ELEMENTS: &str = r#"<extensionElements><zeebe:adHoc activeElementsCollection="=toDo"/></extensionElements>
+<task id="a"/>
+<task id="b"/>
+<sequenceFlow id="ab" sourceRef="a" targetRef="b2"/>
+<task id="b2"/>"#;
+
+#[test]
+fn ad_hoc_sub_process_loads_with_zeebe_settings() {
+    let l = loads(&ad_hoc_model(
+        r#" cancelRemainingInstances="false" ordering="Parallel""#,
+        &format!(
+            "{AD_HOC_ELEMENTS}\n<completionCondition xsi:type=\"tFormalExpression\" xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\">=done = true</completionCondition>"
+        ),
+    ));
+    let d = only(&l);
+    assert!(
+        l.warnings
+            .iter()
+            .all(|x| x.code != "Q905" && x.code != "Q106"),
+        "a path ending inside an ad-hoc sub-process is no implicit end: {:?}",
+        l.warnings
+    );
+    let t = d.process.find("t").unwrap();
+    assert!(matches!(d.process.node(t).kind, NodeKind::SubProcess));
+    let settings = d.process.ad_hoc(t).expect("an ad-hoc sub-process");
+    assert_eq!(settings.active_elements.as_ref().unwrap().source(), "toDo");
+    assert_eq!(
+        settings.completion.as_ref().unwrap().source(),
+        "done == true"
+    );
+    assert!(!settings.cancel_remaining);
+    // What the collection may name: the elements without incoming flows.
+    assert!(d.process.ad_hoc_element(t, "a").is_some());
+    assert!(d.process.ad_hoc_element(t, "b").is_some());
+    assert_eq!(d.process.ad_hoc_element(t, "b2"), None);
+    assert_eq!(d.process.ad_hoc_element(t, "start"), None);
+}
+
+#[test]
+fn ad_hoc_sub_process_defaults() {
+    let l = loads(&ad_hoc_model("", "<task id=\"a\"/>"));
+    let d = only(&l);
+    let settings = d.process.ad_hoc(d.process.find("t").unwrap()).unwrap();
+    assert!(settings.active_elements.is_none());
+    assert!(settings.completion.is_none());
+    assert!(
+        settings.cancel_remaining,
+        "cancelRemainingInstances defaults to true"
+    );
+    // An empty collection is no expression: Zeebe activates nothing.
+    let l = loads(&ad_hoc_model(
+        "",
+        "<extensionElements><zeebe:adHoc activeElementsCollection=\"\"/></extensionElements><task id=\"a\"/>",
+    ));
+    let d = only(&l);
+    assert!(d
+        .process
+        .ad_hoc(d.process.find("t").unwrap())
+        .unwrap()
+        .active_elements
+        .is_none());
+    // Zeebe input and output mappings on it are its locals, as on a sub-process.
+    let l = loads(&ad_hoc_model(
+        "",
+        r#"<extensionElements><zeebe:ioMapping><zeebe:input source="=order.id" target="orderId"/><zeebe:output source="=orderId" target="handled"/></zeebe:ioMapping></extensionElements><task id="a"/>"#,
+    ));
+    let d = only(&l);
+    assert!(d
+        .process
+        .sub_process_mappings(d.process.find("t").unwrap())
+        .is_some());
+}
+
+#[test]
+fn q135_ad_hoc_sub_process_refusals() {
+    for (marked, why) in [
+        (ad_hoc_model(" ¶ordering=\"Sequential\"", "<task id=\"a\"/>"), "Sequential"),
+        (ad_hoc_model(" ¶ordering=\"Sometimes\"", "<task id=\"a\"/>"), "Sometimes"),
+        (ad_hoc_model(" ¶cancelRemainingInstances=\"yes\"", "<task id=\"a\"/>"), "yes"),
+        (
+            ad_hoc_model("", "<extensionElements><zeebe:adHoc ¶activeElementsCollection=\"toDo\"/></extensionElements><task id=\"a\"/>"),
+            "not an expression",
+        ),
+        (
+            ad_hoc_model("", "<extensionElements><zeebe:adHoc activeElementsCollection=\"=toDo\" ¶outputCollection=\"results\"/></extensionElements><task id=\"a\"/>"),
+            "outputCollection",
+        ),
+        (
+            ad_hoc_model("", "<extensionElements>¶<zeebe:taskDefinition type=\"agent\"/></extensionElements><task id=\"a\"/>"),
+            "job worker",
+        ),
+        (ad_hoc_model("", "¶<startEvent id=\"s\"/><task id=\"a\"/>"), "startEvent"),
+        (ad_hoc_model("", "<task id=\"a\"/>¶<endEvent id=\"e\"/>"), "endEvent"),
+    ] {
+        let d = refused(&marked, "Q135");
+        assert!(d.message.contains(why), "{why}: {}", d.message);
+    }
+    let d = refused(
+        &around("¶<adHocSubProcess id=\"t\"></adHocSubProcess>"),
+        "Q135",
+    );
+    assert!(d.message.contains("no element"), "{}", d.message);
+}
+
+#[test]
+fn ad_hoc_completion_condition_outside_the_feel_subset_is_q203() {
+    refused(
+        &ad_hoc_model(
+            "",
+            "<task id=\"a\"/><completionCondition>¶=string length(x) &gt; 2</completionCondition>",
+        ),
+        "Q203",
+    );
+}
+
+#[test]
+fn q107_an_element_of_an_ad_hoc_sub_process_that_no_activatable_one_reaches() {
+    // `b` only reaches itself: no collection can name it (it has an incoming flow)
+    // and nothing activatable leads to it.
+    refused(
+        &ad_hoc_model(
+            "",
+            r#"<task id="a"/>
+¶<task id="b"/>
+<sequenceFlow id="bb" sourceRef="b" targetRef="b"/>"#,
+        ),
+        "Q107",
     );
 }

@@ -20,6 +20,9 @@
 //! User tasks (the task list: list, claim, unclaim, complete) are in [`user_tasks`];
 //! external workers' pull tasks in [`pull`].
 
+pub mod keys;
+mod messages;
+mod migration;
 pub mod pull;
 pub mod replay;
 pub mod user_tasks;
@@ -38,92 +41,20 @@ use serde::Serialize;
 
 mod models;
 
-pub use models::NodeInfo;
+pub use messages::{
+    BufferedView, ChannelAnswerRequest, ChannelBpmnError, Correlated, Delivery, MessageRequest,
+    RelayVerdict, SignalBroadcast, SignalCatch, SignalRequest, SignalStart, BPMN_MESSAGE_CHARS_MAX,
+    IDEMPOTENCY_KEY_CHARS_MAX, MESSAGE_ID_CHARS_MAX, MESSAGE_NAME_CHARS_MAX, SIGNAL_ID_CHARS_MAX,
+    TIME_TO_LIVE_MS_MAX,
+};
+pub use migration::{
+    MigrationOutcome, MigrationPlan, MigrationReport, MigrationResult, MigrationSummary,
+};
+pub use models::{ActiveElement, InstanceElements, NodeInfo};
 pub use qflow_loader::explain::{self, Timeline};
 pub use user_tasks::{Backfilled, UserTaskDetail, UserTaskListQuery, UserTaskView};
 
-pub mod json {
-    //! JSON input helpers shared by the front ends.
-
-    use serde::de::{Deserializer, Error, Visitor};
-
-    /// An `i64` given as a JSON number with no fractional part: `7` and also `7.0`,
-    /// which JSON Schema (2020-12) counts as an integer and some clients send.
-    pub fn integer<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = i64;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an integer")
-            }
-            fn visit_i64<E: Error>(self, v: i64) -> Result<i64, E> {
-                Ok(v)
-            }
-            fn visit_u64<E: Error>(self, v: u64) -> Result<i64, E> {
-                i64::try_from(v).map_err(|_| E::custom(format!("{v} is out of range")))
-            }
-            fn visit_f64<E: Error>(self, v: f64) -> Result<i64, E> {
-                // 2^63 is exactly representable; everything below it in magnitude and
-                // integral converts exactly. −2^63 itself is refused as a float: it is
-                // also the nearest float to integers just below i64's range
-                // (-9223372036854775809 parses to it), which must not be taken as in
-                // range; i64::MIN written as an integer is read by `visit_i64`.
-                if v.fract() == 0.0
-                    && v > -9_223_372_036_854_775_808.0
-                    && v < 9_223_372_036_854_775_808.0
-                {
-                    Ok(v as i64)
-                } else {
-                    Err(E::custom(format!("{v} is not an integer in range")))
-                }
-            }
-        }
-        d.deserialize_any(V)
-    }
-
-    /// [`integer`] for an optional field (`null` or absent is `None`).
-    pub fn optional_integer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-        #[derive(serde::Deserialize)]
-        struct Wrapped(#[serde(deserialize_with = "integer")] i64);
-        Option::<Wrapped>::deserialize(d).map(|w| w.map(|Wrapped(n)| n))
-    }
-
-    use serde::Deserialize;
-
-    #[cfg(test)]
-    mod tests {
-        #[derive(serde::Deserialize)]
-        struct N {
-            #[serde(deserialize_with = "super::integer")]
-            n: i64,
-        }
-
-        fn n(text: &str) -> Result<i64, String> {
-            serde_json::from_str::<N>(text)
-                .map(|v| v.n)
-                .map_err(|e| e.to_string())
-        }
-
-        #[test]
-        fn integral_numbers_in_any_spelling_are_integers() {
-            assert_eq!(n(r#"{"n": 7}"#), Ok(7));
-            assert_eq!(n(r#"{"n": -288.0}"#), Ok(-288));
-            assert_eq!(n(r#"{"n": -9223372036854775808}"#), Ok(i64::MIN));
-            assert!(n(r#"{"n": 1.5}"#).is_err());
-            assert!(n(r#"{"n": 9223372036854775808}"#).is_err());
-            assert!(n(r#"{"n": 1e300}"#).is_err());
-            assert!(n(r#"{"n": "7"}"#).is_err());
-            // Parsed exactly (serde_json's `float_roundtrip`), so a long integral decimal
-            // stays integral.
-            assert_eq!(n(r#"{"n": 2220513835735369.0}"#), Ok(2_220_513_835_735_369));
-            // Just outside i64's range, written as integers: refused, though the nearest
-            // float to the first is −2^63; i64::MIN itself as an integer is in range.
-            assert!(n(r#"{"n": -9223372036854775809}"#).is_err());
-            assert!(n(r#"{"n": 9223372036854775808}"#).is_err());
-            assert_eq!(n(r#"{"n": -9223372036854775808}"#), Ok(i64::MIN));
-        }
-    }
-}
+pub mod json;
 
 /// Why an operation did not happen. Nothing was written in any of these cases.
 #[derive(Debug, thiserror::Error)]
@@ -320,11 +251,38 @@ pub struct InstanceSummary {
     pub fence: u64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// When it completed or was cancelled (absent while it runs or is FAILED).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
+    /// A called instance's parent: the instance and the call activity that started it
+    /// (absent for an instance started any other way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentView>,
+}
+
+/// Where a called instance was called from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ParentView {
+    pub instance: String,
+    /// The call activity's activity-instance name in the parent.
+    pub node: String,
 }
 
 impl From<&InstanceRecord> for InstanceSummary {
     fn from(r: &InstanceRecord) -> Self {
+        // Only a called instance has a parent link; a snapshot that does not decode shows
+        // none here (inspecting it says why).
+        let parent = qflow_core::Snapshot::decode(&r.snapshot)
+            .ok()
+            .and_then(|s| {
+                s.parent().map(|p| ParentView {
+                    instance: p.instance.clone(),
+                    node: p.node.clone(),
+                })
+            });
         InstanceSummary {
+            parent,
+            ended_at_ms: r.ended_at_ms,
             id: r.id.to_string(),
             deployment: r.deployment.0,
             status: r.status.as_str(),
@@ -376,6 +334,13 @@ pub struct Page<T> {
 /// A listing cursor: the position of a page's last row, `<created_at_ms>.<id>`. Opaque to
 /// callers; it stays valid while rows are added (keyset pagination never skips or repeats
 /// a row that was there before the first page).
+/// The cursor of a listing page that ends at `instance`: passed as `cursor`, the listing
+/// continues after it (for front ends that filter a page further and stop within it).
+pub fn instance_cursor(instance: &InstanceSummary) -> Result<String> {
+    let id = parse_instance_id(&instance.id)?;
+    Ok(encode_cursor(instance.created_at_ms, id))
+}
+
 fn encode_cursor(created_at_ms: i64, id: InstanceId) -> String {
     format!("{created_at_ms}.{id}")
 }
@@ -579,327 +544,6 @@ impl From<&AuditRecord> for AuditView {
             fence_after: a.fence_after,
         }
     }
-}
-
-/// A migration plan (O2): which instances of `source` move onto `target`, and how their
-/// nodes are renamed (an id the mapping does not name keeps its id).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize, Serialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MigrationPlan {
-    #[serde(deserialize_with = "json::integer")]
-    pub source: i64,
-    #[serde(deserialize_with = "json::integer")]
-    pub target: i64,
-    #[serde(default)]
-    pub mapping: std::collections::BTreeMap<String, String>,
-    /// Only these instances (default: every FAILED or running instance of `source`).
-    #[serde(default)]
-    pub instances: Option<Vec<String>>,
-}
-
-/// A migration's outcome for one instance: `migrated`, `would_migrate` (a dry run) or
-/// `refused`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum MigrationOutcome {
-    /// The instance moved onto the target (its fence moved).
-    Migrated,
-    /// A dry run: the instance would move; nothing was written.
-    WouldMigrate,
-    /// The instance was left as it was; the result's `reason` says why.
-    Refused,
-}
-
-impl MigrationOutcome {
-    /// The outcome as the JSON spells it (`would_migrate`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MigrationOutcome::Migrated => "migrated",
-            MigrationOutcome::WouldMigrate => "would_migrate",
-            MigrationOutcome::Refused => "refused",
-        }
-    }
-
-    /// The outcome in words (`would migrate`), for text and pages.
-    pub fn words(self) -> &'static str {
-        match self {
-            MigrationOutcome::Migrated => "migrated",
-            MigrationOutcome::WouldMigrate => "would migrate",
-            MigrationOutcome::Refused => "refused",
-        }
-    }
-}
-
-/// What a migration did, or would do, to one instance.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct MigrationResult {
-    pub instance: String,
-    pub outcome: MigrationOutcome,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// What changes in the decoded snapshot, one line per changed part (`frontier:
-    /// ["pay"] -> ["charge"]`); the instance row's deployment changes too.
-    pub changes: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fence_after: Option<u64>,
-}
-
-/// How many of a migration's instances ended in each outcome. `total` is their sum; a
-/// migration with `refused > 0` left those instances exactly as they were, whatever
-/// happened to the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, utoipa::ToSchema)]
-pub struct MigrationSummary {
-    pub total: u64,
-    pub migrated: u64,
-    pub would_migrate: u64,
-    pub refused: u64,
-}
-
-impl MigrationSummary {
-    /// The counts of `results`, one per instance.
-    pub fn of(results: &[MigrationResult]) -> Self {
-        let mut summary = MigrationSummary::default();
-        for r in results {
-            summary.total += 1;
-            match r.outcome {
-                MigrationOutcome::Migrated => summary.migrated += 1,
-                MigrationOutcome::WouldMigrate => summary.would_migrate += 1,
-                MigrationOutcome::Refused => summary.refused += 1,
-            }
-        }
-        summary
-    }
-}
-
-/// `2 instances: 1 migrated, 1 refused` (only the outcomes that occurred; `0 instances`
-/// for a plan that covered none): the line the CLI ends with and the console shows.
-impl std::fmt::Display for MigrationSummary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let noun = if self.total == 1 {
-            "instance"
-        } else {
-            "instances"
-        };
-        write!(f, "{} {noun}", self.total)?;
-        let counts = [
-            (self.migrated, MigrationOutcome::Migrated),
-            (self.would_migrate, MigrationOutcome::WouldMigrate),
-            (self.refused, MigrationOutcome::Refused),
-        ];
-        let mut sep = ": ";
-        for (n, outcome) in counts.into_iter().filter(|(n, _)| *n > 0) {
-            write!(f, "{sep}{n} {}", outcome.words())?;
-            sep = ", ";
-        }
-        Ok(())
-    }
-}
-
-/// A migration's answer (O2): the counts first, so a refusal cannot hide in a long list,
-/// then each instance's result in the order the plan covered them.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct MigrationReport {
-    pub summary: MigrationSummary,
-    pub results: Vec<MigrationResult>,
-}
-
-impl MigrationReport {
-    /// The report of `results`, counted once here for every front end.
-    pub fn new(results: Vec<MigrationResult>) -> Self {
-        MigrationReport {
-            summary: MigrationSummary::of(&results),
-            results,
-        }
-    }
-
-    /// Whether any instance was (or, in a dry run, would be) refused.
-    pub fn any_refused(&self) -> bool {
-        self.summary.refused > 0
-    }
-}
-
-/// A counterpart's answer to a channel call (SPEC C5), as the relay endpoint takes it.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelAnswerRequest {
-    /// The `Idempotency-Key` of the request this answers (`<instance>/<call>/<attempt>`).
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
-    )]
-    pub idempotency_key: String,
-    /// The answer's variables (the task's output mappings see them as `result`).
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub variables: qflow_core::Variables,
-    /// Answer with a BPMN error instead: it routes to the task's error boundary and
-    /// spends no retry budget.
-    #[serde(default)]
-    pub bpmn_error: Option<ChannelBpmnError>,
-}
-
-/// A BPMN error a counterpart answers with.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelBpmnError {
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
-    )]
-    pub code: String,
-    #[serde(default)]
-    #[schema(max_length = 4096)]
-    pub message: String,
-}
-
-/// What became of a relayed answer: the engine's verdict, decided under the instance's
-/// claim from durable facts (`docs/channels.md`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct RelayVerdict {
-    /// `resumed` (taken), `superseded` (that attempt is dead; a retry is pending or in
-    /// flight, whose answer will be taken), `already_completed`, `instance_failed` or
-    /// `unknown`.
-    pub verdict: &'static str,
-    pub reason: String,
-}
-
-/// The longest idempotency key a relay takes (an instance id, two numbers, two `/`).
-pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 256;
-/// The longest BPMN error message a relay takes.
-pub const BPMN_MESSAGE_CHARS_MAX: usize = 4096;
-
-/// A message to correlate by name and key (O1).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MessageRequest {
-    /// The message name (the `name` of its `<message>` declaration).
-    #[schema(
-        min_length = 1,
-        max_length = 256,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
-    )]
-    pub name: String,
-    /// The value the waiting instance's correlation key evaluated to.
-    #[schema(
-        min_length = 1,
-        max_length = 64,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
-    )]
-    pub correlation_key: String,
-    /// Merged into the instance's variables (or mapped by the wait's output mappings).
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub variables: qflow_core::Variables,
-    /// Deliver to every matching subscription instead of requiring exactly one.
-    #[serde(default)]
-    pub all: bool,
-}
-
-/// What a correlation did: one delivery per subscription it reached.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Correlated {
-    pub name: String,
-    pub correlation_key: String,
-    pub deliveries: Vec<Delivery>,
-    /// With `all`: as many subscriptions matched as one request delivers to (1,000), so
-    /// there may be more; waits that took the message and ended no longer match.
-    pub truncated: bool,
-}
-
-/// The message reaching (or failing to reach) one subscription.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Delivery {
-    pub instance: String,
-    /// The node that waited.
-    pub node: String,
-    /// `delivered`, `refused` (the wait ended before the message reached it),
-    /// `started` (no instance waited: the message started one at its message start
-    /// event, `node`, with the correlation key as business key) or `already_started`
-    /// (an instance of the deployment holds that business key: a repeated publication
-    /// starts nothing new).
-    pub outcome: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub applied: Option<Applied>,
-}
-
-impl Delivery {
-    fn of(s: qflow_store::SubscriptionRecord, outcome: Result<Applied>) -> Delivery {
-        let (outcome, reason, applied) = match outcome {
-            Ok(applied) => ("delivered", None, Some(applied)),
-            Err(e) => ("refused", Some(e.to_string()), None),
-        };
-        Delivery {
-            instance: s.instance.to_string(),
-            node: s.node,
-            outcome,
-            reason,
-            applied,
-        }
-    }
-}
-
-/// A signal to broadcast (`POST /v1/signals`).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SignalRequest {
-    /// The signal name (the `name` of its `<signal>` declaration).
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
-    )]
-    pub name: String,
-    /// Merged into each catching instance's variables; the start variables of each
-    /// instance a signal start event starts.
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub variables: qflow_core::Variables,
-    /// Names the broadcast, so that repeating it (an answer lost) starts no instance
-    /// twice. Default: a fresh id, returned.
-    #[serde(default)]
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
-    )]
-    pub id: Option<String>,
-}
-
-/// Longest broadcast id the API takes, in characters.
-pub const SIGNAL_ID_CHARS_MAX: usize = 128;
-
-/// What a broadcast reached.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct SignalBroadcast {
-    pub name: String,
-    /// The broadcast's id: the one given, or the one drawn.
-    pub id: String,
-    /// The waits that caught it, in the order they were reached.
-    pub caught: Vec<SignalCatch>,
-    /// The instances signal start events started (or had started, for a repeated id).
-    pub started: Vec<SignalStart>,
-    /// Subscriptions whose wait had ended before the signal reached it.
-    pub ended_waits: u32,
-    /// Waits the signal did not reach because their instance kept changing under the
-    /// step (rare; logged). Broadcasting again would reach them — and every
-    /// non-interrupting boundary again.
-    pub missed: Vec<SignalCatch>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct SignalCatch {
-    pub instance: String,
-    pub node: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct SignalStart {
-    pub deployment: i64,
-    pub instance: String,
 }
 
 /// What an operation that steps an instance did.
@@ -1211,169 +855,6 @@ impl Ops {
         Ok(DeploymentSummary::from(&record))
     }
 
-    /// Migrates the plan's instances (O2), or with `dry_run` shows what it would do and
-    /// writes nothing. The plan is checked against both definitions before any instance
-    /// is touched; each instance then moves atomically under its fence (a race with a
-    /// running lane is settled by the fence), audited, and its result is reported. An
-    /// instance refused is an outcome in the report, not an error: the others still move.
-    pub async fn migrate(&self, plan: &MigrationPlan, dry_run: bool) -> Result<MigrationReport> {
-        let source = self.deployment_record(plan.source).await?;
-        let target = self.deployment_record(plan.target).await?;
-        if target.retired {
-            return Err(Error::Refused(format!(
-                "target deployment {} is retired",
-                plan.target
-            )));
-        }
-        if plan.source == plan.target {
-            return Err(Error::Invalid {
-                field: "target",
-                why: "the target is the source deployment".to_owned(),
-            });
-        }
-        let from = self.shared.stepper.definition(source.id).await?;
-        let to = self.shared.stepper.definition(target.id).await?;
-        let mut wrong = Vec::new();
-        // A mapping renames nodes; their instances (`pay@2`, `quote#3`, `sub@2/pay`)
-        // follow their node, and are not names a plan may map on their own.
-        let node_id =
-            |p: &qflow_loader::model::Process, id: &str| p.nodes.iter().any(|n| n.id == id);
-        for (old, new) in &plan.mapping {
-            if from.process.find(old).is_some() && !node_id(&from.process, old) {
-                wrong.push(format!(
-                    "mapping.{old}: `{old}` names an instance of a node, not a node; map the \
-                     node and its instances follow"
-                ));
-                continue;
-            }
-            if to.process.find(new).is_some() && !node_id(&to.process, new) {
-                wrong.push(format!(
-                    "mapping.{old}: `{new}` names an instance of a node, not a node of \
-                     deployment {}",
-                    plan.target
-                ));
-                continue;
-            }
-            if from.process.find(old).is_none() {
-                wrong.push(format!(
-                    "mapping.{old}: deployment {} has no node `{old}`",
-                    plan.source
-                ));
-            }
-            if to.process.find(new).is_none() {
-                wrong.push(format!(
-                    "mapping.{old}: deployment {} has no node `{new}`",
-                    plan.target
-                ));
-            }
-        }
-        if !wrong.is_empty() {
-            return Err(Error::Invalid {
-                field: "mapping",
-                why: wrong.join("; "),
-            });
-        }
-        let ids: Vec<InstanceId> = match &plan.instances {
-            Some(list) => list
-                .iter()
-                .map(|s| parse_instance_id(s))
-                .collect::<Result<_>>()?,
-            None => {
-                let mut ids = Vec::new();
-                for status in [InstanceStatus::Failed, InstanceStatus::Running] {
-                    let filter = InstanceFilter {
-                        deployment: Some(source.id),
-                        status: Some(status),
-                        ..InstanceFilter::default()
-                    };
-                    ids.extend(self.store().instances(&filter).await?.iter().map(|r| r.id));
-                }
-                ids
-            }
-        };
-        let mut results = Vec::with_capacity(ids.len());
-        for id in ids {
-            results.push(self.migrate_one(id, plan, &from, dry_run).await?);
-        }
-        Ok(MigrationReport::new(results))
-    }
-
-    async fn migrate_one(
-        &self,
-        id: InstanceId,
-        plan: &MigrationPlan,
-        from: &qflow_core::Definition,
-        dry_run: bool,
-    ) -> Result<MigrationResult> {
-        let refused = |reason: String| MigrationResult {
-            instance: id.to_string(),
-            outcome: MigrationOutcome::Refused,
-            reason: Some(reason),
-            changes: Vec::new(),
-            fence_after: None,
-        };
-        let before = self.shared.stepper.claim(id).await?;
-        if before.deployment.0 != plan.source {
-            return Ok(refused(format!(
-                "instance is on deployment {}, not {}",
-                before.deployment.0, plan.source
-            )));
-        }
-        if before.snapshot.status() == qflow_core::Status::Running
-            && qflow_core::any_attempt_in_flight(from, &before.snapshot)
-        {
-            return Ok(refused(
-                "an attempt is in flight; migrate once it has an outcome or is in a backoff \
-                 window"
-                    .to_owned(),
-            ));
-        }
-        let timers = self.store().timers(id).await?;
-        // The task list's rows, which the step withdraws unless it offers them again.
-        let user_tasks = self.store().instance_user_tasks(id).await?;
-        let input = Input::Migrate {
-            mapping: plan.mapping.clone(),
-            timers: timers
-                .iter()
-                .map(|t| (t.name.to_string(), t.due_at_ms))
-                .collect(),
-            user_tasks: user_tasks.into_iter().map(|r| r.node).collect(),
-        };
-        let audit = AuditEntry {
-            actor: self.actor.to_string(),
-            action: "migrate".to_owned(),
-            detail: format!(
-                "from={} to={} mapping={:?}",
-                plan.source, plan.target, plan.mapping
-            ),
-        };
-        let target = DeploymentId(plan.target);
-        let now = (self.shared.now_ms)();
-        match self
-            .shared
-            .stepper
-            .migrate(id, target, input, now, Some(&audit), dry_run)
-            .await
-        {
-            Ok(stepped) => Ok(MigrationResult {
-                instance: id.to_string(),
-                outcome: if dry_run {
-                    MigrationOutcome::WouldMigrate
-                } else {
-                    MigrationOutcome::Migrated
-                },
-                reason: None,
-                changes: changes(
-                    &before.snapshot.inspect(),
-                    &stepped.claim.snapshot.inspect(),
-                ),
-                fence_after: (!dry_run).then_some(stepped.fence),
-            }),
-            Err(qflow_runtime::Error::Refused { why, .. }) => Ok(refused(why)),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     async fn deployment_record(&self, id: i64) -> Result<DeploymentRecord> {
         self.store()
             .deployment(DeploymentId(id))
@@ -1440,6 +921,19 @@ impl Ops {
             })
     }
 
+    /// One instance's row, without its snapshot decoded.
+    pub async fn instance(&self, id: InstanceId) -> Result<InstanceSummary> {
+        Ok(InstanceSummary::from(&self.record(id).await?))
+    }
+
+    /// One instance's variables, as its snapshot holds them.
+    pub async fn variables(&self, id: InstanceId) -> Result<qflow_core::Variables> {
+        let record = self.record(id).await?;
+        let snap = Snapshot::decode(&record.snapshot)
+            .map_err(|e| Error::Store(format!("instance {id} has an undecodable snapshot: {e}")))?;
+        Ok(snap.variables().clone())
+    }
+
     /// One instance, decoded (O1).
     pub async fn inspect(&self, id: InstanceId) -> Result<InstanceView> {
         let record = self.record(id).await?;
@@ -1501,7 +995,6 @@ impl Ops {
         Ok(rows.iter().map(AttemptView::from).collect())
     }
 
-    /// Incidents of one instance, or of all.
     /// Every incident of one instance, oldest first; or, across instances, the newest
     /// `limit` (0: the 10,000 cap), also oldest first — bounded however many there are.
     pub async fn incidents(
@@ -1552,318 +1045,6 @@ impl Ops {
             .await
     }
 
-    /// Delivers the message `name` to an instance: the first receive task or message
-    /// catch event waiting for it there completes with `variables`. Refused when nothing
-    /// of the instance waits for it.
-    pub async fn deliver_message(
-        &self,
-        id: InstanceId,
-        name: &str,
-        variables: qflow_core::Variables,
-    ) -> Result<Applied> {
-        check_variables(&variables)?;
-        let detail = format!("name={name} variables={}", variables.len());
-        let input = Input::MessageReceived {
-            name: name.to_owned(),
-            correlation_key: None,
-            node: None,
-            variables,
-        };
-        self.apply(id, input, "message", detail).await
-    }
-
-    /// Publishes the message `name` with a correlation key (O1): it reaches the instance
-    /// whose open subscription for `name` has this key — a receive task or message catch
-    /// whose message declares `q:correlationKey` (or a Zeebe subscription) — and
-    /// completes that wait with `variables`. Exactly one waiting subscription must match
-    /// unless `all` is set, which delivers to every one (at most
-    /// [`qflow_store::SUBSCRIPTIONS_LIMIT_MAX`]). Nothing matching is `NotFound`; a message
-    /// is never buffered for a subscription that opens later.
-    /// Hands a counterpart's answer to the channel call it answers (C5), and says what
-    /// became of it. Every verdict but `resumed` changed nothing.
-    pub async fn relay_answer(&self, answer: ChannelAnswerRequest) -> Result<RelayVerdict> {
-        let runtime = self.shared.runtime.as_ref().ok_or_else(no_runtime)?;
-        check_text(
-            "idempotency_key",
-            &answer.idempotency_key,
-            IDEMPOTENCY_KEY_CHARS_MAX,
-        )?;
-        check_variables(&answer.variables)?;
-        let bpmn_error = match answer.bpmn_error {
-            Some(e) => {
-                check_text("bpmn_error", &e.code, MESSAGE_NAME_CHARS_MAX)?;
-                if e.message.chars().count() > BPMN_MESSAGE_CHARS_MAX {
-                    return Err(Error::Invalid {
-                        field: "bpmn_error",
-                        why: format!("message is longer than {BPMN_MESSAGE_CHARS_MAX} characters"),
-                    });
-                }
-                Some(qflow_channels::BpmnError {
-                    code: e.code,
-                    message: e.message,
-                })
-            }
-            None => None,
-        };
-        let relayed = qflow_channels::relay(
-            runtime,
-            &answer.idempotency_key,
-            qflow_channels::Answer {
-                variables: answer.variables,
-                bpmn_error,
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            qflow_channels::RelayError::Refused(why) => Error::Invalid {
-                field: "variables",
-                why,
-            },
-            qflow_channels::RelayError::Runtime(e) => Error::from(e),
-        })?;
-        Ok(RelayVerdict {
-            verdict: relayed.verdict.as_str(),
-            reason: relayed.reason,
-        })
-    }
-
-    pub async fn correlate(&self, message: MessageRequest) -> Result<Correlated> {
-        check_variables(&message.variables)?;
-        check_text("name", &message.name, MESSAGE_NAME_CHARS_MAX)?;
-        check_text(
-            "correlation_key",
-            &message.correlation_key,
-            qflow_core::CORRELATION_KEY_CHARS_MAX,
-        )?;
-        let (name, key) = (message.name.as_str(), message.correlation_key.as_str());
-        let detail = format!(
-            "name={name} key={key} variables={}",
-            message.variables.len()
-        );
-        // Each delivery names the subscription's node, so the wait that takes the message
-        // is the one the row named (an instance may wait twice under one key).
-        let input = |node: &str| Input::MessageReceived {
-            name: name.to_owned(),
-            correlation_key: Some(key.to_owned()),
-            node: Some(node.to_owned()),
-            variables: message.variables.clone(),
-        };
-        let mut delivered = Vec::new();
-        if message.all {
-            let subscribers = self.store().subscriptions(name, key, 0).await?;
-            if subscribers.is_empty() {
-                // Nothing waits: the message starts an instance of every process whose
-                // newest live deployment has a message start event for it.
-                if self.shared.runtime.is_none() {
-                    return Err(no_subscriber(name, key));
-                }
-                let started = self.message_starts(&message).await?;
-                if started.is_empty() {
-                    return Err(no_subscriber(name, key));
-                }
-                return Ok(Correlated {
-                    name: message.name,
-                    correlation_key: message.correlation_key,
-                    deliveries: started,
-                    truncated: false,
-                });
-            }
-            let truncated = subscribers.len() as u32 >= qflow_store::SUBSCRIPTIONS_LIMIT_MAX;
-            for s in subscribers {
-                let outcome = self.apply(s.instance, input(&s.node), "correlate", detail.clone());
-                match outcome.await {
-                    // Deliveries so far are committed; the rest are not tried. A retry
-                    // of the request reaches only the waits still open.
-                    Err(e @ Error::Store(_)) => return Err(e),
-                    outcome => delivered.push(Delivery::of(s, outcome)),
-                }
-            }
-            return Ok(Correlated {
-                name: message.name,
-                correlation_key: message.correlation_key,
-                deliveries: delivered,
-                truncated,
-            });
-        }
-        // One subscriber. A wait that ends between the lookup and the step (its message
-        // came, a timer won the race) is looked past: the next lookup no longer lists it.
-        for _ in 0..CORRELATE_ROUNDS_MAX {
-            // One instance may wait more than once under the key (a receive task and a
-            // boundary): the oldest of its waits takes the message.
-            let subscribers = self.store().subscriptions(name, key, 16).await?;
-            let other = subscribers
-                .iter()
-                .find(|s| s.instance != subscribers[0].instance);
-            match (subscribers.first(), other) {
-                (None, _) => {
-                    // Nothing waits: a message start event takes it, when exactly one
-                    // process has one for it (`all` starts each).
-                    // Without a runtime here (the CLI on a store) nothing could run
-                    // a started instance: no start, as before message starts.
-                    let Some(runtime) = &self.shared.runtime else {
-                        return Err(no_subscriber(name, key));
-                    };
-                    let starts = runtime.message_starts(name).await?;
-                    if starts.len() > 1 {
-                        return Err(Error::Refused(format!(
-                            "no instance waits for message `{name}` with key `{key}`, and \
-                             {} processes start on it (deployments {}); set `all` to start \
-                             each",
-                            starts.len(),
-                            starts
-                                .iter()
-                                .map(|(d, _)| d.0.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )));
-                    }
-                    let started = self.message_starts(&message).await?;
-                    if started.is_empty() {
-                        return Err(no_subscriber(name, key));
-                    }
-                    return Ok(Correlated {
-                        name: message.name,
-                        correlation_key: message.correlation_key,
-                        deliveries: started,
-                        truncated: false,
-                    });
-                }
-                (Some(one), None) => {
-                    let outcome =
-                        self.apply(one.instance, input(&one.node), "correlate", detail.clone());
-                    match outcome.await {
-                        Err(Error::Refused(_)) | Err(Error::Conflict(_)) => continue,
-                        other => {
-                            delivered.push(Delivery::of(one.clone(), other));
-                            return Ok(Correlated {
-                                name: message.name,
-                                correlation_key: message.correlation_key,
-                                deliveries: delivered,
-                                truncated: false,
-                            });
-                        }
-                    }
-                }
-                (Some(a), Some(b)) => {
-                    return Err(Error::Refused(format!(
-                        "message `{name}` with key `{key}` matches more than one waiting \
-                         instance ({} at `{}`, {} at `{}`, ...); set `all` to deliver it to \
-                         each, or give the waits distinct keys",
-                        a.instance, a.node, b.instance, b.node
-                    )))
-                }
-            }
-        }
-        Err(Error::Conflict(format!(
-            "the waits for message `{name}` with key `{key}` kept ending under the \
-             correlation; try again"
-        )))
-    }
-
-    /// Starts an instance at each message start event `message` reaches (per process,
-    /// its newest live deployment's), the correlation key as its business key: a
-    /// deployment already holding an instance under that key starts nothing new
-    /// (`already_started`), so a publication repeated after a lost answer does not start
-    /// a second instance.
-    async fn message_starts(&self, message: &MessageRequest) -> Result<Vec<Delivery>> {
-        let runtime = runtime_of(self)?;
-        let (name, key) = (message.name.as_str(), message.correlation_key.as_str());
-        let mut started = Vec::new();
-        for (deployment, node) in runtime.message_starts(name).await? {
-            let outcome = runtime
-                .start_triggered(
-                    None,
-                    deployment,
-                    &node,
-                    message.variables.clone(),
-                    Some(key.to_owned()),
-                )
-                .await;
-            let (instance, outcome, reason) = match outcome {
-                Ok(id) => (id.to_string(), "started", None),
-                Err(qflow_runtime::Error::DuplicateBusinessKey { existing }) => (
-                    existing.to_string(),
-                    "already_started",
-                    Some(format!(
-                        "deployment {} already has instance {existing} under business key \
-                         `{key}`",
-                        deployment.0
-                    )),
-                ),
-                // Retired since it was listed.
-                Err(qflow_runtime::Error::Refused { why, .. }) => {
-                    (String::new(), "refused", Some(why))
-                }
-                Err(e) => return Err(e.into()),
-            };
-            started.push(Delivery {
-                instance,
-                node,
-                outcome,
-                reason,
-                applied: None,
-            });
-        }
-        Ok(started)
-    }
-
-    /// Broadcasts a signal (BPMN's "to whom it may concern"): every instance waiting for
-    /// it catches it — a signal catch event, a signal boundary event, a catch racing
-    /// after an event-based gateway — and every process whose newest live deployment has
-    /// a signal start event for it starts an instance. `id` names the broadcast: the
-    /// same id again starts no instance twice, so a caller that lost the answer repeats
-    /// the request with its id (the waits that caught the first are no longer waiting;
-    /// a non-interrupting boundary still open catches the repetition too). Without an id
-    /// the engine draws one.
-    pub async fn broadcast_signal(&self, signal: SignalRequest) -> Result<SignalBroadcast> {
-        let runtime = runtime_of(self)?;
-        check_text(
-            "name",
-            &signal.name,
-            qflow_runtime::signals::SIGNAL_NAME_CHARS_MAX,
-        )?;
-        check_variables(&signal.variables)?;
-        let id = match signal.id {
-            Some(id) => {
-                check_text("id", &id, SIGNAL_ID_CHARS_MAX)?;
-                id
-            }
-            None => uuid::Uuid::new_v4().to_string(),
-        };
-        let done = runtime
-            .broadcast_signal(&signal.name, &signal.variables, &format!("api/{id}"))
-            .await?;
-        Ok(SignalBroadcast {
-            name: signal.name,
-            id,
-            caught: done
-                .caught
-                .into_iter()
-                .map(|(instance, node)| SignalCatch {
-                    instance: instance.to_string(),
-                    node,
-                })
-                .collect(),
-            started: done
-                .started
-                .into_iter()
-                .map(|(deployment, instance)| SignalStart {
-                    deployment: deployment.0,
-                    instance: instance.to_string(),
-                })
-                .collect(),
-            ended_waits: done.stale,
-            missed: done
-                .missed
-                .into_iter()
-                .map(|(instance, node)| SignalCatch {
-                    instance: instance.to_string(),
-                    node,
-                })
-                .collect(),
-        })
-    }
-
     /// Resolves the open incidents of an instance on `node` by hand (O4), audited.
     /// Refused when none is open there. The instance itself is unchanged (its fence
     /// moves): a FAILED instance stays FAILED until resumed, migrated or cancelled.
@@ -1885,7 +1066,8 @@ impl Ops {
             .await
     }
 
-    /// Cancels a running instance.
+    /// Cancels a running or FAILED instance (a FAILED one has its failure cleared and
+    /// its incident resolved, as Zeebe and Camunda 7 cancel one with an incident).
     pub async fn cancel(&self, id: InstanceId) -> Result<Applied> {
         self.apply(id, Input::Cancel, "cancel", String::new()).await
     }
@@ -1897,50 +1079,61 @@ impl Ops {
         action: &str,
         detail: String,
     ) -> Result<Applied> {
-        let audit = AuditEntry {
+        let audit = self.audit_entry(action, detail);
+        let stepped = self
+            .step_taking(id, input, &audit, None)
+            .await
+            .map_err(Error::from)?;
+        Ok(applied_of(id, &stepped))
+    }
+
+    /// The audit row of an operation this caller carries out.
+    pub(crate) fn audit_entry(&self, action: &str, detail: String) -> AuditEntry {
+        AuditEntry {
             actor: self.actor.to_string(),
             action: action.to_owned(),
             detail,
-        };
-        let Stepped {
-            fence,
-            claim,
-            calls,
-            handed_over,
-            ..
-        } = self
+        }
+    }
+
+    /// Steps instance `id` with `input` through the stepper, `audit` in the commit, and
+    /// delivering buffered message `take` when given; tells the runtime (when there is
+    /// one) of the message waits the step opened, where a kept message may be due.
+    pub(crate) async fn step_taking(
+        &self,
+        id: InstanceId,
+        input: Input,
+        audit: &AuditEntry,
+        take: Option<&qflow_store::BufferedMessage>,
+    ) -> std::result::Result<Stepped, qflow_runtime::Error> {
+        let stepped = self
             .shared
             .stepper
-            .step(id, input, (self.shared.now_ms)(), Some(&audit))
+            .step_taking(id, input, (self.shared.now_ms)(), Some(audit), take)
             .await?;
-        let status = qflow_runtime::claim::store_status(claim.snapshot.status());
-        Ok(Applied {
-            instance: id.to_string(),
-            fence_before: fence - 1,
-            fence_after: fence,
-            status: status.as_str(),
-            attempts_started: calls
-                .iter()
-                .chain(&handed_over)
-                .map(|c| format!("{}#{}", c.node, c.attempt))
-                .collect(),
-        })
+        if let Some(runtime) = &self.shared.runtime {
+            runtime.waits_opened(&stepped.opened);
+        }
+        Ok(stepped)
     }
 }
 
-/// How often a single-subscriber correlation looks the subscription up again after the
-/// wait it found ended before the message reached it.
-const CORRELATE_ROUNDS_MAX: usize = 3;
-
-fn no_subscriber(name: &str, key: &str) -> Error {
-    Error::NotFound {
-        what: "subscription",
-        id: format!("for message `{name}` with key `{key}`"),
+/// What a step of instance `id` applied, as the API reports it.
+pub(crate) fn applied_of(id: InstanceId, stepped: &Stepped) -> Applied {
+    let status = qflow_runtime::claim::store_status(stepped.claim.snapshot.status());
+    Applied {
+        instance: id.to_string(),
+        fence_before: stepped.fence - 1,
+        fence_after: stepped.fence,
+        status: status.as_str(),
+        attempts_started: stepped
+            .calls
+            .iter()
+            .chain(&stepped.handed_over)
+            .map(|c| format!("{}#{}", c.node, c.attempt))
+            .collect(),
     }
 }
-
-/// Longest message name the API takes, in characters.
-pub const MESSAGE_NAME_CHARS_MAX: usize = 256;
 
 /// A name the API takes (a message name, a correlation key, a worker id, a topic, an
 /// error code): 1 to `max` characters, no control characters.
@@ -1997,19 +1190,4 @@ fn check_variables(variables: &qflow_core::Variables) -> Result<()> {
         field: "variables",
         why,
     })
-}
-
-/// The parts of a decoded snapshot that differ, one line each: `key: before -> after`.
-fn changes(before: &serde_json::Value, after: &serde_json::Value) -> Vec<String> {
-    let empty = serde_json::Map::new();
-    let b = before.as_object().unwrap_or(&empty);
-    let a = after.as_object().unwrap_or(&empty);
-    let mut keys: Vec<&String> = b.keys().chain(a.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let show = |v: Option<&serde_json::Value>| v.map_or("(none)".to_owned(), |v| v.to_string());
-    keys.into_iter()
-        .filter(|k| b.get(*k) != a.get(*k))
-        .map(|k| format!("{k}: {} -> {}", show(b.get(k)), show(a.get(k))))
-        .collect()
 }

@@ -37,7 +37,128 @@ fn kind_of(kind: &NodeKind) -> &'static str {
     }
 }
 
+/// An element instance an instance holds now: a token of its wait frontier — an
+/// activity instance waiting or running (`pay`, `pay@2`, `sub@2/pay`, `quote#3`), a
+/// sub-process or multi-instance body holding tokens of its own, a catch waiting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActiveElement {
+    /// The activity-instance name (`docs/activity-instances.md`): unique in its instance
+    /// while it is active.
+    pub name: String,
+    /// The BPMN id of its node.
+    pub element_id: String,
+    pub element_name: Option<String>,
+    /// Camunda 8's element type: `SERVICE_TASK`, `USER_TASK`, `SUB_PROCESS`,
+    /// `MULTI_INSTANCE_BODY`, … (`UNKNOWN` for a name the deployment does not have).
+    pub kind: &'static str,
+}
+
+/// An instance with the element instances its snapshot holds now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceElements {
+    pub instance: crate::InstanceSummary,
+    /// The BPMN process id and name of the deployment it runs on.
+    pub process_id: String,
+    pub process_name: Option<String>,
+    /// In frontier order, then a FAILED instance's failure node when no token stands
+    /// there (a gateway no flow left): where its incident is. Empty once the instance
+    /// has ended.
+    pub active: Vec<ActiveElement>,
+}
+
+/// Camunda 8's element type of `node` for a token named `name`.
+fn camunda_type(
+    process: &qflow_loader::model::Process,
+    idx: qflow_loader::model::NodeIdx,
+    name: &str,
+) -> &'static str {
+    use qflow_loader::model::TaskKind;
+    let node = process.node(idx);
+    match &node.kind {
+        NodeKind::StartEvent | NodeKind::TriggeredStart(_) => "START_EVENT",
+        NodeKind::EndEvent(_) => "END_EVENT",
+        NodeKind::Task(t) => match t.kind {
+            TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Pull { .. } => {
+                "SERVICE_TASK"
+            }
+            TaskKind::User { .. } => "USER_TASK",
+            TaskKind::PassThrough => "TASK",
+            TaskKind::Script { .. } => "SCRIPT_TASK",
+            TaskKind::Send { .. } => "SEND_TASK",
+            TaskKind::Receive { .. } => "RECEIVE_TASK",
+            TaskKind::Call(_) => "CALL_ACTIVITY",
+        },
+        NodeKind::ExclusiveGateway { .. } => "EXCLUSIVE_GATEWAY",
+        NodeKind::InclusiveGateway { .. } => "INCLUSIVE_GATEWAY",
+        NodeKind::ParallelGateway => "PARALLEL_GATEWAY",
+        NodeKind::EventBasedGateway => "EVENT_BASED_GATEWAY",
+        NodeKind::IntermediateCatch(_) => "INTERMEDIATE_CATCH_EVENT",
+        NodeKind::IntermediateThrow(_) => "INTERMEDIATE_THROW_EVENT",
+        NodeKind::Boundary(_) => "BOUNDARY_EVENT",
+        NodeKind::SubProcess => {
+            let last = name.rsplit('/').next().unwrap_or(name);
+            if process.multi_instance(idx).is_some() && !last.contains('#') {
+                "MULTI_INSTANCE_BODY"
+            } else if process.event_sub_processes.iter().any(|e| e.node == idx) {
+                "EVENT_SUB_PROCESS"
+            } else if process.ad_hoc(idx).is_some() {
+                "AD_HOC_SUB_PROCESS"
+            } else {
+                "SUB_PROCESS"
+            }
+        }
+    }
+}
+
 impl Ops {
+    /// Instance `id` with the element instances it holds now (its snapshot's frontier),
+    /// for Camunda 8's element-instance search: qflow keeps no record of element
+    /// instances that ended, only of the instance's attempts (`history`).
+    pub async fn elements(&self, id: qflow_store::InstanceId) -> Result<InstanceElements> {
+        let record = self.record(id).await?;
+        let definition = self.definition_of(record.deployment.0).await?;
+        let snapshot = qflow_core::Snapshot::decode(&record.snapshot).map_err(|e| {
+            Error::Store(format!("instance {id}: its snapshot does not decode: {e}"))
+        })?;
+        let process = &definition.process;
+        let mut names: Vec<String> = if record.status.has_ended() {
+            Vec::new()
+        } else {
+            snapshot.tokens().to_vec()
+        };
+        if let Some(node) = snapshot.failure().and_then(|f| f.node) {
+            if !names.contains(&node) {
+                names.push(node);
+            }
+        }
+        let active = names
+            .iter()
+            .map(|name| match process.find(name) {
+                Some(idx) => ActiveElement {
+                    name: name.clone(),
+                    element_id: process.node(idx).id.clone(),
+                    element_name: process.node(idx).name.clone(),
+                    kind: camunda_type(process, idx, name),
+                },
+                None => {
+                    let last = name.rsplit('/').next().unwrap_or(name);
+                    ActiveElement {
+                        name: name.clone(),
+                        element_id: last.split(['@', '#']).next().unwrap_or(last).to_owned(),
+                        element_name: None,
+                        kind: "UNKNOWN",
+                    }
+                }
+            })
+            .collect();
+        Ok(InstanceElements {
+            instance: crate::InstanceSummary::from(&record),
+            process_id: definition.id.clone(),
+            process_name: definition.name.clone(),
+            active,
+        })
+    }
+
     /// The BPMN XML of deployment `id`, exactly as deployed.
     pub async fn deployment_source(&self, id: i64) -> Result<String> {
         Ok(self.deployment_record(id).await?.source)

@@ -106,6 +106,8 @@ pub struct LockedTaskView {
     /// The attempts the task has left, counting this one.
     pub retries: u32,
     pub process_id: String,
+    /// The deployment the instance runs on.
+    pub deployment: i64,
     #[schema(value_type = Object)]
     pub variables: Variables,
     /// The task's static headers: `zeebe:taskHeaders`, `camunda:properties`, and for a
@@ -301,6 +303,24 @@ impl Ops {
         self.answer(task, input).await
     }
 
+    /// Sets the attempts the task `id` has left, counting its attempt, to `retries`
+    /// (Camunda 8's job retries update, which names no worker): on a running instance
+    /// while the attempt is live, or on one FAILED at the task, whose resume with the
+    /// budget kept then offers it with these attempts (docs/workers.md).
+    pub async fn set_pull_retries(&self, id: &str, retries: i64) -> Result<PullApplied> {
+        let retries = u32::try_from(retries)
+            .ok()
+            .filter(|r| *r >= 1)
+            .ok_or_else(|| invalid("retries", format!("{retries} is not at least 1")))?;
+        let task = TaskId::parse(id)?;
+        let input = Input::PullRetriesSet {
+            node: task.node.clone(),
+            attempt: task.attempt,
+            retries,
+        };
+        self.answer(task, input).await
+    }
+
     /// Gives the lock up: the task is offered again, no budget spent. `worker: None` (an
     /// operator, or Camunda's unlock, which names no worker) unlocks whoever holds it.
     pub async fn unlock_pull(&self, id: &str, worker: Option<&str>) -> Result<PullApplied> {
@@ -396,6 +416,7 @@ fn view(t: LockedTask, request: &FetchRequest) -> LockedTaskView {
         lock_expires_at_ms: t.lock_until_ms,
         retries: t.retries,
         process_id: t.process_id,
+        deployment: t.deployment.0,
         variables,
         headers: t.headers.into_iter().collect(),
     }

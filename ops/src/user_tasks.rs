@@ -173,6 +173,17 @@ impl Ops {
         Ok(Page { items, next })
     }
 
+    /// The user tasks waiting in one instance, by node.
+    pub async fn instance_user_tasks(&self, id: InstanceId) -> Result<Vec<UserTaskView>> {
+        self.record(id).await?;
+        let rows = self.store().instance_user_tasks(id).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(self.task_view(row).await?);
+        }
+        Ok(out)
+    }
+
     /// One waiting user task, with the variables its front end shows. `NotFound` when
     /// the instance has no user task waiting at `node`.
     pub async fn user_task(&self, id: InstanceId, node: &str) -> Result<UserTaskDetail> {

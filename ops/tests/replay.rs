@@ -236,17 +236,7 @@ async fn a_damaged_row_is_reported_not_trusted() {
     let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
         .await
         .expect("connects");
-    let changed = sqlx::query(
-        "UPDATE journal SET effects_hash = X'00' WHERE seq = 2 \
-         AND id IN (WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances WHERE id = ?1 \
-         UNION ALL SELECT prev FROM journal JOIN c USING (id) WHERE prev IS NOT NULL) \
-         SELECT id FROM c)",
-    )
-    .bind(id.to_string())
-    .execute(&mut conn)
-    .await
-    .expect("updates");
-    assert_eq!(changed.rows_affected(), 1);
+    rewrite_journal_row(&mut conn, id, 2, |row| row.effects_hash = vec![0x00]).await;
     drop(conn);
 
     let store: Arc<dyn Store> = Arc::new(
@@ -381,20 +371,12 @@ async fn a_journal_in_an_older_encoding_replays_as_re_encoded_not_divergent() {
         .await
         .expect("connects");
     for row in &older_rows {
-        sqlx::query(
-            "UPDATE journal SET delta = ?1, snapshot_hash = ?2, row_hash = ?3 WHERE seq = ?5 \
-             AND id IN (WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances \
-             WHERE id = ?4 UNION ALL SELECT prev FROM journal JOIN c USING (id) \
-             WHERE prev IS NOT NULL) SELECT id FROM c)",
-        )
-        .bind(&row.delta)
-        .bind(&row.snapshot_hash)
-        .bind(&row.row_hash)
-        .bind(id.to_string())
-        .bind(row.seq as i64)
-        .execute(&mut conn)
-        .await
-        .expect("updates");
+        rewrite_journal_row(&mut conn, id, row.seq, |stored| {
+            stored.delta = row.delta.clone();
+            stored.snapshot_hash = row.snapshot_hash.clone();
+            stored.row_hash = row.row_hash.clone();
+        })
+        .await;
     }
     sqlx::query("UPDATE instances SET snapshot = ? WHERE id = ?")
         .bind(&older_before)
@@ -465,4 +447,34 @@ async fn an_exported_scenario_plays_the_instance_to_its_stored_bytes() {
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// Changes the journal row `seq` of `instance` in a SQLite store file as `change` says,
+/// in the row's stored layout (`qflow_persistence::journal_body`): what somebody editing
+/// the file by hand, or a build that wrote other bytes, leaves behind.
+async fn rewrite_journal_row(
+    conn: &mut sqlx::SqliteConnection,
+    instance: InstanceId,
+    seq: u64,
+    change: impl FnOnce(&mut qflow_store::JournalEntry),
+) {
+    let (row, body): (i64, Vec<u8>) = sqlx::query_as(
+        "WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances WHERE id = ?1 \
+         UNION ALL SELECT prev FROM journal JOIN c USING (id) WHERE prev IS NOT NULL) \
+         SELECT id, body FROM journal WHERE id IN (SELECT id FROM c) AND seq = ?2",
+    )
+    .bind(instance.to_string())
+    .bind(seq as i64)
+    .fetch_one(&mut *conn)
+    .await
+    .expect("the row, packed");
+    let mut entry = qflow_persistence::journal_body::unpack(row, seq, &body).expect("unpacks");
+    change(&mut entry);
+    let changed = sqlx::query("UPDATE journal SET body = ? WHERE id = ?")
+        .bind(qflow_persistence::journal_body::pack(&entry))
+        .bind(row)
+        .execute(&mut *conn)
+        .await
+        .expect("updates");
+    assert_eq!(changed.rows_affected(), 1);
 }

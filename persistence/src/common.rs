@@ -7,11 +7,12 @@ use std::sync::Mutex;
 
 use qflow_store::memory::{effective_instances_limit, node_timer_names};
 use qflow_store::{
-    Attempt, AttemptOutcome, AttemptRecord, AuditRecord, Commit, CommitOutcome, DeploymentId,
-    DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord, InstanceStatus,
-    JournalEntry, NewOutboxRow, OutboxRecord, OutboxState, PullTaskRecord, PurgeRequest,
-    ScheduleRecord, StoreError, StoreResult, SubscriptionRecord, TimerName, TimerRecord,
-    UserTaskQuery, UserTaskRecord, JOURNAL_PAGE_MAX, PURGE_LIMIT_MAX,
+    Attempt, AttemptOutcome, AttemptRecord, AuditRecord, BufferedMessage, Commit, CommitOutcome,
+    DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord,
+    InstanceStatus, JournalEntry, KeyKind, KeyName, NewOutboxRow, OutboxRecord, OutboxState,
+    PullTaskRecord, PurgeRequest, ScheduleRecord, StoreError, StoreResult, SubscriptionRecord,
+    TimerName, TimerRecord, UserTaskQuery, UserTaskRecord, CAMUNDA_KEYS_MAX, JOURNAL_PAGE_MAX,
+    PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -22,6 +23,10 @@ pub(crate) const INSTANCE_COLUMNS: &str = "id, deployment, fence, status, failur
 pub(crate) const TIMER_COLUMNS: &str = "instance, name, due_at_ms, incarnation";
 pub(crate) const INCIDENT_COLUMNS: &str =
     "id, instance, node, code, message, opened_at_ms, resolved_at_ms";
+/// A buffered message joined with its takers (`m`, `t`): one row per taker, or one with
+/// a NULL `process` when there is none, ordered by `m.id`, then `t.process`.
+pub(crate) const BUFFERED_COLUMNS: &str = "m.id, m.key, m.name, m.correlation_key, \
+     m.message_id, m.variables, m.published_at_ms, m.expires_at_ms, t.process";
 pub(crate) const SUBSCRIPTION_COLUMNS: &str =
     "instance, node, message, correlation_key, opened_at_ms";
 pub(crate) const ATTEMPT_COLUMNS: &str =
@@ -289,6 +294,29 @@ pub(crate) fn merge_offered(mut rows: Vec<PullTaskRecord>, limit: u32) -> Vec<Pu
 }
 
 /// Reads `PULL_COLUMNS`.
+/// Refuses more names than one [`Store::camunda_keys`] call takes.
+pub(crate) fn check_key_names(names: &[KeyName]) -> StoreResult<()> {
+    if names.len() > CAMUNDA_KEYS_MAX {
+        return Err(StoreError::Corrupt(format!(
+            "{} names asked for Camunda keys at once; at most {CAMUNDA_KEYS_MAX}",
+            names.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The name a `camunda_keys` row gave its key.
+pub(crate) fn key_name_from_row(row: &impl StoreRow) -> StoreResult<KeyName> {
+    let kind: String = row.field("kind")?;
+    Ok(KeyName {
+        instance: row.instance_id("instance")?,
+        kind: KeyKind::parse(&kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("stored key kind {kind:?} is not one")))?,
+        node: row.field("node")?,
+        attempt: u32_from_db("attempt", row.field("attempt")?)?,
+    })
+}
+
 pub(crate) fn pull_from_row(row: &impl StoreRow) -> StoreResult<PullTaskRecord> {
     Ok(PullTaskRecord {
         instance: row.instance_id("instance")?,
@@ -703,6 +731,7 @@ pub(crate) fn plan(
     batch: &[Commit],
     retired: &[i64],
     stale: &[usize],
+    taken: &[usize],
 ) -> (Vec<CommitOutcome>, Vec<Vec<usize>>) {
     let mut outcomes = vec![
         CommitOutcome::Conflict {
@@ -734,6 +763,10 @@ pub(crate) fn plan(
             continue;
         }
         if stale.contains(&index) {
+            continue;
+        }
+        if taken.contains(&index) {
+            outcomes[index] = CommitOutcome::MessageTaken;
             continue;
         }
         if let Some(k) = key {
@@ -880,4 +913,54 @@ fn timer_name_from_db(name: &str) -> Result<TimerName, StoreError> {
 fn outcome_from_db(outcome: &str) -> Result<AttemptOutcome, StoreError> {
     AttemptOutcome::parse(outcome)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown attempt outcome {outcome:?}")))
+}
+
+/// Folds rows of [`BUFFERED_COLUMNS`] into messages with their takers.
+pub(crate) fn buffered_from_rows<R: StoreRow>(rows: &[R]) -> StoreResult<Vec<BufferedMessage>> {
+    let mut out: Vec<BufferedMessage> = Vec::new();
+    for row in rows {
+        let id: i64 = row.field("id")?;
+        let process: Option<String> = row.field("process")?;
+        if out.last().is_none_or(|m| m.id != id) {
+            out.push(BufferedMessage {
+                id,
+                key: row.field("key")?,
+                name: row.field("name")?,
+                correlation_key: row.field("correlation_key")?,
+                message_id: row.field("message_id")?,
+                variables: row.field("variables")?,
+                published_at_ms: row.field("published_at_ms")?,
+                expires_at_ms: row.field("expires_at_ms")?,
+                takers: Vec::new(),
+            });
+        }
+        if let (Some(process), Some(message)) = (process, out.last_mut()) {
+            message.takers.push(process);
+        }
+    }
+    Ok(out)
+}
+
+/// The commits of `batch` whose message take cannot be, given what the store holds:
+/// `live(message, process, now_ms)` tells whether the message is live at `now_ms` and not
+/// taken by `process`. A second take of one message for one process in the batch is
+/// refused too, whatever becomes of the first (a take refused so is offered again by the
+/// buffer's sweep).
+pub(crate) fn refused_takes<'a>(
+    batch: &'a [Commit],
+    verdicts: impl IntoIterator<Item = (usize, bool)>,
+) -> Vec<usize> {
+    let verdicts: HashMap<usize, bool> = verdicts.into_iter().collect();
+    let mut seen: HashSet<(i64, &'a str)> = HashSet::new();
+    let mut refused = Vec::new();
+    for (index, commit) in batch.iter().enumerate() {
+        let Some(take) = &commit.message_take else {
+            continue;
+        };
+        let first = seen.insert((take.message, take.process.as_str()));
+        if !first || !verdicts.get(&index).copied().unwrap_or(false) {
+            refused.push(index);
+        }
+    }
+    refused
 }

@@ -26,29 +26,31 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use qflow_store::memory::{effective_instances_limit, effective_subscriptions_limit};
 use qflow_store::{
-    effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditRecord, Commit,
-    CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter,
-    InstanceId, InstanceRecord, InstanceStatus, JournalEntry, NewDeployment, NewSchedule,
-    OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome,
-    ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult, SubscriptionRecord,
-    TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE,
-    PULL_QUERY_LIMIT_MAX,
+    effective_buffered_limit, effective_outbox_claim_limit, poisoned_message, AttemptRecord,
+    AuditRecord, BufferOutcome, BufferQuery, BufferedMessage, Commit, CommitOutcome,
+    DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId,
+    InstanceRecord, InstanceStatus, JournalEntry, KeyName, NewBufferedMessage, NewDeployment,
+    NewSchedule, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
+    RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult,
+    SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
+    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
-    claimed_outbox, claimed_schedules, claimed_timers, contested_key, deliveries_from_db,
-    deployment_from_row, ended_at_update, fence_from_db, fence_to_db, first_emit_per_key,
-    incident_from_row, instance_from_row, instances_query, journal_from_row, journal_limit,
-    last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row,
-    plan, pull_from_row, purge_choice, purge_limit, refusal, schedule_from_row, seq_to_db,
-    status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS,
-    INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS, OUTBOX_COLUMNS, PULL_COLUMNS,
-    SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    check_key_names, claimed_outbox, claimed_schedules, claimed_timers, contested_key,
+    deliveries_from_db, deployment_from_row, ended_at_update, fence_from_db, fence_to_db,
+    first_emit_per_key, incident_from_row, instance_from_row, instances_query, journal_from_row,
+    journal_limit, key_name_from_row, last_arm_per_name, last_offer_per_node, map_all,
+    map_optional, merge_offered, outbox_from_row, plan, pull_from_row, purge_choice, purge_limit,
+    refusal, schedule_from_row, seq_to_db, status_count_from_row, subscription_from_row,
+    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS,
+    OUTBOX_COLUMNS, PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
+use crate::common::{buffered_from_rows, refused_takes, BUFFERED_COLUMNS};
 use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
     user_tasks_query, USER_TASK_COLUMNS,
@@ -396,6 +398,8 @@ fn purge_sql(by_deployment: bool) -> String {
              WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
          user_tasks_gone AS (DELETE FROM user_tasks \
              WHERE instance IN (SELECT id FROM doomed) RETURNING 1), \
+         keys_gone AS (DELETE FROM camunda_keys WHERE instance IN (SELECT id FROM doomed) \
+             RETURNING 1), \
          instances_gone AS (DELETE FROM instances WHERE id IN (SELECT id FROM doomed) \
              RETURNING 1) \
          SELECT (SELECT count(*) FROM instances_gone) AS instances, \
@@ -406,7 +410,8 @@ fn purge_sql(by_deployment: bool) -> String {
                 (SELECT count(*) FROM timers_gone) + (SELECT count(*) FROM pulls_gone) \
                     + (SELECT count(*) FROM user_tasks_gone) AS timers, \
                 (SELECT count(*) FROM subscriptions_gone) AS subscriptions, \
-                (SELECT count(*) FROM outbox_gone) AS outbox"
+                (SELECT count(*) FROM outbox_gone) AS outbox, \
+                (SELECT count(*) FROM keys_gone) AS keys"
     )
 }
 
@@ -472,6 +477,7 @@ async fn apply_round(
     apply_outbox(tx, &winners).await?;
     apply_user_tasks(tx, &winners).await?;
     apply_schedules(tx, &winners).await?;
+    apply_takes(tx, &winners).await?;
     apply_audit(tx, &winners).await
 }
 
@@ -654,6 +660,19 @@ async fn apply_user_tasks(tx: &mut PgConnection, winners: &[&Commit]) -> StoreRe
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+    }
+    // A withdrawn task's Camunda 8 key goes with it: the task offered there next gets its
+    // own.
+    if !gone_instance.is_empty() {
+        sqlx::query(
+            "DELETE FROM camunda_keys AS k USING UNNEST($1::uuid[], $2::text[]) AS v(instance, node) \
+             WHERE k.instance = v.instance AND k.kind = 'user_task' AND k.node = v.node",
+        )
+        .bind(&gone_instance)
+        .bind(&gone_node)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
     }
     if !offers.is_empty() {
         let mut cols = UserTaskColumns::default();
@@ -843,6 +862,17 @@ async fn apply_pull(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<(
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
+        // A withdrawn task's job keys go with it: the next offer of the node (a pass after
+        // a loop, the attempt after a park or a resume) gets keys of its own.
+        sqlx::query(
+            "DELETE FROM camunda_keys AS k USING UNNEST($1::uuid[], $2::text[]) AS v(instance, node) \
+             WHERE k.instance = v.instance AND k.kind = 'job' AND k.node = v.node",
+        )
+        .bind(&instance)
+        .bind(&node)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
     }
     let (mut instance, mut node, mut topic, mut attempt, mut worker, mut until, mut at) = (
         Vec::new(),
@@ -886,6 +916,70 @@ async fn apply_pull(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<(
     .execute(&mut *tx)
     .await
     .map_err(backend)?;
+    Ok(())
+}
+
+/// The commits of `batch` whose message take cannot be (`common::refused_takes`): the
+/// message is gone or expired at the commit's instant, or the process took it. Each
+/// message's row is locked first (`FOR UPDATE`, held to the end of the transaction), so
+/// two replicas' takes of one message are serialized and the second reads the first's
+/// taker row once it has committed.
+async fn taken_messages(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult<Vec<usize>> {
+    let ids: BTreeSet<i64> = batch
+        .iter()
+        .filter_map(|c| c.message_take.as_ref().map(|t| t.message))
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One statement, in id order: two batches taking the same messages lock them in the
+    // same order, so they wait for each other rather than deadlock.
+    let ids: Vec<i64> = ids.into_iter().collect();
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT id, expires_at_ms FROM buffered_messages WHERE id = ANY($1) \
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(backend)?;
+    let expires: HashMap<i64, i64> = rows.into_iter().collect();
+    let mut verdicts = Vec::new();
+    for (index, commit) in batch.iter().enumerate() {
+        let Some(take) = &commit.message_take else {
+            continue;
+        };
+        let taken: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM message_takers WHERE message = $1 AND process = $2")
+                .bind(take.message)
+                .bind(&take.process)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        let live = expires
+            .get(&take.message)
+            .is_some_and(|e| *e > commit.now_ms)
+            && taken.is_none();
+        verdicts.push((index, live));
+    }
+    Ok(refused_takes(batch, verdicts))
+}
+
+/// Records the winners' message takes.
+async fn apply_takes(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
+    for commit in winners {
+        if let Some(take) = &commit.message_take {
+            sqlx::query(
+                "INSERT INTO message_takers (message, process) VALUES ($1, $2) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(take.message)
+            .bind(&take.process)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+    }
     Ok(())
 }
 
@@ -1584,7 +1678,8 @@ impl Store for PgStore {
         self.check_deployments(&mut tx, &batch).await?;
         let retired = retired_deployments(&mut tx, &batch).await?;
         let stale = stale_schedules(&mut tx, &batch).await?;
-        let (mut outcomes, rounds) = plan(&batch, &retired, &stale);
+        let taken = taken_messages(&mut tx, &batch).await?;
+        let (mut outcomes, rounds) = plan(&batch, &retired, &stale, &taken);
         for round in rounds {
             apply_round(&mut tx, &batch, &round, &mut outcomes).await?;
         }
@@ -1813,6 +1908,7 @@ impl Store for PgStore {
             timers: purged(&row, "timers")?,
             subscriptions: purged(&row, "subscriptions")?,
             outbox: purged(&row, "outbox")?,
+            keys: purged(&row, "keys")?,
         })
     }
 
@@ -1869,6 +1965,193 @@ impl Store for PgStore {
         );
         let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
         map_all(rows.await, user_task_from_row)
+    }
+
+    /// The names' existing keys by `camunda_keys_name`, the missing ones inserted (in the
+    /// unique index's order, so two replicas inserting the same names lock them in the
+    /// same order and never deadlock; a conflict skips the row and an identity value),
+    /// then every key read back in the names' order.
+    async fn camunda_keys(&self, names: &[KeyName]) -> StoreResult<Vec<i64>> {
+        check_key_names(names)?;
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut instances = Vec::with_capacity(names.len());
+        let mut kinds = Vec::with_capacity(names.len());
+        let mut nodes = Vec::with_capacity(names.len());
+        let mut attempts = Vec::with_capacity(names.len());
+        for name in names {
+            instances.push(name.instance);
+            kinds.push(name.kind.as_str());
+            nodes.push(name.node.as_str());
+            attempts.push(i64::from(name.attempt));
+        }
+        let wanted = "SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bigint[]) \
+             WITH ORDINALITY AS w(instance, kind, node, attempt, n)";
+        let missing = sqlx::query_scalar::<_, i64>(&format!(
+            "SELECT count(*) FROM ({wanted}) AS w WHERE NOT EXISTS (SELECT 1 FROM camunda_keys AS k \
+             WHERE (k.instance, k.kind, k.node, k.attempt) = (w.instance, w.kind, w.node, w.attempt))"
+        ))
+        .bind(&instances)
+        .bind(&kinds)
+        .bind(&nodes)
+        .bind(&attempts)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(backend)?;
+        if missing > 0 {
+            sqlx::query(&format!(
+                "INSERT INTO camunda_keys (instance, kind, node, attempt) \
+                 SELECT instance, kind, node, attempt FROM ({wanted}) AS w \
+                 ORDER BY instance, kind, node COLLATE \"C\", attempt \
+                 ON CONFLICT ON CONSTRAINT camunda_keys_name DO NOTHING"
+            ))
+            .bind(&instances)
+            .bind(&kinds)
+            .bind(&nodes)
+            .bind(&attempts)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        }
+        let keys = sqlx::query_scalar::<_, i64>(&format!(
+            "SELECT k.key FROM ({wanted}) AS w JOIN camunda_keys AS k \
+             ON (k.instance, k.kind, k.node, k.attempt) = (w.instance, w.kind, w.node, w.attempt) \
+             ORDER BY w.n"
+        ))
+        .bind(&instances)
+        .bind(&kinds)
+        .bind(&nodes)
+        .bind(&attempts)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        if keys.len() != names.len() {
+            return Err(StoreError::Corrupt(format!(
+                "{} of {} names have a Camunda key after they were given one",
+                keys.len(),
+                names.len()
+            )));
+        }
+        Ok(keys)
+    }
+
+    async fn buffer_message(&self, message: &NewBufferedMessage) -> StoreResult<BufferOutcome> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        if let Some(id) = &message.message_id {
+            // Takers go with the message (ON DELETE CASCADE).
+            sqlx::query(
+                "DELETE FROM buffered_messages WHERE name = $1 AND correlation_key = $2 \
+                 AND message_id = $3 AND expires_at_ms <= $4",
+            )
+            .bind(&message.name)
+            .bind(&message.correlation_key)
+            .bind(id)
+            .bind(message.published_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        // The unique index settles two publications of one id racing.
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO buffered_messages (key, name, correlation_key, message_id, variables, \
+             published_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT DO NOTHING RETURNING id",
+        )
+        .bind(message.key)
+        .bind(&message.name)
+        .bind(&message.correlation_key)
+        .bind(&message.message_id)
+        .bind(&message.variables)
+        .bind(message.published_at_ms)
+        .bind(message.expires_at_ms)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let outcome = match id {
+            Some(id) => BufferOutcome::Buffered { id },
+            None => {
+                let key: i64 = sqlx::query_scalar(
+                    "SELECT key FROM buffered_messages WHERE name = $1 \
+                     AND correlation_key = $2 AND message_id = $3",
+                )
+                .bind(&message.name)
+                .bind(&message.correlation_key)
+                .bind(&message.message_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend)?;
+                BufferOutcome::Duplicate { key }
+            }
+        };
+        tx.commit().await.map_err(backend)?;
+        Ok(outcome)
+    }
+
+    async fn buffered_messages(&self, query: BufferQuery<'_>) -> StoreResult<Vec<BufferedMessage>> {
+        let limit = i64::from(effective_buffered_limit(query.limit));
+        let join = |inner: &str| {
+            format!(
+                "SELECT {BUFFERED_COLUMNS} FROM ({inner}) AS m \
+                 LEFT JOIN message_takers AS t ON t.message = m.id \
+                 ORDER BY m.id, t.process COLLATE \"C\""
+            )
+        };
+        let rows = match query.name_and_key {
+            Some((name, key)) => {
+                let sql = join(
+                    "SELECT * FROM buffered_messages WHERE name = $1 AND correlation_key = $2 \
+                     AND id > $3 AND expires_at_ms > $4 ORDER BY id LIMIT $5",
+                );
+                sqlx::query(&sql)
+                    .bind(name)
+                    .bind(key)
+                    .bind(query.after)
+                    .bind(query.now_ms)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            None => {
+                let sql = join(
+                    "SELECT * FROM buffered_messages WHERE id > $1 AND expires_at_ms > $2 \
+                     ORDER BY id LIMIT $3",
+                );
+                sqlx::query(&sql)
+                    .bind(query.after)
+                    .bind(query.now_ms)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+        };
+        buffered_from_rows(&rows.map_err(backend)?)
+    }
+
+    async fn expire_messages(&self, now_ms: i64, limit: u32) -> StoreResult<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        // Rows a take is locking are skipped, not waited for: the next expiry gets them.
+        let done = sqlx::query(
+            "DELETE FROM buffered_messages WHERE id IN (SELECT id FROM buffered_messages \
+             WHERE expires_at_ms <= $1 ORDER BY expires_at_ms, id LIMIT $2 \
+             FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn camunda_key(&self, key: i64) -> StoreResult<Option<KeyName>> {
+        let row =
+            sqlx::query("SELECT instance, kind, node, attempt FROM camunda_keys WHERE key = $1")
+                .bind(key)
+                .fetch_optional(&self.pool);
+        map_optional(row.await, key_name_from_row)
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {

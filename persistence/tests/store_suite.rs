@@ -30,6 +30,24 @@ fn unique_name(prefix: &str) -> String {
     )
 }
 
+/// A directory holding the `backend`'s migrations numbered below `version`: the schema as
+/// the build before that migration left it, for a test that migrates it forward.
+fn migrations_before(backend: &str, version: &str) -> Result<tempfile::TempDir> {
+    let before = tempfile::tempdir()?;
+    let source = format!("{}/migrations/{backend}", env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(source)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.as_bytes() < version.as_bytes() {
+            std::fs::copy(&path, before.path().join(name))?;
+        }
+    }
+    Ok(before)
+}
+
 fn pg_url() -> Option<String> {
     std::env::var("QFLOW_TEST_PG_URL")
         .ok()
@@ -691,18 +709,7 @@ async fn postgres_a_journal_keyed_by_instance_is_chained_by_the_migration() -> R
     let schema = unique_name("qflow_journal_migration");
     let result = async {
         // The schema as the build before 0014 left it: every earlier migration applied.
-        let before = tempfile::tempdir()?;
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres");
-        for entry in std::fs::read_dir(source)? {
-            let path = entry?.path();
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default();
-            if name.as_bytes() < b"0014".as_slice() {
-                std::fs::copy(&path, before.path().join(name))?;
-            }
-        }
+        let before = migrations_before("postgres", "0014")?;
         let mut conn = PgConnection::connect(&url).await?;
         sqlx::query(&format!("CREATE SCHEMA {schema}"))
             .execute(&mut conn)
@@ -812,4 +819,198 @@ async fn postgres_a_journal_keyed_by_instance_is_chained_by_the_migration() -> R
         .execute(&mut conn)
         .await?;
     result
+}
+
+/// A SQLite journal written before `0015_journal_packed` (every field a column) reads the
+/// same after the migration, beside the packed rows that follow it in the same chains;
+/// a packed row whose body is damaged is reported with its id, not read as something.
+#[tokio::test]
+async fn sqlite_a_journal_of_columns_reads_beside_packed_rows_after_the_migration() -> Result<()> {
+    use qflow_store::conformance::journal_entry;
+    use qflow_store::{DeploymentId, JournalEntry, StoreError};
+    use sqlx::SqliteConnection;
+
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("qflow.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    // The file as the build before 0015 left it: every earlier migration applied.
+    let before = migrations_before("sqlite", "0015")?;
+    let mut conn = SqliteConnection::connect(&url).await?;
+    sqlx::migrate::Migrator::new(before.path())
+        .await?
+        .run(&mut conn)
+        .await?;
+    let dep: i64 = sqlx::query_scalar(
+        "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
+         VALUES ('p', 'h1', '', 0) RETURNING id",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    let rows = |n: u8, steps: u64| -> Vec<JournalEntry> {
+        (1..=steps)
+            .map(|seq| journal_entry(seq, DeploymentId(dep), T0 + seq as i64, n))
+            .collect()
+    };
+    let (one, two) = (rows(1, 3), rows(2, 2));
+    // Rows in append order, the two instances interleaved, each chained as 0012 chains.
+    let mut last: [Option<i64>; 2] = [None, None];
+    for (jid, (n, entry)) in [
+        (1, &one[0]),
+        (2, &two[0]),
+        (1, &one[1]),
+        (2, &two[1]),
+        (1, &one[2]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let jid = jid as i64 + 1;
+        sqlx::query(
+            "INSERT INTO journal (id, prev, seq, deployment, at_ms, input, delta, \
+             snapshot_hash, effects_hash, row_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(jid)
+        .bind(last[n as usize - 1])
+        .bind(entry.seq as i64)
+        .bind(dep)
+        .bind(entry.at_ms)
+        .bind(&entry.input)
+        .bind(&entry.delta)
+        .bind(&entry.snapshot_hash)
+        .bind(&entry.effects_hash)
+        .bind(&entry.row_hash)
+        .execute(&mut conn)
+        .await?;
+        last[n as usize - 1] = Some(jid);
+    }
+    for (n, fence, journal_last) in [(1u128, 3i64, last[0]), (2, 2, last[1]), (3, 1, None)] {
+        sqlx::query(
+            "INSERT INTO instances (id, deployment, fence, status, snapshot, created_at_ms, \
+             updated_at_ms, journal_last) VALUES (?, ?, ?, 'running', x'80', 0, 0, ?)",
+        )
+        .bind(id(n).hyphenated().to_string())
+        .bind(dep)
+        .bind(fence)
+        .bind(journal_last)
+        .execute(&mut conn)
+        .await?;
+    }
+    conn.close().await?;
+
+    // This build opens it and applies 0015.
+    let store = SqliteStore::open(&path).await?;
+    ensure!(store.journal(id(1), 0, 0).await? == one, "instance 1");
+    ensure!(store.journal(id(2), 0, 0).await? == two, "instance 2");
+    ensure!(store.journal(id(1), 1, 1).await? == one[1..2], "a page");
+    ensure!(store.journal(id(3), 0, 0).await?.is_empty(), "instance 3");
+    // The next steps' rows are packed and follow the migrated ones in their chains.
+    let next = journal_entry(4, DeploymentId(dep), T0 + 4, 1);
+    let mut step = commit(id(1), Some(3), DeploymentId(dep));
+    step.journal = Some(next.clone());
+    ensure!(commit_one(&store, step).await? == CommitOutcome::Applied { fence: 4 });
+    let first = journal_entry(2, DeploymentId(dep), T0 + 2, 3);
+    let mut step = commit(id(3), Some(1), DeploymentId(dep));
+    step.journal = Some(first.clone());
+    ensure!(commit_one(&store, step).await? == CommitOutcome::Applied { fence: 2 });
+    let mut all = one.clone();
+    all.push(next);
+    ensure!(
+        store.journal(id(1), 0, 0).await? == all,
+        "instance 1 after a step"
+    );
+    ensure!(
+        store.journal(id(1), 2, 0).await? == all[2..],
+        "a page across layouts"
+    );
+    ensure!(store.journal(id(2), 0, 0).await? == two, "instance 2 after");
+    ensure!(
+        store.journal(id(3), 0, 0).await? == [first],
+        "instance 3 after"
+    );
+
+    // Only the new rows are packed; a damaged body is an error naming its row.
+    let mut conn = SqliteConnection::connect(&url).await?;
+    let packed: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM journal WHERE body IS NOT NULL ORDER BY id")
+            .fetch_all(&mut conn)
+            .await?;
+    ensure!(packed == [6, 7], "packed rows {packed:?}");
+    sqlx::query("UPDATE journal SET body = substr(body, 1, length(body) - 1) WHERE id = 6")
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    match store.journal(id(1), 0, 0).await {
+        Err(StoreError::Corrupt(message)) => {
+            ensure!(message.contains("journal row 6"), "{message}")
+        }
+        other => anyhow::bail!("a damaged body read as {other:?}"),
+    }
+    ensure!(
+        store.journal(id(1), 0, 3).await? == one,
+        "the rows before it"
+    );
+    store.close().await;
+    Ok(())
+}
+
+/// Many callers committing at once to one SQLite store (lanes, through the store's one
+/// committer, which joins what queues up): every batch gets its own outcomes, every
+/// instance its commits in order, and a batch on an unknown deployment fails alone.
+#[tokio::test]
+async fn sqlite_concurrent_batches_are_each_answered_as_their_own() -> Result<()> {
+    use qflow_store::{DeploymentId, StoreError};
+
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(SqliteStore::open(dir.path().join("qflow.db")).await?);
+    let dep = deploy(&*store, "aaaa").await?;
+    let unknown = DeploymentId(dep.0 + 100);
+    const CALLERS: u128 = 8;
+    const STEPS: u64 = 20;
+    let mut tasks = Vec::new();
+    for caller in 0..CALLERS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            // Each caller owns instances caller*10+0..4 and steps them STEPS times, a
+            // batch of all four a step; caller 3 also sends a bad batch every 5th step.
+            let own: Vec<_> = (0..4).map(|k| id(caller * 10 + k)).collect();
+            for step in 0..STEPS {
+                let expected = (step > 0).then_some(step);
+                let batch: Vec<_> = own.iter().map(|&i| commit(i, expected, dep)).collect();
+                let outcomes = store.commit(batch).await?;
+                ensure!(
+                    outcomes
+                        .iter()
+                        .all(|o| *o == CommitOutcome::Applied { fence: step + 1 }),
+                    "caller {caller} step {step}: {outcomes:?}"
+                );
+                if caller == 3 && step % 5 == 0 {
+                    let bad = vec![commit(id(900 + u128::from(step)), None, unknown)];
+                    match store.commit(bad).await {
+                        Err(StoreError::UnknownDeployment(d)) if d == unknown => {}
+                        other => anyhow::bail!("a bad batch answered {other:?}"),
+                    }
+                }
+            }
+            Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    for caller in 0..CALLERS {
+        for k in 0..4 {
+            let record = store.instance(id(caller * 10 + k)).await?;
+            ensure!(record.map(|r| r.fence) == Some(STEPS), "{caller}/{k}");
+        }
+    }
+    ensure!(
+        store.instance(id(900)).await?.is_none(),
+        "the bad batch left a row"
+    );
+    // The callers' batches were joined: fewer transactions than batches, though every
+    // joined transaction with a bad batch in it was redone batch by batch.
+    let (transactions, batches) = store.commit_counts();
+    ensure!(batches == 8 * 20 + 4, "batches {batches}");
+    ensure!(transactions < batches, "{transactions} transactions");
+    Ok(())
 }

@@ -41,6 +41,7 @@ async fn main() -> Result<()> {
     let db = dir.path().join("qflow.db");
     let settings = SqliteSettings {
         wal_autocheckpoint_pages: 0,
+        ..SqliteSettings::default()
     };
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_with(&db, &settings).await?);
     let handlers = AsyncHandlers::new().with_sync("svc", |_: &TaskContext<'_>| {

@@ -567,6 +567,9 @@ pub struct Stepped {
     pub pull_topics: Vec<String>,
     /// The step emitted outbox rows (see [`Then::outbox`]).
     pub outbox: bool,
+    /// `(message, correlation key)` of every message wait the step opened (signal waits,
+    /// under the empty key, left out): where a buffered message may now be due.
+    pub opened: Vec<(String, String)>,
 }
 
 /// One step taken outside a lane, as [`claim_and_step`] takes it.
@@ -585,6 +588,34 @@ pub(crate) struct Op<'a> {
     pub lifecycle: Option<&'a str>,
     /// Which steps write a journal row (SPEC G3).
     pub journal: &'a JournalPolicy,
+    /// The step delivers this buffered message: the commit records the instance's
+    /// process as its taker, and is refused when that process took it before or it has
+    /// expired ([`qflow_store::Commit::message_take`]). A process among the message's
+    /// known takers is refused before the step, without a write.
+    pub take: Option<&'a qflow_store::BufferedMessage>,
+}
+
+/// The refusal of a buffered message's delivery to `process`, which took it already
+/// (or the message expired).
+fn message_taken(process: &str) -> Error {
+    Error::Refused {
+        what: "message".to_owned(),
+        why: format!(
+            "the buffered message was taken by process `{process}` already, or it expired"
+        ),
+    }
+}
+
+/// `(message, correlation key)` of the message waits `commit` opens; signal waits (the
+/// empty key) are left out.
+pub(crate) fn opened_waits(commit: &qflow_store::Commit) -> Vec<(String, String)> {
+    commit
+        .subscriptions
+        .open
+        .iter()
+        .filter(|s| !s.key.is_empty())
+        .map(|s| (s.message.clone(), s.key.clone()))
+        .collect()
 }
 
 /// Reads instance `id`, steps it and commits the step alone under its fence; on a lost
@@ -602,6 +633,15 @@ pub(crate) async fn claim_and_step(
             claim.deployment = *deployment;
             claim.def = def.clone();
         }
+        if let Some(message) = op.take {
+            if message.takers.contains(&claim.def.id) {
+                return Err(message_taken(&claim.def.id));
+            }
+        }
+        let take = op.take.map(|message| qflow_store::MessageTake {
+            message: message.id,
+            process: claim.def.id.clone(),
+        });
         let mut planned = plan(
             claim,
             op.input.clone(),
@@ -625,10 +665,14 @@ pub(crate) async fn claim_and_step(
                 handed_over: planned.then.handed_over,
                 pull_topics: Vec::new(),
                 outbox: false,
+                opened: Vec::new(),
             });
         }
         planned.commit.audit.extend(op.audit.cloned());
         planned.commit.moves = op.onto.is_some();
+        let taker = take.as_ref().map(|t| t.process.clone()).unwrap_or_default();
+        planned.commit.message_take = take;
+        let opened = opened_waits(&planned.commit);
         let planned_deployment = planned.commit.deployment;
         let outcome = store.commit(vec![planned.commit]).await?;
         match outcome.first() {
@@ -643,8 +687,10 @@ pub(crate) async fn claim_and_step(
                     handed_over: planned.then.handed_over,
                     pull_topics: planned.then.pull_topics,
                     outbox: planned.then.outbox,
+                    opened,
                 })
             }
+            Some(CommitOutcome::MessageTaken) => return Err(message_taken(&taker)),
             Some(CommitOutcome::Conflict { .. }) => continue,
             Some(CommitOutcome::DuplicateBusinessKey { existing }) => {
                 return Err(Error::DuplicateBusinessKey {

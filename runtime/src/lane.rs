@@ -137,8 +137,21 @@ impl Lane {
         if prepared.is_empty() {
             return;
         }
+        // Message waits the round opens, by commit: a buffered message may be due there
+        // once the commit applies (most rounds have none, and allocate nothing here).
+        let opens: Vec<(usize, Vec<(String, String)>)> = commits
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.subscriptions.open.iter().any(|s| !s.key.is_empty()))
+            .map(|(i, c)| (i, crate::claim::opened_waits(c)))
+            .collect();
         match self.shared.store.commit(commits).await {
             Ok(outcomes) => {
+                for (i, waits) in opens {
+                    if matches!(outcomes.get(i), Some(CommitOutcome::Applied { .. })) {
+                        crate::buffer::waits_opened(&self.shared, waits);
+                    }
+                }
                 self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
                 let took_us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
                 for outcome in &outcomes {
@@ -155,6 +168,8 @@ impl Lane {
                             p.request.reply,
                             Err(Error::DuplicateBusinessKey { existing }),
                         ),
+                        // A lane's commits take no buffered message.
+                        CommitOutcome::MessageTaken => self.conflicted(p),
                     }
                 }
                 self.shared.progress.notify_waiters();

@@ -21,6 +21,7 @@
 //! Invariant: the lane never reads the clock except to pass `now` into a step, and never
 //! waits on anything but its inbox, its handlers and the store.
 
+pub mod buffer;
 pub mod calls;
 pub mod claim;
 pub mod clock;
@@ -317,7 +318,23 @@ impl Stepper {
         now_ms: i64,
         audit: Option<&qflow_store::AuditEntry>,
     ) -> Result<claim::Stepped, Error> {
-        let op = self.op(input, now_ms, audit);
+        self.step_taking(instance, input, now_ms, audit, None).await
+    }
+
+    /// [`Stepper::step`] of a step that delivers buffered message `take`, when given
+    /// (see [`Runtime::claim_and_step_taking`]).
+    pub async fn step_taking(
+        &self,
+        instance: InstanceId,
+        input: Input,
+        now_ms: i64,
+        audit: Option<&qflow_store::AuditEntry>,
+        take: Option<&qflow_store::BufferedMessage>,
+    ) -> Result<claim::Stepped, Error> {
+        let op = claim::Op {
+            take,
+            ..self.op(input, now_ms, audit)
+        };
         claim::claim_and_step(&*self.store, &self.defs, instance, op).await
     }
 
@@ -368,6 +385,7 @@ impl Stepper {
             dry_run: false,
             lifecycle: self.lifecycle.as_deref(),
             journal: &self.journal,
+            take: None,
         }
     }
 
@@ -709,6 +727,10 @@ pub(crate) struct Shared {
     pub pull_bell: pull::PullBell,
     /// Offered rows fetches of this process are locking right now.
     pub locking: pull::Locking,
+    /// Message waits opened since the buffer task last looked, and its bell
+    /// ([`buffer`]).
+    pub opened_waits: std::sync::Mutex<BTreeSet<(String, String)>>,
+    pub buffer_bell: Notify,
 }
 
 impl Shared {
@@ -745,6 +767,8 @@ pub struct Runtime {
     lane_tasks: Vec<JoinHandle<()>>,
     poller: Option<JoinHandle<()>>,
     retention: Option<JoinHandle<()>>,
+    /// The message buffer's task ([`buffer`]).
+    buffer: Option<JoinHandle<()>>,
 }
 
 impl Runtime {
@@ -776,6 +800,8 @@ impl Runtime {
             pull_bell: pull::PullBell::default(),
             locking: pull::Locking::default(),
             progress: Notify::new(),
+            opened_waits: std::sync::Mutex::new(BTreeSet::new()),
+            buffer_bell: Notify::new(),
             stopping: AtomicBool::new(false),
             watchers: watch::Watchers::default(),
             stop: tokio::sync::watch::channel(false).0,
@@ -790,11 +816,13 @@ impl Runtime {
             .retention
             .clone()
             .map(|config| tokio::spawn(retention::run(shared.clone(), config)));
+        let buffer = Some(tokio::spawn(buffer::run(shared.clone())));
         Runtime {
             shared,
             lane_tasks,
             poller,
             retention,
+            buffer,
         }
     }
 
@@ -1074,38 +1102,19 @@ impl Runtime {
         instance: InstanceId,
         input: Input,
     ) -> Result<claim::Stepped, Error> {
-        if self.shared.stopping.load(Ordering::SeqCst) {
-            return Err(Error::ShuttingDown);
-        }
-        let rules = claim::LeaseRules {
-            lease_ms: self.shared.config.inflight_lease_ms,
-            refresh_divisor: 2,
-            handing_over: false,
-        };
-        let now = self.shared.clock.now_ms();
-        let op = claim::Op {
-            input,
-            now,
-            rules,
-            audit: None,
-            onto: None,
-            dry_run: false,
-            lifecycle: self.shared.config.lifecycle_channel.as_deref(),
-            journal: &self.shared.config.journal,
-        };
-        let stepped =
-            claim::claim_and_step(&*self.shared.store, &self.shared.defs, instance, op).await?;
-        for topic in &stepped.pull_topics {
-            self.shared.pull_bell.ring(topic);
-        }
-        if stepped.outbox {
-            self.shared.outbox_emitted.notify_one();
-        }
-        if !stepped.calls.is_empty() {
-            self.request(instance, Work::Input(Input::Redrive)).await?;
-        }
-        self.shared.progress.notify_waiters();
-        Ok(stepped)
+        self.claim_and_step_taking(instance, input, None).await
+    }
+
+    /// [`Runtime::claim_and_step`] of a step that delivers buffered message `take`, when
+    /// given: the commit records the instance's process as its taker, and is refused
+    /// ([`Error::Refused`]) when that process took it before or it expired.
+    pub async fn claim_and_step_taking(
+        &self,
+        instance: InstanceId,
+        input: Input,
+        take: Option<&qflow_store::BufferedMessage>,
+    ) -> Result<claim::Stepped, Error> {
+        step_taking(&self.shared, instance, input, take).await
     }
 
     /// Feeds an input (a user-task completion, a message, a cancel) to an instance;
@@ -1138,22 +1147,7 @@ impl Runtime {
         work: Work,
         with_state: bool,
     ) -> Result<Option<claim::Claim>, Error> {
-        if self.shared.stopping.load(Ordering::SeqCst) {
-            return Err(Error::ShuttingDown);
-        }
-        let (tx, rx) = oneshot::channel();
-        let lane = self.shared.lane_of(instance);
-        self.shared.lanes[lane]
-            .send(Request {
-                instance,
-                work,
-                started_ms: None,
-                reply: Some(Replier { tx, with_state }),
-                retries: 0,
-            })
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
-        rx.await.map_err(|_| Error::ShuttingDown)?
+        request_in(&self.shared, instance, work, with_state).await
     }
 
     /// Waits until `done(stats)` holds. Re-checks after every committed round.
@@ -1179,6 +1173,9 @@ impl Runtime {
         if let Some(r) = self.retention.take() {
             let _ = r.await;
         }
+        if let Some(b) = self.buffer.take() {
+            let _ = b.await;
+        }
         for t in self.lane_tasks.drain(..) {
             let _ = t.await;
         }
@@ -1195,10 +1192,81 @@ impl Runtime {
         if let Some(r) = self.retention.take() {
             r.abort();
         }
+        if let Some(b) = self.buffer.take() {
+            b.abort();
+        }
         for t in self.lane_tasks.drain(..) {
             t.abort();
         }
     }
+}
+
+/// Sends `work` for `instance` to its lane and waits for the step (see
+/// [`Runtime::request_with`]).
+async fn request_in(
+    shared: &Shared,
+    instance: InstanceId,
+    work: Work,
+    with_state: bool,
+) -> Result<Option<claim::Claim>, Error> {
+    if shared.stopping.load(Ordering::SeqCst) {
+        return Err(Error::ShuttingDown);
+    }
+    let (tx, rx) = oneshot::channel();
+    let lane = shared.lane_of(instance);
+    shared.lanes[lane]
+        .send(Request {
+            instance,
+            work,
+            started_ms: None,
+            reply: Some(Replier { tx, with_state }),
+            retries: 0,
+        })
+        .await
+        .map_err(|_| Error::ShuttingDown)?;
+    rx.await.map_err(|_| Error::ShuttingDown)?
+}
+
+/// [`Runtime::claim_and_step_taking`], for the runtime's own tasks (the buffer's).
+pub(crate) async fn step_taking(
+    shared: &Shared,
+    instance: InstanceId,
+    input: Input,
+    take: Option<&qflow_store::BufferedMessage>,
+) -> Result<claim::Stepped, Error> {
+    if shared.stopping.load(Ordering::SeqCst) {
+        return Err(Error::ShuttingDown);
+    }
+    let rules = claim::LeaseRules {
+        lease_ms: shared.config.inflight_lease_ms,
+        refresh_divisor: 2,
+        handing_over: false,
+    };
+    let now = shared.clock.now_ms();
+    let op = claim::Op {
+        input,
+        now,
+        rules,
+        audit: None,
+        onto: None,
+        dry_run: false,
+        lifecycle: shared.config.lifecycle_channel.as_deref(),
+        journal: &shared.config.journal,
+        take,
+    };
+    let stepped = claim::claim_and_step(&*shared.store, &shared.defs, instance, op).await?;
+    for topic in &stepped.pull_topics {
+        shared.pull_bell.ring(topic);
+    }
+    if stepped.outbox {
+        shared.outbox_emitted.notify_one();
+    }
+    buffer::waits_opened(shared, stepped.opened.clone());
+    if !stepped.calls.is_empty() {
+        request_in(shared, instance, Work::Input(Input::Redrive), false).await?;
+    }
+    shared.progress.notify_waiters();
+    Ok(stepped)
 }
 
 #[cfg(test)]

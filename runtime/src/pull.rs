@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::{join_all, select, select_all};
 use futures::FutureExt;
 use qflow_core::{Attempt, Input, Variables};
-use qflow_store::{InstanceId, PullQuery, PullTaskRecord, PULL_QUERY_LIMIT_MAX};
+use qflow_store::{DeploymentId, InstanceId, PullQuery, PullTaskRecord, PULL_QUERY_LIMIT_MAX};
 use tokio::sync::Notify;
 
 use crate::claim::Claim;
@@ -182,6 +182,8 @@ pub struct LockedTask {
     pub variables: Variables,
     /// The BPMN process id of the instance's definition.
     pub process_id: String,
+    /// The deployment the instance runs on.
+    pub deployment: DeploymentId,
     /// The task's static headers (`model::Task::headers`: `zeebe:taskHeaders`,
     /// `camunda:properties`, a Java binding), in document order.
     pub headers: Vec<(String, String)>,
@@ -347,6 +349,7 @@ fn locked_task(row: &PullTaskRecord, claim: &Claim, worker: &str) -> Option<Lock
         retries,
         variables,
         process_id: def.id.clone(),
+        deployment: claim.deployment,
         node: row.node.clone(),
         headers,
     })

@@ -114,8 +114,8 @@ pub enum Published {
     Caught(InstanceId, String),
     /// A message start event started (or, on a redelivery, had started) this instance.
     Started(DeploymentId, InstanceId),
-    /// Nothing waited for it and no process starts on it: it is dropped (a message is
-    /// never buffered).
+    /// Nothing waited for it and no process starts on it: it is dropped (a message
+    /// thrown inside the engine has no time to live).
     Dropped,
 }
 

@@ -7,6 +7,12 @@
 //   node bench.mjs idle       --url=… --token=… --pid=P --waiting=100 --secs=5
 //   node bench.mjs worker     (a child of `throughput`; arguments from the parent)
 //
+// `throughput` takes `--api=`: `native` (default: /v1/external-tasks), `camunda7`
+// (/engine-rest/external-task: fetchAndLock and complete as Camunda 7's REST API has
+// them), `zeebe` (/v2/jobs/activation and /completion, by hand) or `zeebe-client`
+// (Camunda 8's official client's `createJobWorker`, from scripts/camunda8-client, as its
+// README writes a worker: `maxParallelJobs` = the batch). Same load, same counts.
+//
 // Every mode is bounded in count and in time: it exits non-zero past its deadline.
 
 import http from "node:http";
@@ -128,6 +134,7 @@ async function throughput() {
       `--batch=${batch}`,
       `--at=${started}`,
       `--sockets=${args.conc ?? batch}`,
+      `--api=${args.api ?? "native"}`,
     ]),
   );
   const reports = await Promise.all(
@@ -148,6 +155,7 @@ async function throughput() {
   const after = await must("GET", "/v1/instance-counts");
   console.log(
     JSON.stringify({
+      api: args.api ?? "native",
       tasks,
       workers,
       batch,
@@ -171,30 +179,68 @@ async function throughput() {
   agent.destroy();
 }
 
+// One fetch of up to `batch` tasks for worker `id` over `api`, as `{id, complete}` pairs
+// (`complete` answers the task and resolves to whether it was taken); `[]` when nothing
+// was offered within half a second.
+async function fetchBatch(api, id, batch) {
+  switch (api) {
+    case "native": {
+      const locked = await must("POST", "/v1/external-tasks/fetch-and-lock", {
+        worker_id: id,
+        max_tasks: batch,
+        wait_ms: 500,
+        topics: [{ name: "bench", lock_duration_ms: 60000 }],
+      });
+      return locked.map((t) => async () =>
+        (await call("POST", `/v1/external-tasks/${t.id}/complete`, { worker_id: id, variables: { done: true } }))
+          .status === 200);
+    }
+    case "camunda7": {
+      const locked = await must("POST", "/engine-rest/external-task/fetchAndLock", {
+        workerId: id,
+        maxTasks: batch,
+        asyncResponseTimeout: 500,
+        topics: [{ topicName: "bench", lockDuration: 60000 }],
+      });
+      return locked.map((t) => async () =>
+        (await call("POST", `/engine-rest/external-task/${t.id}/complete`, {
+          workerId: id,
+          variables: { done: { value: true, type: "Boolean" } },
+        })).status === 204);
+    }
+    case "zeebe": {
+      const { jobs } = await must("POST", "/v2/jobs/activation", {
+        type: "bench",
+        worker: id,
+        timeout: 60000,
+        maxJobsToActivate: batch,
+        requestTimeout: 500,
+      });
+      return jobs.map((j) => async () =>
+        (await call("POST", `/v2/jobs/${j.jobKey}/completion`, { variables: { done: true } })).status === 204);
+    }
+    default:
+      throw new Error(`unknown --api ${api}`);
+  }
+}
+
 async function worker() {
   const id = args.id;
   const batch = Number(args.batch);
+  const api = args.api ?? "native";
   await new Promise((r) => setTimeout(r, Math.max(0, Number(args.at) - Date.now())));
+  if (api === "zeebe-client") return clientWorker(id, batch);
   let completed = 0;
   let refused = 0;
   let fetches = 0;
   let lastAt = Date.now();
   for (;;) {
-    const locked = await must("POST", "/v1/external-tasks/fetch-and-lock", {
-      worker_id: id,
-      max_tasks: batch,
-      wait_ms: 500,
-      topics: [{ name: "bench", lock_duration_ms: 60000 }],
-    });
+    const locked = await fetchBatch(api, id, batch);
     if (locked.length === 0) break; // nothing offered for half a second: the load is done
     fetches += 1;
     await Promise.all(
-      locked.map(async (t) => {
-        const r = await call("POST", `/v1/external-tasks/${t.id}/complete`, {
-          worker_id: id,
-          variables: { done: true },
-        });
-        if (r.status === 200) completed += 1;
+      locked.map(async (complete) => {
+        if (await complete()) completed += 1;
         else refused += 1;
       }),
     );
@@ -203,6 +249,56 @@ async function worker() {
   const cpu = process.cpuUsage();
   process.send({ completed, refused, fetches, lastAt, cpuSecs: (cpu.user + cpu.system) / 1e6 });
   agent.destroy();
+}
+
+// A worker as Camunda 8's official client's README writes one: `createJobWorker` with
+// `maxParallelJobs` = the batch, a long poll of half a second, each job completed with
+// `job.complete`. Stops once nothing has been activated for a second after its first job.
+async function clientWorker(id, batch) {
+  const here = fileURLToPath(new URL("../camunda8-client/node_modules/@camunda8/orchestration-cluster-api/dist/index.js", import.meta.url));
+  const { default: createCamundaClient } = await import(here);
+  const camunda = createCamundaClient({
+    config: { CAMUNDA_REST_ADDRESS: base.href.replace(/\/$/, ""), CAMUNDA_AUTH_STRATEGY: "NONE" },
+    fetch: (input, init) => {
+      const req = new Request(input, init);
+      const headers = new Headers(req.headers);
+      headers.set("Authorization", `Bearer ${token}`);
+      return fetch(new Request(req, { headers }));
+    },
+  });
+  let completed = 0;
+  let refused = 0;
+  let lastAt = Date.now();
+  camunda.createJobWorker({
+    jobType: "bench",
+    workerName: id,
+    maxParallelJobs: batch,
+    jobTimeoutMs: 60000,
+    pollTimeoutMs: 500,
+    jobHandler: async (job) => {
+      try {
+        const receipt = await job.complete({ done: true });
+        completed += 1;
+        lastAt = Date.now();
+        return receipt;
+      } catch (e) {
+        refused += 1;
+        throw e;
+      }
+    },
+  });
+  await new Promise((resolve) => {
+    const tick = setInterval(() => {
+      if (completed + refused > 0 && Date.now() - lastAt > 1000) {
+        clearInterval(tick);
+        resolve();
+      }
+    }, 100);
+  });
+  camunda.stopAllWorkers();
+  const cpu = process.cpuUsage();
+  process.send({ completed, refused, fetches: 0, lastAt, cpuSecs: (cpu.user + cpu.system) / 1e6 });
+  setTimeout(() => process.exit(0), 100);
 }
 
 // A fetch waits on an empty topic; an instance is started mid-wait. Measured: from the

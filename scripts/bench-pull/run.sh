@@ -16,7 +16,9 @@
 # Bounded: every node mode exits past its own deadline; the server is killed on exit.
 # Needs node (20+) and a release build (`cargo build --release -p qflow-cli`; the script
 # builds it, honouring CARGO_TARGET_DIR). QFLOW_BIN=path runs that binary instead and
-# builds nothing: how two builds are compared in one session (A/B).
+# builds nothing: how two builds are compared in one session (A/B). BENCH_API=native
+# (default), camunda7, zeebe or zeebe-client picks the workers' API (bench.mjs);
+# BENCH_THROUGHPUT_ONLY=1 skips the long-poll and idle parts (scripts/bench-pull/apis.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tasks="${1:-50000}" workers="${2:-4}" batch="${3:-100}" lanes="${4:-2}" rounds="${5:-50}"
@@ -46,8 +48,9 @@ trap 'stop_server; rm -rf "$work"' EXIT
 echo "== throughput: $tasks tasks, $workers workers, batches of $batch, $lanes lanes (SQLite, durable)"
 start_server "$work/throughput.sqlite"
 $bench throughput --url="$url" --token="$token" --tasks="$tasks" --workers="$workers" --batch="$batch" \
-  --pid="$server"
+  --pid="$server" --api="${BENCH_API:-native}"
 stop_server
+[ "${BENCH_THROUGHPUT_ONLY:-0}" = 1 ] && exit 0
 
 echo "== long polling: a task offered mid-wait, $rounds rounds"
 start_server "$work/longpoll.sqlite"

@@ -271,7 +271,9 @@ async function lockPullTask(base, cell) {
     const tasks = await w.fetch(base, w.topic);
     assert.ok(tasks.length <= 1, `one task at most: ${JSON.stringify(tasks)}`);
     if (tasks.length === 0) { return null; }
-    assert.equal(tasks[0].instance, cell.instance, `the task is ${cell.kind}'s instance's`);
+    // Camunda 8 names an instance by its 64-bit key, the other APIs by qflow's id.
+    const expected = cell.pull === 'zeebe' ? cell.key : cell.instance;
+    assert.equal(tasks[0].instance, expected, `the task is ${cell.kind}'s instance's`);
     return tasks[0];
   });
 }
@@ -480,6 +482,16 @@ test('the operator console in a real browser', { timeout: RUN_MS_MAX - 5_000 }, 
         cell.instance = (await api(base, 'POST', '/v1/instances', {
           deployment: cell.source, variables: { price: 5 },
         })).instance;
+        if (cell.pull === 'zeebe') {
+          // The instance's Camunda 8 key, which its jobs carry: the only instance of its
+          // process so far.
+          const found = await api(base, 'POST', '/v2/process-instances/search', {
+            filter: { processDefinitionId: cell.process },
+          });
+          assert.equal(found.items.length, 1, `${cell.kind}: one instance of ${cell.process}`);
+          cell.key = found.items[0].processInstanceKey;
+          assert.match(cell.key, /^[0-9]+$/, `${cell.kind}: a Camunda 8 key`);
+        }
       }
       for (const cell of MATRIX) {
         if (cell.pull) {

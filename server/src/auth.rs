@@ -132,25 +132,7 @@ where
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, Problem> {
-        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
-            return Err(Problem::unauthorized(
-                "this endpoint needs a bearer token: `Authorization: Bearer <token>`",
-            ));
-        };
-        let secret = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                let (scheme, rest) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-            })
-            .ok_or_else(|| {
-                Problem::unauthorized("the Authorization header must be `Bearer <token>`")
-            })?;
-        let token = state
-            .tokens()
-            .find(secret)
-            .ok_or_else(|| Problem::unauthorized("the bearer token is not valid"))?;
+        let token = bearer_token(parts, state.tokens())?;
         if !token.scopes.contains(&S::SCOPE) {
             return Err(Problem::new(
                 StatusCode::FORBIDDEN,
@@ -165,6 +147,50 @@ where
         Ok(Caller {
             name: token.name.clone(),
             _scope: PhantomData,
+        })
+    }
+}
+
+/// The configured token the request's `Authorization: Bearer` header presents: 401
+/// without the header, with another scheme, or with a secret no token has.
+fn bearer_token<'t>(parts: &Parts, tokens: &'t Tokens) -> Result<&'t Token, Problem> {
+    let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+        return Err(Problem::unauthorized(
+            "this endpoint needs a bearer token: `Authorization: Bearer <token>`",
+        ));
+    };
+    let secret = value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .ok_or_else(|| {
+            Problem::unauthorized("the Authorization header must be `Bearer <token>`")
+        })?;
+    tokens
+        .find(secret)
+        .ok_or_else(|| Problem::unauthorized("the bearer token is not valid"))
+}
+
+/// The caller of a request any valid token may make, whatever its scopes (the Camunda 8
+/// probes a client calls on start, `GET /v2/topology` and `/v2/license`): 401 without
+/// one.
+pub struct Authenticated {
+    pub name: String,
+}
+
+impl<St> FromRequestParts<St> for Authenticated
+where
+    St: HasTokens + Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, Problem> {
+        let token = bearer_token(parts, state.tokens())?;
+        Ok(Authenticated {
+            name: token.name.clone(),
         })
     }
 }

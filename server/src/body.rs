@@ -60,8 +60,59 @@ where
     }
 }
 
-/// Parses `bytes` as one JSON document of type `T`, or says where it is wrong.
+/// A JSON request body of type `T` that may be absent: an empty body or JSON `null` is
+/// `None`, whatever its `Content-Type` (Camunda 8 clients send some requests with no
+/// body at all); any other body is read as [`JsonBody`] reads one.
+pub struct OptionalJsonBody<T>(pub Option<T>);
+
+impl<S, T> FromRequest<S> for OptionalJsonBody<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Problem> {
+        let (parts, body) = req.into_parts();
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    Problem::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "body_too_large",
+                        "the body is larger than this server accepts (`limits.body_bytes`)",
+                    )
+                } else {
+                    Problem::new(
+                        StatusCode::BAD_REQUEST,
+                        "malformed_body",
+                        format!("the body could not be read: {}", rejection.body_text()),
+                    )
+                }
+            })?;
+        // No body, or JSON `null` (Camunda's optional bodies are `object | null`).
+        if bytes.trim_ascii().is_empty() || bytes.trim_ascii() == b"null" {
+            return Ok(OptionalJsonBody(None));
+        }
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+        JsonBody::<T>::from_request(req, state)
+            .await
+            .map(|JsonBody(v)| OptionalJsonBody(Some(v)))
+    }
+}
+
+/// Parses `bytes` as one JSON document of type `T`, or says where it is wrong. Every
+/// request body of this API is a JSON object: a top-level array is refused before it
+/// is read (serde would read an array into a struct by position).
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_body",
+            "the body must be a JSON object, not an array",
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: Result<T, Problem> = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let inner = e.inner();

@@ -11,13 +11,16 @@
 //! `ExternalTaskFailureDto`, `ExternalTaskBpmnError`, `ExtendLockOnExternalTaskDto`):
 //! a field that DTO lacks is refused (Camunda would drop it silently). Of the fields it
 //! has, a value that asks for nothing beyond what qflow does — null, empty, Camunda's
-//! default, or what qflow does anyway (`withoutTenantId: true`, `sorting` by `createTime`
-//! ascending, `usePriority`) — is accepted; one that asks for what qflow lacks
-//! (priorities, tenants, filters by business key, definition or variable values, local
-//! variables alone, variables on a failure) is refused with a 400 that names the field
-//! and says what qflow does instead, never silently ignored; a refused request changes
-//! nothing. These routes are not in the OpenAPI document (they are Camunda's API,
-//! documented by Camunda); `docs/workers.md` lists every field and every difference.
+//! default (Java's `0`/`false` for a primitive left out or null: `maxTasks`, a failure's
+//! `retries`), or what qflow does anyway (`withoutTenantId: true`, `sorting` by
+//! `createTime` ascending, `usePriority`, no topics or `maxTasks: 0`, which fetch nothing
+//! as in Camunda) — is accepted; one that asks for what qflow lacks (priorities, tenants,
+//! filters by business key, definition or variable values, local variables alone,
+//! variables on a failure, transient variables) is refused with a 400 that names the
+//! field (in Camunda's spelling, bounds checked by `qflow_ops` too) and says what qflow
+//! does instead, never silently ignored; a refused request changes nothing. These
+//! routes are not in the OpenAPI document (they are Camunda's API, documented by
+//! Camunda); `docs/workers.md` lists every field and every difference.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -27,6 +30,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use qflow_core::Variables;
 use qflow_ops::pull::{FetchRequest, FetchTopic, LockedTaskView};
+use qflow_runtime::pull::FETCH_TASKS_MAX;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -55,6 +59,19 @@ pub fn routes() -> Router<AppState> {
         .route("/engine-rest/external-task/{id}/unlock", post(unlock))
 }
 
+/// The fields `qflow_ops` names in a refusal, as Camunda's DTOs spell them.
+const CAMUNDA_FIELDS: &[(&str, &str)] = &[
+    ("worker_id", "workerId"),
+    ("max_tasks", "maxTasks"),
+    ("topic", "topicName"),
+    ("lock_duration", "lockDuration"),
+    ("wait_ms", "asyncResponseTimeout"),
+    ("error_message", "errorMessage"),
+    ("retry_timeout", "retryTimeout"),
+    ("error_code", "errorCode"),
+    ("new_duration", "newDuration"),
+];
+
 /// A Camunda error: `{type, message}` with the status Camunda uses for it.
 pub struct CamundaError {
     status: StatusCode,
@@ -73,6 +90,14 @@ impl CamundaError {
 
     fn from_ops(e: qflow_ops::Error) -> CamundaError {
         use qflow_ops::Error as E;
+        if let E::Invalid { field, why } = &e {
+            // `qflow_ops` names the native API's field; the worker sent Camunda's.
+            let field = CAMUNDA_FIELDS
+                .iter()
+                .find(|(ours, _)| ours == field)
+                .map_or(*field, |(_, theirs)| theirs);
+            return CamundaError::invalid(format!("`{field}`: {why}"));
+        }
         let (status, kind) = match &e {
             E::NotFound { .. } => (StatusCode::NOT_FOUND, "InvalidRequestException"),
             E::Invalid { .. } => (StatusCode::BAD_REQUEST, "InvalidRequestException"),
@@ -166,17 +191,33 @@ pub struct TypedValue {
     pub value_info: Option<Map<String, Value>>,
 }
 
-/// Camunda typed variables as qflow's JSON variables. `Json` (and `Object` serialized
-/// as `application/json`) values are parsed; Java objects, files and bytes are refused.
-pub fn untyped(typed: Option<Map<String, Value>>) -> Result<Variables> {
+/// Camunda typed variables (the body's `field`) as qflow's JSON variables. `Json` (and
+/// `Object` serialized as `application/json`) values are parsed; Java objects, files and
+/// bytes are refused, and so is a transient variable (`valueInfo.transient: true`, which
+/// Camunda does not store): qflow stores every variable it is given.
+pub fn untyped(field: &str, typed: Option<Map<String, Value>>) -> Result<Variables> {
     let mut out = Variables::new();
     for (name, raw) in typed.unwrap_or_default() {
         let tv: TypedValue = serde_json::from_value(raw).map_err(|e| {
-            CamundaError::invalid(format!("variable `{name}` is not a typed value: {e}"))
+            CamundaError::invalid(format!(
+                "`{field}`: variable `{name}` is not a typed value: {e}"
+            ))
         })?;
+        let transient = tv.value_info.as_ref().and_then(|i| i.get("transient"));
+        if !matches!(
+            transient,
+            None | Some(Value::Null) | Some(Value::Bool(false))
+        ) {
+            return Err(unsupported(
+                &format!("{field}.{name}.valueInfo.transient"),
+                &transient,
+                "qflow stores every variable it is given and has no transient ones; send \
+                 false or leave it out",
+            ));
+        }
         let kind = tv.kind.as_deref().unwrap_or("").to_ascii_lowercase();
         let value = match kind.as_str() {
-            "json" => parse_json(&name, tv.value)?,
+            "json" => parse_json(field, &name, tv.value)?,
             "object" => {
                 let format = tv
                     .value_info
@@ -186,15 +227,15 @@ pub fn untyped(typed: Option<Map<String, Value>>) -> Result<Variables> {
                     .unwrap_or("");
                 if format != "application/json" {
                     return Err(CamundaError::invalid(format!(
-                        "variable `{name}`: qflow keeps JSON values only; an Object must be \
-                         serialized as application/json (got `{format}`)"
+                        "`{field}`: variable `{name}`: qflow keeps JSON values only; an Object \
+                         must be serialized as application/json (got `{format}`)"
                     )));
                 }
-                parse_json(&name, tv.value)?
+                parse_json(field, &name, tv.value)?
             }
             "file" | "bytes" => {
                 return Err(CamundaError::invalid(format!(
-                    "variable `{name}`: {kind} variables are not supported by qflow"
+                    "`{field}`: variable `{name}`: {kind} variables are not supported by qflow"
                 )))
             }
             "null" => Value::Null,
@@ -207,11 +248,11 @@ pub fn untyped(typed: Option<Map<String, Value>>) -> Result<Variables> {
     Ok(out)
 }
 
-fn parse_json(name: &str, value: Value) -> Result<Value> {
+fn parse_json(field: &str, name: &str, value: Value) -> Result<Value> {
     match value {
         Value::String(text) => serde_json::from_str(&text).map_err(|e| {
             CamundaError::invalid(format!(
-                "variable `{name}`: its Json value does not parse: {e}"
+                "`{field}`: variable `{name}`: its Json value does not parse: {e}"
             ))
         }),
         other => Ok(other),
@@ -249,7 +290,8 @@ pub fn typed(vars: Variables) -> Map<String, Value> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FetchBody {
     worker_id: String,
-    max_tasks: i64,
+    /// A Java `int`: left out or null, Camunda reads 0 and locks nothing.
+    max_tasks: Option<i64>,
     async_response_timeout: Option<i64>,
     topics: Option<Vec<TopicBody>>,
     sorting: Option<Vec<SortingBody>>,
@@ -462,6 +504,13 @@ async fn fetch_and_lock(
     for t in &topics {
         check_topic(t)?;
     }
+    let max_tasks = b.max_tasks.unwrap_or(0);
+    if max_tasks < 0 {
+        // Camunda refuses it too ("maxResults is not greater than or equal to 0").
+        return Err(CamundaError::invalid(format!(
+            "`maxTasks` {max_tasks} is negative: give the most tasks to lock, 0 or more"
+        )));
+    }
     if let Some(t) = b
         .async_response_timeout
         .filter(|t| *t > ASYNC_RESPONSE_TIMEOUT_MS_MAX)
@@ -475,6 +524,23 @@ async fn fetch_and_lock(
     // negative timeout answers at once, as in Camunda.
     let limit = state.request_timeout_ms.saturating_sub(1_000) as i64;
     let wait_ms = b.async_response_timeout.unwrap_or(0).clamp(0, limit.max(0));
+    if max_tasks == 0 || topics.is_empty() {
+        // Nothing can be locked: Camunda checks what it checks before any fetch (a
+        // positive `lockDuration` for each topic), then answers `[]` — after the long
+        // poll, which nothing it could lock can end.
+        if let Some((i, t)) = topics
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.lock_duration <= 0)
+        {
+            return Err(CamundaError::invalid(format!(
+                "`topics[{i}].lockDuration` {} is not a lock duration: give 1 ms or more",
+                t.lock_duration
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms as u64)).await;
+        return Ok(locked_response(Vec::new()));
+    }
     // A topic named twice is fetched as its first entry says (`qflow_ops::pull`).
     let mut with_properties: Vec<(String, bool)> = Vec::with_capacity(topics.len());
     for t in &topics {
@@ -488,7 +554,9 @@ async fn fetch_and_lock(
     }
     let request = FetchRequest {
         worker: b.worker_id,
-        max_tasks: b.max_tasks,
+        // `maxTasks` is an upper bound: above qflow's own (1,000 a fetch), a fetch locks
+        // at most that many, which the bound allows.
+        max_tasks: max_tasks.min(i64::from(FETCH_TASKS_MAX)),
         topics: topics
             .into_iter()
             .map(|t| FetchTopic {
@@ -513,12 +581,16 @@ async fn fetch_and_lock(
             locked_dto(t, asked)
         })
         .collect();
-    Ok((
+    Ok(locked_response(dtos))
+}
+
+fn locked_response(dtos: Vec<Value>) -> Response {
+    (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
         Json(dtos),
     )
-        .into_response())
+        .into_response()
 }
 
 // ----- answers ---------------------------------------------------------------------------
@@ -543,8 +615,8 @@ async fn complete(
     authorized(caller)?;
     let b: CompleteBody = body(&bytes)?;
     // A pull task has no local scope in qflow: local variables land on the instance too.
-    let mut variables = untyped(b.variables)?;
-    variables.extend(untyped(b.local_variables)?);
+    let mut variables = untyped("variables", b.variables)?;
+    variables.extend(untyped("localVariables", b.local_variables)?);
     state
         .ops
         .complete_pull(&id, &b.worker_id, variables)
@@ -562,6 +634,8 @@ struct FailureBody {
     error_message: Option<String>,
     #[serde(default)]
     error_details: Option<String>,
+    /// A Java `int`: left out or null, Camunda reads 0 (no attempt left).
+    #[serde(default)]
     retries: Option<i64>,
     #[serde(default)]
     retry_timeout: Option<i64>,
@@ -598,20 +672,18 @@ async fn failure(
     authorized(caller)?;
     let b: FailureBody = body(&bytes)?;
     check_failure_variables(&b)?;
-    let Some(retries) = b.retries else {
-        return Err(CamundaError::invalid(
-            "`retries` is required: the attempts the task has left (0 ends it with an incident)",
-        ));
-    };
+    // Left out or null: 0, as Camunda reads it, which ends the task with an incident.
+    let retries = b.retries.unwrap_or(0);
     let mut message = b.error_message.unwrap_or_default();
     if let Some(details) = b.error_details.filter(|d| !d.is_empty()) {
         // qflow keeps one message per attempt: the details follow it.
         message = format!("{message}\n{details}");
-        message = message
-            .chars()
-            .take(qflow_ops::pull::MESSAGE_CHARS_MAX)
-            .collect();
     }
+    // Camunda cuts a failure's message at 666 characters; qflow keeps the first 4,096.
+    let message: String = message
+        .chars()
+        .take(qflow_ops::pull::MESSAGE_CHARS_MAX)
+        .collect();
     state
         .ops
         .fail_pull(
@@ -646,7 +718,7 @@ async fn bpmn_error(
 ) -> Result<Response> {
     authorized(caller)?;
     let b: BpmnErrorBody = body(&bytes)?;
-    let variables = untyped(b.variables)?;
+    let variables = untyped("variables", b.variables)?;
     state
         .ops
         .bpmn_error_pull(
@@ -761,13 +833,15 @@ mod tests {
         assert_eq!(t["x"]["type"], "Double");
         assert_eq!(t["o"]["type"], "Json");
         assert_eq!(t["o"]["value"], r#"{"a":[1,2]}"#);
-        assert_eq!(untyped(Some(t)).ok(), Some(vars));
+        assert_eq!(untyped("variables", Some(t)).ok(), Some(vars));
         let java = json!({"v": {"value": "rO0AB", "type": "Object",
             "valueInfo": {"serializationDataFormat": "application/x-java-serialized-object"}}});
-        assert!(untyped(java.as_object().cloned()).is_err());
+        assert!(untyped("variables", java.as_object().cloned()).is_err());
         let lower = json!({"v": {"value": "{\"k\":1}", "type": "json"}});
         assert_eq!(
-            untyped(lower.as_object().cloned()).ok().unwrap()["v"],
+            untyped("variables", lower.as_object().cloned())
+                .ok()
+                .unwrap()["v"],
             json!({"k": 1})
         );
     }

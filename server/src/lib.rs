@@ -133,6 +133,29 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(zeebe::fail))
         .routes(routes!(zeebe::throw_error))
         .routes(routes!(zeebe::update))
+        .routes(routes!(zeebe::topology))
+        .routes(routes!(zeebe::license))
+        .routes(routes!(zeebe::status))
+        .routes(routes!(zeebe::correlate_message))
+        .routes(routes!(zeebe::publish_message))
+        .routes(routes!(zeebe::broadcast_signal))
+        .routes(routes!(zeebe::create_process_instance))
+        .routes(routes!(zeebe::deploy_resources))
+        .routes(routes!(zeebe::instances::get))
+        .routes(routes!(zeebe::instances::search))
+        .routes(routes!(zeebe::instances::cancel))
+        .routes(routes!(zeebe::incidents::get))
+        .routes(routes!(zeebe::incidents::search))
+        .routes(routes!(zeebe::incidents::resolve))
+        .routes(routes!(zeebe::user_tasks::get))
+        .routes(routes!(zeebe::user_tasks::search))
+        .routes(routes!(zeebe::user_tasks::assign))
+        .routes(routes!(zeebe::user_tasks::unassign))
+        .routes(routes!(zeebe::user_tasks::complete))
+        .routes(routes!(zeebe::variables::get))
+        .routes(routes!(zeebe::variables::search))
+        .routes(routes!(zeebe::elements::get))
+        .routes(routes!(zeebe::elements::search))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics_text))
@@ -153,6 +176,38 @@ pub fn openapi() -> String {
 /// limit, a time-out, a store that does not answer).
 fn finish(mut doc: OpenApiDoc) -> OpenApiDoc {
     let components = doc.components.get_or_insert_with(Default::default);
+    // A job update changes something (`zeebe::JobChangeset`); written here because
+    // utoipa-gen 5.5.0 turns a derive's `min_properties` into `maxProperties`.
+    if let Some(RefOr::T(utoipa::openapi::schema::Schema::Object(changeset))) =
+        components.schemas.get_mut("JobChangeset")
+    {
+        changeset.min_properties = Some(1);
+    }
+    // The search filters read their judged fields into the struct and the rest through
+    // `#[serde(flatten)]` (refusing any that is set, or not Camunda's), which the derive
+    // cannot describe: the document lists Camunda's others as null-only and allows no
+    // more.
+    for (name, fields) in zeebe::filters_not_kept() {
+        if let Some(RefOr::T(utoipa::openapi::schema::Schema::Object(filter))) =
+            components.schemas.get_mut(name)
+        {
+            for field in fields {
+                let null_only = utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::Null)
+                    .description(Some(
+                        "Only null: qflow keeps nothing this filter could be judged against",
+                    ))
+                    .build();
+                filter.properties.insert(
+                    (*field).to_owned(),
+                    RefOr::T(utoipa::openapi::schema::Schema::Object(null_only)),
+                );
+            }
+            filter.additional_properties = Some(Box::new(
+                utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+            ));
+        }
+    }
     components.add_security_scheme(
         "bearer",
         SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
@@ -173,7 +228,7 @@ fn finish(mut doc: OpenApiDoc) -> OpenApiDoc {
         )
     };
     for (path, item) in doc.paths.paths.iter_mut() {
-        let public = matches!(path.as_str(), "/healthz" | "/readyz");
+        let public = matches!(path.as_str(), "/healthz" | "/readyz" | "/v2/status");
         let ops = [
             &mut item.get,
             &mut item.post,
@@ -256,8 +311,9 @@ pub fn router_with_console(
 /// (a time-out, a method not allowed) into problem details.
 async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
+    let path = req.uri().path().to_owned();
     let response = next.run(req).await;
-    let response = problem_for_bare_status(response);
+    let response = problem::with_instance(problem_for_bare_status(response), &path);
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     state.http.observe(response.status().as_u16(), micros);
     response

@@ -26,6 +26,10 @@ pub struct Problem {
     /// The fields at fault, when the problem is about particular fields.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
+    /// The request's path (RFC 9457's `instance`: this occurrence), filled in as the
+    /// answer leaves the server (`with_instance`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// One field at fault.
@@ -57,6 +61,7 @@ impl Problem {
             detail: detail.into(),
             code: code.to_owned(),
             errors: Vec::new(),
+            instance: None,
         }
     }
 
@@ -135,6 +140,9 @@ impl IntoResponse for Problem {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self).unwrap_or_default();
         let mut response = (status, body).into_response();
+        // Kept beside the body, so `with_instance` can name the request without reading
+        // the body back.
+        response.extensions_mut().insert(self);
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
@@ -147,6 +155,24 @@ impl IntoResponse for Problem {
         }
         response
     }
+}
+
+/// `response` naming `path` as its problem's `instance`, when it is a problem document
+/// that does not name one yet (Camunda's clients read `instance` off every error).
+pub fn with_instance(response: Response, path: &str) -> Response {
+    let Some(problem) = response.extensions().get::<Problem>() else {
+        return response;
+    };
+    if problem.instance.is_some() {
+        return response;
+    }
+    let mut problem = problem.clone();
+    problem.instance = Some(path.to_owned());
+    let (mut parts, _) = response.into_parts();
+    let body = serde_json::to_vec(&problem).unwrap_or_default();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.extensions.insert(problem);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 #[cfg(test)]

@@ -24,12 +24,14 @@ use anyhow::{anyhow, ensure, Result};
 use qflow_core::journal::HashKind;
 
 use crate::{
-    poisoned_message, Attempt, AttemptOutcome, AttemptRecord, AuditEntry, Commit, CommitOutcome,
-    DeliveryRecord, DeploymentId, InstanceFilter, InstanceId, InstanceState, InstanceStatus,
-    JournalEntry, NewDeployment, NewIncident, NewOutboxRow, NewSchedule, NewSubscription,
-    OutboxRecord, OutboxState, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
-    RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, TimerClaim, TimerName,
-    TimerRecord, TimerRef, UserTaskQuery, UserTaskRecord, POISONED_INCIDENT_CODE,
+    poisoned_message, Attempt, AttemptOutcome, AttemptRecord, AuditEntry, BufferOutcome,
+    BufferQuery, Commit, CommitOutcome, DeliveryRecord, DeploymentId, InstanceFilter, InstanceId,
+    InstanceState, InstanceStatus, JournalEntry, KeyKind, KeyName, MessageTake, NewBufferedMessage,
+    NewDeployment, NewIncident, NewOutboxRow, NewSchedule, NewSubscription, OutboxRecord,
+    OutboxState, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome,
+    ScheduleAdvance, ScheduleRecord, Store, StoreError, TimerClaim, TimerName, TimerRecord,
+    TimerRef, UserTaskQuery, UserTaskRecord, CAMUNDA_KEYS_MAX, CAMUNDA_KEY_FIRST,
+    POISONED_INCIDENT_CODE,
 };
 
 /// A future that tidies a backend up after a case (drops a schema, removes a file).
@@ -152,6 +154,14 @@ macro_rules! conformance_tests {
             an_occurrence_can_be_skipped_only_where_its_schedule_stands,
             journal_rows_are_appended_with_their_commit_only,
             journal_rows_go_with_a_purged_instance,
+            camunda_keys_are_given_once_per_name_and_read_back,
+            camunda_keys_from_two_handles_at_once_agree,
+            camunda_keys_go_with_a_purged_instance_and_are_never_reused,
+            camunda_keys_of_a_withdrawn_task_go_with_it,
+            buffered_messages_are_listed_live_oldest_first_and_expire,
+            a_buffered_message_id_is_refused_twice_while_live,
+            a_buffered_message_is_taken_once_per_process_with_its_step,
+            takes_of_one_message_from_two_handles_at_once_win_once,
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {
@@ -1698,6 +1708,7 @@ pub async fn purge_takes_only_instances_ended_before_the_cutoff_with_their_rows(
         subscriptions: 0,
         outbox: 2,
         journal: 0,
+        keys: 0,
     };
     ensure!(out == expected, "{out:?}");
     gone(s, id(1)).await?;
@@ -4347,6 +4358,7 @@ pub async fn journal_rows_go_with_a_purged_instance(ctx: Ctx) -> Result<()> {
     let expected = PurgeOutcome {
         instances: 2,
         journal: 3,
+        keys: 0,
         ..PurgeOutcome::default()
     };
     ensure!(out == expected, "{out:?}");
@@ -4364,5 +4376,470 @@ pub async fn journal_rows_go_with_a_purged_instance(ctx: Ctx) -> Result<()> {
             == CommitOutcome::Applied { fence: 1 }
     );
     ensure!(s.journal(id(1), 0, 0).await? == vec![reborn]);
+    Ok(())
+}
+
+fn key_name(instance: InstanceId, kind: KeyKind, node: &str, attempt: u32) -> KeyName {
+    KeyName {
+        instance,
+        kind,
+        node: node.to_owned(),
+        attempt,
+    }
+}
+
+/// Camunda 8 keys (issue 28): a name gets a key from the Zeebe-like sequence the first
+/// time it is asked for, the same key every time after, in the order asked; a key reads
+/// back to its name; names differing in any part (kind, node, attempt, instance) get
+/// different keys; an unknown key reads as nothing; too many names at once are refused.
+pub async fn camunda_keys_are_given_once_per_name_and_read_back(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    ensure!(s.camunda_keys(&[]).await?.is_empty());
+    let names = vec![
+        KeyName::instance(id(1)),
+        key_name(id(1), KeyKind::Job, "pay", 1),
+        key_name(id(1), KeyKind::Job, "pay", 2),
+        key_name(id(1), KeyKind::Job, "pay@2", 1),
+        key_name(id(1), KeyKind::Element, "pay", 0),
+        key_name(id(1), KeyKind::UserTask, "pay", 0),
+        key_name(id(1), KeyKind::Incident, "17", 0),
+        key_name(id(1), KeyKind::Variable, "pay", 0),
+        KeyName::instance(id(2)),
+    ];
+    let keys = s.camunda_keys(&names).await?;
+    ensure!(keys.len() == names.len(), "{keys:?}");
+    let distinct: BTreeSet<i64> = keys.iter().copied().collect();
+    ensure!(distinct.len() == keys.len(), "one key per name: {keys:?}");
+    ensure!(
+        keys.iter().all(|k| *k >= CAMUNDA_KEY_FIRST && k >> 51 == 1),
+        "keys start at Zeebe's first key of partition 1: {keys:?}"
+    );
+    let newest = *keys.iter().max().unwrap_or(&0);
+    // Asked again through the other handle, in another order and with a new name among
+    // them: the same keys, and a newer one for the new name.
+    let mut again_names = names.clone();
+    again_names.reverse();
+    let fresh_name = key_name(id(3), KeyKind::Job, "ship", 1);
+    again_names.insert(3, fresh_name.clone());
+    let again = ctx.second.camunda_keys(&again_names).await?;
+    ensure!(again.len() == again_names.len(), "{again:?}");
+    for (name, key) in again_names.iter().zip(&again) {
+        match names.iter().position(|n| n == name) {
+            Some(pos) => ensure!(*key == keys[pos], "{name:?}: {} then {key}", keys[pos]),
+            None => ensure!(*key > newest, "a new name gets a newer key: {key}"),
+        }
+    }
+    for (name, key) in names.iter().zip(&keys) {
+        let read = ctx.second.camunda_key(*key).await?;
+        ensure!(read.as_ref() == Some(name), "{key} reads back as {read:?}");
+    }
+    for unknown in [0, -5, i64::MAX] {
+        ensure!(s.camunda_key(unknown).await?.is_none(), "{unknown}");
+    }
+    let too_many: Vec<KeyName> = (0..=CAMUNDA_KEYS_MAX as u32)
+        .map(|n| key_name(id(4), KeyKind::Job, "pay", n + 1))
+        .collect();
+    ensure!(
+        matches!(s.camunda_keys(&too_many).await, Err(StoreError::Corrupt(_))),
+        "more than CAMUNDA_KEYS_MAX names are refused"
+    );
+    // Many at once (a store may read and write them in several statements): one key
+    // per name, each newer than every key before, and the same again.
+    let many: Vec<KeyName> = (1..=300u32)
+        .map(|n| key_name(id(5), KeyKind::Job, "pay", n))
+        .collect();
+    let first = s.camunda_keys(&many).await?;
+    let distinct_many: BTreeSet<i64> = first.iter().copied().collect();
+    ensure!(distinct_many.len() == many.len(), "one key per name");
+    ensure!(
+        first.iter().all(|k| *k > newest),
+        "newer than every key before"
+    );
+    ensure!(
+        ctx.second.camunda_keys(&many).await? == first,
+        "the same keys again"
+    );
+    let after = s.camunda_keys(&too_many[..1]).await?[0];
+    let fresh = s.camunda_keys(&[fresh_name]).await?[0];
+    ensure!(
+        after > fresh,
+        "a refused call gave nothing a key: {after} after {fresh}"
+    );
+    Ok(())
+}
+
+/// Two handles asking for the same new names at once end with one key per name.
+pub async fn camunda_keys_from_two_handles_at_once_agree(ctx: Ctx) -> Result<()> {
+    let names: Vec<KeyName> = (1..=20u32)
+        .map(|n| key_name(id(9), KeyKind::Job, "pay", n))
+        .collect();
+    let (a, b) = (ctx.store.clone(), ctx.second.clone());
+    let (na, nb) = (names.clone(), names.clone());
+    let one = tokio::spawn(async move { a.camunda_keys(&na).await });
+    let two = tokio::spawn(async move { b.camunda_keys(&nb).await });
+    let one = one.await??;
+    let two = two.await??;
+    ensure!(one == two, "{one:?} vs {two:?}");
+    for (name, key) in names.iter().zip(&one) {
+        ensure!(ctx.store.camunda_key(*key).await?.as_ref() == Some(name));
+    }
+    Ok(())
+}
+
+/// Retention takes an ended instance's keys with it (counted as `keys`) and leaves a
+/// kept instance's; a key is never handed out again after its row went.
+pub async fn camunda_keys_go_with_a_purged_instance_and_are_never_reused(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    lived(s, id(1), dep, InstanceStatus::Completed, T0 + 10).await?;
+    lived(s, id(2), dep, InstanceStatus::Running, T0).await?;
+    let kept_name = KeyName::instance(id(2));
+    let kept = s.camunda_keys(std::slice::from_ref(&kept_name)).await?[0];
+    // The purged instance's keys are the newest, so a reuse would show.
+    let gone = s
+        .camunda_keys(&[
+            KeyName::instance(id(1)),
+            key_name(id(1), KeyKind::Job, "pay", 1),
+            key_name(id(1), KeyKind::Job, "pay", 2),
+        ])
+        .await?;
+    let out = s.purge_finished(purge(T0 + 500, 100)).await?;
+    ensure!(out.instances == 1 && out.keys == 3, "{out:?}");
+    for key in &gone {
+        ensure!(
+            s.camunda_key(*key).await?.is_none(),
+            "{key} went with its instance"
+        );
+    }
+    ensure!(s.camunda_key(kept).await?.as_ref() == Some(&kept_name));
+    let fresh = s.camunda_keys(&[KeyName::instance(id(3))]).await?[0];
+    let newest = gone.iter().copied().max().unwrap_or(0);
+    ensure!(
+        fresh > newest,
+        "a purged key is never handed out again: {fresh} after {newest}"
+    );
+    Ok(())
+}
+
+/// A commit that withdraws a pull task drops its job keys, and one that withdraws a user
+/// task drops that task's key: what is offered there next (a pass after a loop, the
+/// attempt after a park) gets keys of its own, never the old ones. Other kinds stay, and
+/// so do other nodes' and other instances' keys.
+pub async fn camunda_keys_of_a_withdrawn_task_go_with_it(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let mut c = commit(id(1), None, dep);
+    c.pull.offer = vec![
+        pull_row(id(1), "work", "t", T0),
+        pull_row(id(1), "ship", "t", T0),
+    ];
+    c.user_tasks.offer = vec![user_task(id(1), "review", dep, T0, None, &["g"], &[])];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 1 });
+    let names = [
+        key_name(id(1), KeyKind::Job, "work", 1),
+        key_name(id(1), KeyKind::Job, "work", 2),
+        key_name(id(1), KeyKind::Element, "work", 0),
+        key_name(id(1), KeyKind::UserTask, "review", 0),
+        key_name(id(1), KeyKind::Job, "other", 1),
+        key_name(id(2), KeyKind::Job, "work", 1),
+        key_name(id(1), KeyKind::Job, "ship", 1),
+        key_name(id(1), KeyKind::Element, "ship", 0),
+    ];
+    let before = s.camunda_keys(&names).await?;
+    // Two tasks withdrawn in one commit: each takes only its own job keys.
+    let mut c = commit(id(1), Some(1), dep);
+    c.pull.withdraw = vec!["work".into(), "ship".into()];
+    c.user_tasks.withdraw = vec!["review".into()];
+    ensure!(commit_one(s, c).await? == CommitOutcome::Applied { fence: 2 });
+    for (i, gone) in [
+        (0, true),
+        (1, true),
+        (2, false),
+        (3, true),
+        (4, false),
+        (5, false),
+        (6, true),
+        (7, false),
+    ] {
+        let read = ctx.second.camunda_key(before[i]).await?;
+        ensure!(
+            read.is_none() == gone,
+            "{:?}: {}",
+            names[i],
+            if gone { "still named" } else { "gone" }
+        );
+    }
+    let newest = *before.iter().max().unwrap_or(&0);
+    let again = s.camunda_keys(&names[..2]).await?;
+    ensure!(
+        again.iter().all(|k| *k > newest),
+        "the next offer's job keys are new: {again:?} after {before:?}"
+    );
+    Ok(())
+}
+
+/// A message buffered at `at` for `ttl` ms under `name` and `key`, with an optional id.
+fn buffered(name: &str, key: &str, id: Option<&str>, at: i64, ttl: i64) -> NewBufferedMessage {
+    NewBufferedMessage {
+        key: CAMUNDA_KEY_FIRST + at - T0,
+        name: name.to_owned(),
+        correlation_key: key.to_owned(),
+        message_id: id.map(str::to_owned),
+        variables: r#"{"paid":true}"#.to_owned(),
+        published_at_ms: at,
+        expires_at_ms: at + ttl,
+    }
+}
+
+async fn buffer(s: &dyn Store, message: NewBufferedMessage) -> Result<i64> {
+    match s.buffer_message(&message).await? {
+        BufferOutcome::Buffered { id } => Ok(id),
+        other => Err(anyhow!("not buffered: {other:?}")),
+    }
+}
+
+fn live<'a>(name_and_key: Option<(&'a str, &'a str)>, now_ms: i64) -> BufferQuery<'a> {
+    BufferQuery {
+        name_and_key,
+        after: 0,
+        now_ms,
+        limit: 0,
+    }
+}
+
+/// The message buffer (issue 28): messages read back whole, by name and key or all,
+/// oldest first, only while live (an expiry is the first instant a message is gone),
+/// past a cursor and up to a limit; expiry deletes the expired ones, earliest first, up
+/// to its limit.
+pub async fn buffered_messages_are_listed_live_oldest_first_and_expire(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    ensure!(s.buffered_messages(live(None, T0)).await?.is_empty());
+    let a = buffer(s, buffered("paid", "order-1", None, T0, 1_000)).await?;
+    let b = buffer(s, buffered("paid", "order-2", Some("m-2"), T0 + 1, 100)).await?;
+    let c = buffer(s, buffered("paid", "order-1", None, T0 + 2, 50)).await?;
+    ensure!(a < b && b < c, "ids increase: {a} {b} {c}");
+    let order1 = s
+        .buffered_messages(live(Some(("paid", "order-1")), T0 + 3))
+        .await?;
+    ensure!(
+        order1.iter().map(|m| m.id).collect::<Vec<_>>() == vec![a, c],
+        "by name and key, oldest first: {order1:?}"
+    );
+    let first = &order1[0];
+    ensure!(first.name == "paid" && first.correlation_key == "order-1");
+    ensure!(first.key == CAMUNDA_KEY_FIRST && first.message_id.is_none());
+    ensure!(first.variables == r#"{"paid":true}"# && first.takers.is_empty());
+    ensure!(first.published_at_ms == T0 && first.expires_at_ms == T0 + 1_000);
+    let all = s.buffered_messages(live(None, T0 + 3)).await?;
+    ensure!(all.iter().map(|m| m.id).collect::<Vec<_>>() == vec![a, b, c]);
+    ensure!(all[1].message_id.as_deref() == Some("m-2"));
+    let past_a = s
+        .buffered_messages(BufferQuery {
+            after: a,
+            limit: 1,
+            ..live(None, T0 + 3)
+        })
+        .await?;
+    ensure!(
+        past_a.iter().map(|m| m.id).collect::<Vec<_>>() == vec![b],
+        "{past_a:?}"
+    );
+    // `c` expires at T0 + 52: gone at that instant, not before.
+    let at_51 = s
+        .buffered_messages(live(Some(("paid", "order-1")), T0 + 51))
+        .await?;
+    ensure!(at_51.len() == 2);
+    let at_52 = s
+        .buffered_messages(live(Some(("paid", "order-1")), T0 + 52))
+        .await?;
+    ensure!(
+        at_52.iter().map(|m| m.id).collect::<Vec<_>>() == vec![a],
+        "{at_52:?}"
+    );
+    ensure!(s
+        .buffered_messages(live(Some(("PAID", "order-1")), T0))
+        .await?
+        .is_empty());
+    // Expiry: nothing at T0 + 51; at T0 + 101 `c` (T0 + 52) and `b` (T0 + 101) are due,
+    // one at a time with a limit of 1.
+    ensure!(s.expire_messages(T0 + 51, 10).await? == 0);
+    ensure!(s.expire_messages(T0 + 101, 1).await? == 1);
+    ensure!(
+        s.buffered_messages(live(None, T0)).await?.len() == 2,
+        "c went first"
+    );
+    ensure!(s.expire_messages(T0 + 101, 10).await? == 1);
+    let left = s.buffered_messages(live(None, T0)).await?;
+    ensure!(left.iter().map(|m| m.id).collect::<Vec<_>>() == vec![a]);
+    let d = buffer(s, buffered("paid", "order-1", None, T0 + 200, 10)).await?;
+    ensure!(d > c, "ids are never reused");
+    Ok(())
+}
+
+/// A message id is unique among the live messages of its name and correlation key: a
+/// second publication with it is refused (the first's key reported) and writes nothing;
+/// once the first expired, or under another key or name, the id is free.
+pub async fn a_buffered_message_id_is_refused_twice_while_live(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let first = buffer(s, buffered("paid", "order-1", Some("m-1"), T0, 100)).await?;
+    let again = s
+        .buffer_message(&buffered("paid", "order-1", Some("m-1"), T0 + 10, 100))
+        .await?;
+    ensure!(
+        again
+            == BufferOutcome::Duplicate {
+                key: CAMUNDA_KEY_FIRST
+            },
+        "{again:?}"
+    );
+    ensure!(
+        ctx.second
+            .buffer_message(&buffered("paid", "order-1", Some("m-1"), T0 + 99, 5))
+            .await?
+            == BufferOutcome::Duplicate {
+                key: CAMUNDA_KEY_FIRST
+            }
+    );
+    ensure!(s.buffered_messages(live(None, T0)).await?.len() == 1);
+    // Without an id, or under another key or name: no duplicate.
+    buffer(s, buffered("paid", "order-1", None, T0 + 11, 100)).await?;
+    buffer(s, buffered("paid", "order-1", None, T0 + 12, 100)).await?;
+    buffer(s, buffered("paid", "order-2", Some("m-1"), T0 + 13, 100)).await?;
+    buffer(s, buffered("shipped", "order-1", Some("m-1"), T0 + 14, 100)).await?;
+    // At T0 + 100 the first has expired: the id is free, and the expired row is gone.
+    let later = buffer(s, buffered("paid", "order-1", Some("m-1"), T0 + 100, 100)).await?;
+    let now = s
+        .buffered_messages(live(Some(("paid", "order-1")), T0 + 50))
+        .await?;
+    ensure!(
+        !now.iter().any(|m| m.id == first) && now.iter().any(|m| m.id == later),
+        "{now:?}"
+    );
+    Ok(())
+}
+
+/// A step that delivers a buffered message records its process as a taker in the same
+/// transaction; the same process taking it again, a take of an expired or unknown
+/// message, and a second take of it later in one batch are refused as `MessageTaken`
+/// and write nothing (fence unchanged); another process takes it too.
+pub async fn a_buffered_message_is_taken_once_per_process_with_its_step(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "takes").await?;
+    for n in 1..=4 {
+        ensure!(
+            commit_one(s, commit(id(n), None, dep)).await? == CommitOutcome::Applied { fence: 1 }
+        );
+    }
+    let m = buffer(s, buffered("paid", "order-1", None, T0, 100)).await?;
+    let take = |n: u128, fence: u64, process: &str, message: i64, at: i64| {
+        let mut c = commit(id(n), Some(fence), dep);
+        c.now_ms = at;
+        c.state.snapshot = vec![9];
+        c.message_take = Some(MessageTake {
+            message,
+            process: process.to_owned(),
+        });
+        c
+    };
+    ensure!(
+        commit_one(s, take(1, 1, "billing", m, T0 + 1)).await?
+            == CommitOutcome::Applied { fence: 2 }
+    );
+    let read = s.buffered_messages(live(None, T0 + 1)).await?;
+    ensure!(read[0].takers == vec!["billing".to_owned()], "{read:?}");
+    // The same process again (another instance of it): refused, nothing written.
+    ensure!(commit_one(s, take(2, 1, "billing", m, T0 + 2)).await? == CommitOutcome::MessageTaken);
+    let two = s
+        .instance(id(2))
+        .await?
+        .ok_or_else(|| anyhow!("instance 2"))?;
+    ensure!(
+        two.fence == 1 && two.snapshot == vec![1, 2, 3],
+        "nothing written: {two:?}"
+    );
+    // Two processes in one batch, then the first of them again later in it.
+    let outcomes = s
+        .commit(vec![
+            take(2, 1, "audit", m, T0 + 3),
+            take(3, 1, "shipping", m, T0 + 3),
+            take(4, 1, "audit", m, T0 + 3),
+        ])
+        .await?;
+    ensure!(
+        outcomes
+            == vec![
+                CommitOutcome::Applied { fence: 2 },
+                CommitOutcome::Applied { fence: 2 },
+                CommitOutcome::MessageTaken,
+            ],
+        "{outcomes:?}"
+    );
+    let read = s.buffered_messages(live(None, T0 + 3)).await?;
+    ensure!(
+        read[0].takers
+            == vec![
+                "audit".to_owned(),
+                "billing".to_owned(),
+                "shipping".to_owned()
+            ],
+        "sorted: {read:?}"
+    );
+    // Expired (at T0 + 100) or unknown: refused.
+    ensure!(commit_one(s, take(4, 1, "other", m, T0 + 100)).await? == CommitOutcome::MessageTaken);
+    ensure!(
+        commit_one(s, take(4, 1, "other", m + 1_000, T0 + 5)).await? == CommitOutcome::MessageTaken
+    );
+    ensure!(s.instance(id(4)).await?.map(|i| i.fence) == Some(1));
+    // A stale fence is a conflict and records no taker.
+    ensure!(matches!(
+        commit_one(s, take(4, 7, "other", m, T0 + 5)).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    ensure!(
+        s.buffered_messages(live(None, T0 + 5)).await?[0]
+            .takers
+            .len()
+            == 3
+    );
+    // Expiry takes the taker rows with the message.
+    ensure!(s.expire_messages(T0 + 100, 10).await? == 1);
+    ensure!(commit_one(s, take(4, 1, "other", m, T0 + 5)).await? == CommitOutcome::MessageTaken);
+    Ok(())
+}
+
+/// Two handles (two replicas) delivering one buffered message to instances of one
+/// process at the same moment: exactly one commit takes it.
+pub async fn takes_of_one_message_from_two_handles_at_once_win_once(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "race").await?;
+    for round in 0..8u128 {
+        let (a, b) = (id(100 + 2 * round), id(101 + 2 * round));
+        for n in [a, b] {
+            ensure!(
+                commit_one(s, commit(n, None, dep)).await? == CommitOutcome::Applied { fence: 1 }
+            );
+        }
+        let m = buffer(
+            s,
+            buffered("paid", "order-1", None, T0 + round as i64, 1_000),
+        )
+        .await?;
+        let take = |n: InstanceId| {
+            let mut c = commit(n, Some(1), dep);
+            c.message_take = Some(MessageTake {
+                message: m,
+                process: "billing".to_owned(),
+            });
+            c
+        };
+        let (one, two) = tokio::join!(s.commit(vec![take(a)]), ctx.second.commit(vec![take(b)]));
+        let outcomes = [one?[0], two?[0]];
+        let applied = outcomes
+            .iter()
+            .filter(|o| matches!(o, CommitOutcome::Applied { .. }))
+            .count();
+        ensure!(applied == 1, "round {round}: {outcomes:?}");
+        ensure!(outcomes.contains(&CommitOutcome::MessageTaken));
+    }
     Ok(())
 }

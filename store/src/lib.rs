@@ -641,6 +641,92 @@ pub struct Commit {
     /// The step's row of the input journal (SPEC G3), when the journal is on for the
     /// instance's deployment: appended exactly when the commit is applied.
     pub journal: Option<JournalEntry>,
+    /// The step delivers a buffered message ([`Store::buffer_message`]): the store
+    /// records that the instance's process took it, atomically with the step, and
+    /// refuses the commit ([`CommitOutcome::MessageTaken`]) when that process took it
+    /// before or the message has expired (at the commit's `now_ms`) or is gone.
+    pub message_take: Option<MessageTake>,
+}
+
+/// A buffered message taken by a step (see [`Commit::message_take`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageTake {
+    /// The message's row id ([`BufferedMessage::id`]).
+    pub message: i64,
+    /// The BPMN process id of the instance that takes it: a buffered message reaches
+    /// each process at most once, across its versions (Zeebe's rule).
+    pub process: String,
+}
+
+/// A message published with a time to live (Camunda 8's message buffer, `docs/messages.md`):
+/// kept until it expires, so that a wait that opens later under its name and
+/// correlation key still receives it, oldest message first, each process at most once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewBufferedMessage {
+    /// The Camunda 8 key the publication answered with.
+    pub key: i64,
+    pub name: String,
+    pub correlation_key: String,
+    /// The publisher's id for it: a second message with the same name, correlation key
+    /// and id is refused while the first is buffered ([`BufferOutcome::Duplicate`]).
+    pub message_id: Option<String>,
+    /// Its variables, as a JSON object.
+    pub variables: String,
+    pub published_at_ms: i64,
+    /// The first instant at which it is no longer delivered.
+    pub expires_at_ms: i64,
+}
+
+/// A buffered message as stored, with the processes that took it so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferedMessage {
+    /// The row's id: increasing in publication order, never reused.
+    pub id: i64,
+    pub key: i64,
+    pub name: String,
+    pub correlation_key: String,
+    pub message_id: Option<String>,
+    pub variables: String,
+    pub published_at_ms: i64,
+    pub expires_at_ms: i64,
+    /// The BPMN process ids that took it, sorted.
+    pub takers: Vec<String>,
+}
+
+/// What [`Store::buffer_message`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferOutcome {
+    Buffered {
+        id: i64,
+    },
+    /// A live message with the same name, correlation key and message id is buffered
+    /// already (its key): nothing was written.
+    Duplicate {
+        key: i64,
+    },
+}
+
+/// Which buffered messages [`Store::buffered_messages`] lists: the live ones (expiring
+/// after `now_ms`) with an id above `after`, of one name and correlation key or of all,
+/// oldest first, at most `limit` ([`BUFFERED_LIMIT_MAX`]; 0: that cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferQuery<'a> {
+    pub name_and_key: Option<(&'a str, &'a str)>,
+    pub after: i64,
+    pub now_ms: i64,
+    pub limit: u32,
+}
+
+/// The most rows [`Store::buffered_messages`] returns, whatever it asks for.
+pub const BUFFERED_LIMIT_MAX: u32 = 1_000;
+
+/// The limit a buffer query means: 0 and anything above the cap are the cap.
+pub fn effective_buffered_limit(limit: u32) -> u32 {
+    if limit == 0 {
+        BUFFERED_LIMIT_MAX
+    } else {
+        limit.min(BUFFERED_LIMIT_MAX)
+    }
 }
 
 /// One step's row of the input journal (SPEC G3, `docs/replay.md`): what the step was
@@ -782,6 +868,7 @@ impl Commit {
             schedule: None,
             moves: false,
             journal: None,
+            message_take: None,
         }
     }
 }
@@ -843,6 +930,10 @@ pub enum CommitOutcome {
     DuplicateBusinessKey {
         existing: InstanceId,
     },
+    /// The commit's [`Commit::message_take`] cannot be: the message expired or is gone,
+    /// or the instance's process took it before (in an earlier commit or earlier in the
+    /// batch). Nothing of this commit was written.
+    MessageTaken,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -918,6 +1009,8 @@ pub struct PurgeOutcome {
     /// Input-journal rows of the purged instances (SPEC G3): the journal follows
     /// retention.
     pub journal: u64,
+    /// Camunda 8 keys of the purged instances ([`Store::camunda_keys`]).
+    pub keys: u64,
 }
 
 impl PurgeOutcome {
@@ -931,8 +1024,94 @@ impl PurgeOutcome {
         self.subscriptions += other.subscriptions;
         self.outbox += other.outbox;
         self.journal += other.journal;
+        self.keys += other.keys;
     }
 }
+
+/// What a Camunda 8 key names (issue 28; `docs/workers.md`, "Keys"): one thing of one
+/// instance. Camunda's APIs name everything by a 64-bit integer; qflow names instances by
+/// UUID and an instance's parts by BPMN id, so the store keeps a registry that gives each
+/// such name a key the first time the Camunda surface hands it out
+/// ([`Store::camunda_keys`]) and reads a key back to its name ([`Store::camunda_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KeyKind {
+    /// The process instance itself (`node` empty, `attempt` 0).
+    Instance,
+    /// An activity instance (`node` its key, `pay@2`, `sub#3`; `attempt` 0): the same
+    /// key for every attempt, as a Zeebe element instance keeps its key across its
+    /// job's retries.
+    Element,
+    /// One attempt of a pull task (`node`, `attempt`): a failed job's next attempt is a
+    /// new job with a new key; the keys go when the task is withdrawn.
+    Job,
+    /// A user task waiting at `node` (`attempt` 0).
+    UserTask,
+    /// One incident row (`node`: the row's id in decimal).
+    Incident,
+    /// One variable of the instance (`node`: its name).
+    Variable,
+}
+
+impl KeyKind {
+    pub const ALL: [KeyKind; 6] = [
+        KeyKind::Instance,
+        KeyKind::Element,
+        KeyKind::Job,
+        KeyKind::UserTask,
+        KeyKind::Incident,
+        KeyKind::Variable,
+    ];
+
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyKind::Instance => "instance",
+            KeyKind::Element => "element",
+            KeyKind::Job => "job",
+            KeyKind::UserTask => "user_task",
+            KeyKind::Incident => "incident",
+            KeyKind::Variable => "variable",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KeyKind> {
+        KeyKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// The name a Camunda 8 key stands for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyName {
+    pub instance: InstanceId,
+    pub kind: KeyKind,
+    /// The activity instance's key; empty for [`KeyKind::Instance`]; the incident row's
+    /// id for [`KeyKind::Incident`], the variable's name for [`KeyKind::Variable`].
+    pub node: String,
+    /// The attempt for [`KeyKind::Job`], else 0.
+    pub attempt: u32,
+}
+
+impl KeyName {
+    /// The process instance's own name.
+    pub fn instance(instance: InstanceId) -> KeyName {
+        KeyName {
+            instance,
+            kind: KeyKind::Instance,
+            node: String::new(),
+            attempt: 0,
+        }
+    }
+}
+
+/// The first key a store hands out: Zeebe's first key of partition 1 (`1 << 51 | 1`).
+/// Zeebe keys carry their partition in the bits above 51, and some clients and tools
+/// read it off (`key >> 51`); qflow answers as the one partition its topology shows.
+/// Keys then increase by one and are never reused, not even after retention purged the
+/// thing they named.
+pub const CAMUNDA_KEY_FIRST: i64 = (1 << 51) | 1;
+
+/// The most names one [`Store::camunda_keys`] call takes.
+pub const CAMUNDA_KEYS_MAX: usize = 1_024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -1159,4 +1338,34 @@ pub trait Store: Send + Sync + 'static {
 
     /// The user-task rows of one instance, by node.
     async fn instance_user_tasks(&self, instance: InstanceId) -> StoreResult<Vec<UserTaskRecord>>;
+
+    /// The Camunda 8 key of each name, in order: the key it was given before, or a new
+    /// one (the next of an increasing sequence from [`CAMUNDA_KEY_FIRST`], never reused)
+    /// recorded now. A name is given one key however many replicas ask at once. At most
+    /// [`CAMUNDA_KEYS_MAX`] names (more is a caller's bug: refused as corrupt input). A
+    /// read when every name has its key already; one short write transaction otherwise.
+    /// Keys go with their instance when retention purges it; a commit that withdraws a
+    /// pull task drops its [`KeyKind::Job`] keys, and one that withdraws a user task its
+    /// [`KeyKind::UserTask`] key, so what is offered there next gets keys of its own.
+    async fn camunda_keys(&self, names: &[KeyName]) -> StoreResult<Vec<i64>>;
+
+    /// The name a Camunda 8 key was given to, if any: one read of the key's index.
+    async fn camunda_key(&self, key: i64) -> StoreResult<Option<KeyName>>;
+
+    /// Buffers a message published with a time to live, in one short transaction:
+    /// refused as [`BufferOutcome::Duplicate`] while a live message (one expiring after
+    /// `message.published_at_ms`) has the same name, correlation key and message id; an
+    /// expired one with them is deleted first. A message without an id is never a
+    /// duplicate.
+    async fn buffer_message(&self, message: &NewBufferedMessage) -> StoreResult<BufferOutcome>;
+
+    /// The buffered messages `query` selects, with their takers, by id (publication
+    /// order). A lookup by the `(name, correlation_key, id)` index, or a walk of the
+    /// primary key from `after`.
+    async fn buffered_messages(&self, query: BufferQuery<'_>) -> StoreResult<Vec<BufferedMessage>>;
+
+    /// Deletes at most `limit` messages expired at `now_ms` (expiring at or before it),
+    /// earliest expiry first, with their taker rows; returns how many went. A walk of the
+    /// expiry index.
+    async fn expire_messages(&self, now_ms: i64, limit: u32) -> StoreResult<u64>;
 }

@@ -16,14 +16,16 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use crate::{
-    effective_outbox_claim_limit, poisoned_message, AttemptRecord, AuditEntry, AuditRecord, Commit,
-    CommitOutcome, DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, IncidentWrites,
-    InstanceFilter, InstanceId, InstanceRecord, InstanceStatus, JournalEntry, NewDeployment,
-    NewIncident, OutboxRecord, OutboxState, OutboxWrites, PullQuery, PullTaskRecord, PullWrites,
-    PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError,
-    StoreResult, SubscriptionRecord, SubscriptionWrites, TimerClaim, TimerKind, TimerName,
-    TimerRecord, TimerWrites, UserTaskQuery, UserTaskRecord, UserTaskWrites,
-    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX, SUBSCRIPTIONS_LIMIT_MAX,
+    effective_buffered_limit, effective_outbox_claim_limit, poisoned_message, AttemptRecord,
+    AuditEntry, AuditRecord, BufferOutcome, BufferQuery, BufferedMessage, Commit, CommitOutcome,
+    DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, IncidentWrites, InstanceFilter,
+    InstanceId, InstanceRecord, InstanceStatus, JournalEntry, KeyKind, KeyName, NewBufferedMessage,
+    NewDeployment, NewIncident, OutboxRecord, OutboxState, OutboxWrites, PullQuery, PullTaskRecord,
+    PullWrites, PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord, Store,
+    StoreError, StoreResult, SubscriptionRecord, SubscriptionWrites, TimerClaim, TimerKind,
+    TimerName, TimerRecord, TimerWrites, UserTaskQuery, UserTaskRecord, UserTaskWrites,
+    CAMUNDA_KEYS_MAX, CAMUNDA_KEY_FIRST, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    SUBSCRIPTIONS_LIMIT_MAX,
 };
 
 /// The most rows [`Store::instances`] returns, whatever the filter asks for.
@@ -103,6 +105,17 @@ struct State {
     user_tasks_by_created: BTreeSet<(i64, InstanceId, String)>,
     /// Timer start schedules by `(deployment, node)`.
     schedules: BTreeMap<(DeploymentId, String), ScheduleRow>,
+    /// Camunda 8 keys by name and names by key ([`Store::camunda_keys`]); the last key
+    /// handed out (0: none yet), never reused.
+    keys: BTreeMap<KeyName, i64>,
+    key_names: BTreeMap<i64, KeyName>,
+    last_key: i64,
+    /// Buffered messages by id, with their `(name, correlation key, id)` and
+    /// `(expires_at_ms, id)` indexes; the last id handed out.
+    buffered: BTreeMap<i64, BufferedMessage>,
+    buffered_by_key: BTreeSet<(String, String, i64)>,
+    buffered_by_expiry: BTreeSet<(i64, i64)>,
+    buffered_ids: i64,
     /// Row ids handed out so far; ids are never reused, even after a purge.
     incident_ids: i64,
     audit_ids: i64,
@@ -165,6 +178,15 @@ impl State {
                 .contains_key(&(instance, node.to_owned()))
     }
 
+    /// Drops buffered message `id` with its index entries.
+    fn unbuffer(&mut self, id: i64) {
+        if let Some(m) = self.buffered.remove(&id) {
+            self.buffered_by_key
+                .remove(&(m.name, m.correlation_key, id));
+            self.buffered_by_expiry.remove(&(m.expires_at_ms, id));
+        }
+    }
+
     fn deployment(&self, id: DeploymentId) -> Option<&DeploymentRecord> {
         let index = usize::try_from(id.0.checked_sub(1)?).ok()?;
         self.deployments.get(index)
@@ -193,6 +215,15 @@ impl State {
                 return CommitOutcome::Conflict { current_fence };
             }
         }
+        if let Some(take) = &commit.message_take {
+            let live = self
+                .buffered
+                .get(&take.message)
+                .filter(|m| m.expires_at_ms > commit.now_ms && !m.takers.contains(&take.process));
+            if live.is_none() {
+                return CommitOutcome::MessageTaken;
+            }
+        }
         let created_at_ms = stored.map_or(commit.now_ms, |i| i.created_at_ms);
         // The first commit that ends the instance sets the end; later ones keep it.
         let ended_at_ms = commit
@@ -200,12 +231,6 @@ impl State {
             .status
             .has_ended()
             .then(|| stored.and_then(|i| i.ended_at_ms).unwrap_or(commit.now_ms));
-        if let Some(old) = stored.and_then(|i| i.ended_at_ms) {
-            self.ended.remove(&(old, commit.instance));
-        }
-        if let Some(end) = ended_at_ms {
-            self.ended.insert((end, commit.instance));
-        }
         // A creation brings its key; an update keeps the stored one, even when it moves the
         // instance to another deployment (migration).
         let business_key = match stored {
@@ -227,6 +252,20 @@ impl State {
                     self.business_keys.remove(&(old, key.clone()));
                 }
                 self.business_keys.insert(slot, commit.instance);
+            }
+        }
+        // Refusals are all above: from here on the commit is applied.
+        if let Some(old) = stored.and_then(|i| i.ended_at_ms) {
+            self.ended.remove(&(old, commit.instance));
+        }
+        if let Some(end) = ended_at_ms {
+            self.ended.insert((end, commit.instance));
+        }
+        if let Some(take) = commit.message_take {
+            if let Some(message) = self.buffered.get_mut(&take.message) {
+                if let Err(at) = message.takers.binary_search(&take.process) {
+                    message.takers.insert(at, take.process);
+                }
             }
         }
         if let Some(advance) = commit.schedule {
@@ -493,6 +532,20 @@ impl State {
                 self.remove_user_task(k);
             }
         }
+        for id in &ids {
+            let names: Vec<KeyName> = self
+                .keys
+                .range(KeyName::instance(*id)..)
+                .take_while(|(name, _)| name.instance == *id)
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in names {
+                if let Some(key) = self.keys.remove(&name) {
+                    self.key_names.remove(&key);
+                    out.keys += 1;
+                }
+            }
+        }
         let before = self.incidents.len();
         self.incidents.retain(|i| !ids.contains(&i.instance));
         out.incidents = (before - self.incidents.len()) as u64;
@@ -530,6 +583,7 @@ impl State {
             return;
         }
         for node in pull.withdraw {
+            self.retire_keys(instance, KeyKind::Job, &node);
             self.remove_pull(&(instance, node));
         }
         for row in pull.offer {
@@ -552,6 +606,7 @@ impl State {
             return;
         }
         for node in writes.withdraw {
+            self.retire_keys(instance, KeyKind::UserTask, &node);
             self.remove_user_task(&(instance, node));
         }
         for row in writes.offer {
@@ -573,6 +628,30 @@ impl State {
         if let Some(old) = self.user_tasks.remove(key) {
             self.user_tasks_by_created
                 .remove(&(old.created_at_ms, key.0, key.1.clone()));
+        }
+    }
+
+    /// Drops the Camunda 8 keys of kind `kind` the node `node` of `instance` was given
+    /// (a withdrawn task's): what is offered there next gets keys of its own.
+    fn retire_keys(&mut self, instance: InstanceId, kind: KeyKind, node: &str) {
+        let from = KeyName {
+            instance,
+            kind,
+            node: node.to_owned(),
+            attempt: 0,
+        };
+        let gone: Vec<KeyName> = self
+            .keys
+            .range(from..)
+            .take_while(|(name, _)| {
+                name.instance == instance && name.kind == kind && name.node == node
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(key) = self.keys.remove(&name) {
+                self.key_names.remove(&key);
+            }
         }
     }
 
@@ -1257,5 +1336,128 @@ impl Store for MemoryStore {
             .collect();
         rows.sort_by(|a, b| (a.created_at_ms, &a.key).cmp(&(b.created_at_ms, &b.key)));
         Ok(rows)
+    }
+    async fn camunda_keys(&self, names: &[KeyName]) -> StoreResult<Vec<i64>> {
+        if names.len() > CAMUNDA_KEYS_MAX {
+            return Err(StoreError::Corrupt(format!(
+                "{} names asked for Camunda keys at once; at most {CAMUNDA_KEYS_MAX}",
+                names.len()
+            )));
+        }
+        let mut state = self.lock();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(key) = state.keys.get(name) {
+                out.push(*key);
+                continue;
+            }
+            let key = if state.last_key == 0 {
+                CAMUNDA_KEY_FIRST
+            } else {
+                state.last_key + 1
+            };
+            state.last_key = key;
+            state.keys.insert(name.clone(), key);
+            state.key_names.insert(key, name.clone());
+            out.push(key);
+        }
+        Ok(out)
+    }
+
+    async fn buffer_message(&self, message: &NewBufferedMessage) -> StoreResult<BufferOutcome> {
+        let mut state = self.lock();
+        if let Some(id) = &message.message_id {
+            let same: Vec<i64> = state
+                .buffered_by_key
+                .range(
+                    (
+                        message.name.clone(),
+                        message.correlation_key.clone(),
+                        i64::MIN,
+                    )
+                        ..=(
+                            message.name.clone(),
+                            message.correlation_key.clone(),
+                            i64::MAX,
+                        ),
+                )
+                .map(|(_, _, row)| *row)
+                .filter(|row| state.buffered[row].message_id.as_ref() == Some(id))
+                .collect();
+            for row in same {
+                let found = &state.buffered[&row];
+                if found.expires_at_ms > message.published_at_ms {
+                    return Ok(BufferOutcome::Duplicate { key: found.key });
+                }
+                state.unbuffer(row);
+            }
+        }
+        state.buffered_ids += 1;
+        let id = state.buffered_ids;
+        state
+            .buffered_by_key
+            .insert((message.name.clone(), message.correlation_key.clone(), id));
+        state.buffered_by_expiry.insert((message.expires_at_ms, id));
+        state.buffered.insert(
+            id,
+            BufferedMessage {
+                id,
+                key: message.key,
+                name: message.name.clone(),
+                correlation_key: message.correlation_key.clone(),
+                message_id: message.message_id.clone(),
+                variables: message.variables.clone(),
+                published_at_ms: message.published_at_ms,
+                expires_at_ms: message.expires_at_ms,
+                takers: Vec::new(),
+            },
+        );
+        Ok(BufferOutcome::Buffered { id })
+    }
+
+    async fn buffered_messages(&self, query: BufferQuery<'_>) -> StoreResult<Vec<BufferedMessage>> {
+        let state = self.lock();
+        let limit = effective_buffered_limit(query.limit) as usize;
+        let live = |m: &&BufferedMessage| m.expires_at_ms > query.now_ms;
+        let after = query.after.saturating_add(1);
+        Ok(match query.name_and_key {
+            Some((name, key)) => state
+                .buffered_by_key
+                .range(
+                    (name.to_owned(), key.to_owned(), after)
+                        ..=(name.to_owned(), key.to_owned(), i64::MAX),
+                )
+                .map(|(_, _, id)| &state.buffered[id])
+                .filter(live)
+                .take(limit)
+                .cloned()
+                .collect(),
+            None => state
+                .buffered
+                .range(after..)
+                .map(|(_, m)| m)
+                .filter(live)
+                .take(limit)
+                .cloned()
+                .collect(),
+        })
+    }
+
+    async fn expire_messages(&self, now_ms: i64, limit: u32) -> StoreResult<u64> {
+        let mut state = self.lock();
+        let expired: Vec<i64> = state
+            .buffered_by_expiry
+            .range(..=(now_ms, i64::MAX))
+            .take(limit as usize)
+            .map(|(_, id)| *id)
+            .collect();
+        for &id in &expired {
+            state.unbuffer(id);
+        }
+        Ok(expired.len() as u64)
+    }
+
+    async fn camunda_key(&self, key: i64) -> StoreResult<Option<KeyName>> {
+        Ok(self.lock().key_names.get(&key).cloned())
     }
 }

@@ -166,6 +166,8 @@ where
         correlation_key: key.into(),
         variables: [("sku".to_owned(), serde_json::json!("K-9"))].into(),
         all: false,
+        time_to_live_ms: None,
+        message_id: None,
     };
     let first = engine.ops.correlate(order("o-1")).await.expect("starts");
     assert_eq!(first.deliveries.len(), 1, "{first:?}");

@@ -1,7 +1,7 @@
 //! Vendor input/output mappings (L8): Zeebe's `zeebe:ioMapping` and Camunda 7's
 //! `camunda:inputOutput`, read into [`Mapping`]s that keep the vendor's semantics
-//! ([`MappingStyle`]) — on the tasks qflow runs, and on the events a token passes
-//! through where the vendor allows them there.
+//! ([`MappingStyle`]) — on the tasks qflow runs, on the events a token passes
+//! through where the vendor allows them there, and (Zeebe's) on embedded sub-processes.
 //!
 //! A source is mapped only when its meaning is one to one: a literal, a variable path,
 //! or an expression in the FEEL or JUEL subset `crate::feel` translates. Everything
@@ -9,6 +9,8 @@
 //! nested target, FEEL or JUEL beyond the subset) is refused with its position, never
 //! approximated. Where the vendor itself refuses a mapping (Camunda 7 on gateways,
 //! start and boundary events, outputs on end events) it is refused here too.
+
+use std::collections::BTreeMap;
 
 use crate::expr::Expression;
 use crate::model::*;
@@ -670,6 +672,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         } else {
             self.read_camunda_io(c)
         };
+        if matches!(el.local.as_str(), "subProcess" | "adHocSubProcess") {
+            return self.sub_process_io(el, c, io);
+        }
         let definitions: Vec<&str> = el
             .children
             .iter()
@@ -743,11 +748,51 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             );
             return;
         }
+        self.keep_mappings(c, io, |b| &mut b.event_mappings);
+    }
+
+    /// A vendor mapping on a `<subProcess>` (`el`, the mapping element `c`). Zeebe's on an
+    /// embedded sub-process runs: its inputs are locals of each scope instance, its
+    /// outputs are written to the scope around it as it completes (Camunda 8 docs,
+    /// "Embedded subprocess", "Variable mappings"). Refused (Q401): on an event
+    /// sub-process, and Camunda 7's (its sub-process scope is not mapped).
+    fn sub_process_io(&mut self, el: &Element, c: &Element, io: VendorIo) {
+        let refusal = if io.style == MappingStyle::Camunda {
+            Some(
+                "camunda:inputOutput on a <subProcess> is not supported: qflow runs Zeebe's \
+                 sub-process mappings only"
+                    .to_owned(),
+            )
+        } else if el.value("triggeredByEvent") == Some("true") {
+            Some("zeebe:ioMapping on an event sub-process is not supported".to_owned())
+        } else {
+            None
+        };
+        if let Some(message) = refusal {
+            self.help(
+                "Q401",
+                c.pos,
+                message,
+                "move the mapping to a task or an embedded sub-process's zeebe:ioMapping, or remove it",
+            );
+            return;
+        }
+        self.keep_mappings(c, io, |b| &mut b.sub_process_mappings);
+    }
+
+    /// Keeps a complete mapping element `c` of the node being built in the table `table`
+    /// picks (events' or sub-processes'); a second one on the node is Q308.
+    fn keep_mappings(
+        &mut self,
+        c: &Element,
+        io: VendorIo,
+        table: fn(&mut Self) -> &mut BTreeMap<NodeIdx, EventMappings>,
+    ) {
         if !io.complete {
             return;
         }
         let idx = NodeIdx::at(self.nodes.len());
-        if self.event_mappings.contains_key(&idx) {
+        if table(self).contains_key(&idx) {
             self.help(
                 "Q308",
                 c.pos,
@@ -756,7 +801,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             );
             return;
         }
-        self.event_mappings.insert(
+        table(self).insert(
             idx,
             EventMappings {
                 style: io.style,

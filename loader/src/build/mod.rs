@@ -514,6 +514,8 @@ struct ProcessBuilder<'a, 'd> {
     flows: Vec<Flow>,
     /// Vendor mappings on events (`io`), by node.
     event_mappings: BTreeMap<NodeIdx, EventMappings>,
+    /// Zeebe mappings on embedded sub-processes, by node (`io::event_io`).
+    sub_process_mappings: BTreeMap<NodeIdx, EventMappings>,
     /// The start events read inside event sub-processes: (sub-process, start,
     /// interrupting), in document order (`events::event_start`).
     event_starts: Vec<(NodeIdx, NodeIdx, bool)>,
@@ -529,6 +531,8 @@ struct ProcessBuilder<'a, 'd> {
     /// `activityRef` is resolved once every node is known.
     compensation_throws: Vec<(NodeIdx, &'a Element)>,
     compensations: BTreeMap<NodeIdx, Compensation>,
+    /// The ad-hoc sub-processes read (`tasks::ad_hoc_sub_process`), by node.
+    ad_hocs: BTreeMap<NodeIdx, AdHoc>,
     /// The first Java binding seen on each derived pull topic (`tasks::delegate_kind`), to
     /// warn when two different bindings of the process share one.
     delegate_topics: BTreeMap<String, String>,
@@ -549,12 +553,14 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             defaults: Vec::new(),
             flows: Vec::new(),
             event_mappings: BTreeMap::new(),
+            sub_process_mappings: BTreeMap::new(),
             event_starts: Vec::new(),
             multi: BTreeMap::new(),
             association_els: Vec::new(),
             for_compensation: BTreeSet::new(),
             compensation_throws: Vec::new(),
             compensations: BTreeMap::new(),
+            ad_hocs: BTreeMap::new(),
             delegate_topics: BTreeMap::new(),
             meta: Meta::default(),
         }
@@ -594,7 +600,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             } else if FLOW_NODES.contains(&local) {
                 self.add_node(child, scope);
             } else if scope.is_some()
-                && (IGNORED_IN_NODE.contains(&local) || local.ends_with("LoopCharacteristics"))
+                && (IGNORED_IN_NODE.contains(&local)
+                    || local.ends_with("LoopCharacteristics")
+                    || (local == "completionCondition" && container.local == "adHocSubProcess"))
             {
                 // The sub-process's own children; `check_node_children` looked at them.
             } else if !IGNORED_IN_SCOPE.contains(&local) {
@@ -644,8 +652,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         self.by_id.entry(id.clone()).or_insert(idx);
         // A refused sub-process is not walked: its content would only add noise to the
         // one error that matters.
-        if el.local == "subProcess" && !self.meta.refused.contains(&idx) {
+        let sub = matches!(el.local.as_str(), "subProcess" | "adHocSubProcess");
+        if sub && !self.meta.refused.contains(&idx) {
             self.walk_scope(el, Some(idx));
+            if el.local == "adHocSubProcess" {
+                self.check_ad_hoc_inside(el, idx);
+            }
             if self.meta.event_subs.contains(&idx) {
                 self.check_event_starts(el, &id);
             }
@@ -699,7 +711,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 ),
                 l if l.ends_with("EventDefinition") => {}
                 l if IGNORED_IN_NODE.contains(&l) => {}
-                _ if el.local == "subProcess" => {} // its children are walked as a scope
+                // Their children are walked as a scope.
+                _ if matches!(el.local.as_str(), "subProcess" | "adHocSubProcess") => {}
                 // A script task's foreign script is refused by the task itself, with the
                 // way to write it in CEL.
                 "script" if el.local == "scriptTask" => {}
@@ -761,10 +774,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "parallelGateway" => Some(NodeKind::ParallelGateway),
             "eventBasedGateway" => self.event_gateway(el),
             "subProcess" => self.sub_process(el, idx),
+            "adHocSubProcess" => self.ad_hoc_sub_process(el, idx),
             other => {
                 let what = match other {
                     "complexGateway" => "complexGateway",
-                    "adHocSubProcess" => "adHocSubProcess",
                     "transaction" => "transaction sub-process",
                     _ => other,
                 };
@@ -828,9 +841,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 flows: self.flows,
                 by_id: self.by_id,
                 event_mappings: self.event_mappings,
+                sub_process_mappings: self.sub_process_mappings,
                 event_sub_processes,
                 multi_instances: self.multi,
                 compensations: self.compensations,
+                ad_hocs: self.ad_hocs,
             },
             self.meta,
         )

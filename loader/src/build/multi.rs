@@ -79,7 +79,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     /// multi-instance activities, or refuses them.
     pub(super) fn multi_instance(&mut self, el: &Element, mi: &Element, idx: NodeIdx) {
         let is_task = super::TASKS.contains(&el.local.as_str());
-        let is_sub = el.local == "subProcess" && el.value("triggeredByEvent") != Some("true");
+        let is_sub = matches!(el.local.as_str(), "subProcess" | "adHocSubProcess")
+            && el.value("triggeredByEvent") != Some("true");
         if !is_task && !is_sub {
             return self.help(
                 "Q132",
@@ -387,7 +388,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         self.mi_dialect_expression(text, c.text_pos, what, false)
     }
 
-    fn mi_dialect_expression(
+    pub(super) fn mi_dialect_expression(
         &mut self,
         text: &str,
         pos: Pos,

@@ -2,6 +2,7 @@
 //! pass-through) with the retry and timeout that apply to them, sub-processes and call
 //! activities.
 
+use crate::expr::Expression;
 use crate::model::*;
 use crate::xml::{Element, Ns};
 
@@ -693,6 +694,177 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             self.meta.event_subs.insert(idx);
         }
         Some(NodeKind::SubProcess)
+    }
+
+    /// An ad-hoc sub-process (`adHocSubProcess`, BPMN 2.0.2 §10.3.4), read as Camunda 8
+    /// runs its BPMN implementation (`docs/ad-hoc-sub-processes.md`): `zeebe:adHoc
+    /// activeElementsCollection`, the `<completionCondition>` child and
+    /// `cancelRemainingInstances` (default `true`). Refused (Q135): as an event
+    /// sub-process, `ordering="Sequential"` (Zeebe ignores it and activates the elements
+    /// at once; BPMN means one at a time), Zeebe's output collection and element (8.8),
+    /// an active elements collection that is not a FEEL expression, and attributes
+    /// neither qflow nor Zeebe know on `zeebe:adHoc`.
+    pub(super) fn ad_hoc_sub_process(&mut self, el: &'a Element, idx: NodeIdx) -> Option<NodeKind> {
+        let mut ok = true;
+        if let Some(a) = el
+            .attr("triggeredByEvent")
+            .filter(|a| a.value.trim() == "true")
+        {
+            self.help(
+                "Q135",
+                a.pos,
+                "an ad-hoc sub-process cannot be an event sub-process",
+                "use a <subProcess triggeredByEvent=\"true\">",
+            );
+            ok = false;
+        }
+        if let Some(a) = el.attr("ordering") {
+            match a.value.trim() {
+                "Parallel" => {}
+                "Sequential" => {
+                    self.help(
+                        "Q135",
+                        a.pos,
+                        "ordering=\"Sequential\" on an ad-hoc sub-process is not supported: \
+                         BPMN runs its elements one at a time, and Zeebe ignores the attribute",
+                        "remove it (or write ordering=\"Parallel\"): the activated elements run at once",
+                    );
+                    ok = false;
+                }
+                v => {
+                    self.help(
+                        "Q135",
+                        a.pos,
+                        format!("ordering `{v}` is neither Parallel nor Sequential"),
+                        "remove it, or write ordering=\"Parallel\"",
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let cancel_remaining = match el.attr("cancelRemainingInstances") {
+            None => true,
+            Some(a) => match a.value.trim() {
+                "true" => true,
+                "false" => false,
+                v => {
+                    self.help(
+                        "Q135",
+                        a.pos,
+                        format!("cancelRemainingInstances `{v}` is neither true nor false"),
+                        "write cancelRemainingInstances=\"false\" to wait for the active elements, or leave it out",
+                    );
+                    ok = false;
+                    true
+                }
+            },
+        };
+        let active_elements = self.ad_hoc_collection(el, &mut ok);
+        let completion = match el.child(Ns::Bpmn, "completionCondition") {
+            None => None,
+            Some(c) if c.text.trim().is_empty() => None,
+            Some(c) => {
+                let e = self.mi_dialect_expression(
+                    c.text.trim(),
+                    c.text_pos,
+                    "completion condition",
+                    false,
+                );
+                ok &= e.is_some();
+                e
+            }
+        };
+        if !ok {
+            return None;
+        }
+        self.ad_hocs.insert(
+            idx,
+            AdHoc {
+                active_elements,
+                completion,
+                cancel_remaining,
+            },
+        );
+        Some(NodeKind::SubProcess)
+    }
+
+    /// `zeebe:adHoc activeElementsCollection="=…"`: a FEEL expression in the subset, or
+    /// none (an empty attribute too: Zeebe activates nothing then).
+    fn ad_hoc_collection(&mut self, el: &Element, ok: &mut bool) -> Option<Expression> {
+        let z = el
+            .child(Ns::Bpmn, "extensionElements")
+            .and_then(|x| x.child(Ns::Zeebe, "adHoc"))?;
+        let mut collection = None;
+        for a in &z.attrs {
+            match a.local.as_str() {
+                "activeElementsCollection" => collection = Some(a),
+                "outputCollection" | "outputElement" => {
+                    self.help(
+                        "Q135",
+                        a.pos,
+                        format!("zeebe:adHoc {} (Camunda 8.8) is not supported", a.local),
+                        "collect the results with output mappings on the inner elements, or remove it",
+                    );
+                    *ok = false;
+                }
+                "implementationType" if a.value.trim() == "bpmn" => {}
+                other => {
+                    self.help(
+                        "Q135",
+                        a.pos,
+                        format!("zeebe:adHoc {other} is not supported"),
+                        "remove it; zeebe:adHoc takes activeElementsCollection",
+                    );
+                    *ok = false;
+                }
+            }
+        }
+        let a = collection?;
+        let text = a.value.trim();
+        if text.is_empty() {
+            return None;
+        }
+        if !text.starts_with('=') {
+            self.help(
+                "Q135",
+                a.pos,
+                format!("activeElementsCollection `{text}` is not an expression (it does not start with `=`)"),
+                "write it as a FEEL expression giving a list of element ids, e.g. activeElementsCollection=\"=toActivate\"",
+            );
+            *ok = false;
+            return None;
+        }
+        let e = self.mi_dialect_expression(text, a.pos, "active elements collection", true);
+        *ok &= e.is_some();
+        e
+    }
+
+    /// What Zeebe refuses inside an ad-hoc sub-process (`AdHocSubProcessValidator`): a
+    /// start or end event, and no element at all.
+    pub(super) fn check_ad_hoc_inside(&mut self, el: &Element, idx: NodeIdx) {
+        let id = self.nodes[idx.position()].id.clone();
+        let mut elements = 0;
+        for c in el.children.iter().filter(|c| c.ns == Ns::Bpmn) {
+            match c.local.as_str() {
+                "startEvent" | "endEvent" => self.help(
+                    "Q135",
+                    c.pos,
+                    format!("ad-hoc sub-process `{id}` contains a <{}>", c.local),
+                    "remove it: an ad-hoc sub-process activates its elements by its active elements collection, and a path ends at an element without outgoing flows",
+                ),
+                "sequenceFlow" | "association" | "completionCondition" => {}
+                l if super::FLOW_NODES.contains(&l) => elements += 1,
+                _ => {}
+            }
+        }
+        if elements == 0 {
+            self.help(
+                "Q135",
+                el.pos,
+                format!("ad-hoc sub-process `{id}` has no element"),
+                "add the activities it may activate",
+            );
+        }
     }
 
     /// A call activity: the called process (`calledElement`, or Zeebe's

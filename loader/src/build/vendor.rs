@@ -122,6 +122,16 @@ pub(super) fn check_other_extensions(pb: &mut ProcessBuilder<'_, '_>, el: &Eleme
             Ns::Camunda | Ns::Zeebe if matches!(c.local.as_str(), "inputOutput" | "ioMapping") => {
                 pb.event_io(el, c)
             }
+            // Read with the ad-hoc sub-process (`tasks::ad_hoc_sub_process`).
+            Ns::Zeebe if el.local == "adHocSubProcess" && c.local == "adHoc" => {}
+            Ns::Zeebe if el.local == "adHocSubProcess" && c.local == "taskDefinition" => pb.help(
+                "Q135",
+                c.pos,
+                "an ad-hoc sub-process run by a job worker (zeebe:taskDefinition, Camunda 8.8) \
+                 is not supported",
+                "remove zeebe:taskDefinition: qflow runs the BPMN implementation, where \
+                 zeebe:adHoc activeElementsCollection and the completionCondition decide",
+            ),
             Ns::Camunda => camunda_child(pb, c),
             Ns::Zeebe => zeebe_child(pb, c),
             _ => {}

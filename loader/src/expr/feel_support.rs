@@ -1,5 +1,6 @@
 //! The CEL functions the FEEL translation (`crate::feel`) calls where plain CEL cannot say
-//! what FEEL means: whether a variable exists at all, and a variable read by name.
+//! what FEEL means: whether a variable exists at all, a variable read by name, and
+//! `string join` (the `cel` build here has no strings extension).
 //!
 //! CEL has no test for an unbound top-level name (`has()` takes a field selection, and
 //! an unbound identifier is an error, or worse, a type: `type`, `int`, `map` resolve to
@@ -25,6 +26,8 @@ pub const IS_DEFINED: &str = "feel_is_defined";
 pub const IS_DEFINED_IN: &str = "feel_is_defined_in";
 /// `feel_var("type")`: the variable named `type`, or a failure if there is none.
 pub const VAR: &str = "feel_var";
+/// `feel_string_join(list, delimiter)`: FEEL's `string join` (DMN 1.4 §10.3.4.4).
+pub const STRING_JOIN: &str = "feel_string_join";
 
 type FeelFn = Box<
     dyn for<'c, 'v> Fn(&mut FunctionContext<'c, 'v>) -> Result<CowVal<'c, 'v>, ExecutionError>
@@ -60,8 +63,50 @@ pub(crate) fn register(ctx: &mut cel::Context<'_, '_>) {
             .get_variable(&name)
             .ok_or_else(|| ftx.error(format!("no variable `{name}`")))
     });
+    // FEEL's `string join(list, delimiter)`: the list's strings in order with the
+    // delimiter between them, null elements left out, a null delimiter as none, an
+    // empty list the empty string. FEEL gives null for a list holding anything else, or
+    // for a value that is no list: the evaluation fails there. Linear in the list and
+    // in the result, which the budget's meter charges as the call's value.
+    let string_join: FeelFn = Box::new(|ftx| {
+        let fail = |ftx: &FunctionContext<'_, '_>, why: &str| {
+            ftx.error(format!("string join: {why} (FEEL gives null)"))
+        };
+        let (Some(list), Some(delimiter)) = (ftx.args.first(), ftx.args.get(1)) else {
+            return Err(ftx.error("feel_string_join takes a list and a delimiter"));
+        };
+        let delimiter = match delimiter.as_ref().as_builtin() {
+            BuiltinRef::String(d) => d.inner().to_owned(),
+            _ if delimiter.as_ref().get_type().kind() == Kind::NullType => String::new(),
+            _ => return Err(fail(ftx, "the delimiter is not a string")),
+        };
+        if list.as_ref().get_type().kind() != Kind::List {
+            return Err(fail(ftx, "its first argument is not a list"));
+        }
+        let Some(items) = list.as_ref().as_iterable() else {
+            return Err(fail(ftx, "its first argument is not a list"));
+        };
+        let mut out = String::new();
+        let mut first = true;
+        let mut walk = items.iter();
+        while let Some(item) = walk.next() {
+            match item.as_builtin() {
+                _ if item.get_type().kind() == Kind::NullType => continue,
+                BuiltinRef::String(text) => {
+                    if !first {
+                        out.push_str(&delimiter);
+                    }
+                    out.push_str(text.inner());
+                    first = false;
+                }
+                _ => return Err(fail(ftx, "the list holds a value that is not a string")),
+            }
+        }
+        Ok(CowVal::owned(CelString::from(out)))
+    });
     // The names are not the standard library's; a CEL author may call them too, with
     // the same meaning.
+    let _ = ctx.add_function(STRING_JOIN, string_join);
     let _ = ctx.add_function(IS_DEFINED, is_defined);
     let _ = ctx.add_function(IS_DEFINED_IN, is_defined_in);
     let _ = ctx.add_function(VAR, var);

@@ -314,9 +314,9 @@ pub async fn instance(
                 @if i.status == "failed" || i.status == "running" {
                     a.button.secondary href={ "/console/migrate?" (view::query(&[("source", Some(&v.deployment.id.to_string())), ("instance", Some(&i.id))])) } { "Migrate…" }
                 }
-                // The core cancels running instances only; a FAILED one is resumed,
-                // migrated or left for the record.
-                @if i.status == "running" {
+                // A FAILED instance can be cancelled too (its failure's incident is
+                // resolved), as Zeebe and Camunda 7 cancel one with an incident.
+                @if i.status == "running" || i.status == "failed" {
                     a.button.danger href=(confirm("cancel")) { "Cancel instance" }
                 }
             }

@@ -617,4 +617,35 @@ impl Store for FaultyStore {
         self.tick();
         self.inner.instance_user_tasks(instance).await
     }
+
+    async fn camunda_keys(&self, names: &[qflow_store::KeyName]) -> StoreResult<Vec<i64>> {
+        self.tick();
+        self.inner.camunda_keys(names).await
+    }
+
+    async fn camunda_key(&self, key: i64) -> StoreResult<Option<qflow_store::KeyName>> {
+        self.tick();
+        self.inner.camunda_key(key).await
+    }
+
+    async fn buffer_message(
+        &self,
+        message: &qflow_store::NewBufferedMessage,
+    ) -> StoreResult<qflow_store::BufferOutcome> {
+        self.tick();
+        self.inner.buffer_message(message).await
+    }
+
+    async fn buffered_messages(
+        &self,
+        query: qflow_store::BufferQuery<'_>,
+    ) -> StoreResult<Vec<qflow_store::BufferedMessage>> {
+        self.tick();
+        self.inner.buffered_messages(query).await
+    }
+
+    async fn expire_messages(&self, now_ms: i64, limit: u32) -> StoreResult<u64> {
+        self.tick();
+        self.inner.expire_messages(now_ms, limit).await
+    }
 }
