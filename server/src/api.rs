@@ -754,6 +754,7 @@ pub struct MigrateBody {
         (status = 200, description = "The counts by outcome, then what happened (or would) to each instance; refused instances are counted in `summary.refused`, with their reasons in `results`", body = MigrationReport),
         (status = 404, description = "No such deployment", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The target is retired", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The plan does not fit its deployments (the target is the source, a mapping names a node either lacks); `errors` points at the plan's field", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["operate"])))]
 pub async fn migrate(
@@ -768,9 +769,11 @@ pub async fn migrate(
         .await
         .map(Json)
         .map_err(|e| match e {
-            // Plan fields live under `/plan` in this body.
+            // Plan fields live under `/plan` in this body. A plan that does not fit its
+            // deployments (the same deployment twice, a node either lacks) is a
+            // well-formed body whose content is refused: 422, as a refused model is.
             qflow_ops::Error::Invalid { field, why } => Problem::new(
-                StatusCode::BAD_REQUEST,
+                StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid",
                 format!("plan.{field}: {why}"),
             )

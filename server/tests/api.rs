@@ -131,6 +131,18 @@ struct Reply {
 }
 
 impl World {
+    /// The qflow id of the instance a Camunda 8 key (as the API sends it) names.
+    async fn instance_of_key(&self, key: &Value) -> String {
+        let key: i64 = key
+            .as_str()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_else(|| panic!("{key} is not a Camunda key"));
+        let name = self.store.camunda_key(key).await.unwrap();
+        let name = name.unwrap_or_else(|| panic!("{key} names nothing"));
+        assert_eq!(name.kind, qflow_store::KeyKind::Instance, "{name:?}");
+        name.instance.to_string()
+    }
+
     async fn send(
         &self,
         method: Method,
@@ -505,12 +517,19 @@ async fn every_refusal_is_a_problem_document_and_changes_nothing() {
     let r = w
         .send(Method::POST, "/v1/migrations", Some(ADMIN), Some(plan))
         .await;
-    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_problem(&r, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
     assert_eq!(
         r.body["errors"][0]["pointer"], "/plan/mapping",
         "{}",
         r.text
     );
+    // A plan from a deployment onto itself.
+    let plan = json!({ "plan": { "source": dep, "target": dep } });
+    let r = w
+        .send(Method::POST, "/v1/migrations", Some(ADMIN), Some(plan))
+        .await;
+    assert_problem(&r, StatusCode::UNPROCESSABLE_ENTITY, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/plan/target", "{}", r.text);
 
     assert_eq!(
         w.state_of(&id).await,
@@ -1079,12 +1098,12 @@ const KEYED: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
   </process>
 </definitions>"#;
 
-#[tokio::test]
-async fn a_message_is_correlated_by_name_and_key_to_the_one_waiting_instance() {
-    let w = world().await;
+/// Deploys `KEYED` and starts one instance per order id, each waiting at `paid` under its
+/// key once started; returns their ids in order.
+async fn start_orders(w: &World, orders: &[&str]) -> Vec<String> {
     let dep = w.deploy(KEYED).await;
     let mut ids = Vec::new();
-    for order in ["A-1", "A-2", "A-2"] {
+    for order in orders {
         let r = w
             .send(
                 Method::POST,
@@ -1096,7 +1115,15 @@ async fn a_message_is_correlated_by_name_and_key_to_the_one_waiting_instance() {
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
         ids.push(r.body["instance"].as_str().unwrap().to_owned());
     }
-    w.wait(|s| s.started >= 3).await;
+    let n = orders.len() as u64;
+    w.wait(move |s| s.started >= n).await;
+    ids
+}
+
+#[tokio::test]
+async fn a_message_is_correlated_by_name_and_key_to_the_one_waiting_instance() {
+    let w = world().await;
+    let ids = start_orders(&w, &["A-1", "A-2", "A-2"]).await;
     let r = w
         .send(
             Method::GET,
@@ -1437,4 +1464,584 @@ async fn a_replay_over_http_reports_journaled_instances_and_refuses_bad_requests
         .await;
     assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
     assert_eq!(w.state_of(&id).await, before);
+}
+
+/// Camunda 8's message correlation (`POST /v2/messages/correlation`): the message reaches
+/// every instance waiting under its key and answers with the first one's key; nothing
+/// waiting is a 404 (nothing buffered); an empty key or another tenant is refused at its
+/// field, changing nothing.
+#[tokio::test]
+async fn a_camunda_8_correlation_reaches_every_wait_under_its_key() {
+    let w = world().await;
+    let ids = start_orders(&w, &["A-1", "A-2", "A-2"]).await;
+    let states = states_of(&w, &ids).await;
+    let correlate = |body: Value| {
+        w.send(
+            Method::POST,
+            "/v2/messages/correlation",
+            Some(ADMIN),
+            Some(body),
+        )
+    };
+
+    let r = correlate(json!({"name": "payment-received", "correlationKey": ""})).await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(
+        r.body["errors"][0]["pointer"], "/correlationKey",
+        "{}",
+        r.text
+    );
+    let r = correlate(json!({"name": "payment-received"})).await;
+    assert_eq!(
+        r.body["errors"][0]["pointer"], "/correlationKey",
+        "{}",
+        r.text
+    );
+    let r = correlate(json!({"name": "payment-received", "correlationKey": "A-1",
+                             "tenantId": "acme"}))
+    .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/tenantId", "{}", r.text);
+    let r = correlate(json!({"name": "payment-received", "correlationKey": "A-1",
+                             "timeToLive": 0}))
+    .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    let r = correlate(json!({"name": "payment-received", "correlationKey": "B-9"})).await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
+    let r = w
+        .send(
+            Method::POST,
+            "/v2/messages/correlation",
+            Some(READER),
+            Some(json!({"name": "payment-received", "correlationKey": "A-1"})),
+        )
+        .await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(states_of(&w, &ids).await, states, "nothing changed");
+
+    // One waiting instance: its key comes back.
+    let r = correlate(json!({"name": "payment-received", "correlationKey": "A-1",
+                             "variables": {"paid_cents": 4200}, "tenantId": "<default>"}))
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        w.instance_of_key(&r.body["processInstanceKey"]).await,
+        ids[0]
+    );
+    assert_eq!(r.body["tenantId"], "<default>");
+    assert!(r.body["messageKey"]
+        .as_str()
+        .and_then(|k| k.parse::<i64>().ok())
+        .is_some_and(|k| k >> 51 == 1));
+    // Two waiting under A-2: both reached, the answer names one of them.
+    let r = correlate(json!({"name": "payment-received", "correlationKey": "A-2"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let first = w.instance_of_key(&r.body["processInstanceKey"]).await;
+    assert!(first == ids[1] || first == ids[2], "{}", r.text);
+    let r = w
+        .send(Method::GET, "/v1/instance-counts", Some(READER), None)
+        .await;
+    assert_eq!(
+        r.body,
+        json!({ "running": 0, "completed": 3, "failed": 0, "cancelled": 0 }),
+        "{}",
+        r.text
+    );
+    // The waits are over and nothing was buffered.
+    let r = correlate(json!({"name": "payment-received", "correlationKey": "A-1"})).await;
+    assert_problem(&r, StatusCode::NOT_FOUND, "not_found");
+}
+
+const SIGNALLED: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    id="d" targetNamespace="t">
+  <signal id="s" name="go"/>
+  <process id="waiter" isExecutable="true">
+    <startEvent id="start"/>
+    <intermediateCatchEvent id="wait">
+      <signalEventDefinition signalRef="s"/>
+    </intermediateCatchEvent>
+    <endEvent id="end"/>
+    <sequenceFlow id="f0" sourceRef="start" targetRef="wait"/>
+    <sequenceFlow id="f1" sourceRef="wait" targetRef="end"/>
+  </process>
+</definitions>"#;
+
+/// Camunda 8's signal broadcast (`POST /v2/signals/broadcast`): every waiting instance
+/// catches it with its variables, the answer carries the broadcast's id as its key, a
+/// broadcast reaching nothing is not an error, and another tenant, an empty name or a
+/// reader's token is refused, changing nothing.
+#[tokio::test]
+async fn a_camunda_8_signal_broadcast_reaches_every_waiting_instance() {
+    let w = world().await;
+    let dep = w.deploy(SIGNALLED).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = w
+            .send(
+                Method::POST,
+                "/v1/instances",
+                Some(ADMIN),
+                Some(json!({ "deployment": dep })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        ids.push(r.body["instance"].as_str().unwrap().to_owned());
+    }
+    w.wait(|s| s.started >= 2).await;
+    let states = states_of(&w, &ids).await;
+    let broadcast = |token: &'static str, body: Value| {
+        w.send(
+            Method::POST,
+            "/v2/signals/broadcast",
+            Some(token),
+            Some(body),
+        )
+    };
+    let r = broadcast(ADMIN, json!({"signalName": "go", "tenantId": "acme"})).await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/tenantId", "{}", r.text);
+    let r = broadcast(ADMIN, json!({"signalName": ""})).await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/signalName", "{}", r.text);
+    let r = broadcast(READER, json!({"signalName": "go"})).await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(states_of(&w, &ids).await, states, "nothing changed");
+
+    let r = broadcast(
+        ADMIN,
+        json!({"signalName": "go", "variables": {"why": "now"},
+                                    "tenantId": "<default>"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["tenantId"], "<default>");
+    assert!(
+        r.body["signalKey"].as_str().is_some_and(|k| !k.is_empty()),
+        "{}",
+        r.text
+    );
+    for id in &ids {
+        let r = w
+            .send(
+                Method::GET,
+                &format!("/v1/instances/{id}"),
+                Some(READER),
+                None,
+            )
+            .await;
+        assert_eq!(r.body["instance"]["status"], "completed", "{}", r.text);
+        assert_eq!(r.body["snapshot"]["variables"]["why"], "now", "{}", r.text);
+    }
+    // Nothing waits any more: still a broadcast, reaching nothing.
+    let r = broadcast(ADMIN, json!({"signalName": "go"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+/// Camunda 8's process-instance creation (`POST /v2/process-instances`): by process id
+/// (newest live, or the n-th version), by definition key, and with `awaitCompletion`
+/// answered at the end or at a `q:respond` task with the fetched variables; what asks
+/// for more than qflow does is refused at its field and starts nothing.
+#[tokio::test]
+async fn a_camunda_8_creation_starts_by_id_version_or_key_and_can_await_completion() {
+    let w = world().await;
+    w.broken.store(false, Ordering::SeqCst);
+    let v1 = w.deploy(&model("billing", "pay", "")).await;
+    let v2 = w
+        .deploy(&respond_model("").replace("\"order\"", "\"billing\""))
+        .await;
+    let create = |body: Value| {
+        w.send(
+            Method::POST,
+            "/v2/process-instances",
+            Some(ADMIN),
+            Some(body),
+        )
+    };
+    let counts = || w.send(Method::GET, "/v1/instance-counts", Some(READER), None);
+    let before = counts().await.body;
+
+    for (body, pointer) in [
+        (json!({"variables": {}}), "/processDefinitionId"),
+        (
+            json!({"processDefinitionId": "billing", "processDefinitionKey": v1.to_string()}),
+            "/processDefinitionId",
+        ),
+        (
+            json!({"processDefinitionKey": "x1"}),
+            "/processDefinitionKey",
+        ),
+        (
+            json!({"processDefinitionId": "billing", "tenantId": "acme"}),
+            "/tenantId",
+        ),
+        (
+            json!({"processDefinitionId": "billing", "tags": ["a"]}),
+            "/tags",
+        ),
+        (
+            json!({"processDefinitionId": "billing", "startInstructions": [{"elementId": "pay"}]}),
+            "/startInstructions",
+        ),
+        (
+            json!({"processDefinitionId": "billing", "operationReference": 7}),
+            "/operationReference",
+        ),
+    ] {
+        let r = create(body.clone()).await;
+        assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+        assert_eq!(
+            r.body["errors"][0]["pointer"], pointer,
+            "{body}: {}",
+            r.text
+        );
+    }
+    let r = create(json!({"processDefinitionId": "billing", "processDefinitionVersion": 3})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    let r = create(json!({"processDefinitionId": "nothing"})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert_eq!(counts().await.body, before, "nothing started");
+
+    // By id: the newest live deployment, version 2.
+    let r = create(json!({"processDefinitionId": "billing", "variables": {"order": 1}})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["processDefinitionId"], "billing");
+    assert_eq!(r.body["processDefinitionVersion"], 2);
+    assert_eq!(r.body["processDefinitionKey"], v2.to_string());
+    assert_eq!(r.body["variables"], json!({}));
+    assert_eq!(r.body["tenantId"], "<default>");
+    assert_eq!(r.body["tags"], json!([]));
+    let first = w.instance_of_key(&r.body["processInstanceKey"]).await;
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{first}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["instance"]["deployment"], v2, "{}", r.text);
+    // By id and version 1, and by key: the first deployment.
+    for body in [
+        json!({"processDefinitionId": "billing", "processDefinitionVersion": 1}),
+        json!({"processDefinitionKey": v1.to_string()}),
+    ] {
+        let r = create(body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text);
+        assert_eq!(r.body["processDefinitionVersion"], 1, "{}", r.text);
+        assert_eq!(r.body["processDefinitionKey"], v1.to_string(), "{}", r.text);
+    }
+    // Awaiting completion: version 1 runs to its end, version 2 stops at its respond
+    // point; only the fetched variables come back.
+    let r = create(
+        json!({"processDefinitionKey": v1.to_string(), "awaitCompletion": true,
+                          "variables": {"order": 7, "note": "x"}, "fetchVariables": ["order"]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["variables"], json!({"order": 7}), "{}", r.text);
+    let r = create(
+        json!({"processDefinitionId": "billing", "awaitCompletion": true,
+                          "requestTimeout": 5000, "variables": {"order": 8}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["variables"]["order"], 8, "{}", r.text);
+    let id = w.instance_of_key(&r.body["processInstanceKey"]).await;
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(
+        r.body["snapshot"]["frontier"],
+        json!(["confirm"]),
+        "{}",
+        r.text
+    );
+    let r = create(
+        json!({"processDefinitionId": "billing", "awaitCompletion": true,
+                          "requestTimeout": 90000}),
+    )
+    .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+}
+
+/// A `multipart/form-data` body of `parts`: (field name, file name, content).
+fn multipart(parts: &[(&str, Option<&str>, &str)]) -> (String, Vec<u8>) {
+    let boundary = "qflow-test-boundary-7d1f";
+    let mut body = String::new();
+    for (field, file, content) in parts {
+        body.push_str(&format!("--{boundary}\r\n"));
+        match file {
+            Some(file) => body.push_str(&format!(
+                "Content-Disposition: form-data; name=\"{field}\"; filename=\"{file}\"\r\n\
+                 Content-Type: application/octet-stream\r\n\r\n"
+            )),
+            None => body.push_str(&format!(
+                "Content-Disposition: form-data; name=\"{field}\"\r\n\r\n"
+            )),
+        }
+        body.push_str(content);
+        body.push_str("\r\n");
+    }
+    body.push_str(&format!("--{boundary}--\r\n"));
+    (
+        format!("multipart/form-data; boundary={boundary}"),
+        body.into_bytes(),
+    )
+}
+
+/// Camunda 8's deployment (`POST /v2/deployments`, multipart): each BPMN resource becomes
+/// a deployment whose key starts instances, the same content answers the same key, a new
+/// version of a process counts up; other resources, tenants, fields and tokens are
+/// refused at their field, and a model the loader refuses is a 422 naming its resource.
+#[tokio::test]
+async fn a_camunda_8_deployment_deploys_each_bpmn_resource() {
+    let w = world().await;
+    let deploy = |token: &'static str, parts: Vec<(&'static str, Option<&'static str>, String)>| {
+        let parts: Vec<(&str, Option<&str>, &str)> =
+            parts.iter().map(|(f, n, c)| (*f, *n, c.as_str())).collect();
+        let (content_type, body) = multipart(&parts);
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/v2/deployments")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
+            .expect("request");
+        w.raw(req)
+    };
+    let r = deploy(
+        ADMIN,
+        vec![
+            ("resources", Some("shop.bpmn"), KEYED.to_owned()),
+            ("resources", Some("waiter.bpmn20.xml"), SIGNALLED.to_owned()),
+            ("tenantId", None, "<default>".to_owned()),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let entries = r.body["deployments"].as_array().expect("deployments");
+    assert_eq!(entries.len(), 2, "{}", r.text);
+    let shop = &entries[0]["processDefinition"];
+    assert_eq!(shop["processDefinitionId"], "shop");
+    assert_eq!(shop["processDefinitionVersion"], 1);
+    assert_eq!(shop["resourceName"], "shop.bpmn");
+    assert_eq!(shop["tenantId"], "<default>");
+    assert_eq!(r.body["deploymentKey"], shop["processDefinitionKey"]);
+    assert_eq!(
+        entries[1]["processDefinition"]["processDefinitionId"],
+        "waiter"
+    );
+    let key = shop["processDefinitionKey"].as_str().unwrap().to_owned();
+    // The key starts an instance.
+    let r = w
+        .send(
+            Method::POST,
+            "/v2/process-instances",
+            Some(ADMIN),
+            Some(json!({"processDefinitionKey": key, "variables": {"order_id": "A-1"}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // The same content: the same key. Changed content: version 2.
+    let r = deploy(
+        ADMIN,
+        vec![("resources", Some("shop.bpmn"), KEYED.to_owned())],
+    )
+    .await;
+    assert_eq!(r.body["deploymentKey"], key.as_str(), "{}", r.text);
+    let changed = KEYED
+        .replace("<endEvent id=\"end\"/>", "<endEvent id=\"done\"/>")
+        .replace("targetRef=\"end\"", "targetRef=\"done\"");
+    let r = deploy(ADMIN, vec![("resources", Some("shop.bpmn"), changed)]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        r.body["deployments"][0]["processDefinition"]["processDefinitionVersion"], 2,
+        "{}",
+        r.text
+    );
+
+    let r = deploy(
+        ADMIN,
+        vec![("resources", Some("rules.dmn"), "<definitions/>".to_owned())],
+    )
+    .await;
+    assert_problem(&r, StatusCode::UNPROCESSABLE_ENTITY, "model_refused");
+    assert_eq!(r.body["errors"][0]["pointer"], "/resources", "{}", r.text);
+    for (parts, pointer) in [
+        (
+            vec![
+                ("resources", Some("shop.bpmn"), KEYED.to_owned()),
+                ("tenantId", None, "acme".to_owned()),
+            ],
+            "/tenantId",
+        ),
+        (
+            vec![("resource", Some("shop.bpmn"), KEYED.to_owned())],
+            "/resource",
+        ),
+        (
+            vec![("tenantId", None, "<default>".to_owned())],
+            "/resources",
+        ),
+    ] {
+        let r = deploy(ADMIN, parts).await;
+        assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+        assert_eq!(r.body["errors"][0]["pointer"], pointer, "{}", r.text);
+    }
+    let r = deploy(
+        ADMIN,
+        vec![("resources", Some("broken.bpmn"), "<definitions".to_owned())],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(
+        r.body["detail"].as_str().unwrap().contains("broken.bpmn"),
+        "{}",
+        r.text
+    );
+    let r = deploy(
+        READER,
+        vec![("resources", Some("shop.bpmn"), KEYED.to_owned())],
+    )
+    .await;
+    assert_problem(&r, StatusCode::FORBIDDEN, "forbidden");
+    // A JSON body is not a form: a problem, not the framework's plain text.
+    let r = w
+        .send(
+            Method::POST,
+            "/v2/deployments",
+            Some(ADMIN),
+            Some(json!({"resources": []})),
+        )
+        .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    let r = w
+        .send(Method::GET, "/v1/deployments", Some(READER), None)
+        .await;
+    assert_eq!(
+        r.body.as_array().unwrap().len(),
+        3,
+        "only the three good ones: {}",
+        r.text
+    );
+}
+
+/// Camunda 8's publication (`POST /v2/messages/publication`): with a time to live of 0
+/// the waiting instance takes it, and with nothing waiting it is dropped and still 200
+/// (as Camunda answers); with a time to live it is kept, and an instance that waits for
+/// it later takes it; a second publication with a kept message's `messageId` is 409 and
+/// changes nothing; a negative time to live is refused at its field.
+#[tokio::test]
+async fn a_camunda_8_publication_reaches_the_wait_is_kept_or_is_dropped() {
+    let w = world().await;
+    let id = start_orders(&w, &["A-1"]).await.remove(0);
+    let states = states_of(&w, std::slice::from_ref(&id)).await;
+    let publish = |body: Value| {
+        w.send(
+            Method::POST,
+            "/v2/messages/publication",
+            Some(ADMIN),
+            Some(body),
+        )
+    };
+    let r = publish(json!({"name": "payment-received", "correlationKey": "A-1",
+                           "timeToLive": -1}))
+    .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert_eq!(r.body["errors"][0]["pointer"], "/timeToLive", "{}", r.text);
+    let r = publish(json!({"name": "payment-received", "correlationKey": ""})).await;
+    assert_eq!(
+        r.body["errors"][0]["pointer"], "/correlationKey",
+        "{}",
+        r.text
+    );
+    assert_eq!(states_of(&w, std::slice::from_ref(&id)).await, states);
+
+    // Nothing waits under B-9: dropped, 200.
+    let r = publish(json!({"name": "payment-received", "correlationKey": "B-9"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.body["messageKey"].as_str().is_some_and(|k| !k.is_empty()),
+        "{}",
+        r.text
+    );
+    assert_eq!(states_of(&w, std::slice::from_ref(&id)).await, states);
+    // Nothing waits under B-7 yet, but the message is kept: its key is answered, its id
+    // taken while it is kept; the instance that waits under B-7 later takes it.
+    let kept = publish(json!({"name": "payment-received", "correlationKey": "B-7",
+                              "timeToLive": "60000", "messageId": "psp-7",
+                              "variables": {"paid": "kept"}}))
+    .await;
+    assert_eq!(kept.status, StatusCode::OK, "{}", kept.text);
+    let key: i64 = kept.body["messageKey"].as_str().unwrap().parse().unwrap();
+    assert_eq!(key >> 51, 1, "a partition-1 key: {key}");
+    let again = publish(json!({"name": "payment-received", "correlationKey": "B-7",
+                               "timeToLive": 60000, "messageId": "psp-7"}))
+    .await;
+    assert_problem(&again, StatusCode::CONFLICT, "conflict");
+    assert!(again.text.contains("psp-7"), "{}", again.text);
+    assert_eq!(states_of(&w, std::slice::from_ref(&id)).await, states);
+    // The native API: a time to live past 2^53 - 1 ms is refused at its field, changing
+    // nothing; an integral number written with a fraction (`1000.0`) is an integer.
+    let native = |body: Value| w.send(Method::POST, "/v1/messages", Some(ADMIN), Some(body));
+    let r = native(json!({"name": "payment-received", "correlation_key": "C-1",
+                          "time_to_live_ms": 9007199254740992_i64}))
+    .await;
+    assert_problem(&r, StatusCode::BAD_REQUEST, "invalid");
+    assert!(r.text.contains("time_to_live_ms"), "{}", r.text);
+    let r = native(json!({"name": "payment-received", "correlation_key": "C-1",
+                          "time_to_live_ms": 1000.0}))
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.body["buffered"]["key"].is_i64(), "{}", r.text);
+    let later = start_orders(&w, &["B-7"]).await.remove(0);
+    let mut waited = 0;
+    let view = loop {
+        let r = w
+            .send(
+                Method::GET,
+                &format!("/v1/instances/{later}"),
+                Some(READER),
+                None,
+            )
+            .await;
+        if r.body["instance"]["status"] == "completed" || waited >= 500 {
+            break r;
+        }
+        waited += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        view.body["instance"]["status"], "completed",
+        "{}",
+        view.text
+    );
+    assert_eq!(
+        view.body["snapshot"]["variables"]["paid"], "kept",
+        "{}",
+        view.text
+    );
+    // A-1 waits: taken.
+    let r = publish(json!({"name": "payment-received", "correlationKey": "A-1",
+                           "timeToLive": 0, "messageId": "m-1", "variables": {"paid": true},
+                           "tenantId": "<default>"}))
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["tenantId"], "<default>");
+    let r = w
+        .send(
+            Method::GET,
+            &format!("/v1/instances/{id}"),
+            Some(READER),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["instance"]["status"], "completed", "{}", r.text);
+    assert_eq!(r.body["snapshot"]["variables"]["paid"], true, "{}", r.text);
 }
