@@ -30,6 +30,9 @@ pub const ACTIVITI_NS: &str = "http://activiti.org/bpmn";
 /// names): read as Camunda's for the same reason, so nothing of it that runs code loads.
 pub const FLOWABLE_NS: &str = "http://flowable.org/bpmn";
 pub const ZEEBE_NS: &str = "http://camunda.org/schema/zeebe/1.0";
+/// Camunda Modeler's own namespace: `modeler:executionPlatform` on `<definitions>` records
+/// the engine a file was drawn for. Only its attributes are read.
+pub const MODELER_NS: &str = "http://camunda.org/schema/modeler/1.0";
 
 /// The namespaces the loader tells apart; everything else is `Other`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,8 @@ pub enum Ns {
     Q,
     Camunda,
     Zeebe,
+    /// Camunda Modeler's namespace ([`MODELER_NS`]); its elements are dropped.
+    Modeler,
     /// A namespace the loader ignores (diagram interchange, other vendors).
     Other,
     /// No namespace (unprefixed attributes, or elements outside any default namespace).
@@ -199,6 +204,7 @@ fn classify_ns(ns: &[u8]) -> Ns {
             Ns::Camunda
         }
         b if b == ZEEBE_NS.as_bytes() => Ns::Zeebe,
+        b if b == MODELER_NS.as_bytes() => Ns::Modeler,
         _ => Ns::Other,
     }
 }
@@ -735,7 +741,7 @@ fn keep_element(ns: Ns, local: &str) -> bool {
     match ns {
         Ns::Bpmn => !matches!(local, "documentation" | "BPMNDiagram"),
         Ns::Q | Ns::Camunda | Ns::Zeebe => true,
-        Ns::Other | Ns::None => false,
+        Ns::Modeler | Ns::Other | Ns::None => false,
     }
 }
 

@@ -25,7 +25,6 @@ const MUST_LOAD: &[&str] = &[
     "bpmn-engine/issue-139.bpmn",
     "bpmn-engine/timer-event.bpmn",
     "bpmn-engine/forms.bpmn",
-    "bpmn-engine/messaging.bpmn",
     "bpmn-engine/send-signal.bpmn",
 ];
 

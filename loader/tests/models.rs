@@ -886,14 +886,120 @@ fn q401_java_class_on_a_user_task() {
     );
 }
 
+/// The pull topic of task `id`, or a panic naming what it is instead.
+fn pull_topic(l: &Loaded, id: &str) -> String {
+    match &task(only(l), id).kind {
+        TaskKind::Pull { topic, .. } => topic.clone(),
+        other => panic!("{id} is not a pull task: {other:?}"),
+    }
+}
+
+/// `xml` as a file Camunda Modeler drew for `platform` ("Camunda Cloud", "Camunda Platform").
+fn drawn_for(platform: &str, xml: &str) -> String {
+    xml.replacen(
+        r#"id="defs">"#,
+        &format!(
+            r#"xmlns:modeler="http://camunda.org/schema/modeler/1.0" modeler:executionPlatform="{platform}" id="defs">"#
+        ),
+        1,
+    )
+}
+
 #[test]
-fn vendor_worker_on_a_send_task_is_ignored_with_a_warning() {
+fn a_send_task_with_a_vendor_worker_runs_as_that_worker_as_both_vendors_run_it() {
+    // Camunda 7's external task: the worker does the sending.
     let l = loads(&around(
         r#"<sendTask id="t" camunda:type="external" camunda:topic="mail"/>"#,
     ));
-    assert_eq!(task(only(&l), "t").kind, TaskKind::Send { message: None });
-    assert_eq!(l.warnings.len(), 1);
-    assert_eq!(l.warnings[0].code, "Q902");
+    assert_eq!(pull_topic(&l, "t"), "mail");
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    // Zeebe's job worker, with a messageRef neither vendor uses: a note names it.
+    let l = loads(&file(
+        r#"<message id="m" name="Mail"/>"#,
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<sendTask id="t" messageRef="m"><extensionElements><zeebe:taskDefinition type="mail"/></extensionElements></sendTask>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#,
+    ));
+    assert_eq!(pull_topic(&l, "t"), "mail");
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(l.warnings[0].code, "Q908");
+    assert!(
+        l.warnings[0].message.contains("messageRef `m` is not used"),
+        "{}",
+        l.warnings[0].message
+    );
+    // A Java binding: the derived topic, as on a service task.
+    let l = loads(&around(
+        r#"<sendTask id="t" camunda:class="com.acme.SendMail"/>"#,
+    ));
+    assert_eq!(pull_topic(&l, "t"), "sendMail");
+    // Without a binding the message goes through qflow's outbox, as before.
+    let l = loads(&file(
+        r#"<message id="m" name="Mail"/>"#,
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<sendTask id="t" messageRef="m"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"/>
+<endEvent id="end"/>"#,
+    ));
+    assert!(matches!(
+        task(only(&l), "t").kind,
+        TaskKind::Send { message: Some(_) }
+    ));
+}
+
+#[test]
+fn a_task_kept_for_both_engines_runs_the_binding_of_the_engine_the_file_names() {
+    let both = around(
+        r#"<serviceTask id="t" camunda:type="external" camunda:topic="emailService"><extensionElements><zeebe:taskDefinition type="email"/></extensionElements></serviceTask>"#,
+    );
+    let l = loads(&drawn_for("Camunda Cloud", &both));
+    assert_eq!(pull_topic(&l, "t"), "email");
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(l.warnings[0].code, "Q908");
+    assert!(
+        l.warnings[0]
+            .message
+            .contains("camunda:topic `emailService` is not used"),
+        "{}",
+        l.warnings[0].message
+    );
+    let l = loads(&drawn_for("Camunda Platform", &both));
+    assert_eq!(pull_topic(&l, "t"), "emailService");
+    assert!(l.warnings[0]
+        .message
+        .contains("zeebe:taskDefinition `email` is not used"));
+    // Camunda 7's Java binding beside Zeebe's job type, in a Camunda 7 file: the binding.
+    let java = around(
+        r#"<sendTask id="t" camunda:delegateExpression="${mailer}"><extensionElements><zeebe:taskDefinition type="email"/></extensionElements></sendTask>"#,
+    );
+    let l = loads(&drawn_for("Camunda Platform", &java));
+    assert_eq!(pull_topic(&l, "t"), "mailer");
+    // A file that does not name its engine is refused: which worker serves it is a guess.
+    let d = refused(
+        &around(
+            r#"<serviceTask id="t" camunda:type="external" camunda:topic="emailService"><extensionElements>¶<zeebe:taskDefinition type="email"/></extensionElements></serviceTask>"#,
+        ),
+        "Q115",
+    );
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("modeler:executionPlatform")),
+        "{d:?}"
+    );
+    // `q:` ways are never settled by the platform.
+    refused(
+        &drawn_for(
+            "Camunda Cloud",
+            &around(
+                r#"<serviceTask id="t" q:topic="a"><extensionElements>¶<zeebe:taskDefinition type="email"/></extensionElements></serviceTask>"#,
+            ),
+        ),
+        "Q115",
+    );
 }
 
 #[test]
@@ -1812,7 +1918,7 @@ fn vendor_mappings_load_on_every_task_qflow_runs() {
         r#"<userTask id="t">"#,
         r#"<receiveTask id="t">"#,
         r#"<manualTask id="t">"#,
-        r#"<sendTask id="t">"#,
+        r#"<sendTask id="t" camunda:type="external" camunda:topic="mail">"#,
     ] {
         let close = format!("</{}>", &el[1..el.find(' ').unwrap()]);
         let timeout = if el.contains("q:channel") {

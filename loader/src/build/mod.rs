@@ -237,6 +237,7 @@ pub(crate) fn build(
         messages: &messages,
         escalations: &escalations,
         signals: &signals,
+        platform: Platform::of(root),
         default_language: root
             .value("expressionLanguage")
             .map(|l| l.trim().to_ascii_lowercase())
@@ -496,6 +497,38 @@ struct Ctx<'a> {
     escalations: &'a BTreeMap<String, Option<String>>,
     /// Signal id → its name.
     signals: &'a BTreeMap<String, String>,
+    /// The engine the file was drawn for, when Camunda Modeler recorded it.
+    platform: Option<Platform>,
+}
+
+/// The engine a file was drawn for, as Camunda Modeler records it on `<definitions>`
+/// (`modeler:executionPlatform="Camunda Platform"` or `"Camunda Cloud"`). It settles
+/// which dialect's worker binding runs a task that carries one of each (a model kept for
+/// both engines): the other engine's binding is not used, and a note says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Platform {
+    /// Camunda 7: `camunda:` bindings run.
+    Camunda7,
+    /// Camunda 8 (Zeebe): `zeebe:taskDefinition` runs.
+    Camunda8,
+}
+
+impl Platform {
+    fn of(root: &Element) -> Option<Platform> {
+        match root.attr_ns(Ns::Modeler, "executionPlatform")?.value.trim() {
+            "Camunda Platform" => Some(Platform::Camunda7),
+            "Camunda Cloud" => Some(Platform::Camunda8),
+            _ => None,
+        }
+    }
+
+    /// How the file says it, for notes.
+    pub(crate) fn attribute(self) -> &'static str {
+        match self {
+            Platform::Camunda7 => "modeler:executionPlatform=\"Camunda Platform\"",
+            Platform::Camunda8 => "modeler:executionPlatform=\"Camunda Cloud\"",
+        }
+    }
 }
 
 struct ProcessBuilder<'a, 'd> {

@@ -16,6 +16,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "serviceTask" => self.service_kind(el, &mut ext)?,
             "scriptTask" => self.script_kind(el, &mut ext)?,
             "businessRuleTask" => self.business_rule_kind(el, &mut ext)?,
+            "sendTask" if vendor_worker(el, &ext) => self.worker_send_kind(el, &mut ext)?,
             other => {
                 for a in ["task", "channel", "topic"] {
                     if let Some(attr) = el.attr_ns(Ns::Q, a) {
@@ -32,11 +33,21 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     "userTask" => TaskKind::User {
                         assignment: Box::new(self.assignment(el)),
                     },
+                    // A send task that names neither its message nor a worker: Camunda 7
+                    // refuses it ("one of the attributes class, delegateExpression, type,
+                    // or expression is mandatory on sendTask"), Zeebe too (it needs a
+                    // job type), and qflow would have nothing to send.
+                    "sendTask" if el.attr("messageRef").is_none() => {
+                        self.help(
+                            "Q114",
+                            el.pos,
+                            "the sendTask says neither which message it sends nor who sends it",
+                            "name the message (messageRef=\"…\"; qflow publishes it through its outbox) or a worker that sends it (<zeebe:taskDefinition type=\"…\"/> or camunda:type=\"external\" camunda:topic=\"…\")",
+                        );
+                        return None;
+                    }
                     "sendTask" => TaskKind::Send {
-                        message: match el.attr("messageRef") {
-                            Some(_) => Some(self.message_ref(el)?),
-                            None => None,
-                        },
+                        message: Some(self.message_ref(el)?),
                     },
                     "receiveTask" => TaskKind::Receive {
                         message: match el.attr("messageRef") {
@@ -389,6 +400,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         if let Some((kind, pos)) = ext.zeebe_job.clone() {
             found.push((kind, pos, "zeebe:taskDefinition"));
         }
+        if let Some(java) = self.settle_dialects(el, &mut found) {
+            return self.delegate_kind(el, java.0, java.1, ext);
+        }
         match found.len() {
             1 => {
                 let (kind, pos, what) = found.remove(0);
@@ -441,6 +455,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             }
             _ => {
                 let names: Vec<&str> = found.iter().map(|f| f.2).collect();
+                let both_engines =
+                    names.contains(&"zeebe:taskDefinition") && names.contains(&"camunda:topic");
                 self.help(
                     "Q115",
                     found[1].1,
@@ -449,10 +465,81 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                         el.local,
                         names.join(", ")
                     ),
-                    "keep exactly one of q:task, q:channel, q:topic",
+                    if both_engines {
+                        "keep one, or say which engine the file is for on <definitions>: modeler:executionPlatform=\"Camunda Cloud\" (the Zeebe binding runs) or \"Camunda Platform\" (the Camunda 7 one)"
+                    } else {
+                        "keep exactly one of q:task, q:channel, q:topic"
+                    },
                 );
                 None
             }
+        }
+    }
+
+    /// A task kept for both engines — a Zeebe `zeebe:taskDefinition` beside a Camunda 7
+    /// external task or Java binding, and no `q:` way — runs the binding of the engine
+    /// the file was drawn for (`modeler:executionPlatform`, [`super::Platform`]), as that
+    /// engine would (each ignores the other's namespace); the other binding is named in
+    /// a note (Q908) and dropped from `found`. Returns the Java binding (attribute name
+    /// and position) when that is what runs. Without the attribute nothing changes: two
+    /// ways are refused (Q115), and a Java binding beside Zeebe's yields to it.
+    fn settle_dialects(
+        &mut self,
+        el: &Element,
+        found: &mut Vec<(TaskKind, Pos, &str)>,
+    ) -> Option<(&'static str, Pos)> {
+        let platform = self.ctx.platform?;
+        if found.iter().any(|f| f.2.starts_with("q:")) {
+            return None;
+        }
+        let zeebe = found.iter().position(|f| f.2 == "zeebe:taskDefinition")?;
+        let external = found.iter().position(|f| f.2 == "camunda:topic");
+        let java = ["class", "delegateExpression", "expression"]
+            .into_iter()
+            .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (a, x.pos)));
+        let topic = |k: &TaskKind| match k {
+            TaskKind::Pull { topic, .. } => topic.clone(),
+            _ => String::new(),
+        };
+        let (unused, pos, runs) = match platform {
+            super::Platform::Camunda8 => {
+                let (kind, pos, _) = found.remove(external?);
+                let unused = format!("camunda:topic `{}`", topic(&kind));
+                (unused, pos, "zeebe:taskDefinition".to_owned())
+            }
+            super::Platform::Camunda7 => {
+                let runs = match (external, java) {
+                    (Some(_), _) => "camunda:topic".to_owned(),
+                    (None, Some((a, _))) => format!("camunda:{a}"),
+                    (None, None) => return None,
+                };
+                let (kind, pos, _) = found.remove(zeebe);
+                (
+                    format!("zeebe:taskDefinition `{}`", topic(&kind)),
+                    pos,
+                    runs,
+                )
+            }
+        };
+        self.diags.push(
+            crate::diag::Diagnostic::note(
+                "Q908",
+                pos,
+                format!(
+                    "{unused} is not used: the file was drawn for {} ({}), so {runs} says how the {} runs",
+                    match platform {
+                        super::Platform::Camunda7 => "Camunda 7",
+                        super::Platform::Camunda8 => "Camunda 8",
+                    },
+                    platform.attribute(),
+                    el.local
+                ),
+            )
+            .with_help("nothing to do while the file names its engine; remove the unused binding to say one thing"),
+        );
+        match (platform, external) {
+            (super::Platform::Camunda7, None) => java,
+            _ => None,
         }
     }
 
@@ -548,6 +635,29 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         ext.inputs = ins.into_iter().map(|(m, _, _)| m).collect();
         ext.outputs = outs.into_iter().map(|(m, _, _)| m).collect();
         spec.merge_child_variables = all_out.is_some();
+    }
+
+    /// A send task with a vendor worker binding (`zeebe:taskDefinition`,
+    /// `camunda:type="external"`, a Java binding): both vendors run it exactly as a service
+    /// task — the worker does the sending — and use no `messageRef` (Zeebe's send task is a
+    /// job worker task; Camunda 7 parses it as service-task-like). So does qflow; a
+    /// `messageRef` beside the binding is named in a note. Without a binding a send task
+    /// publishes its message through qflow's outbox.
+    fn worker_send_kind(&mut self, el: &'a Element, ext: &mut Extensions) -> Option<TaskKind> {
+        if let Some(m) = el.attr("messageRef") {
+            self.diags.push(
+                crate::diag::Diagnostic::note(
+                    "Q908",
+                    m.pos,
+                    format!(
+                        "messageRef `{}` is not used: a worker does this send task's work, as Zeebe and Camunda 7 run it",
+                        m.value.trim()
+                    ),
+                )
+                .with_help("to have qflow publish the message itself, remove the worker binding"),
+            );
+        }
+        self.service_kind(el, ext)
     }
 
     /// A business rule task runs where its rule is somebody else's work: as a job
@@ -1004,4 +1114,14 @@ fn kind_name(k: &TaskKind) -> &'static str {
         TaskKind::Receive { .. } => "receive",
         TaskKind::Call(_) => "call activity",
     }
+}
+
+/// Whether `el` names a Camunda 7 or Zeebe way to have its work done by a worker or by
+/// Java code (`camunda:type`, `camunda:class`, `camunda:delegateExpression`,
+/// `camunda:expression`, `zeebe:taskDefinition`), even a malformed one.
+fn vendor_worker(el: &Element, ext: &Extensions) -> bool {
+    ["type", "class", "delegateExpression", "expression"]
+        .iter()
+        .any(|a| el.attr_ns(Ns::Camunda, a).is_some())
+        || ext.zeebe_attempted
 }

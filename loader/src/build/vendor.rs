@@ -12,9 +12,8 @@ use super::extensions::Extensions;
 use super::ProcessBuilder;
 
 impl<'a, 'd> ProcessBuilder<'a, 'd> {
-    /// Vendor ways of running work on a task that is not a serviceTask. On a sendTask the
-    /// message is sent through qflow's outbox, so the vendor's worker or class is named in
-    /// a warning and not used (L8: ignored, never guessed); anywhere else it is refused.
+    /// Vendor ways of running work on a task that is not a serviceTask, a business rule
+    /// task or a send task (which run them, `tasks::worker_send_kind`): refused.
     pub(super) fn vendor_runner_on_non_service(&mut self, el: &Element, ext: &Extensions) {
         let mut found: Vec<(String, Pos)> = ["class", "delegateExpression", "expression", "type"]
             .iter()
@@ -27,23 +26,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             found.push(("zeebe:taskDefinition".to_string(), *pos));
         }
         for (what, pos) in found {
-            if el.local == "sendTask" {
-                self.diags.push(
-                    Diagnostic::warning(
-                        "Q902",
-                        pos,
-                        format!("{what} on <sendTask> is ignored: qflow sends the message through its outbox"),
-                    )
-                    .with_help("to have a worker do the sending, make it a serviceTask with q:topic"),
-                );
-            } else {
-                self.help(
-                    "Q401",
-                    pos,
-                    format!("{what} on <{}> is not supported", el.local),
-                    "make it a serviceTask with q:task, q:channel or q:topic",
-                );
-            }
+            self.help(
+                "Q401",
+                pos,
+                format!("{what} on <{}> is not supported", el.local),
+                "make it a serviceTask with q:task, q:channel or q:topic",
+            );
         }
     }
 }
