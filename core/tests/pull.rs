@@ -465,3 +465,30 @@ fn retries_set_on_a_failed_task_are_what_a_kept_resume_offers() {
     assert_eq!(out.snapshot.pull_retries("work"), Some(7));
     assert_eq!(out.snapshot.status(), Status::Running);
 }
+
+/// A message end event run by a worker (Zeebe's job on a message throw event): the token
+/// waits there as at any pull task, and the instance ends once the worker completes it.
+#[test]
+fn a_message_end_event_run_by_a_worker_ends_the_instance_when_the_worker_completes_it() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="work"/>
+        <endEvent id="work" xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"><extensionElements><zeebe:taskDefinition type="inform"/></extensionElements><messageEventDefinition/></endEvent>"#,
+    );
+    let waiting = run_scenario(&def, &scenario(vec![]));
+    assert_eq!(waiting.summary.status, "running");
+    assert!(effects(&waiting).iter().any(|(_, e)| matches!(e,
+        Effect::OfferPullTask { topic, .. } if topic == "inform")));
+    let done = run_scenario(
+        &def,
+        &scenario(vec![
+            lock(10, 1, "w1", 1_000),
+            answer(
+                20,
+                json!({"type": "pull_completed", "node": "work", "attempt": 1, "worker": "w1",
+                       "variables": {"informed": true}}),
+            ),
+        ]),
+    );
+    assert_eq!(done.summary.status, "completed");
+    assert_eq!(last(&done).variables()["informed"], json!(true));
+}

@@ -211,8 +211,9 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
             }
             continue;
         }
+        let end = matches!(n.kind, NodeKind::EndEvent(_)) || meta.worker_ends.contains(&idx(i));
         match &n.kind {
-            NodeKind::EndEvent(_) if !n.outgoing.is_empty() => {
+            _ if end && !n.outgoing.is_empty() => {
                 diags.push(
                     Diagnostic::error(
                         "Q116",
@@ -222,7 +223,7 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
                     .with_help("an end event ends its path; replace it or drop the flows"),
                 );
             }
-            NodeKind::EndEvent(_) => {}
+            _ if end => {}
             NodeKind::StartEvent | NodeKind::TriggeredStart(_) | NodeKind::Boundary(_)
                 if !n.incoming.is_empty() =>
             {

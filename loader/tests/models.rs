@@ -951,6 +951,58 @@ fn a_send_task_with_a_vendor_worker_runs_as_that_worker_as_both_vendors_run_it()
 }
 
 #[test]
+fn a_message_throw_or_end_event_with_a_worker_is_that_worker_s_pull_task() {
+    // Zeebe: the job type on the event, no message.
+    let l = loads(&process(
+        r#"<startEvent id="s"/>
+<sequenceFlow id="f1" sourceRef="s" targetRef="t"/>
+<intermediateThrowEvent id="t"><extensionElements><zeebe:taskDefinition type="notify"/><zeebe:ioMapping><zeebe:input source="=1" target="x"/></zeebe:ioMapping></extensionElements><messageEventDefinition/></intermediateThrowEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="e"/>
+<endEvent id="e"><extensionElements><zeebe:taskDefinition type="inform"/></extensionElements><messageEventDefinition id="md"/></endEvent>"#,
+    ));
+    assert_eq!(pull_topic(&l, "t"), "notify");
+    assert_eq!(task(only(&l), "t").inputs.len(), 1);
+    assert_eq!(pull_topic(&l, "e"), "inform");
+    // An end event has no flow out by design: no implicit-end warning.
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    // Camunda 7: the implementation on the event definition; a messageRef is unused.
+    let l = loads(&file(
+        r#"<message id="m" name="Mail"/>"#,
+        r#"<startEvent id="s"/>
+<sequenceFlow id="f1" sourceRef="s" targetRef="t"/>
+<intermediateThrowEvent id="t"><messageEventDefinition messageRef="m" camunda:type="external" camunda:topic="mail"/></intermediateThrowEvent>
+<sequenceFlow id="f2" sourceRef="t" targetRef="e"/>
+<endEvent id="e"><messageEventDefinition camunda:class="com.acme.SendReceipt"/></endEvent>"#,
+    ));
+    assert_eq!(pull_topic(&l, "t"), "mail");
+    assert_eq!(pull_topic(&l, "e"), "sendReceipt");
+    assert_eq!(
+        l.warnings.iter().filter(|w| w.code == "Q908").count(),
+        1,
+        "{:?}",
+        l.warnings
+    );
+    // Still an end event to the graph rules: a flow out of it is refused.
+    refused(
+        &process(
+            r#"<startEvent id="s"/>
+<sequenceFlow id="f1" sourceRef="s" targetRef="e"/>
+¶<endEvent id="e"><extensionElements><zeebe:taskDefinition type="inform"/></extensionElements><messageEventDefinition/></endEvent>
+<sequenceFlow id="f2" sourceRef="e" targetRef="e2"/>
+<endEvent id="e2"/>"#,
+        ),
+        "Q116",
+    );
+    // Without a worker a message throw still needs its message.
+    refused(
+        &around(
+            r#"<intermediateThrowEvent id="t">¶<messageEventDefinition/></intermediateThrowEvent>"#,
+        ),
+        "Q102",
+    );
+}
+
+#[test]
 fn a_task_kept_for_both_engines_runs_the_binding_of_the_engine_the_file_names() {
     let both = around(
         r#"<serviceTask id="t" camunda:type="external" camunda:topic="emailService"><extensionElements><zeebe:taskDefinition type="email"/></extensionElements></serviceTask>"#,

@@ -50,6 +50,9 @@ pub(crate) struct Meta {
     /// Every event sub-process node (`triggeredByEvent="true"`), well-formed or not: the
     /// graph rules neither ask it for flows nor for a none start event.
     pub event_subs: std::collections::BTreeSet<NodeIdx>,
+    /// Message end events run by a worker (`tasks::worker_message_event`): tasks in the
+    /// model, end events to the graph rules (no flow out, and no implicit-end warning).
+    pub worker_ends: std::collections::BTreeSet<NodeIdx>,
 }
 
 pub(crate) struct Built {
@@ -669,7 +672,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         let idx = NodeIdx::at(self.nodes.len());
         self.check_node_children(el, idx);
-        if !TASKS.contains(&el.local.as_str()) {
+        if !TASKS.contains(&el.local.as_str()) && worker_message_definition(el).is_none() {
             check_other_extensions(self, el);
         }
         let kind = self.node_kind(el, idx, scope);
@@ -783,6 +786,12 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 }
                 k
             }
+            "endEvent" | "intermediateThrowEvent" if worker_message_definition(el).is_some() => {
+                if local == "endEvent" {
+                    self.meta.worker_ends.insert(idx);
+                }
+                self.task(el, idx)
+            }
             "endEvent" => self.end_event(el, idx),
             "intermediateCatchEvent" => self.catch_event(el, idx),
             "intermediateThrowEvent" => self.throw_event(el, idx),
@@ -883,4 +892,29 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             self.meta,
         )
     }
+}
+
+/// The `<messageEventDefinition>` of a message end or intermediate throw event that a
+/// worker runs — `zeebe:taskDefinition` on the event (Zeebe: message throw events are job
+/// workers), or a Camunda 7 implementation on the definition (`camunda:type`,
+/// `camunda:class`, `camunda:delegateExpression`, `camunda:expression`) — or `None`.
+pub(super) fn worker_message_definition(el: &Element) -> Option<&Element> {
+    if !matches!(el.local.as_str(), "endEvent" | "intermediateThrowEvent") {
+        return None;
+    }
+    let mut defs = el
+        .children
+        .iter()
+        .filter(|c| c.ns == Ns::Bpmn && c.local.ends_with("EventDefinition"));
+    let d = defs.next()?;
+    if d.local != "messageEventDefinition" || defs.next().is_some() {
+        return None;
+    }
+    let zeebe = el
+        .child(Ns::Bpmn, "extensionElements")
+        .is_some_and(|x| x.child(Ns::Zeebe, "taskDefinition").is_some());
+    let camunda = ["type", "class", "delegateExpression", "expression"]
+        .iter()
+        .any(|a| d.attr_ns(Ns::Camunda, a).is_some());
+    (zeebe || camunda).then_some(d)
 }

@@ -17,6 +17,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "scriptTask" => self.script_kind(el, &mut ext)?,
             "businessRuleTask" => self.business_rule_kind(el, &mut ext)?,
             "sendTask" if vendor_worker(el, &ext) => self.worker_send_kind(el, &mut ext)?,
+            "endEvent" | "intermediateThrowEvent" => self.worker_message_event(el, &mut ext)?,
             other => {
                 for a in ["task", "channel", "topic"] {
                     if let Some(attr) = el.attr_ns(Ns::Q, a) {
@@ -658,6 +659,32 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             );
         }
         self.service_kind(el, ext)
+    }
+
+    /// A message end or intermediate throw event run by a worker
+    /// (`super::worker_message_definition`): both vendors run it as a service task — Zeebe
+    /// as a job of the event's `zeebe:taskDefinition`, Camunda 7 by the implementation on
+    /// its `<messageEventDefinition>` — and publish no message of their own; qflow makes
+    /// it the same pull task (a `messageRef` on it is named in a note, Q908). An end
+    /// event's token ends once the worker completes it.
+    fn worker_message_event(&mut self, el: &'a Element, ext: &mut Extensions) -> Option<TaskKind> {
+        let d = super::worker_message_definition(el)?;
+        if let Some(m) = d.attr("messageRef") {
+            self.diags.push(
+                crate::diag::Diagnostic::note(
+                    "Q908",
+                    m.pos,
+                    format!(
+                        "messageRef `{}` is not used: a worker does this message event's work, as Zeebe and Camunda 7 run it",
+                        m.value.trim()
+                    ),
+                )
+                .with_help("to have qflow publish the message itself, remove the worker binding"),
+            );
+        }
+        // Camunda 7 writes the implementation on the event definition; Zeebe's task
+        // definition is in the event's own extensionElements (read into `ext`).
+        self.service_kind(d, ext)
     }
 
     /// A business rule task runs where its rule is somebody else's work: as a job
