@@ -19,6 +19,13 @@ use serde_json::Value as Json;
 /// and the inputs before it; Camunda 7 each over the variables alone. (The loader refuses
 /// a Zeebe mapping that reads an earlier one's target, so for Zeebe the order never
 /// shows: its versions differ on it.)
+///
+/// A Zeebe input with a nested target (`from.email`) builds the local `from` as an object
+/// with that property, and its siblings (`from.name`) add theirs. That is every Zeebe
+/// version's meaning while no variable `from` is visible outside the element; when one
+/// is, versions differ on whether the local starts from its value or from nothing
+/// (camunda/camunda#56735), so the mapping fails (`EXPRESSION_FAILED` where the caller
+/// evaluates it) rather than pick one.
 pub(crate) fn locals(
     style: MappingStyle,
     inputs: &[Mapping],
@@ -37,7 +44,26 @@ pub(crate) fn locals(
             .source
             .eval(scope.as_ref().unwrap_or(vars))
             .map_err(|e| format!("input mapping `{}`: {e}", m.target))?;
-        let one = Variables::from([(m.target.clone(), v)]);
+        let one = match m.target.split_once('.') {
+            None => Variables::from([(m.target.clone(), v)]),
+            Some((root, _)) => {
+                if !locals.contains_key(root) && vars.contains_key(root) {
+                    return Err(format!(
+                        "input mapping `{}`: `{root}` is also a variable the element sees, and \
+                         Zeebe versions differ on whether the local `{root}` starts from its \
+                         value or from nothing; map the whole object (`{root}`) instead",
+                        m.target
+                    ));
+                }
+                let start = locals
+                    .get(root)
+                    .cloned()
+                    .unwrap_or_else(|| Json::Object(Default::default()));
+                let mut one = Variables::from([(root.to_owned(), start)]);
+                put_path(&mut one, &m.target, v);
+                one
+            }
+        };
         crate::limits::check_variables(&one)
             .map_err(|why| format!("input mapping `{}`: {why}", m.target))?;
         if let Some(scope) = scope.as_mut() {

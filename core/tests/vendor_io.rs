@@ -259,3 +259,51 @@ fn a_zeebe_output_with_a_nested_target_updates_that_property_only() {
         })
     );
 }
+
+/// Zeebe inputs with nested targets build a local object from their siblings; the local
+/// never reaches the instance. Where a variable of the root's name is visible outside,
+/// Zeebe versions differ on what the local starts from, so the instance fails there with
+/// `EXPRESSION_FAILED` instead of picking one.
+#[test]
+fn zeebe_nested_input_targets_build_a_local_object_and_refuse_a_shadowed_root() {
+    let def = around_task(
+        ZEEBE,
+        r#"<zeebe:ioMapping>
+             <zeebe:input source="=sender.mail" target="from.email"/>
+             <zeebe:input source="Shop" target="from.name"/>
+           </zeebe:ioMapping>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"sender": {"mail": "a@b.c"}},
+            "tasks": {"t": [{"outcome": "ok", "outputs": {"sent": true}}]}}"#,
+    );
+    assert_eq!(
+        handler_inputs(&trace),
+        json!({"sender": {"mail": "a@b.c"}, "from": {"email": "a@b.c", "name": "Shop"}})
+    );
+    // Without outputs the completion variables merge, but the local `from` ends with the
+    // task.
+    assert_eq!(
+        final_vars(&trace),
+        json!({"sender": {"mail": "a@b.c"}, "sent": true})
+    );
+
+    let shadowed = run_scenario(
+        &def,
+        r#"{"variables": {"sender": {"mail": "a@b.c"}, "from": {"phone": "1"}},
+            "tasks": {"t": [{"outcome": "ok"}]}}"#,
+    );
+    assert_eq!(shadowed.summary.status, "failed", "{:?}", shadowed.summary);
+    let failure = last(&shadowed).failure().expect("failed");
+    assert_eq!(failure.code, "EXPRESSION_FAILED");
+    assert_eq!(failure.node.as_deref(), Some("t"));
+    let message = effects(&shadowed)
+        .into_iter()
+        .find_map(|(_, e)| match e {
+            Effect::OpenIncident { message, .. } => Some(message),
+            _ => None,
+        })
+        .expect("an incident");
+    assert!(message.contains("Zeebe versions differ"), "{message}");
+}

@@ -70,7 +70,8 @@ pub(super) fn cel_string(text: &str) -> String {
 enum Nested {
     /// A Zeebe output: yes, it creates or updates the property.
     Output,
-    /// A Zeebe input: no (its meaning differs between Zeebe versions).
+    /// A Zeebe input: yes, it builds a local object (failing at run time where Zeebe
+    /// versions differ: the root is also a variable outside).
     ZeebeInput,
     /// A Camunda 7 parameter: no (Camunda 7 names a variable).
     Camunda,
@@ -544,11 +545,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     }
 
     /// The variable a vendor mapping writes: a plain name (Q208 otherwise), or for a
-    /// Zeebe output a nested path such as `order.total`, which creates or updates that
-    /// property and keeps the rest of the variable (Zeebe's one meaning across versions).
-    /// A nested target of a Zeebe input (versions differ on whether the local keeps the
-    /// variable's other properties) or of a Camunda 7 parameter (a variable name there)
-    /// is refused (Q401).
+    /// Zeebe mapping a nested path such as `order.total`: an output creates or updates
+    /// that property and keeps the rest of the variable (Zeebe's one meaning across
+    /// versions); an input builds a local object with its siblings, and fails at run time
+    /// where versions differ (`qflow_core`'s `vendor_io::locals`). A nested target of a
+    /// Camunda 7 parameter (a variable name there) is refused (Q401).
     fn vendor_target(
         &mut self,
         m: &Element,
@@ -572,26 +573,18 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         if name.contains('.') && name.split('.').all(plain) {
             match nested {
-                Nested::Output if name.split('.').count() <= NESTED_TARGET_DEPTH_MAX => {
+                Nested::Output | Nested::ZeebeInput
+                    if name.split('.').count() <= NESTED_TARGET_DEPTH_MAX =>
+                {
                     return Some(name.to_owned());
                 }
-                Nested::Output => self.help(
+                Nested::Output | Nested::ZeebeInput => self.help(
                     "Q401",
                     a.pos,
                     format!(
                         "{what} {attr} `{name}` nests deeper than {NESTED_TARGET_DEPTH_MAX} levels"
                     ),
                     "map to a shallower path",
-                ),
-                Nested::ZeebeInput => self.help(
-                    "Q401",
-                    a.pos,
-                    format!(
-                        "{what} {attr} `{name}` writes a nested property of a local: Zeebe \
-                         versions differ on whether the local keeps the variable's other \
-                         properties"
-                    ),
-                    "map to a whole local variable, or read the property where it is used",
                 ),
                 Nested::Camunda => self.help(
                     "Q401",
