@@ -340,7 +340,11 @@ fn lex(src: &str, dialect: Dialect) -> Result<(Vec<Tok>, Vec<usize>), String> {
                         return Err(format!("{} `{word}` is outside {subset}", dialect.name()))
                     }
                     _ => {
-                        if !word.is_ascii() || word.split('.').any(is_cel_reserved) {
+                        // A reserved word after the first segment is read by index
+                        // (`content.output["break"]`, `resolve`); a variable by that name
+                        // has no CEL spelling.
+                        let root = word.split('.').next().unwrap_or(&word);
+                        if !word.is_ascii() || is_cel_reserved(root) {
                             return Err(format!("the name `{word}` cannot be used in a condition"));
                         }
                         Tok::Path(word)
@@ -373,6 +377,22 @@ const CEL_TYPE_NAMES: [&str; 13] = [
     "type",
     "uint",
 ];
+
+/// The members `a.b.c` of a path after its root, in CEL: `.b.c`, with a member whose name
+/// CEL reserves (`break`, `in`, …) selected by index (`["break"]`), which on a map (every
+/// variable's object) reads the same entry and fails the same way when it is missing.
+fn cel_members(rest: &str) -> String {
+    let mut out = String::with_capacity(rest.len() + 1);
+    for segment in rest.split('.') {
+        if is_cel_reserved(segment) {
+            out.push_str(&format!("[\"{segment}\"]"));
+        } else {
+            out.push('.');
+            out.push_str(segment);
+        }
+    }
+    out
+}
 
 pub(crate) fn is_cel_reserved(w: &str) -> bool {
     matches!(
@@ -826,13 +846,13 @@ impl P<'_> {
     /// `(type(f) == type({}) && "type" in f ? f.type : feel_var("type"))`.
     fn resolve(&self, path: &str) -> String {
         let (root, rest) = match path.split_once('.') {
-            Some((root, rest)) => (root, format!(".{rest}")),
+            Some((root, rest)) => (root, cel_members(rest)),
             None => (path, String::new()),
         };
         if !self.scopes.iter().any(|s| matches!(s, Scope::Filter(_)))
             && !CEL_TYPE_NAMES.contains(&root)
         {
-            return path.to_owned();
+            return format!("{root}{rest}");
         }
         let base = self.resolve_root(root, self.scopes.len());
         if rest.is_empty() {
@@ -1169,6 +1189,21 @@ mod tests {
             assert!(feel_to_cel(refused).is_err(), "{refused}");
         }
         assert!(juel_to_cel("${[1]}").is_err());
+    }
+
+    #[test]
+    fn members_named_like_cel_keywords_are_read_by_index() {
+        assert_eq!(
+            juel_to_cel("${content.output.break}").as_deref(),
+            Ok(r#"content.output["break"]"#)
+        );
+        assert_eq!(
+            feel_to_cel("order.in.total > 1").as_deref(),
+            Ok(r#"order["in"].total > 1"#)
+        );
+        // A variable by such a name has no CEL spelling.
+        assert!(juel_to_cel("${break.x}").is_err());
+        assert!(feel_to_cel("in = 1").is_err());
     }
 
     #[test]
