@@ -84,7 +84,8 @@ const RULES: &[(&str, &str)] = &[
     ("Q905", "warning: an activity or event has no outgoing sequence flow: its token ends there (implicit end, BPMN 2.0 §13.2)"),
     ("Q906", "warning: q:retry or q:timeout on a task bound to Java code, which apply only when [delegates] routes it to a handler"),
     ("Q907", "warning: two different Java bindings of one process derive the same pull topic, so one worker serves both"),
-    ("Q908", "note: a task's q:task, q:channel or q:topic says how it runs, and its Camunda 7 Java binding is not used"),
+    ("Q908", "note: something the model says about how a task runs is not used because something else says it (a Java binding beside a way to run, the other engine's binding in a file that names its engine, a messageRef beside a worker)"),
+    ("Q909", "warning: a message throw or end event names no message and no worker: it sends nothing and the token goes on (or ends), as Camunda 7 runs it"),
     ("Q950", "note: a service task bound to Java code (camunda:class, camunda:delegateExpression, camunda:expression) runs as a pull task; the note names its topic"),
 ];
 

@@ -993,13 +993,23 @@ fn a_message_throw_or_end_event_with_a_worker_is_that_worker_s_pull_task() {
         ),
         "Q116",
     );
-    // Without a worker a message throw still needs its message.
-    refused(
-        &around(
-            r#"<intermediateThrowEvent id="t">¶<messageEventDefinition/></intermediateThrowEvent>"#,
-        ),
-        "Q102",
-    );
+    // Neither a message nor a worker: it sends nothing, as Camunda 7 runs it (Q909).
+    let l = loads(&around(
+        r#"<intermediateThrowEvent id="t"><messageEventDefinition/></intermediateThrowEvent>"#,
+    ));
+    assert!(matches!(task(only(&l), "t").kind, TaskKind::PassThrough));
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(l.warnings[0].code, "Q909");
+    let l = loads(&process(
+        r#"<startEvent id="s"/><sequenceFlow id="f1" sourceRef="s" targetRef="e"/>
+<endEvent id="e"><messageEventDefinition/></endEvent>"#,
+    ));
+    let p = &only(&l).process;
+    assert!(matches!(
+        p.node(p.find("e").unwrap()).kind,
+        NodeKind::EndEvent(EndKind::None)
+    ));
+    assert_eq!(l.warnings[0].code, "Q909");
 }
 
 #[test]
@@ -3436,10 +3446,10 @@ fn message_throw_and_end_events_load() {
 }
 
 #[test]
-fn q102_message_throw_without_a_message_ref() {
+fn q102_message_catch_without_a_message_ref() {
     refused(
         &around(
-            r#"<intermediateThrowEvent id="t">¶<messageEventDefinition/></intermediateThrowEvent>"#,
+            r#"<intermediateCatchEvent id="t">¶<messageEventDefinition/></intermediateCatchEvent>"#,
         ),
         "Q102",
     );

@@ -254,6 +254,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 let name = self.signal_ref(d)?;
                 Some(NodeKind::EndEvent(EndKind::Signal { name }))
             }
+            Some(d) if d.local == "messageEventDefinition" && d.attr("messageRef").is_none() => {
+                self.message_throw_of_nothing(d);
+                Some(NodeKind::EndEvent(EndKind::None))
+            }
             Some(d) if d.local == "messageEventDefinition" => {
                 let name = self.message_ref(d)?;
                 Some(NodeKind::EndEvent(EndKind::Message { name }))
@@ -267,6 +271,23 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 None
             }
         }
+    }
+
+    /// A message throw or end event without a `messageRef` and without a worker
+    /// (`super::worker_message_definition` takes those): Camunda 7 deploys it and runs it
+    /// as a none event — it sends nothing (`BpmnParse` gives a message throw without an
+    /// implementation the none throw's behaviour) — and so does qflow, with a warning,
+    /// since it is as often a forgotten reference. (Zeebe refuses it: a message throw
+    /// there must have a job type.)
+    fn message_throw_of_nothing(&mut self, d: &Element) {
+        self.diags.push(
+            crate::diag::Diagnostic::warning(
+                "Q909",
+                d.pos,
+                "this message event names no message and no worker: it sends nothing, as Camunda 7 runs it",
+            )
+            .with_help("reference a <message> (messageRef=\"…\"; qflow publishes it through its outbox) or name a worker (<zeebe:taskDefinition type=\"…\"/>)"),
+        );
     }
 
     fn check_error_ref(&mut self, a: &Attr) -> Option<&'a ErrorDef> {
@@ -401,6 +422,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "signalEventDefinition" => {
                 let name = self.signal_ref(d)?;
                 Some(NodeKind::IntermediateThrow(ThrowTrigger::Signal { name }))
+            }
+            Some(d) if d.local == "messageEventDefinition" && d.attr("messageRef").is_none() => {
+                self.message_throw_of_nothing(d);
+                Some(Self::placeholder())
             }
             Some(d) if d.local == "messageEventDefinition" => {
                 let name = self.message_ref(d)?;
