@@ -1347,7 +1347,17 @@ impl<'a> Run<'a> {
             }
             _ => {}
         }
-        match self.true_flows(idx, outgoing, None) {
+        // An activity's default flow (Camunda 7's): taken when no other flow is.
+        let default = self.p.activity_defaults.get(&idx).copied();
+        match self.true_flows(idx, outgoing, default) {
+            Ok(flows) if flows.is_empty() && default.is_some() => {
+                if !self.p.compensations.is_empty() {
+                    self.compensation_completed(idx);
+                }
+                let flow = default.into_iter().collect::<Vec<_>>();
+                self.record_decision(idx, &flow, true);
+                flow.into_iter().for_each(|f| self.take(idx, f));
+            }
             Ok(flows) if flows.is_empty() => {
                 let message = format!(
                     "no outgoing flow of `{}` has a true condition",

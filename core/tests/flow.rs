@@ -889,3 +889,50 @@ fn an_activity_or_event_without_a_flow_out_ends_its_token_there() {
         "the instance completes when the boundary's token ends"
     );
 }
+
+/// An activity's default flow, as Camunda 7 runs it: taken when no other flow out is —
+/// every other one has a condition and none holds; a true condition (or an unconditioned
+/// flow) takes its own flow and not the default.
+#[test]
+fn an_activity_s_default_flow_is_taken_when_no_other_flow_is() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="t"/>
+        <serviceTask id="t" q:task="t" default="other"/>
+        <sequenceFlow id="big" sourceRef="t" targetRef="e1"><conditionExpression>n > 10</conditionExpression></sequenceFlow>
+        <sequenceFlow id="other" sourceRef="t" targetRef="e2"/>
+        <endEvent id="e1"/><endEvent id="e2"/>"#,
+    );
+    let ended_at = |n: i64| {
+        let trace = run_scenario(
+            &def,
+            &json!({"variables": {"n": n}, "tasks": {"t": [{"outcome": "ok"}]}}).to_string(),
+        );
+        assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+        trace
+            .steps
+            .iter()
+            .flat_map(|s| s.path.iter())
+            .filter_map(|e| match e {
+                qflow_core::PathEvent::Flow { flow, .. } => Some(flow.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ended_at(1), ["f0", "other"]);
+    assert_eq!(ended_at(11), ["f0", "big"]);
+
+    // Without a default, no true condition is NO_FLOW_TAKEN (Camunda 7 throws there).
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="t"/>
+        <serviceTask id="t" q:task="t"/>
+        <sequenceFlow id="big" sourceRef="t" targetRef="e1"><conditionExpression>n > 10</conditionExpression></sequenceFlow>
+        <sequenceFlow id="small" sourceRef="t" targetRef="e2"><conditionExpression>n &lt; 0</conditionExpression></sequenceFlow>
+        <endEvent id="e1"/><endEvent id="e2"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"n": 1}, "tasks": {"t": [{"outcome": "ok"}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "failed");
+    assert_eq!(trace.summary.failure_code.as_deref(), Some("NO_FLOW_TAKEN"));
+}

@@ -256,6 +256,12 @@ pub struct Process {
     /// and when it completes, as Zeebe runs it (`docs/ad-hoc-sub-processes.md`). Empty
     /// for almost every model.
     pub ad_hocs: BTreeMap<NodeIdx, AdHoc>,
+    /// The default flows of activities (`<task default="…">`), by the activity: taken
+    /// when none of the activity's other outgoing flows is taken — every one of them has
+    /// a condition and none holds — as Camunda 7 runs it (Zeebe has no conditional flows
+    /// out of activities). A gateway's default is in its [`NodeKind`]. Empty for almost
+    /// every model.
+    pub activity_defaults: BTreeMap<NodeIdx, FlowIdx>,
 }
 
 /// An ad-hoc sub-process, run as Camunda 8 (Zeebe) runs its BPMN implementation: on

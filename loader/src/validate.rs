@@ -21,7 +21,7 @@ pub(crate) fn validate(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic
     reachability(p, &ix, &startless, diags);
     directions(p, meta, diags);
     event_gateways(p, meta, diags);
-    conditions(p, diags);
+    conditions(p, meta, diags);
     design_rules(def, meta, &ix, diags);
 }
 
@@ -319,20 +319,26 @@ fn event_gateways(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
     }
 }
 
-fn conditions(p: &Process, diags: &mut Vec<Diagnostic>) {
+/// A condition belongs on a flow out of an exclusive or inclusive gateway, or out of an
+/// activity (BPMN 2.0 §13.2.1's conditional flow, which Camunda 7 runs: every flow out
+/// whose condition holds or that has none is taken, the activity's default flow when no
+/// other is, `NO_FLOW_TAKEN` when nothing is; Zeebe has no conditional flows out of
+/// activities). Anywhere else (an event, a parallel or event-based gateway): Q119.
+fn conditions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
     for f in &p.flows {
         let Some(c) = &f.condition else { continue };
         let src = p.node(f.source);
-        if !matches!(
+        let gateway = matches!(
             src.kind,
             NodeKind::ExclusiveGateway { .. } | NodeKind::InclusiveGateway { .. }
-        ) {
+        );
+        if !gateway && !meta.activities.contains(&f.source) {
             diags.push(
                 Diagnostic::error(
                     "Q119",
                     c.pos(),
                     format!(
-                        "flow `{}` has a condition but leaves `{}`, which is not an exclusive or inclusive gateway",
+                        "flow `{}` has a condition but leaves `{}`, which is neither an activity nor an exclusive or inclusive gateway",
                         f.id, src.id
                     ),
                 )

@@ -527,8 +527,29 @@ fn q109_default_flow_not_outgoing() {
 }
 
 #[test]
-fn q110_default_flow_on_a_task() {
-    refused(&around(r#"<task id="t" ¶default="f2"/>"#), "Q110");
+fn q110_default_flow_on_an_event() {
+    refused(
+        &process(
+            r#"<startEvent id="s"/><sequenceFlow id="f1" sourceRef="s" targetRef="t"/>
+<intermediateThrowEvent id="t" ¶default="f2"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="e"/><endEvent id="e"/>"#,
+        ),
+        "Q110",
+    );
+}
+
+#[test]
+fn a_default_flow_on_an_activity_loads_as_camunda_7_runs_it() {
+    let l = loads(&process(
+        r#"<startEvent id="s"/><sequenceFlow id="f1" sourceRef="s" targetRef="t"/>
+<task id="t" default="f3"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="e"><conditionExpression>x == 1</conditionExpression></sequenceFlow>
+<sequenceFlow id="f3" sourceRef="t" targetRef="e2"/>
+<endEvent id="e"/><endEvent id="e2"/>"#,
+    ));
+    let p = &only(&l).process;
+    let t = p.find("t").unwrap();
+    assert_eq!(p.flow(p.activity_defaults[&t]).id, "f3");
 }
 
 #[test]
@@ -1112,17 +1133,25 @@ fn q118_event_gateway_to_a_task() {
 }
 
 #[test]
-fn q119_condition_after_a_task() {
+fn q119_condition_after_an_event_not_after_an_activity() {
     refused(
         &process(
             r#"<startEvent id="start"/>
 <sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
-<task id="t"/>
+<intermediateThrowEvent id="t"/>
 <sequenceFlow id="f2" sourceRef="t" targetRef="end"><conditionExpression>¶ok</conditionExpression></sequenceFlow>
 <endEvent id="end"/>"#,
         ),
         "Q119",
     );
+    // Out of an activity, a conditional flow is BPMN's (§13.2.1) and Camunda 7 runs it.
+    loads(&process(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="t"/>
+<task id="t"/>
+<sequenceFlow id="f2" sourceRef="t" targetRef="end"><conditionExpression>ok</conditionExpression></sequenceFlow>
+<endEvent id="end"/>"#,
+    ));
 }
 
 #[test]

@@ -91,6 +91,7 @@ impl Builder {
                 multi_instances: BTreeMap::new(),
                 compensations: BTreeMap::new(),
                 ad_hocs: BTreeMap::new(),
+                activity_defaults: BTreeMap::new(),
             },
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),

@@ -235,15 +235,20 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let mut errs: Vec<(&'static str, Pos, String, &'static str)> = Vec::new();
         for (idx, a) in &self.defaults {
             let node = &self.nodes[idx.0 as usize];
-            if !matches!(
+            // An activity's default flow is Camunda 7's (taken when no other flow out
+            // is); events and other gateways have none in BPMN (§10.4, §13.2.1).
+            let gateway = matches!(
                 node.kind,
                 NodeKind::ExclusiveGateway { .. } | NodeKind::InclusiveGateway { .. }
-            ) {
+            );
+            if !gateway
+                && (!self.meta.activities.contains(idx) || self.meta.event_subs.contains(idx))
+            {
                 errs.push((
                     "Q110",
                     a.pos,
                     format!(
-                        "`{}` has a default flow, but only exclusive and inclusive gateways may",
+                        "`{}` has a default flow, but only exclusive and inclusive gateways and activities may",
                         node.id
                     ),
                     "remove the default attribute, or route through an exclusive gateway",
@@ -282,7 +287,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 NodeKind::ExclusiveGateway { default } | NodeKind::InclusiveGateway { default } => {
                     *default = Some(f)
                 }
-                _ => {}
+                _ => {
+                    self.activity_defaults.insert(idx, f);
+                }
             }
         }
     }

@@ -53,6 +53,10 @@ pub(crate) struct Meta {
     /// Message end events run by a worker (`tasks::worker_message_event`): tasks in the
     /// model, end events to the graph rules (no flow out, and no implicit-end warning).
     pub worker_ends: std::collections::BTreeSet<NodeIdx>,
+    /// The activities (tasks, sub-processes, call activities), told apart from the events
+    /// that load as pass-through tasks: only activities and gateways may have
+    /// conditional and default flows out (BPMN 2.0 §13.2.1; Camunda 7 runs them).
+    pub activities: std::collections::BTreeSet<NodeIdx>,
 }
 
 pub(crate) struct Built {
@@ -569,6 +573,8 @@ struct ProcessBuilder<'a, 'd> {
     compensations: BTreeMap<NodeIdx, Compensation>,
     /// The ad-hoc sub-processes read (`tasks::ad_hoc_sub_process`), by node.
     ad_hocs: BTreeMap<NodeIdx, AdHoc>,
+    /// Activities' default flows (`flows::resolve_defaults`).
+    activity_defaults: BTreeMap<NodeIdx, FlowIdx>,
     /// The first Java binding seen on each derived pull topic (`tasks::delegate_kind`), to
     /// warn when two different bindings of the process share one.
     delegate_topics: BTreeMap<String, String>,
@@ -597,6 +603,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             compensation_throws: Vec::new(),
             compensations: BTreeMap::new(),
             ad_hocs: BTreeMap::new(),
+            activity_defaults: BTreeMap::new(),
             delegate_topics: BTreeMap::new(),
             meta: Meta::default(),
         }
@@ -778,6 +785,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     fn node_kind(&mut self, el: &'a Element, idx: NodeIdx, scope: Option<NodeIdx>) -> NodeKind {
         let local = el.local.as_str();
+        if TASKS.contains(&local) || matches!(local, "subProcess" | "adHocSubProcess") {
+            self.meta.activities.insert(idx);
+        }
         let kind = match local {
             "startEvent" => {
                 let k = self.start_event(el, idx, scope);
@@ -888,6 +898,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 multi_instances: self.multi,
                 compensations: self.compensations,
                 ad_hocs: self.ad_hocs,
+                activity_defaults: self.activity_defaults,
             },
             self.meta,
         )
