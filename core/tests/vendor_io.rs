@@ -307,3 +307,36 @@ fn zeebe_nested_input_targets_build_a_local_object_and_refuse_a_shadowed_root() 
         .expect("an incident");
     assert!(message.contains("Zeebe versions differ"), "{message}");
 }
+
+/// Camunda 7's composite JUEL text (`Order ${id} shipped`): the literal parts as written
+/// and each `${…}` part's value as JUEL coerces it to a String — a string itself, an
+/// integer its digits, a boolean `true`/`false`, null the empty string. A double (Java
+/// writes `12.0`, `1.0E21`) fails the instance rather than give other text.
+#[test]
+fn camunda_composite_text_is_a_string_with_each_part_coerced_as_juel_does() {
+    let def = around_task(
+        CAMUNDA,
+        r#"<camunda:inputOutput>
+             <camunda:inputParameter name="subject">Order ${order.id} for ${name}: ${n} items, paid ${paid}${note}.</camunda:inputParameter>
+           </camunda:inputOutput>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"order": {"id": "A-7"}, "name": "Ann", "n": 3, "paid": true, "note": null},
+            "tasks": {"t": [{"outcome": "ok"}]}}"#,
+    );
+    assert_eq!(
+        handler_inputs(&trace)["subject"],
+        json!("Order A-7 for Ann: 3 items, paid true.")
+    );
+    let doubled = run_scenario(
+        &def,
+        r#"{"variables": {"order": {"id": "A-7"}, "name": "Ann", "n": 3.5, "paid": true, "note": null},
+            "tasks": {"t": [{"outcome": "ok"}]}}"#,
+    );
+    assert_eq!(doubled.summary.status, "failed");
+    assert_eq!(
+        doubled.summary.failure_code.as_deref(),
+        Some("EXPRESSION_FAILED")
+    );
+}

@@ -47,6 +47,53 @@ fn plain_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Translates a Camunda 7 JUEL value — one `${…}` (its value keeps its type), or a
+/// composite text (`Order ${id} shipped`: literal text and `${…}` parts, JSP 2.1 EL
+/// §1.2.1.1) — into CEL source. A composite's value is a string: the literal parts as
+/// written and each part's value coerced to text by `juel_text` (null as the empty
+/// string; a double, list or map fails at run time). An escaped `\\${`, `#{` mixed with
+/// `${`, a quoted string inside a part and a part that does not close are refused.
+fn juel_value(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let composite = t.matches("${").count() + t.matches("#{").count() > 1
+        || !(t.starts_with("${") || t.starts_with("#{"))
+        || !t.ends_with('}');
+    if !composite {
+        return crate::feel::juel_to_cel(t);
+    }
+    if t.contains(r"\${") || t.contains(r"\#{") {
+        return Err(r"an escaped `\${` in a JUEL text is not supported".to_string());
+    }
+    if t.contains("${") && t.contains("#{") {
+        return Err("a JUEL text mixes `${…}` and `#{…}`, which JUEL refuses".to_string());
+    }
+    let mut parts = Vec::new();
+    let mut rest = t;
+    while let Some(start) = rest.find("${").or_else(|| rest.find("#{")) {
+        if start > 0 {
+            parts.push(cel_string(&rest[..start]));
+        }
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "a `${` in the JUEL text does not close".to_string())?;
+        let inner = &after[..end];
+        if inner.contains('\'') || inner.contains('"') {
+            return Err(
+                "a quoted string inside a part of a JUEL composite text is not supported"
+                    .to_string(),
+            );
+        }
+        let cel = crate::feel::juel_to_cel(&format!("${{{inner}}}"))?;
+        parts.push(format!("{}({cel})", crate::expr::feel_support::JUEL_TEXT));
+        rest = &after[end + 1..];
+    }
+    if !rest.is_empty() {
+        parts.push(cel_string(rest));
+    }
+    Ok(parts.join(" + "))
+}
+
 pub(super) fn cel_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
@@ -242,7 +289,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let cel = if text.is_empty() {
             "null".to_owned()
         } else if text.contains("${") || text.contains("#{") {
-            match crate::feel::juel_to_cel(text) {
+            match juel_value(text) {
                 Ok(cel) => cel,
                 Err(why) => {
                     self.help(
@@ -420,7 +467,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             }
         };
         let cel = if expression {
-            match crate::feel::juel_to_cel(text.trim()) {
+            match juel_value(text.trim()) {
                 Ok(cel) => cel,
                 Err(why) => {
                     self.help(

@@ -15,7 +15,7 @@
 //! versions disagree (`is defined` of a null value) the evaluation fails instead.
 
 use cel::common::ast::{Expr, IdedExpr, LiteralValue};
-use cel::common::types::{CelBool, CelString, Kind};
+use cel::common::types::{CelBool, CelInt, CelString, CelUInt, Kind};
 use cel::common::value::{BuiltinRef, CowVal, Val};
 use cel::{ExecutionError, FunctionContext};
 
@@ -28,6 +28,9 @@ pub const IS_DEFINED_IN: &str = "feel_is_defined_in";
 pub const VAR: &str = "feel_var";
 /// `feel_string_join(list, delimiter)`: FEEL's `string join` (DMN 1.4 §10.3.4.4).
 pub const STRING_JOIN: &str = "feel_string_join";
+/// `juel_text(v)`: the text a JUEL composite expression (`Order ${id} shipped`) writes
+/// for the value of one of its `${…}` parts.
+pub const JUEL_TEXT: &str = "juel_text";
 
 type FeelFn = Box<
     dyn for<'c, 'v> Fn(&mut FunctionContext<'c, 'v>) -> Result<CowVal<'c, 'v>, ExecutionError>
@@ -104,8 +107,36 @@ pub(crate) fn register(ctx: &mut cel::Context<'_, '_>) {
         }
         Ok(CowVal::owned(CelString::from(out)))
     });
+    // A JUEL composite expression coerces each `${…}` part's value to a String (JSP 2.1
+    // EL §1.18.2, "Coerce A to String", which Camunda 7's JUEL implements): null is the
+    // empty string, a string itself, a boolean `true`/`false`, an integer its decimal
+    // digits — what CEL's `string()` writes too. A double Java writes its own way
+    // (`1.0E21`, `12.0`) and a list or map as Java's `toString` of its class: the
+    // evaluation fails there rather than write other text.
+    let juel_text: FeelFn = Box::new(|ftx| {
+        let Some(v) = ftx.args.first() else {
+            return Err(ftx.error("juel_text takes one value"));
+        };
+        let v = v.as_ref();
+        let kind = v.get_type().kind();
+        let text = match kind {
+            Kind::NullType => Some(String::new()),
+            Kind::String => v.downcast_ref::<CelString>().map(|s| s.inner().to_owned()),
+            Kind::Boolean => v.downcast_ref::<CelBool>().map(|b| b.inner().to_string()),
+            Kind::Int => v.downcast_ref::<CelInt>().map(|i| i.inner().to_string()),
+            Kind::UInt => v.downcast_ref::<CelUInt>().map(|u| u.inner().to_string()),
+            _ => None,
+        };
+        let Some(text) = text else {
+            return Err(ftx.error(format!(
+                "a JUEL composite text writes a {kind:?} as Java does, which qflow does not imitate; write a string, an integer or a boolean there, or build the text in CEL"
+            )));
+        };
+        Ok(CowVal::owned(CelString::from(text)))
+    });
     // The names are not the standard library's; a CEL author may call them too, with
     // the same meaning.
+    let _ = ctx.add_function(JUEL_TEXT, juel_text);
     let _ = ctx.add_function(STRING_JOIN, string_join);
     let _ = ctx.add_function(IS_DEFINED, is_defined);
     let _ = ctx.add_function(IS_DEFINED_IN, is_defined_in);
