@@ -689,6 +689,11 @@ pub struct Node {
     pub id: String,
     pub name: Option<String>,
     pub pos: Pos,
+    /// The BPMN element it was written as (`serviceTask`, `sendTask`, `endEvent`, …; empty
+    /// for a node built without a file). Its [`NodeKind`] says how it runs, which is not
+    /// always what it is: a send task run by a worker is a pull task, a none throw event
+    /// a pass-through; APIs that name element types (Camunda 8's) read this.
+    pub element: &'static str,
     /// The embedded sub-process this node lives in; `None` at process level.
     pub scope: Option<NodeIdx>,
     pub kind: NodeKind,

@@ -66,6 +66,20 @@ pub struct InstanceElements {
     pub active: Vec<ActiveElement>,
 }
 
+/// Camunda 8's element type of a task-like node written as `element`, where its kind
+/// would say otherwise (`BpmnElementType`'s names).
+fn element_type(element: &str) -> Option<&'static str> {
+    Some(match element {
+        "sendTask" => "SEND_TASK",
+        "businessRuleTask" => "BUSINESS_RULE_TASK",
+        "manualTask" => "MANUAL_TASK",
+        "scriptTask" => "SCRIPT_TASK",
+        "endEvent" => "END_EVENT",
+        "intermediateThrowEvent" => "INTERMEDIATE_THROW_EVENT",
+        _ => return None,
+    })
+}
+
 /// Camunda 8's element type of `node` for a token named `name`.
 fn camunda_type(
     process: &qflow_loader::model::Process,
@@ -77,16 +91,21 @@ fn camunda_type(
     match &node.kind {
         NodeKind::StartEvent | NodeKind::TriggeredStart(_) => "START_EVENT",
         NodeKind::EndEvent(_) => "END_EVENT",
-        NodeKind::Task(t) => match t.kind {
-            TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Pull { .. } => {
-                "SERVICE_TASK"
-            }
-            TaskKind::User { .. } => "USER_TASK",
-            TaskKind::PassThrough => "TASK",
-            TaskKind::Script { .. } => "SCRIPT_TASK",
-            TaskKind::Send { .. } => "SEND_TASK",
-            TaskKind::Receive { .. } => "RECEIVE_TASK",
-            TaskKind::Call(_) => "CALL_ACTIVITY",
+        // What it was written as, where that differs from how it runs (a send task or a
+        // message event run by a worker, a none throw event passed through).
+        NodeKind::Task(t) => match element_type(node.element) {
+            Some(written) => written,
+            None => match t.kind {
+                TaskKind::Registered { .. } | TaskKind::Channel { .. } | TaskKind::Pull { .. } => {
+                    "SERVICE_TASK"
+                }
+                TaskKind::User { .. } => "USER_TASK",
+                TaskKind::PassThrough => "TASK",
+                TaskKind::Script { .. } => "SCRIPT_TASK",
+                TaskKind::Send { .. } => "SEND_TASK",
+                TaskKind::Receive { .. } => "RECEIVE_TASK",
+                TaskKind::Call(_) => "CALL_ACTIVITY",
+            },
         },
         NodeKind::ExclusiveGateway { .. } => "EXCLUSIVE_GATEWAY",
         NodeKind::InclusiveGateway { .. } => "INCLUSIVE_GATEWAY",
@@ -193,5 +212,43 @@ impl Ops {
             .definition(DeploymentId(id))
             .await
             .map_err(Error::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::camunda_type;
+
+    /// The element type Camunda 8 names is what the element was written as, also where
+    /// qflow runs it as something else (a send task or a message end event run by a
+    /// worker is a pull task inside; a none throw event a pass-through).
+    #[test]
+    fn element_types_follow_the_written_element() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" targetNamespace="t">
+  <process id="p" isExecutable="true">
+    <startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="mail"/>
+    <sendTask id="mail"><extensionElements><zeebe:taskDefinition type="mail"/></extensionElements></sendTask>
+    <sequenceFlow id="f2" sourceRef="mail" targetRef="work"/>
+    <serviceTask id="work"><extensionElements><zeebe:taskDefinition type="work"/></extensionElements></serviceTask>
+    <sequenceFlow id="f3" sourceRef="work" targetRef="mark"/>
+    <intermediateThrowEvent id="mark"/>
+    <sequenceFlow id="f4" sourceRef="mark" targetRef="tell"/>
+    <endEvent id="tell"><extensionElements><zeebe:taskDefinition type="tell"/></extensionElements><messageEventDefinition/></endEvent>
+  </process>
+</definitions>"#;
+        let def = qflow_loader::load_str(xml)
+            .expect("loads")
+            .definitions
+            .remove(0);
+        let p = &def.process;
+        let ty = |id: &str| camunda_type(p, p.find(id).expect("a node"), id);
+        assert_eq!(ty("mail"), "SEND_TASK");
+        assert_eq!(ty("work"), "SERVICE_TASK");
+        assert_eq!(ty("mark"), "INTERMEDIATE_THROW_EVENT");
+        assert_eq!(ty("tell"), "END_EVENT");
+        assert_eq!(ty("s"), "START_EVENT");
     }
 }

@@ -21,6 +21,7 @@ impl Builder {
             id: id.to_owned(),
             name: None,
             pos: Pos::default(),
+            element: "",
             scope: None,
             kind,
             outgoing: Vec::new(),

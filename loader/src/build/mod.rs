@@ -687,6 +687,11 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             id: id.clone(),
             name: el.value("name").map(str::to_string),
             pos: el.pos,
+            element: FLOW_NODES
+                .iter()
+                .find(|e| **e == el.local)
+                .copied()
+                .unwrap_or(""),
             scope,
             kind,
             outgoing: Vec::new(),
