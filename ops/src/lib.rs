@@ -91,7 +91,14 @@ impl Error {
 
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
-        Error::Store(e.to_string())
+        match e {
+            // Asked a key of an instance retention purged meanwhile (or never held).
+            StoreError::UnknownInstance(id) => Error::NotFound {
+                what: "instance",
+                id: id.to_string(),
+            },
+            e => Error::Store(e.to_string()),
+        }
     }
 }
 

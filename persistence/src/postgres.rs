@@ -2000,9 +2000,16 @@ impl Store for PgStore {
         .await
         .map_err(backend)?;
         if missing > 0 {
+            // Only names whose instance row exists, locked against a purge for the
+            // statement (a purge's `FOR UPDATE SKIP LOCKED` passes it over; one that
+            // holds it first has deleted it when the lock is granted, and the name is
+            // left out): no key outlives its instance.
             sqlx::query(&format!(
-                "INSERT INTO camunda_keys (instance, kind, node, attempt) \
+                "WITH live AS (SELECT id FROM instances WHERE id = ANY($1::uuid[]) \
+                     ORDER BY id FOR KEY SHARE) \
+                 INSERT INTO camunda_keys (instance, kind, node, attempt) \
                  SELECT instance, kind, node, attempt FROM ({wanted}) AS w \
+                 WHERE w.instance IN (SELECT id FROM live) \
                  ORDER BY instance, kind, node COLLATE \"C\", attempt \
                  ON CONFLICT ON CONSTRAINT camunda_keys_name DO NOTHING"
             ))
@@ -2027,11 +2034,24 @@ impl Store for PgStore {
         .await
         .map_err(backend)?;
         if keys.len() != names.len() {
-            return Err(StoreError::Corrupt(format!(
-                "{} of {} names have a Camunda key after they were given one",
-                keys.len(),
-                names.len()
-            )));
+            // A name without a key names no instance of the store (never created, or
+            // purged meanwhile).
+            let gone: Vec<uuid::Uuid> = sqlx::query_scalar(
+                "SELECT i FROM UNNEST($1::uuid[]) AS i WHERE NOT EXISTS \
+                 (SELECT 1 FROM instances WHERE id = i) LIMIT 1",
+            )
+            .bind(&instances)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+            return Err(match gone.first() {
+                Some(id) => StoreError::UnknownInstance(*id),
+                None => StoreError::Corrupt(format!(
+                    "{} of {} names have a Camunda key after they were given one",
+                    keys.len(),
+                    names.len()
+                )),
+            });
         }
         Ok(keys)
     }

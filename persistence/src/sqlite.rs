@@ -2350,8 +2350,11 @@ impl Store for SqliteStore {
         let mut fresh = vec![0; wanted.len()];
         let mut at = 0;
         for chunk in statement_chunks(&wanted) {
+            // Only names whose instance is in the store: a purge takes the write lock too,
+            // so none can take the instance between this check and the commit.
             let mut insert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO camunda_keys (instance, kind, node, attempt) ",
+                "INSERT INTO camunda_keys (instance, kind, node, attempt) \
+                 SELECT v.column1, v.column2, v.column3, v.column4 FROM (",
             );
             insert.push_values(chunk.iter(), |mut row, name| {
                 row.push_bind(id_text(name.instance))
@@ -2359,20 +2362,23 @@ impl Store for SqliteStore {
                     .push_bind(name.node.as_str())
                     .push_bind(i64::from(name.attempt));
             });
-            insert.push(" ON CONFLICT (instance, kind, node, attempt) DO NOTHING");
+            insert.push(
+                ") AS v WHERE EXISTS (SELECT 1 FROM instances WHERE id = v.column1) \
+                 ON CONFLICT (instance, kind, node, attempt) DO NOTHING",
+            );
             insert.build().execute(&mut *tx).await.map_err(backend)?;
             let names: Vec<KeyName> = chunk.iter().map(|n| (*n).clone()).collect();
             let found = keys_query(&names).fetch_all(&mut *tx).await;
             fill_keys(&mut fresh[at..at + chunk.len()], found)?;
             at += chunk.len();
         }
+        // A name left without a key names no instance of the store: nothing is kept.
+        if let Some(((_, name), _)) = missing.iter().zip(&fresh).find(|(_, k)| **k == 0) {
+            tx.rollback().await.map_err(backend)?;
+            return Err(StoreError::UnknownInstance(name.instance));
+        }
         tx.commit().await.map_err(backend)?;
         for ((i, _), key) in missing.iter().zip(fresh) {
-            if key == 0 {
-                return Err(StoreError::Corrupt(
-                    "a name has no Camunda key after it was given one".to_owned(),
-                ));
-            }
             out[*i] = key;
         }
         Ok(out)

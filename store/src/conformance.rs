@@ -158,6 +158,7 @@ macro_rules! conformance_tests {
             camunda_keys_from_two_handles_at_once_agree,
             camunda_keys_go_with_a_purged_instance_and_are_never_reused,
             camunda_keys_of_a_withdrawn_task_go_with_it,
+            camunda_keys_are_given_only_to_names_of_stored_instances,
             buffered_messages_are_listed_live_oldest_first_and_expire,
             a_buffered_message_id_is_refused_twice_while_live,
             a_buffered_message_is_taken_once_per_process_with_its_step,
@@ -4395,6 +4396,10 @@ fn key_name(instance: InstanceId, kind: KeyKind, node: &str, attempt: u32) -> Ke
 pub async fn camunda_keys_are_given_once_per_name_and_read_back(ctx: Ctx) -> Result<()> {
     let s = &*ctx.store;
     ensure!(s.camunda_keys(&[]).await?.is_empty());
+    let dep = deploy(s, "h1").await?;
+    for n in 1..=5 {
+        lived(s, id(n), dep, InstanceStatus::Running, T0).await?;
+    }
     let names = vec![
         KeyName::instance(id(1)),
         key_name(id(1), KeyKind::Job, "pay", 1),
@@ -4470,6 +4475,8 @@ pub async fn camunda_keys_are_given_once_per_name_and_read_back(ctx: Ctx) -> Res
 
 /// Two handles asking for the same new names at once end with one key per name.
 pub async fn camunda_keys_from_two_handles_at_once_agree(ctx: Ctx) -> Result<()> {
+    let dep = deploy(&*ctx.store, "h1").await?;
+    lived(&*ctx.store, id(9), dep, InstanceStatus::Running, T0).await?;
     let names: Vec<KeyName> = (1..=20u32)
         .map(|n| key_name(id(9), KeyKind::Job, "pay", n))
         .collect();
@@ -4512,6 +4519,15 @@ pub async fn camunda_keys_go_with_a_purged_instance_and_are_never_reused(ctx: Ct
         );
     }
     ensure!(s.camunda_key(kept).await?.as_ref() == Some(&kept_name));
+    // The purged instance's names get no key again: none outlives its instance.
+    ensure!(
+        matches!(
+            s.camunda_keys(&[KeyName::instance(id(1))]).await,
+            Err(StoreError::UnknownInstance(i)) if i == id(1)
+        ),
+        "a purged instance's name is given no key"
+    );
+    lived(s, id(3), dep, InstanceStatus::Running, T0).await?;
     let fresh = s.camunda_keys(&[KeyName::instance(id(3))]).await?[0];
     let newest = gone.iter().copied().max().unwrap_or(0);
     ensure!(
@@ -4528,6 +4544,7 @@ pub async fn camunda_keys_go_with_a_purged_instance_and_are_never_reused(ctx: Ct
 pub async fn camunda_keys_of_a_withdrawn_task_go_with_it(ctx: Ctx) -> Result<()> {
     let s = &*ctx.store;
     let dep = deploy(s, "h1").await?;
+    lived(s, id(2), dep, InstanceStatus::Running, T0).await?;
     let mut c = commit(id(1), None, dep);
     c.pull.offer = vec![
         pull_row(id(1), "work", "t", T0),
@@ -4840,6 +4857,31 @@ pub async fn takes_of_one_message_from_two_handles_at_once_win_once(ctx: Ctx) ->
             .count();
         ensure!(applied == 1, "round {round}: {outcomes:?}");
         ensure!(outcomes.contains(&CommitOutcome::MessageTaken));
+    }
+    Ok(())
+}
+
+/// A name of an instance the store does not hold — never created, or purged by
+/// retention — is given no key, and a call that holds one records nothing for the others
+/// either on a store that applies the call as one transaction; once the instance exists
+/// its names get keys as any.
+pub async fn camunda_keys_are_given_only_to_names_of_stored_instances(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    lived(s, id(1), dep, InstanceStatus::Running, T0).await?;
+    let names = [
+        key_name(id(1), KeyKind::Job, "pay", 1),
+        key_name(id(2), KeyKind::Job, "pay", 1),
+    ];
+    ensure!(
+        matches!(s.camunda_keys(&names).await, Err(StoreError::UnknownInstance(i)) if i == id(2)),
+        "a name of a missing instance is refused, naming it"
+    );
+    lived(s, id(2), dep, InstanceStatus::Running, T0).await?;
+    let keys = s.camunda_keys(&names).await?;
+    ensure!(keys.len() == 2 && keys[0] != keys[1], "{keys:?}");
+    for (name, key) in names.iter().zip(&keys) {
+        ensure!(s.camunda_key(*key).await?.as_ref() == Some(name));
     }
     Ok(())
 }

@@ -1121,6 +1121,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("no deployment {0:?}")]
     UnknownDeployment(DeploymentId),
+    /// A Camunda key was asked for a name of an instance the store does not hold (never
+    /// created, or purged by retention meanwhile): no key is given to it.
+    #[error("no instance {0}")]
+    UnknownInstance(InstanceId),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -1344,6 +1348,9 @@ pub trait Store: Send + Sync + 'static {
     /// recorded now. A name is given one key however many replicas ask at once. At most
     /// [`CAMUNDA_KEYS_MAX`] names (more is a caller's bug: refused as corrupt input). A
     /// read when every name has its key already; one short write transaction otherwise.
+    /// A name of an instance the store does not hold is given no key
+    /// ([`StoreError::UnknownInstance`]): a key is never recorded for an instance that a
+    /// purge has taken, even one racing the call, so no key outlives its instance.
     /// Keys go with their instance when retention purges it; a commit that withdraws a
     /// pull task drops its [`KeyKind::Job`] keys, and one that withdraws a user task its
     /// [`KeyKind::UserTask`] key, so what is offered there next gets keys of its own.

@@ -1346,6 +1346,12 @@ impl Store for MemoryStore {
         }
         let mut state = self.lock();
         let mut out = Vec::with_capacity(names.len());
+        if let Some(name) = names
+            .iter()
+            .find(|n| !state.keys.contains_key(*n) && !state.instances.contains_key(&n.instance))
+        {
+            return Err(StoreError::UnknownInstance(name.instance));
+        }
         for name in names {
             if let Some(key) = state.keys.get(name) {
                 out.push(*key);
