@@ -1350,21 +1350,22 @@ impl<'a> Run<'a> {
         // An activity's default flow (Camunda 7's): taken when no other flow is.
         let default = self.p.activity_defaults.get(&idx).copied();
         match self.true_flows(idx, outgoing, default) {
-            Ok(flows) if flows.is_empty() && default.is_some() => {
-                if !self.p.compensations.is_empty() {
-                    self.compensation_completed(idx);
+            Ok(flows) if flows.is_empty() => match default {
+                Some(flow) => {
+                    if !self.p.compensations.is_empty() {
+                        self.compensation_completed(idx);
+                    }
+                    self.record_decision(idx, &[flow], true);
+                    self.take(idx, flow);
                 }
-                let flow = default.into_iter().collect::<Vec<_>>();
-                self.record_decision(idx, &flow, true);
-                flow.into_iter().for_each(|f| self.take(idx, f));
-            }
-            Ok(flows) if flows.is_empty() => {
-                let message = format!(
-                    "no outgoing flow of `{}` has a true condition",
-                    self.id(idx)
-                );
-                self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
-            }
+                None => {
+                    let message = format!(
+                        "no outgoing flow of `{}` has a true condition",
+                        self.id(idx)
+                    );
+                    self.fail(codes::NO_FLOW_TAKEN, Some(idx), None, message);
+                }
+            },
             Ok(flows) => {
                 // Recorded only once the token can leave: a completion that fails here
                 // (no flow taken) is made again by the resume, and recorded then.
