@@ -520,3 +520,46 @@ fn a_migration_moves_the_locals_with_their_instance() {
         .expect("the migration is refused");
     assert!(reason.contains("holds local variables"), "{reason}");
 }
+
+/// Camunda 7's `camunda:inputOutput` on an embedded sub-process: the input parameters are
+/// local variables of the sub-process's scope, each evaluated over the variables around
+/// it; a write from inside to such a name stays local; the output parameters are
+/// evaluated over the scope as it completes and set around it; the locals go.
+#[test]
+fn camunda_input_output_on_a_sub_process_maps_its_scope() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sub"/>
+      <subProcess id="sub" xmlns:camunda="http://camunda.org/schema/1.0/bpmn">
+        <extensionElements><camunda:inputOutput>
+          <camunda:inputParameter name="amount">${order.total}</camunda:inputParameter>
+          <camunda:inputParameter name="label">Order ${order.id}</camunda:inputParameter>
+          <camunda:outputParameter name="charged">${amount}</camunda:outputParameter>
+        </camunda:inputOutput></extensionElements>
+        <startEvent id="in"/>
+        <sequenceFlow id="g0" sourceRef="in" targetRef="t"/>
+        <serviceTask id="t" q:task="t"/>
+        <sequenceFlow id="g1" sourceRef="t" targetRef="out"/>
+        <endEvent id="out"/>
+      </subProcess>
+      <sequenceFlow id="f1" sourceRef="sub" targetRef="e"/><endEvent id="e"/>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"order": {"total": 12, "id": "A-7"}},
+            "tasks": {"t": [{"outcome": "ok", "outputs": {"amount": 15, "done": true}}]}}"#,
+    );
+    assert_eq!(
+        inputs_of(&trace, "t"),
+        [(
+            "t".to_owned(),
+            json!({"order": {"total": 12, "id": "A-7"}, "amount": 12, "label": "Order A-7"})
+        )]
+    );
+    // `amount` was written inside to the local (15), read by the output; `done` went out.
+    let end = completed(&trace);
+    assert_eq!(
+        vars(&end),
+        json!({"order": {"total": 12, "id": "A-7"}, "done": true, "charged": 15})
+    );
+    assert_eq!(locals(&end), json!({}));
+}

@@ -791,20 +791,24 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         self.keep_mappings(c, io, |b| &mut b.event_mappings);
     }
 
-    /// A vendor mapping on a `<subProcess>` (`el`, the mapping element `c`). Zeebe's on an
-    /// embedded sub-process runs: its inputs are locals of each scope instance, its
-    /// outputs are written to the scope around it as it completes (Camunda 8 docs,
-    /// "Embedded subprocess", "Variable mappings"). Refused (Q401): on an event
-    /// sub-process, and Camunda 7's (its sub-process scope is not mapped).
+    /// A vendor mapping on a `<subProcess>` (`el`, the mapping element `c`), Zeebe's or
+    /// Camunda 7's on an embedded sub-process: its inputs are local variables of each
+    /// scope instance (Camunda's each over the variables around it, Zeebe's over those and
+    /// the inputs before), its outputs are written to the scope around it as it
+    /// completes (Camunda 8 docs, "Embedded subprocess", "Variable mappings"; Camunda 7
+    /// docs, "Input/Output Variable Mapping": local variables of the sub-process's scope,
+    /// outputs set on the parent). Writes from inside reach a local of the name, else go
+    /// outward, in both. Refused (Q401): on an event sub-process.
     fn sub_process_io(&mut self, el: &Element, c: &Element, io: VendorIo) {
-        let refusal = if io.style == MappingStyle::Camunda {
-            Some(
-                "camunda:inputOutput on a <subProcess> is not supported: qflow runs Zeebe's \
-                 sub-process mappings only"
-                    .to_owned(),
-            )
-        } else if el.value("triggeredByEvent") == Some("true") {
-            Some("zeebe:ioMapping on an event sub-process is not supported".to_owned())
+        let refusal = if el.value("triggeredByEvent") == Some("true") {
+            Some(format!(
+                "{} on an event sub-process is not supported",
+                if io.style == MappingStyle::Camunda {
+                    "camunda:inputOutput"
+                } else {
+                    "zeebe:ioMapping"
+                }
+            ))
         } else {
             None
         };
