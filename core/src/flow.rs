@@ -1325,6 +1325,15 @@ impl<'a> Run<'a> {
         let outgoing = &self.p.node(idx).outgoing;
         match outgoing.as_slice() {
             [] => {
+                // A message end event a worker runs (a pull task inside): its end, once
+                // the worker completed it, is a message end's.
+                let node = self.p.node(idx);
+                if node.element == "endEvent" && matches!(node.kind, NodeKind::Task(_)) {
+                    let kind = EndKind::Message {
+                        name: String::new(),
+                    };
+                    self.record_end(idx, &kind);
+                }
                 if !self.p.compensations.is_empty() {
                     self.compensation_completed(idx);
                 }
@@ -1348,7 +1357,7 @@ impl<'a> Run<'a> {
             _ => {}
         }
         // An activity's default flow (Camunda 7's): taken when no other flow is.
-        let default = self.p.activity_defaults.get(&idx).copied();
+        let default = self.p.activity_defaults.get(&idx.plain()).copied();
         match self.true_flows(idx, outgoing, default) {
             Ok(flows) if flows.is_empty() => match default {
                 Some(flow) => {

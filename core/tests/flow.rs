@@ -921,6 +921,39 @@ fn an_activity_s_default_flow_is_taken_when_no_other_flow_is() {
     assert_eq!(ended_at(1), ["f0", "other"]);
     assert_eq!(ended_at(11), ["f0", "big"]);
 
+    // A second instance of the activity (two tokens in it: `t@2`) has the same default.
+    let twice = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="split"/>
+        <parallelGateway id="split"/>
+        <sequenceFlow id="a" sourceRef="split" targetRef="t"/>
+        <sequenceFlow id="b" sourceRef="split" targetRef="t"/>
+        <serviceTask id="t" q:task="t" default="other"/>
+        <sequenceFlow id="big" sourceRef="t" targetRef="e1"><conditionExpression>n > 10</conditionExpression></sequenceFlow>
+        <sequenceFlow id="other" sourceRef="t" targetRef="e2"/>
+        <endEvent id="e1"/><endEvent id="e2"/>"#,
+    );
+    let trace = run_scenario(
+        &twice,
+        r#"{"variables": {"n": 11}, "tasks": {"t": [{"outcome": "ok"}, {"outcome": "ok"}]}}"#,
+    );
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+    let taken: Vec<String> = trace
+        .steps
+        .iter()
+        .flat_map(|s| s.path.iter())
+        .filter_map(|e| match e {
+            qflow_core::PathEvent::Flow { flow, .. } if flow == "big" || flow == "other" => {
+                Some(flow.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        taken,
+        ["big", "big"],
+        "each instance of `t` takes only the true flow"
+    );
+
     // Without a default, no true condition is NO_FLOW_TAKEN (Camunda 7 throws there).
     let def = model(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="t"/>

@@ -491,4 +491,12 @@ fn a_message_end_event_run_by_a_worker_ends_the_instance_when_the_worker_complet
     );
     assert_eq!(done.summary.status, "completed");
     assert_eq!(last(&done).variables()["informed"], json!(true));
+    // Its end is traced as a message end's, as `qflow simulate` reports ends.
+    let ends: Vec<&qflow_core::PathEvent> = done
+        .steps
+        .iter()
+        .flat_map(|s| s.path.iter())
+        .filter(|e| matches!(e, qflow_core::PathEvent::End { node, .. } if node == "work"))
+        .collect();
+    assert_eq!(ends.len(), 1, "{ends:?}");
 }

@@ -564,6 +564,20 @@ fn q111_boundary_on_missing_node() {
     );
 }
 
+/// An event that loads as a task inside — a none throw passed through, a message end
+/// run by a worker — is still an event: it takes no boundary, as in both vendors.
+#[test]
+fn q111_boundary_on_an_event_loaded_as_a_task() {
+    refused(
+        &around(
+            r#"<intermediateThrowEvent id="t"/>
+<boundaryEvent id="b" ¶attachedToRef="t"><timerEventDefinition><timeDuration>PT1M</timeDuration></timerEventDefinition></boundaryEvent>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end"/>"#,
+        ),
+        "Q111",
+    );
+}
+
 #[test]
 fn q111_boundary_on_a_gateway() {
     refused(
@@ -1031,6 +1045,33 @@ fn a_message_throw_or_end_event_with_a_worker_is_that_worker_s_pull_task() {
         NodeKind::EndEvent(EndKind::None)
     ));
     assert_eq!(l.warnings[0].code, "Q909");
+}
+
+/// What Camunda 7 reads from a message event's definition beside its implementation —
+/// field injections, a connector, a result variable — is refused where it is written,
+/// never dropped.
+#[test]
+fn q401_camunda_settings_on_a_message_event_definition() {
+    let d = refused(
+        &process(
+            r#"<startEvent id="s"/><sequenceFlow id="f1" sourceRef="s" targetRef="e"/>
+<endEvent id="e"><messageEventDefinition camunda:class="com.acme.Send"><extensionElements>¶<camunda:field name="to" stringValue="a"/></extensionElements></messageEventDefinition></endEvent>"#,
+        ),
+        "Q401",
+    );
+    assert!(d.message.contains("<field>"), "{}", d.message);
+    refused(
+        &around(
+            r#"<intermediateThrowEvent id="t"><messageEventDefinition><extensionElements>¶<camunda:connector/></extensionElements></messageEventDefinition></intermediateThrowEvent>"#,
+        ),
+        "Q401",
+    );
+    refused(
+        &around(
+            r#"<intermediateThrowEvent id="t"><messageEventDefinition camunda:type="external" camunda:topic="t" ¶camunda:resultVariable="r"/></intermediateThrowEvent>"#,
+        ),
+        "Q401",
+    );
 }
 
 #[test]

@@ -255,6 +255,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 Some(NodeKind::EndEvent(EndKind::Signal { name }))
             }
             Some(d) if d.local == "messageEventDefinition" && d.attr("messageRef").is_none() => {
+                if !self.definition_extensions_refused(d) {
+                    return None;
+                }
                 self.message_throw_of_nothing(d);
                 Some(NodeKind::EndEvent(EndKind::None))
             }
@@ -424,6 +427,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 Some(NodeKind::IntermediateThrow(ThrowTrigger::Signal { name }))
             }
             Some(d) if d.local == "messageEventDefinition" && d.attr("messageRef").is_none() => {
+                if !self.definition_extensions_refused(d) {
+                    return None;
+                }
                 self.message_throw_of_nothing(d);
                 Some(Self::placeholder())
             }
@@ -866,11 +872,13 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 );
                 continue;
             }
+            // An activity (not an event loaded as a task: a none throw event passes
+            // through, a message event may be run by a worker; neither takes boundaries).
             let host_ok = host.map(|h| {
                 matches!(
                     self.nodes[h.0 as usize].kind,
                     NodeKind::Task(_) | NodeKind::SubProcess
-                )
+                ) && self.meta.activities.contains(&h)
             });
             if host_ok != Some(true) {
                 self.meta.refused_roots.push(idx);

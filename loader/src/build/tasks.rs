@@ -682,9 +682,60 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 .with_help("to have qflow publish the message itself, remove the worker binding"),
             );
         }
+        // What Camunda 7 reads from the definition beside its implementation (field
+        // injections, a result variable, a connector): not read here, so refused rather
+        // than dropped.
+        if !self.definition_extensions_refused(d) {
+            return None;
+        }
+        // Camunda 7 refuses output parameters on an end event, run by a worker or not.
+        if let Some(io) = &ext.vendor_io {
+            if el.local == "endEvent" && io.style == MappingStyle::Camunda && !io.outputs.is_empty()
+            {
+                self.help(
+                    "Q401",
+                    io.pos,
+                    "camunda:outputParameter on an <endEvent> is not supported (Camunda 7 refuses it there too)",
+                    "map the worker's result in its own variables, or end after a send task",
+                );
+                return None;
+            }
+        }
         // Camunda 7 writes the implementation on the event definition; Zeebe's task
         // definition is in the event's own extensionElements (read into `ext`).
         self.service_kind(d, ext)
+    }
+
+    /// Whether `d`, a message event's `<messageEventDefinition>`, carries nothing Camunda 7
+    /// would read there beside an implementation — `camunda:resultVariable`, or anything
+    /// in its own `extensionElements` (field injections, a connector): each is refused
+    /// (Q401) where it is written, and `false` is returned.
+    pub(super) fn definition_extensions_refused(&mut self, d: &Element) -> bool {
+        let mut clean = true;
+        if let Some(a) = d.attr_ns(Ns::Camunda, "resultVariable") {
+            self.help(
+                "Q401",
+                a.pos,
+                "camunda:resultVariable on a <messageEventDefinition> is not supported",
+                "map the worker's result with the event's camunda:inputOutput, or use a send task",
+            );
+            clean = false;
+        }
+        if let Some(x) = d.child(Ns::Bpmn, "extensionElements") {
+            for c in x.children.iter().filter(|c| c.ns != Ns::Other) {
+                self.help(
+                    "Q401",
+                    c.pos,
+                    format!(
+                        "<{}> inside a <messageEventDefinition> is not supported",
+                        c.local
+                    ),
+                    "field injections and connectors belong to a service or send task; use one",
+                );
+                clean = false;
+            }
+        }
+        clean
     }
 
     /// A business rule task runs where its rule is somebody else's work: as a job

@@ -93,21 +93,25 @@ struct Lineage {
 const CALLERS_WALKED_MAX: usize = 64;
 
 /// The top of `parent`'s chain of callers: the first instance up the chain that was not
-/// called (or whose caller is gone), at most [`CALLERS_WALKED_MAX`] steps up.
-async fn root_of(state: &AppState, parent: InstanceId) -> Result<InstanceId> {
+/// called (or whose caller retention purged), at most [`CALLERS_WALKED_MAX`] steps up;
+/// `None` when `parent` itself is gone. Always an instance the store holds, so that its
+/// key can be given.
+async fn root_of(state: &AppState, parent: InstanceId) -> Result<Option<InstanceId>> {
     let mut at = parent;
+    let mut alive = None;
     for _ in 0..CALLERS_WALKED_MAX {
         let above = match state.ops.instance(at).await {
             Ok(summary) => summary.parent,
-            Err(qflow_ops::Error::NotFound { .. }) => None,
+            Err(qflow_ops::Error::NotFound { .. }) => break,
             Err(e) => return Err(Problem::from_ops(e, Place::Body)),
         };
+        alive = Some(at);
         match above.and_then(|p| qflow_ops::parse_instance_id(&p.instance).ok()) {
             Some(next) => at = next,
             None => break,
         }
     }
-    Ok(at)
+    Ok(alive)
 }
 
 fn view(
@@ -172,6 +176,12 @@ async fn views(
             continue;
         };
         let parent = parse(&p.instance)?;
+        // A parent retention purged (its deployment's retention can be shorter) has no
+        // key any more: the called instance is shown without its lineage.
+        let Some(root) = root_of(state, parent).await? else {
+            called.push(false);
+            continue;
+        };
         names.push(KeyName::instance(parent));
         names.push(KeyName {
             instance: parent,
@@ -179,7 +189,7 @@ async fn views(
             node: p.node.clone(),
             attempt: 0,
         });
-        names.push(KeyName::instance(root_of(state, parent).await?));
+        names.push(KeyName::instance(root));
         called.push(true);
     }
     let keys = state
