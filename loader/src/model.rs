@@ -703,6 +703,29 @@ pub struct Node {
     pub incoming: Vec<FlowIdx>,
 }
 
+impl Node {
+    /// Whether it was written as an activity (a task, sub-process or call activity), not
+    /// as an event that loads as a task (a none throw event passes through; a message
+    /// event may be run by a worker). Only activities and gateways have conditional and
+    /// default flows out, and only activities take boundary events.
+    pub fn is_activity(&self) -> bool {
+        matches!(
+            self.element,
+            "task"
+                | "manualTask"
+                | "serviceTask"
+                | "userTask"
+                | "sendTask"
+                | "receiveTask"
+                | "scriptTask"
+                | "businessRuleTask"
+                | "callActivity"
+                | "subProcess"
+                | "adHocSubProcess"
+        )
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum NodeKind {
     /// A none start event: where `Input::Start` puts the first token.

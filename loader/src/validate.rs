@@ -21,7 +21,7 @@ pub(crate) fn validate(def: &Definition, meta: &Meta, diags: &mut Vec<Diagnostic
     reachability(p, &ix, &startless, diags);
     directions(p, meta, diags);
     event_gateways(p, meta, diags);
-    conditions(p, meta, diags);
+    conditions(p, diags);
     design_rules(def, meta, &ix, diags);
 }
 
@@ -211,7 +211,8 @@ fn directions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
             }
             continue;
         }
-        let end = matches!(n.kind, NodeKind::EndEvent(_)) || meta.worker_ends.contains(&idx(i));
+        // A message end event run by a worker is a task inside and still an end here.
+        let end = matches!(n.kind, NodeKind::EndEvent(_)) || n.element == "endEvent";
         match &n.kind {
             _ if end && !n.outgoing.is_empty() => {
                 diags.push(
@@ -324,7 +325,7 @@ fn event_gateways(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
 /// whose condition holds or that has none is taken, the activity's default flow when no
 /// other is, `NO_FLOW_TAKEN` when nothing is; Zeebe has no conditional flows out of
 /// activities). Anywhere else (an event, a parallel or event-based gateway): Q119.
-fn conditions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
+fn conditions(p: &Process, diags: &mut Vec<Diagnostic>) {
     for f in &p.flows {
         let Some(c) = &f.condition else { continue };
         let src = p.node(f.source);
@@ -332,7 +333,7 @@ fn conditions(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
             src.kind,
             NodeKind::ExclusiveGateway { .. } | NodeKind::InclusiveGateway { .. }
         );
-        if !gateway && !meta.activities.contains(&f.source) {
+        if !gateway && !src.is_activity() {
             diags.push(
                 Diagnostic::error(
                     "Q119",

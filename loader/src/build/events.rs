@@ -875,10 +875,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             // An activity (not an event loaded as a task: a none throw event passes
             // through, a message event may be run by a worker; neither takes boundaries).
             let host_ok = host.map(|h| {
-                matches!(
-                    self.nodes[h.0 as usize].kind,
-                    NodeKind::Task(_) | NodeKind::SubProcess
-                ) && self.meta.activities.contains(&h)
+                let node = &self.nodes[h.0 as usize];
+                matches!(node.kind, NodeKind::Task(_) | NodeKind::SubProcess) && node.is_activity()
             });
             if host_ok != Some(true) {
                 self.meta.refused_roots.push(idx);

@@ -241,9 +241,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 node.kind,
                 NodeKind::ExclusiveGateway { .. } | NodeKind::InclusiveGateway { .. }
             );
-            if !gateway
-                && (!self.meta.activities.contains(idx) || self.meta.event_subs.contains(idx))
-            {
+            if !gateway && (!node.is_activity() || self.meta.event_subs.contains(idx)) {
                 errs.push((
                     "Q110",
                     a.pos,

@@ -50,13 +50,6 @@ pub(crate) struct Meta {
     /// Every event sub-process node (`triggeredByEvent="true"`), well-formed or not: the
     /// graph rules neither ask it for flows nor for a none start event.
     pub event_subs: std::collections::BTreeSet<NodeIdx>,
-    /// Message end events run by a worker (`tasks::worker_message_event`): tasks in the
-    /// model, end events to the graph rules (no flow out, and no implicit-end warning).
-    pub worker_ends: std::collections::BTreeSet<NodeIdx>,
-    /// The activities (tasks, sub-processes, call activities), told apart from the events
-    /// that load as pass-through tasks: only activities and gateways may have
-    /// conditional and default flows out (BPMN 2.0 §13.2.1; Camunda 7 runs them).
-    pub activities: std::collections::BTreeSet<NodeIdx>,
 }
 
 pub(crate) struct Built {
@@ -91,6 +84,22 @@ const FLOW_NODES: &[&str] = &[
     "callActivity",
     "sequenceFlow",
 ];
+
+/// Camunda 7's ways to bind an element to Java code (qflow runs it as a pull task on a
+/// derived topic, `tasks::delegate_kind`).
+pub(super) const JAVA_BINDINGS: [&str; 3] = ["class", "delegateExpression", "expression"];
+
+/// Camunda 7's ways to have an element's work done elsewhere: an external task
+/// (`camunda:type`) or a Java binding.
+pub(super) const CAMUNDA_WORKER_ATTRS: [&str; 4] =
+    ["type", "class", "delegateExpression", "expression"];
+
+/// The first Java binding on `el` (in [`JAVA_BINDINGS`] order), with its attribute.
+pub(super) fn java_binding(el: &Element) -> Option<(&'static str, &Attr)> {
+    JAVA_BINDINGS
+        .into_iter()
+        .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (a, x)))
+}
 
 /// The elements read as [`Task`]s (their extensions are read by `Extensions::read`).
 pub(super) const TASKS: &[&str] = &[
@@ -790,9 +799,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     fn node_kind(&mut self, el: &'a Element, idx: NodeIdx, scope: Option<NodeIdx>) -> NodeKind {
         let local = el.local.as_str();
-        if TASKS.contains(&local) || matches!(local, "subProcess" | "adHocSubProcess") {
-            self.meta.activities.insert(idx);
-        }
         let kind = match local {
             "startEvent" => {
                 let k = self.start_event(el, idx, scope);
@@ -802,9 +808,6 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 k
             }
             "endEvent" | "intermediateThrowEvent" if worker_message_definition(el).is_some() => {
-                if local == "endEvent" {
-                    self.meta.worker_ends.insert(idx);
-                }
                 self.task(el, idx)
             }
             "endEvent" => self.end_event(el, idx),
@@ -929,7 +932,7 @@ pub(super) fn worker_message_definition(el: &Element) -> Option<&Element> {
     let zeebe = el
         .child(Ns::Bpmn, "extensionElements")
         .is_some_and(|x| x.child(Ns::Zeebe, "taskDefinition").is_some());
-    let camunda = ["type", "class", "delegateExpression", "expression"]
+    let camunda = CAMUNDA_WORKER_ATTRS
         .iter()
         .any(|a| d.attr_ns(Ns::Camunda, a).is_some());
     (zeebe || camunda).then_some(d)

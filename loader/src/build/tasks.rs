@@ -407,10 +407,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         match found.len() {
             1 => {
                 let (kind, pos, what) = found.remove(0);
-                if let Some(a) = ["class", "delegateExpression", "expression"]
-                    .iter()
-                    .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (*a, x)))
-                {
+                if let Some(a) = super::java_binding(el) {
                     self.diags.push(
                         crate::diag::Diagnostic::note(
                             "Q908",
@@ -440,11 +437,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             }
             0 if attempted => None,
             0 => {
-                let code_ref = ["class", "delegateExpression", "expression"]
-                    .iter()
-                    .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (a, x.pos)));
-                match code_ref {
-                    Some((a, pos)) => return self.delegate_kind(el, a, pos, ext),
+                match super::java_binding(el) {
+                    Some((a, x)) => return self.delegate_kind(el, a, x.pos, ext),
                     None => self.help(
                         "Q114",
                         el.pos,
@@ -495,9 +489,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         }
         let zeebe = found.iter().position(|f| f.2 == "zeebe:taskDefinition")?;
         let external = found.iter().position(|f| f.2 == "camunda:topic");
-        let java = ["class", "delegateExpression", "expression"]
-            .into_iter()
-            .find_map(|a| el.attr_ns(Ns::Camunda, a).map(|x| (a, x.pos)));
+        let java = super::java_binding(el).map(|(a, x)| (a, x.pos));
         let topic = |k: &TaskKind| match k {
             TaskKind::Pull { topic, .. } => topic.clone(),
             _ => String::new(),
@@ -756,10 +748,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let runs = ["task", "channel", "topic"]
             .iter()
             .any(|a| el.attr_ns(Ns::Q, a).is_some())
-            || ["type", "class", "delegateExpression", "expression"]
-                .iter()
-                .any(|a| el.attr_ns(Ns::Camunda, a).is_some())
-            || ext.zeebe_attempted;
+            || vendor_worker(el, ext);
         if !runs {
             // `zeebe:calledDecision` is refused where it is read (Q401).
             let decision = el
@@ -798,7 +787,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let text = el
             .attr_ns(Ns::Camunda, attr)
             .map(|a| a.value.trim().to_owned())?;
-        let others: Vec<&str> = ["class", "delegateExpression", "expression"]
+        let others: Vec<&str> = super::JAVA_BINDINGS
             .into_iter()
             .filter(|a| *a != attr && el.attr_ns(Ns::Camunda, a).is_some())
             .collect();
@@ -1198,7 +1187,7 @@ fn kind_name(k: &TaskKind) -> &'static str {
 /// Java code (`camunda:type`, `camunda:class`, `camunda:delegateExpression`,
 /// `camunda:expression`, `zeebe:taskDefinition`), even a malformed one.
 fn vendor_worker(el: &Element, ext: &Extensions) -> bool {
-    ["type", "class", "delegateExpression", "expression"]
+    super::CAMUNDA_WORKER_ATTRS
         .iter()
         .any(|a| el.attr_ns(Ns::Camunda, a).is_some())
         || ext.zeebe_attempted
