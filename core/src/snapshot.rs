@@ -969,8 +969,20 @@ fn canonical(v: rmpv::Value) -> rmpv::Value {
                     (order, k, v)
                 })
                 .collect();
+            // Stable: a key written twice keeps its occurrences in their order, and only
+            // the last is kept — the one a typed read keeps — or a later decode that reads
+            // the value typed would write other bytes for the same state.
             sorted.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Map(sorted.into_iter().map(|(_, k, v)| (k, v)).collect())
+            let mut entries: Vec<(Value, Value)> = Vec::with_capacity(sorted.len());
+            let mut last: Option<Vec<u8>> = None;
+            for (order, k, v) in sorted {
+                if last.as_ref() == Some(&order) {
+                    entries.pop();
+                }
+                entries.push((k, v));
+                last = Some(order);
+            }
+            Value::Map(entries)
         }
         Value::Array(items) => Value::Array(items.into_iter().map(canonical).collect()),
         // The typed writer writes every float as f64: a value kept raw does too, or a

@@ -474,3 +474,22 @@ fn a_float32_kept_raw_is_written_as_the_typed_writer_would() {
     let twice = Snapshot::decode(&once).expect("re-decodes").encode();
     assert_eq!(once, twice);
 }
+
+/// A per-node value that does not read typed (here a reserved `0xc1` byte) is kept raw and
+/// written in canonical order; a key it held twice (`c`) was written twice, and the next
+/// decode read the value typed, kept the last `c` and wrote one — one state, two byte
+/// strings (found by `fuzz/fuzz_targets/snapshot.rs` in CI). A value kept raw now keeps
+/// the last occurrence of a key, as a typed read does.
+#[test]
+fn a_key_written_twice_in_a_value_kept_raw_is_written_once() {
+    let hex = "87a16481a770617263656c7393a27031a27032a27033a7692f6c6162656c85a16393a27031a27032a27033a16400a16e03a16f93c1ff61a16303a16b83a9743a6c6162656c233101a9743a6c6162656c233402a9743a6c6162656c233303a16e03a17301a17494a56c6162656ca76c6162656c2331a76c6162656c2332a76c6162656c2333a17601";
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let once = Snapshot::decode(&bytes)
+        .expect("decodes leniently")
+        .encode();
+    let twice = Snapshot::decode(&once).expect("re-decodes").encode();
+    assert_eq!(once, twice);
+}
