@@ -449,32 +449,44 @@ async fn an_exported_scenario_plays_the_instance_to_its_stored_bytes() {
     }
 }
 
-/// Changes the journal row `seq` of `instance` in a SQLite store file as `change` says,
-/// in the row's stored layout (`qflow_persistence::journal_body`): what somebody editing
-/// the file by hand, or a build that wrote other bytes, leaves behind.
+/// Changes the journal entry `seq` of `instance` in a SQLite store file as `change` says,
+/// in the row's stored layout (`qflow_persistence::journal_body`: the entry inside the
+/// round row that holds it): what somebody editing the file by hand, or a build that
+/// wrote other bytes, leaves behind.
 async fn rewrite_journal_row(
     conn: &mut sqlx::SqliteConnection,
     instance: InstanceId,
     seq: u64,
     change: impl FnOnce(&mut qflow_store::JournalEntry),
 ) {
-    let (row, body): (i64, Vec<u8>) = sqlx::query_as(
-        "WITH RECURSIVE c(id) AS (SELECT journal_last FROM instances WHERE id = ?1 \
-         UNION ALL SELECT prev FROM journal JOIN c USING (id) WHERE prev IS NOT NULL) \
-         SELECT id, body FROM journal WHERE id IN (SELECT id FROM c) AND seq = ?2",
-    )
-    .bind(instance.to_string())
-    .bind(seq as i64)
-    .fetch_one(&mut *conn)
-    .await
-    .expect("the row, packed");
-    let mut entry = qflow_persistence::journal_body::unpack(row, seq, &body).expect("unpacks");
+    use qflow_persistence::journal_body;
+    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as("SELECT id, body FROM journal ORDER BY id")
+        .fetch_all(&mut *conn)
+        .await
+        .expect("the rows");
+    let (row, body) = rows
+        .iter()
+        .find(|(row, body)| {
+            journal_body::round_step(*row, body, instance)
+                .expect("a round")
+                .is_some_and(|step| step.seq == seq)
+        })
+        .expect("the instance's round row");
+    let entries = journal_body::round(*row, body).expect("reads");
+    let at = entries
+        .iter()
+        .position(|e| e.instance == instance)
+        .expect("the entry");
+    let mut entry = entries[at].unpack(*row).expect("unpacks");
     change(&mut entry);
-    let changed = sqlx::query("UPDATE journal SET body = ? WHERE id = ?")
-        .bind(qflow_persistence::journal_body::pack(&entry))
-        .bind(row)
+    let packed = journal_body::pack(&entry);
+    let mut changed = entries.clone();
+    changed[at].body = &packed;
+    let updated = sqlx::query("UPDATE journal SET body = ? WHERE id = ?")
+        .bind(journal_body::join_round(&changed))
+        .bind(*row)
         .execute(&mut *conn)
         .await
         .expect("updates");
-    assert_eq!(changed.rows_affected(), 1);
+    assert_eq!(updated.rows_affected(), 1);
 }

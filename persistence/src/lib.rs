@@ -11,7 +11,7 @@
 //! `0010_outbox`, `0011_schedules`, `0012_journal` in both directories, and
 //! `0013_journal_without_foreign_keys` and `0014_journal_in_append_order` on PostgreSQL
 //! only (SQLite's `0012` has that layout already), `0015_journal_packed` on SQLite only
-//! (a row's fields but `id`, `prev` and `seq` in one `body`, `journal_body.rs`); `0009` belongs to the user-task family, on its own
+//! (a row's fields but `id`, `prev` and `seq` in one `body`, `journal_body.rs`) and `0018_journal_rounds` on SQLite only (one row a commit round, its body every journaled step of the round); `0009` belongs to the user-task family, on its own
 //! branch: sqlx applies every migration a database lacks whatever its number, so the two
 //! merge as they are). An applied migration is never edited, a change is a new one:
 //! `0005_subscriptions`, `0007_listing_order`, `0008_open_incidents`, `0009_user_tasks` in
@@ -25,7 +25,7 @@
 //! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
 //! | `incidents` | opened/resolved per instance and node; partial index of open ones (`0008`) | `commit`, `record_delivery` (a poisoned row's `POISONED` incident) |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
-//! | `journal` | the input journal (SPEC G3, `0012`; PostgreSQL `0013`, `0014`): one row per journaled step, append-only, in append order — keyed by `id` (SQLite's rowid, PostgreSQL's `journal_id_seq`), an instance's rows found through a chain from `instances.journal_last` down each row's `prev` (always an older id); `seq` is the fence the step wrote; no other index; on SQLite a row's other fields are one packed `body` (`0015`; rows written before it keep them as columns) | `commit` (`Commit::journal`), `purge_finished` |
+//! | `journal` | the input journal (SPEC G3, `0012`; PostgreSQL `0013`, `0014`): one row per journaled step, append-only, in append order — keyed by `id` (SQLite's rowid, PostgreSQL's `journal_id_seq`), an instance's rows found through a chain from `instances.journal_last` down each row's `prev` (always an older id); `seq` is the fence the step wrote; no other index; on SQLite a row's other fields are one packed `body` (`0015`; rows written before it keep them as columns), and since `0018` a row holds a whole commit round's steps, each entry with its instance and `prev` (the instance's entry found by its id) | `commit` (`Commit::journal`), `purge_finished` |
 //! | `audit` | operator actions, with the fences their commit moved between | `commit` |
 //! | `subscriptions` | `(instance, node)` key, message name and correlation key; index on `(message, correlation_key, opened_at_ms)` | `commit` |
 //! | `pull_tasks` | `(instance, node)` key, topic, attempt, lock; partial index of offered (unlocked) rows by topic | `commit` |

@@ -17,7 +17,7 @@
 //! Must never: keep a write transaction open across anything but its own statements, or
 //! read from the reader pool inside a write (it would not see the transaction's rows).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,10 +53,10 @@ use crate::common::{
     instance_from_row, instances_query, journal_from_row, journal_limit, key_name_from_row,
     last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row,
     plan, pull_from_row, purge_choice, purge_limit, refusal, refused_takes, schedule_from_row,
-    seq_to_db, status_count_from_row, subscription_from_row, timer_from_row, Field,
-    KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, BUFFERED_COLUMNS,
-    DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS,
-    OUTBOX_COLUMNS, PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
+    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, BUFFERED_COLUMNS, DEPLOYMENT_COLUMNS,
+    INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS, OUTBOX_COLUMNS,
+    PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
 use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
@@ -1619,9 +1619,10 @@ async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> St
     .await
 }
 
-/// The journal row ids of a round's journaled commits, by batch index: the next ids in
-/// append order (the single writer makes `MAX(id)` ours). A commit that loses its
-/// compare-and-swap leaves its id unused. No read when the round journals nothing.
+/// The journal row of a round's journaled commits, by batch index: one row for the whole
+/// round (`journal_body::ROUND`), the next id in append order (the single writer makes
+/// `MAX(id)` ours). A round whose commits all lose their compare-and-swap leaves the id
+/// unused. No read when the round journals nothing.
 async fn journal_ids(
     tx: &mut SqliteConnection,
     batch: &[Commit],
@@ -1631,56 +1632,134 @@ async fn journal_ids(
     if !round.iter().any(|&i| batch[i].journal.is_some()) {
         return Ok(out);
     }
-    let mut next: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM journal")
+    let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM journal")
         .fetch_one(&mut *tx)
         .await
         .map_err(backend)?;
     for &index in round {
         if batch[index].journal.is_some() {
-            next += 1;
-            out[index] = Some(next);
+            out[index] = Some(last + 1);
         }
     }
     Ok(out)
 }
 
-/// Appends the winners' input-journal rows (SPEC G3) as multi-row inserts, each linked
-/// to its instance's row before it (`prevs`: the `journal_prev` the instance update of
-/// this round set); a commit without one (the journal is off for its deployment) writes
-/// nothing here.
+/// Appends the winners' input-journal entries (SPEC G3) as one round row
+/// (`journal_body::ROUND`, `0018_journal_rounds.sql`), each entry linked to its
+/// instance's row before it (`prevs`: the `journal_prev` the instance update of this
+/// round set); a commit without one (the journal is off for its deployment) writes
+/// nothing here. One row and two binds a round: the rows a step were most of what the
+/// journal cost the one writer (docs/performance.md).
 async fn apply_journal(
     tx: &mut SqliteConnection,
     winners: &[Winner<'_>],
     journal_ids: &HashMap<&str, i64>,
     prevs: &JournalPrevs,
 ) -> StoreResult<()> {
-    // Each row's fields but its id, chain link and seq as one blob (`journal_body`,
-    // `0015_journal_packed.sql`): four binds a row for the one writer instead of ten.
-    let mut rows: Vec<(i64, Option<i64>, i64, Vec<u8>)> = Vec::new();
+    let mut row = None;
+    let mut steps = Vec::new();
     for &(id, commit) in winners {
         if let (Some(entry), Some(&jid)) = (&commit.journal, journal_ids.get(id)) {
-            let prev = prevs.get(id).copied().flatten();
-            rows.push((jid, prev, seq_to_db(entry.seq)?, journal_body::pack(entry)));
+            row = Some(jid);
+            steps.push(journal_body::RoundStep {
+                instance: commit.instance,
+                prev: prevs.get(id).copied().flatten(),
+                entry,
+            });
         }
     }
-    insert_rows(
-        tx,
-        "INSERT INTO journal (id, prev, seq, body) ",
-        &rows,
-        |mut row, (jid, prev, seq, body)| {
-            row.push_bind(*jid)
-                .push_bind(*prev)
-                .push_bind(*seq)
-                .push_bind(body.as_slice());
-        },
-        "",
-    )
-    .await
+    let Some(row) = row else {
+        return Ok(());
+    };
+    // A round row's `seq` column is 1 (the column is `NOT NULL CHECK (seq >= 1)` for
+    // the entry rows before it); its entries carry their own.
+    sqlx::query("INSERT INTO journal (id, prev, seq, body) VALUES (?, NULL, 1, ?)")
+        .bind(row)
+        .bind(journal_body::pack_round(&steps))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(())
 }
 
-/// One journal row of either layout (`0015_journal_packed.sql`), selected as `id, body,
-/// JOURNAL_COLUMNS`: its body when it has one (a corrupt body's error names the id), else
-/// the columns of `0012_journal.sql`, which the rows written before `0015` still hold.
+/// The newest journal row of `instance` (`instances.journal_last`); none for an instance
+/// never journaled, or not there.
+async fn journal_last(
+    conn: &mut SqliteConnection,
+    instance: InstanceId,
+) -> StoreResult<Option<i64>> {
+    let last: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT journal_last FROM instances WHERE id = ?")
+            .bind(id_text(instance))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(backend)?;
+    Ok(last.flatten())
+}
+
+/// One step of an instance's journal chain, as [`chain_link`] reads it.
+struct ChainLink {
+    /// The instance's row before this one.
+    prev: Option<i64>,
+    /// The step, when its `seq` is after the walk's `after`.
+    entry: Option<JournalEntry>,
+}
+
+/// The step of `instance` that journal row `row` holds, read in any of the three
+/// layouts: the columns of `0012_journal.sql`, an entry body (`0015`) or a round body
+/// (`0018`), where the instance's entry is found by its id. A missing row, a round
+/// without the instance, a link that does not point to an earlier row or a damaged body
+/// is a corrupt journal, named by the row's id. The entry is unpacked only when its
+/// `seq` is after `after` (the step a walk stops at is not read).
+async fn chain_link(
+    conn: &mut SqliteConnection,
+    row: i64,
+    instance: InstanceId,
+    after: u64,
+) -> StoreResult<ChainLink> {
+    let found = sqlx::query(&format!(
+        "SELECT id, prev, body, {JOURNAL_COLUMNS} FROM journal WHERE id = ?"
+    ))
+    .bind(row)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(backend)?
+    .ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "journal row {row} of instance {instance} is missing"
+        ))
+    })?;
+    let body: Option<Vec<u8>> = found.field("body")?;
+    let (prev, entry) = match body {
+        Some(body) if journal_body::is_round(&body) => {
+            let step = journal_body::round_step(row, &body, instance)?.ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "journal row {row} holds no step of instance {instance}"
+                ))
+            })?;
+            let entry = (step.seq > after).then(|| step.unpack(row)).transpose()?;
+            (step.prev, entry)
+        }
+        _ => {
+            let seq: i64 = found.field("seq")?;
+            let entry = (u64::try_from(seq).map_or(true, |seq| seq > after))
+                .then(|| sqlite_journal_from_row(&found))
+                .transpose()?;
+            (found.field("prev")?, entry)
+        }
+    };
+    if let Some(prev) = prev.filter(|&prev| prev >= row || prev < 1) {
+        return Err(StoreError::Corrupt(format!(
+            "journal row {row} links instance {instance} to row {prev}, not an earlier one"
+        )));
+    }
+    Ok(ChainLink { prev, entry })
+}
+
+/// One journal row of either entry layout (`0015_journal_packed.sql`), selected as `id,
+/// body, JOURNAL_COLUMNS`: its body when it has one (a corrupt body's error names the
+/// id), else the columns of `0012_journal.sql`, which the rows written before `0015`
+/// still hold.
 fn sqlite_journal_from_row(row: &SqliteRow) -> StoreResult<JournalEntry> {
     let body: Option<Vec<u8>> = row.field("body")?;
     let Some(body) = body else {
@@ -1690,22 +1769,6 @@ fn sqlite_journal_from_row(row: &SqliteRow) -> StoreResult<JournalEntry> {
     let seq = u64::try_from(seq)
         .map_err(|_| StoreError::Corrupt(format!("stored journal seq {seq} is negative")))?;
     journal_body::unpack(id, seq, &body)
-}
-
-/// The journal rows of the instances whose ids the `?` list binds, as the recursive walk
-/// of their chains (see `0012_journal.sql`), newest first; `prev < id` bounds a damaged
-/// chain. With `after`, a `?` that binds a seq, the walk stops below the first row at
-/// or before it: a page read walks the rows it may return, not the instance's history.
-fn journal_chain_sql(placeholders: &str, after: bool) -> String {
-    let stop = if after { " AND j.seq > ?" } else { "" };
-    format!(
-        "WITH RECURSIVE chain(id) AS ( \
-             SELECT journal_last FROM instances WHERE id IN ({placeholders}) \
-                 AND journal_last IS NOT NULL \
-             UNION ALL \
-             SELECT j.prev FROM journal AS j JOIN chain AS c ON j.id = c.id \
-                 WHERE j.prev IS NOT NULL AND j.prev < j.id{stop}) "
-    )
 }
 
 /// The statement heads of [`delete_keyed`]: a timer row by `(instance, name)` and the
@@ -1783,19 +1846,88 @@ async fn purge_ids(tx: &mut SqliteConnection, request: &PurgeRequest) -> StoreRe
     query.fetch_all(&mut *tx).await.map_err(backend)
 }
 
-/// Deletes the journal rows of `ids` (their chains), before their instance rows go.
+/// Deletes the journal entries of `ids` (their chains), before their instance rows go:
+/// an entry row goes whole; a round row loses the purged instances' entries, and goes
+/// when none is left. Returns how many entries went. Each round row is read once
+/// however many of the purged instances it holds.
 async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
-    let placeholders = vec!["?"; ids.len()].join(", ");
-    let sql = format!(
-        "{}DELETE FROM journal WHERE id IN (SELECT id FROM chain)",
-        journal_chain_sql(&placeholders, false)
-    );
-    let mut query = sqlx::query(&sql);
+    let mut entry_rows: Vec<i64> = Vec::new();
+    // Round rows by id: the body as read, and the purged instances it holds.
+    let mut rounds: BTreeMap<i64, (Vec<u8>, HashSet<InstanceId>)> = BTreeMap::new();
     for id in ids {
-        query = query.bind(id.as_str());
+        let Ok(instance) = InstanceId::parse_str(id) else {
+            continue;
+        };
+        let mut next = journal_last(tx, instance).await?;
+        // A damaged chain (a missing row, a round without the instance, a body that does
+        // not read, a link that does not point back) ends the walk: retention deletes
+        // what it can reach and never stalls on a damaged journal.
+        while let Some(row) = next {
+            if let std::collections::btree_map::Entry::Vacant(slot) = rounds.entry(row) {
+                let read: Option<(Option<i64>, Option<Vec<u8>>)> =
+                    sqlx::query_as("SELECT prev, body FROM journal WHERE id = ?")
+                        .bind(row)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(backend)?;
+                match read {
+                    None => break,
+                    Some((_, Some(body))) if journal_body::is_round(&body) => {
+                        slot.insert((body, HashSet::new()));
+                    }
+                    Some((prev, _)) => {
+                        entry_rows.push(row);
+                        next = prev.filter(|&prev| prev < row);
+                        continue;
+                    }
+                }
+            }
+            let (body, purged) = rounds.get_mut(&row).expect("read above");
+            let Ok(Some(step)) = journal_body::round_step(row, body, instance) else {
+                break;
+            };
+            purged.insert(instance);
+            next = step.prev.filter(|&prev| prev < row);
+        }
     }
-    let done = query.execute(&mut *tx).await.map_err(backend)?;
-    Ok(done.rows_affected())
+    let mut gone = entry_rows.len() as u64;
+    for chunk in entry_rows.chunks(ROWS_PER_STATEMENT) {
+        let mut query: QueryBuilder<Sqlite> =
+            QueryBuilder::new("DELETE FROM journal WHERE id IN (");
+        let mut list = query.separated(", ");
+        for row in chunk {
+            list.push_bind(*row);
+        }
+        query.push(")");
+        query.build().execute(&mut *tx).await.map_err(backend)?;
+    }
+    for (row, (body, purged)) in &rounds {
+        if purged.is_empty() {
+            continue;
+        }
+        let entries = journal_body::round(*row, body)?;
+        let kept: Vec<_> = entries
+            .iter()
+            .filter(|entry| !purged.contains(&entry.instance))
+            .copied()
+            .collect();
+        gone += (entries.len() - kept.len()) as u64;
+        if kept.is_empty() {
+            sqlx::query("DELETE FROM journal WHERE id = ?")
+                .bind(row)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        } else {
+            sqlx::query("UPDATE journal SET body = ? WHERE id = ?")
+                .bind(journal_body::join_round(&kept))
+                .bind(row)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+    }
+    Ok(gone)
 }
 
 /// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
@@ -2516,32 +2648,31 @@ impl Store for SqliteStore {
         map_all(rows.await, attempt_from_row)
     }
 
-    /// One walk of the instance's chain (`0012_journal.sql`) from its newest row down to
-    /// `after`, by the rowid of each row. Paging an instance of N rows a page of L at a
-    /// time walks about N²/2L rows in all: fine for the histories instances have; a
-    /// replay reads pages of 1,000.
+    /// One walk of the instance's chain from its newest row down to `after`, a point read
+    /// of each row by its rowid, in one read transaction (one snapshot of the file). Paging
+    /// an instance of N rows a page of L at a time walks about N²/2L rows in all: fine for
+    /// the histories instances have; a replay reads pages of 1,000.
     async fn journal(
         &self,
         instance: InstanceId,
         after: u64,
         limit: u32,
     ) -> StoreResult<Vec<JournalEntry>> {
-        // Every stored seq fits an i64: nothing comes after a larger one.
-        let Ok(after) = i64::try_from(after) else {
-            return Ok(Vec::new());
-        };
-        let sql = format!(
-            "{}SELECT id, body, {JOURNAL_COLUMNS} FROM journal WHERE id IN \
-             (SELECT id FROM chain) AND seq > ? ORDER BY seq LIMIT ?",
-            journal_chain_sql("?", true)
-        );
-        let rows = sqlx::query(&sql)
-            .bind(id_text(instance))
-            .bind(after)
-            .bind(after)
-            .bind(journal_limit(limit))
-            .fetch_all(&self.readers);
-        map_all(rows.await, sqlite_journal_from_row)
+        let mut tx = self.readers.begin().await.map_err(backend)?;
+        let mut next = journal_last(&mut tx, instance).await?;
+        let mut out = Vec::new();
+        while let Some(row) = next {
+            let link = chain_link(&mut tx, row, instance, after).await?;
+            let Some(entry) = link.entry else {
+                break;
+            };
+            out.push(entry);
+            next = link.prev;
+        }
+        tx.commit().await.map_err(backend)?;
+        out.reverse();
+        out.truncate(journal_limit(limit) as usize);
+        Ok(out)
     }
 
     async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {

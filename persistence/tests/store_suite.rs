@@ -928,13 +928,24 @@ async fn sqlite_a_journal_of_columns_reads_beside_packed_rows_after_the_migratio
         "instance 3 after"
     );
 
-    // Only the new rows are packed; a damaged body is an error naming its row.
+    // Only the new rows are packed, each a round (`0018`) of the one step its commit
+    // journaled; a damaged body is an error naming its row, for the instance whose
+    // chain runs through it, and nobody else's.
     let mut conn = SqliteConnection::connect(&url).await?;
-    let packed: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM journal WHERE body IS NOT NULL ORDER BY id")
+    let packed: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT id, body FROM journal WHERE body IS NOT NULL ORDER BY id")
             .fetch_all(&mut conn)
             .await?;
-    ensure!(packed == [6, 7], "packed rows {packed:?}");
+    ensure!(
+        packed.iter().map(|(row, _)| *row).collect::<Vec<_>>() == [6, 7],
+        "packed rows {packed:?}"
+    );
+    for (row, body) in &packed {
+        ensure!(
+            qflow_persistence::journal_body::round(*row, body)?.len() == 1,
+            "row {row} is a round of one step"
+        );
+    }
     sqlx::query("UPDATE journal SET body = substr(body, 1, length(body) - 1) WHERE id = 6")
         .execute(&mut conn)
         .await?;
@@ -946,9 +957,96 @@ async fn sqlite_a_journal_of_columns_reads_beside_packed_rows_after_the_migratio
         other => anyhow::bail!("a damaged body read as {other:?}"),
     }
     ensure!(
-        store.journal(id(1), 0, 3).await? == one,
-        "the rows before it"
+        store.journal(id(2), 0, 0).await? == two,
+        "instance 2 beside it"
     );
+    ensure!(
+        store.journal(id(3), 0, 0).await?.len() == 1,
+        "instance 3 beside it"
+    );
+    store.close().await;
+    Ok(())
+}
+
+/// Steps of several instances committed in one batch share one round row (`0018`): the
+/// file holds a row a round, each instance's history reads whole through the rows it
+/// shares, and a purge takes an instance's entries out of the rows it shares with
+/// instances that stay (and deletes a row when its last entry goes).
+#[tokio::test]
+async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_instances() -> Result<()>
+{
+    use qflow_store::conformance::journal_entry;
+    use qflow_store::{Commit, InstanceId, JournalEntry, PurgeRequest};
+    use sqlx::SqliteConnection;
+
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("qflow.db");
+    let store = SqliteStore::open(&path).await?;
+    let dep = deploy(&store, "h1").await?;
+    let instances: Vec<InstanceId> = (1..=4u128).map(id).collect();
+    let mut histories: Vec<Vec<JournalEntry>> = vec![Vec::new(); instances.len()];
+    // Three batches: every instance's creation, then two steps of each, the last of
+    // which ends instances 1 and 2.
+    for seq in 1..=3u64 {
+        let mut batch: Vec<Commit> = Vec::new();
+        for (n, &instance) in instances.iter().enumerate() {
+            let entry = journal_entry(seq, dep, T0 + seq as i64, n as u8 + 1);
+            let mut c = commit(instance, (seq > 1).then_some(seq - 1), dep);
+            if seq == 3 && n < 2 {
+                c.state.status = InstanceStatus::Completed;
+            }
+            c.now_ms = T0 + seq as i64;
+            c.journal = Some(entry.clone());
+            histories[n].push(entry);
+            batch.push(c);
+        }
+        let outcomes = store.commit(batch).await?;
+        ensure!(
+            outcomes == vec![CommitOutcome::Applied { fence: seq }; 4],
+            "{outcomes:?}"
+        );
+    }
+    let rounds = |path: std::path::PathBuf| async move {
+        let mut conn = SqliteConnection::connect(&format!("sqlite://{}", path.display())).await?;
+        let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as("SELECT id, body FROM journal ORDER BY id")
+            .fetch_all(&mut conn)
+            .await?;
+        conn.close().await?;
+        anyhow::Ok(
+            rows.iter()
+                .map(|(row, body)| Ok(qflow_persistence::journal_body::round(*row, body)?.len()))
+                .collect::<Result<Vec<usize>>>()?,
+        )
+    };
+    ensure!(rounds(path.clone()).await? == [4, 4, 4], "a row a round");
+    for (n, &instance) in instances.iter().enumerate() {
+        ensure!(
+            store.journal(instance, 0, 0).await? == histories[n],
+            "instance {n}"
+        );
+        ensure!(
+            store.journal(instance, 1, 1).await? == histories[n][1..2],
+            "a page"
+        );
+    }
+    let purged = store
+        .purge_finished(PurgeRequest {
+            ended_before_ms: T0 + 10,
+            limit: 10,
+            deployment: None,
+        })
+        .await?;
+    ensure!(purged.journal == 6, "entries purged: {}", purged.journal);
+    ensure!(
+        rounds(path.clone()).await? == [2, 2, 2],
+        "the rounds keep the others"
+    );
+    for (n, &instance) in instances.iter().enumerate().skip(2) {
+        ensure!(
+            store.journal(instance, 0, 0).await? == histories[n],
+            "kept {n}"
+        );
+    }
     store.close().await;
     Ok(())
 }

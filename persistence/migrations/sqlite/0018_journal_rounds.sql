@@ -1,0 +1,19 @@
+-- The input journal one row a commit round (SPEC G3, issue 29, SQLite only): from this
+-- migration on, a round of the one writer's commit that journals any step writes one
+-- row to `journal` whose `body` holds every journaled step of the round (layout byte
+-- 2, `persistence/src/journal_body.rs`), each entry with its instance's id and its
+-- link (`prev`) to the instance's row before it. The row's own `prev` column is NULL
+-- and its `seq` column 1: the entries carry their own. `instances.journal_last` names
+-- the row of the instance's newest step, as before; the instance's entry in a round row
+-- is found by its id (a round's instances are distinct).
+--
+-- Why: every journaled step was a row of its own, and the rows, not their bytes, were
+-- most of what the journal cost the one writer (0.82 of journal-off throughput with one
+-- lane on an idle machine, docs/performance.md "The input journal").
+--
+-- No table changes: rows written before it (the columns of `0012_journal.sql`, the
+-- entry bodies of `0015_journal_packed.sql`) read as they are, and chains run across
+-- the layouts. What this migration does is mark the file, so that a build from before
+-- it, which cannot read a round row, refuses to open the file (sqlx reports an applied
+-- migration it does not know) instead of failing at its first read of one.
+SELECT 1;
