@@ -811,6 +811,7 @@ impl<'a> Run<'a> {
         let cycle = matches!(
             timer,
             TimerDef::Cycle { .. }
+                | TimerDef::Cron(_)
                 | TimerDef::Computed {
                     kind: TimeKind::Cycle,
                     ..
@@ -824,6 +825,13 @@ impl<'a> Run<'a> {
                 repetitions,
                 interval,
             }) => (repetitions, interval),
+            Ok(TimerDef::Cron(cron)) => {
+                // Unbounded: the schedule's next instant after now (instants missed while
+                // the timer waited to fire are not made up).
+                let due = cron.next_after(self.now_ms).unwrap_or(i64::MAX);
+                self.arm(name, due);
+                return true;
+            }
             Ok(_) => return false,
             Err(message) => {
                 self.fail(codes::EXPRESSION_FAILED, Some(node), None, message);

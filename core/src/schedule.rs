@@ -10,6 +10,9 @@
 //!   replica ran start one instance between them, not one each: the next occurrence is
 //!   the first one after the instant the missed one fired, so a replica back after a
 //!   long stop does not start a burst of instances. Each start spends one repetition.
+//! - `timeCycle` as a cron expression (UTC): the schedule's first instant after the
+//!   deployment, then each next one, without bound; missed instants coalesce as above
+//!   (the next one is the first after the later of the fired one and now).
 //! - A computed timer (`=…` FEEL, `${…}` JUEL) on a start event is refused by the
 //!   loader (Q207: there are no variables before an instance starts); should one reach
 //!   these functions, it is evaluated over no variables.
@@ -50,6 +53,13 @@ pub fn first(timer: &TimerDef, deployed_at_ms: i64) -> Result<Option<Occurrence>
             due_at_ms: after(deployed_at_ms, interval),
             remaining: repetitions,
         },
+        TimerDef::Cron(cron) => match cron.next_after(deployed_at_ms) {
+            Some(due_at_ms) => Occurrence {
+                due_at_ms,
+                remaining: None,
+            },
+            None => return Ok(None),
+        },
         TimerDef::Computed { .. } => {
             return Err("a computed timer gave another computed timer".to_owned())
         }
@@ -70,6 +80,16 @@ pub fn next(
     }
     let interval = match crate::timers::resolve(timer, &Variables::new())? {
         TimerDef::Cycle { interval, .. } => interval,
+        // The schedule's first instant after the one that fired and after now: missed
+        // occurrences coalesce here too.
+        TimerDef::Cron(cron) => {
+            return Ok(cron
+                .next_after(fired.due_at_ms.max(now_ms))
+                .map(|due_at_ms| Occurrence {
+                    due_at_ms,
+                    remaining: None,
+                }))
+        }
         // A date or a duration starts once.
         _ => return Ok(None),
     };
@@ -168,5 +188,31 @@ mod tests {
             remaining: None,
         };
         assert_eq!(next(&timer, fired, 0).unwrap().unwrap().due_at_ms, i64::MAX);
+    }
+
+    #[test]
+    fn a_cron_cycle_starts_at_each_instant_and_coalesces_missed_ones() {
+        // Every day at 09:00 UTC; deployed 2026-12-04T10:00:00Z.
+        let cron = TimerDef::cycle_from_text("0 0 9 * * ?").unwrap();
+        let day = 86_400_000;
+        let deployed = 1_764_842_400_000; // 2026-12-04T10:00:00Z
+        let nine = 1_764_838_800_000; // 2026-12-04T09:00:00Z
+        let one = first(&cron, deployed).unwrap().unwrap();
+        assert_eq!(
+            one,
+            Occurrence {
+                due_at_ms: nine + day,
+                remaining: None
+            }
+        );
+        // Fired on time: the next day's.
+        let two = next(&cron, one, one.due_at_ms).unwrap().unwrap();
+        assert_eq!(two.due_at_ms, nine + 2 * day);
+        // Fired three days late: the next instant after now, not the missed ones.
+        let late = next(&cron, two, two.due_at_ms + 3 * day + 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(late.due_at_ms, nine + 6 * day);
+        assert_eq!(late.remaining, None);
     }
 }

@@ -214,12 +214,7 @@ pub(crate) fn resolve(timer: &TimerDef, vars: &Variables) -> Result<TimerDef, St
         TimeKind::Date => {
             iso8601::parse_date_time(&text).map(|epoch_ms| TimerDef::Date { epoch_ms })
         }
-        TimeKind::Cycle => {
-            iso8601::parse_cycle(&text).map(|(repetitions, interval)| TimerDef::Cycle {
-                repetitions,
-                interval,
-            })
-        }
+        TimeKind::Cycle => TimerDef::cycle_from_text(&text),
     };
     read.map_err(|why| format!("the timer expression `{source}` gave `{text}`: {why}"))
 }
@@ -249,6 +244,8 @@ impl Run<'_> {
             Ok(TimerDef::Duration(d)) => Some(self.after(d)),
             Ok(TimerDef::Date { epoch_ms }) => Some(epoch_ms),
             Ok(TimerDef::Cycle { interval, .. }) => Some(self.after(interval)),
+            // A schedule with no instant left (past the year 9999) never fires.
+            Ok(TimerDef::Cron(cron)) => Some(cron.next_after(self.now_ms).unwrap_or(i64::MAX)),
             Ok(TimerDef::Computed { .. }) => None,
             Err(message) => {
                 self.fail(codes::EXPRESSION_FAILED, Some(at), None, message);

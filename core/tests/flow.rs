@@ -226,6 +226,37 @@ fn non_interrupting_cycle_boundary_re_arms_until_its_repetitions_are_spent() {
     assert_eq!(trace.summary.status, "completed");
 }
 
+#[test]
+fn non_interrupting_cron_boundary_fires_at_each_instant_of_its_schedule() {
+    // Every 20 seconds (UTC; the scenario's clock starts at the epoch).
+    let def = model(&BOUNDARY.replace("CANCEL", "false").replace(
+        "<timeDuration>PT5S</timeDuration>",
+        "<timeCycle>0/20 * * * * ?</timeCycle>",
+    ));
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 61000, "node": "work"}]}"#,
+    );
+    let escalations: Vec<i64> = runs_of(&trace, "escalate").iter().map(|r| r.0).collect();
+    assert_eq!(escalations, vec![20_000, 40_000, 60_000]);
+    assert_eq!(trace.summary.status, "completed");
+}
+
+#[test]
+fn interrupting_cron_boundary_fires_at_its_schedule_s_first_instant() {
+    // Hourly: armed at 00:00:00, the first instant strictly after is 01:00:00.
+    let def = model(&BOUNDARY.replace("CANCEL", "true").replace(
+        "<timeDuration>PT5S</timeDuration>",
+        "<timeCycle>@hourly</timeCycle>",
+    ));
+    let trace = run_scenario(
+        &def,
+        r#"{"events": [{"event": "complete_user_task", "at_ms": 4000000, "node": "work"}]}"#,
+    );
+    assert_eq!(runs_of(&trace, "escalate"), vec![(3_600_000, 1)]);
+    assert_eq!(trace.summary.status, "completed");
+}
+
 const ERRORS: &str =
     r#"<error id="e_rej" errorCode="REJECTED"/><error id="e_other" errorCode="OTHER"/>"#;
 

@@ -153,6 +153,7 @@ fn timer_text(timer: &TimerDef) -> String {
             Some(n) => format!("every {}, {n} times", human_ms(interval.0)),
             None => format!("every {}", human_ms(interval.0)),
         },
+        TimerDef::Cron(cron) => format!("on the cron schedule `{cron}` (UTC)"),
         TimerDef::Computed { kind, expression } => {
             let what = match kind {
                 TimeKind::Duration => "after",

@@ -3,8 +3,8 @@
 //!
 //! Only forms with one exact meaning are accepted. Years and months are refused in
 //! durations (their length depends on the calendar); a date-time must carry a UTC offset
-//! (the engine has no local time zone); a cycle is `R[n]/<duration>`. Cron expressions and
-//! cycles with a start or end instant are refused. Nothing here reads the clock.
+//! (the engine has no local time zone); a cycle is `R[n]/<duration>` (cycles with a start or end
+//! instant are refused; cron expressions are read by `crate::cron`). Nothing here reads the clock.
 
 use crate::model::DurationMs;
 
@@ -207,7 +207,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 pub fn parse_cycle(s: &str) -> Result<(Option<u32>, DurationMs), String> {
     let t = s.trim();
     let rest = t.strip_prefix('R').ok_or_else(|| {
-        format!("`{t}` is not an ISO-8601 repeating interval (e.g. R3/PT10M); cron expressions are not supported")
+        format!("`{t}` is not an ISO-8601 repeating interval (e.g. R3/PT10M) or a cron expression (six fields, e.g. 0 0 9 * * MON-FRI)")
     })?;
     let parts: Vec<&str> = rest.split('/').collect();
     if parts.len() != 2 {

@@ -13,6 +13,7 @@
 
 use sha2::{Digest, Sha256};
 
+pub mod cron;
 pub mod diag;
 pub mod explain;
 pub mod expr;

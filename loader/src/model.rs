@@ -858,6 +858,9 @@ pub enum TimerDef {
         repetitions: Option<u32>,
         interval: DurationMs,
     },
+    /// `timeCycle` as a cron expression (`crate::cron`, evaluated in UTC): fires at each
+    /// instant of the schedule after it is armed, without bound.
+    Cron(crate::cron::Cron),
     /// A value computed when the timer is armed (Zeebe's `=…` FEEL, Camunda's `${…}`
     /// JUEL, each in the subset that maps onto CEL): the expression, evaluated over the
     /// instance variables, must give the ISO-8601 text of `kind` (`PT5M`,
@@ -867,6 +870,21 @@ pub enum TimerDef {
         kind: TimeKind,
         expression: Expression,
     },
+}
+
+impl TimerDef {
+    /// A `timeCycle`'s text: a cron expression (six fields or a macro, `crate::cron`) or
+    /// an ISO-8601 repeating interval `R[n]/<duration>`.
+    pub fn cycle_from_text(text: &str) -> Result<TimerDef, String> {
+        if crate::cron::looks_like_cron(text) {
+            crate::cron::parse(text).map(TimerDef::Cron)
+        } else {
+            crate::iso8601::parse_cycle(text).map(|(repetitions, interval)| TimerDef::Cycle {
+                repetitions,
+                interval,
+            })
+        }
+    }
 }
 
 /// Which of the three a computed timer gives.

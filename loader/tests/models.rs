@@ -1420,7 +1420,46 @@ fn q205_bad_date() {
 
 #[test]
 fn q206_bad_cycle() {
-    refused(&timer_catch("<timeCycle>¶0 0 * * *</timeCycle>"), "Q206");
+    // Five fields (classic Unix cron): neither vendor reads them.
+    let d = refused(&timer_catch("<timeCycle>¶0 0 * * *</timeCycle>"), "Q206");
+    assert!(d.message.contains("has 5 fields"), "{}", d.message);
+    // A numeric day of the week means other days in Zeebe and Camunda 7.
+    let d = refused(
+        &timer_catch("<timeCycle>¶0 0 9 * * 1-5</timeCycle>"),
+        "Q206",
+    );
+    assert!(d.message.contains("day names"), "{}", d.message);
+    assert!(d.help.as_deref().unwrap_or("").contains("cron"), "{d:?}");
+}
+
+#[test]
+fn a_cron_time_cycle_loads_as_a_cron_schedule() {
+    use qflow_loader::model::TimerDef;
+    for (text, instant) in [
+        // The order-handling model of camunda-bpm-examples: every 5 seconds.
+        ("0/5 0/1 * 1/1 * ?", "1970-01-01T00:00:05Z"),
+        ("0 0 9 ? * MON-FRI", "1970-01-01T09:00:00Z"),
+        ("@weekly", "1970-01-04T00:00:00Z"),
+    ] {
+        let loaded = loads(&timer_catch(&format!("<timeCycle>{text}</timeCycle>")));
+        let timer = loaded.definitions[0]
+            .process
+            .nodes
+            .iter()
+            .find_map(|n| match &n.kind {
+                qflow_loader::model::NodeKind::IntermediateCatch(
+                    qflow_loader::model::CatchTrigger::Timer(t),
+                ) => Some(t.clone()),
+                _ => None,
+            })
+            .expect("the timer catch");
+        let TimerDef::Cron(cron) = timer else {
+            panic!("{text}: {timer:?}")
+        };
+        assert_eq!(cron.text(), text);
+        let expected = qflow_loader::iso8601::parse_date_time(instant).unwrap();
+        assert_eq!(cron.next_after(0), Some(expected), "{text}");
+    }
 }
 
 #[test]

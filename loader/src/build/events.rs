@@ -793,22 +793,18 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "timeDate" => iso8601::parse_date_time(text)
                 .map(|epoch_ms| TimerDef::Date { epoch_ms })
                 .map_err(|m| ("Q205", m)),
-            _ => iso8601::parse_cycle(text)
-                .map(|(repetitions, interval)| TimerDef::Cycle {
-                    repetitions,
-                    interval,
-                })
-                .map_err(|m| ("Q206", m)),
+            _ => TimerDef::cycle_from_text(text).map_err(|m| ("Q206", m)),
         };
         match res {
             Ok(t) => Some(t),
             Err((code, m)) => {
-                self.help(
-                    code,
-                    p.text_pos,
-                    m,
-                    "write an ISO-8601 value, e.g. PT30S, 2026-03-01T09:00:00Z or R3/PT10M",
-                );
+                let help = if code == "Q206" {
+                    "write an ISO-8601 repeating interval, e.g. R3/PT10M, or a cron \
+                     expression of six fields, e.g. 0 0 9 * * MON-FRI (UTC)"
+                } else {
+                    "write an ISO-8601 value, e.g. PT30S, 2026-03-01T09:00:00Z or R3/PT10M"
+                };
+                self.help(code, p.text_pos, m, help);
                 None
             }
         }
