@@ -80,6 +80,75 @@ pub struct SqliteStore {
     path: PathBuf,
     known_deployments: Arc<KnownDeployments>,
     committer: Committer,
+    rounds: RoundCache,
+}
+
+/// Round rows' bodies read lately by [`Store::journal`] (`0018_journal_rounds.sql`), by
+/// row id, at most [`ROUND_CACHE_BYTES`], the oldest dropped first: a replay reads
+/// instances that were created together, whose steps share round rows, and reads each
+/// row once instead of once per instance. Sound without asking the file again because a
+/// round row's id is never given to another row (a purge empties the newest row instead
+/// of deleting it, so `MAX(id)` never goes back; an id freed by an older entry row was
+/// never cached) and a round's body only ever loses entries (a purge's, in this process
+/// or another), which leaves every other entry as it was. A purge here empties the cache.
+/// A row changed behind the stores' backs (a hand edit, a damaged disk) after this store
+/// cached it is seen by a store opened after, not by this one.
+#[derive(Default)]
+struct RoundCache {
+    inner: std::sync::Mutex<RoundCacheInner>,
+}
+
+#[derive(Default)]
+struct RoundCacheInner {
+    bodies: HashMap<i64, Arc<Vec<u8>>>,
+    order: std::collections::VecDeque<i64>,
+    bytes: usize,
+}
+
+/// What [`RoundCache`] holds at most: a few hundred rounds of the benchmark's size.
+const ROUND_CACHE_BYTES: usize = 8 << 20;
+
+impl std::fmt::Debug for RoundCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("RoundCache")
+            .field("rows", &inner.bodies.len())
+            .field("bytes", &inner.bytes)
+            .finish()
+    }
+}
+
+impl RoundCache {
+    fn get(&self, row: i64) -> Option<Arc<Vec<u8>>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.bodies.get(&row).cloned()
+    }
+
+    fn put(&self, row: i64, body: Arc<Vec<u8>>) {
+        if body.len() > ROUND_CACHE_BYTES / 4 {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let len = body.len();
+        if inner.bodies.insert(row, body).is_some() {
+            return;
+        }
+        inner.order.push_back(row);
+        inner.bytes += len;
+        while inner.bytes > ROUND_CACHE_BYTES {
+            let Some(old) = inner.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = inner.bodies.remove(&old) {
+                inner.bytes -= gone.len();
+            }
+        }
+    }
+
+    fn clear(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *inner = RoundCacheInner::default();
+    }
 }
 
 type Tx = sqlx::Transaction<'static, Sqlite>;
@@ -245,6 +314,7 @@ impl SqliteStore {
             path,
             known_deployments,
             committer,
+            rounds: RoundCache::default(),
         })
     }
 
@@ -1713,10 +1783,14 @@ struct ChainLink {
 /// `seq` is after `after` (the step a walk stops at is not read).
 async fn chain_link(
     conn: &mut SqliteConnection,
+    rounds: &RoundCache,
     row: i64,
     instance: InstanceId,
     after: u64,
 ) -> StoreResult<ChainLink> {
+    if let Some(body) = rounds.get(row) {
+        return round_link(row, &body, instance, after);
+    }
     let found = sqlx::query(&format!(
         "SELECT id, prev, body, {JOURNAL_COLUMNS} FROM journal WHERE id = ?"
     ))
@@ -1730,24 +1804,40 @@ async fn chain_link(
         ))
     })?;
     let body: Option<Vec<u8>> = found.field("body")?;
-    let (prev, entry) = match body {
+    match body {
         Some(body) if journal_body::is_round(&body) => {
-            let step = journal_body::round_step(row, &body, instance)?.ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "journal row {row} holds no step of instance {instance}"
-                ))
-            })?;
-            let entry = (step.seq > after).then(|| step.unpack(row)).transpose()?;
-            (step.prev, entry)
+            let body = Arc::new(body);
+            rounds.put(row, body.clone());
+            round_link(row, &body, instance, after)
         }
         _ => {
             let seq: i64 = found.field("seq")?;
             let entry = (u64::try_from(seq).map_or(true, |seq| seq > after))
                 .then(|| sqlite_journal_from_row(&found))
                 .transpose()?;
-            (found.field("prev")?, entry)
+            checked_link(row, instance, found.field("prev")?, entry)
         }
-    };
+    }
+}
+
+/// [`chain_link`] in round row `row` whose body is `body`.
+fn round_link(row: i64, body: &[u8], instance: InstanceId, after: u64) -> StoreResult<ChainLink> {
+    let step = journal_body::round_step(row, body, instance)?.ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "journal row {row} holds no step of instance {instance}"
+        ))
+    })?;
+    let entry = (step.seq > after).then(|| step.unpack(row)).transpose()?;
+    checked_link(row, instance, step.prev, entry)
+}
+
+/// A link that points to an earlier row, or a corrupt journal.
+fn checked_link(
+    row: i64,
+    instance: InstanceId,
+    prev: Option<i64>,
+    entry: Option<JournalEntry>,
+) -> StoreResult<ChainLink> {
     if let Some(prev) = prev.filter(|&prev| prev >= row || prev < 1) {
         return Err(StoreError::Corrupt(format!(
             "journal row {row} links instance {instance} to row {prev}, not an earlier one"
@@ -1901,6 +1991,12 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
         query.push(")");
         query.build().execute(&mut *tx).await.map_err(backend)?;
     }
+    // The newest row is emptied, not deleted, so that its id is never given to another
+    // row (`RoundCache` relies on it).
+    let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM journal")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
     for (row, (body, purged)) in &rounds {
         if purged.is_empty() {
             continue;
@@ -1912,7 +2008,7 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
             .copied()
             .collect();
         gone += (entries.len() - kept.len()) as u64;
-        if kept.is_empty() {
+        if kept.is_empty() && Some(*row) != newest {
             sqlx::query("DELETE FROM journal WHERE id = ?")
                 .bind(row)
                 .execute(&mut *tx)
@@ -2377,7 +2473,10 @@ impl Store for SqliteStore {
         }
         let outcome = PurgeOutcome {
             attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await?,
-            journal: delete_journals(&mut tx, &ids).await?,
+            journal: {
+                self.rounds.clear();
+                delete_journals(&mut tx, &ids).await?
+            },
             incidents: delete_where_in(&mut tx, "incidents", "instance", &ids).await?,
             audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
             timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
@@ -2662,7 +2761,7 @@ impl Store for SqliteStore {
         let mut next = journal_last(&mut tx, instance).await?;
         let mut out = Vec::new();
         while let Some(row) = next {
-            let link = chain_link(&mut tx, row, instance, after).await?;
+            let link = chain_link(&mut tx, &self.rounds, row, instance, after).await?;
             let Some(entry) = link.entry else {
                 break;
             };

@@ -950,6 +950,11 @@ async fn sqlite_a_journal_of_columns_reads_beside_packed_rows_after_the_migratio
         .execute(&mut conn)
         .await?;
     conn.close().await?;
+    // A store that read the round before it was changed behind its back keeps what it
+    // read (`RoundCache`); a store opened after sees the damage.
+    ensure!(store.journal(id(1), 0, 0).await? == all, "as read before");
+    store.close().await;
+    let store = SqliteStore::open(&path).await?;
     match store.journal(id(1), 0, 0).await {
         Err(StoreError::Corrupt(message)) => {
             ensure!(message.contains("journal row 6"), "{message}")
@@ -1047,6 +1052,42 @@ async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_inst
             "kept {n}"
         );
     }
+    // Instances 3 and 4 end in a fourth round; purged, every row they held empties: the
+    // older ones go, the newest stays empty so that its id is never given again, and
+    // the next round takes the id after it.
+    let mut batch = Vec::new();
+    for (n, &instance) in instances.iter().enumerate().skip(2) {
+        let mut c = commit(instance, Some(3), dep);
+        c.state.status = InstanceStatus::Completed;
+        c.now_ms = T0 + 4;
+        c.journal = Some(journal_entry(4, dep, T0 + 4, n as u8 + 1));
+        batch.push(c);
+    }
+    store.commit(batch).await?;
+    let purged = store
+        .purge_finished(PurgeRequest {
+            ended_before_ms: T0 + 10,
+            limit: 10,
+            deployment: None,
+        })
+        .await?;
+    ensure!(purged.journal == 8, "entries purged: {}", purged.journal);
+    ensure!(
+        rounds(path.clone()).await? == [0],
+        "the newest row, emptied"
+    );
+    let fifth = id(5);
+    let mut c = commit(fifth, None, dep);
+    let entry = journal_entry(1, dep, T0 + 5, 5);
+    c.journal = Some(entry.clone());
+    ensure!(commit_one(&store, c).await? == CommitOutcome::Applied { fence: 1 });
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{}", path.display())).await?;
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM journal ORDER BY id")
+        .fetch_all(&mut conn)
+        .await?;
+    conn.close().await?;
+    ensure!(ids == [4, 5], "row ids {ids:?}");
+    ensure!(store.journal(fifth, 0, 0).await? == [entry], "the fifth");
     store.close().await;
     Ok(())
 }
