@@ -10,12 +10,16 @@
 //!
 //! Each field is a comma list of `*`, `?` (day fields), a value, a range `a-b`, or any of
 //! those with a step (`*/15`, `5/10`, `1-30/2`); months and days of the week may be
-//! written as names (`JAN`, `MON-FRI`). Refused, each with its reason:
+//! written as names (`JAN`, `MON-FRI`; a range ending at `SUN`, `FRI-SUN`, ends the
+//! week, as both vendors read it). Refused, each with its reason:
 //! - a numeric day of the week: Spring (Zeebe) counts `1` as Monday and `0`/`7` as
 //!   Sunday, Quartz (Camunda 7) counts `1` as Sunday; the same model would fire on other
 //!   days in the two vendors, so qflow asks for names, which mean one thing;
 //! - a day-of-month and a day-of-week both restricted: Quartz refuses it, Spring takes
-//!   days that match both, cron(8) days that match either;
+//!   days that match both, cron(8) days that match either. (Quartz, so Camunda 7, wants
+//!   `?` in exactly one day field and refuses `*` beside a restricted one; Spring, so
+//!   Zeebe, takes `*` there as "any", and so does qflow: `0 0 9 * * MON-FRI` is read as
+//!   `0 0 9 ? * MON-FRI`, which both vendors run. The macros are Spring's only.)
 //! - `L`, `W` and `#` (last day, nearest weekday, nth weekday), and Quartz's seventh
 //!   field (the year): not implemented;
 //! - a schedule that never fires (`0 0 0 30 2 *`).
@@ -101,7 +105,7 @@ pub fn parse(text: &str) -> Result<Cron, String> {
         n => {
             return Err(format!(
                 "`{t}` has {n} fields; a cron expression has six: second minute hour \
-                 day-of-month month day-of-week (e.g. `0 0 9 * * MON-FRI`)"
+                 day-of-month month day-of-week (e.g. `0 0 9 ? * MON-FRI`)"
             ))
         }
     }
@@ -121,10 +125,12 @@ pub fn parse(text: &str) -> Result<Cron, String> {
             fields[5]
         ));
     }
-    if fields[5]
-        .split(',')
-        .any(|part| part.bytes().next().is_some_and(|b| b.is_ascii_digit()))
-    {
+    if fields[5].split([',', '-']).any(|piece| {
+        piece
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_digit() || b == b'+')
+    }) {
         return Err(format!(
             "`{t}`: the day-of-week field `{}` is numeric; Zeebe counts 1 as Monday and \
              Camunda 7 counts 1 as Sunday, so write day names (SUN, MON … SAT, e.g. MON-FRI)",
@@ -182,7 +188,11 @@ fn parse_field(field: &str, min: u32, max: u32, names: &[&str], day: bool) -> Re
         } else if range == "?" {
             return Err("`?` is only for the day fields".to_owned());
         } else if let Some((a, b)) = range.split_once('-') {
-            let (a, b) = (value(a, min, max, names)?, value(b, min, max, names)?);
+            let (a, mut b) = (value(a, min, max, names)?, value(b, min, max, names)?);
+            if names == WEEKDAYS && b == 0 && a > 0 {
+                // `FRI-SUN`: Sunday ends the week here, as both vendors read it.
+                b = 7;
+            }
             if a > b {
                 return Err(format!("the range `{range}` runs backwards"));
             }
@@ -195,7 +205,8 @@ fn parse_field(field: &str, min: u32, max: u32, names: &[&str], day: bool) -> Re
         let step = step.unwrap_or(1);
         let mut v = from;
         while v <= to {
-            bits |= 1 << v;
+            // Day 7 (a range's Sunday end) is day 0.
+            bits |= 1 << (if names == WEEKDAYS { v % 7 } else { v });
             v += step;
         }
     }
@@ -216,8 +227,10 @@ fn value(text: &str, min: u32, max: u32, names: &[&str]) -> Result<u32, String> 
         // Months are named from 1, days of the week from 0 (SUN).
         return Ok(i as u32 + min);
     }
-    text.parse::<u32>()
-        .ok()
+    // Digits only: `u32::from_str` would take `+5` too.
+    Some(text)
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u32>().ok())
         .filter(|v| (min..=max).contains(v))
         .ok_or_else(|| {
             if names.is_empty() {
@@ -415,6 +428,15 @@ mod tests {
             next("0 0 0 29 FEB ?", "2096-03-01T00:00:00Z"),
             "2104-02-29T00:00:00Z"
         );
+        // A range that ends at Sunday ends the week: Friday, Saturday, Sunday.
+        assert_eq!(
+            next("0 0 9 ? * FRI-SUN", "2026-12-04T09:00:00Z"),
+            "2026-12-05T09:00:00Z"
+        );
+        assert_eq!(
+            next("0 0 9 ? * FRI-SUN", "2026-12-06T09:00:00Z"),
+            "2026-12-11T09:00:00Z"
+        );
         // Macros.
         assert_eq!(
             next("@daily", "2026-12-04T10:00:00Z"),
@@ -456,6 +478,11 @@ mod tests {
             ("0 ? * * * *", "only for the day fields"),
             ("0 0,,1 * * * ?", "empty list item"),
             ("0 0 9 ? * */2", "step"),
+            // Numbers hidden after a name, or with a sign, are numbers all the same.
+            ("0 0 9 ? * MON-5", "day names"),
+            ("0 0 9 ? * SUN-6", "day names"),
+            ("0 0 9 ? * +1", "day names"),
+            ("+5 * * * * *", "not a number"),
             ("@often", "not a cron macro"),
         ] {
             let err = parse(text).unwrap_err();

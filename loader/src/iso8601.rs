@@ -207,7 +207,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 pub fn parse_cycle(s: &str) -> Result<(Option<u32>, DurationMs), String> {
     let t = s.trim();
     let rest = t.strip_prefix('R').ok_or_else(|| {
-        format!("`{t}` is not an ISO-8601 repeating interval (e.g. R3/PT10M) or a cron expression (six fields, e.g. 0 0 9 * * MON-FRI)")
+        format!("`{t}` is not an ISO-8601 repeating interval (e.g. R3/PT10M) or a cron expression (six fields, e.g. 0 0 9 ? * MON-FRI)")
     })?;
     let parts: Vec<&str> = rest.split('/').collect();
     if parts.len() != 2 {

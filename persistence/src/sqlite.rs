@@ -90,9 +90,11 @@ pub struct SqliteStore {
 /// round row's id is never given to another row (a purge empties the newest row instead
 /// of deleting it, so `MAX(id)` never goes back; an id freed by an older entry row was
 /// never cached) and a round's body only ever loses entries (a purge's, in this process
-/// or another), which leaves every other entry as it was. A purge here empties the cache.
-/// A row changed behind the stores' backs (a hand edit, a damaged disk) after this store
-/// cached it is seen by a store opened after, not by this one.
+/// or another), which leaves every other entry as it was; a read whose instance a cached
+/// body lacks (a purge its snapshot does not see yet took it from a later read) reads the
+/// row itself. A purge here empties the cache. A row changed behind the stores' backs (a
+/// hand edit, a damaged disk) after this store cached it is seen by a store opened after,
+/// and by this one once [`ROUND_CACHE_AGE`] has passed.
 #[derive(Default)]
 struct RoundCache {
     inner: std::sync::Mutex<RoundCacheInner>,
@@ -100,13 +102,17 @@ struct RoundCache {
 
 #[derive(Default)]
 struct RoundCacheInner {
-    bodies: HashMap<i64, Arc<Vec<u8>>>,
+    bodies: HashMap<i64, (Arc<Vec<u8>>, std::time::Instant)>,
     order: std::collections::VecDeque<i64>,
     bytes: usize,
 }
 
 /// What [`RoundCache`] holds at most: a few hundred rounds of the benchmark's size.
 const ROUND_CACHE_BYTES: usize = 8 << 20;
+/// How long [`RoundCache`] serves a body it read: a replay reads a round's instances
+/// within moments of each other; a row changed behind the store's back is seen again
+/// after this long.
+const ROUND_CACHE_AGE: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for RoundCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,7 +127,11 @@ impl std::fmt::Debug for RoundCache {
 impl RoundCache {
     fn get(&self, row: i64) -> Option<Arc<Vec<u8>>> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.bodies.get(&row).cloned()
+        inner
+            .bodies
+            .get(&row)
+            .filter(|(_, at)| at.elapsed() < ROUND_CACHE_AGE)
+            .map(|(body, _)| body.clone())
     }
 
     fn put(&self, row: i64, body: Arc<Vec<u8>>) {
@@ -130,7 +140,9 @@ impl RoundCache {
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let len = body.len();
-        if inner.bodies.insert(row, body).is_some() {
+        if let Some((old, _)) = inner.bodies.insert(row, (body, std::time::Instant::now())) {
+            inner.bytes -= old.len();
+            inner.bytes += len;
             return;
         }
         inner.order.push_back(row);
@@ -139,7 +151,7 @@ impl RoundCache {
             let Some(old) = inner.order.pop_front() else {
                 break;
             };
-            if let Some(gone) = inner.bodies.remove(&old) {
+            if let Some((gone, _)) = inner.bodies.remove(&old) {
                 inner.bytes -= gone.len();
             }
         }
@@ -1749,6 +1761,13 @@ async fn apply_journal(
         .execute(&mut *tx)
         .await
         .map_err(backend)?;
+    // The row before, when a purge emptied it and kept it as the newest (so that its id
+    // was not given again), is no longer the newest: it goes. A primary-key probe.
+    sqlx::query("DELETE FROM journal WHERE id = ? AND body = x'0200'")
+        .bind(row - 1)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
     Ok(())
 }
 
@@ -1789,7 +1808,11 @@ async fn chain_link(
     after: u64,
 ) -> StoreResult<ChainLink> {
     if let Some(body) = rounds.get(row) {
-        return round_link(row, &body, instance, after);
+        // A body cached from a later snapshot may have lost this instance's entry to a
+        // purge this transaction does not see yet: only a hit is taken, a miss is read.
+        if journal_body::round_step(row, &body, instance).is_ok_and(|step| step.is_some()) {
+            return round_link(row, &body, instance, after);
+        }
     }
     let found = sqlx::query(&format!(
         "SELECT id, prev, body, {JOURNAL_COLUMNS} FROM journal WHERE id = ?"
@@ -1804,6 +1827,13 @@ async fn chain_link(
         ))
     })?;
     let body: Option<Vec<u8>> = found.field("body")?;
+    if let Some(&layout) = body.as_deref().and_then(|b| b.first()) {
+        if layout != journal_body::LAYOUT && layout != journal_body::ROUND {
+            return Err(StoreError::Corrupt(format!(
+                "journal row {row}: body has unknown layout {layout}"
+            )));
+        }
+    }
     match body {
         Some(body) if journal_body::is_round(&body) => {
             let body = Arc::new(body);
@@ -1859,6 +1889,38 @@ fn sqlite_journal_from_row(row: &SqliteRow) -> StoreResult<JournalEntry> {
     let seq = u64::try_from(seq)
         .map_err(|_| StoreError::Corrupt(format!("stored journal seq {seq} is negative")))?;
     journal_body::unpack(id, seq, &body)
+}
+
+/// How many bytes of round bodies a purge holds while it walks its instances' chains;
+/// past it, it drops them and reads a row again when it comes back to it.
+const PURGE_BODIES_BYTES: usize = 64 << 20;
+
+/// One journal row as a purge reads it.
+enum JournalRead {
+    Missing,
+    /// A row of one step (`0012`'s columns or `0015`'s body), with its link.
+    Entry(Option<i64>),
+    Round(Vec<u8>),
+    /// A body whose layout byte is no layout's.
+    Damaged,
+}
+
+async fn read_journal_row(tx: &mut SqliteConnection, row: i64) -> StoreResult<JournalRead> {
+    let read: Option<(Option<i64>, Option<Vec<u8>>)> =
+        sqlx::query_as("SELECT prev, body FROM journal WHERE id = ?")
+            .bind(row)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend)?;
+    Ok(match read {
+        None => JournalRead::Missing,
+        Some((prev, None)) => JournalRead::Entry(prev),
+        Some((prev, Some(body))) => match body.first() {
+            Some(&journal_body::ROUND) => JournalRead::Round(body),
+            Some(&journal_body::LAYOUT) => JournalRead::Entry(prev),
+            _ => JournalRead::Damaged,
+        },
+    })
 }
 
 /// The statement heads of [`delete_keyed`]: a timer row by `(instance, name)` and the
@@ -1942,8 +2004,10 @@ async fn purge_ids(tx: &mut SqliteConnection, request: &PurgeRequest) -> StoreRe
 /// however many of the purged instances it holds.
 async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
     let mut entry_rows: Vec<i64> = Vec::new();
-    // Round rows by id: the body as read, and the purged instances it holds.
-    let mut rounds: BTreeMap<i64, (Vec<u8>, HashSet<InstanceId>)> = BTreeMap::new();
+    // Round rows by id: the body as read (dropped, to be read again, when the bodies
+    // held pass `PURGE_BODIES_BYTES`), and the purged instances it holds.
+    let mut rounds: BTreeMap<i64, (Option<Vec<u8>>, HashSet<InstanceId>)> = BTreeMap::new();
+    let mut held = 0usize;
     for id in ids {
         let Ok(instance) = InstanceId::parse_str(id) else {
             continue;
@@ -1953,31 +2017,35 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
         // not read, a link that does not point back) ends the walk: retention deletes
         // what it can reach and never stalls on a damaged journal.
         while let Some(row) = next {
-            if let std::collections::btree_map::Entry::Vacant(slot) = rounds.entry(row) {
-                let read: Option<(Option<i64>, Option<Vec<u8>>)> =
-                    sqlx::query_as("SELECT prev, body FROM journal WHERE id = ?")
-                        .bind(row)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(backend)?;
-                match read {
-                    None => break,
-                    Some((_, Some(body))) if journal_body::is_round(&body) => {
-                        slot.insert((body, HashSet::new()));
-                    }
-                    Some((prev, _)) => {
+            let known = rounds.get(&row).map(|(body, _)| body.is_some());
+            if known != Some(true) {
+                match read_journal_row(tx, row).await? {
+                    JournalRead::Missing | JournalRead::Damaged => break,
+                    JournalRead::Entry(prev) if known.is_none() => {
                         entry_rows.push(row);
                         next = prev.filter(|&prev| prev < row);
                         continue;
                     }
+                    JournalRead::Entry(_) => break,
+                    JournalRead::Round(body) => {
+                        held += body.len();
+                        rounds.entry(row).or_default().0 = Some(body);
+                    }
                 }
             }
             let (body, purged) = rounds.get_mut(&row).expect("read above");
+            let body = body.as_deref().expect("held");
             let Ok(Some(step)) = journal_body::round_step(row, body, instance) else {
                 break;
             };
             purged.insert(instance);
             next = step.prev.filter(|&prev| prev < row);
+            if held > PURGE_BODIES_BYTES {
+                for (body, _) in rounds.values_mut() {
+                    body.take();
+                }
+                held = 0;
+            }
         }
     }
     let mut gone = entry_rows.len() as u64;
@@ -1997,18 +2065,28 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
         .fetch_one(&mut *tx)
         .await
         .map_err(backend)?;
-    for (row, (body, purged)) in &rounds {
+    for (row, (body, purged)) in rounds {
         if purged.is_empty() {
             continue;
         }
-        let entries = journal_body::round(*row, body)?;
+        let body = match body {
+            Some(body) => body,
+            None => match read_journal_row(tx, row).await? {
+                JournalRead::Round(body) => body,
+                _ => continue,
+            },
+        };
+        // A round that does not read whole keeps all its entries (the purge goes on).
+        let Ok(entries) = journal_body::round(row, &body) else {
+            continue;
+        };
         let kept: Vec<_> = entries
             .iter()
             .filter(|entry| !purged.contains(&entry.instance))
             .copied()
             .collect();
         gone += (entries.len() - kept.len()) as u64;
-        if kept.is_empty() && Some(*row) != newest {
+        if kept.is_empty() && Some(row) != newest {
             sqlx::query("DELETE FROM journal WHERE id = ?")
                 .bind(row)
                 .execute(&mut *tx)
@@ -2757,21 +2835,25 @@ impl Store for SqliteStore {
         after: u64,
         limit: u32,
     ) -> StoreResult<Vec<JournalEntry>> {
+        let keep = journal_limit(limit) as usize;
         let mut tx = self.readers.begin().await.map_err(backend)?;
         let mut next = journal_last(&mut tx, instance).await?;
-        let mut out = Vec::new();
+        // The walk runs newest first and the page is the oldest `keep` steps after
+        // `after`: the last `keep` the walk meets, all it holds at once.
+        let mut page = std::collections::VecDeque::with_capacity(keep.min(1024));
         while let Some(row) = next {
             let link = chain_link(&mut tx, &self.rounds, row, instance, after).await?;
             let Some(entry) = link.entry else {
                 break;
             };
-            out.push(entry);
+            page.push_back(entry);
+            if page.len() > keep {
+                page.pop_front();
+            }
             next = link.prev;
         }
         tx.commit().await.map_err(backend)?;
-        out.reverse();
-        out.truncate(journal_limit(limit) as usize);
-        Ok(out)
+        Ok(page.into_iter().rev().collect())
     }
 
     async fn claim_due_outbox(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<OutboxRecord>> {

@@ -800,7 +800,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Err((code, m)) => {
                 let help = if code == "Q206" {
                     "write an ISO-8601 repeating interval, e.g. R3/PT10M, or a cron \
-                     expression of six fields, e.g. 0 0 9 * * MON-FRI (UTC)"
+                     expression of six fields, e.g. 0 0 9 ? * MON-FRI (UTC)"
                 } else {
                     "write an ISO-8601 value, e.g. PT30S, 2026-03-01T09:00:00Z or R3/PT10M"
                 };
