@@ -28,6 +28,8 @@
 
 use std::fmt;
 
+use crate::iso8601::civil_from_days;
+
 /// A parsed cron schedule: the allowed values of each field as a bit set.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Cron {
@@ -319,20 +321,6 @@ fn max_days(month: u32) -> u32 {
         4 | 6 | 9 | 11 => 30,
         _ => 31,
     }
-}
-
-/// The civil date (year, month 1–12, day 1–31) of a day count since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

@@ -202,6 +202,21 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The proleptic Gregorian date (year, month 1–12, day 1–31) of a day count since
+/// 1970-01-01 (Howard Hinnant's algorithm; the inverse of the date-time parser's).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
 /// Parses a repeating interval `R[n]/<duration>` into (repetitions, interval).
 /// `R/PT1M` (no count) repeats without bound.
 pub fn parse_cycle(s: &str) -> Result<(Option<u32>, DurationMs), String> {

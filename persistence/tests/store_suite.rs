@@ -1000,7 +1000,7 @@ async fn sqlite_a_journal_of_columns_reads_beside_packed_rows_after_the_migratio
 async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_instances() -> Result<()>
 {
     use qflow_store::conformance::journal_entry;
-    use qflow_store::{Commit, InstanceId, JournalEntry, PurgeRequest};
+    use qflow_store::{Commit, InstanceId, JournalEntry};
     use sqlx::SqliteConnection;
 
     let dir = tempfile::tempdir()?;
@@ -1053,13 +1053,7 @@ async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_inst
             "a page"
         );
     }
-    let purged = store
-        .purge_finished(PurgeRequest {
-            ended_before_ms: T0 + 10,
-            limit: 10,
-            deployment: None,
-        })
-        .await?;
+    let purged = store.purge_finished(ended_by_t0_plus_10()).await?;
     ensure!(purged.journal == 6, "entries purged: {}", purged.journal);
     ensure!(
         rounds(path.clone()).await? == [2, 2, 2],
@@ -1083,13 +1077,7 @@ async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_inst
         batch.push(c);
     }
     store.commit(batch).await?;
-    let purged = store
-        .purge_finished(PurgeRequest {
-            ended_before_ms: T0 + 10,
-            limit: 10,
-            deployment: None,
-        })
-        .await?;
+    let purged = store.purge_finished(ended_by_t0_plus_10()).await?;
     ensure!(purged.journal == 8, "entries purged: {}", purged.journal);
     ensure!(
         rounds(path.clone()).await? == [0],
@@ -1180,7 +1168,6 @@ async fn sqlite_concurrent_batches_are_each_answered_as_their_own() -> Result<()
 #[tokio::test]
 async fn sqlite_a_purge_goes_on_past_a_damaged_round() -> Result<()> {
     use qflow_store::conformance::journal_entry;
-    use qflow_store::PurgeRequest;
     use sqlx::SqliteConnection;
 
     let dir = tempfile::tempdir()?;
@@ -1200,13 +1187,7 @@ async fn sqlite_a_purge_goes_on_past_a_damaged_round() -> Result<()> {
         .execute(&mut conn)
         .await?;
     conn.close().await?;
-    let purged = store
-        .purge_finished(PurgeRequest {
-            ended_before_ms: T0 + 10,
-            limit: 10,
-            deployment: None,
-        })
-        .await?;
+    let purged = store.purge_finished(ended_by_t0_plus_10()).await?;
     ensure!(
         purged.instances == 2,
         "instances purged: {}",
@@ -1216,4 +1197,13 @@ async fn sqlite_a_purge_goes_on_past_a_damaged_round() -> Result<()> {
     ensure!(store.instance(id(1)).await?.is_none(), "instance 1 went");
     store.close().await;
     Ok(())
+}
+
+/// A purge of every instance that ended before `T0 + 10`.
+fn ended_by_t0_plus_10() -> qflow_store::PurgeRequest {
+    qflow_store::PurgeRequest {
+        ended_before_ms: T0 + 10,
+        limit: 10,
+        deployment: None,
+    }
 }
