@@ -170,27 +170,49 @@ impl<'a> Run<'a> {
     ) -> Result<(u32, Option<Vec<Json>>), String> {
         let vars = super::locals::scoped_vars(self.p, &self.snap, body);
         let name = self.id(body);
-        let (count, items) = match &mi.items {
-            MultiItems::Cardinality(e) => {
-                let v = e
-                    .eval(&vars)
-                    .map_err(|e| format!("the loopCardinality of `{name}`: {e}"))?;
-                let n = v.as_u64().ok_or_else(|| {
-                    format!("the loopCardinality of `{name}` is {v}, not a non-negative integer")
-                })?;
-                (n, None)
+        let cardinality = |e: &qflow_loader::expr::Expression| {
+            let v = e
+                .eval(&vars)
+                .map_err(|e| format!("the loopCardinality of `{name}`: {e}"))?;
+            v.as_u64().ok_or_else(|| {
+                format!("the loopCardinality of `{name}` is {v}, not a non-negative integer")
+            })
+        };
+        let collection = |e: &qflow_loader::expr::Expression| {
+            let v = e
+                .eval(&vars)
+                .map_err(|e| format!("the input collection of `{name}`: {e}"))?;
+            match v {
+                Json::Array(items) => Ok(items),
+                other => Err(format!(
+                    "the input collection of `{name}` is {}, not a list",
+                    kind_of(&other)
+                )),
             }
+        };
+        let (count, items) = match &mi.items {
+            MultiItems::Cardinality(e) => (cardinality(e)?, None),
             MultiItems::Collection(e) => {
-                let v = e
-                    .eval(&vars)
-                    .map_err(|e| format!("the input collection of `{name}`: {e}"))?;
-                let Json::Array(items) = v else {
-                    return Err(format!(
-                        "the input collection of `{name}` is {}, not a list",
-                        kind_of(&v)
-                    ));
-                };
+                let items = collection(e)?;
                 (items.len() as u64, Some(items))
+            }
+            MultiItems::Indexed {
+                cardinality: c,
+                collection: e,
+            } => {
+                let n = cardinality(c)?;
+                let mut items = collection(e)?;
+                if n > items.len() as u64 {
+                    // Camunda 7 fails at the first inner instance past the end.
+                    return Err(format!(
+                        "the loopCardinality of `{name}` is {n}, past the end of its input \
+                         collection of {} items",
+                        items.len()
+                    ));
+                }
+                // The items past the cardinality are not taken.
+                items.truncate(n as usize);
+                (n, Some(items))
             }
         };
         if count > MULTI_INSTANCES_MAX as u64 {

@@ -104,6 +104,35 @@ fn parallel_inner_instances_start_at_once_with_their_own_locals() {
 }
 
 #[test]
+fn camunda_7_takes_the_count_from_the_cardinality_and_the_items_by_index() {
+    // Camunda 7 reads a loopCardinality beside a camunda:collection: two inner
+    // instances, the first two items, its counter from 0.
+    let def = mi_model(
+        SERVICE,
+        r#"xmlns:camunda="http://camunda.org/schema/1.0/bpmn" camunda:collection="${items}" camunda:elementVariable="item""#,
+        "<loopCardinality>${n}</loopCardinality>",
+    );
+    let (snap, effects) = start(&def, json!({"n": 2, "items": ["a", "b", "c"]}));
+    let runs = runs(&effects);
+    let seen: Vec<(&str, Option<&Value>, Option<&Value>)> = runs
+        .iter()
+        .map(|r| (r.0.as_str(), r.2.get("item"), r.2.get("loopCounter")))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("work#1", Some(&json!("a")), Some(&json!(0))),
+            ("work#2", Some(&json!("b")), Some(&json!(1)))
+        ]
+    );
+    assert_eq!(snap.tokens(), ["work", "work#1", "work#2"]);
+    // Both complete: the body completes with two inner instances.
+    let (snap, _) = apply(&def, snap, done("work#1", 1, json!({})), 10);
+    let (snap, _) = apply(&def, snap, done("work#2", 1, json!({})), 20);
+    assert_eq!(snap.status(), Status::Completed);
+}
+
+#[test]
 fn a_failing_inner_instance_retries_alone_and_its_siblings_go_on() {
     let def = mi_model(SERVICE, r#"q:collection="items""#, "");
     let (snap, _) = start(&def, json!({"items": [1, 2, 3]}));
@@ -248,6 +277,13 @@ fn counts_and_collections_that_do_not_evaluate_fail_the_instance() {
             "<loopCardinality>n</loopCardinality>",
             json!({"n": 1001}),
             "at most",
+        ),
+        // Camunda 7's cardinality beside a collection, past the collection's end.
+        (
+            r#"xmlns:camunda="http://camunda.org/schema/1.0/bpmn" camunda:collection="${items}" camunda:elementVariable="item""#,
+            "<loopCardinality>${n}</loopCardinality>",
+            json!({"n": 3, "items": ["a", "b"]}),
+            "past the end of its input collection of 2 items",
         ),
     ];
     for (chars, children, v, why) in cases {

@@ -324,6 +324,14 @@ pub enum MultiItems {
     Cardinality(Expression),
     /// An input collection: an expression giving a list, one inner instance per item.
     Collection(Expression),
+    /// Camunda 7's `loopCardinality` beside a `camunda:collection`: the cardinality says
+    /// how many inner instances there are, and inner instance `k` takes the collection's
+    /// item `k` (from the first); a cardinality past the collection's end fails the
+    /// instance as the body starts (`docs/multi-instance.md`).
+    Indexed {
+        cardinality: Expression,
+        collection: Expression,
+    },
 }
 
 /// An event sub-process: an embedded sub-process ([`NodeKind::SubProcess`]) that no flow

@@ -3922,6 +3922,22 @@ fn a_sequential_multi_instance_sub_process_moves_its_children_into_the_inner_nod
 }
 
 #[test]
+fn a_camunda_collection_may_stand_beside_a_loop_cardinality() {
+    let l = loads(&around(
+        r#"<userTask id="t">
+  <multiInstanceLoopCharacteristics camunda:collection="${items}" camunda:elementVariable="item"><loopCardinality>${n}</loopCardinality></multiInstanceLoopCharacteristics>
+</userTask>"#,
+    ));
+    let (_, mi) = multi(&l);
+    assert!(
+        matches!(mi.items, MultiItems::Indexed { .. }),
+        "{:?}",
+        mi.items
+    );
+    assert_eq!(mi.element.as_deref(), Some("item"));
+}
+
+#[test]
 fn q131_neither_or_both_counts() {
     refused(
         &around(r#"<task id="t">¶<multiInstanceLoopCharacteristics isSequential="true"/></task>"#),

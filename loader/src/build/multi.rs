@@ -291,6 +291,13 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let items = match (p.cardinality, p.collection) {
             (Some((c, _)), None) => MultiItems::Cardinality(c),
             (None, Some((c, _, _))) => MultiItems::Collection(c),
+            // Camunda 7 takes both: the count from the cardinality, the items by index.
+            (Some((cardinality, _)), Some((collection, _, Dialect::Camunda))) => {
+                MultiItems::Indexed {
+                    cardinality,
+                    collection,
+                }
+            }
             (None, None) => {
                 self.help(
                     "Q131",
@@ -305,7 +312,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     "Q131",
                     pos,
                     "a multi-instance activity has both a loopCardinality and an input collection",
-                    "keep one: the collection's length is the number of inner instances",
+                    "keep one: the collection's length is the number of inner instances \
+                     (only camunda:collection may stand beside a loopCardinality, as Camunda 7 \
+                     reads it)",
                 );
                 return None;
             }
