@@ -88,8 +88,8 @@ pub struct SqliteStore {
 /// instances that were created together, whose steps share round rows, and reads each
 /// row once instead of once per instance. Sound without asking the file again because a
 /// round row's id is never given to another row (a purge empties the newest row instead
-/// of deleting it, so `MAX(id)` never goes back; an id freed by an older entry row was
-/// never cached) and a round's body only ever loses entries (a purge's, in this process
+/// of deleting it, and the next append deletes it, so `MAX(id)` never goes back; an id
+/// freed by an older entry row was never cached) and a round's body only ever loses entries (a purge's, in this process
 /// or another), which leaves every other entry as it was; a read whose instance a cached
 /// body lacks (a purge its snapshot does not see yet took it from a later read) reads the
 /// row itself. A purge here empties the cache. A row changed behind the stores' backs (a
