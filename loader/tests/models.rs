@@ -1028,6 +1028,16 @@ fn a_message_throw_or_end_event_with_a_worker_is_that_worker_s_pull_task() {
         ),
         "Q116",
     );
+    // A q: binding beside the vendor's is refused, not ignored.
+    let d = refused(
+        &process(
+            r#"<startEvent id="s"/>
+<sequenceFlow id="f1" sourceRef="s" targetRef="e"/>
+<endEvent id="e" ¶q:task="inform"><extensionElements><zeebe:taskDefinition type="inform"/></extensionElements><messageEventDefinition/></endEvent>"#,
+        ),
+        "Q307",
+    );
+    assert!(d.message.contains("vendor binding"), "{}", d.message);
     // Neither a message nor a worker: it sends nothing, as Camunda 7 runs it (Q909).
     let l = loads(&around(
         r#"<intermediateThrowEvent id="t"><messageEventDefinition/></intermediateThrowEvent>"#,

@@ -661,6 +661,26 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
     /// event's token ends once the worker completes it.
     fn worker_message_event(&mut self, el: &'a Element, ext: &mut Extensions) -> Option<TaskKind> {
         let d = super::worker_message_definition(el)?;
+        // The vendor's binding says who runs it; a `q:` binding on the event itself
+        // would be a second one, and nothing of qflow's belongs there (Q307, as on
+        // any other event).
+        let mut refused = false;
+        for a in el.attrs.iter().filter(|a| a.ns == Ns::Q) {
+            refused = true;
+            self.help(
+                "Q307",
+                a.pos,
+                format!(
+                    "q:{} is not supported on <{}>: a worker runs it by its vendor binding",
+                    a.local, el.local
+                ),
+                "remove it; to run the event's work on a qflow handler, route the binding \
+                 (a Camunda 7 Java binding: [delegates] in qflow.toml) or use a serviceTask",
+            );
+        }
+        if refused {
+            return None;
+        }
         if let Some(m) = d.attr("messageRef") {
             self.diags.push(
                 crate::diag::Diagnostic::note(
