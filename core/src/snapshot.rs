@@ -772,7 +772,16 @@ impl Snapshot {
                 // A known key kept raw is kept in canonical order (a later decode may
                 // read it typed); an unknown one exactly as it came.
                 let raw = if is_known_key(key) {
-                    canonical(raw)
+                    let raw = canonical(raw);
+                    // The canonical form may read typed where the damaged one did not
+                    // (a key written twice, the dropped occurrence malformed): read it
+                    // now, or the next decode of these bytes would give another state.
+                    let mut bytes = Vec::new();
+                    mp::raw(&mut bytes, &raw);
+                    if snap.absorb(key, &mut rd::Rd::new(&bytes))? {
+                        continue;
+                    }
+                    raw
                 } else {
                     raw
                 };
