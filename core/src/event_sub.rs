@@ -161,6 +161,16 @@ impl<'a> Run<'a> {
                 self.arm(name, due);
             }
         }
+        if !self.p.conditionals.is_empty() {
+            let starts: Vec<NodeIdx> = self
+                .p
+                .event_sub_processes_in(scope)
+                .map(|e| in_scope(self.p, scope, e).1)
+                .collect();
+            for s in starts {
+                self.condition_armed(s);
+            }
+        }
         true
     }
 

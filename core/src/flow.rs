@@ -924,6 +924,7 @@ impl<'a> Run<'a> {
         self.snap.locals.clear();
         self.snap.compensable.clear();
         self.snap.owed.clear();
+        self.snap.conditions.clear();
         self.snap.spent.clear();
         self.resolve_all_timers();
         self.snap.status = Status::Cancelled;
@@ -936,7 +937,15 @@ impl<'a> Run<'a> {
     /// completes the instance when no token is left.
     pub(super) fn settle(&mut self) {
         loop {
-            while let Some((node, via)) = self.queue.pop_front() {
+            loop {
+                // Conditional events see every variable change before the next token
+                // moves (`conditional`).
+                if self.conditions_due() {
+                    self.evaluate_conditions();
+                }
+                let Some((node, via)) = self.queue.pop_front() else {
+                    break;
+                };
                 if !self.running() {
                     self.queue.clear();
                     return;
@@ -954,11 +963,15 @@ impl<'a> Run<'a> {
             if !self.running() {
                 return;
             }
-            if self.fire_ready_inclusive_join() || self.complete_finished_subprocess() {
+            if self.fire_ready_inclusive_join()
+                || self.complete_finished_subprocess()
+                || self.conditions_due()
+            {
                 continue;
             }
             break;
         }
+        self.forget_disarmed_conditions();
         if self.snap.tokens.is_empty() {
             if let Some(gw) = self.snap.joins.keys().next().cloned() {
                 let idx = self.p.find(&gw);
@@ -1019,6 +1032,7 @@ impl<'a> Run<'a> {
                     // Only an event sub-process's start catches these (the arm above).
                     StartTrigger::Error { .. } => (EventKind::Error, None),
                     StartTrigger::Escalation { .. } => (EventKind::Escalation, None),
+                    StartTrigger::Conditional(_) => (EventKind::Conditional, None),
                 };
                 self.record_catch(kind, idx, None, None, name);
                 self.leave(idx);
@@ -1107,6 +1121,10 @@ impl<'a> Run<'a> {
                 self.arm(TimerName::new(TimerKind::Catch, &self.id(idx)), due);
             }
             NodeKind::IntermediateCatch(CatchTrigger::Message { .. }) => self.add_token(idx),
+            NodeKind::IntermediateCatch(CatchTrigger::Conditional(_)) => {
+                self.add_token(idx);
+                self.condition_armed(idx);
+            }
             NodeKind::SubProcess if self.p.ad_hoc(idx).is_some() => {
                 if let Some(ad_hoc) = self.p.ad_hoc(idx) {
                     self.enter_ad_hoc(idx, ad_hoc);
@@ -1145,6 +1163,11 @@ impl<'a> Run<'a> {
                 for (target, due) in dues {
                     let name = TimerName::new(TimerKind::Catch, &self.id(target));
                     self.arm(name, due);
+                }
+                if !self.p.conditionals.is_empty() {
+                    for f in &node.outgoing {
+                        self.condition_armed(self.p.attached(idx, self.p.flow(*f).target));
+                    }
                 }
             }
         }

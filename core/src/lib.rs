@@ -48,6 +48,7 @@ mod ad_hoc;
 mod call;
 mod channel;
 mod compensation;
+mod conditional;
 mod event_sub;
 mod flow;
 mod gateway;
@@ -154,6 +155,12 @@ pub mod codes {
     /// an activation through its API, which qflow does not have
     /// (`docs/ad-hoc-sub-processes.md`). A model or data outcome, not a defect.
     pub const AD_HOC_IDLE: &str = "AD_HOC_IDLE";
+    /// Every token left waits for a condition (a conditional catch, an event-based
+    /// gateway before conditional catches only) and nothing left in the instance could
+    /// change a variable: Camunda would wait for a variable set through its API, which
+    /// qflow does not have (`docs/conditional-events.md`). A model or data outcome, not
+    /// a defect.
+    pub const CONDITION_IDLE: &str = "CONDITION_IDLE";
 }
 
 /// One attempt of a task: 1-based, so "no attempt" is not a number but `None`. Serialized

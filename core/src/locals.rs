@@ -157,6 +157,9 @@ impl<'a> Run<'a> {
     /// process level): each name in the locals of the nearest instance, `scope`
     /// outwards, that holds it, else in the instance variables.
     pub(super) fn write_vars(&mut self, scope: Option<NodeIdx>, writes: Variables) {
+        if !self.p.conditionals.is_empty() {
+            self.note_changes(scope, &writes);
+        }
         if self.snap.locals.is_empty() {
             self.snap.vars.extend(writes);
             return;
@@ -183,6 +186,29 @@ impl<'a> Run<'a> {
                 None => &mut self.snap.vars,
             };
             into.insert(name, value);
+        }
+    }
+
+    /// Notes, for the conditional events (`conditional`), which of `writes` change a
+    /// variable as seen from `scope`: created, or given another value.
+    fn note_changes(&mut self, scope: Option<NodeIdx>, writes: &Variables) {
+        for (name, value) in writes {
+            let mut before = None;
+            let mut cur = scope;
+            for _ in 0..1024 {
+                let Some(s) = cur else { break };
+                if let Some(v) = self.snap.locals.get(&*self.id(s)).and_then(|l| l.get(name)) {
+                    before = Some(v);
+                    break;
+                }
+                cur = self.p.scope_instance(s);
+            }
+            let before = before.or_else(|| self.snap.vars.get(name));
+            match before {
+                None => self.conditions_changed.push((name.clone(), true)),
+                Some(v) if v != value => self.conditions_changed.push((name.clone(), false)),
+                Some(_) => {}
+            }
         }
     }
 

@@ -237,7 +237,7 @@ pub(super) fn problems(
     // overwrite the first's attempts, marker, timer or row (`pay` mapped onto `charge`
     // while `charge` keeps its own).
     let tokens: std::collections::BTreeSet<&String> = snap.tokens.iter().collect();
-    let families: [(&str, Vec<&String>); 14] = [
+    let families: [(&str, Vec<&String>); 15] = [
         ("token", tokens.into_iter().collect()),
         ("attempt counter", snap.attempts.keys().collect()),
         ("backoff marker", snap.markers.keys().collect()),
@@ -252,6 +252,7 @@ pub(super) fn problems(
         ("multi-instance body", snap.multis.keys().collect()),
         ("called instance", snap.children.keys().collect()),
         ("sub-process locals", snap.locals.keys().collect()),
+        ("held condition", snap.conditions.keys().collect()),
     ];
     for (what, keys) in families {
         let mut images: BTreeMap<Cow<'_, str>, &String> = BTreeMap::new();
@@ -389,6 +390,7 @@ impl Run<'_> {
         // Whoever holds a user task keeps it under its new name; the sync after the step
         // drops the holder of a node that is no user task in the target.
         rename(&mut s.assignees, mapping);
+        rename(&mut s.conditions, mapping);
         for name in &mut s.spent {
             *name = mapped_timer(mapping, name);
         }

@@ -128,6 +128,7 @@ pub enum EventKind {
     Link,
     Signal,
     Compensation,
+    Conditional,
 }
 
 /// What kind of end event a token reached.

@@ -62,6 +62,12 @@ pub(super) struct Run<'a> {
     /// The latest completion verdict of each ad-hoc sub-process instance one of whose
     /// paths ended in this step (`ad_hoc`); never persisted.
     pub(super) ad_hoc_verdicts: BTreeMap<NodeIdx, bool>,
+    /// Conditional events armed in this step and not yet evaluated (`conditional`).
+    pub(super) conditions_armed: Vec<NodeIdx>,
+    /// The variables this step changed since the conditions were last evaluated, each
+    /// with whether it was created (`conditional`); written only for a model with
+    /// conditional events.
+    pub(super) conditions_changed: Vec<(String, bool)>,
 }
 
 impl<'a> Run<'a> {
@@ -95,6 +101,8 @@ impl<'a> Run<'a> {
             answered: None,
             rearmed: Vec::new(),
             ad_hoc_verdicts: BTreeMap::new(),
+            conditions_armed: Vec::new(),
+            conditions_changed: Vec::new(),
         }
     }
 

@@ -167,6 +167,11 @@ pub struct Snapshot {
     /// first; the first is the run in progress (the handler holds a token). Present while
     /// the handler runs or has runs queued.
     pub(crate) owed: BTreeMap<String, Vec<String>>,
+    /// `r/<event>`: a non-interrupting conditional event (a boundary, an event
+    /// sub-process start) whose condition held when last evaluated; it fires again only
+    /// once the condition was false (`conditional`). Present while it holds and the
+    /// event is armed; always `1`.
+    pub(crate) conditions: BTreeMap<String, u32>,
     /// Keys this engine does not know, and known keys whose value was malformed.
     pub(crate) extra: BTreeMap<String, rmpv::Value>,
 }
@@ -201,6 +206,7 @@ const P_MULTI: &str = "i/";
 const P_CHILD: &str = "q/";
 const P_OWED: &str = "z/";
 const P_LOCALS: &str = "l/";
+const P_CONDITION: &str = "r/";
 
 impl Snapshot {
     /// The snapshot of an instance that has not started yet.
@@ -244,6 +250,12 @@ impl Snapshot {
     }
 
     /// Live timers by name, with the incarnation that may fire.
+    /// The non-interrupting conditional events whose condition held when last
+    /// evaluated (`r/<event>`), by event.
+    pub fn conditions_held(&self) -> &BTreeMap<String, u32> {
+        &self.conditions
+    }
+
     pub fn timers(&self) -> &BTreeMap<String, u32> {
         &self.timers
     }
@@ -538,6 +550,11 @@ impl Snapshot {
             self.compensable.is_empty(),
         );
         put("compensations_owed", json!(self.owed), self.owed.is_empty());
+        put(
+            "conditions_held",
+            json!(self.conditions),
+            self.conditions.is_empty(),
+        );
         if let Some(parent) = &self.parent {
             put("parent", json!(parent), false);
         }
@@ -619,6 +636,7 @@ impl Snapshot {
             + self.children.len()
             + self.locals.len()
             + self.owed.len()
+            + self.conditions.len()
             + self.extra.len();
         let parent = self.parent.as_deref().map(parent_vars);
         let mut entries: Vec<(Cow<'_, str>, Entry<'_>)> = Vec::with_capacity(13 + families);
@@ -712,6 +730,12 @@ impl Snapshot {
         }
         for (scope, locals) in &self.locals {
             entries.push((format!("{P_LOCALS}{scope}").into(), Entry::Vars(locals)));
+        }
+        for (event, held) in &self.conditions {
+            entries.push((
+                format!("{P_CONDITION}{event}").into(),
+                Entry::Uint(*held as u64),
+            ));
         }
         for (handler, throws) in &self.owed {
             entries.push((format!("{P_OWED}{handler}").into(), Entry::StrList(throws)));
@@ -889,6 +913,11 @@ impl Snapshot {
             rd.str_list()
                 .map(|l| self.owed.insert(handler.to_owned(), l))
                 .is_some()
+        } else if let Some(event) = key.strip_prefix(P_CONDITION) {
+            rd.uint()
+                .filter(|h| *h == 1)
+                .map(|h| self.conditions.insert(event.to_owned(), h as u32))
+                .is_some()
         } else if let Some(node) = key.strip_prefix(P_CHILD) {
             rd.uint()
                 .and_then(|n| u32::try_from(n).ok())
@@ -1036,6 +1065,7 @@ fn is_known_key(key: &str) -> bool {
             P_CHILD,
             P_OWED,
             P_LOCALS,
+            P_CONDITION,
         ]
         .iter()
         .any(|p| key.starts_with(p))

@@ -78,6 +78,14 @@ pub(crate) fn stalled(p: &Process, snap: &Snapshot) -> Option<(String, &'static 
             NodeKind::IntermediateCatch(CatchTrigger::Link { .. }) => {
                 Some("a token stands at a link catch, which never waits")
             }
+            NodeKind::IntermediateCatch(CatchTrigger::Conditional(_)) => {
+                (!can_change_variables(p, snap)).then_some(CONDITION_WAIT)
+            }
+            NodeKind::EventBasedGateway
+                if only_conditions_after(p, idx) && !can_change_variables(p, snap) =>
+            {
+                Some(CONDITION_WAIT)
+            }
             NodeKind::IntermediateCatch(_)
             | NodeKind::EventBasedGateway
             | NodeKind::SubProcess
@@ -90,6 +98,65 @@ pub(crate) fn stalled(p: &Process, snap: &Snapshot) -> Option<(String, &'static 
         }
     }
     None
+}
+
+/// Why a token waiting for a condition is stalled (`CONDITION_IDLE`, not `STALLED`).
+const CONDITION_WAIT: &str = "it waits for a condition, and nothing left in the instance can \
+                              change a variable";
+
+/// Whether every event racing after the event-based gateway at `gw` is conditional.
+fn only_conditions_after(p: &Process, gw: NodeIdx) -> bool {
+    p.node(gw).outgoing.iter().all(|f| {
+        matches!(
+            p.node(p.flow(*f).target).kind,
+            NodeKind::IntermediateCatch(CatchTrigger::Conditional(_))
+        )
+    })
+}
+
+/// Whether anything in the running instance could still change a variable, and so
+/// make a conditional catch's condition true: a token anywhere but at a conditional
+/// wait (a task, a timer, a message wait...), a sub-process with a boundary event that
+/// waits for a timer, a message or a signal, or an armed event sub-process start of
+/// those kinds. Only variable changes made by the instance's own steps reach a
+/// condition: qflow has no operation that sets an instance's variables.
+fn can_change_variables(p: &Process, snap: &Snapshot) -> bool {
+    let waits_outside = |host: NodeIdx| {
+        p.boundaries_of(host.plain()).any(|b| {
+            matches!(
+                &p.node(b).kind,
+                NodeKind::Boundary(bd) if matches!(
+                    bd.trigger,
+                    BoundaryTrigger::Timer(_)
+                        | BoundaryTrigger::Message { .. }
+                        | BoundaryTrigger::Signal { .. }
+                )
+            )
+        })
+    };
+    let mover = snap.tokens.iter().any(|t| {
+        let Some(idx) = p.find(t) else {
+            // Unknown: the benefit of the doubt.
+            return true;
+        };
+        match &p.node(idx).kind {
+            NodeKind::IntermediateCatch(CatchTrigger::Conditional(_)) => false,
+            NodeKind::EventBasedGateway => !only_conditions_after(p, idx),
+            NodeKind::SubProcess => waits_outside(idx),
+            _ => true,
+        }
+    });
+    mover
+        || armed_starts(p, snap).into_iter().any(|s| {
+            matches!(
+                p.start_trigger(s),
+                Some(
+                    StartTrigger::Timer(_)
+                        | StartTrigger::Message { .. }
+                        | StartTrigger::Signal { .. }
+                )
+            )
+        })
 }
 
 /// Whether two tokens under one name at `node` can both still move: each gets an answer
@@ -228,6 +295,14 @@ impl Run<'_> {
             return;
         };
         let idx = self.p.find(&token);
+        if why == CONDITION_WAIT {
+            let message = format!(
+                "the token at `{token}` waits for a condition, and nothing left in the \
+                 instance can change a variable. Camunda would wait for a variable set \
+                 through its API, which qflow does not have; migrate or cancel the instance"
+            );
+            return self.fail(codes::CONDITION_IDLE, idx, None, message);
+        }
         let message = format!(
             "the step ({input}) left the instance running with nothing that could move \
              the token at `{token}`: {why}. This is an engine defect; the instance is kept \

@@ -283,6 +283,16 @@ impl Run<'_> {
                 self.arm(name, due);
             }
         }
+        if !self.p.conditionals.is_empty() {
+            let boundaries: Vec<NodeIdx> = self
+                .p
+                .boundaries_of(host.plain())
+                .map(|b| self.p.attached(host, b))
+                .collect();
+            for b in boundaries {
+                self.condition_armed(b);
+            }
+        }
         if matches!(self.p.node(host).kind, NodeKind::SubProcess) {
             return self.arm_event_starts(Some(host));
         }

@@ -61,6 +61,16 @@ fn node_reasons(kind: &NodeKind, nested: bool) -> Vec<&'static str> {
             trigger: BoundaryTrigger::Signal { .. },
             ..
         }) => out.push("signal boundary (waits)"),
+        NodeKind::IntermediateCatch(CatchTrigger::Conditional(_)) => {
+            out.push("conditional wait (variables)")
+        }
+        NodeKind::Boundary(Boundary {
+            trigger: BoundaryTrigger::Conditional(_),
+            ..
+        }) => out.push("conditional boundary (variables)"),
+        NodeKind::TriggeredStart(StartTrigger::Conditional(_)) => {
+            out.push("event sub-process conditional start (variables)")
+        }
         NodeKind::IntermediateThrow(ThrowTrigger::Signal { .. })
         | NodeKind::EndEvent(EndKind::Signal { .. }) => out.push("signal throw (outbox)"),
         NodeKind::IntermediateThrow(ThrowTrigger::Message { .. })

@@ -128,7 +128,7 @@ impl Expression {
     }
 
     /// The top-level variables the expression reads, sorted.
-    pub(crate) fn read_names(&self) -> &[String] {
+    pub fn read_names(&self) -> &[String] {
         &self.reads
     }
 

@@ -262,6 +262,11 @@ pub struct Process {
     /// out of activities). A gateway's default is in its [`NodeKind`]. Empty for almost
     /// every model.
     pub activity_defaults: BTreeMap<NodeIdx, FlowIdx>,
+    /// The conditional events (boundary, intermediate catch, event sub-process start),
+    /// in document order: the step evaluates their conditions when they are armed and
+    /// when variables change (`docs/conditional-events.md`). Empty for almost every
+    /// model, which then pays nothing for them.
+    pub conditionals: Vec<NodeIdx>,
 }
 
 /// An ad-hoc sub-process, run as Camunda 8 (Zeebe) runs its BPMN implementation: on
@@ -813,6 +818,26 @@ pub enum StartTrigger {
     /// Only in an event sub-process: catches an escalation thrown in the enclosing
     /// scope. `code = None` is catch-all.
     Escalation { code: Option<String> },
+    /// Only in an event sub-process: fires when its condition becomes true while the
+    /// enclosing scope runs.
+    Conditional(Conditional),
+}
+
+/// A conditional event's trigger (BPMN 2.0 §10.5.4, `conditionalEventDefinition`): it
+/// fires when `condition` becomes true. It is evaluated when the event is armed (its
+/// activity, catch or scope entered) and again after every step's variable change that
+/// the filter lets through, until it fires or its wait ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conditional {
+    pub condition: crate::Expression,
+    /// Only a change of one of these variables makes it evaluate again
+    /// (`camunda:variableName`, Zeebe's `zeebe:conditionalFilter variableNames`); empty:
+    /// a change of any variable.
+    pub variables: Vec<String>,
+    /// Whether a variable's creation makes it evaluate again (`variableEvents`).
+    pub on_create: bool,
+    /// Whether a change of an existing variable's value does.
+    pub on_update: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -827,6 +852,9 @@ pub enum CatchTrigger {
     Signal {
         name: String,
     },
+    /// Waits until its condition holds; passes straight through when it holds on
+    /// arrival.
+    Conditional(Conditional),
     /// The catching half of a link pair (§10.5.6): it has no incoming flows, and a token
     /// arrives here only from a link throw event of the same name in the same scope. It
     /// passes straight through.
@@ -936,6 +964,9 @@ pub enum BoundaryTrigger {
     Signal {
         name: String,
     },
+    /// Fires, while its activity runs, when its condition becomes true; interrupting or
+    /// not. A non-interrupting one fires again only after the condition was false.
+    Conditional(Conditional),
     /// Marks its activity as compensable: never triggered like the others, it only links
     /// the activity to its handler (`Process::compensations`). Never interrupting.
     Compensation,

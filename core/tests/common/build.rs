@@ -93,6 +93,7 @@ impl Builder {
                 compensations: BTreeMap::new(),
                 ad_hocs: BTreeMap::new(),
                 activity_defaults: BTreeMap::new(),
+                conditionals: Vec::new(),
             },
             errors: BTreeMap::new(),
             messages: BTreeMap::new(),

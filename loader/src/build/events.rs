@@ -69,6 +69,18 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 name: self.signal_ref(d)?,
             },
             "timerEventDefinition" => StartTrigger::Timer(self.start_timer(d)?),
+            "conditionalEventDefinition" if scope.is_none() => {
+                self.help(
+                    "Q103",
+                    d.pos,
+                    "a conditional start event of a process is not supported",
+                    "Camunda 7 and 8 start such a process only when an API call hands them \
+                     variables to evaluate the condition over; start it with a none, message \
+                     or signal start event instead (a conditional start belongs in an event \
+                     sub-process, where qflow runs it: docs/conditional-events.md)",
+                );
+                return None;
+            }
             _ => {
                 self.unsupported_event(el, d, "start event");
                 return None;
@@ -130,6 +142,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             "escalationEventDefinition" => StartTrigger::Escalation {
                 code: self.caught_escalation_code(d, "start event")?,
             },
+            "conditionalEventDefinition" => {
+                StartTrigger::Conditional(self.conditional(el, d, idx)?)
+            }
             _ => {
                 self.unsupported_event(el, d, "event sub-process start event");
                 return None;
@@ -387,6 +402,10 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 let name = self.signal_ref(d)?;
                 Some(NodeKind::IntermediateCatch(CatchTrigger::Signal { name }))
             }
+            Some(d) if d.local == "conditionalEventDefinition" => {
+                let c = self.conditional(el, d, idx)?;
+                Some(NodeKind::IntermediateCatch(CatchTrigger::Conditional(c)))
+            }
             Some(d) => {
                 self.unsupported_event(el, d, "intermediate catch event");
                 None
@@ -474,6 +493,9 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             Some(d) if d.local == "signalEventDefinition" => BoundaryTrigger::Signal {
                 name: self.signal_ref(d)?,
             },
+            Some(d) if d.local == "conditionalEventDefinition" => {
+                BoundaryTrigger::Conditional(self.conditional(el, d, idx)?)
+            }
             // It only links its activity to the handler; `cancelActivity` means nothing.
             Some(d) if d.local == "compensateEventDefinition" => {
                 return Some(NodeKind::Boundary(Boundary {
@@ -508,6 +530,97 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             interrupting,
             trigger,
         }))
+    }
+
+    // ----- conditional events -----
+
+    /// A `conditionalEventDefinition` `d` of the event `el` (the node `idx`): its
+    /// `<condition>` (CEL, FEEL or the JUEL subset, as a flow's condition) and its filter:
+    /// Camunda 7's `camunda:variableName` and `camunda:variableEvents` on the definition,
+    /// or Zeebe's `zeebe:conditionalFilter variableNames="…" variableEvents="…"` in its
+    /// or the event's extension elements. A filter naming only deletions never fires:
+    /// qflow deletes no variable (Q103).
+    fn conditional(
+        &mut self,
+        el: &'a Element,
+        d: &'a Element,
+        idx: NodeIdx,
+    ) -> Option<Conditional> {
+        let Some(c) = d
+            .child(Ns::Bpmn, "condition")
+            .filter(|c| !c.text.trim().is_empty())
+        else {
+            self.help(
+                "Q102",
+                d.pos,
+                "the conditionalEventDefinition has no condition",
+                "write the condition in <condition>, e.g. <condition>${approved}</condition> or <condition>=approved</condition>",
+            );
+            return None;
+        };
+        let condition = self.condition_text(c)?;
+        let zeebe = [d, el]
+            .into_iter()
+            .filter_map(|e| e.child(Ns::Bpmn, "extensionElements"))
+            .find_map(|x| x.child(Ns::Zeebe, "conditionalFilter"));
+        let names = d
+            .attr_ns(Ns::Camunda, "variableName")
+            .or_else(|| zeebe.and_then(|z| z.attr("variableNames")));
+        let events = d
+            .attr_ns(Ns::Camunda, "variableEvents")
+            .or_else(|| zeebe.and_then(|z| z.attr("variableEvents")));
+        let variables: Vec<String> = names
+            .map(|a| {
+                a.value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (mut on_create, mut on_update) = (true, true);
+        if let Some(a) = events {
+            (on_create, on_update) = (false, false);
+            let mut deletes = false;
+            for e in a.value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                match e {
+                    "create" => on_create = true,
+                    "update" => on_update = true,
+                    "delete" => deletes = true,
+                    other => {
+                        self.help(
+                            "Q102",
+                            a.pos,
+                            format!("variable event `{other}` is not one of create, update, delete"),
+                            "list the changes that make the condition evaluate again, e.g. variableEvents=\"create, update\"",
+                        );
+                        return None;
+                    }
+                }
+            }
+            if !on_create && !on_update {
+                let why = if deletes {
+                    "a conditional event that listens only for deleted variables never fires: qflow deletes no variable"
+                } else {
+                    "the variable events list is empty"
+                };
+                self.help(
+                    "Q103",
+                    a.pos,
+                    why,
+                    "listen for create or update, or remove the variable events to listen for every change",
+                );
+                return None;
+            }
+        }
+        self.conditionals.push(idx);
+        Some(Conditional {
+            condition,
+            variables,
+            on_create,
+            on_update,
+        })
     }
 
     // ----- compensation -----

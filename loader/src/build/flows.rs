@@ -113,9 +113,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
 
     fn condition(&mut self, flow: &Element) -> Option<Expression> {
         let c = flow.child(Ns::Bpmn, "conditionExpression")?;
-        let text = c.text.trim();
-        let pos = c.text_pos;
-        if text.is_empty() {
+        if c.text.trim().is_empty() {
             self.help(
                 "Q102",
                 c.pos,
@@ -124,6 +122,15 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             );
             return None;
         }
+        self.condition_text(c)
+    }
+
+    /// The condition written as the text of `c` (a flow's `conditionExpression`, a
+    /// conditional event's `condition`): CEL, FEEL (`=…` or a FEEL language), or the JUEL
+    /// subset (`${…}`), in the language `c` or the file names. `c`'s text is not empty.
+    pub(super) fn condition_text(&mut self, c: &Element) -> Option<Expression> {
+        let text = c.text.trim();
+        let pos = c.text_pos;
         let own = c.value("language").map(|l| l.trim().to_ascii_lowercase());
         let inherited = own.is_none() && self.ctx.default_language.is_some();
         let lang = own

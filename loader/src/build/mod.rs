@@ -584,6 +584,8 @@ struct ProcessBuilder<'a, 'd> {
     ad_hocs: BTreeMap<NodeIdx, AdHoc>,
     /// Activities' default flows (`flows::resolve_defaults`).
     activity_defaults: BTreeMap<NodeIdx, FlowIdx>,
+    /// The conditional events read (`events::conditional`), in document order.
+    conditionals: Vec<NodeIdx>,
     /// The first Java binding seen on each derived pull topic (`tasks::delegate_kind`), to
     /// warn when two different bindings of the process share one.
     delegate_topics: BTreeMap<String, String>,
@@ -613,6 +615,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             compensations: BTreeMap::new(),
             ad_hocs: BTreeMap::new(),
             activity_defaults: BTreeMap::new(),
+            conditionals: Vec::new(),
             delegate_topics: BTreeMap::new(),
             meta: Meta::default(),
         }
@@ -907,6 +910,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 compensations: self.compensations,
                 ad_hocs: self.ad_hocs,
                 activity_defaults: self.activity_defaults,
+                conditionals: self.conditionals,
             },
             self.meta,
         )

@@ -110,6 +110,10 @@ pub(super) fn check_other_extensions(pb: &mut ProcessBuilder<'_, '_>, el: &Eleme
             Ns::Camunda | Ns::Zeebe if matches!(c.local.as_str(), "inputOutput" | "ioMapping") => {
                 pb.event_io(el, c)
             }
+            // Read with the conditional event definition (`events::conditional`).
+            Ns::Zeebe
+                if c.local == "conditionalFilter"
+                    && el.child(Ns::Bpmn, "conditionalEventDefinition").is_some() => {}
             // Read with the ad-hoc sub-process (`tasks::ad_hoc_sub_process`).
             Ns::Zeebe if el.local == "adHocSubProcess" && c.local == "adHoc" => {}
             Ns::Zeebe if el.local == "adHocSubProcess" && c.local == "taskDefinition" => pb.help(
