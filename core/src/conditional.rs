@@ -124,7 +124,7 @@ impl<'a> Run<'a> {
                     return self.fail(codes::EXPRESSION_FAILED, Some(w), None, message);
                 }
             };
-            fired |= self.conditional_evaluated(w, gateway, holds, is_fresh);
+            fired |= self.conditional_evaluated(w, gateway, holds);
         }
     }
 
@@ -147,13 +147,7 @@ impl<'a> Run<'a> {
     }
 
     /// Acts on one evaluation of the armed event `w`; whether it fired.
-    fn conditional_evaluated(
-        &mut self,
-        w: NodeIdx,
-        gateway: Option<NodeIdx>,
-        holds: bool,
-        fresh: bool,
-    ) -> bool {
+    fn conditional_evaluated(&mut self, w: NodeIdx, gateway: Option<NodeIdx>, holds: bool) -> bool {
         let p = self.p;
         let interrupting = match &p.node(w).kind {
             NodeKind::Boundary(b) => b.interrupting,
@@ -162,8 +156,11 @@ impl<'a> Run<'a> {
         };
         if !interrupting {
             // Fires when the condition becomes true; remembers that it holds.
+            // Armed afresh, it has no memory: its key went when its wait last ended
+            // (`forget_conditions_of`); one kept means it stayed armed (a resume re-arms
+            // what never stopped waiting).
             let key = self.id(w).into_owned();
-            let held = !fresh && self.snap.conditions.contains_key(&key);
+            let held = self.snap.conditions.contains_key(&key);
             if holds {
                 self.snap.conditions.insert(key, 1);
             } else {
@@ -211,6 +208,26 @@ impl<'a> Run<'a> {
             },
         }
         true
+    }
+
+    /// The wait of the activity or scope `idx` ended: what its boundary events and the
+    /// starts of its event sub-processes remembered goes.
+    pub(super) fn forget_conditions_of(&mut self, idx: NodeIdx) {
+        let p = self.p;
+        let mut gone: Vec<NodeIdx> = p
+            .boundaries_of(idx.plain())
+            .map(|b| p.attached(idx, b))
+            .collect();
+        if matches!(p.node(idx).kind, NodeKind::SubProcess) {
+            gone.extend(
+                p.event_sub_processes_in(Some(idx))
+                    .map(|e| super::event_sub::in_scope(p, Some(idx), e).1),
+            );
+        }
+        for w in gone {
+            let key = self.id(w);
+            self.snap.conditions.remove(&*key);
+        }
     }
 
     /// Drops what non-interrupting conditional events remember once they are no longer

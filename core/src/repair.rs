@@ -171,8 +171,10 @@ impl Run<'_> {
                         };
                         self.arm(TimerName::new(TimerKind::Catch, &self.id(target)), due);
                     }
+                    self.condition_armed(target);
                 }
             }
+            NodeKind::IntermediateCatch(CatchTrigger::Conditional(_)) => self.condition_armed(idx),
             _ => {}
         }
     }

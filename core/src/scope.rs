@@ -462,6 +462,7 @@ impl<'a> Run<'a> {
         self.snap.cycles.clear();
         self.snap.compensable.clear();
         self.snap.owed.clear();
+        self.snap.conditions.clear();
         self.snap.status = Status::Completed;
         self.effects.push(Effect::Completed);
     }

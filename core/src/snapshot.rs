@@ -249,13 +249,13 @@ impl Snapshot {
         &self.joins
     }
 
-    /// Live timers by name, with the incarnation that may fire.
     /// The non-interrupting conditional events whose condition held when last
     /// evaluated (`r/<event>`), by event.
     pub fn conditions_held(&self) -> &BTreeMap<String, u32> {
         &self.conditions
     }
 
+    /// Live timers by name, with the incarnation that may fire.
     pub fn timers(&self) -> &BTreeMap<String, u32> {
         &self.timers
     }

@@ -121,18 +121,22 @@ fn only_conditions_after(p: &Process, gw: NodeIdx) -> bool {
 /// those kinds. Only variable changes made by the instance's own steps reach a
 /// condition: qflow has no operation that sets an instance's variables.
 fn can_change_variables(p: &Process, snap: &Snapshot) -> bool {
+    // A timer counts while it is armed (a cycle that ran out is spent).
+    let armed_timer = |at: NodeIdx| {
+        snap.timers
+            .contains_key(TimerName::new(TimerKind::Boundary, &p.key(at)).as_str())
+    };
     let waits_outside = |host: NodeIdx| {
-        p.boundaries_of(host.plain()).any(|b| {
-            matches!(
-                &p.node(b).kind,
-                NodeKind::Boundary(bd) if matches!(
-                    bd.trigger,
-                    BoundaryTrigger::Timer(_)
-                        | BoundaryTrigger::Message { .. }
-                        | BoundaryTrigger::Signal { .. }
-                )
-            )
-        })
+        p.boundaries_of(host.plain())
+            .map(|b| p.attached(host, b))
+            .any(|b| match &p.node(b).kind {
+                NodeKind::Boundary(bd) => match bd.trigger {
+                    BoundaryTrigger::Timer(_) => armed_timer(b),
+                    BoundaryTrigger::Message { .. } | BoundaryTrigger::Signal { .. } => true,
+                    _ => false,
+                },
+                _ => false,
+            })
     };
     let mover = snap.tokens.iter().any(|t| {
         let Some(idx) = p.find(t) else {
@@ -147,16 +151,13 @@ fn can_change_variables(p: &Process, snap: &Snapshot) -> bool {
         }
     });
     mover
-        || armed_starts(p, snap).into_iter().any(|s| {
-            matches!(
-                p.start_trigger(s),
-                Some(
-                    StartTrigger::Timer(_)
-                        | StartTrigger::Message { .. }
-                        | StartTrigger::Signal { .. }
-                )
-            )
-        })
+        || armed_starts(p, snap)
+            .into_iter()
+            .any(|s| match p.start_trigger(s) {
+                Some(StartTrigger::Timer(_)) => armed_timer(s),
+                Some(StartTrigger::Message { .. } | StartTrigger::Signal { .. }) => true,
+                _ => false,
+            })
 }
 
 /// Whether two tokens under one name at `node` can both still move: each gets an answer

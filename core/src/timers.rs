@@ -370,6 +370,9 @@ impl Run<'_> {
     /// retry park, its catch timer, its boundary timers and, for a sub-process, the timer
     /// starts of its event sub-processes.
     pub(super) fn disarm(&mut self, idx: NodeIdx) {
+        if !self.snap.conditions.is_empty() {
+            self.forget_conditions_of(idx);
+        }
         if self.snap.timers.is_empty() {
             return;
         }

@@ -299,3 +299,43 @@ fn a_conditional_catch_races_after_an_event_based_gateway() {
     assert_eq!(end.status(), Status::Completed);
     assert!(end.timers().is_empty(), "the race's timer was resolved");
 }
+
+#[test]
+fn a_non_interrupting_event_sub_process_runs_beside_and_leaves_no_key_behind() {
+    let def = model(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="work"/>
+      <serviceTask id="work" q:task="work"/>
+      <sequenceFlow id="f1" sourceRef="work" targetRef="more"/>
+      <serviceTask id="more" q:task="more"/>
+      <sequenceFlow id="f2" sourceRef="more" targetRef="e"/><endEvent id="e"/>
+      <subProcess id="notify" triggeredByEvent="true">
+        <startEvent id="ns" isInterrupting="false">
+          <conditionalEventDefinition><condition>flag</condition></conditionalEventDefinition>
+        </startEvent>
+        <sequenceFlow id="n1" sourceRef="ns" targetRef="tell"/>
+        <serviceTask id="tell" q:task="tell"/>
+        <sequenceFlow id="n2" sourceRef="tell" targetRef="ne"/><endEvent id="ne"/>
+      </subProcess>"#,
+    );
+    let trace = run_scenario(
+        &def,
+        r#"{"variables": {"flag": false}, "tasks": {
+            "work": [{"outcome": "ok", "outputs": {"flag": true}, "after_ms": 10}],
+            "tell": [{"outcome": "ok", "outputs": {}, "after_ms": 5}],
+            "more": [{"outcome": "ok", "outputs": {"flag": true}, "after_ms": 20}]}}"#,
+    );
+    // Once, when `flag` became true; `more` writing it again changes nothing.
+    assert_eq!(caught(&trace), ["ns"]);
+    assert_eq!(ran(&trace, "more"), 1);
+    assert_eq!(ran(&trace, "tell"), 1);
+    let held_while_running = trace.steps.iter().any(|s| {
+        Snapshot::decode(&s.snapshot)
+            .unwrap()
+            .conditions_held()
+            .contains_key("ns")
+    });
+    assert!(held_while_running);
+    let end = last(&trace);
+    assert_eq!(end.status(), Status::Completed);
+    assert!(end.conditions_held().is_empty());
+}

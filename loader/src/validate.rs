@@ -313,7 +313,7 @@ fn event_gateways(p: &Process, meta: &Meta, diags: &mut Vec<Diagnostic>) {
                             n.id, t.id
                         ),
                     )
-                    .with_help("put a timer or message catch event after an event-based gateway"),
+                    .with_help("put a timer, message, signal or conditional catch event (or a receive task) after an event-based gateway"),
                 );
             }
         }

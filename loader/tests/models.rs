@@ -301,13 +301,28 @@ fn q131_multi_instance_without_cardinality_or_collection() {
 }
 
 #[test]
-fn q103_conditional_catch_event() {
+fn q103_cancel_catch_event() {
     refused(
         &around(
-            r#"<intermediateCatchEvent id="t">¶<conditionalEventDefinition/></intermediateCatchEvent>"#,
+            r#"<intermediateCatchEvent id="t">¶<cancelEventDefinition/></intermediateCatchEvent>"#,
         ),
         "Q103",
     );
+}
+
+#[test]
+fn a_conditional_catch_event_loads() {
+    let l = loads(&around(
+        r#"<intermediateCatchEvent id="t"><conditionalEventDefinition camunda:variableEvents=""><condition>=ready</condition></conditionalEventDefinition></intermediateCatchEvent>"#,
+    ));
+    let d = only(&l);
+    let NodeKind::IntermediateCatch(CatchTrigger::Conditional(c)) =
+        &d.process.node(d.process.find("t").expect("t")).kind
+    else {
+        panic!("not a conditional catch")
+    };
+    // An empty list of variable events is no filter, as in Camunda 7.
+    assert!(c.on_create && c.on_update && c.variables.is_empty());
 }
 
 #[test]
@@ -3817,10 +3832,7 @@ fn an_event_sub_process_start_with_a_codeless_error_or_an_unsupported_trigger_is
         &with_esp(&esp("", r#"<errorEventDefinition ¶errorRef="codeless"/>"#)),
         "Q102",
     );
-    refused(
-        &with_esp(&esp("", "¶<conditionalEventDefinition/>")),
-        "Q103",
-    );
+    refused(&with_esp(&esp("", "¶<cancelEventDefinition/>")), "Q103");
     refused(
         &with_esp(&esp("", r#"<messageEventDefinition ¶messageRef="nope"/>"#)),
         "Q113",
@@ -4476,4 +4488,108 @@ fn q107_an_element_of_an_ad_hoc_sub_process_that_no_activatable_one_reaches() {
         ),
         "Q107",
     );
+}
+
+// ---------------------------------------------------------------- conditional events
+
+/// A user task `t` with a conditional boundary `b` whose definition is `def`.
+fn conditional_boundary(def: &str) -> String {
+    around(&format!(
+        r#"<userTask id="t"/>
+<boundaryEvent id="b" attachedToRef="t" cancelActivity="false">{def}</boundaryEvent>
+<sequenceFlow id="f3" sourceRef="b" targetRef="end2"/>
+<endEvent id="end2"/>"#
+    ))
+}
+
+#[test]
+fn a_conditional_boundary_loads_with_its_condition_and_filter() {
+    let l = loads(&conditional_boundary(
+        r#"<conditionalEventDefinition camunda:variableName="a, b" camunda:variableEvents="create">
+  <condition>${a &gt; 1}</condition></conditionalEventDefinition>"#,
+    ));
+    let d = only(&l);
+    let b = d.process.find("b").expect("b");
+    assert_eq!(d.process.conditionals, [b]);
+    let NodeKind::Boundary(Boundary {
+        interrupting: false,
+        trigger: BoundaryTrigger::Conditional(c),
+        ..
+    }) = &d.process.node(b).kind
+    else {
+        panic!("not a conditional boundary: {:?}", d.process.node(b).kind)
+    };
+    assert_eq!(c.variables, ["a", "b"]);
+    assert!(c.on_create && !c.on_update);
+    assert_eq!(c.condition.source(), "a > 1");
+}
+
+#[test]
+fn a_zeebe_conditional_filter_is_read_from_the_event() {
+    let l = loads(&conditional_boundary(
+        r#"<extensionElements><zeebe:conditionalFilter variableNames="level" variableEvents="update"/></extensionElements>
+<conditionalEventDefinition><condition>=level &gt; 5</condition></conditionalEventDefinition>"#,
+    ));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let d = only(&l);
+    let b = d.process.find("b").expect("b");
+    let NodeKind::Boundary(Boundary {
+        trigger: BoundaryTrigger::Conditional(c),
+        ..
+    }) = &d.process.node(b).kind
+    else {
+        panic!("not a conditional boundary")
+    };
+    assert_eq!(c.variables, ["level"]);
+    assert!(!c.on_create && c.on_update);
+}
+
+#[test]
+fn a_conditional_event_without_a_condition_is_refused() {
+    refused(
+        &conditional_boundary("¶<conditionalEventDefinition/>"),
+        "Q102",
+    );
+}
+
+#[test]
+fn a_conditional_event_listening_only_for_deletions_is_refused() {
+    refused(
+        &conditional_boundary(
+            r#"<conditionalEventDefinition ¶camunda:variableEvents="delete"><condition>${a}</condition></conditionalEventDefinition>"#,
+        ),
+        "Q103",
+    );
+}
+
+#[test]
+fn an_unknown_variable_event_is_refused() {
+    refused(
+        &conditional_boundary(
+            r#"<conditionalEventDefinition ¶camunda:variableEvents="create, change"><condition>${a}</condition></conditionalEventDefinition>"#,
+        ),
+        "Q102",
+    );
+}
+
+#[test]
+fn a_conditional_event_in_a_foreign_language_is_refused() {
+    refused(
+        &conditional_boundary(
+            r#"<conditionalEventDefinition><condition ¶language="javascript">a &gt; 1</condition></conditionalEventDefinition>"#,
+        ),
+        "Q202",
+    );
+}
+
+#[test]
+fn a_conditional_start_event_of_a_process_is_refused_with_the_reason() {
+    let d = refused(
+        &process(
+            r#"<startEvent id="s">¶<conditionalEventDefinition><condition>${a}</condition></conditionalEventDefinition></startEvent>
+<sequenceFlow id="f1" sourceRef="s" targetRef="e"/><endEvent id="e"/>"#,
+        ),
+        "Q103",
+    );
+    assert!(d.help.unwrap().contains("API call"));
 }

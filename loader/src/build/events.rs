@@ -37,7 +37,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
         let help = if trigger == "compensate" {
             "compensation is caught by a compensation boundary event on the activity it undoes, and thrown by an intermediate throw or end event; a compensation event sub-process is not supported (docs/compensation.md)"
         } else {
-            "use a none, error, terminate, timer, message, signal, link, escalation or compensation event (docs/bpmn-coverage.md)"
+            "use a none, error, terminate, timer, message, signal, conditional, link, escalation or compensation event (docs/bpmn-coverage.md)"
         };
         self.help(
             "Q103",
@@ -414,8 +414,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.help(
                     "Q102",
                     el.pos,
-                    "an intermediate catch event needs a timer, message, signal or link event definition",
-                    "add <timerEventDefinition>, <messageEventDefinition>, <signalEventDefinition> or <linkEventDefinition>",
+                    "an intermediate catch event needs a timer, message, signal, conditional or link event definition",
+                    "add <timerEventDefinition>, <messageEventDefinition>, <signalEventDefinition>, <conditionalEventDefinition> or <linkEventDefinition>",
                 );
                 None
             }
@@ -518,8 +518,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                 self.help(
                     "Q102",
                     el.pos,
-                    "a boundary event needs a timer, error, message, signal or escalation event definition",
-                    "add <timerEventDefinition>, <errorEventDefinition>, <messageEventDefinition>, <signalEventDefinition> or <escalationEventDefinition>",
+                    "a boundary event needs a timer, error, message, signal, conditional or escalation event definition",
+                    "add <timerEventDefinition>, <errorEventDefinition>, <messageEventDefinition>, <signalEventDefinition>, <conditionalEventDefinition> or <escalationEventDefinition>",
                 );
                 return None;
             }
@@ -580,7 +580,8 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             })
             .unwrap_or_default();
         let (mut on_create, mut on_update) = (true, true);
-        if let Some(a) = events {
+        // An empty list is no filter (Camunda 7 reads it so).
+        if let Some(a) = events.filter(|a| !a.value.trim().is_empty()) {
             (on_create, on_update) = (false, false);
             let mut deletes = false;
             for e in a.value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
@@ -599,16 +600,14 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
                     }
                 }
             }
-            if !on_create && !on_update {
-                let why = if deletes {
-                    "a conditional event that listens only for deleted variables never fires: qflow deletes no variable"
-                } else {
-                    "the variable events list is empty"
-                };
+            if !on_create && !on_update && !deletes {
+                // Only separators: no filter either.
+                (on_create, on_update) = (true, true);
+            } else if !on_create && !on_update {
                 self.help(
                     "Q103",
                     a.pos,
-                    why,
+                    "a conditional event that listens only for deleted variables never fires: qflow deletes no variable",
                     "listen for create or update, or remove the variable events to listen for every change",
                 );
                 return None;
