@@ -296,15 +296,15 @@ fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-fn zigzag(v: i64) -> u64 {
+pub(crate) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-fn unzigzag(v: u64) -> i64 {
+pub(crate) fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -313,7 +313,7 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// An LEB128 varint of at most ten bytes whose value fits a `u64`.
-fn read_varint(rest: &mut &[u8]) -> Option<u64> {
+pub(crate) fn read_varint(rest: &mut &[u8]) -> Option<u64> {
     let mut value = 0u64;
     for (i, &byte) in rest.iter().enumerate().take(10) {
         let bits = u64::from(byte & 0x7f);

@@ -54,6 +54,7 @@
 //! chunks.
 
 mod common;
+pub mod history;
 pub mod journal_body;
 pub mod postgres;
 pub mod sqlite;

@@ -62,8 +62,8 @@ use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
     user_tasks_query, USER_TASK_COLUMNS,
 };
-use crate::journal_body;
 use crate::Error;
+use crate::{history, journal_body};
 
 /// How long a statement waits for another process's lock on the file before failing.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;
@@ -1056,7 +1056,6 @@ async fn apply_round(
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
-    apply_attempts(tx, &winners).await?;
     // A round's instances are distinct: a winner's id names its journal row.
     let by_instance: HashMap<&str, i64> = round
         .iter()
@@ -1378,10 +1377,13 @@ async fn apply_state<'a>(
         .iter()
         .partition(|&&index| batch[index].expected_fence.is_none());
     let mut won: JournalPrevs = HashMap::with_capacity(round.len());
+    // Instances whose in-row attempt history passed `history::SPILL_BYTES`.
+    let mut spills: Vec<String> = Vec::new();
     for chunk in statement_chunks(&creates) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last) ",
+             business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last, history, \
+             history_n) ",
         );
         query.push_values(chunk, |mut row, &index| {
             let commit = &batch[index];
@@ -1395,19 +1397,27 @@ async fn apply_state<'a>(
                 .push_bind(commit.now_ms)
                 .push_bind(commit.now_ms)
                 .push_bind(ended_at_creation(commit))
-                .push_bind(journal_ids[index]);
+                .push_bind(journal_ids[index])
+                .push_bind(history::pack(&commit.attempts))
+                .push_bind(commit.attempts.len() as i64);
         });
         // No conflict target: a taken id and a taken `(deployment, business_key)` (the
         // unique index `instances_business_key`) both skip the row, and the loser pass
         // below tells them apart. The single writer means every row we can collide with
         // is committed or our own, so skipping is the whole answer.
-        query.push(" ON CONFLICT DO NOTHING RETURNING id");
-        let created: Vec<String> = query
-            .build_query_scalar()
+        query.push(" ON CONFLICT DO NOTHING RETURNING id, length(history)");
+        let created: Vec<(String, Option<i64>)> = query
+            .build_query_as()
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
-        won.extend(created.into_iter().map(|id| (id, None)));
+        spills.extend(
+            created
+                .iter()
+                .filter(|(_, len)| len.is_some_and(|l| l > history::SPILL_BYTES))
+                .map(|(id, _)| id.clone()),
+        );
+        won.extend(created.into_iter().map(|(id, _)| (id, None)));
     }
     // Most updates keep the row's deployment, status and failure code (a step of a
     // running instance): they set only the fence, snapshot and update instant, which no
@@ -1421,17 +1431,19 @@ async fn apply_state<'a>(
             InstanceStatus::Completed | InstanceStatus::Cancelled
         )
     });
-    let lightly: JournalPrevs = update_instances(tx, batch, ids, journal_ids, &light, true)
-        .await?
-        .into_iter()
-        .collect();
+    let lightly: JournalPrevs =
+        update_instances(tx, batch, ids, journal_ids, &light, true, &mut spills)
+            .await?
+            .into_iter()
+            .collect();
     full.extend(
         light
             .iter()
             .filter(|&&index| !lightly.contains_key(&ids[index])),
     );
     won.extend(lightly);
-    won.extend(update_instances(tx, batch, ids, journal_ids, &full, false).await?);
+    won.extend(update_instances(tx, batch, ids, journal_ids, &full, false, &mut spills).await?);
+    spill_histories(tx, &spills).await?;
 
     let mut winners = Vec::with_capacity(won.len());
     for &index in round {
@@ -1498,12 +1510,13 @@ async fn update_instances(
     journal_ids: &[Option<i64>],
     rows: &[usize],
     light: bool,
+    spills: &mut Vec<String>,
 ) -> StoreResult<Vec<(String, Option<i64>)>> {
     let mut won = Vec::with_capacity(rows.len());
     for chunk in statement_chunks(rows) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, v_snapshot, \
-             v_now_ms, v_journal) AS (",
+             v_now_ms, v_journal, v_history, v_history_n) AS (",
         );
         let mut fences = Vec::with_capacity(chunk.len());
         for &index in chunk {
@@ -1519,42 +1532,86 @@ async fn update_instances(
                 .push_bind(commit.state.failure_code.as_deref())
                 .push_bind(commit.state.snapshot.as_slice())
                 .push_bind(commit.now_ms)
-                .push_bind(journal_ids[index]);
+                .push_bind(journal_ids[index])
+                .push_bind(history::pack(&commit.attempts))
+                .push_bind(commit.attempts.len() as i64);
         });
         // A journaled step links its row to the instance's newest one (`journal_prev`,
         // which RETURNING hands to the insert that follows) and becomes the newest (SET
         // reads the old values, so `journal_prev` takes the old `journal_last`).
         const JOURNAL_SET: &str = "journal_prev = CASE WHEN v_journal IS NULL THEN \
              journal_prev ELSE journal_last END, journal_last = COALESCE(v_journal, journal_last)";
+        // The step's finished attempts go on the end of the row's history (`history.rs`).
+        // `||` on blobs yields text of the same bytes; the CAST makes it a blob again.
+        const HISTORY_SET: &str = "history = CASE WHEN v_history IS NULL THEN history \
+             ELSE CAST(COALESCE(history, x'') || v_history AS BLOB) END, \
+             history_n = history_n + v_history_n";
         if light {
             query.push(format!(
                 ") UPDATE instances SET fence = fence + 1, snapshot = v_snapshot, \
-                 updated_at_ms = v_now_ms, {JOURNAL_SET} \
+                 updated_at_ms = v_now_ms, {JOURNAL_SET}, {HISTORY_SET} \
                  FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
                  AND status = v_status AND failure_code IS v_failure_code \
-                 RETURNING id, journal_prev"
+                 RETURNING id, journal_prev, length(history)"
             ));
         } else {
             query.push(format!(
                 ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
                  status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
-                 updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET} \
+                 updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET}, {HISTORY_SET} \
                  FROM v WHERE id = v_id AND fence = v_fence \
                  AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
                      SELECT 1 FROM instances AS o \
                      WHERE o.deployment = v_deployment AND o.business_key = instances.business_key)) \
-                 RETURNING id, journal_prev",
+                 RETURNING id, journal_prev, length(history)",
                 ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
             ));
         }
-        let updated: Vec<(String, Option<i64>)> = query
+        let updated: Vec<(String, Option<i64>, Option<i64>)> = query
             .build_query_as()
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
-        won.extend(updated);
+        for (id, prev, len) in updated {
+            if len.is_some_and(|l| l > history::SPILL_BYTES) {
+                spills.push(id.clone());
+            }
+            won.push((id, prev));
+        }
     }
     Ok(won)
+}
+
+/// Moves the in-row attempt histories of `ids` (past `history::SPILL_BYTES`) to the
+/// `attempts` table, oldest first, and empties them: rare (an instance that has retried
+/// some thirty times), so a read of each and one insert for all.
+async fn spill_histories(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut records: Vec<(String, AttemptRecord)> = Vec::new();
+    for id in ids {
+        let body: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT history FROM instances WHERE id = ?")
+                .bind(id.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend)?;
+        let instance = InstanceId::parse_str(id)
+            .map_err(|_| StoreError::Corrupt(format!("stored instance id {id:?} is not a UUID")))?;
+        let unpacked = history::unpack(instance, body.as_deref().unwrap_or_default())?;
+        records.extend(unpacked.into_iter().map(|r| (id.clone(), r)));
+    }
+    insert_attempt_rows(tx, &records).await?;
+    let mut query: QueryBuilder<Sqlite> =
+        QueryBuilder::new("UPDATE instances SET history = NULL, history_n = 0 WHERE id IN (");
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(id.as_str());
+    }
+    query.push(")");
+    query.build().execute(&mut *tx).await.map_err(backend)?;
+    Ok(())
 }
 
 /// Writes the winners' `timers`: the resolves as keyed multi-row deletes
@@ -1674,19 +1731,19 @@ async fn apply_incidents(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> S
     .await
 }
 
-/// Appends the winners' `attempts` as multi-row inserts.
-async fn apply_attempts(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    let attempts: Vec<(&str, &AttemptRecord)> = winners
-        .iter()
-        .flat_map(|&(id, commit)| commit.attempts.iter().map(move |attempt| (id, attempt)))
-        .collect();
+/// Appends attempt records to the `attempts` table as multi-row inserts (the spilled
+/// in-row histories; a commit's own attempts go in the instance row).
+async fn insert_attempt_rows(
+    tx: &mut SqliteConnection,
+    attempts: &[(String, AttemptRecord)],
+) -> StoreResult<()> {
     insert_rows(
         tx,
         "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
          outcome, code, message, worker) ",
-        &attempts,
+        attempts,
         |mut row, (id, attempt)| {
-            row.push_bind(*id)
+            row.push_bind(id.as_str())
                 .push_bind(attempt.node.as_str())
                 .push_bind(i64::from(attempt.attempt.get()))
                 .push_bind(attempt.started_at_ms)
@@ -2106,6 +2163,23 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
 
 /// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
 /// `PURGE_LIMIT_MAX`, far below SQLite's parameter limit); returns the rows deleted.
+/// How many attempt records the rows of `ids` still hold (`instances.history_n`).
+async fn history_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
+    let mut query: QueryBuilder<Sqlite> =
+        QueryBuilder::new("SELECT COALESCE(SUM(history_n), 0) FROM instances WHERE id IN (");
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(id.as_str());
+    }
+    query.push(")");
+    let n: i64 = query
+        .build_query_scalar()
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 async fn delete_where_in(
     tx: &mut SqliteConnection,
     table: &str,
@@ -2549,8 +2623,9 @@ impl Store for SqliteStore {
             tx.commit().await.map_err(backend)?;
             return Ok(PurgeOutcome::default());
         }
+        let in_rows = history_counts(&mut tx, &ids).await?;
         let outcome = PurgeOutcome {
-            attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await?,
+            attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await? + in_rows,
             journal: {
                 self.rounds.clear();
                 delete_journals(&mut tx, &ids).await?
@@ -2817,12 +2892,28 @@ impl Store for SqliteStore {
         map_optional(row.await, key_name_from_row)
     }
 
+    /// The `attempts` rows (moved there from the row, or written before
+    /// `0019_attempts_in_row.sql`), then the row's own history: one read transaction, so
+    /// a spill between the two reads cannot drop or repeat a record.
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
+        let mut tx = self.readers.begin().await.map_err(backend)?;
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance = ? ORDER BY id");
         let rows = sqlx::query(&sql)
             .bind(id_text(instance))
-            .fetch_all(&self.readers);
-        map_all(rows.await, attempt_from_row)
+            .fetch_all(&mut *tx)
+            .await;
+        let mut out = map_all(rows, attempt_from_row)?;
+        let body: Option<Option<Vec<u8>>> =
+            sqlx::query_scalar("SELECT history FROM instances WHERE id = ?")
+                .bind(id_text(instance))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        if let Some(Some(body)) = body {
+            out.extend(history::unpack(instance, &body)?);
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(out)
     }
 
     /// One walk of the instance's chain from its newest row down to `after`, a point read

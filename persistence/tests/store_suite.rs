@@ -1207,3 +1207,78 @@ fn ended_by_t0_plus_10() -> qflow_store::PurgeRequest {
         deployment: None,
     }
 }
+
+/// A step's finished attempts go in the instance row (`0019_attempts_in_row.sql`), not in
+/// `attempts`; past 2 KiB the row's records move to `attempts` in one go and the row is
+/// emptied; a row `attempts` held before (as a file migrated from before 0019 has them)
+/// reads first, then the row's.
+#[tokio::test]
+async fn sqlite_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() -> Result<()> {
+    use qflow_store::{AttemptOutcome, AttemptRecord};
+    use sqlx::SqliteConnection;
+
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("qflow.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = SqliteStore::open(&path).await?;
+    let dep = deploy(&store, "h1").await?;
+    commit_one(&store, commit(id(1), None, dep)).await?;
+    store.close().await;
+    // An attempt row of the kind every build before 0019 wrote.
+    let old = attempt(id(1), "pay", 1);
+    let mut conn = SqliteConnection::connect(&url).await?;
+    sqlx::query(
+        "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, outcome, \
+         code, message, worker) VALUES (?, 'pay', 1, ?, ?, 'failed', ?, ?, NULL)",
+    )
+    .bind(id(1).to_string())
+    .bind(old.started_at_ms)
+    .bind(old.finished_at_ms)
+    .bind(old.code.as_deref())
+    .bind(old.message.as_deref())
+    .execute(&mut conn)
+    .await?;
+    let store = SqliteStore::open(&path).await?;
+    let mut written = vec![old];
+    let mut moved = false;
+    for n in 2..=60u32 {
+        let record = AttemptRecord {
+            outcome: AttemptOutcome::Failed,
+            code: Some("HTTP_503".into()),
+            message: Some(format!("attempt {n}: upstream unavailable")),
+            ..attempt(id(1), "pay", n)
+        };
+        let mut c = commit(id(1), Some(u64::from(n) - 1), dep);
+        c.attempts = vec![record.clone()];
+        ensure!(
+            commit_one(&store, c).await?
+                == CommitOutcome::Applied {
+                    fence: u64::from(n)
+                }
+        );
+        written.push(record);
+        let table: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
+            .fetch_one(&mut conn)
+            .await?;
+        let (in_row, len): (i64, Option<i64>) =
+            sqlx::query_as("SELECT history_n, length(history) FROM instances WHERE id = ?")
+                .bind(id(1).to_string())
+                .fetch_one(&mut conn)
+                .await?;
+        let len = len.unwrap_or(0);
+        ensure!(len <= 2048, "the row holds {len} bytes after attempt {n}");
+        ensure!(
+            table + in_row == i64::from(n),
+            "{table} + {in_row} records after {n}"
+        );
+        if n == 2 {
+            ensure!(table == 1 && in_row == 1, "attempt 2 went to the table");
+        }
+        moved |= in_row == 0;
+        ensure!(store.attempts(id(1)).await? == written, "after attempt {n}");
+    }
+    ensure!(moved, "60 attempts never moved past 2 KiB");
+    conn.close().await?;
+    store.close().await;
+    Ok(())
+}

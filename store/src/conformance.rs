@@ -101,6 +101,7 @@ macro_rules! conformance_tests {
             retirement_and_creation_racing_never_leave_an_instance_on_a_retired_deployment,
             incidents_open_and_resolve,
             attempts_history_keeps_order,
+            a_long_attempt_history_reads_whole_in_order_and_purges_whole,
             audit_rows_are_written_with_their_commit_only,
             instances_filter_by_deployment_status_and_code,
             duplicate_business_key_is_refused_and_writes_nothing,
@@ -1080,6 +1081,64 @@ pub async fn attempts_history_keeps_order(ctx: Ctx) -> Result<()> {
     commit_one(s, c).await?;
     let read = s.attempts(id(3)).await?;
     ensure!(read == written, "{read:?}");
+    Ok(())
+}
+
+/// An instance that retries many times: its history reads back whole and in order while
+/// it grows (a store may move older records elsewhere as it goes — SQLite moves a row's
+/// history to `attempts` past 2 KiB), a lost compare-and-swap adds nothing, and a purge
+/// counts every record.
+pub async fn a_long_attempt_history_reads_whole_in_order_and_purges_whole(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    let long = |n: u32| AttemptRecord {
+        code: Some("HTTP_503".into()),
+        message: Some(format!(
+            "attempt {n}: {}",
+            "upstream unavailable; ".repeat(4)
+        )),
+        outcome: AttemptOutcome::Failed,
+        ..attempt(id(1), "pay", n)
+    };
+    let mut written = Vec::new();
+    commit_one(s, commit(id(1), None, dep)).await?;
+    commit_one(s, commit(id(2), None, dep)).await?;
+    for n in 1..=90u32 {
+        let mut c = commit(id(1), Some(u64::from(n)), dep);
+        c.now_ms = T0 + i64::from(n);
+        c.attempts = vec![long(n)];
+        written.push(long(n));
+        ensure!(
+            commit_one(s, c).await?
+                == CommitOutcome::Applied {
+                    fence: u64::from(n) + 1
+                }
+        );
+        // Another instance's history in between, and a stale commit that must add nothing.
+        if n % 10 == 0 {
+            let mut other = commit(id(2), Some(u64::from(n / 10)), dep);
+            other.attempts = vec![attempt(id(2), "ship", n / 10)];
+            commit_one(s, other).await?;
+            let mut stale = commit(id(1), Some(1), dep);
+            stale.attempts = vec![attempt(id(1), "lost", 1)];
+            ensure!(matches!(
+                commit_one(s, stale).await?,
+                CommitOutcome::Conflict { .. }
+            ));
+            let read = s.attempts(id(1)).await?;
+            ensure!(read == written, "after {n}: {} records read", read.len());
+        }
+    }
+    ensure!(s.attempts(id(2)).await?.len() == 9);
+    // Ended, then purged with everything it wrote.
+    let mut end = with_status(id(1), Some(91), dep, InstanceStatus::Completed, T0 + 100);
+    end.attempts = vec![attempt(id(1), "pay", 91)];
+    commit_one(s, end).await?;
+    ensure!(s.attempts(id(1)).await?.len() == 91);
+    let out = s.purge_finished(purge(T0 + 1_000, 100)).await?;
+    ensure!(out.instances == 1 && out.attempts == 91, "{out:?}");
+    ensure!(s.attempts(id(1)).await?.is_empty());
+    ensure!(s.attempts(id(2)).await?.len() == 9);
     Ok(())
 }
 

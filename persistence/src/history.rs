@@ -1,0 +1,174 @@
+//! The attempt history an SQLite instance row carries (`instances.history`, migration
+//! `0019_attempts_in_row.sql`): the finished attempts (O1a) of the instance not yet moved
+//! to the `attempts` table, oldest first, as one byte string that each commit appends to
+//! in the UPDATE it already makes of the row. A step's history then costs no page of its
+//! own: before, every finished attempt was a row of `attempts` and an entry of its
+//! `(instance, id)` index, and the entries of the ~1,000 instances in flight were spread
+//! over that index so that a commit rewrote a leaf page per few instances — half of what a
+//! commit wrote (docs/performance.md, "Attempt history in the instance row").
+//!
+//! Once the bytes pass [`SPILL_BYTES`], the commit moves them to `attempts` (one
+//! multi-row insert, the instance's rows side by side in the index) and empties the
+//! column, so a row stays small however long an instance retries. Reads put the table's
+//! rows first and the row's after them: every spilled record is older than every record
+//! still in the row.
+//!
+//! Layout of one record, every integer an LEB128 varint (times zigzagged):
+//! node length, node bytes, attempt, started_at_ms, finished_at_ms, outcome length,
+//! outcome bytes (`AttemptOutcome::as_str`), then code, message and worker each as
+//! `0` (none) or length + 1 followed by the bytes. The records are concatenated with no
+//! header: the row's `history_n` counts them.
+
+use qflow_store::{Attempt, AttemptOutcome, AttemptRecord, InstanceId, StoreError};
+
+use crate::journal_body::{read_varint, unzigzag, varint, zigzag};
+
+/// In-row history bytes past which a commit moves them to the `attempts` table: about 30
+/// records of a typical task, and a row that still fits its page beside a snapshot.
+pub const SPILL_BYTES: i64 = 2048;
+
+/// Appends `records` to `out`.
+pub fn pack_into(out: &mut Vec<u8>, records: &[AttemptRecord]) {
+    for r in records {
+        bytes(out, r.node.as_bytes());
+        varint(out, u64::from(r.attempt.get()));
+        varint(out, zigzag(r.started_at_ms));
+        varint(out, zigzag(r.finished_at_ms));
+        bytes(out, r.outcome.as_str().as_bytes());
+        for text in [&r.code, &r.message, &r.worker] {
+            match text {
+                None => varint(out, 0),
+                Some(t) => {
+                    varint(out, t.len() as u64 + 1);
+                    out.extend_from_slice(t.as_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// `records` packed, or `None` when there are none (the column is then left as it is).
+pub fn pack(records: &[AttemptRecord]) -> Option<Vec<u8>> {
+    if records.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(records.len() * 48);
+    pack_into(&mut out, records);
+    Some(out)
+}
+
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// The records of `instance` packed in `body`, oldest first. Damaged bytes are
+/// [`StoreError::Corrupt`], never a panic.
+pub fn unpack(instance: InstanceId, body: &[u8]) -> Result<Vec<AttemptRecord>, StoreError> {
+    let corrupt = |what: &str| {
+        StoreError::Corrupt(format!(
+            "the attempt history of instance {instance} is damaged: {what}"
+        ))
+    };
+    let mut rest = body;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let node = text(&mut rest).ok_or_else(|| corrupt("a node name"))?;
+        let attempt = read_varint(&mut rest)
+            .and_then(|a| u32::try_from(a).ok())
+            .and_then(Attempt::new)
+            .ok_or_else(|| corrupt("an attempt number"))?;
+        let started_at_ms = read_varint(&mut rest)
+            .map(unzigzag)
+            .ok_or_else(|| corrupt("a start instant"))?;
+        let finished_at_ms = read_varint(&mut rest)
+            .map(unzigzag)
+            .ok_or_else(|| corrupt("an end instant"))?;
+        let outcome = text(&mut rest)
+            .as_deref()
+            .and_then(AttemptOutcome::parse)
+            .ok_or_else(|| corrupt("an outcome"))?;
+        let mut optional = [None, None, None];
+        for slot in &mut optional {
+            let n = read_varint(&mut rest).ok_or_else(|| corrupt("a text's length"))?;
+            if n > 0 {
+                *slot = Some(take_text(&mut rest, n - 1).ok_or_else(|| corrupt("a text"))?);
+            }
+        }
+        let [code, message, worker] = optional;
+        out.push(AttemptRecord {
+            instance,
+            node,
+            attempt,
+            started_at_ms,
+            finished_at_ms,
+            outcome,
+            code,
+            message,
+            worker,
+        });
+    }
+    Ok(out)
+}
+
+fn text(rest: &mut &[u8]) -> Option<String> {
+    let n = read_varint(rest)?;
+    take_text(rest, n)
+}
+
+fn take_text(rest: &mut &[u8], n: u64) -> Option<String> {
+    let n = usize::try_from(n).ok().filter(|n| *n <= rest.len())?;
+    let (head, tail) = rest.split_at(n);
+    let t = std::str::from_utf8(head).ok()?.to_owned();
+    *rest = tail;
+    Some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(node: &str, attempt: u32, code: Option<&str>) -> AttemptRecord {
+        AttemptRecord {
+            instance: InstanceId::from_u128(7),
+            node: node.to_owned(),
+            attempt: Attempt::new(attempt).unwrap(),
+            started_at_ms: -5,
+            finished_at_ms: 1_733_000_000_000,
+            outcome: if code.is_some() {
+                AttemptOutcome::Failed
+            } else {
+                AttemptOutcome::Ok
+            },
+            code: code.map(str::to_owned),
+            message: code.map(|c| format!("{c}: é, \u{0} and all")),
+            worker: Some(String::new()),
+        }
+    }
+
+    #[test]
+    fn records_round_trip_in_order() {
+        let records = vec![
+            record("pay", 1, Some("DECLINED")),
+            record("pay", 2, None),
+            record("ship@2", 1, None),
+        ];
+        let mut body = pack(&records[..1]).unwrap();
+        pack_into(&mut body, &records[1..]);
+        assert_eq!(unpack(InstanceId::from_u128(7), &body).unwrap(), records);
+        assert_eq!(pack(&[]), None);
+        assert!(unpack(InstanceId::from_u128(7), &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn damaged_bytes_are_corrupt_not_a_panic() {
+        let body = pack(&[record("pay", 1, Some("X"))]).unwrap();
+        for cut in 0..body.len() {
+            let r = unpack(InstanceId::from_u128(7), &body[..cut]);
+            assert!(cut == 0 || r.is_err(), "cut at {cut} decoded: {r:?}");
+        }
+        let mut zero_attempt = body.clone();
+        zero_attempt[4] = 0; // the attempt number after `\x03pay`
+        assert!(unpack(InstanceId::from_u128(7), &zero_attempt).is_err());
+    }
+}
