@@ -13,15 +13,27 @@
 //! rows first and the row's after them: every spilled record is older than every record
 //! still in the row.
 //!
-//! Layout of one record, every integer an LEB128 varint (times zigzagged):
-//! node length, node bytes, attempt, started_at_ms, finished_at_ms, outcome length,
-//! outcome bytes (`AttemptOutcome::as_str`), then code, message and worker each as
-//! `0` (none) or length + 1 followed by the bytes. The records are concatenated with no
-//! header: the row's `history_n` counts them.
+//! Layout of one record, every integer an LEB128 varint (signed ones zigzagged): node
+//! length, node bytes, attempt, finished_at_ms, the attempt's duration (finished minus
+//! started), the outcome as one byte (its place in [`OUTCOMES`]), then code, message and
+//! worker each as `0` (none) or length + 1 followed by the bytes — some 20 bytes for a
+//! task's attempt that went well. The records are concatenated with no header: the row's
+//! `history_n` counts them.
 
 use qflow_store::{Attempt, AttemptOutcome, AttemptRecord, InstanceId, StoreError};
 
 use crate::journal_body::{read_varint, unzigzag, varint, zigzag};
+
+/// The outcome byte of a record: its place here. Append only — never reorder.
+const OUTCOMES: [AttemptOutcome; 7] = [
+    AttemptOutcome::Ok,
+    AttemptOutcome::Failed,
+    AttemptOutcome::Panicked,
+    AttemptOutcome::BpmnError,
+    AttemptOutcome::TimedOut,
+    AttemptOutcome::Interrupted,
+    AttemptOutcome::Poisoned,
+];
 
 /// In-row history bytes past which a commit moves them to the `attempts` table: about 30
 /// records of a typical task, and a row that still fits its page beside a snapshot.
@@ -32,9 +44,10 @@ pub fn pack_into(out: &mut Vec<u8>, records: &[AttemptRecord]) {
     for r in records {
         bytes(out, r.node.as_bytes());
         varint(out, u64::from(r.attempt.get()));
-        varint(out, zigzag(r.started_at_ms));
         varint(out, zigzag(r.finished_at_ms));
-        bytes(out, r.outcome.as_str().as_bytes());
+        varint(out, zigzag(r.finished_at_ms.wrapping_sub(r.started_at_ms)));
+        let outcome = OUTCOMES.iter().position(|o| *o == r.outcome).unwrap_or(0);
+        out.push(outcome as u8);
         for text in [&r.code, &r.message, &r.worker] {
             match text {
                 None => varint(out, 0),
@@ -52,7 +65,7 @@ pub fn pack(records: &[AttemptRecord]) -> Option<Vec<u8>> {
     if records.is_empty() {
         return None;
     }
-    let mut out = Vec::with_capacity(records.len() * 48);
+    let mut out = Vec::with_capacity(records.len() * 32);
     pack_into(&mut out, records);
     Some(out)
 }
@@ -78,16 +91,17 @@ pub fn unpack(instance: InstanceId, body: &[u8]) -> Result<Vec<AttemptRecord>, S
             .and_then(|a| u32::try_from(a).ok())
             .and_then(Attempt::new)
             .ok_or_else(|| corrupt("an attempt number"))?;
-        let started_at_ms = read_varint(&mut rest)
-            .map(unzigzag)
-            .ok_or_else(|| corrupt("a start instant"))?;
         let finished_at_ms = read_varint(&mut rest)
             .map(unzigzag)
             .ok_or_else(|| corrupt("an end instant"))?;
-        let outcome = text(&mut rest)
-            .as_deref()
-            .and_then(AttemptOutcome::parse)
+        let started_at_ms = read_varint(&mut rest)
+            .map(|d| finished_at_ms.wrapping_sub(unzigzag(d)))
+            .ok_or_else(|| corrupt("a duration"))?;
+        let (&byte, tail) = rest.split_first().ok_or_else(|| corrupt("an outcome"))?;
+        let outcome = *OUTCOMES
+            .get(usize::from(byte))
             .ok_or_else(|| corrupt("an outcome"))?;
+        rest = tail;
         let mut optional = [None, None, None];
         for slot in &mut optional {
             let n = read_varint(&mut rest).ok_or_else(|| corrupt("a text's length"))?;
@@ -167,6 +181,12 @@ mod tests {
             let r = unpack(InstanceId::from_u128(7), &body[..cut]);
             assert!(cut == 0 || r.is_err(), "cut at {cut} decoded: {r:?}");
         }
+        let mut unknown_outcome = body.clone();
+        // From the end: worker (1 byte), message (1 + 16), code (1 + 1), then the outcome.
+        let at = body.len() - 1 - (1 + "X: é, \u{0} and all".len()) - 2 - 1;
+        assert_eq!(body[at], 1, "the outcome byte of Failed");
+        unknown_outcome[at] = 7;
+        assert!(unpack(InstanceId::from_u128(7), &unknown_outcome).is_err());
         let mut zero_attempt = body.clone();
         zero_attempt[4] = 0; // the attempt number after `\x03pay`
         assert!(unpack(InstanceId::from_u128(7), &zero_attempt).is_err());
