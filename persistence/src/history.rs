@@ -15,7 +15,7 @@
 //!
 //! Layout of one record, every integer an LEB128 varint (signed ones zigzagged): node
 //! length, node bytes, attempt, finished_at_ms, the attempt's duration (finished minus
-//! started), the outcome as one byte (its place in [`OUTCOMES`]), then code, message and
+//! started), the outcome as one byte ([`outcome_byte`]), then code, message and
 //! worker each as `0` (none) or length + 1 followed by the bytes — some 20 bytes for a
 //! task's attempt that went well. The records are concatenated with no header: the row's
 //! `history_n` counts them.
@@ -24,16 +24,26 @@ use qflow_store::{Attempt, AttemptOutcome, AttemptRecord, InstanceId, StoreError
 
 use crate::journal_body::{read_varint, unzigzag, varint, zigzag};
 
-/// The outcome byte of a record: its place here. Append only — never reorder.
-const OUTCOMES: [AttemptOutcome; 7] = [
-    AttemptOutcome::Ok,
-    AttemptOutcome::Failed,
-    AttemptOutcome::Panicked,
-    AttemptOutcome::BpmnError,
-    AttemptOutcome::TimedOut,
-    AttemptOutcome::Interrupted,
-    AttemptOutcome::Poisoned,
-];
+/// The outcome byte of a record. Never renumber: the bytes are in users' files. The
+/// match is exhaustive, so a new outcome cannot be written before it has a byte.
+fn outcome_byte(o: AttemptOutcome) -> u8 {
+    match o {
+        AttemptOutcome::Ok => 0,
+        AttemptOutcome::Failed => 1,
+        AttemptOutcome::Panicked => 2,
+        AttemptOutcome::BpmnError => 3,
+        AttemptOutcome::TimedOut => 4,
+        AttemptOutcome::Interrupted => 5,
+        AttemptOutcome::Poisoned => 6,
+    }
+}
+
+/// The outcome [`outcome_byte`] gives `b`.
+fn outcome_of(b: u8) -> Option<AttemptOutcome> {
+    AttemptOutcome::ALL
+        .into_iter()
+        .find(|o| outcome_byte(*o) == b)
+}
 
 /// In-row history bytes past which a commit moves them to the `attempts` table: about 30
 /// records of a typical task, and a row that still fits its page beside a snapshot.
@@ -46,8 +56,7 @@ pub fn pack_into(out: &mut Vec<u8>, records: &[AttemptRecord]) {
         varint(out, u64::from(r.attempt.get()));
         varint(out, zigzag(r.finished_at_ms));
         varint(out, zigzag(r.finished_at_ms.wrapping_sub(r.started_at_ms)));
-        let outcome = OUTCOMES.iter().position(|o| *o == r.outcome).unwrap_or(0);
-        out.push(outcome as u8);
+        out.push(outcome_byte(r.outcome));
         for text in [&r.code, &r.message, &r.worker] {
             match text {
                 None => varint(out, 0),
@@ -98,9 +107,7 @@ pub fn unpack(instance: InstanceId, body: &[u8]) -> Result<Vec<AttemptRecord>, S
             .map(|d| finished_at_ms.wrapping_sub(unzigzag(d)))
             .ok_or_else(|| corrupt("a duration"))?;
         let (&byte, tail) = rest.split_first().ok_or_else(|| corrupt("an outcome"))?;
-        let outcome = *OUTCOMES
-            .get(usize::from(byte))
-            .ok_or_else(|| corrupt("an outcome"))?;
+        let outcome = outcome_of(byte).ok_or_else(|| corrupt("an outcome"))?;
         rest = tail;
         let mut optional = [None, None, None];
         for slot in &mut optional {
@@ -172,6 +179,16 @@ mod tests {
         assert_eq!(unpack(InstanceId::from_u128(7), &body).unwrap(), records);
         assert_eq!(pack(&[]), None);
         assert!(unpack(InstanceId::from_u128(7), &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn every_outcome_has_its_own_byte() {
+        let bytes: std::collections::BTreeSet<u8> =
+            AttemptOutcome::ALL.into_iter().map(outcome_byte).collect();
+        assert_eq!(bytes.len(), AttemptOutcome::ALL.len());
+        for o in AttemptOutcome::ALL {
+            assert_eq!(outcome_of(outcome_byte(o)), Some(o));
+        }
     }
 
     #[test]
