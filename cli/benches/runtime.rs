@@ -1334,6 +1334,12 @@ async fn run(o: Options) -> Result<()> {
     Ok(())
 }
 
+/// mimalloc instead of the system allocator: a step allocates and frees many small values
+/// (maps of the snapshot, effects, bound statement arguments), and glibc's malloc was a
+/// sixth of the process's CPU time (docs/performance.md, "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<()> {
     let options = Options::parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

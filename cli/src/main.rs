@@ -76,6 +76,12 @@ enum Command {
     Replay(ops::ReplayArgs),
 }
 
+/// mimalloc instead of the system allocator: a step allocates and frees many small values
+/// (maps of the snapshot, effects, bound statement arguments), and glibc's malloc was a
+/// sixth of the process's CPU time (docs/performance.md, "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
