@@ -196,8 +196,8 @@ impl Lane {
         fetched: Option<Result<Claim, Error>>,
         now: i64,
     ) -> Option<(Prepared, Commit)> {
-        let current = match fetched {
-            Some(claim) => claim,
+        let (current, cached) = match fetched {
+            Some(claim) => (claim, false),
             None => self.current(&req).await,
         };
         let claim = match current {
@@ -256,7 +256,7 @@ impl Lane {
             .lifecycle_channel
             .as_ref()
             .map(|_| crate::lifecycle::Cause::of(&input));
-        let planned = if self.cache.contains_key(&req.instance) {
+        let planned = if cached {
             match plan(
                 claim,
                 input.clone(),
@@ -270,7 +270,6 @@ impl Lane {
                 // a step another replica or an operator took (a lock taken over, an
                 // attempt re-offered), which only a commit's fence would have caught.
                 Err(Error::Refused { .. }) => {
-                    self.cache.remove(&req.instance);
                     let store = &*self.shared.store;
                     match Claim::read(store, &self.shared.defs, req.instance).await {
                         Ok(fresh) => plan(fresh, input, fired, started_ms, now, rules, journal),
@@ -316,16 +315,26 @@ impl Lane {
         }
     }
 
-    /// The claim to step from: the lane's cache, else the store.
-    async fn current(&mut self, req: &Request) -> Result<Claim, Error> {
+    /// The claim to step from, and whether it came from the lane's cache (else the
+    /// store). A cached claim is taken out, not copied: the step consumes it, and
+    /// whatever the commit's outcome the entry would be replaced (`applied`) or dropped
+    /// (a conflict, a failed commit, a refusal) — an entry left out after another error
+    /// only costs the next step a read. (The round's entries are out of the cache
+    /// until their commit is answered, so `LOCKED_CACHED_MAX` may be passed by up to a
+    /// batch.)
+    async fn current(&mut self, req: &Request) -> (Result<Claim, Error>, bool) {
         if let Work::Start { deployment, .. } = &req.work {
-            let def = self.shared.defs.get(*deployment).await?;
-            return Ok(Claim::fresh(req.instance, *deployment, def));
+            let claim = match self.shared.defs.get(*deployment).await {
+                Ok(def) => Ok(Claim::fresh(req.instance, *deployment, def)),
+                Err(e) => Err(e),
+            };
+            return (claim, false);
         }
-        if let Some(c) = self.cache.get(&req.instance) {
-            return Ok(c.clone());
+        if let Some(c) = self.cache.remove(&req.instance) {
+            return (Ok(c), true);
         }
-        Claim::read(&*self.shared.store, &self.shared.defs, req.instance).await
+        let read = Claim::read(&*self.shared.store, &self.shared.defs, req.instance).await;
+        (read, false)
     }
 
     fn applied(&mut self, p: Prepared, fence: u64, now: i64) {
