@@ -35,9 +35,14 @@ use super::run::Run;
 use super::timers::{TimerKind, TimerName};
 use crate::snapshot::{Snapshot, Status};
 
-/// The first token of a running instance that nothing can move, and why; `None` when
-/// every token can move (or the instance is not running).
-pub(crate) fn stalled(p: &Process, snap: &Snapshot) -> Option<(String, &'static str)> {
+/// The first token of a running instance that nothing can move, why, and the failure
+/// code: `CONDITION_IDLE` for a wait for a condition nothing can change any more (the
+/// model's outcome), else `STALLED` (a defect); `None` when every token can move (or
+/// the instance is not running).
+pub(crate) fn stalled(
+    p: &Process,
+    snap: &Snapshot,
+) -> Option<(String, &'static str, &'static str)> {
     if snap.status != Status::Running {
         return None;
     }
@@ -55,6 +60,7 @@ pub(crate) fn stalled(p: &Process, snap: &Snapshot) -> Option<(String, &'static 
             return Some((
                 t.clone(),
                 "two tokens stand under one name, sharing one activity instance's state",
+                codes::STALLED,
             ));
         }
         previous = Some(t);
@@ -94,7 +100,12 @@ pub(crate) fn stalled(p: &Process, snap: &Snapshot) -> Option<(String, &'static 
             _ => Some("a token stands at an element that never waits"),
         };
         if let Some(why) = why {
-            return Some((t.clone(), why));
+            let code = if why == CONDITION_WAIT {
+                codes::CONDITION_IDLE
+            } else {
+                codes::STALLED
+            };
+            return Some((t.clone(), why, code));
         }
     }
     None
@@ -121,23 +132,6 @@ fn only_conditions_after(p: &Process, gw: NodeIdx) -> bool {
 /// those kinds. Only variable changes made by the instance's own steps reach a
 /// condition: qflow has no operation that sets an instance's variables.
 fn can_change_variables(p: &Process, snap: &Snapshot) -> bool {
-    // A timer counts while it is armed (a cycle that ran out is spent).
-    let armed_timer = |at: NodeIdx| {
-        snap.timers
-            .contains_key(TimerName::new(TimerKind::Boundary, &p.key(at)).as_str())
-    };
-    let waits_outside = |host: NodeIdx| {
-        p.boundaries_of(host.plain())
-            .map(|b| p.attached(host, b))
-            .any(|b| match &p.node(b).kind {
-                NodeKind::Boundary(bd) => match bd.trigger {
-                    BoundaryTrigger::Timer(_) => armed_timer(b),
-                    BoundaryTrigger::Message { .. } | BoundaryTrigger::Signal { .. } => true,
-                    _ => false,
-                },
-                _ => false,
-            })
-    };
     let mover = snap.tokens.iter().any(|t| {
         let Some(idx) = p.find(t) else {
             // Unknown: the benefit of the doubt.
@@ -146,18 +140,11 @@ fn can_change_variables(p: &Process, snap: &Snapshot) -> bool {
         match &p.node(idx).kind {
             NodeKind::IntermediateCatch(CatchTrigger::Conditional(_)) => false,
             NodeKind::EventBasedGateway => !only_conditions_after(p, idx),
-            NodeKind::SubProcess => waits_outside(idx),
+            NodeKind::SubProcess => boundary_could_fire(p, snap, idx),
             _ => true,
         }
     });
-    mover
-        || armed_starts(p, snap)
-            .into_iter()
-            .any(|s| match p.start_trigger(s) {
-                Some(StartTrigger::Timer(_)) => armed_timer(s),
-                Some(StartTrigger::Message { .. } | StartTrigger::Signal { .. }) => true,
-                _ => false,
-            })
+    mover || start_could_fire(p, snap)
 }
 
 /// Whether two tokens under one name at `node` can both still move: each gets an answer
@@ -256,30 +243,44 @@ pub(crate) fn idle_scope(p: &Process, snap: &Snapshot) -> Option<Idle> {
 /// an armed event sub-process with such a start (in a scope that holds a token, or the
 /// process). Error, escalation and compensation triggers need work to throw them.
 fn could_fire(p: &Process, snap: &Snapshot) -> bool {
-    let timer = |idx: NodeIdx| {
-        snap.timers
-            .contains_key(TimerName::new(TimerKind::Boundary, &p.key(idx)).as_str())
-    };
-    let boundary = snap.tokens.iter().filter_map(|t| p.find(t)).any(|host| {
-        p.boundaries_of(host.plain()).any(|b| {
-            let NodeKind::Boundary(bd) = &p.node(b).kind else {
-                return false;
-            };
-            match &bd.trigger {
-                BoundaryTrigger::Timer(_) => timer(p.attached(host, b)),
-                BoundaryTrigger::Message { .. } | BoundaryTrigger::Signal { .. } => true,
-                _ => false,
-            }
+    snap.tokens
+        .iter()
+        .filter_map(|t| p.find(t))
+        .any(|host| boundary_could_fire(p, snap, host))
+        || start_could_fire(p, snap)
+}
+
+/// Whether a boundary event of the activity instance `host` fires from outside: its
+/// timer armed (a cycle that ran out is spent), a message, a signal.
+fn boundary_could_fire(p: &Process, snap: &Snapshot, host: NodeIdx) -> bool {
+    p.boundaries_of(host.plain()).any(|b| {
+        let NodeKind::Boundary(bd) = &p.node(b).kind else {
+            return false;
+        };
+        match &bd.trigger {
+            BoundaryTrigger::Timer(_) => timer_armed(p, snap, p.attached(host, b)),
+            BoundaryTrigger::Message { .. } | BoundaryTrigger::Signal { .. } => true,
+            _ => false,
+        }
+    })
+}
+
+/// Whether an armed event sub-process start fires from outside, as a boundary does.
+fn start_could_fire(p: &Process, snap: &Snapshot) -> bool {
+    armed_starts(p, snap)
+        .into_iter()
+        .any(|start| match p.start_trigger(start) {
+            Some(StartTrigger::Timer(_)) => timer_armed(p, snap, start),
+            Some(StartTrigger::Message { .. } | StartTrigger::Signal { .. }) => true,
+            _ => false,
         })
-    });
-    boundary
-        || armed_starts(p, snap)
-            .into_iter()
-            .any(|start| match p.start_trigger(start) {
-                Some(StartTrigger::Timer(_)) => timer(start),
-                Some(StartTrigger::Message { .. } | StartTrigger::Signal { .. }) => true,
-                _ => false,
-            })
+}
+
+/// Whether the boundary timer (`b:`) of `at` — a boundary event, an event sub-process
+/// start — is armed.
+fn timer_armed(p: &Process, snap: &Snapshot, at: NodeIdx) -> bool {
+    snap.timers
+        .contains_key(TimerName::new(TimerKind::Boundary, &p.key(at)).as_str())
 }
 
 impl Run<'_> {
@@ -292,11 +293,11 @@ impl Run<'_> {
         if let Some(idle) = idle_scope(self.p, &self.snap) {
             return self.fail_idle(idle);
         }
-        let Some((token, why)) = stalled(self.p, &self.snap) else {
+        let Some((token, why, code)) = stalled(self.p, &self.snap) else {
             return;
         };
         let idx = self.p.find(&token);
-        if why == CONDITION_WAIT {
+        if code == codes::CONDITION_IDLE {
             let message = format!(
                 "the token at `{token}` waits for a condition, and nothing left in the \
                  instance can change a variable. Camunda would wait for a variable set \
