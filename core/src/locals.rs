@@ -155,18 +155,21 @@ fn own_locals<'s>(p: &Process, snap: &'s Snapshot, sp: NodeIdx) -> Option<&'s Va
 impl<'a> Run<'a> {
     /// Sets `writes` as written from inside the scope instance `scope` (`None`: the
     /// process level): each name in the locals of the nearest instance, `scope`
-    /// outwards, that holds it, else in the instance variables.
+    /// outwards, that holds it, else in the instance variables. For a model with
+    /// conditional events, each write that creates a variable or gives it another value
+    /// is noted for them (`conditional`).
     pub(super) fn write_vars(&mut self, scope: Option<NodeIdx>, writes: Variables) {
-        if !self.p.conditionals.is_empty() {
-            self.note_changes(scope, &writes);
-        }
-        if self.snap.locals.is_empty() {
+        let noting = !self.p.conditionals.is_empty();
+        if self.snap.locals.is_empty() && !noting {
             self.snap.vars.extend(writes);
             return;
         }
         let mut holders: Vec<String> = Vec::new();
         let mut cur = scope;
         for _ in 0..1024 {
+            if self.snap.locals.is_empty() {
+                break;
+            }
             let Some(s) = cur else { break };
             let key = self.id(s);
             if self.snap.locals.contains_key(&*key) {
@@ -185,30 +188,15 @@ impl<'a> Run<'a> {
                 Some(locals) => locals,
                 None => &mut self.snap.vars,
             };
+            if !noting {
+                into.insert(name, value);
+                continue;
+            }
+            let created = !into.contains_key(&name);
+            if into.get(&name) != Some(&value) {
+                self.conditions_changed.push((name.clone(), created));
+            }
             into.insert(name, value);
-        }
-    }
-
-    /// Notes, for the conditional events (`conditional`), which of `writes` change a
-    /// variable as seen from `scope`: created, or given another value.
-    fn note_changes(&mut self, scope: Option<NodeIdx>, writes: &Variables) {
-        for (name, value) in writes {
-            let mut before = None;
-            let mut cur = scope;
-            for _ in 0..1024 {
-                let Some(s) = cur else { break };
-                if let Some(v) = self.snap.locals.get(&*self.id(s)).and_then(|l| l.get(name)) {
-                    before = Some(v);
-                    break;
-                }
-                cur = self.p.scope_instance(s);
-            }
-            let before = before.or_else(|| self.snap.vars.get(name));
-            match before {
-                None => self.conditions_changed.push((name.clone(), true)),
-                Some(v) if v != value => self.conditions_changed.push((name.clone(), false)),
-                Some(_) => {}
-            }
         }
     }
 
