@@ -146,7 +146,7 @@ impl<'a> Run<'a> {
             .map(|e| in_scope(self.p, scope, e).1)
             .collect();
         let mut dues = Vec::new();
-        for s in starts {
+        for &s in &starts {
             if let Some(StartTrigger::Timer(timer)) = self.p.start_trigger(s) {
                 match self.due_at(s, timer) {
                     Some(due) => dues.push((s, due)),
@@ -162,11 +162,6 @@ impl<'a> Run<'a> {
             }
         }
         if !self.p.conditionals.is_empty() {
-            let starts: Vec<NodeIdx> = self
-                .p
-                .event_sub_processes_in(scope)
-                .map(|e| in_scope(self.p, scope, e).1)
-                .collect();
             for s in starts {
                 self.condition_armed(s);
             }

@@ -266,7 +266,7 @@ impl Run<'_> {
             .map(|b| self.p.attached(host, b))
             .collect();
         let mut dues = Vec::new();
-        for b in boundaries {
+        for &b in &boundaries {
             if let NodeKind::Boundary(bd) = &self.p.node(b).kind {
                 if let BoundaryTrigger::Timer(timer) = &bd.trigger {
                     match self.due_at(b, timer) {
@@ -284,11 +284,6 @@ impl Run<'_> {
             }
         }
         if !self.p.conditionals.is_empty() {
-            let boundaries: Vec<NodeIdx> = self
-                .p
-                .boundaries_of(host.plain())
-                .map(|b| self.p.attached(host, b))
-                .collect();
             for b in boundaries {
                 self.condition_armed(b);
             }
