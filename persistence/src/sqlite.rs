@@ -1603,14 +1603,14 @@ async fn spill_histories(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
         records.extend(unpacked.into_iter().map(|r| (id.clone(), r)));
     }
     insert_attempt_rows(tx, &records).await?;
-    let mut query: QueryBuilder<Sqlite> =
-        QueryBuilder::new("UPDATE instances SET history = NULL, history_n = 0 WHERE id IN (");
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(id.as_str());
-    }
-    query.push(")");
-    query.build().execute(&mut *tx).await.map_err(backend)?;
+    in_list(
+        "UPDATE instances SET history = NULL, history_n = 0 WHERE id IN",
+        ids,
+    )
+    .build()
+    .execute(&mut *tx)
+    .await
+    .map_err(backend)?;
     Ok(())
 }
 
@@ -2165,18 +2165,14 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
 /// `PURGE_LIMIT_MAX`, far below SQLite's parameter limit); returns the rows deleted.
 /// How many attempt records the rows of `ids` still hold (`instances.history_n`).
 async fn history_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
-    let mut query: QueryBuilder<Sqlite> =
-        QueryBuilder::new("SELECT COALESCE(SUM(history_n), 0) FROM instances WHERE id IN (");
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(id.as_str());
-    }
-    query.push(")");
-    let n: i64 = query
-        .build_query_scalar()
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(backend)?;
+    let n: i64 = in_list(
+        "SELECT COALESCE(SUM(history_n), 0) FROM instances WHERE id IN",
+        ids,
+    )
+    .build_query_scalar()
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(backend)?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
@@ -2186,15 +2182,25 @@ async fn delete_where_in(
     column: &str,
     ids: &[String],
 ) -> StoreResult<u64> {
-    let mut query: QueryBuilder<Sqlite> =
-        QueryBuilder::new(format!("DELETE FROM {table} WHERE {column} IN ("));
+    let done = in_list(format!("DELETE FROM {table} WHERE {column} IN"), ids)
+        .build()
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(done.rows_affected())
+}
+
+/// `sql` followed by `(?, ?, …)` with `texts` bound: the `IN` list of a statement over
+/// stored ids.
+fn in_list<'a>(sql: impl Into<String>, texts: &'a [String]) -> QueryBuilder<'a, Sqlite> {
+    let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(sql);
+    query.push(" (");
     let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(id.as_str());
+    for text in texts {
+        list.push_bind(text.as_str());
     }
     query.push(")");
-    let done = query.build().execute(&mut *tx).await.map_err(backend)?;
-    Ok(done.rows_affected())
+    query
 }
 
 /// A lease update (`CLAIM_SQL` or `OUTBOX_CLAIM_SQL`: owner, lease end, now, limit) in
@@ -2381,15 +2387,13 @@ impl Store for SqliteStore {
         let texts: Vec<String> = texts.into_iter().collect();
         let mut out = Vec::with_capacity(texts.len());
         for chunk in statement_chunks(&texts) {
-            let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
-                "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("
-            ));
-            let mut list = query.separated(", ");
-            for text in chunk {
-                list.push_bind(text.as_str());
-            }
-            query.push(")");
-            let rows = query.build().fetch_all(&self.readers).await;
+            let rows = in_list(
+                format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN"),
+                chunk,
+            )
+            .build()
+            .fetch_all(&self.readers)
+            .await;
             out.extend(map_all(rows, instance_from_row)?);
         }
         Ok(out)
