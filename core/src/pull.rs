@@ -90,6 +90,15 @@ pub(super) fn staleness(
     if pull_task(def, node).is_none() {
         return Some(format!("`{node}` is not a pull task of this definition"));
     }
+    if matches!(input, Input::PullBpmnError { .. }) {
+        if let Some((element, _)) = qflow_loader::model::listener_of(node) {
+            return Some(format!(
+                "`{node}` is an execution listener of `{element}`, whose job cannot throw a \
+                 BPMN error (as in Zeebe): complete it, or fail it to retry or raise an \
+                 incident"
+            ));
+        }
+    }
     if !snap.tokens().iter().any(|t| t == node) {
         return Some(format!("pull task `{node}` is not pending"));
     }

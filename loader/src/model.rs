@@ -1006,6 +1006,34 @@ pub struct Task {
     pub delegate: Option<Box<Delegate>>,
 }
 
+/// When a Zeebe execution listener runs (`zeebe:executionListener eventType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerEvent {
+    /// Before the element's behaviour.
+    Start,
+    /// After the element's behaviour and output mappings, before the token leaves.
+    End,
+}
+
+/// The element and event of a Zeebe execution listener's pull task, named by the node
+/// or by one of its instances (`pay~start-1`, `sub@2/pay~end-2#3`); `None` for any
+/// other node. The loader names a listener's task `<element>~start-<n>` or
+/// `<element>~end-<n>`; `~` is no character of an XML id, so no element written in a
+/// file has such a name (`docs/vendor-mappings.md`, "Execution listeners").
+pub fn listener_of(node: &str) -> Option<(&str, ListenerEvent)> {
+    let last = node.rsplit('/').next().unwrap_or(node);
+    let id = last.split(['@', '#']).next().unwrap_or(last);
+    let (element, rest) = id.rsplit_once('~')?;
+    let (event, n) = rest.split_once('-')?;
+    let event = match event {
+        "start" => ListenerEvent::Start,
+        "end" => ListenerEvent::End,
+        _ => return None,
+    };
+    (!element.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .then_some((element, event))
+}
+
 /// The longest pull topic, in characters: what the pull surfaces let a worker fetch
 /// (`qflow_ops::pull`, the Camunda endpoints). A longer one could never be fetched.
 pub const PULL_TOPIC_CHARS_MAX: usize = 256;
@@ -1465,6 +1493,24 @@ pub(crate) fn expand_multi_instances(p: &mut Process) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listener_tasks_are_told_by_their_name() {
+        use ListenerEvent::*;
+        assert_eq!(listener_of("pay~start-1"), Some(("pay", Start)));
+        assert_eq!(listener_of("sub@2/pay~end-12#3"), Some(("pay", End)));
+        assert_eq!(listener_of("pay~end-2@4"), Some(("pay", End)));
+        for other in [
+            "pay",
+            "join~fork",
+            "pay~start-",
+            "~start-1",
+            "pay~start-x",
+            "a~b-1",
+        ] {
+            assert_eq!(listener_of(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn capped_delay_grows_then_caps() {

@@ -53,6 +53,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q133", "a compensation boundary or handler of the wrong shape: a boundary with flows, with no association or several, naming a node that is not marked isForCompensation, a second compensation boundary on one activity; a handler no boundary names, named twice, not a task, with flows or boundary events, or outside its activity's scope"),
     ("Q134", "a compensation throw or end event qflow cannot run as written: waitForCompletion=\"false\", or an activityRef naming no activity with a compensation boundary in the scope the event compensates"),
     ("Q135", "an ad-hoc sub-process qflow cannot run as written: a start or end event inside it, no element, ordering=\"Sequential\", the job-worker implementation (zeebe:taskDefinition), Zeebe's outputCollection/outputElement, an activeElementsCollection that is not a FEEL expression, an unknown zeebe:adHoc attribute or attribute value"),
+    ("Q136", "a Zeebe execution listener qflow cannot run as written: Zeebe's own refusals (a start listener on a start or boundary event, an end listener on a gateway or error end event, one on a compensation boundary, two listeners of one eventType and type), a type or retries that is no literal, and placements qflow has no token path for (a process's listeners, an end event's end listener, a multi-instance activity, an event sub-process, a compensation handler, inside an ad-hoc sub-process, a link throw's end listener)"),
     ("Q201", "a condition or mapping expression does not compile (CEL)"),
     ("Q202", "a condition is written in an unsupported language (JUEL `${...}`, JavaScript, ...)"),
     ("Q203", "a Zeebe FEEL condition uses more than the supported comparison/boolean subset"),
@@ -87,6 +88,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q908", "note: something the model says about how a task runs is not used because something else says it (a Java binding beside a way to run, the other engine's binding in a file that names its engine, a messageRef beside a worker)"),
     ("Q909", "warning: a message throw or end event names no message and no worker: it sends nothing and the token goes on (or ends), as Camunda 7 runs it"),
     ("Q950", "note: a service task bound to Java code (camunda:class, camunda:delegateExpression, camunda:expression) runs as a pull task; the note names its topic"),
+    ("Q951", "note: a Zeebe execution listener runs as a pull task of its job type before or after its element; the note names the task"),
 ];
 
 /// A generic "what to change" line for diagnostics raised where no specific advice exists

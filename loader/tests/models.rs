@@ -4593,3 +4593,93 @@ fn a_conditional_start_event_of_a_process_is_refused_with_the_reason() {
     );
     assert!(d.help.unwrap().contains("API call"));
 }
+
+#[test]
+fn zeebe_execution_listeners_load_as_pull_tasks_on_the_tokens_path_with_a_note_each() {
+    let l = loads(&around(
+        r#"<serviceTask id="t"><extensionElements>
+  <zeebe:taskDefinition type="work"/>
+  <zeebe:executionListeners>
+    <zeebe:executionListener eventType="start" type="audit" retries="5"/>
+    <zeebe:executionListener eventType="end" type="notify"/>
+  </zeebe:executionListeners>
+</extensionElements></serviceTask>"#,
+    ));
+    let p = &only(&l).process;
+    let topic = |id: &str| match &p.node(p.find(id).expect(id)).kind {
+        NodeKind::Task(Task {
+            kind: TaskKind::Pull { topic, retries },
+            ..
+        }) => (topic.clone(), *retries),
+        other => panic!("{id}: {other:?}"),
+    };
+    assert_eq!(topic("t~start-1"), ("audit".to_owned(), Some(5)));
+    assert_eq!(topic("t"), ("work".to_owned(), None));
+    assert_eq!(topic("t~end-1"), ("notify".to_owned(), None));
+    // The path: start → t~start-1 → t → t~end-1 → end.
+    let next = |id: &str| -> Vec<String> {
+        let n = p.node(p.find(id).unwrap());
+        n.outgoing
+            .iter()
+            .map(|f| p.node(p.flow(*f).target).id.clone())
+            .collect()
+    };
+    assert_eq!(next("start"), ["t~start-1"]);
+    assert_eq!(next("t~start-1"), ["t"]);
+    assert_eq!(next("t"), ["t~end-1"]);
+    assert_eq!(next("t~end-1"), ["end"]);
+    let notes: Vec<(u32, &str)> = l
+        .warnings
+        .iter()
+        .filter(|d| d.code == "Q951")
+        .map(|d| (d.pos.line, d.message.as_str()))
+        .collect();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0]
+        .1
+        .contains("`audit` runs as the pull task `t~start-1`, before `t`"));
+    assert!(notes[1]
+        .1
+        .contains("`notify` runs as the pull task `t~end-1`, after `t`"));
+    assert!(notes[0].0 < notes[1].0, "each note at its listener");
+}
+
+#[test]
+fn a_refused_execution_listener_is_reported_at_the_listener() {
+    let xml = around(
+        r#"<serviceTask id="t"><extensionElements>
+  <zeebe:taskDefinition type="work"/>
+  <zeebe:executionListeners>
+    <zeebe:executionListener eventType="start" type="=route"/>
+    <zeebe:executionListener eventType="later" type="x"/>
+  </zeebe:executionListeners>
+</extensionElements></serviceTask>"#,
+    );
+    let d = load_str(&xml).unwrap_err();
+    let q136: Vec<(u32, u32, &str)> = d
+        .iter()
+        .filter(|d| d.code == "Q136")
+        .map(|d| (d.pos.line, d.pos.col, d.message.as_str()))
+        .collect();
+    let line_of = |needle: &str| xml.lines().position(|l| l.contains(needle)).unwrap() as u32 + 1;
+    let col_of = |needle: &str, attr: &str| {
+        let l = xml.lines().find(|l| l.contains(needle)).unwrap();
+        l.find(attr).unwrap() as u32 + 1
+    };
+    assert_eq!(
+        q136,
+        [
+            (
+                line_of("=route"),
+                col_of("=route", "type="),
+                "execution listener type `=route` is an expression"
+            ),
+            (
+                line_of("later"),
+                col_of("later", "eventType="),
+                "execution listener eventType `later` is not supported"
+            ),
+        ]
+    );
+    assert!(d.iter().all(|d| d.code != "Q401"), "{d:?}");
+}

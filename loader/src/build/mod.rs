@@ -19,6 +19,7 @@ mod events;
 mod extensions;
 mod flows;
 mod io;
+mod listeners;
 mod multi;
 mod tasks;
 mod vendor;
@@ -187,6 +188,9 @@ pub(crate) fn build(
         return Vec::new();
     }
     check_unique_ids(root, diags);
+    // Zeebe execution listeners become pull tasks on the token's path (`listeners`).
+    let rewritten = listeners::rewrite(root, diags);
+    let root = rewritten.as_ref().unwrap_or(root);
     let errors = collect_errors(root);
     let messages = collect_messages(root);
     let escalations = collect_escalations(root);

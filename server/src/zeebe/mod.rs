@@ -55,6 +55,7 @@ pub(crate) fn filters_not_kept() -> [(&'static str, &'static [&'static str]); 4]
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
+use qflow_loader::model::{listener_of, ListenerEvent};
 use qflow_ops::keys::minted_key;
 use qflow_ops::pull::{FetchRequest, FetchTopic, LockedTaskView, TaskId};
 use qflow_store::{KeyKind, KeyName};
@@ -294,9 +295,10 @@ pub struct ActivatedJob {
     /// `expression`, `resultVariable`), as Camunda's 7-to-8 converter writes them.
     pub custom_headers: std::collections::BTreeMap<String, String>,
     pub tenant_id: &'static str,
-    /// Always `BPMN_ELEMENT`: qflow runs no listener or user-task jobs.
+    /// `EXECUTION_LISTENER` for a Zeebe execution listener's job (its element is
+    /// `elementId`), else `BPMN_ELEMENT`: qflow runs no user-task jobs.
     pub kind: &'static str,
-    /// Always `UNSPECIFIED`, as for every `BPMN_ELEMENT` job.
+    /// `START` or `END` for an execution listener's job, else `UNSPECIFIED`.
     pub listener_event_type: &'static str,
     // What Camunda 8.9 and 8.10 send beside (their schemas require the members, null
     // allowed; the official Python SDK refuses an answer without them):
@@ -344,6 +346,7 @@ fn job_names(t: &LockedTaskView) -> Result<[KeyName; 3]> {
 }
 
 fn activated(t: LockedTaskView, keys: &[i64], version: i64) -> ActivatedJob {
+    let listener = listener_of(&t.node).map(|(_, event)| event);
     ActivatedJob {
         job_key: keys[0].to_string(),
         job_type: t.topic,
@@ -359,8 +362,16 @@ fn activated(t: LockedTaskView, keys: &[i64], version: i64) -> ActivatedJob {
         variables: serde_json::Value::Object(t.variables.into_iter().collect()),
         custom_headers: t.headers,
         tenant_id: DEFAULT_TENANT,
-        kind: "BPMN_ELEMENT",
-        listener_event_type: "UNSPECIFIED",
+        kind: if listener.is_some() {
+            "EXECUTION_LISTENER"
+        } else {
+            "BPMN_ELEMENT"
+        },
+        listener_event_type: match listener {
+            None => "UNSPECIFIED",
+            Some(ListenerEvent::Start) => "START",
+            Some(ListenerEvent::End) => "END",
+        },
         user_task: None,
         tags: Vec::new(),
         root_process_instance_key: None,
@@ -371,8 +382,12 @@ fn activated(t: LockedTaskView, keys: &[i64], version: i64) -> ActivatedJob {
 }
 
 /// The BPMN id of an activity instance's key (`pay@2` → `pay`, `sub@2/pay#3` → `pay`):
-/// what Camunda calls the element id.
+/// what Camunda calls the element id. An execution listener's task is its element's
+/// (`pay~start-1` → `pay`), as Zeebe names a listener job's element.
 fn element_id(node: &str) -> String {
+    if let Some((element, _)) = listener_of(node) {
+        return element.to_owned();
+    }
     let last = node.rsplit('/').next().unwrap_or(node);
     last.split(['@', '#']).next().unwrap_or(last).to_owned()
 }
