@@ -353,7 +353,8 @@ const MODELS = {
   </bpmn:process>
 </bpmn:definitions>
 `,
-  // A Camunda user task, then a ship job.
+  // A Camunda user task, then a ship job with a start execution listener (a job of its
+  // own type, run before the ship job).
   "c8-review.bpmn": `${HEADER} id="defs-c8-review" ${PLATFORM}>
   <bpmn:process id="c8-review" name="Review and ship" isExecutable="true">
     <bpmn:startEvent id="start"/>
@@ -366,6 +367,9 @@ const MODELS = {
     <bpmn:serviceTask id="ship" name="Ship">
       <bpmn:extensionElements>
         <zeebe:taskDefinition type="c8-ship"/>
+        <zeebe:executionListeners>
+          <zeebe:executionListener eventType="start" type="c8-ship-check" retries="2"/>
+        </zeebe:executionListeners>
       </bpmn:extensionElements>
     </bpmn:serviceTask>
     <bpmn:endEvent id="shipped"/>
@@ -411,6 +415,7 @@ const done = {
   incidentRaised: deferred(),
   incidentCompleted: deferred(),
   shipped: deferred(),
+  checked: deferred(),
 };
 const retryAttempts = []; // [{at, retries, jobKey}]
 let incidentAttempts = 0;
@@ -481,7 +486,25 @@ als.run(scope("worker"), () => {
       jobType: "c8-ship",
       workerName: "qflow-c8-ship",
       jobHandler: (job) =>
-        answer(job, "h-user-task", done.shipped, () => job.complete({ shipped: true, carrier: "post" })),
+        answer(job, "h-user-task", done.shipped, async () => {
+          const v = job.variables ?? {};
+          check(v.checked === true, `the ship job's variables lack the listener's: ${json(v)}`);
+          return job.complete({ shipped: true, carrier: "post" });
+        }),
+    }),
+    // The execution listener's job: Camunda 8 marks it EXECUTION_LISTENER, START, at the
+    // element it listens on.
+    camunda.createJobWorker({
+      ...common,
+      jobType: "c8-ship-check",
+      workerName: "qflow-c8-ship-check",
+      jobHandler: (job) =>
+        answer(job, "i0-execution-listener", done.checked, async () => {
+          check(job.kind === "EXECUTION_LISTENER", `kind ${job.kind}`);
+          check(job.listenerEventType === "START", `listenerEventType ${job.listenerEventType}`);
+          check(job.elementId === "ship", `elementId ${job.elementId}`);
+          return job.complete({ checked: true });
+        }),
     }),
   );
 });
@@ -636,6 +659,11 @@ await phase("h-user-task", async () => {
   await camunda.assignUserTask({ userTaskKey: task.userTaskKey, assignee: "demo", allowOverride: true });
   await camunda.completeUserTask({ userTaskKey: task.userTaskKey, variables: { approved: true } });
   await by(Date.now() + 10_000, done.shipped.p, "the c8-ship job after the user task completed");
+});
+
+await phase("i0-execution-listener", async () => {
+  check(instances.review.key, "no instance");
+  await by(Date.now() + 10_000, done.checked.p, "the ship task's start listener job completed");
 });
 
 await phase("i-incident", async () => {
