@@ -39,7 +39,9 @@ fn kind_of(kind: &NodeKind) -> &'static str {
 
 /// An element instance an instance holds now: a token of its wait frontier — an
 /// activity instance waiting or running (`pay`, `pay@2`, `sub@2/pay`, `quote#3`), a
-/// sub-process or multi-instance body holding tokens of its own, a catch waiting.
+/// sub-process or multi-instance body holding tokens of its own, a catch waiting. A token
+/// at a Zeebe execution listener's task (`pay~start-1`) is shown as the element it
+/// listens on (`element_id` `pay`, its name and type), keeping its own `name`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ActiveElement {
     /// The activity-instance name (`docs/activity-instances.md`): unique in its instance
@@ -81,6 +83,22 @@ fn element_type(element: &str) -> Option<&'static str> {
 }
 
 /// Camunda 8's element type of `node` for a token named `name`.
+/// The element a token at `idx` (named `name`) is shown as: itself, or for a Zeebe
+/// execution listener's task the element it listens on, as Zeebe shows the element while
+/// its listener's job runs.
+fn shown_element<'n>(
+    process: &qflow_loader::model::Process,
+    idx: qflow_loader::model::NodeIdx,
+    name: &'n str,
+) -> (qflow_loader::model::NodeIdx, &'n str) {
+    match qflow_loader::model::listener_of(name) {
+        Some((element, _)) => process
+            .find(element)
+            .map_or((idx, name), |listened| (listened, element)),
+        None => (idx, name),
+    }
+}
+
 fn camunda_type(
     process: &qflow_loader::model::Process,
     idx: qflow_loader::model::NodeIdx,
@@ -153,12 +171,15 @@ impl Ops {
         let active = names
             .iter()
             .map(|name| match process.find(name) {
-                Some(idx) => ActiveElement {
-                    name: name.clone(),
-                    element_id: process.node(idx).id.clone(),
-                    element_name: process.node(idx).name.clone(),
-                    kind: camunda_type(process, idx, name),
-                },
+                Some(idx) => {
+                    let (shown, shown_name) = shown_element(process, idx, name);
+                    ActiveElement {
+                        name: name.clone(),
+                        element_id: process.node(shown).id.clone(),
+                        element_name: process.node(shown).name.clone(),
+                        kind: camunda_type(process, shown, shown_name),
+                    }
+                }
                 None => {
                     let last = name.rsplit('/').next().unwrap_or(name);
                     ActiveElement {
@@ -217,7 +238,37 @@ impl Ops {
 
 #[cfg(test)]
 mod tests {
-    use super::camunda_type;
+    use super::{camunda_type, shown_element};
+
+    /// A token at an execution listener's task is shown as its element.
+    #[test]
+    fn a_listener_task_is_shown_as_the_element_it_listens_on() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" targetNamespace="t">
+  <process id="p" isExecutable="true">
+    <startEvent id="s"/>
+    <sequenceFlow id="f1" sourceRef="s" targetRef="g"/>
+    <exclusiveGateway id="g"><extensionElements><zeebe:executionListeners>
+      <zeebe:executionListener eventType="start" type="score"/>
+    </zeebe:executionListeners></extensionElements></exclusiveGateway>
+    <sequenceFlow id="f2" sourceRef="g" targetRef="work"/>
+    <serviceTask id="work" name="Work"><extensionElements><zeebe:taskDefinition type="work"/></extensionElements></serviceTask>
+    <sequenceFlow id="f3" sourceRef="work" targetRef="e"/><endEvent id="e"/>
+  </process>
+</definitions>"#;
+        let def = qflow_loader::load_str(xml)
+            .expect("loads")
+            .definitions
+            .remove(0);
+        let p = &def.process;
+        let shown = |name: &str| {
+            let (idx, n) = shown_element(p, p.find(name).expect("a node"), name);
+            (p.node(idx).id.clone(), camunda_type(p, idx, n))
+        };
+        assert_eq!(shown("g~start-1"), ("g".to_owned(), "EXCLUSIVE_GATEWAY"));
+        assert_eq!(shown("work"), ("work".to_owned(), "SERVICE_TASK"));
+    }
 
     /// The element type Camunda 8 names is what the element was written as, also where
     /// qflow runs it as something else (a send task or a message end event run by a
