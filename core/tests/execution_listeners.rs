@@ -402,3 +402,164 @@ fn a_listener_job_cannot_throw_a_bpmn_error_and_the_refusal_changes_nothing() {
         other => panic!("not refused: {other:?}"),
     }
 }
+
+fn ends(trace: &qflow_core::sim::Trace) -> Vec<String> {
+    trace
+        .steps
+        .iter()
+        .flat_map(|s| s.path.iter())
+        .filter_map(|e| match e {
+            qflow_core::path::PathEvent::End { node, .. } => Some(node.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn listeners_inside_a_sub_process_and_an_event_sub_process_keep_to_their_scope() {
+    let body = format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="sub"/>
+        <subProcess id="sub">
+          <startEvent id="in"/><sequenceFlow id="i1" sourceRef="in" targetRef="t"/>
+          <task id="t">{}</task>
+          <sequenceFlow id="i2" sourceRef="t" targetRef="inEnd"/><endEvent id="inEnd"/>
+          <subProcess id="esp" triggeredByEvent="true">
+            <startEvent id="espStart" isInterrupting="false">{}
+              <messageEventDefinition messageRef="m"/></startEvent>
+            <sequenceFlow id="e1" sourceRef="espStart" targetRef="espEnd"/><endEvent id="espEnd"/>
+          </subProcess>
+        </subProcess>
+        <sequenceFlow id="f1" sourceRef="sub" targetRef="e"/><endEvent id="e"/>"#,
+        listeners(&[("start", "inner")]),
+        listeners(&[("end", "caught")])
+    );
+    let def = zeebe_model(&body);
+    let trace = run_scenario(
+        &def,
+        &scenario(
+            json!({"key": "k"}),
+            vec![
+                vec![json!({"event": "message", "at_ms": 5, "name": "go", "correlation_key": "k"})],
+                done(10, "espStart~end-1", json!({"seen": true})),
+                done(20, "t~start-1", json!({})),
+            ],
+        ),
+    );
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+    assert_eq!(offers(&trace), ["t~start-1", "espStart~end-1"]);
+    assert_eq!(ends(&trace), ["espEnd", "inEnd", "e"]);
+}
+
+#[test]
+fn an_inclusive_gateway_that_joins_and_forks_keeps_its_conditions_and_default_after_the_listener() {
+    let body = format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="fork"/>
+        <parallelGateway id="fork"/>
+        <sequenceFlow id="a" sourceRef="fork" targetRef="join"/>
+        <sequenceFlow id="b" sourceRef="fork" targetRef="join"/>
+        <inclusiveGateway id="join" default="other">{}</inclusiveGateway>
+        <sequenceFlow id="big" sourceRef="join" targetRef="eb">
+          <conditionExpression>=n &gt; 10</conditionExpression></sequenceFlow>
+        <sequenceFlow id="other" sourceRef="join" targetRef="eo"/>
+        <endEvent id="eb"/><endEvent id="eo"/>"#,
+        listeners(&[("start", "size")])
+    );
+    let def = zeebe_model(&body);
+    for (n, end) in [(11, "eb"), (2, "eo")] {
+        let trace = run_scenario(
+            &def,
+            &scenario(json!({}), vec![done(10, "join~start-1", json!({"n": n}))]),
+        );
+        assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+        assert_eq!(offers(&trace), ["join~start-1"]);
+        assert_eq!(ends(&trace), [end], "n = {n}");
+    }
+}
+
+#[test]
+fn a_link_catch_runs_its_start_listener_once_the_link_is_taken() {
+    let body = format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="throw"/>
+        <intermediateThrowEvent id="throw"><linkEventDefinition name="L"/></intermediateThrowEvent>
+        <intermediateCatchEvent id="catch">{}<linkEventDefinition name="L"/></intermediateCatchEvent>
+        <sequenceFlow id="f1" sourceRef="catch" targetRef="e"/><endEvent id="e"/>"#,
+        listeners(&[("start", "arrived"), ("end", "leaving")])
+    );
+    let def = zeebe_model(&body);
+    let trace = run_scenario(
+        &def,
+        &scenario(
+            json!({}),
+            vec![
+                done(10, "catch~start-1", json!({})),
+                done(20, "catch~end-1", json!({})),
+            ],
+        ),
+    );
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+    assert_eq!(offers(&trace), ["catch~start-1", "catch~end-1"]);
+}
+
+#[test]
+fn adjacent_listeners_an_implicit_end_and_an_id_written_with_spaces() {
+    let body = format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="a"/>
+        <task id="a">{}</task>
+        <sequenceFlow id="f1" sourceRef="a" targetRef="b"/>
+        <task id=" b ">{}</task>"#,
+        listeners(&[("end", "after-a")]),
+        listeners(&[("start", "before-b"), ("end", "after-b")])
+    );
+    let def = zeebe_model(&body);
+    let trace = run_scenario(
+        &def,
+        &scenario(
+            json!({}),
+            vec![
+                done(10, "a~end-1", json!({})),
+                done(20, "b~start-1", json!({})),
+                done(30, "b~end-1", json!({})),
+            ],
+        ),
+    );
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+    assert_eq!(offers(&trace), ["a~end-1", "b~start-1", "b~end-1"]);
+}
+
+#[test]
+fn a_boundary_of_the_element_is_armed_after_its_start_listeners_and_not_for_its_end_ones() {
+    let body = format!(
+        r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="work"/>
+        <serviceTask id="work"><extensionElements><zeebe:taskDefinition type="work"/>{}</extensionElements></serviceTask>
+        <boundaryEvent id="late" attachedToRef="work"><timerEventDefinition><timeDuration>PT1M</timeDuration></timerEventDefinition></boundaryEvent>
+        <sequenceFlow id="f1" sourceRef="work" targetRef="e"/><endEvent id="e"/>
+        <sequenceFlow id="f2" sourceRef="late" targetRef="eLate"/><endEvent id="eLate"/>"#,
+        listeners(&[("start", "first"), ("end", "last")])
+            .replace("<extensionElements>", "")
+            .replace("</extensionElements>", "")
+    );
+    let def = zeebe_model(&body);
+    // The start listener takes two minutes: the boundary's minute starts with the task.
+    let trace = run_scenario(
+        &def,
+        &scenario(
+            json!({}),
+            vec![
+                done(120_000, "work~start-1", json!({})),
+                done(150_000, "work", json!({})),
+                // The end listener runs long after the minute: the boundary is gone.
+                done(400_000, "work~end-1", json!({})),
+            ],
+        ),
+    );
+    assert_eq!(trace.summary.status, "completed", "{:?}", trace.summary);
+    assert_eq!(ends(&trace), ["e"]);
+    let armed: Vec<i64> = common::arms(&trace)
+        .into_iter()
+        .map(|(_, due, _)| due)
+        .collect();
+    assert!(
+        armed.contains(&(120_001 + 60_000)),
+        "armed with the task: {armed:?}"
+    );
+}

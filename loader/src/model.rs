@@ -1034,6 +1034,18 @@ pub fn listener_of(node: &str) -> Option<(&str, ListenerEvent)> {
         .then_some((element, event))
 }
 
+/// The id of the element written in the file that node `id` (a plain node id, no
+/// instance prefix or suffix) stands for: `id` itself, or for a node the loader added
+/// beside an element that element's — an execution listener's task (`pay~start-1` →
+/// `pay`) or the forking half of a joining gateway cut in two for its start listeners
+/// (`join~fork` → `join`).
+pub fn written_element(id: &str) -> &str {
+    match id.rsplit_once('~') {
+        Some((element, "fork")) if !element.is_empty() => element,
+        _ => listener_of(id).map_or(id, |(element, _)| element),
+    }
+}
+
 /// The longest pull topic, in characters: what the pull surfaces let a worker fetch
 /// (`qflow_ops::pull`, the Camunda endpoints). A longer one could never be fetched.
 pub const PULL_TOPIC_CHARS_MAX: usize = 256;

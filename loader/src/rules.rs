@@ -54,6 +54,7 @@ const RULES: &[(&str, &str)] = &[
     ("Q134", "a compensation throw or end event qflow cannot run as written: waitForCompletion=\"false\", or an activityRef naming no activity with a compensation boundary in the scope the event compensates"),
     ("Q135", "an ad-hoc sub-process qflow cannot run as written: a start or end event inside it, no element, ordering=\"Sequential\", the job-worker implementation (zeebe:taskDefinition), Zeebe's outputCollection/outputElement, an activeElementsCollection that is not a FEEL expression, an unknown zeebe:adHoc attribute or attribute value"),
     ("Q136", "a Zeebe execution listener qflow cannot run as written: Zeebe's own refusals (a start listener on a start or boundary event, an end listener on a gateway or error end event, one on a compensation boundary, two listeners of one eventType and type), a type or retries that is no literal, and placements qflow has no token path for (a process's listeners, an end event's end listener, a multi-instance activity, an event sub-process, a compensation handler, inside an ad-hoc sub-process, a link throw's end listener)"),
+    ("Q137", "an element or sequence flow id holds `~`, which no XML id (an NCName) may hold; qflow names the tasks it adds beside an element with it"),
     ("Q201", "a condition or mapping expression does not compile (CEL)"),
     ("Q202", "a condition is written in an unsupported language (JUEL `${...}`, JavaScript, ...)"),
     ("Q203", "a Zeebe FEEL condition uses more than the supported comparison/boolean subset"),

@@ -4683,3 +4683,124 @@ fn a_refused_execution_listener_is_reported_at_the_listener() {
     );
     assert!(d.iter().all(|d| d.code != "Q401"), "{d:?}");
 }
+
+fn listener_block(items: &[(&str, &str)]) -> String {
+    let mut s = String::from("<zeebe:executionListeners>");
+    for (event, ty) in items {
+        s.push_str(&format!(
+            r#"<zeebe:executionListener eventType="{event}" type="{ty}"/>"#
+        ));
+    }
+    s + "</zeebe:executionListeners>"
+}
+
+fn errors_of(xml: &str) -> Vec<(&'static str, String)> {
+    match load_str(xml) {
+        Ok(_) => Vec::new(),
+        Err(d) => d
+            .into_iter()
+            .filter(Diagnostic::is_error)
+            .map(|d| (d.code, d.message))
+            .collect(),
+    }
+}
+
+#[test]
+fn execution_listeners_in_two_blocks_are_one_list_and_a_sequence_flow_takes_none() {
+    let two = around(&format!(
+        r#"<task id="t"><extensionElements>{}{}</extensionElements></task>"#,
+        listener_block(&[("start", "a")]),
+        listener_block(&[("start", "b"), ("start", "a")])
+    ));
+    let errors = errors_of(&two);
+    assert!(
+        errors
+            .iter()
+            .any(|(c, m)| *c == "Q136" && m.contains("a second start listener")),
+        "{errors:?}"
+    );
+    assert!(errors.iter().all(|(c, _)| *c != "Q401"), "{errors:?}");
+    let flow = process(&format!(
+        r#"<startEvent id="start"/>
+<sequenceFlow id="f1" sourceRef="start" targetRef="end"><extensionElements>{}</extensionElements></sequenceFlow>
+<endEvent id="end"/>"#,
+        listener_block(&[("start", "a")])
+    ));
+    let errors = errors_of(&flow);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, "Q136");
+    assert!(errors[0].1.contains("sequence flow `f1`"), "{errors:?}");
+}
+
+#[test]
+fn a_non_executable_process_s_listeners_are_not_read() {
+    let xml = format!(
+        r#"{HEAD}
+<process id="side" isExecutable="false">
+  <startEvent id="s2"/><sequenceFlow id="g" sourceRef="s2" targetRef="e2"/>
+  <endEvent id="e2"><extensionElements>{}</extensionElements></endEvent>
+</process>
+<process id="p" isExecutable="true">
+  <startEvent id="start"/><sequenceFlow id="f1" sourceRef="start" targetRef="end"/><endEvent id="end"/>
+</process>
+</definitions>"#,
+        listener_block(&[("end", "x")])
+    );
+    let l = loads(&xml);
+    assert!(
+        l.warnings.iter().all(|d| d.code != "Q951"),
+        "{:?}",
+        l.warnings
+    );
+}
+
+#[test]
+fn an_id_holding_the_mark_is_refused_in_every_file() {
+    let errors = errors_of(
+        &around(r#"<task id="t~end-1"/>"#)
+            .replace(r#"targetRef="t""#, r#"targetRef="t~end-1""#)
+            .replace(r#"sourceRef="t""#, r#"sourceRef="t~end-1""#),
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|(c, m)| *c == "Q137" && m.contains("`t~end-1`")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn listener_bounds_are_refused_not_built() {
+    let many: Vec<(String, String)> = (0..33).map(|i| ("start".into(), format!("t{i}"))).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let errors = errors_of(&around(&format!(
+        r#"<task id="t"><extensionElements>{}</extensionElements></task>"#,
+        listener_block(&many)
+    )));
+    assert!(
+        errors
+            .iter()
+            .any(|(c, m)| *c == "Q136" && m.contains("33 execution listeners")),
+        "{errors:?}"
+    );
+    // 30 listeners × (400 inputs + the mapping element) passes 10,000 copies.
+    let inputs: String = (0..400)
+        .map(|i| format!(r#"<zeebe:input source="=a" target="v{i}"/>"#))
+        .collect();
+    let thirty: Vec<(String, String)> =
+        (0..30).map(|i| ("start".into(), format!("t{i}"))).collect();
+    let thirty: Vec<(&str, &str)> = thirty
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let errors = errors_of(&around(&format!(
+        r#"<serviceTask id="t"><extensionElements><zeebe:taskDefinition type="w"/><zeebe:ioMapping>{inputs}</zeebe:ioMapping>{}</extensionElements></serviceTask>"#,
+        listener_block(&thirty)
+    )));
+    assert!(
+        errors
+            .iter()
+            .any(|(c, m)| *c == "Q136" && m.contains("more than 10000")),
+        "{errors:?}"
+    );
+}

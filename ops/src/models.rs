@@ -83,20 +83,23 @@ fn element_type(element: &str) -> Option<&'static str> {
 }
 
 /// Camunda 8's element type of `node` for a token named `name`.
-/// The element a token at `idx` (named `name`) is shown as: itself, or for a Zeebe
-/// execution listener's task the element it listens on, as Zeebe shows the element while
-/// its listener's job runs.
+/// The element a token at `idx` (named `name`) is shown as: itself, or for a node the
+/// loader added beside an element (a Zeebe execution listener's task, a gateway's forking
+/// half) that element, as Zeebe shows the element while its listener's job runs.
 fn shown_element<'n>(
     process: &qflow_loader::model::Process,
     idx: qflow_loader::model::NodeIdx,
     name: &'n str,
 ) -> (qflow_loader::model::NodeIdx, &'n str) {
-    match qflow_loader::model::listener_of(name) {
-        Some((element, _)) => process
-            .find(element)
-            .map_or((idx, name), |listened| (listened, element)),
-        None => (idx, name),
+    let last = name.rsplit('/').next().unwrap_or(name);
+    let id = last.split(['@', '#']).next().unwrap_or(last);
+    let element = qflow_loader::model::written_element(id);
+    if element == id {
+        return (idx, name);
     }
+    process
+        .find(element)
+        .map_or((idx, name), |written| (written, element))
 }
 
 fn camunda_type(

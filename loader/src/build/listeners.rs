@@ -50,36 +50,59 @@ use super::FLOW_NODES;
 /// The marker between an element's id and the name of a node the rewrite adds.
 pub(crate) const MARK: char = '~';
 
+/// The most listeners one element may have: far more than any model needs, and a
+/// bound on what one element makes the rewrite copy.
+pub(crate) const LISTENERS_PER_ELEMENT_MAX: usize = 32;
+
+/// The most elements the listener tasks of one file may copy from their elements (the
+/// input mappings and headers each listener's job is given, one copy per listener): keeps
+/// the copy's memory in proportion to a sane model whatever the file holds.
+pub(crate) const COPIES_MAX: usize = 10_000;
+
 /// Whether any element of the tree carries Zeebe execution listeners.
-fn any_listener(el: &Element) -> bool {
-    el.is(Ns::Zeebe, "executionListeners") || el.children.iter().any(any_listener)
+pub(crate) fn any(el: &Element) -> bool {
+    el.is(Ns::Zeebe, "executionListeners") || el.children.iter().any(any)
 }
 
-/// The tree with every Zeebe execution listener turned into a pull task on the token's
-/// path, or `None` when the file has no listener. Refusals go to `diags`; a refused
+/// Rewrites the processes of one file, each with every Zeebe execution listener turned
+/// into a pull task on the token's path. Refusals go to the diagnostics; a refused
 /// listener is dropped from the copy (its error keeps the definition from loading).
-pub(crate) fn rewrite(root: &Element, diags: &mut Vec<Diagnostic>) -> Option<Element> {
-    if !any_listener(root) {
-        return None;
+pub(crate) struct Rewriter {
+    /// Every id of the file, to refuse a name the rewrite would give twice.
+    ids: BTreeSet<String>,
+    /// Elements the listener tasks have copied so far ([`COPIES_MAX`]).
+    copies: usize,
+}
+
+impl Rewriter {
+    pub(crate) fn new(root: &Element) -> Rewriter {
+        let mut ids = BTreeSet::new();
+        collect_ids(root, &mut ids);
+        Rewriter { ids, copies: 0 }
     }
-    let mut ids = BTreeSet::new();
-    collect_ids(root, &mut ids);
-    let mut copy = root.clone();
-    for p in copy.children.iter_mut() {
-        if p.is(Ns::Bpmn, "process") {
-            if let Some(ls) = take_listeners(p) {
-                refuse(
-                    diags,
-                    ls.pos,
-                    "execution listeners of a process are not supported",
-                    "qflow has no job of the process itself; put a start listener on the element \
-                     after the start event, or an end listener on the start event",
-                );
-            }
-            rewrite_scope(p, false, &ids, diags);
+
+    /// A copy of `process` with its listeners placed.
+    pub(crate) fn process(&mut self, process: &Element, diags: &mut Vec<Diagnostic>) -> Element {
+        let mut copy = process.clone();
+        while let Some(ls) = take_listeners(&mut copy) {
+            refuse(
+                diags,
+                ls.pos,
+                "execution listeners of a process are not supported",
+                "qflow has no job of the process itself; put a start listener on the element \
+                 after the start event, or an end listener on the start event",
+            );
         }
+        self.scope(&mut copy, false, diags);
+        copy
     }
-    Some(copy)
+}
+
+/// An id holding [`MARK`], which no XML id may hold (an NCName): a node the rewrite
+/// adds would be told apart from it by name alone (`model::listener_of`), so the builder
+/// refuses it (Q137) in every file, with listeners or not.
+pub(crate) fn holds_mark(id: &str) -> bool {
+    id.contains(MARK)
 }
 
 fn collect_ids(el: &Element, ids: &mut BTreeSet<String>) {
@@ -133,10 +156,14 @@ struct Listener {
 }
 
 /// The listeners of one `zeebe:executionListeners`, in document order; `None` when one
-/// of them was refused.
-fn read(ls: &Element, diags: &mut Vec<Diagnostic>) -> Option<Vec<Listener>> {
+/// of them was refused. `seen` holds the (event, type) pairs of the element's listeners
+/// read before (an element may hold more than one `zeebe:executionListeners`).
+fn read(
+    ls: &Element,
+    seen: &mut BTreeSet<(&'static str, String)>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Vec<Listener>> {
     let mut out = Vec::new();
-    let mut seen = BTreeSet::new();
     let mut ok = true;
     for l in &ls.children {
         if !l.is(Ns::Zeebe, "executionListener") {
@@ -148,6 +175,20 @@ fn read(ls: &Element, diags: &mut Vec<Diagnostic>) -> Option<Vec<Listener>> {
                     l.local
                 ),
                 "zeebe:executionListeners holds zeebe:executionListener elements",
+            );
+            ok = false;
+            continue;
+        }
+        if let Some(c) = l.children.first() {
+            refuse(
+                diags,
+                c.pos,
+                format!(
+                    "<{}> inside zeebe:executionListener is not supported",
+                    c.local
+                ),
+                "a listener says its eventType, type and retries in attributes; its job is \
+                 given the element's headers",
             );
             ok = false;
             continue;
@@ -237,15 +278,22 @@ fn read(ls: &Element, diags: &mut Vec<Diagnostic>) -> Option<Vec<Listener>> {
 
 /// What the scope knows about its elements that placing a listener needs.
 struct ScopeFacts {
-    incoming: BTreeMap<String, usize>,
-    outgoing: BTreeMap<String, usize>,
+    /// The scope's flows (indexes into its children) by target and by source.
+    by_target: BTreeMap<String, Vec<usize>>,
+    by_source: BTreeMap<String, Vec<usize>>,
     /// Targets of an event-based gateway's flows.
     after_event_gateway: BTreeSet<String>,
 }
 
+impl ScopeFacts {
+    fn count(map: &BTreeMap<String, Vec<usize>>, id: &str) -> usize {
+        map.get(id).map_or(0, Vec::len)
+    }
+}
+
 fn facts(scope: &Element) -> ScopeFacts {
-    let mut incoming = BTreeMap::new();
-    let mut outgoing = BTreeMap::new();
+    let mut by_target: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut by_source: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let gateways: BTreeSet<&str> = scope
         .children
         .iter()
@@ -253,22 +301,21 @@ fn facts(scope: &Element) -> ScopeFacts {
         .filter_map(|c| c.value("id").map(str::trim))
         .collect();
     let mut after_event_gateway = BTreeSet::new();
-    for f in scope
-        .children
-        .iter()
-        .filter(|c| c.is(Ns::Bpmn, "sequenceFlow"))
-    {
+    for (i, f) in scope.children.iter().enumerate() {
+        if !f.is(Ns::Bpmn, "sequenceFlow") {
+            continue;
+        }
         let source = f.value("sourceRef").map(str::trim).unwrap_or_default();
         let target = f.value("targetRef").map(str::trim).unwrap_or_default();
-        *outgoing.entry(source.to_owned()).or_insert(0) += 1;
-        *incoming.entry(target.to_owned()).or_insert(0) += 1;
+        by_source.entry(source.to_owned()).or_default().push(i);
+        by_target.entry(target.to_owned()).or_default().push(i);
         if gateways.contains(source) {
             after_event_gateway.insert(target.to_owned());
         }
     }
     ScopeFacts {
-        incoming,
-        outgoing,
+        by_target,
+        by_source,
         after_event_gateway,
     }
 }
@@ -282,7 +329,14 @@ fn placement_refusal(
     let local = el.local.as_str();
     let has = |def: &str| el.children.iter().any(|c| c.is(Ns::Bpmn, def));
     let gateway = local.ends_with("Gateway");
-    let id = el.value("id").unwrap_or("?");
+    let id = el.value("id").map_or("?", str::trim);
+    if local == "sequenceFlow" {
+        return Some((
+            format!("an execution listener on the sequence flow `{id}`"),
+            "Zeebe runs listeners of elements only: put it on the flow's target as a start \
+             listener",
+        ));
+    }
     if in_ad_hoc {
         return Some((
             format!("an execution listener on `{id}` inside an ad-hoc sub-process"),
@@ -464,165 +518,257 @@ fn set_attr(el: &mut Element, local: &str, value: &str) {
     }
 }
 
-/// Moves every flow of `scope` whose `end` (sourceRef/targetRef) is `from` to `to`.
-fn move_flows(scope: &mut Element, end: &str, from: &str, to: &str) {
-    for f in scope
-        .children
-        .iter_mut()
-        .filter(|c| c.is(Ns::Bpmn, "sequenceFlow"))
-    {
-        if f.value(end).map(str::trim) == Some(from) {
-            set_attr(f, end, to);
-        }
+/// Moves the flows at `at` (indexes into the scope's children) so that their `end`
+/// (`sourceRef` or `targetRef`) is `to`.
+fn move_flows(scope: &mut Element, at: Option<&Vec<usize>>, end: &str, to: &str) {
+    for &i in at.into_iter().flatten() {
+        set_attr(&mut scope.children[i], end, to);
     }
 }
 
-/// Rewrites one scope (a process or a sub-process) and the sub-processes in it.
-fn rewrite_scope(
-    scope: &mut Element,
-    in_ad_hoc: bool,
-    ids: &BTreeSet<String>,
-    diags: &mut Vec<Diagnostic>,
-) {
-    let facts = facts(scope);
-    let mut added: Vec<Element> = Vec::new();
-    for i in 0..scope.children.len() {
-        let el = &mut scope.children[i];
-        if el.ns != Ns::Bpmn || !FLOW_NODES.contains(&el.local.as_str()) {
-            continue;
-        }
-        if matches!(
-            el.local.as_str(),
-            "subProcess" | "adHocSubProcess" | "transaction"
-        ) {
-            let ad_hoc = in_ad_hoc || el.local == "adHocSubProcess";
-            rewrite_scope(el, ad_hoc, ids, diags);
-        }
-        let Some(ls) = take_listeners(el) else {
-            continue;
-        };
-        let Some(listeners) = read(&ls, diags) else {
-            continue;
-        };
-        let el = &scope.children[i];
-        let refused: Vec<_> = listeners
-            .iter()
-            .filter_map(|l| placement_refusal(el, l.event, in_ad_hoc).map(|r| (l.pos, r)))
-            .collect();
-        if !refused.is_empty() {
-            for (pos, (msg, help)) in refused {
-                refuse(diags, pos, msg, help);
+/// Whether the element may carry a `default` flow of its own (an activity, or a gateway
+/// that chooses): only then does the rewrite move it to the node the flows now leave.
+fn takes_default(local: &str) -> bool {
+    local.ends_with("Task")
+        || matches!(
+            local,
+            "task" | "subProcess" | "adHocSubProcess" | "callActivity" | "transaction"
+        )
+        || matches!(local, "exclusiveGateway" | "inclusiveGateway")
+}
+
+impl Rewriter {
+    /// Rewrites one scope (a process or a sub-process) and the sub-processes in it.
+    fn scope(&mut self, scope: &mut Element, in_ad_hoc: bool, diags: &mut Vec<Diagnostic>) {
+        let facts = facts(scope);
+        let mut added: Vec<Element> = Vec::new();
+        for i in 0..scope.children.len() {
+            let el = &mut scope.children[i];
+            if el.ns != Ns::Bpmn || !FLOW_NODES.contains(&el.local.as_str()) {
+                continue;
             }
-            continue;
+            if matches!(
+                el.local.as_str(),
+                "subProcess" | "adHocSubProcess" | "transaction"
+            ) {
+                let ad_hoc = in_ad_hoc || el.local == "adHocSubProcess";
+                self.scope(el, ad_hoc, diags);
+            }
+            let el = &mut scope.children[i];
+            let mut blocks = Vec::new();
+            while let Some(ls) = take_listeners(el) {
+                blocks.push(ls);
+            }
+            let Some(first_block) = blocks.first() else {
+                continue;
+            };
+            let at = first_block.pos;
+            let mut seen = BTreeSet::new();
+            let mut listeners = Vec::new();
+            let mut ok = true;
+            for b in &blocks {
+                match read(b, &mut seen, diags) {
+                    Some(ls) => listeners.extend(ls),
+                    None => ok = false,
+                }
+            }
+            let el = &scope.children[i];
+            if !ok || !self.placeable(el, &listeners, in_ad_hoc, at, diags) {
+                continue;
+            }
+            let id = el.value("id").map(str::trim).unwrap_or_default().to_owned();
+            if id.is_empty() {
+                continue; // Q102 from the builder
+            }
+            let Some(placed) = self.place(scope, i, &id, listeners, &facts, at, diags) else {
+                continue;
+            };
+            added.extend(placed);
         }
-        let id = el.value("id").map(str::trim).unwrap_or_default().to_owned();
-        if id.is_empty() {
-            continue; // Q102 from the builder
+        scope.children.extend(added);
+    }
+
+    /// Whether `listeners` can be placed on `el`; reports why not.
+    fn placeable(
+        &mut self,
+        el: &Element,
+        listeners: &[Listener],
+        in_ad_hoc: bool,
+        at: Pos,
+        diags: &mut Vec<Diagnostic>,
+    ) -> bool {
+        let mut ok = true;
+        for l in listeners {
+            if let Some((msg, help)) = placement_refusal(el, l.event, in_ad_hoc) {
+                refuse(diags, l.pos, msg, help);
+                ok = false;
+            }
         }
-        let mut nodes: BTreeMap<Event, Vec<(String, Element)>> = BTreeMap::new();
-        let mut clash = false;
-        for l in &listeners {
-            let chain = nodes.entry(l.event).or_default();
-            let n = chain.len() + 1;
-            let lid = format!("{id}{MARK}{}-{n}", l.event.name());
-            clash |= ids.contains(&lid);
-            chain.push((lid.clone(), listener_task(el, &lid, l, n)));
-        }
-        let fork_id = format!("{id}{MARK}fork");
-        if clash || ids.contains(&fork_id) {
+        if listeners.len() > LISTENERS_PER_ELEMENT_MAX {
             refuse(
                 diags,
-                ls.pos,
-                format!("the listener tasks of `{id}` would take an id the file already uses"),
-                "rename the element whose id contains `~`",
+                at,
+                format!(
+                    "{} execution listeners on one element; qflow takes at most \
+                     {LISTENERS_PER_ELEMENT_MAX}",
+                    listeners.len()
+                ),
+                "do the work of several listeners in one job",
             );
-            continue;
+            return false;
         }
-        for (chain, event) in [
-            (nodes.get(&Event::Start), "before"),
-            (nodes.get(&Event::End), "after"),
-        ] {
-            for (lid, node) in chain.into_iter().flatten() {
-                let ty = listeners_type(node);
-                diags.push(Diagnostic::note(
-                    "Q951",
-                    node.pos,
-                    format!(
-                        "execution listener `{ty}` runs as the pull task `{lid}`, {event} `{id}`"
-                    ),
-                ));
-            }
+        let ext = el.child(Ns::Bpmn, "extensionElements");
+        let per_listener = ext
+            .and_then(|e| e.child(Ns::Zeebe, "taskHeaders"))
+            .map_or(0, |h| h.children.len() + 1)
+            + ext
+                .and_then(|e| e.child(Ns::Zeebe, "ioMapping"))
+                .map_or(0, |io| io.children.len() + 1);
+        let copies = per_listener.saturating_mul(listeners.len());
+        if ok && self.copies.saturating_add(copies) > COPIES_MAX {
+            refuse(
+                diags,
+                at,
+                format!(
+                    "the execution listeners of this file would copy more than {COPIES_MAX} \
+                     mapping and header elements to their jobs"
+                ),
+                "each listener's job is given its element's input mappings and headers; use \
+                 fewer listeners on elements with many of them",
+            );
+            return false;
         }
-        let starts = nodes.remove(&Event::Start).unwrap_or_default();
-        let ends = nodes.remove(&Event::End).unwrap_or_default();
-        let local = el.local.as_str();
-        let joins = matches!(local, "parallelGateway" | "inclusiveGateway")
-            && facts.incoming.get(&id).copied().unwrap_or(0) > 1;
-        let activated_by_event = facts.after_event_gateway.contains(&id)
+        self.copies += copies;
+        ok
+    }
+
+    /// Places the listeners of the element at `i` (id `id`) on the token's path: rewires
+    /// the scope's flows and returns the nodes and flows to add to it, or `None` (after
+    /// reporting) when a name it would give is taken.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &mut self,
+        scope: &mut Element,
+        i: usize,
+        id: &str,
+        listeners: Vec<Listener>,
+        facts: &ScopeFacts,
+        at: Pos,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<Vec<Element>> {
+        let el = &scope.children[i];
+        let local = el.local.clone();
+        let joins = matches!(local.as_str(), "parallelGateway" | "inclusiveGateway")
+            && ScopeFacts::count(&facts.by_target, id) > 1;
+        let activated_by_event = facts.after_event_gateway.contains(id)
             || (local == "intermediateCatchEvent"
                 && el
                     .children
                     .iter()
                     .any(|c| c.is(Ns::Bpmn, "linkEventDefinition")));
         let start_after = joins || activated_by_event;
-        // The token's path from the element onwards: listeners that run after it has
-        // activated, then (a gateway cut in two) its forking half.
-        let mut after: Vec<(String, Element)> = Vec::new();
-        if start_after {
-            after.extend(starts.iter().cloned());
-        } else if let Some((first, _)) = starts.first() {
-            move_flows(scope, "targetRef", &id, first);
-            let mut prev: Option<&str> = None;
-            for (sid, _) in &starts {
-                if let Some(p) = prev {
-                    added.push(flow(p, sid, ls.pos));
-                }
-                prev = Some(sid);
-            }
-            added.push(flow(prev.unwrap_or(first), &id, ls.pos));
+        let mut starts: Vec<(String, Element)> = Vec::new();
+        let mut ends: Vec<(String, Element)> = Vec::new();
+        for l in &listeners {
+            let chain = match l.event {
+                Event::Start => &mut starts,
+                Event::End => &mut ends,
+            };
+            let n = chain.len() + 1;
+            let lid = format!("{id}{MARK}{}-{n}", l.event.name());
+            chain.push((lid.clone(), listener_task(el, &lid, l, n)));
         }
-        after.extend(ends.iter().cloned());
-        let el = &scope.children[i];
-        let split =
-            joins && !starts.is_empty() && facts.outgoing.get(&id).copied().unwrap_or(0) > 1;
-        if split {
-            let mut fork = element(
-                Ns::Bpmn,
-                &el.local,
-                el.pos,
-                vec![attr("id", &fork_id, el.pos)],
-                Vec::new(),
+        let split = joins && !starts.is_empty() && ScopeFacts::count(&facts.by_source, id) > 1;
+        let fork_id = format!("{id}{MARK}fork");
+        let taken = starts
+            .iter()
+            .chain(&ends)
+            .map(|(n, _)| n)
+            .chain(split.then_some(&fork_id))
+            .find(|n| self.ids.contains(*n));
+        if let Some(taken) = taken {
+            refuse(
+                diags,
+                at,
+                format!("the listener task `{taken}` would take an id the file already uses"),
+                "rename the element whose id holds `~` (no XML id may hold it)",
             );
-            if let Some(d) = el.attr("default") {
-                fork.attrs.push(d.clone());
-            }
-            after.push((fork_id.clone(), fork));
+            return None;
         }
-        if let Some((last, _)) = after.last() {
-            let last = last.clone();
-            move_flows(scope, "sourceRef", &id, &last);
-            let el = &mut scope.children[i];
-            let default = el
-                .attrs
-                .iter()
-                .position(|a| a.ns == Ns::None && a.local == "default")
-                .map(|at| el.attrs.remove(at));
-            let mut prev = id.clone();
-            for (nid, node) in &after {
-                added.push(flow(&prev, nid, ls.pos));
-                prev = nid.clone();
-                let mut node = node.clone();
-                if *nid == last && !split {
-                    if let Some(d) = &default {
-                        node.attrs.push(d.clone());
-                    }
+        for (chain, event, after) in [(&starts, "start", start_after), (&ends, "end", true)] {
+            for (lid, node) in chain {
+                let when = if after { "after" } else { "before" };
+                diags.push(Diagnostic::note(
+                    "Q951",
+                    node.pos,
+                    format!(
+                        "{event} listener `{}` runs as the pull task `{lid}`, {when} `{id}`",
+                        listeners_type(node)
+                    ),
+                ));
+            }
+        }
+        let mut added = Vec::new();
+        // Start listeners before the element: they take its incoming flows.
+        let before = if start_after {
+            Vec::new()
+        } else {
+            std::mem::take(&mut starts)
+        };
+        if let Some((first, _)) = before.first() {
+            move_flows(scope, facts.by_target.get(id), "targetRef", first);
+            let mut prev: Option<String> = None;
+            for (sid, node) in before {
+                if let Some(p) = prev {
+                    added.push(flow(&p, &sid, at));
                 }
                 added.push(node);
+                prev = Some(sid);
             }
+            added.push(flow(&prev.unwrap_or_default(), id, at));
         }
-        if !start_after {
-            added.extend(starts.into_iter().map(|(_, n)| n));
+        // After the element: start listeners of an element activated by its event or
+        // its join, then end listeners, then a forking gateway's other half; they take
+        // its outgoing flows and its default.
+        let mut after = starts;
+        after.extend(ends);
+        if split {
+            let el = &scope.children[i];
+            let mut attrs = vec![attr("id", &fork_id, el.pos)];
+            attrs.extend(
+                el.attrs
+                    .iter()
+                    .filter(|a| a.ns == Ns::None && matches!(a.local.as_str(), "name" | "default"))
+                    .cloned(),
+            );
+            after.push((
+                fork_id.clone(),
+                element(Ns::Bpmn, &local, el.pos, attrs, Vec::new()),
+            ));
         }
+        let Some((last, _)) = after.last() else {
+            return Some(added);
+        };
+        let last = last.clone();
+        move_flows(scope, facts.by_source.get(id), "sourceRef", &last);
+        let el = &mut scope.children[i];
+        let default = if takes_default(&local) {
+            el.attrs
+                .iter()
+                .position(|a| a.ns == Ns::None && a.local == "default")
+                .map(|at| el.attrs.remove(at))
+        } else {
+            None
+        };
+        let mut prev = id.to_owned();
+        for (nid, mut node) in after {
+            added.push(flow(&prev, &nid, at));
+            if nid == last && !split {
+                node.attrs.extend(default.clone());
+            }
+            prev = nid;
+            added.push(node);
+        }
+        Some(added)
     }
-    scope.children.extend(added);
 }

@@ -188,9 +188,6 @@ pub(crate) fn build(
         return Vec::new();
     }
     check_unique_ids(root, diags);
-    // Zeebe execution listeners become pull tasks on the token's path (`listeners`).
-    let rewritten = listeners::rewrite(root, diags);
-    let root = rewritten.as_ref().unwrap_or(root);
     let errors = collect_errors(root);
     let messages = collect_messages(root);
     let escalations = collect_escalations(root);
@@ -251,6 +248,20 @@ pub(crate) fn build(
         );
         return Vec::new();
     }
+    check_marks(&chosen, diags);
+    // Zeebe execution listeners become pull tasks on the token's path (`listeners`), in a
+    // copy of each process built.
+    let rewritten: Vec<Element> = if listeners::any(root) {
+        let mut rewriter = listeners::Rewriter::new(root);
+        chosen.iter().map(|p| rewriter.process(p, diags)).collect()
+    } else {
+        Vec::new()
+    };
+    let chosen: Vec<&Element> = if rewritten.is_empty() {
+        chosen
+    } else {
+        rewritten.iter().collect()
+    };
     let ctx = Ctx {
         opts,
         errors: &errors,
@@ -333,6 +344,39 @@ fn check_unique_ids(root: &Element, diags: &mut Vec<Diagnostic>) {
             }
         }
         stack.extend(el.children.iter());
+    }
+}
+
+/// Refuses a flow node or sequence flow whose id holds `~` (Q137): no XML id may hold
+/// it, and qflow names the nodes it adds beside an element with it
+/// (`listeners::MARK`), telling them apart by name.
+fn check_marks(processes: &[&Element], diags: &mut Vec<Diagnostic>) {
+    fn walk(el: &Element, diags: &mut Vec<Diagnostic>) {
+        for c in &el.children {
+            if c.ns != Ns::Bpmn || !FLOW_NODES.contains(&c.local.as_str()) {
+                continue;
+            }
+            if let Some(a) = c.attr("id").filter(|a| listeners::holds_mark(&a.value)) {
+                diags.push(
+                    Diagnostic::error(
+                        "Q137",
+                        a.pos,
+                        format!(
+                            "the id `{}` holds `~`, which no XML id may hold",
+                            a.value.trim()
+                        ),
+                    )
+                    .with_help(
+                        "rename it with letters, digits, `_`, `-` and `.`: qflow names the \
+                         tasks it adds beside an element (execution listeners) with `~`",
+                    ),
+                );
+            }
+            walk(c, diags);
+        }
+    }
+    for p in processes {
+        walk(p, diags);
     }
 }
 

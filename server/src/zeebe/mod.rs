@@ -55,7 +55,7 @@ pub(crate) fn filters_not_kept() -> [(&'static str, &'static [&'static str]); 4]
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use qflow_loader::model::{listener_of, ListenerEvent};
+use qflow_loader::model::{listener_of, written_element, ListenerEvent};
 use qflow_ops::keys::minted_key;
 use qflow_ops::pull::{FetchRequest, FetchTopic, LockedTaskView, TaskId};
 use qflow_store::{KeyKind, KeyName};
@@ -382,14 +382,12 @@ fn activated(t: LockedTaskView, keys: &[i64], version: i64) -> ActivatedJob {
 }
 
 /// The BPMN id of an activity instance's key (`pay@2` → `pay`, `sub@2/pay#3` → `pay`):
-/// what Camunda calls the element id. An execution listener's task is its element's
-/// (`pay~start-1` → `pay`), as Zeebe names a listener job's element.
+/// what Camunda calls the element id. A node the loader added beside an element is that
+/// element's (`pay~start-1` → `pay`, `join~fork` → `join`), as Zeebe names a listener
+/// job's element.
 fn element_id(node: &str) -> String {
-    if let Some((element, _)) = listener_of(node) {
-        return element.to_owned();
-    }
     let last = node.rsplit('/').next().unwrap_or(node);
-    last.split(['@', '#']).next().unwrap_or(last).to_owned()
+    written_element(last.split(['@', '#']).next().unwrap_or(last)).to_owned()
 }
 
 /// Activates jobs of a type for a worker (Camunda 8 `POST /v2/jobs/activation`); waits
