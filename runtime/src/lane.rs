@@ -46,6 +46,11 @@ struct Lane {
     cache: HashMap<InstanceId, Claim>,
     running: FuturesUnordered<HandlerFuture>,
     ready: VecDeque<Request>,
+    /// Emptied buffers kept from the round before, with their capacity: a round fills
+    /// them with whole requests and steps, and growing them afresh every round cost the
+    /// lane a fifth of its time in copies and fresh pages (`docs/performance.md`).
+    spare_ready: VecDeque<Request>,
+    spare_chosen: Vec<Request>,
 }
 
 pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>) {
@@ -56,6 +61,8 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
         cache: HashMap::new(),
         running: FuturesUnordered::new(),
         ready: VecDeque::new(),
+        spare_ready: VecDeque::new(),
+        spare_chosen: Vec::new(),
     };
     loop {
         if lane.ready.is_empty() {
@@ -104,11 +111,9 @@ impl Lane {
     async fn round(&mut self, batch_max: usize) {
         let now = self.shared.clock.now_ms();
         let began = std::time::Instant::now();
-        let mut prepared = Vec::new();
-        let mut commits = Vec::new();
         let mut seen = HashSet::new();
-        let mut later = VecDeque::new();
-        let mut chosen = Vec::new();
+        let mut later = std::mem::take(&mut self.spare_ready);
+        let mut chosen = std::mem::take(&mut self.spare_chosen);
         while let Some(req) = self.ready.pop_front() {
             if chosen.len() >= batch_max || !seen.insert(req.instance) {
                 later.push_back(req);
@@ -116,7 +121,7 @@ impl Lane {
             }
             chosen.push(req);
         }
-        self.ready = later;
+        self.spare_ready = std::mem::replace(&mut self.ready, later);
         // The stored claims of the round's instances the cache does not hold, read all at
         // once rather than one after another: the store's readers run side by side, and a
         // round of pull-task locks or answers is mostly such instances.
@@ -127,13 +132,18 @@ impl Lane {
             .filter(|id| !self.cache.contains_key(id))
             .collect();
         let mut read = read_claims(self.shared.clone(), uncached).await;
-        for req in chosen {
+        // Sized once: a prepared step holds its instance's whole next state, so growing
+        // these by doubling moved every step's state several times a round.
+        let mut prepared = Vec::with_capacity(chosen.len());
+        let mut commits = Vec::with_capacity(chosen.len());
+        for req in chosen.drain(..) {
             let fetched = read.remove(&req.instance);
             if let Some((p, commit)) = self.prepare(req, fetched, now).await {
                 prepared.push(p);
                 commits.push(commit);
             }
         }
+        self.spare_chosen = chosen;
         if prepared.is_empty() {
             return;
         }
