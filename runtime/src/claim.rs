@@ -35,7 +35,9 @@ pub struct Claim {
     pub def: Arc<Definition>,
     /// `None` for an instance not created yet; its commit creates it.
     pub fence: Option<u64>,
-    pub snapshot: Snapshot,
+    /// Boxed: a claim moves through the lane, the step and the cache several times a
+    /// step, and the snapshot is most of its size (664 bytes inline).
+    pub snapshot: Box<Snapshot>,
     /// When the `~run` lease row is due, as far as this claim knows: `None` when there is
     /// none, `Some(i64::MIN)` when there may be one whose due instant is unknown (the
     /// state was read from the store).
@@ -55,7 +57,7 @@ impl Claim {
             deployment,
             def,
             fence: None,
-            snapshot: Snapshot::new(),
+            snapshot: Box::new(Snapshot::new()),
             lease_due: None,
             stored: None,
         }
@@ -85,7 +87,7 @@ impl Claim {
             deployment: record.deployment,
             def,
             fence: Some(record.fence),
-            snapshot: Snapshot::decode(&record.snapshot)?,
+            snapshot: Box::new(Snapshot::decode(&record.snapshot)?),
             lease_due: Some(i64::MIN),
             stored: Some(record.snapshot),
         })
@@ -216,7 +218,7 @@ pub fn plan(
         ),
         _ => None,
     };
-    let step = qflow_core::step(&def, &id, snapshot, input, now)?;
+    let step = qflow_core::step(&def, &id, *snapshot, input, now)?;
     if fired.is_none() {
         if let Some(Effect::Stale { reason }) = step
             .effects
@@ -255,7 +257,7 @@ pub fn plan(
             deployment,
             def,
             fence,
-            snapshot: step.snapshot,
+            snapshot: Box::new(step.snapshot),
             lease_due,
             stored: None,
         },
