@@ -85,6 +85,19 @@ fn offers(trace: &qflow_core::sim::Trace) -> Vec<String> {
         .collect()
 }
 
+/// The end events the trace's tokens reached, in order.
+fn ends(trace: &qflow_core::sim::Trace) -> Vec<String> {
+    trace
+        .steps
+        .iter()
+        .flat_map(|s| s.path.iter())
+        .filter_map(|e| match e {
+            qflow_core::path::PathEvent::End { node, .. } => Some(node.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn task(extra: &str) -> String {
     format!(
         r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="work"/>
@@ -178,16 +191,7 @@ fn a_start_listener_on_a_gateway_sets_the_variable_its_conditions_read() {
             ),
         );
         assert_eq!(trace.summary.status, "completed");
-        let ended: Vec<_> = trace
-            .steps
-            .iter()
-            .flat_map(|s| s.path.iter())
-            .filter_map(|e| match e {
-                qflow_core::path::PathEvent::End { node, .. } => Some(node.clone()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(ended, [end], "score {score}");
+        assert_eq!(ends(&trace), [end], "score {score}");
     }
 }
 
@@ -215,13 +219,11 @@ fn a_start_listener_on_a_joining_gateway_runs_once_for_the_tokens_it_joins() {
         ["join~start-1"],
         "one listener job for the join"
     );
-    let ends = trace
-        .steps
-        .iter()
-        .flat_map(|s| s.path.iter())
-        .filter(|e| matches!(e, qflow_core::path::PathEvent::End { .. }))
-        .count();
-    assert_eq!(ends, 2, "the gateway still forks after its listener");
+    assert_eq!(
+        ends(&trace),
+        ["e1", "e2"],
+        "the gateway still forks after its listener"
+    );
 }
 
 #[test]
@@ -356,16 +358,7 @@ fn an_end_listener_takes_the_activity_s_conditions_and_default_flow() {
             &scenario(json!({}), vec![done(10, "t~end-1", json!({"ok": ok}))]),
         );
         assert_eq!(trace.summary.status, "completed");
-        let ended: Vec<_> = trace
-            .steps
-            .iter()
-            .flat_map(|s| s.path.iter())
-            .filter_map(|e| match e {
-                qflow_core::path::PathEvent::End { node, .. } => Some(node.clone()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(ended, [end], "ok = {ok}");
+        assert_eq!(ends(&trace), [end], "ok = {ok}");
     }
 }
 
@@ -401,18 +394,6 @@ fn a_listener_job_cannot_throw_a_bpmn_error_and_the_refusal_changes_nothing() {
         }
         other => panic!("not refused: {other:?}"),
     }
-}
-
-fn ends(trace: &qflow_core::sim::Trace) -> Vec<String> {
-    trace
-        .steps
-        .iter()
-        .flat_map(|s| s.path.iter())
-        .filter_map(|e| match e {
-            qflow_core::path::PathEvent::End { node, .. } => Some(node.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
