@@ -82,7 +82,6 @@ fn element_type(element: &str) -> Option<&'static str> {
     })
 }
 
-/// Camunda 8's element type of `node` for a token named `name`.
 /// The element a token at `idx` (named `name`) is shown as: itself, or for a node the
 /// loader added beside an element (a Zeebe execution listener's task, a gateway's forking
 /// half) that element, as Zeebe shows the element while its listener's job runs.
@@ -102,6 +101,7 @@ fn shown_element<'n>(
         .map_or((idx, name), |written| (written, element))
 }
 
+/// Camunda 8's element type of `node` for a token named `name`.
 fn camunda_type(
     process: &qflow_loader::model::Process,
     idx: qflow_loader::model::NodeIdx,
