@@ -82,7 +82,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         match &report.verdict {
             Verdict::Unreadable(err) => {
                 // On stderr in both formats, so a script piping the JSON still sees it.
-                eprintln!("qflow: error: cannot read `{}`: {err}", report.path);
+                say_err!("qflow: error: cannot read `{}`: {err}", report.path);
                 any_unreadable = true;
             }
             Verdict::Refused { .. } => any_refused = true,

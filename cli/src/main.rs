@@ -11,6 +11,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `eprintln!` that cannot panic: with stderr closed (`qflow simulate … 2>&1 | head -1`)
+/// the line is lost instead of the command aborting with a panic (exit 101).
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod check;
 mod ops;
 mod run;
@@ -96,7 +105,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("qflow: error: {}", text::escape_lines(&error_text(&err)));
+            say_err!("qflow: error: {}", text::escape_lines(&error_text(&err)));
             ExitCode::from(EXIT_USAGE)
         }
     }

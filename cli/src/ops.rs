@@ -266,7 +266,7 @@ pub fn instances(args: &InstancesArgs) -> Result<ExitCode> {
                 let page = ops.instances(&query).await?;
                 if let Some(next) = &page.next {
                     // On stderr, so `--format json` stays one array on stdout.
-                    eprintln!("qflow: more instances follow: add `--cursor {next}`");
+                    say_err!("qflow: more instances follow: add `--cursor {next}`");
                 }
                 let rows = page.items;
                 emit(format, &rows, |w| {
@@ -550,7 +550,7 @@ pub fn user_tasks(args: &UserTasksArgs) -> Result<ExitCode> {
                 };
                 let page = ops.user_tasks(&query).await?;
                 if let Some(next) = &page.next {
-                    eprintln!("qflow: more user tasks follow: add `--cursor {next}`");
+                    say_err!("qflow: more user tasks follow: add `--cursor {next}`");
                 }
                 let rows = page.items;
                 emit(format, &rows, |w| {
@@ -688,7 +688,7 @@ pub fn migrate(args: &MigrateArgs) -> Result<ExitCode> {
     let plan: qflow_ops::MigrationPlan = match serde_json::from_str(&text) {
         Ok(plan) => plan,
         Err(e) => {
-            eprintln!("qflow: invalid: {}: {e}", args.plan.display());
+            say_err!("qflow: invalid: {}: {e}", args.plan.display());
             return Ok(ExitCode::from(crate::EXIT_REFUSED));
         }
     };
@@ -909,7 +909,7 @@ where
             Err(e @ qflow_ops::Error::Store(_)) => Err(anyhow::Error::new(e)),
             Err(e) => {
                 let message = e.to_string();
-                eprintln!("qflow: {}: {}", e.code(), crate::text::escape(&message));
+                say_err!("qflow: {}: {}", e.code(), crate::text::escape(&message));
                 Ok(ExitCode::from(crate::EXIT_REFUSED))
             }
         }
@@ -1004,7 +1004,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         };
         let report = ops.replay(&request, &mut progress).await?;
         if tty && seen > 0 {
-            eprintln!("\rqflow replay: {seen} instances replayed");
+            say_err!("\rqflow replay: {seen} instances replayed");
         }
         let rendered = emit(args.store.format, &report, |w| write_replay(w, &report))?;
         let status = if report.diverged() {

@@ -173,7 +173,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         .map(|r| r.id)
         .collect();
     let resumed = resumed_ids.len() as u64;
-    eprintln!(
+    say_err!(
         "qflow run: orders on {} (deployment {}, {} lanes); resuming {} unfinished instance(s)",
         args.db.display(),
         deployment.id.0,
@@ -181,7 +181,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         resumed
     );
     if resumed > 0 {
-        eprintln!(
+        say_err!(
             "  attempts that were in flight when the earlier run stopped are re-adopted once \
              their lease lapses (at most {} s)",
             RUN_LEASE_MS / 1000
@@ -236,9 +236,9 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     let elapsed = began.elapsed();
     progress.abort();
     let view = stats.view();
-    eprintln!();
+    say_err!();
     let Some(ids) = finished else {
-        eprintln!("{}", interrupted_message(args, resumed, &view));
+        say_err!("{}", interrupted_message(args, resumed, &view));
         // Lanes finish the handlers they are running and commit their outcomes, so the
         // rerun has as little as possible to re-adopt.
         runtime.shutdown().await;

@@ -156,7 +156,7 @@ async fn serve(args: &Args) -> Result<ExitCode> {
             .deploy(crate::run::ORDERS_MODEL, None)
             .await
             .context("deploying the bundled order model")?;
-        eprintln!(
+        say_err!(
             "qflow: deployed the bundled order model as deployment {}",
             d.id
         );
@@ -206,7 +206,7 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         }
         #[cfg(not(unix))]
         let _ = ctrl_c.await;
-        eprintln!("qflow: shutting down: finishing requests and running handlers");
+        say_err!("qflow: shutting down: finishing requests and running handlers");
     };
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

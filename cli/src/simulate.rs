@@ -87,7 +87,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         match load_model(path, &text, Pick::Target(process)) {
             Ok(def) => {
                 if targets.insert(name.clone(), def).is_some() {
-                    eprintln!("qflow: --target {name}: given twice");
+                    say_err!("qflow: --target {name}: given twice");
                     return Ok(ExitCode::from(EXIT_REFUSED));
                 }
             }
@@ -104,9 +104,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             let shown = args.scenario.display();
             for problem in &problems {
                 // Keys and node ids quoted here are the scenario's and the model's text.
-                eprintln!("{shown}: error: {}", escape(&problem.to_string()));
+                say_err!("{shown}: error: {}", escape(&problem.to_string()));
             }
-            eprintln!(
+            say_err!(
                 "{shown}: refused: {} (format: docs/simulate.md)",
                 plural(problems.len(), "error")
             );
@@ -247,7 +247,7 @@ fn load_model(path: &Path, text: &str, pick: Pick<'_>) -> Result<Definition, Exi
             }
             choose_process(loaded.definitions, pick).map_err(|why| {
                 // Process ids are the model's text.
-                eprintln!("{shown}: error: {}", escape(&why));
+                say_err!("{shown}: error: {}", escape(&why));
                 ExitCode::from(EXIT_USAGE)
             })
         }
@@ -256,7 +256,7 @@ fn load_model(path: &Path, text: &str, pick: Pick<'_>) -> Result<Definition, Exi
                 print_diagnostic(&shown.to_string(), text, d);
             }
             let errors = diagnostics.iter().filter(|d| d.is_error()).count();
-            eprintln!("{shown}: refused: {}", plural(errors, "error"));
+            say_err!("{shown}: refused: {}", plural(errors, "error"));
             Err(ExitCode::from(EXIT_REFUSED))
         }
     }
@@ -322,7 +322,7 @@ fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
 }
 
 fn usage_error(path: &Path, err: io::Error) -> ExitCode {
-    eprintln!("qflow: error: cannot read `{}`: {err}", path.display());
+    say_err!("qflow: error: cannot read `{}`: {err}", path.display());
     ExitCode::from(EXIT_USAGE)
 }
 

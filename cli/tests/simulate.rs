@@ -1088,3 +1088,49 @@ fn process_is_required_for_several_processes_and_an_unknown_id_is_refused_with_t
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("`payment`"), "{stderr}");
 }
+
+/// A reader of stderr that goes away early (`qflow simulate … 2>&1 | head -1`) loses the
+/// rest of the diagnostics; the command still ends with its own exit status, not a panic.
+#[test]
+fn a_closed_stderr_ends_the_refusal_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let scratch = Scratch::new("closed-stderr");
+    // Far more diagnostics than a pipe holds, so most are written after the close.
+    let mut body =
+        String::from(r#"<startEvent id="s"/><sequenceFlow id="f0" sourceRef="s" targetRef="t0"/>"#);
+    for i in 0..600 {
+        body.push_str(&format!(
+            r#"<serviceTask id="t{i}" q:task="t"><extensionElements><q:retry max="3"/></extensionElements></serviceTask>
+<sequenceFlow id="f{n}" sourceRef="t{i}" targetRef="t{n}"/>"#,
+            n = i + 1
+        ));
+    }
+    body.push_str(r#"<endEvent id="t600"/>"#);
+    let model = scratch.file(
+        "many.bpmn",
+        &format!(
+            r#"<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="urn:qflow:bpmn:1" id="d"><process id="p" isExecutable="true">{body}</process></definitions>"#
+        ),
+    );
+    let scenario = scratch.file("s.json", "{}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qflow"))
+        .arg("simulate")
+        .arg(&model)
+        .arg("--scenario")
+        .arg(&scenario)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let mut first = [0u8; 16];
+    err.read_exact(&mut first).expect("some diagnostics");
+    drop(err);
+    let status = child.wait().expect("exits");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the model's refusal, not a panic (101)"
+    );
+}
