@@ -9,22 +9,12 @@ use qflow_core::{codes, Effect, Status};
 use qflow_loader::model::Definition;
 use serde_json::json;
 
+/// A process whose body is `body`, beside the message `go` correlated by `key`.
 fn zeebe_model(body: &str) -> Definition {
-    let xml = format!(
-        r#"<?xml version="1.0" encoding="UTF-8"?>
-<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
-             xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"
-             id="defs" targetNamespace="urn:qflow:test">
-  <message id="m" name="go"><extensionElements><zeebe:subscription correlationKey="=key"/></extensionElements></message>
-  <process id="p" isExecutable="true">
-    {body}
-  </process>
-</definitions>"#
-    );
-    match qflow_loader::load_str(&xml) {
-        Ok(mut loaded) => loaded.definitions.remove(0),
-        Err(diags) => panic!("test model refused: {diags:#?}\n{xml}"),
-    }
+    common::model_with(
+        r#"<message id="m" name="go"><extensionElements><zeebe:subscription correlationKey="=key"/></extensionElements></message>"#,
+        body,
+    )
 }
 
 fn refusals(body: &str) -> Vec<(String, String)> {

@@ -2161,8 +2161,6 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
     Ok(gone)
 }
 
-/// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
-/// `PURGE_LIMIT_MAX`, far below SQLite's parameter limit); returns the rows deleted.
 /// How many attempt records the rows of `ids` still hold (`instances.history_n`).
 async fn history_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
     let n: i64 = in_list(
@@ -2176,6 +2174,8 @@ async fn history_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResul
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
+/// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
+/// `PURGE_LIMIT_MAX`, far below SQLite's parameter limit); returns the rows deleted.
 async fn delete_where_in(
     tx: &mut SqliteConnection,
     table: &str,

@@ -10,12 +10,14 @@ use qflow_core::{Effect, Snapshot};
 use qflow_loader::model::Definition;
 
 /// Loads a process whose body is `body` (flow nodes and sequence flows); `extra` goes
-/// beside the process inside `<definitions>` (error declarations, say).
+/// beside the process inside `<definitions>` (error declarations, say). The `q:` and
+/// `zeebe:` prefixes are declared.
 pub fn model_with(extra: &str, body: &str) -> Definition {
     let xml = format!(
         r#"<?xml version="1.0" encoding="UTF-8"?>
 <definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"
-             xmlns:q="urn:qflow:bpmn:1" id="defs" targetNamespace="urn:qflow:test">
+             xmlns:q="urn:qflow:bpmn:1" xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"
+             id="defs" targetNamespace="urn:qflow:test">
   {extra}
   <process id="p" isExecutable="true">
     {body}
