@@ -1034,12 +1034,15 @@ pub fn listener_of(node: &str) -> Option<(&str, ListenerEvent)> {
         .then_some((element, event))
 }
 
-/// The id of the element written in the file that node `id` (a plain node id, no
-/// instance prefix or suffix) stands for: `id` itself, or for a node the loader added
-/// beside an element that element's — an execution listener's task (`pay~start-1` →
-/// `pay`) or the forking half of a joining gateway cut in two for its start listeners
+/// The id of the element written in the file that a node or one of its instances
+/// stands for (what Camunda calls the element id): the node's id without the instance
+/// prefix and suffix (`pay@2` → `pay`, `sub@2/pay#3` → `pay`), and for a node the loader
+/// added beside an element that element's — an execution listener's task (`pay~start-1`
+/// → `pay`) or the forking half of a joining gateway cut in two for its start listeners
 /// (`join~fork` → `join`).
-pub fn written_element(id: &str) -> &str {
+pub fn written_element(node: &str) -> &str {
+    let last = node.rsplit('/').next().unwrap_or(node);
+    let id = last.split(['@', '#']).next().unwrap_or(last);
     match id.rsplit_once('~') {
         Some((element, "fork")) if !element.is_empty() => element,
         _ => listener_of(id).map_or(id, |(element, _)| element),

@@ -90,10 +90,8 @@ fn shown_element<'n>(
     idx: qflow_loader::model::NodeIdx,
     name: &'n str,
 ) -> (qflow_loader::model::NodeIdx, &'n str) {
-    let last = name.rsplit('/').next().unwrap_or(name);
-    let id = last.split(['@', '#']).next().unwrap_or(last);
-    let element = qflow_loader::model::written_element(id);
-    if element == id {
+    let element = qflow_loader::model::written_element(name);
+    if element == process.node(idx).id {
         return (idx, name);
     }
     process
@@ -183,15 +181,12 @@ impl Ops {
                         kind: camunda_type(process, shown, shown_name),
                     }
                 }
-                None => {
-                    let last = name.rsplit('/').next().unwrap_or(name);
-                    ActiveElement {
-                        name: name.clone(),
-                        element_id: last.split(['@', '#']).next().unwrap_or(last).to_owned(),
-                        element_name: None,
-                        kind: "UNKNOWN",
-                    }
-                }
+                None => ActiveElement {
+                    name: name.clone(),
+                    element_id: qflow_loader::model::written_element(name).to_owned(),
+                    element_name: None,
+                    kind: "UNKNOWN",
+                },
             })
             .collect();
         Ok(InstanceElements {

@@ -386,8 +386,7 @@ fn activated(t: LockedTaskView, keys: &[i64], version: i64) -> ActivatedJob {
 /// element's (`pay~start-1` → `pay`, `join~fork` → `join`), as Zeebe names a listener
 /// job's element.
 fn element_id(node: &str) -> String {
-    let last = node.rsplit('/').next().unwrap_or(node);
-    written_element(last.split(['@', '#']).next().unwrap_or(last)).to_owned()
+    written_element(node).to_owned()
 }
 
 /// Activates jobs of a type for a worker (Camunda 8 `POST /v2/jobs/activation`); waits
