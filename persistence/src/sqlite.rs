@@ -291,7 +291,11 @@ impl SqliteStore {
             )
             // Every statement shape a commit uses stays prepared: the families' chunk
             // shapes (`statement_chunks`) and the rest, with room to spare.
-            .statement_cache_capacity(WRITER_STATEMENTS_CACHED);
+            .statement_cache_capacity(WRITER_STATEMENTS_CACHED)
+            // sqlx's worker thread hands rows back through a channel of this many; at
+            // its default (50) a commit's RETURNING of a chunk's rows stalled the worker
+            // and woke the caller a few times per statement.
+            .row_buffer_size(WRITER_ROWS_BUFFERED);
         let writer = SqlitePoolOptions::new()
             .min_connections(1)
             .max_connections(1)
@@ -1016,6 +1020,9 @@ const ROWS_PER_STATEMENT: usize = 128;
 /// The writer's prepared-statement cache (sqlx's default is 100): about a dozen row
 /// families, each in up to eight chunk shapes, plus the single statements.
 const WRITER_STATEMENTS_CACHED: usize = 400;
+/// Rows the writer's statements hand back without waiting: a whole chunk's RETURNING
+/// ([`ROWS_PER_STATEMENT`]) and then some.
+const WRITER_ROWS_BUFFERED: usize = 4 * ROWS_PER_STATEMENT;
 
 /// `rows` in statements of `ROWS_PER_STATEMENT` rows, the rest in powers of two (300 rows:
 /// 128, 128, 32, 8, 4): a family of rows is written by at most eight statement shapes,
@@ -1037,6 +1044,30 @@ fn statement_chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
         rest = tail;
         Some(chunk)
     })
+}
+
+/// The texts of one multi-row statement at each of [`statement_chunks`]' sizes, each
+/// built once: a statement built afresh every commit costs its formatting and the hash
+/// of its text in the prepared-statement cache, for the same text every time.
+struct ChunkTexts(std::sync::OnceLock<Vec<String>>);
+
+impl ChunkTexts {
+    const fn new() -> ChunkTexts {
+        ChunkTexts(std::sync::OnceLock::new())
+    }
+
+    /// The text for `rows` rows (a size [`statement_chunks`] yields) of `columns` bound
+    /// values each: `build` gets the `(?, …), (?, …)` list.
+    fn text(&self, rows: usize, columns: usize, build: impl Fn(&str) -> String) -> &str {
+        debug_assert!(rows.is_power_of_two() && rows <= ROWS_PER_STATEMENT);
+        let texts = self.0.get_or_init(|| {
+            let row = format!("({})", vec!["?"; columns].join(", "));
+            (0..=ROWS_PER_STATEMENT.ilog2())
+                .map(|log| build(&vec![row.as_str(); 1 << log].join(", ")))
+                .collect()
+        });
+        &texts[rows.ilog2() as usize]
+    }
 }
 
 /// A commit whose CAS won, with its instance id as stored.
@@ -1380,37 +1411,38 @@ async fn apply_state<'a>(
     // Instances whose in-row attempt history passed `history::SPILL_BYTES`.
     let mut spills: Vec<String> = Vec::new();
     for chunk in statement_chunks(&creates) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last, history, \
-             history_n) ",
-        );
-        query.push_values(chunk, |mut row, &index| {
-            let commit = &batch[index];
-            row.push_bind(ids[index].as_str())
-                .push_bind(commit.deployment.0)
-                .push_bind(1_i64)
-                .push_bind(commit.state.status.as_str())
-                .push_bind(commit.state.failure_code.as_deref())
-                .push_bind(commit.state.snapshot.as_slice())
-                .push_bind(commit.state.business_key.as_deref())
-                .push_bind(commit.now_ms)
-                .push_bind(commit.now_ms)
-                .push_bind(ended_at_creation(commit))
-                .push_bind(journal_ids[index])
-                .push_bind(history::pack(&commit.attempts))
-                .push_bind(commit.attempts.len() as i64);
-        });
+        static SQL: ChunkTexts = ChunkTexts::new();
         // No conflict target: a taken id and a taken `(deployment, business_key)` (the
         // unique index `instances_business_key`) both skip the row, and the loser pass
         // below tells them apart. The single writer means every row we can collide with
         // is committed or our own, so skipping is the whole answer.
-        query.push(" ON CONFLICT DO NOTHING RETURNING id, length(history)");
-        let created: Vec<(String, Option<i64>)> = query
-            .build_query_as()
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
+        let sql = SQL.text(chunk.len(), 13, |values| {
+            format!(
+                "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
+                 business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last, \
+                 history, history_n) VALUES {values} \
+                 ON CONFLICT DO NOTHING RETURNING id, length(history)"
+            )
+        });
+        let mut query = sqlx::query_as::<_, (String, Option<i64>)>(sql);
+        for &index in chunk {
+            let commit = &batch[index];
+            query = query
+                .bind(ids[index].as_str())
+                .bind(commit.deployment.0)
+                .bind(1_i64)
+                .bind(commit.state.status.as_str())
+                .bind(commit.state.failure_code.as_deref())
+                .bind(commit.state.snapshot.as_slice())
+                .bind(commit.state.business_key.as_deref())
+                .bind(commit.now_ms)
+                .bind(commit.now_ms)
+                .bind(ended_at_creation(commit))
+                .bind(journal_ids[index])
+                .bind(history::pack(&commit.attempts))
+                .bind(commit.attempts.len() as i64);
+        }
+        let created = query.fetch_all(&mut *tx).await.map_err(backend)?;
         spills.extend(
             created
                 .iter()
@@ -1512,66 +1544,67 @@ async fn update_instances(
     light: bool,
     spills: &mut Vec<String>,
 ) -> StoreResult<Vec<(String, Option<i64>)>> {
+    // A journaled step links its row to the instance's newest one (`journal_prev`,
+    // which RETURNING hands to the insert that follows) and becomes the newest (SET
+    // reads the old values, so `journal_prev` takes the old `journal_last`).
+    const JOURNAL_SET: &str = "journal_prev = CASE WHEN v_journal IS NULL THEN \
+         journal_prev ELSE journal_last END, journal_last = COALESCE(v_journal, journal_last)";
+    // The step's finished attempts go on the end of the row's history (`history.rs`).
+    // `||` on blobs yields text of the same bytes; the CAST makes it a blob again.
+    const HISTORY_SET: &str = "history = CASE WHEN v_history IS NULL THEN history \
+         ELSE CAST(COALESCE(history, x'') || v_history AS BLOB) END, \
+         history_n = history_n + v_history_n";
+    const WITH: &str = "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, \
+         v_snapshot, v_now_ms, v_journal, v_history, v_history_n) AS";
+    static LIGHT: ChunkTexts = ChunkTexts::new();
+    static FULL: ChunkTexts = ChunkTexts::new();
     let mut won = Vec::with_capacity(rows.len());
     for chunk in statement_chunks(rows) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, v_snapshot, \
-             v_now_ms, v_journal, v_history, v_history_n) AS (",
-        );
-        let mut fences = Vec::with_capacity(chunk.len());
-        for &index in chunk {
-            let expected = batch[index].expected_fence.unwrap_or(0);
-            fences.push(fence_to_db(expected)?);
-        }
-        query.push_values(chunk.iter().zip(&fences), |mut row, (&index, &fence)| {
-            let commit = &batch[index];
-            row.push_bind(ids[index].as_str())
-                .push_bind(fence)
-                .push_bind(commit.deployment.0)
-                .push_bind(commit.state.status.as_str())
-                .push_bind(commit.state.failure_code.as_deref())
-                .push_bind(commit.state.snapshot.as_slice())
-                .push_bind(commit.now_ms)
-                .push_bind(journal_ids[index])
-                .push_bind(history::pack(&commit.attempts))
-                .push_bind(commit.attempts.len() as i64);
-        });
-        // A journaled step links its row to the instance's newest one (`journal_prev`,
-        // which RETURNING hands to the insert that follows) and becomes the newest (SET
-        // reads the old values, so `journal_prev` takes the old `journal_last`).
-        const JOURNAL_SET: &str = "journal_prev = CASE WHEN v_journal IS NULL THEN \
-             journal_prev ELSE journal_last END, journal_last = COALESCE(v_journal, journal_last)";
-        // The step's finished attempts go on the end of the row's history (`history.rs`).
-        // `||` on blobs yields text of the same bytes; the CAST makes it a blob again.
-        const HISTORY_SET: &str = "history = CASE WHEN v_history IS NULL THEN history \
-             ELSE CAST(COALESCE(history, x'') || v_history AS BLOB) END, \
-             history_n = history_n + v_history_n";
-        if light {
-            query.push(format!(
-                ") UPDATE instances SET fence = fence + 1, snapshot = v_snapshot, \
-                 updated_at_ms = v_now_ms, {JOURNAL_SET}, {HISTORY_SET} \
-                 FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
-                 AND status = v_status AND failure_code IS v_failure_code \
-                 RETURNING id, journal_prev, length(history)"
-            ));
+        let sql = if light {
+            LIGHT.text(chunk.len(), 10, |values| {
+                format!(
+                    "{WITH} (VALUES {values}) UPDATE instances SET fence = fence + 1, \
+                     snapshot = v_snapshot, updated_at_ms = v_now_ms, {JOURNAL_SET}, \
+                     {HISTORY_SET} \
+                     FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
+                     AND status = v_status AND failure_code IS v_failure_code \
+                     RETURNING id, journal_prev, length(history)"
+                )
+            })
         } else {
-            query.push(format!(
-                ") UPDATE instances SET fence = fence + 1, deployment = v_deployment, \
-                 status = v_status, failure_code = v_failure_code, snapshot = v_snapshot, \
-                 updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET}, {HISTORY_SET} \
-                 FROM v WHERE id = v_id AND fence = v_fence \
-                 AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
-                     SELECT 1 FROM instances AS o \
-                     WHERE o.deployment = v_deployment AND o.business_key = instances.business_key)) \
-                 RETURNING id, journal_prev, length(history)",
-                ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
-            ));
+            FULL.text(chunk.len(), 10, |values| {
+                format!(
+                    "{WITH} (VALUES {values}) UPDATE instances SET fence = fence + 1, \
+                     deployment = v_deployment, status = v_status, \
+                     failure_code = v_failure_code, snapshot = v_snapshot, \
+                     updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET}, {HISTORY_SET} \
+                     FROM v WHERE id = v_id AND fence = v_fence \
+                     AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
+                         SELECT 1 FROM instances AS o \
+                         WHERE o.deployment = v_deployment \
+                         AND o.business_key = instances.business_key)) \
+                     RETURNING id, journal_prev, length(history)",
+                    ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
+                )
+            })
+        };
+        let mut query = sqlx::query_as::<_, (String, Option<i64>, Option<i64>)>(sql);
+        for &index in chunk {
+            let commit = &batch[index];
+            let expected = commit.expected_fence.unwrap_or(0);
+            query = query
+                .bind(ids[index].as_str())
+                .bind(fence_to_db(expected)?)
+                .bind(commit.deployment.0)
+                .bind(commit.state.status.as_str())
+                .bind(commit.state.failure_code.as_deref())
+                .bind(commit.state.snapshot.as_slice())
+                .bind(commit.now_ms)
+                .bind(journal_ids[index])
+                .bind(history::pack(&commit.attempts))
+                .bind(commit.attempts.len() as i64);
         }
-        let updated: Vec<(String, Option<i64>, Option<i64>)> = query
-            .build_query_as()
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
+        let updated = query.fetch_all(&mut *tx).await.map_err(backend)?;
         for (id, prev, len) in updated {
             if len.is_some_and(|l| l > history::SPILL_BYTES) {
                 spills.push(id.clone());
