@@ -1208,6 +1208,141 @@ fn ended_by_t0_plus_10() -> qflow_store::PurgeRequest {
     }
 }
 
+/// `0020_instances_rowid.sql` rebuilds `instances` as a rowid table: every row, its
+/// indexes, the rows of other tables that reference it and the foreign keys come through,
+/// and the store goes on committing to it.
+#[tokio::test]
+async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_them() -> Result<()> {
+    use sqlx::SqliteConnection;
+
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("qflow.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    // The file as the build before 0020 left it, with two instances (one ended, with a
+    // business key), a timer and an incident of the running one.
+    let before = migrations_before("sqlite", "0020")?;
+    let mut conn = SqliteConnection::connect(&url).await?;
+    sqlx::migrate::Migrator::new(before.path())
+        .await?
+        .run(&mut conn)
+        .await?;
+    let dep: i64 = sqlx::query_scalar(
+        "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
+         VALUES ('p', 'h1', '', 0) RETURNING id",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    for (n, fence, status, key, ended) in [
+        (1u128, 3i64, "running", None, None),
+        (2, 5, "completed", Some("order-7"), Some(T0 + 9)),
+    ] {
+        sqlx::query(
+            "INSERT INTO instances (id, deployment, fence, status, snapshot, created_at_ms, \
+             updated_at_ms, business_key, ended_at_ms, history, history_n) \
+             VALUES (?, ?, ?, ?, x'0102', ?, ?, ?, ?, NULL, 0)",
+        )
+        .bind(id(n).to_string())
+        .bind(dep)
+        .bind(fence)
+        .bind(status)
+        .bind(T0 + n as i64)
+        .bind(T0 + 9)
+        .bind(key)
+        .bind(ended)
+        .execute(&mut conn)
+        .await?;
+    }
+    sqlx::query(
+        "INSERT INTO timers (instance, name, due_at_ms, incarnation) VALUES (?, 'r:pay', ?, 2)",
+    )
+    .bind(id(1).to_string())
+    .bind(T0 + 100)
+    .execute(&mut conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO incidents (instance, node, code, message, opened_at_ms) \
+         VALUES (?, 'pay', 'RETRIES_EXHAUSTED', 'down', ?)",
+    )
+    .bind(id(1).to_string())
+    .bind(T0 + 50)
+    .execute(&mut conn)
+    .await?;
+    let indexes = "SELECT name, sql FROM sqlite_master WHERE type = 'index' \
+                   AND tbl_name = 'instances' AND sql IS NOT NULL ORDER BY name";
+    let indexes_before: Vec<(String, String)> =
+        sqlx::query_as(indexes).fetch_all(&mut conn).await?;
+    ensure!(indexes_before.len() == 8, "{indexes_before:?}");
+    conn.close().await?;
+
+    // This build opens it and applies 0020.
+    let store = SqliteStore::open(&path).await?;
+    let mut conn = SqliteConnection::connect(&url).await?;
+    let table: String = sqlx::query_scalar(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'instances'",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    ensure!(!table.contains("WITHOUT ROWID"), "{table}");
+    let indexes_after: Vec<(String, String)> = sqlx::query_as(indexes).fetch_all(&mut conn).await?;
+    ensure!(indexes_after == indexes_before, "{indexes_after:?}");
+    let (_, synchronous, foreign_keys) = store.writer_settings().await?;
+    ensure!(
+        synchronous == 2 && foreign_keys == 1,
+        "{synchronous} {foreign_keys}"
+    );
+    let orphans: Vec<(String, i64)> =
+        sqlx::query_as("SELECT \"table\", rowid FROM pragma_foreign_key_check")
+            .fetch_all(&mut conn)
+            .await?;
+    ensure!(orphans.is_empty(), "{orphans:?}");
+
+    let running = store.instance(id(1)).await?.expect("instance 1 kept");
+    ensure!(running.fence == 3 && running.status == InstanceStatus::Running);
+    ensure!(running.snapshot == [1, 2] && running.created_at_ms == T0 + 1);
+    let ended = store.instance(id(2)).await?.expect("instance 2 kept");
+    ensure!(ended.status == InstanceStatus::Completed && ended.fence == 5);
+    ensure!(ended.business_key.as_deref() == Some("order-7"));
+    ensure!(store.timers(id(1)).await? == [timer(id(1), "r:pay", T0 + 100, 2)]);
+    ensure!(store.incidents(Some(id(1))).await?.len() == 1);
+    let finished = store
+        .instances(&InstanceFilter {
+            status: Some(InstanceStatus::Completed),
+            ..InstanceFilter::default()
+        })
+        .await?;
+    ensure!(finished.len() == 1 && finished[0].id == id(2));
+
+    // Commits go on: a compare-and-swap on the old row, a new instance after it, and
+    // the business key still unique.
+    let dep = qflow_store::DeploymentId(dep);
+    ensure!(
+        commit_one(&store, commit(id(1), Some(3), dep)).await?
+            == CommitOutcome::Applied { fence: 4 }
+    );
+    ensure!(matches!(
+        commit_one(&store, commit(id(1), Some(3), dep)).await?,
+        CommitOutcome::Conflict { .. }
+    ));
+    create(&store, id(3), dep).await?;
+    let mut taken = commit(id(4), None, dep);
+    taken.state.business_key = Some("order-7".into());
+    ensure!(!matches!(
+        commit_one(&store, taken).await?,
+        CommitOutcome::Applied { .. }
+    ));
+    // The foreign keys hold on the rebuilt table.
+    let orphan = sqlx::query(
+        "INSERT INTO timers (instance, name, due_at_ms, incarnation) VALUES (?, 't', 0, 1)",
+    )
+    .bind(id(99).to_string())
+    .execute(&mut conn)
+    .await;
+    ensure!(orphan.is_err(), "a timer of no instance was written");
+    conn.close().await?;
+    store.close().await;
+    Ok(())
+}
+
 /// A step's finished attempts go in the instance row (`0019_attempts_in_row.sql`), not in
 /// `attempts`; past 2 KiB the row's records move to `attempts` in one go and the row is
 /// emptied; a row `attempts` held before (as a file migrated from before 0019 has them)
