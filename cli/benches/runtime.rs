@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --journal --finished=N --parked-live=N --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
+//! --open-loop --journal --finished=N --parked-live=N --wal-autocheckpoint=PAGES --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use qflow_persistence::{PgConfig, PgStore, SqliteStore};
+use qflow_persistence::{PgConfig, PgStore, SqliteSettings, SqliteStore};
 use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, StatsView, SystemClock};
 use qflow_runtime::{TaskContext, TaskOutcome};
 use qflow_store::memory::MemoryStore;
@@ -114,6 +114,9 @@ struct Options {
     /// `--parked-live=N`: before the warm-up, park N running instances on a timer due a
     /// day later, straight into the tables (as the poll measurement does). Default 0.
     parked_live: u64,
+    /// `--wal-autocheckpoint=PAGES`: SQLite's `SqliteSettings::wal_autocheckpoint_pages`
+    /// (default: the store's, 1,000).
+    wal_autocheckpoint: Option<u32>,
 }
 
 /// Store-side experiments, applied by [`TimedStore`]. None of them is how qflow runs;
@@ -202,6 +205,7 @@ impl Options {
             journal: false,
             finished: 0,
             parked_live: 0,
+            wal_autocheckpoint: None,
         };
         for arg in std::env::args().skip(1) {
             let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
@@ -223,6 +227,7 @@ impl Options {
                 "--journal" => o.journal = true,
                 "--finished" => o.finished = value.parse()?,
                 "--parked-live" => o.parked_live = value.parse()?,
+                "--wal-autocheckpoint" => o.wal_autocheckpoint = Some(value.parse()?),
                 other => {
                     bail!("unknown option {other:?}; see the module doc of benches/runtime.rs")
                 }
@@ -263,7 +268,7 @@ enum Cleanup {
 }
 
 impl Opened {
-    async fn open(kind: StoreKind) -> Result<Option<Opened>> {
+    async fn open(kind: StoreKind, o: &Options) -> Result<Option<Opened>> {
         Ok(Some(match kind {
             StoreKind::Memory => Opened {
                 store: Arc::new(MemoryStore::new()),
@@ -274,7 +279,12 @@ impl Opened {
                 std::fs::create_dir_all(&base)
                     .with_context(|| format!("create {}", base.display()))?;
                 let dir = tempfile::tempdir_in(&base)?;
-                let store = Arc::new(SqliteStore::open(dir.path().join("bench.db")).await?);
+                let mut settings = SqliteSettings::default();
+                if let Some(pages) = o.wal_autocheckpoint {
+                    settings.wal_autocheckpoint_pages = pages;
+                }
+                let store =
+                    Arc::new(SqliteStore::open_with(dir.path().join("bench.db"), &settings).await?);
                 Opened {
                     store: store.clone(),
                     cleanup: Cleanup::Sqlite(store, dir),
@@ -879,7 +889,7 @@ async fn measure_throughput(
     lanes: usize,
     o: &Options,
 ) -> Result<Option<Throughput>> {
-    let Some(opened) = Opened::open(kind).await? else {
+    let Some(opened) = Opened::open(kind, o).await? else {
         return Ok(None);
     };
     let config = RuntimeConfig {
@@ -1118,7 +1128,7 @@ async fn explain(opened: &Opened, now_ms: i64) -> Result<Vec<String>> {
 }
 
 async fn measure_polls(kind: StoreKind, o: &Options) -> Result<Vec<PollCost>> {
-    let Some(opened) = Opened::open(kind).await? else {
+    let Some(opened) = Opened::open(kind, o).await? else {
         return Ok(Vec::new());
     };
     let now_ms = std::time::SystemTime::now()

@@ -81,6 +81,13 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
                 },
                 _ = stop.changed() => {}
             }
+            // The lane was idle and woke for one request: let the tasks that send it
+            // work (the starts a caller issues together, other lanes' answers) run once
+            // before the round, so that it takes what they send now as well. Without
+            // it, on a store whose commits never wait (the memory store), idle lanes
+            // stepped one request a round: 4 lanes did fewer steps than one
+            // (docs/performance.md, "Lanes that wake for one request").
+            tokio::task::yield_now().await;
         }
         // Finished work before new work: outcomes of running handlers first, so that
         // instances in flight drain ahead of fresh starts and the set of live instances
