@@ -180,11 +180,15 @@ impl WhatIf {
 }
 
 impl Options {
-    /// What a store's name is suffixed with: the what-ifs, then `+journal`.
+    /// What a store's name is suffixed with: the what-ifs, then `+journal`, then
+    /// `+wal=PAGES`.
     fn label(&self) -> String {
         let mut label = self.what_if.label();
         if self.journal {
             label.push_str("+journal");
+        }
+        if let Some(pages) = self.wal_autocheckpoint {
+            label.push_str(&format!("+wal={pages}"));
         }
         label
     }

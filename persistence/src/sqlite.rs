@@ -1012,10 +1012,13 @@ const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_
          ORDER BY due_at_ms LIMIT ?4) \
      RETURNING deployment, node, due_at_ms, remaining";
 
-/// Rows per multi-row statement. At most 11 parameters a row (an instance creation)
+/// Rows per multi-row statement. At most 13 parameters a row (an instance creation)
 /// keeps a statement far below SQLite's 32,766-parameter limit, and a batch of up to this
-/// many commits needs one statement per kind of row instead of one per row.
+/// many commits needs one statement per kind of row instead of one per row. A power of
+/// two: `statement_chunks` cuts the rest in powers of two, and `ChunkTexts` keeps one
+/// text per power up to it.
 const ROWS_PER_STATEMENT: usize = 128;
+const _: () = assert!(ROWS_PER_STATEMENT.is_power_of_two());
 
 /// The writer's prepared-statement cache (sqlx's default is 100): about a dozen row
 /// families, each in up to eight chunk shapes, plus the single statements.

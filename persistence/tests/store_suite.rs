@@ -1272,6 +1272,16 @@ async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_th
     let indexes_before: Vec<(String, String)> =
         sqlx::query_as(indexes).fetch_all(&mut conn).await?;
     ensure!(indexes_before.len() == 8, "{indexes_before:?}");
+    // Every column with its type, constraint and default, and the foreign keys.
+    let columns =
+        "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_xinfo('instances') \
+                   ORDER BY cid";
+    let columns_before: Vec<(String, String, i64, Option<String>, i64)> =
+        sqlx::query_as(columns).fetch_all(&mut conn).await?;
+    let keys = "SELECT \"table\", \"from\", \"to\" FROM pragma_foreign_key_list('instances')";
+    let keys_before: Vec<(String, String, String)> =
+        sqlx::query_as(keys).fetch_all(&mut conn).await?;
+    ensure!(keys_before.len() == 1, "{keys_before:?}");
     conn.close().await?;
 
     // This build opens it and applies 0020.
@@ -1285,6 +1295,26 @@ async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_th
     ensure!(!table.contains("WITHOUT ROWID"), "{table}");
     let indexes_after: Vec<(String, String)> = sqlx::query_as(indexes).fetch_all(&mut conn).await?;
     ensure!(indexes_after == indexes_before, "{indexes_after:?}");
+    let columns_after: Vec<(String, String, i64, Option<String>, i64)> =
+        sqlx::query_as(columns).fetch_all(&mut conn).await?;
+    ensure!(columns_after == columns_before, "{columns_after:?}");
+    let keys_after: Vec<(String, String, String)> =
+        sqlx::query_as(keys).fetch_all(&mut conn).await?;
+    ensure!(keys_after == keys_before, "{keys_after:?}");
+    let left: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'instances_before_0020'",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    ensure!(left == 0, "the copy set aside is left behind");
+    // The rows in creation order, as the rowids give them.
+    let by_rowid: Vec<String> = sqlx::query_scalar("SELECT id FROM instances ORDER BY rowid")
+        .fetch_all(&mut conn)
+        .await?;
+    ensure!(
+        by_rowid == [id(1).to_string(), id(2).to_string()],
+        "{by_rowid:?}"
+    );
     let (_, synchronous, foreign_keys) = store.writer_settings().await?;
     ensure!(
         synchronous == 2 && foreign_keys == 1,
@@ -1330,14 +1360,28 @@ async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_th
         commit_one(&store, taken).await?,
         CommitOutcome::Applied { .. }
     ));
-    // The foreign keys hold on the rebuilt table.
+    // The foreign keys and checks hold on the rebuilt table.
     let orphan = sqlx::query(
         "INSERT INTO timers (instance, name, due_at_ms, incarnation) VALUES (?, 't', 0, 1)",
     )
     .bind(id(99).to_string())
     .execute(&mut conn)
     .await;
-    ensure!(orphan.is_err(), "a timer of no instance was written");
+    let code = |r: &Result<_, sqlx::Error>| match r {
+        Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
+        _ => None,
+    };
+    // SQLITE_CONSTRAINT_FOREIGNKEY and SQLITE_CONSTRAINT_CHECK.
+    ensure!(code(&orphan).as_deref() == Some("787"), "{orphan:?}");
+    let unchecked = sqlx::query(
+        "INSERT INTO instances (id, deployment, fence, status, snapshot, created_at_ms, \
+         updated_at_ms) VALUES (?, ?, 1, 'paused', x'', 0, 0)",
+    )
+    .bind(id(98).to_string())
+    .bind(dep.0)
+    .execute(&mut conn)
+    .await;
+    ensure!(code(&unchecked).as_deref() == Some("275"), "{unchecked:?}");
     conn.close().await?;
     store.close().await;
     Ok(())
