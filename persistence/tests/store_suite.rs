@@ -48,6 +48,32 @@ fn migrations_before(backend: &str, version: &str) -> Result<tempfile::TempDir> 
     Ok(before)
 }
 
+/// A SQLite store file `qflow.db` in a fresh directory as the build before migration
+/// `version` left it (every earlier migration applied), open on a connection, with one
+/// deployment (whose id is returned).
+async fn sqlite_file_before(
+    version: &str,
+) -> Result<(tempfile::TempDir, sqlx::SqliteConnection, i64)> {
+    let dir = tempfile::tempdir()?;
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("qflow.db").display()
+    );
+    let before = migrations_before("sqlite", version)?;
+    let mut conn = sqlx::SqliteConnection::connect(&url).await?;
+    sqlx::migrate::Migrator::new(before.path())
+        .await?
+        .run(&mut conn)
+        .await?;
+    let dep: i64 = sqlx::query_scalar(
+        "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
+         VALUES ('p', 'h1', '', 0) RETURNING id",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    Ok((dir, conn, dep))
+}
+
 fn pg_url() -> Option<String> {
     std::env::var("QFLOW_TEST_PG_URL")
         .ok()
@@ -830,22 +856,10 @@ async fn sqlite_a_journal_of_columns_reads_beside_packed_rows_after_the_migratio
     use qflow_store::{DeploymentId, JournalEntry, StoreError};
     use sqlx::SqliteConnection;
 
-    let dir = tempfile::tempdir()?;
+    // The file as the build before 0015 left it: every earlier migration applied.
+    let (dir, mut conn, dep) = sqlite_file_before("0015").await?;
     let path = dir.path().join("qflow.db");
     let url = format!("sqlite://{}?mode=rwc", path.display());
-    // The file as the build before 0015 left it: every earlier migration applied.
-    let before = migrations_before("sqlite", "0015")?;
-    let mut conn = SqliteConnection::connect(&url).await?;
-    sqlx::migrate::Migrator::new(before.path())
-        .await?
-        .run(&mut conn)
-        .await?;
-    let dep: i64 = sqlx::query_scalar(
-        "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
-         VALUES ('p', 'h1', '', 0) RETURNING id",
-    )
-    .fetch_one(&mut conn)
-    .await?;
     let rows = |n: u8, steps: u64| -> Vec<JournalEntry> {
         (1..=steps)
             .map(|seq| journal_entry(seq, DeploymentId(dep), T0 + seq as i64, n))
@@ -1215,23 +1229,11 @@ fn ended_by_t0_plus_10() -> qflow_store::PurgeRequest {
 async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_them() -> Result<()> {
     use sqlx::SqliteConnection;
 
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("qflow.db");
-    let url = format!("sqlite://{}?mode=rwc", path.display());
     // The file as the build before 0020 left it, with two instances (one ended, with a
     // business key), a timer and an incident of the running one.
-    let before = migrations_before("sqlite", "0020")?;
-    let mut conn = SqliteConnection::connect(&url).await?;
-    sqlx::migrate::Migrator::new(before.path())
-        .await?
-        .run(&mut conn)
-        .await?;
-    let dep: i64 = sqlx::query_scalar(
-        "INSERT INTO deployments (process_id, content_hash, source, deployed_at_ms) \
-         VALUES ('p', 'h1', '', 0) RETURNING id",
-    )
-    .fetch_one(&mut conn)
-    .await?;
+    let (dir, mut conn, dep) = sqlite_file_before("0020").await?;
+    let path = dir.path().join("qflow.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
     for (n, fence, status, key, ended) in [
         (1u128, 3i64, "running", None, None),
         (2, 5, "completed", Some("order-7"), Some(T0 + 9)),
