@@ -81,12 +81,13 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
                 },
                 _ = stop.changed() => {}
             }
-            // The lane was idle and woke for one request: let the tasks that send it
-            // work (the starts a caller issues together, other lanes' answers) run once
-            // before the round, so that it takes what they send now as well. Without
-            // it, on a store whose commits never wait (the memory store), idle lanes
-            // stepped one request a round: 4 lanes did fewer steps than one
-            // (docs/performance.md, "Lanes that wake for one request").
+            // The lane had nothing ready and took one request (waiting for it if none
+            // was there): let the tasks that send requests (the starts a caller issues
+            // together, other lanes' answers) run once before the round, so that it
+            // takes what they send now as well. Without it, on a store whose commits
+            // never wait (the memory store), lanes stepped one request a round and 4
+            // lanes did fewer steps than one; yielding only after a real wait kept
+            // little of the gain (docs/performance.md, "Lanes that wake for one request").
             tokio::task::yield_now().await;
         }
         // Finished work before new work: outcomes of running handlers first, so that
