@@ -789,28 +789,22 @@ const RECORD_DELIVERY_SQL: &str = "UPDATE outbox SET state = ?1, \
      WHERE key = ?4 AND state = 'pending' AND lease_owner = ?5 \
      RETURNING instance, node, deliveries";
 
-/// The keys of `names` (one of `statement_chunks`' sizes: a power of two up to 128), as
+/// The keys of `names` (one of `statement_chunks`' chunks: 1 to 128 names), as
 /// `(position in names, key)` rows: the names joined with the `camunda_keys_name`
 /// index; a name without a key has no row. One statement text per size, built once.
 fn keys_query(
     names: &[KeyName],
 ) -> sqlx::query::Query<'static, Sqlite, sqlx::sqlite::SqliteArguments<'static>> {
-    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let texts = SQL.get_or_init(|| {
-        (0..=ROWS_PER_STATEMENT.ilog2())
-            .map(|log| {
-                let rows = vec!["(?, ?, ?, ?, ?)"; 1 << log].join(", ");
-                format!(
-                    "WITH w (n, instance, kind, node, attempt) AS (VALUES {rows}) \
-                     SELECT w.n AS n, k.key AS key FROM w JOIN camunda_keys AS k \
-                     ON k.instance = w.instance AND k.kind = w.kind AND k.node = w.node \
-                     AND k.attempt = w.attempt"
-                )
-            })
-            .collect()
+    static SQL: ChunkTexts = ChunkTexts::new();
+    let sql = SQL.text(names.len(), 5, |rows| {
+        format!(
+            "WITH w (n, instance, kind, node, attempt) AS (VALUES {rows}) \
+             SELECT w.n AS n, k.key AS key FROM w JOIN camunda_keys AS k \
+             ON k.instance = w.instance AND k.kind = w.kind AND k.node = w.node \
+             AND k.attempt = w.attempt"
+        )
     });
-    debug_assert!(names.len().is_power_of_two() && names.len() <= ROWS_PER_STATEMENT);
-    let mut q = sqlx::query(texts[names.len().ilog2() as usize].as_str());
+    let mut q = sqlx::query(sql);
     for (i, name) in names.iter().enumerate() {
         q = q
             .bind(i as i64)
@@ -1014,35 +1008,33 @@ const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_
 
 /// Rows per multi-row statement. At most 13 parameters a row (an instance creation)
 /// keeps a statement far below SQLite's 32,766-parameter limit, and a batch of up to this
-/// many commits needs one statement per kind of row instead of one per row. A power of
-/// two: `statement_chunks` cuts the rest in powers of two, and `ChunkTexts` keeps one
-/// text per power up to it.
+/// many commits needs one statement per kind of row instead of one per row.
 const ROWS_PER_STATEMENT: usize = 128;
-const _: () = assert!(ROWS_PER_STATEMENT.is_power_of_two());
 
 /// The writer's prepared-statement cache (sqlx's default is 100): about a dozen row
-/// families, each in up to eight chunk shapes, plus the single statements.
-const WRITER_STATEMENTS_CACHED: usize = 400;
+/// families, each in as many shapes as the sizes its chunks come in (`statement_chunks`:
+/// up to 128, in practice a few dozen for the instance rows and a handful for the rest),
+/// plus the single statements. A statement the cache evicted is prepared again when next
+/// used.
+const WRITER_STATEMENTS_CACHED: usize = 1_024;
 /// Rows the writer's statements hand back without waiting: a whole chunk's RETURNING
 /// ([`ROWS_PER_STATEMENT`]) and then some.
 const WRITER_ROWS_BUFFERED: usize = 4 * ROWS_PER_STATEMENT;
 
-/// `rows` in statements of `ROWS_PER_STATEMENT` rows, the rest in powers of two (300 rows:
-/// 128, 128, 32, 8, 4): a family of rows is written by at most eight statement shapes,
-/// each prepared once and then reused from the connection's statement cache. A chunk of
-/// every size the rest happens to have would prepare a new statement most commits once
-/// batches vary in size (the committer's joined batches, lanes' partial batches).
+/// `rows` in statements of `ROWS_PER_STATEMENT` rows and one of the rest (300 rows: 128,
+/// 128, 44): a family of rows takes as few statements as it can. Each size is prepared
+/// once and then reused from the connection's statement cache. Until 2026-12-06 the rest
+/// was cut in powers of two (44: 32, 8, 4), which kept a family to eight shapes but ran up
+/// to eight statements where one would do, each a round trip to sqlx's worker thread: a
+/// server answering HTTP starts commits small batches of every size, and lost a tenth of
+/// its throughput to it (docs/performance.md, "One statement for the rest").
 fn statement_chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
     let mut rest = rows;
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
-        let take = if rest.len() >= ROWS_PER_STATEMENT {
-            ROWS_PER_STATEMENT
-        } else {
-            1 << rest.len().ilog2()
-        };
+        let take = rest.len().min(ROWS_PER_STATEMENT);
         let (chunk, tail) = rest.split_at(take);
         rest = tail;
         Some(chunk)
@@ -1050,26 +1042,32 @@ fn statement_chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
 }
 
 /// The texts of one multi-row statement at each of [`statement_chunks`]' sizes, each
-/// built once: a statement built afresh every commit costs its formatting and the hash
-/// of its text in the prepared-statement cache, for the same text every time.
-struct ChunkTexts(std::sync::OnceLock<Vec<String>>);
+/// built the first time it is used: a statement built afresh every commit costs its
+/// formatting and the hash of its text in the prepared-statement cache, for the same text
+/// every time.
+struct ChunkTexts(std::sync::OnceLock<Vec<std::sync::OnceLock<String>>>);
 
 impl ChunkTexts {
     const fn new() -> ChunkTexts {
         ChunkTexts(std::sync::OnceLock::new())
     }
 
-    /// The text for `rows` rows (a size [`statement_chunks`] yields) of `columns` bound
-    /// values each: `build` gets the `(?, …), (?, …)` list.
+    /// The text for `rows` rows (1 to [`ROWS_PER_STATEMENT`], as [`statement_chunks`]
+    /// yields them) of `columns` bound values each: `build` gets the `(?, …), (?, …)` list.
     fn text(&self, rows: usize, columns: usize, build: impl Fn(&str) -> String) -> &str {
-        debug_assert!(rows.is_power_of_two() && rows <= ROWS_PER_STATEMENT);
+        assert!(
+            (1..=ROWS_PER_STATEMENT).contains(&rows),
+            "a chunk of {rows} rows"
+        );
         let texts = self.0.get_or_init(|| {
-            let row = format!("({})", vec!["?"; columns].join(", "));
-            (0..=ROWS_PER_STATEMENT.ilog2())
-                .map(|log| build(&vec![row.as_str(); 1 << log].join(", ")))
+            (0..ROWS_PER_STATEMENT)
+                .map(|_| std::sync::OnceLock::new())
                 .collect()
         });
-        &texts[rows.ilog2() as usize]
+        texts[rows - 1].get_or_init(|| {
+            let row = format!("({})", vec!["?"; columns].join(", "));
+            build(&vec![row.as_str(); rows].join(", "))
+        })
     }
 }
 
@@ -3069,7 +3067,7 @@ mod tests {
     type Answer = oneshot::Receiver<StoreResult<Vec<CommitOutcome>>>;
 
     #[test]
-    fn statement_chunks_are_full_statements_then_powers_of_two() {
+    fn statement_chunks_are_full_statements_then_the_rest() {
         let sizes = |n: usize| -> Vec<usize> {
             let rows: Vec<usize> = (0..n).collect();
             let chunks: Vec<&[usize]> = statement_chunks(&rows).collect();
@@ -3079,12 +3077,14 @@ mod tests {
         assert_eq!(sizes(0), Vec::<usize>::new());
         assert_eq!(sizes(1), [1]);
         assert_eq!(sizes(128), [128]);
-        assert_eq!(sizes(300), [128, 128, 32, 8, 4]);
-        assert_eq!(sizes(255), [128, 64, 32, 16, 8, 4, 2, 1]);
+        assert_eq!(sizes(300), [128, 128, 44]);
+        assert_eq!(sizes(255), [128, 127]);
         for n in 0..1_000 {
-            assert!(sizes(n)
+            let chunks = sizes(n);
+            assert_eq!(chunks.len(), n.div_ceil(ROWS_PER_STATEMENT), "{n}");
+            assert!(chunks
                 .iter()
-                .all(|&s| s == ROWS_PER_STATEMENT || (s.is_power_of_two() && s < 128)));
+                .all(|&s| (1..=ROWS_PER_STATEMENT).contains(&s)));
         }
     }
 
