@@ -289,8 +289,8 @@ impl SqliteStore {
                 "wal_autocheckpoint",
                 settings.wal_autocheckpoint_pages.to_string(),
             )
-            // Every statement shape a commit uses stays prepared: the families' chunk
-            // shapes (`statement_chunks`) and the rest, with room to spare.
+            // The statement shapes commits use stay prepared (`WRITER_STATEMENTS_CACHED`):
+            // each family's chunk sizes (`statement_chunks`) and the single statements.
             .statement_cache_capacity(WRITER_STATEMENTS_CACHED)
             // sqlx's worker thread hands rows back through a channel of this many; at
             // its default (50) a commit's RETURNING of a chunk's rows stalled the worker
@@ -1013,9 +1013,9 @@ const ROWS_PER_STATEMENT: usize = 128;
 
 /// The writer's prepared-statement cache (sqlx's default is 100): about a dozen row
 /// families, each in as many shapes as the sizes its chunks come in (`statement_chunks`:
-/// up to 128, in practice a few dozen for the instance rows and a handful for the rest),
-/// plus the single statements. A statement the cache evicted is prepared again when next
-/// used.
+/// 1 to 128 rows, the sizes the batches happen to have), plus the single statements. The
+/// cache evicts the least recently used; an evicted statement is prepared again when next
+/// used, which costs time, never a result.
 const WRITER_STATEMENTS_CACHED: usize = 1_024;
 /// Rows the writer's statements hand back without waiting: a whole chunk's RETURNING
 /// ([`ROWS_PER_STATEMENT`]) and then some.
