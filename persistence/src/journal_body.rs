@@ -36,6 +36,7 @@
 //! early, holds a length past its end, bytes after its last field, input that is not
 //! UTF-8 or a layout this build does not know is a corrupt row, named by its id.
 
+use qflow_store::varint::{read_varint, unzigzag, varint, zigzag};
 use qflow_store::{DeploymentId, InstanceId, JournalEntry, StoreError};
 
 /// The layout byte of a body holding one entry.
@@ -294,40 +295,6 @@ impl<'a> RoundReader<'a> {
 
 fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-pub(crate) fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-pub(crate) fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// An LEB128 varint of at most ten bytes whose value fits a `u64`.
-pub(crate) fn read_varint(rest: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for (i, &byte) in rest.iter().enumerate().take(10) {
-        let bits = u64::from(byte & 0x7f);
-        // The tenth byte may carry only the top bit of a u64.
-        if i == 9 && bits > 1 {
-            return None;
-        }
-        value |= bits << (7 * i);
-        if byte & 0x80 == 0 {
-            *rest = &rest[i + 1..];
-            return Some(value);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -54,7 +54,6 @@
 //! chunks.
 
 mod common;
-pub mod history;
 pub mod journal_body;
 pub mod postgres;
 pub mod sqlite;

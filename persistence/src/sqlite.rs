@@ -62,8 +62,9 @@ use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
     user_tasks_query, USER_TASK_COLUMNS,
 };
+use crate::journal_body;
 use crate::Error;
-use crate::{history, journal_body};
+use qflow_store::history;
 
 /// How long a statement waits for another process's lock on the file before failing.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;
@@ -1021,6 +1022,11 @@ const WRITER_STATEMENTS_CACHED: usize = 1_024;
 /// ([`ROWS_PER_STATEMENT`]) and then some.
 const WRITER_ROWS_BUFFERED: usize = 4 * ROWS_PER_STATEMENT;
 
+/// In-row history bytes (`instances.history`, [`history`]) past which a commit moves them
+/// to the `attempts` table: about 30 records of a typical task, and a row that still fits
+/// its page beside a snapshot.
+const HISTORY_SPILL_BYTES: i64 = 2048;
+
 /// `rows` in statements of `ROWS_PER_STATEMENT` rows and one of the rest (300 rows: 128,
 /// 128, 44): a family of rows takes as few statements as it can. Each size is prepared
 /// once and then reused from the connection's statement cache. Until 2026-12-06 the rest
@@ -1409,7 +1415,7 @@ async fn apply_state<'a>(
         .iter()
         .partition(|&&index| batch[index].expected_fence.is_none());
     let mut won: JournalPrevs = HashMap::with_capacity(round.len());
-    // Instances whose in-row attempt history passed `history::SPILL_BYTES`.
+    // Instances whose in-row attempt history passed `HISTORY_SPILL_BYTES`.
     let mut spills: Vec<String> = Vec::new();
     for chunk in statement_chunks(&creates) {
         static SQL: ChunkTexts = ChunkTexts::new();
@@ -1447,7 +1453,7 @@ async fn apply_state<'a>(
         spills.extend(
             created
                 .iter()
-                .filter(|(_, len)| len.is_some_and(|l| l > history::SPILL_BYTES))
+                .filter(|(_, len)| len.is_some_and(|l| l > HISTORY_SPILL_BYTES))
                 .map(|(id, _)| id.clone()),
         );
         won.extend(created.into_iter().map(|(id, _)| (id, None)));
@@ -1550,7 +1556,7 @@ async fn update_instances(
     // reads the old values, so `journal_prev` takes the old `journal_last`).
     const JOURNAL_SET: &str = "journal_prev = CASE WHEN v_journal IS NULL THEN \
          journal_prev ELSE journal_last END, journal_last = COALESCE(v_journal, journal_last)";
-    // The step's finished attempts go on the end of the row's history (`history.rs`).
+    // The step's finished attempts go on the end of the row's history (`history`).
     // `||` on blobs yields text of the same bytes; the CAST makes it a blob again.
     const HISTORY_SET: &str = "history = CASE WHEN v_history IS NULL THEN history \
          ELSE CAST(COALESCE(history, x'') || v_history AS BLOB) END, \
@@ -1607,7 +1613,7 @@ async fn update_instances(
         }
         let updated = query.fetch_all(&mut *tx).await.map_err(backend)?;
         for (id, prev, len) in updated {
-            if len.is_some_and(|l| l > history::SPILL_BYTES) {
+            if len.is_some_and(|l| l > HISTORY_SPILL_BYTES) {
                 spills.push(id.clone());
             }
             won.push((id, prev));
@@ -1616,7 +1622,7 @@ async fn update_instances(
     Ok(won)
 }
 
-/// Moves the in-row attempt histories of `ids` (past `history::SPILL_BYTES`) to the
+/// Moves the in-row attempt histories of `ids` (past `HISTORY_SPILL_BYTES`) to the
 /// `attempts` table, oldest first, and empties them: rare (an instance that has retried
 /// some thirty times), so a read of each and one insert for all.
 async fn spill_histories(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<()> {

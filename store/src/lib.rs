@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod history;
 pub mod memory;
+pub mod varint;
 
 pub use memory::MemoryStore;
 

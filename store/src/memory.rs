@@ -64,6 +64,13 @@ struct OutboxRow {
     lease_until_ms: Option<i64>,
 }
 
+/// One instance's attempt history as [`crate::history::pack_into`] writes it.
+#[derive(Debug, Default)]
+struct PackedAttempts {
+    records: u64,
+    bytes: Vec<u8>,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Index = version - 1: versions are dense from 1 here.
@@ -85,7 +92,9 @@ struct State {
     /// `(message, key, opened_at_ms, instance, node)` of every subscription: the
     /// correlation index.
     subscriptions_by_key: BTreeSet<(String, String, i64, InstanceId, String)>,
-    attempts: BTreeMap<InstanceId, Vec<AttemptRecord>>,
+    /// Each instance's finished attempts, packed ([`crate::history`]): some 20 bytes a
+    /// record, where a whole `AttemptRecord` kept 136 and a node name of its own.
+    attempts: BTreeMap<InstanceId, PackedAttempts>,
     /// The input journal (SPEC G3), by instance, in `seq` order.
     journal: BTreeMap<InstanceId, Vec<JournalEntry>>,
     audit: Vec<AuditRecord>,
@@ -467,7 +476,9 @@ impl State {
 
     fn apply_attempts(&mut self, instance: InstanceId, attempts: Vec<AttemptRecord>) {
         if !attempts.is_empty() {
-            self.attempts.entry(instance).or_default().extend(attempts);
+            let packed = self.attempts.entry(instance).or_default();
+            crate::history::pack_into(&mut packed.bytes, &attempts);
+            packed.records += attempts.len() as u64;
         }
     }
 
@@ -499,7 +510,7 @@ impl State {
                 }
             }
             out.instances += 1;
-            out.attempts += self.attempts.remove(&key.1).map_or(0, |a| a.len() as u64);
+            out.attempts += self.attempts.remove(&key.1).map_or(0, |a| a.records);
             out.journal += self.journal.remove(&key.1).map_or(0, |j| j.len() as u64);
             // Pull rows of an ended instance would be residue (its last step withdrew
             // them); they go with it like timer residue.
@@ -1273,12 +1284,10 @@ impl Store for MemoryStore {
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
-        Ok(self
-            .lock()
-            .attempts
-            .get(&instance)
-            .cloned()
-            .unwrap_or_default())
+        match self.lock().attempts.get(&instance) {
+            Some(packed) => crate::history::unpack(instance, &packed.bytes),
+            None => Ok(Vec::new()),
+        }
     }
 
     async fn journal(

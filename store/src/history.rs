@@ -1,28 +1,22 @@
-//! The attempt history an SQLite instance row carries (`instances.history`, migration
-//! `0019_attempts_in_row.sql`): the finished attempts (O1a) of the instance not yet moved
-//! to the `attempts` table, oldest first, as one byte string that each commit appends to
-//! in the UPDATE it already makes of the row. A step's history then costs no page of its
-//! own: before, every finished attempt was a row of `attempts` and an entry of its
-//! `(instance, id)` index, and the entries of the ~1,000 instances in flight were spread
-//! over that index so that a commit rewrote a leaf page per few instances — half of what a
-//! commit wrote (docs/performance.md, "Attempt history in the instance row").
-//!
-//! Once the bytes pass [`SPILL_BYTES`], the commit moves them to `attempts` (one
-//! multi-row insert, the instance's rows side by side in the index) and empties the
-//! column, so a row stays small however long an instance retries. Reads put the table's
-//! rows first and the row's after them: every spilled record is older than every record
-//! still in the row.
+//! The packed attempt history (O1a): an instance's finished attempts, oldest first, as
+//! one byte string that grows by appending. The SQLite store keeps it in the instance row
+//! (`instances.history`, migration `0019_attempts_in_row.sql`), appended to in the UPDATE
+//! each commit already makes of the row, so a step's history costs no page of its own
+//! (docs/performance.md, "Attempt history in the instance row"); the memory store keeps
+//! each instance's history the same way, some 20 bytes a record instead of a record of
+//! 136 bytes and a string of its own (docs/performance.md, "The memory store's attempt
+//! history, packed").
 //!
 //! Layout of one record, every integer an LEB128 varint (signed ones zigzagged): node
 //! length, node bytes, attempt, finished_at_ms, the attempt's duration (finished minus
 //! started), the outcome as one byte ([`outcome_byte`]), then code, message and
 //! worker each as `0` (none) or length + 1 followed by the bytes — some 20 bytes for a
-//! task's attempt that went well. The records are concatenated with no header: the row's
-//! `history_n` counts them.
+//! task's attempt that went well. The records are concatenated with no header: whoever
+//! keeps the bytes counts them. The bytes are in users' SQLite files: never change the
+//! layout of a record once written.
 
-use qflow_store::{Attempt, AttemptOutcome, AttemptRecord, InstanceId, StoreError};
-
-use crate::journal_body::{read_varint, unzigzag, varint, zigzag};
+use crate::varint::{read_varint, unzigzag, varint, zigzag};
+use crate::{Attempt, AttemptOutcome, AttemptRecord, InstanceId, StoreError};
 
 /// The outcome byte of a record. Never renumber: the bytes are in users' files. The
 /// match is exhaustive, so a new outcome cannot be written before it has a byte.
@@ -44,10 +38,6 @@ fn outcome_of(b: u8) -> Option<AttemptOutcome> {
         .into_iter()
         .find(|o| outcome_byte(*o) == b)
 }
-
-/// In-row history bytes past which a commit moves them to the `attempts` table: about 30
-/// records of a typical task, and a row that still fits its page beside a snapshot.
-pub const SPILL_BYTES: i64 = 2048;
 
 /// Appends `records` to `out`.
 pub fn pack_into(out: &mut Vec<u8>, records: &[AttemptRecord]) {
