@@ -10,6 +10,7 @@
 //! All state sits behind one `std::sync::Mutex` that is never held across an `.await`,
 //! so a batch of commits is atomic with respect to every other call.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
@@ -64,18 +65,23 @@ struct OutboxRow {
     lease_until_ms: Option<i64>,
 }
 
-/// One instance's attempt history as [`crate::history::pack_into`] writes it.
-#[derive(Debug, Default)]
-struct PackedAttempts {
-    records: u64,
-    bytes: Vec<u8>,
+/// One instance: its row, and its finished attempts packed as
+/// [`crate::history::pack_into`] writes them (some 20 bytes a record, where a whole
+/// `AttemptRecord` kept 136 and a node name of its own).
+#[derive(Debug)]
+struct Slot {
+    record: InstanceRecord,
+    attempts: u64,
+    history: Vec<u8>,
 }
 
 #[derive(Debug, Default)]
 struct State {
     /// Index = version - 1: versions are dense from 1 here.
     deployments: Vec<DeploymentRecord>,
-    instances: BTreeMap<InstanceId, InstanceRecord>,
+    /// Each instance's row and its attempt history in one entry: a commit finds both
+    /// with one search of the map.
+    instances: BTreeMap<InstanceId, Slot>,
     /// `(deployment, business key)` of every instance that has a key: the uniqueness
     /// index, as the durable stores' unique index.
     business_keys: BTreeMap<(DeploymentId, String), InstanceId>,
@@ -92,9 +98,6 @@ struct State {
     /// `(message, key, opened_at_ms, instance, node)` of every subscription: the
     /// correlation index.
     subscriptions_by_key: BTreeSet<(String, String, i64, InstanceId, String)>,
-    /// Each instance's finished attempts, packed ([`crate::history`]): some 20 bytes a
-    /// record, where a whole `AttemptRecord` kept 136 and a node name of its own.
-    attempts: BTreeMap<InstanceId, PackedAttempts>,
     /// The input journal (SPEC G3), by instance, in `seq` order.
     journal: BTreeMap<InstanceId, Vec<JournalEntry>>,
     audit: Vec<AuditRecord>,
@@ -209,7 +212,7 @@ impl State {
         {
             return CommitOutcome::DeploymentRetired;
         }
-        let stored = self.instances.get(&commit.instance);
+        let stored = self.instances.get(&commit.instance).map(|slot| &slot.record);
         let current_fence = stored.map(|i| i.fence);
         let fence = match (commit.expected_fence, current_fence) {
             (None, None) => 1,
@@ -280,25 +283,37 @@ impl State {
         if let Some(advance) = commit.schedule {
             self.advance_schedule(commit.deployment, advance);
         }
-        self.instances.insert(
-            commit.instance,
-            InstanceRecord {
-                id: commit.instance,
-                deployment: commit.deployment,
-                fence,
-                status: commit.state.status,
-                failure_code: commit.state.failure_code,
-                snapshot: commit.state.snapshot,
-                business_key,
-                created_at_ms,
-                updated_at_ms: commit.now_ms,
-                ended_at_ms,
-            },
-        );
+        let record = InstanceRecord {
+            id: commit.instance,
+            deployment: commit.deployment,
+            fence,
+            status: commit.state.status,
+            failure_code: commit.state.failure_code,
+            snapshot: commit.state.snapshot,
+            business_key,
+            created_at_ms,
+            updated_at_ms: commit.now_ms,
+            ended_at_ms,
+        };
+        let slot = match self.instances.entry(commit.instance) {
+            Entry::Occupied(slot) => {
+                let slot = slot.into_mut();
+                slot.record = record;
+                slot
+            }
+            Entry::Vacant(slot) => slot.insert(Slot {
+                record,
+                attempts: 0,
+                history: Vec::new(),
+            }),
+        };
+        if !commit.attempts.is_empty() {
+            crate::history::pack_into(&mut slot.history, &commit.attempts);
+            slot.attempts += commit.attempts.len() as u64;
+        }
         self.apply_timers(commit.instance, commit.timers);
         self.apply_incidents(commit.instance, commit.incidents, commit.now_ms);
         self.apply_subscriptions(commit.instance, commit.subscriptions, commit.now_ms);
-        self.apply_attempts(commit.instance, commit.attempts);
         if let Some(entry) = commit.journal {
             self.journal.entry(commit.instance).or_default().push(entry);
         }
@@ -474,14 +489,6 @@ impl State {
         }
     }
 
-    fn apply_attempts(&mut self, instance: InstanceId, attempts: Vec<AttemptRecord>) {
-        if !attempts.is_empty() {
-            let packed = self.attempts.entry(instance).or_default();
-            crate::history::pack_into(&mut packed.bytes, &attempts);
-            packed.records += attempts.len() as u64;
-        }
-    }
-
     /// Deletes one batch of retention: see [`Store::purge_finished`].
     fn purge(&mut self, request: PurgeRequest) -> PurgeOutcome {
         let limit = request.limit.min(crate::PURGE_LIMIT_MAX) as usize;
@@ -490,7 +497,7 @@ impl State {
             .iter()
             .take_while(|(end, _)| *end < request.ended_before_ms)
             .filter(|(_, id)| {
-                self.instances.get(id).is_some_and(|i| {
+                self.instances.get(id).map(|s| &s.record).is_some_and(|i| {
                     i.status.has_ended() && request.deployment.is_none_or(|d| i.deployment == d)
                 })
             })
@@ -505,12 +512,12 @@ impl State {
         for key in &doomed {
             self.ended.remove(key);
             if let Some(gone) = self.instances.remove(&key.1) {
-                if let Some(k) = gone.business_key {
-                    self.business_keys.remove(&(gone.deployment, k));
+                out.attempts += gone.attempts;
+                if let Some(k) = gone.record.business_key {
+                    self.business_keys.remove(&(gone.record.deployment, k));
                 }
             }
             out.instances += 1;
-            out.attempts += self.attempts.remove(&key.1).map_or(0, |a| a.records);
             out.journal += self.journal.remove(&key.1).map_or(0, |j| j.len() as u64);
             // Pull rows of an ended instance would be residue (its last step withdrew
             // them); they go with it like timer residue.
@@ -904,6 +911,7 @@ impl Store for MemoryStore {
         let blocking_instances = state
             .instances
             .values()
+            .map(|s| &s.record)
             .filter(|i| i.deployment == id && !i.status.releases_deployment())
             .count() as u64;
         if blocking_instances > 0 {
@@ -931,7 +939,7 @@ impl Store for MemoryStore {
     }
 
     async fn instance(&self, id: InstanceId) -> StoreResult<Option<InstanceRecord>> {
-        Ok(self.lock().instances.get(&id).cloned())
+        Ok(self.lock().instances.get(&id).map(|s| s.record.clone()))
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
@@ -939,6 +947,7 @@ impl Store for MemoryStore {
         let mut rows: Vec<&InstanceRecord> = state
             .instances
             .values()
+            .map(|s| &s.record)
             .filter(|i| filter.deployment.is_none_or(|d| i.deployment == d))
             .filter(|i| filter.status.is_none_or(|s| i.status == s))
             .filter(|i| {
@@ -1195,6 +1204,7 @@ impl Store for MemoryStore {
                 let n = state
                     .instances
                     .values()
+                    .map(|slot| &slot.record)
                     .filter(|i| i.status == s && deployment.is_none_or(|d| i.deployment == d))
                     .count();
                 (s, n as u64)
@@ -1284,8 +1294,8 @@ impl Store for MemoryStore {
     }
 
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
-        match self.lock().attempts.get(&instance) {
-            Some(packed) => crate::history::unpack(instance, &packed.bytes),
+        match self.lock().instances.get(&instance) {
+            Some(slot) => crate::history::unpack(instance, &slot.history),
             None => Ok(Vec::new()),
         }
     }
