@@ -24,6 +24,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 
 use async_trait::async_trait;
+use qflow_store::history;
 use qflow_store::memory::{effective_instances_limit, effective_subscriptions_limit};
 use qflow_store::{
     effective_buffered_limit, effective_outbox_claim_limit, poisoned_message, AttemptRecord,
@@ -403,7 +404,8 @@ fn purge_sql(by_deployment: bool) -> String {
          instances_gone AS (DELETE FROM instances WHERE id IN (SELECT id FROM doomed) \
              RETURNING 1) \
          SELECT (SELECT count(*) FROM instances_gone) AS instances, \
-                (SELECT count(*) FROM attempts_gone) AS attempts, \
+                (SELECT count(*) FROM attempts_gone) + (SELECT COALESCE(sum(history_n), 0) \
+                    FROM instances WHERE id IN (SELECT id FROM doomed)) AS attempts, \
                 (SELECT count(*) FROM journal_gone) AS journal, \
                 (SELECT count(*) FROM incidents_gone) AS incidents, \
                 (SELECT count(*) FROM audit_gone) AS audit, \
@@ -442,6 +444,9 @@ struct InstanceColumns {
     now_ms: Vec<i64>,
     /// The id of the commit's journal row, if it writes one: the instance's newest.
     journal: Vec<Option<i64>>,
+    /// The step's finished attempts, packed (`qflow_store::history`), and how many.
+    history: Vec<Option<Vec<u8>>>,
+    history_n: Vec<i32>,
 }
 
 impl InstanceColumns {
@@ -455,6 +460,10 @@ impl InstanceColumns {
         self.snapshot.push(commit.state.snapshot.clone());
         self.business_key.push(commit.state.business_key.clone());
         self.now_ms.push(commit.now_ms);
+        self.history.push(history::pack(&commit.attempts));
+        // A step finishes a few attempts (one per task it completes or fails).
+        self.history_n
+            .push(i32::try_from(commit.attempts.len()).unwrap_or(i32::MAX));
     }
 }
 
@@ -471,7 +480,6 @@ async fn apply_round(
     apply_timers(tx, &winners).await?;
     apply_incidents(tx, &winners).await?;
     apply_subscriptions(tx, &winners).await?;
-    apply_attempts(tx, &winners).await?;
     apply_journal(tx, &winners, &links).await?;
     apply_pull(tx, &winners).await?;
     apply_outbox(tx, &winners).await?;
@@ -1146,18 +1154,22 @@ async fn apply_state<'a>(
     let sent: HashSet<usize> = sent.into_iter().map(|(index, _)| index).collect();
 
     let mut won: HashSet<InstanceId> = HashSet::with_capacity(round.len());
+    // Instances whose in-row attempt history passed `HISTORY_SPILL_BYTES`.
+    let mut spills: Vec<InstanceId> = Vec::new();
     if !creates.id.is_empty() {
-        let created: Vec<InstanceId> = sqlx::query_scalar(
+        let created: Vec<(InstanceId, Option<i32>)> = sqlx::query_as(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-             business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last) \
+             business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last, \
+             history, history_n) \
              SELECT v.id, v.deployment, 1, v.status, v.failure_code, v.snapshot, v.business_key, \
                     v.now_ms, v.now_ms, \
                     CASE WHEN v.status IN ('completed', 'cancelled') THEN v.now_ms END, \
-                    v.journal \
+                    v.journal, v.history, v.history_n \
              FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
-                         $6::text[], $7::bigint[], $8::bigint[]) \
-             AS v(id, deployment, status, failure_code, snapshot, business_key, now_ms, journal) \
-             ON CONFLICT DO NOTHING RETURNING id",
+                         $6::text[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[]) \
+             AS v(id, deployment, status, failure_code, snapshot, business_key, now_ms, journal, \
+                  history, history_n) \
+             ON CONFLICT DO NOTHING RETURNING id, octet_length(history)",
         )
         .bind(&creates.id)
         .bind(&creates.deployment)
@@ -1167,28 +1179,39 @@ async fn apply_state<'a>(
         .bind(&creates.business_key)
         .bind(&creates.now_ms)
         .bind(&creates.journal)
+        .bind(&creates.history)
+        .bind(&creates.history_n)
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
-        won.extend(created);
+        for (id, len) in created {
+            if len.is_some_and(|l| i64::from(l) > HISTORY_SPILL_BYTES) {
+                spills.push(id);
+            }
+            won.insert(id);
+        }
     }
     if !updates.id.is_empty() {
         let sql = format!(
             "UPDATE instances AS i SET fence = i.fence + 1, deployment = v.deployment, \
              status = v.status, failure_code = v.failure_code, snapshot = v.snapshot, \
              updated_at_ms = v.now_ms, ended_at_ms = {}, \
-             journal_last = COALESCE(v.journal, i.journal_last) \
+             journal_last = COALESCE(v.journal, i.journal_last), \
+             history = CASE WHEN v.history IS NULL THEN i.history \
+                 ELSE COALESCE(i.history, ''::bytea) || v.history END, \
+             history_n = i.history_n + v.history_n \
              FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-                         $6::bytea[], $7::bigint[], $8::bigint[]) \
-             AS v(id, fence, deployment, status, failure_code, snapshot, now_ms, journal) \
+                         $6::bytea[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[]) \
+             AS v(id, fence, deployment, status, failure_code, snapshot, now_ms, journal, \
+                  history, history_n) \
              WHERE i.id = v.id AND i.fence = v.fence \
              AND (i.deployment = v.deployment OR i.business_key IS NULL OR NOT EXISTS ( \
                  SELECT 1 FROM instances AS o \
                  WHERE o.deployment = v.deployment AND o.business_key = i.business_key)) \
-             RETURNING i.id",
+             RETURNING i.id, octet_length(i.history)",
             ended_at_update("v.status", "v.now_ms", "i.ended_at_ms")
         );
-        let updated: Vec<InstanceId> = sqlx::query_scalar(&sql)
+        let updated: Vec<(InstanceId, Option<i32>)> = sqlx::query_as(&sql)
             .bind(&updates.id)
             .bind(&updates.fence)
             .bind(&updates.deployment)
@@ -1197,11 +1220,19 @@ async fn apply_state<'a>(
             .bind(&updates.snapshot)
             .bind(&updates.now_ms)
             .bind(&updates.journal)
+            .bind(&updates.history)
+            .bind(&updates.history_n)
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
-        won.extend(updated);
+        for (id, len) in updated {
+            if len.is_some_and(|l| i64::from(l) > HISTORY_SPILL_BYTES) {
+                spills.push(id);
+            }
+            won.insert(id);
+        }
     }
+    spill_histories(tx, &spills).await?;
 
     let mut winners = Vec::with_capacity(won.len());
     for &index in round {
@@ -1410,14 +1441,43 @@ async fn apply_incidents(tx: &mut PgConnection, winners: &[&Commit]) -> StoreRes
     Ok(())
 }
 
-/// Appends the winners' `attempts`.
-async fn apply_attempts(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
-    let mut at = AttemptColumns::default();
-    for commit in winners {
-        for attempt in &commit.attempts {
-            at.push(commit.instance, attempt);
-        }
+/// In-row history bytes (`instances.history`, `0017_attempts_in_row.sql`) past which a
+/// commit moves them to the `attempts` table: about 30 records of a typical task.
+const HISTORY_SPILL_BYTES: i64 = 2048;
+
+/// Moves the in-row attempt histories of `ids` (past [`HISTORY_SPILL_BYTES`]) to the
+/// `attempts` table, each instance's oldest first, and empties them: rare (an instance
+/// that has retried some thirty times), so one read and one insert for all. The rows are
+/// locked by this transaction's `FOR UPDATE` already.
+async fn spill_histories(tx: &mut PgConnection, ids: &[InstanceId]) -> StoreResult<()> {
+    if ids.is_empty() {
+        return Ok(());
     }
+    let rows: Vec<(InstanceId, Option<Vec<u8>>)> =
+        sqlx::query_as("SELECT id, history FROM instances WHERE id = ANY($1) ORDER BY id")
+            .bind(ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+    let mut records = Vec::new();
+    for (id, body) in rows {
+        records.extend(history::unpack(id, body.as_deref().unwrap_or_default())?);
+    }
+    let mut at = AttemptColumns::default();
+    for record in &records {
+        at.push(record.instance, record);
+    }
+    insert_attempts(tx, &at).await?;
+    sqlx::query("UPDATE instances SET history = NULL, history_n = 0 WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    Ok(())
+}
+
+/// Inserts `at`'s attempt rows in one `UNNEST` insert, their ids in `at`'s order.
+async fn insert_attempts(tx: &mut PgConnection, at: &AttemptColumns<'_>) -> StoreResult<()> {
     if at.instance.is_empty() {
         return Ok(());
     }
@@ -2174,10 +2234,29 @@ impl Store for PgStore {
         map_optional(row.await, key_name_from_row)
     }
 
+    /// The `attempts` rows, then the row's packed history (`0017_attempts_in_row.sql`),
+    /// read in one snapshot: a commit that moves the row's records to the table between two
+    /// reads could otherwise hide them from both.
     async fn attempts(&self, instance: InstanceId) -> StoreResult<Vec<AttemptRecord>> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance = $1 ORDER BY id");
-        let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
-        map_all(rows.await, attempt_from_row)
+        let rows = sqlx::query(&sql).bind(instance).fetch_all(&mut *tx);
+        let mut out = map_all(rows.await, attempt_from_row)?;
+        let body: Option<Option<Vec<u8>>> =
+            sqlx::query_scalar("SELECT history FROM instances WHERE id = $1")
+                .bind(instance)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        if let Some(Some(body)) = body {
+            out.extend(history::unpack(instance, &body)?);
+        }
+        Ok(out)
     }
 
     /// One walk of the instance's chain (`0014_journal_in_append_order.sql`) from its

@@ -1389,6 +1389,94 @@ async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_th
     Ok(())
 }
 
+/// PostgreSQL keeps a step's finished attempts in the instance row too
+/// (`0017_attempts_in_row.sql`): `history_n` counts them, the row never holds more than
+/// 2 KiB of them, the commit that passes that moves them to `attempts`, and a read puts an
+/// `attempts` row written before the migration (or moved there) before the row's.
+#[tokio::test]
+async fn postgres_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() -> Result<()> {
+    use qflow_store::{AttemptOutcome, AttemptRecord};
+
+    let Some(url) = pg_url() else {
+        println!("skipped: QFLOW_TEST_PG_URL not set");
+        return Ok(());
+    };
+    let schema = unique_name("qflow_history_row");
+    let store = PgStore::connect_with(
+        &url,
+        PgConfig {
+            schema: Some(schema.clone()),
+            max_connections: 2,
+        },
+    )
+    .await?;
+    let result = async {
+        let dep = deploy(&store, "h1").await?;
+        commit_one(&store, commit(id(1), None, dep)).await?;
+        // An attempt row of the kind every build before 0017 wrote.
+        let old = attempt(id(1), "pay", 1);
+        sqlx::query(
+            "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
+             outcome, code, message, worker) VALUES ($1, 'pay', 1, $2, $3, 'failed', $4, $5, NULL)",
+        )
+        .bind(id(1))
+        .bind(old.started_at_ms)
+        .bind(old.finished_at_ms)
+        .bind(old.code.as_deref())
+        .bind(old.message.as_deref())
+        .execute(store.pool())
+        .await?;
+        let mut written = vec![old];
+        let mut moved = false;
+        for n in 2..=60u32 {
+            let record = AttemptRecord {
+                outcome: AttemptOutcome::Failed,
+                code: Some("HTTP_503".into()),
+                message: Some(format!("attempt {n}: upstream unavailable")),
+                ..attempt(id(1), "pay", n)
+            };
+            let mut c = commit(id(1), Some(u64::from(n) - 1), dep);
+            c.attempts = vec![record.clone()];
+            ensure!(
+                commit_one(&store, c).await?
+                    == CommitOutcome::Applied {
+                        fence: u64::from(n)
+                    }
+            );
+            written.push(record);
+            let table: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
+                .fetch_one(store.pool())
+                .await?;
+            let (in_row, len): (i32, Option<i32>) = sqlx::query_as(
+                "SELECT history_n, octet_length(history) FROM instances WHERE id = $1",
+            )
+            .bind(id(1))
+            .fetch_one(store.pool())
+            .await?;
+            let len = len.unwrap_or(0);
+            ensure!(len <= 2048, "the row holds {len} bytes after attempt {n}");
+            ensure!(
+                table + i64::from(in_row) == i64::from(n),
+                "{table} + {in_row} records after {n}"
+            );
+            if n == 2 {
+                ensure!(table == 1 && in_row == 1, "attempt 2 went to the table");
+            }
+            moved |= in_row == 0;
+            ensure!(store.attempts(id(1)).await? == written, "after attempt {n}");
+        }
+        ensure!(moved, "60 attempts never moved past 2 KiB");
+        Ok(())
+    }
+    .await;
+    store.close().await;
+    let mut conn = PgConnection::connect(&url).await?;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await?;
+    result
+}
+
 /// A step's finished attempts go in the instance row (`0019_attempts_in_row.sql`), not in
 /// `attempts`; past 2 KiB the row's records move to `attempts` in one go and the row is
 /// emptied; a row `attempts` held before (as a file migrated from before 0019 has them)

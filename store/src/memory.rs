@@ -212,7 +212,10 @@ impl State {
         {
             return CommitOutcome::DeploymentRetired;
         }
-        let stored = self.instances.get(&commit.instance).map(|slot| &slot.record);
+        let stored = self
+            .instances
+            .get(&commit.instance)
+            .map(|slot| &slot.record);
         let current_fence = stored.map(|i| i.fence);
         let fence = match (commit.expected_fence, current_fence) {
             (None, None) => 1,
