@@ -80,6 +80,41 @@ fn pg_url() -> Option<String> {
         .filter(|u| !u.is_empty())
 }
 
+/// A `PgStore` on a fresh schema of its own (two connections), with the URL and the
+/// schema's name; `None`, and a line saying so, when `QFLOW_TEST_PG_URL` is not set.
+async fn scratch_pg(prefix: &str) -> Result<Option<(PgStore, String, String)>> {
+    let Some(url) = pg_url() else {
+        println!("skipped: QFLOW_TEST_PG_URL not set");
+        return Ok(None);
+    };
+    let schema = unique_name(prefix);
+    let store = PgStore::connect_with(
+        &url,
+        PgConfig {
+            schema: Some(schema.clone()),
+            max_connections: 2,
+        },
+    )
+    .await?;
+    Ok(Some((store, url, schema)))
+}
+
+/// Closes a [`scratch_pg`] store and drops its schema, whatever the test found; then
+/// gives back what it found.
+async fn drop_scratch_pg(
+    store: PgStore,
+    url: &str,
+    schema: &str,
+    result: Result<()>,
+) -> Result<()> {
+    store.close().await;
+    let mut conn = PgConnection::connect(url).await?;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await?;
+    result
+}
+
 async fn open_memory() -> Option<Opened> {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     Some(Opened {
@@ -547,19 +582,9 @@ async fn sqlite_listing_plans_read_in_creation_order() -> Result<()> {
 /// the planner's choice is the one production sees.
 #[tokio::test]
 async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
-    let Some(url) = pg_url() else {
-        println!("skipped: QFLOW_TEST_PG_URL not set");
+    let Some((store, url, schema)) = scratch_pg("qflow_plan").await? else {
         return Ok(());
     };
-    let schema = unique_name("qflow_plan");
-    let store = PgStore::connect_with(
-        &url,
-        PgConfig {
-            schema: Some(schema.clone()),
-            max_connections: 2,
-        },
-    )
-    .await?;
     let result = async {
         let dep = deploy(&store, "h1").await?;
         create(&store, id(1), dep).await?;
@@ -589,12 +614,7 @@ async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
         Ok(())
     }
     .await;
-    store.close().await;
-    let mut conn = PgConnection::connect(&url).await?;
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(&mut conn)
-        .await?;
-    result
+    drop_scratch_pg(store, &url, &schema, result).await
 }
 
 /// The outbox claim's generic plan on PostgreSQL walks `outbox_due` and finds the claimed
@@ -602,19 +622,9 @@ async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
 /// due ones (and fresh statistics).
 #[tokio::test]
 async fn postgres_outbox_claim_plan_uses_the_due_index() -> Result<()> {
-    let Some(url) = pg_url() else {
-        println!("skipped: QFLOW_TEST_PG_URL not set");
+    let Some((store, url, schema)) = scratch_pg("qflow_plan").await? else {
         return Ok(());
     };
-    let schema = unique_name("qflow_plan");
-    let store = PgStore::connect_with(
-        &url,
-        PgConfig {
-            schema: Some(schema.clone()),
-            max_connections: 2,
-        },
-    )
-    .await?;
     let result = async {
         let dep = deploy(&store, "h1").await?;
         create(&store, id(1), dep).await?;
@@ -647,12 +657,7 @@ async fn postgres_outbox_claim_plan_uses_the_due_index() -> Result<()> {
         Ok(())
     }
     .await;
-    store.close().await;
-    let mut conn = PgConnection::connect(&url).await?;
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(&mut conn)
-        .await?;
-    result
+    drop_scratch_pg(store, &url, &schema, result).await
 }
 
 /// Replicas starting at the same moment on a fresh schema all come up: schema creation
@@ -1389,27 +1394,66 @@ async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_th
     Ok(())
 }
 
+/// Commits attempts 2 to 60 of instance 1 (created on `dep`, with `written` in its
+/// history already) one at a time and checks after each, through `counts` (rows of
+/// `attempts`, records in the row, the row's history bytes), that the row never holds
+/// more than 2 KiB, that every record is in one place or the other, that attempt 2 went to
+/// the row, and that a read gives them all in order; and that the row's records moved to
+/// the table at least once.
+async fn attempts_move_past_2_kib<F, Fut>(
+    store: &dyn Store,
+    dep: qflow_store::DeploymentId,
+    mut written: Vec<qflow_store::AttemptRecord>,
+    counts: F,
+) -> Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(i64, i64, i64)>>,
+{
+    use qflow_store::{AttemptOutcome, AttemptRecord};
+
+    let mut moved = false;
+    for n in 2..=60u32 {
+        let record = AttemptRecord {
+            outcome: AttemptOutcome::Failed,
+            code: Some("HTTP_503".into()),
+            message: Some(format!("attempt {n}: upstream unavailable")),
+            ..attempt(id(1), "pay", n)
+        };
+        let mut c = commit(id(1), Some(u64::from(n) - 1), dep);
+        c.attempts = vec![record.clone()];
+        ensure!(
+            commit_one(store, c).await?
+                == CommitOutcome::Applied {
+                    fence: u64::from(n)
+                }
+        );
+        written.push(record);
+        let (table, in_row, len) = counts().await?;
+        ensure!(len <= 2048, "the row holds {len} bytes after attempt {n}");
+        ensure!(
+            table + in_row == i64::from(n),
+            "{table} + {in_row} records after {n}"
+        );
+        if n == 2 {
+            ensure!(table == 1 && in_row == 1, "attempt 2 went to the table");
+        }
+        moved |= in_row == 0;
+        ensure!(store.attempts(id(1)).await? == written, "after attempt {n}");
+    }
+    ensure!(moved, "60 attempts never moved past 2 KiB");
+    Ok(())
+}
+
 /// PostgreSQL keeps a step's finished attempts in the instance row too
 /// (`0017_attempts_in_row.sql`): `history_n` counts them, the row never holds more than
 /// 2 KiB of them, the commit that passes that moves them to `attempts`, and a read puts an
 /// `attempts` row written before the migration (or moved there) before the row's.
 #[tokio::test]
 async fn postgres_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() -> Result<()> {
-    use qflow_store::{AttemptOutcome, AttemptRecord};
-
-    let Some(url) = pg_url() else {
-        println!("skipped: QFLOW_TEST_PG_URL not set");
+    let Some((store, url, schema)) = scratch_pg("qflow_history_row").await? else {
         return Ok(());
     };
-    let schema = unique_name("qflow_history_row");
-    let store = PgStore::connect_with(
-        &url,
-        PgConfig {
-            schema: Some(schema.clone()),
-            max_connections: 2,
-        },
-    )
-    .await?;
     let result = async {
         let dep = deploy(&store, "h1").await?;
         commit_one(&store, commit(id(1), None, dep)).await?;
@@ -1426,55 +1470,25 @@ async fn postgres_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() ->
         .bind(old.message.as_deref())
         .execute(store.pool())
         .await?;
-        let mut written = vec![old];
-        let mut moved = false;
-        for n in 2..=60u32 {
-            let record = AttemptRecord {
-                outcome: AttemptOutcome::Failed,
-                code: Some("HTTP_503".into()),
-                message: Some(format!("attempt {n}: upstream unavailable")),
-                ..attempt(id(1), "pay", n)
-            };
-            let mut c = commit(id(1), Some(u64::from(n) - 1), dep);
-            c.attempts = vec![record.clone()];
-            ensure!(
-                commit_one(&store, c).await?
-                    == CommitOutcome::Applied {
-                        fence: u64::from(n)
-                    }
-            );
-            written.push(record);
-            let table: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
-                .fetch_one(store.pool())
+        let counts = || {
+            let pool = store.pool().clone();
+            async move {
+                let table: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
+                    .fetch_one(&pool)
+                    .await?;
+                let (in_row, len): (i32, Option<i32>) = sqlx::query_as(
+                    "SELECT history_n, octet_length(history) FROM instances WHERE id = $1",
+                )
+                .bind(id(1))
+                .fetch_one(&pool)
                 .await?;
-            let (in_row, len): (i32, Option<i32>) = sqlx::query_as(
-                "SELECT history_n, octet_length(history) FROM instances WHERE id = $1",
-            )
-            .bind(id(1))
-            .fetch_one(store.pool())
-            .await?;
-            let len = len.unwrap_or(0);
-            ensure!(len <= 2048, "the row holds {len} bytes after attempt {n}");
-            ensure!(
-                table + i64::from(in_row) == i64::from(n),
-                "{table} + {in_row} records after {n}"
-            );
-            if n == 2 {
-                ensure!(table == 1 && in_row == 1, "attempt 2 went to the table");
+                Ok((table, i64::from(in_row), i64::from(len.unwrap_or(0))))
             }
-            moved |= in_row == 0;
-            ensure!(store.attempts(id(1)).await? == written, "after attempt {n}");
-        }
-        ensure!(moved, "60 attempts never moved past 2 KiB");
-        Ok(())
+        };
+        attempts_move_past_2_kib(&store, dep, vec![old], counts).await
     }
     .await;
-    store.close().await;
-    let mut conn = PgConnection::connect(&url).await?;
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(&mut conn)
-        .await?;
-    result
+    drop_scratch_pg(store, &url, &schema, result).await
 }
 
 /// A step's finished attempts go in the instance row (`0019_attempts_in_row.sql`), not in
@@ -1483,7 +1497,6 @@ async fn postgres_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() ->
 /// reads first, then the row's.
 #[tokio::test]
 async fn sqlite_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() -> Result<()> {
-    use qflow_store::{AttemptOutcome, AttemptRecord};
     use sqlx::SqliteConnection;
 
     let dir = tempfile::tempdir()?;
@@ -1507,47 +1520,25 @@ async fn sqlite_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() -> R
     .bind(old.message.as_deref())
     .execute(&mut conn)
     .await?;
-    let store = SqliteStore::open(&path).await?;
-    let mut written = vec![old];
-    let mut moved = false;
-    for n in 2..=60u32 {
-        let record = AttemptRecord {
-            outcome: AttemptOutcome::Failed,
-            code: Some("HTTP_503".into()),
-            message: Some(format!("attempt {n}: upstream unavailable")),
-            ..attempt(id(1), "pay", n)
-        };
-        let mut c = commit(id(1), Some(u64::from(n) - 1), dep);
-        c.attempts = vec![record.clone()];
-        ensure!(
-            commit_one(&store, c).await?
-                == CommitOutcome::Applied {
-                    fence: u64::from(n)
-                }
-        );
-        written.push(record);
-        let table: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
-            .fetch_one(&mut conn)
-            .await?;
-        let (in_row, len): (i64, Option<i64>) =
-            sqlx::query_as("SELECT history_n, length(history) FROM instances WHERE id = ?")
-                .bind(id(1).to_string())
-                .fetch_one(&mut conn)
-                .await?;
-        let len = len.unwrap_or(0);
-        ensure!(len <= 2048, "the row holds {len} bytes after attempt {n}");
-        ensure!(
-            table + in_row == i64::from(n),
-            "{table} + {in_row} records after {n}"
-        );
-        if n == 2 {
-            ensure!(table == 1 && in_row == 1, "attempt 2 went to the table");
-        }
-        moved |= in_row == 0;
-        ensure!(store.attempts(id(1)).await? == written, "after attempt {n}");
-    }
-    ensure!(moved, "60 attempts never moved past 2 KiB");
     conn.close().await?;
+    let store = SqliteStore::open(&path).await?;
+    let pool = sqlx::SqlitePool::connect(&url).await?;
+    let counts = || {
+        let pool = pool.clone();
+        async move {
+            let table: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts")
+                .fetch_one(&pool)
+                .await?;
+            let (in_row, len): (i64, Option<i64>) =
+                sqlx::query_as("SELECT history_n, length(history) FROM instances WHERE id = ?")
+                    .bind(id(1).to_string())
+                    .fetch_one(&pool)
+                    .await?;
+            Ok((table, in_row, len.unwrap_or(0)))
+        }
+    };
+    let result = attempts_move_past_2_kib(&store, dep, vec![old], counts).await;
+    pool.close().await;
     store.close().await;
-    Ok(())
+    result
 }
