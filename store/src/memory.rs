@@ -79,8 +79,9 @@ struct Slot {
 struct State {
     /// Index = version - 1: versions are dense from 1 here.
     deployments: Vec<DeploymentRecord>,
-    /// Each instance's row and its attempt history in one entry: a commit finds both
-    /// with one search of the map.
+    /// Each instance's row and its attempt history in one entry: a commit updates both
+    /// through the one entry it finds (two searches a commit: the stored row's, then the
+    /// entry's; they were three with a map of histories beside this one).
     instances: BTreeMap<InstanceId, Slot>,
     /// `(deployment, business key)` of every instance that has a key: the uniqueness
     /// index, as the durable stores' unique index.
