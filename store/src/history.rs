@@ -1,8 +1,10 @@
 //! The packed attempt history (O1a): an instance's finished attempts, oldest first, as
-//! one byte string that grows by appending. The SQLite store keeps it in the instance row
-//! (`instances.history`, migration `0019_attempts_in_row.sql`), appended to in the UPDATE
-//! each commit already makes of the row, so a step's history costs no page of its own
-//! (docs/performance.md, "Attempt history in the instance row"); the memory store keeps
+//! one byte string that grows by appending. The SQLite and PostgreSQL stores keep it in
+//! the instance row (`instances.history`; migrations `sqlite/0019_attempts_in_row.sql` and
+//! `postgres/0017_attempts_in_row.sql`), appended to in the statement each commit already
+//! makes of the row, so a step's history costs no row or page of its own
+//! (docs/performance.md, "Attempt history in the instance row" and "PostgreSQL: attempt
+//! history in the instance row"); the memory store keeps
 //! each instance's history the same way, some 20 bytes a record instead of a record of
 //! 136 bytes and a string of its own (docs/performance.md, "The memory store's attempt
 //! history, packed").
@@ -12,13 +14,13 @@
 //! started), the outcome as one byte ([`outcome_byte`]), then code, message and
 //! worker each as `0` (none) or length + 1 followed by the bytes — some 20 bytes for a
 //! task's attempt that went well. The records are concatenated with no header: whoever
-//! keeps the bytes counts them. The bytes are in users' SQLite files: never change the
+//! keeps the bytes counts them. The bytes are in users' databases: never change the
 //! layout of a record once written.
 
 use crate::varint::{read_varint, unzigzag, varint, zigzag};
 use crate::{Attempt, AttemptOutcome, AttemptRecord, InstanceId, StoreError};
 
-/// The outcome byte of a record. Never renumber: the bytes are in users' files. The
+/// The outcome byte of a record. Never renumber: the bytes are in users' databases. The
 /// match is exhaustive, so a new outcome cannot be written before it has a byte.
 fn outcome_byte(o: AttemptOutcome) -> u8 {
     match o {
