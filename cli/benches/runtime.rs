@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --journal --finished=N --parked-live=N --wal-autocheckpoint=PAGES --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
+//! --open-loop --journal --finished=N --parked-live=N --wal-autocheckpoint=PAGES --group-gather-us=N --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -117,6 +117,9 @@ struct Options {
     /// `--wal-autocheckpoint=PAGES`: SQLite's `SqliteSettings::wal_autocheckpoint_pages`
     /// (default: the store's, 1,000).
     wal_autocheckpoint: Option<u32>,
+    /// `--group-gather-us=N`: SQLite's `SqliteSettings::group_gather` in microseconds
+    /// (default: the store's, 1,500).
+    group_gather_us: Option<u64>,
 }
 
 /// Store-side experiments, applied by [`TimedStore`]. None of them is how qflow runs;
@@ -190,6 +193,9 @@ impl Options {
         if let Some(pages) = self.wal_autocheckpoint {
             label.push_str(&format!("+wal={pages}"));
         }
+        if let Some(us) = self.group_gather_us {
+            label.push_str(&format!("+gather={us}us"));
+        }
         label
     }
 
@@ -210,6 +216,7 @@ impl Options {
             finished: 0,
             parked_live: 0,
             wal_autocheckpoint: None,
+            group_gather_us: None,
         };
         for arg in std::env::args().skip(1) {
             let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
@@ -232,6 +239,7 @@ impl Options {
                 "--finished" => o.finished = value.parse()?,
                 "--parked-live" => o.parked_live = value.parse()?,
                 "--wal-autocheckpoint" => o.wal_autocheckpoint = Some(value.parse()?),
+                "--group-gather-us" => o.group_gather_us = Some(value.parse()?),
                 other => {
                     bail!("unknown option {other:?}; see the module doc of benches/runtime.rs")
                 }
@@ -286,6 +294,9 @@ impl Opened {
                 let mut settings = SqliteSettings::default();
                 if let Some(pages) = o.wal_autocheckpoint {
                     settings.wal_autocheckpoint_pages = pages;
+                }
+                if let Some(us) = o.group_gather_us {
+                    settings.group_gather = std::time::Duration::from_micros(us);
                 }
                 let store =
                     Arc::new(SqliteStore::open_with(dir.path().join("bench.db"), &settings).await?);
