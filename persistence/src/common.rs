@@ -16,6 +16,12 @@ use qflow_store::{
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
+/// In-row attempt-history bytes (`instances.history`: SQLite's `0019_attempts_in_row.sql`,
+/// PostgreSQL's `0017_attempts_in_row.sql`) past which a commit moves them to the
+/// `attempts` table: about 30 records of a typical task, and a row that still fits its
+/// page beside a snapshot. Both stores spill at the same size.
+pub(crate) const HISTORY_SPILL_BYTES: i64 = 2048;
+
 pub(crate) const DEPLOYMENT_COLUMNS: &str =
     "id, process_id, content_hash, source, deployed_at_ms, retired";
 pub(crate) const INSTANCE_COLUMNS: &str = "id, deployment, fence, status, failure_code, \

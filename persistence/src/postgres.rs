@@ -39,6 +39,7 @@ use qflow_store::{
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
+use crate::common::HISTORY_SPILL_BYTES;
 use crate::common::{
     applied, attempt_from_row, audit_fences, audit_from_row, backend, batch_deployments,
     check_key_names, claimed_outbox, claimed_schedules, claimed_timers, contested_key,
@@ -1440,10 +1441,6 @@ async fn apply_incidents(tx: &mut PgConnection, winners: &[&Commit]) -> StoreRes
     }
     Ok(())
 }
-
-/// In-row history bytes (`instances.history`, `0017_attempts_in_row.sql`) past which a
-/// commit moves them to the `attempts` table: about 30 records of a typical task.
-const HISTORY_SPILL_BYTES: i64 = 2048;
 
 /// Moves the in-row attempt histories of `ids` (past [`HISTORY_SPILL_BYTES`]) to the
 /// `attempts` table, each instance's oldest first, and empties them: rare (an instance

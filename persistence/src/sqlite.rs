@@ -45,6 +45,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
+use crate::common::HISTORY_SPILL_BYTES;
 use crate::common::{
     all_counts, applied, attempt_from_row, audit_fences, audit_from_row, backend,
     batch_deployments, buffered_from_rows, check_key_names, claimed_outbox, claimed_schedules,
@@ -1028,11 +1029,6 @@ const WRITER_STATEMENTS_CACHED: usize = 1_024;
 /// Rows the writer's statements hand back without waiting: a whole chunk's RETURNING
 /// ([`ROWS_PER_STATEMENT`]) and then some.
 const WRITER_ROWS_BUFFERED: usize = 4 * ROWS_PER_STATEMENT;
-
-/// In-row history bytes (`instances.history`, [`history`]) past which a commit moves them
-/// to the `attempts` table: about 30 records of a typical task, and a row that still fits
-/// its page beside a snapshot.
-const HISTORY_SPILL_BYTES: i64 = 2048;
 
 /// `rows` in statements of `ROWS_PER_STATEMENT` rows and one of the rest (300 rows: 128,
 /// 128, 44): a family of rows takes as few statements as it can. Each size is prepared
