@@ -323,6 +323,14 @@ impl Opened {
         }))
     }
 
+    /// The SQLite committer's transactions and batches so far (`None` for other stores).
+    fn commit_counts(&self) -> Option<(u64, u64)> {
+        match &self.cleanup {
+            Cleanup::Sqlite(s, _) => Some(s.commit_counts()),
+            _ => None,
+        }
+    }
+
     /// The SQLite file, for the bulk insert of parked timers.
     fn sqlite_path(&self) -> Option<PathBuf> {
         match &self.cleanup {
@@ -997,6 +1005,7 @@ async fn measure_throughput(
     let before = rt.stats().view();
     let time_before = time.view();
     let written_before = write_bytes();
+    let groups_before = opened.commit_counts();
     let began = Instant::now();
     let n = drive(
         &rt,
@@ -1012,6 +1021,15 @@ async fn measure_throughput(
     let written = write_bytes()
         .zip(written_before)
         .map(|(after, before)| after.saturating_sub(before));
+    if let (Some((t1, b1)), Some((t0, b0))) = (opened.commit_counts(), groups_before) {
+        // The SQLite committer's transactions against the lanes' batches it took.
+        println!(
+            "# sqlite {lanes} lane(s): {} transactions for {} batches ({:.2} batches a transaction)",
+            t1 - t0,
+            b1 - b0,
+            (b1 - b0) as f64 / (t1 - t0).max(1) as f64
+        );
+    }
 
     let rt =
         Arc::try_unwrap(rt).map_err(|_| anyhow::anyhow!("runtime still shared after the run"))?;

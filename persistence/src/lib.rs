@@ -57,6 +57,7 @@ mod common;
 pub mod journal_body;
 pub mod postgres;
 pub mod sqlite;
+mod sqlite_commit;
 
 pub use postgres::{PgConfig, PgStore};
 pub use sqlite::{SqliteSettings, SqliteStore, StoreFile};
@@ -81,6 +82,13 @@ pub enum Error {
     /// a text file, a directory): it is neither opened nor changed.
     #[error("{target} is not a qflow store: it is {found}")]
     NotAStore { target: String, found: String },
+    /// The SQLite store's committer could not open its own connection to the file.
+    #[error("cannot open database {target} for commits: {source}")]
+    Committer {
+        target: String,
+        #[source]
+        source: rusqlite::Error,
+    },
     #[error("invalid store configuration: {0}")]
     Config(String),
 }

@@ -33,37 +33,31 @@ use qflow_store::{
     AuditRecord, BufferOutcome, BufferQuery, BufferedMessage, Commit, CommitOutcome,
     DeliveryRecord, DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId,
     InstanceRecord, InstanceStatus, JournalEntry, KeyName, NewBufferedMessage, NewDeployment,
-    NewIncident, NewOutboxRow, NewSchedule, NewSubscription, OutboxRecord, PullQuery,
-    PullTaskRecord, PurgeOutcome, PurgeRequest, RetireOutcome, ScheduleAdvance, ScheduleRecord,
-    Store, StoreError, StoreResult, SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery,
-    UserTaskRecord, POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
+    NewSchedule, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
+    RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult,
+    SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
+    POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
-use sqlx::query_builder::Separated;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
-use crate::common::HISTORY_SPILL_BYTES;
 use crate::common::{
-    all_counts, applied, attempt_from_row, audit_fences, audit_from_row, backend,
-    batch_deployments, buffered_from_rows, check_key_names, claimed_outbox, claimed_schedules,
-    claimed_timers, contested_key, deliveries_from_db, deployment_from_row, ended_at_creation,
-    ended_at_update, fence_from_db, fence_to_db, first_emit_per_key, incident_from_row,
-    instance_from_row, instances_query, journal_from_row, journal_limit, key_name_from_row,
-    last_arm_per_name, last_offer_per_node, map_all, map_optional, merge_offered, outbox_from_row,
-    plan, pull_from_row, purge_choice, purge_limit, refusal, refused_takes, schedule_from_row,
-    status_count_from_row, subscription_from_row, timer_from_row, Field, KnownDeployments,
-    StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS, BUFFERED_COLUMNS, DEPLOYMENT_COLUMNS,
-    INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS, OUTBOX_COLUMNS,
-    PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
+    all_counts, attempt_from_row, audit_from_row, backend, buffered_from_rows, check_key_names,
+    claimed_outbox, claimed_schedules, claimed_timers, deliveries_from_db, deployment_from_row,
+    incident_from_row, instance_from_row, instances_query, journal_from_row, journal_limit,
+    key_name_from_row, map_all, map_optional, merge_offered, outbox_from_row, pull_from_row,
+    purge_choice, purge_limit, schedule_from_row, status_count_from_row, subscription_from_row,
+    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    BUFFERED_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
+    JOURNAL_COLUMNS, OUTBOX_COLUMNS, PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS,
+    TIMER_COLUMNS,
 };
-use crate::common::{
-    last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
-    user_tasks_query, USER_TASK_COLUMNS,
-};
+use crate::common::{task_walks, user_task_from_row, user_tasks_query, USER_TASK_COLUMNS};
 use crate::journal_body;
+use crate::sqlite_commit::{self, statement_chunks, ChunkTexts, Pending, ROWS_PER_STATEMENT};
 use crate::Error;
 use qflow_store::history;
 
@@ -284,20 +278,10 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS));
-        let writer_options = base
-            .clone()
-            .create_if_missing(true)
-            .pragma(
-                "wal_autocheckpoint",
-                settings.wal_autocheckpoint_pages.to_string(),
-            )
-            // The statement shapes commits use stay prepared (`WRITER_STATEMENTS_CACHED`):
-            // each family's chunk sizes (`statement_chunks`) and the single statements.
-            .statement_cache_capacity(WRITER_STATEMENTS_CACHED)
-            // sqlx's worker thread hands rows back through a channel of this many; at
-            // its default (50) a commit's RETURNING of a chunk's rows stalled the worker
-            // and woke the caller a few times per statement.
-            .row_buffer_size(WRITER_ROWS_BUFFERED);
+        let writer_options = base.clone().create_if_missing(true).pragma(
+            "wal_autocheckpoint",
+            settings.wal_autocheckpoint_pages.to_string(),
+        );
         let writer = SqlitePoolOptions::new()
             .min_connections(1)
             .max_connections(1)
@@ -307,8 +291,9 @@ impl SqliteStore {
             // did fail reports it on its next statement. (Measured: `BEGIN IMMEDIATE`
             // took 0.13–0.19 ms of a 2.4 ms commit with it, docs/performance.md.)
             .test_before_acquire(false)
-            // The writer is the store's only path to the file's write lock: never let
-            // the pool drop and reopen it behind our back.
+            // The writer is the token of the file's write lock (the committer's own
+            // connection writes only while it holds it): never let the pool drop and
+            // reopen it behind our back.
             .idle_timeout(None)
             .max_lifetime(None)
             .connect_with(writer_options)
@@ -327,9 +312,19 @@ impl SqliteStore {
             .connect_with(base.read_only(true))
             .await
             .map_err(connect)?;
+        let own = sqlite_commit::open(
+            &path,
+            Duration::from_millis(BUSY_TIMEOUT_MS),
+            settings.wal_autocheckpoint_pages,
+        )
+        .map_err(|source| Error::Committer {
+            target: target.clone(),
+            source,
+        })?;
         let known_deployments = Arc::new(KnownDeployments::default());
         let committer = Committer::start(
             writer.clone(),
+            own,
             known_deployments.clone(),
             settings.group_gather,
         );
@@ -468,37 +463,26 @@ impl SqliteStore {
     /// pull-task rows (`delete_keyed`), with `rows` terms each, one line per plan step:
     /// the evidence that every term is a primary-key search, not a scan.
     pub async fn explain_keyed_deletes(&self, rows: usize) -> StoreResult<Vec<String>> {
-        let timers: Vec<(String, String, i64)> = (0..rows)
-            .map(|i| (format!("i{i}"), format!("n{i}"), 1))
-            .collect();
-        let pulls: Vec<(String, String)> = (0..rows)
+        let names: Vec<(String, String)> = (0..rows)
             .map(|i| (format!("i{i}"), format!("n{i}")))
             .collect();
-        let mut timer_q = keyed_delete_query(
-            &format!("EXPLAIN QUERY PLAN {TIMER_DELETE}"),
-            &timers,
-            &mut |q, (id, name, incarnation)| {
-                q.push("instance = ")
-                    .push_bind(id.as_str())
-                    .push(" AND name = ")
-                    .push_bind(name.as_str())
-                    .push(" AND incarnation = ")
-                    .push_bind(*incarnation);
-            },
-        );
-        let mut pull_q = keyed_delete_query(
-            &format!("EXPLAIN QUERY PLAN {PULL_DELETE}"),
-            &pulls,
-            &mut |q, (id, node)| {
-                q.push("instance = ")
-                    .push_bind(id.as_str())
-                    .push(" AND node = ")
-                    .push_bind(node.as_str());
-            },
-        );
         let mut lines = Vec::new();
-        for q in [&mut timer_q, &mut pull_q] {
-            let plan = q.build().fetch_all(&self.readers).await.map_err(backend)?;
+        for (statement, timer) in [
+            (sqlite_commit::TIMER_DELETE, true),
+            (sqlite_commit::PULL_DELETE, false),
+        ] {
+            let sql = format!(
+                "EXPLAIN QUERY PLAN {}",
+                sqlite_commit::keyed_delete_text(statement, rows)
+            );
+            let mut query = sqlx::query(&sql);
+            for (id, name) in &names {
+                query = query.bind(id).bind(name);
+                if timer {
+                    query = query.bind(1_i64);
+                }
+            }
+            let plan = query.fetch_all(&self.readers).await.map_err(backend)?;
             for row in &plan {
                 lines.push(row.field("detail")?);
             }
@@ -577,17 +561,6 @@ impl SqliteStore {
     }
 }
 
-/// The most commits one group transaction takes; what is queued beyond it waits for the
-/// next one. Bounds a transaction's statements and the time a commit waits behind others.
-const GROUP_COMMITS_MAX: usize = 2_048;
-
-/// One batch waiting for the committer, and where its outcomes go.
-#[derive(Debug)]
-struct Pending {
-    batch: Vec<Commit>,
-    reply: oneshot::Sender<StoreResult<Vec<CommitOutcome>>>,
-}
-
 /// The store's one committer (group commit across lanes, issue 26 point 2,
 /// `docs/performance.md`). Every [`Store::commit`] of this store hands its batch to one
 /// task, which takes what is queued when it looks — the batches of every lane that
@@ -609,9 +582,17 @@ struct Pending {
 /// it (measured without the wait: groups alternating one batch and three). A caller
 /// alone never waits.
 ///
+/// The transactions run on a connection of the committer's own, one blocking task a group
+/// (`sqlite_commit`): with sqlx, each statement was a hand-off to its worker thread and
+/// back, and with one lane half of a commit's time went to them.
+///
 /// The task outlives a caller that stops waiting (a lane shut down mid-commit): the batch
 /// it handed over is applied or not as a whole, as when a commit's future is dropped
 /// after its transaction began. It ends when the store is dropped.
+/// The most commits one group transaction takes; what is queued beyond it waits for the
+/// next one. Bounds a transaction's statements and the time a commit waits behind others.
+const GROUP_COMMITS_MAX: usize = 2_048;
+
 #[derive(Debug)]
 struct Committer {
     queue: mpsc::UnboundedSender<Pending>,
@@ -626,12 +607,20 @@ struct CommitCounts {
 }
 
 impl Committer {
-    /// Spawns the committer on the current tokio runtime.
-    fn start(writer: SqlitePool, known: Arc<KnownDeployments>, gather: Duration) -> Committer {
+    /// Spawns the committer on the current tokio runtime, with `conn` (its own
+    /// connection, `sqlite_commit::open`) for the transactions and `writer` as the token
+    /// of the file's one writer.
+    fn start(
+        writer: SqlitePool,
+        conn: rusqlite::Connection,
+        known: Arc<KnownDeployments>,
+        gather: Duration,
+    ) -> Committer {
         let (queue, mut waiting) = mpsc::unbounded_channel::<Pending>();
         let counts = Arc::new(CommitCounts::default());
         let counted = counts.clone();
         tokio::spawn(async move {
+            let mut conn = Some(conn);
             // How many batches the last transaction joined: the callers likely to send
             // again about now.
             let mut siblings = 1usize;
@@ -664,11 +653,43 @@ impl Committer {
                 }
                 siblings = group.len();
                 let batches = group.len() as u64;
-                let transactions = commit_group(&writer, &known, group).await;
-                counted.batches.fetch_add(batches, Ordering::Relaxed);
-                counted
-                    .transactions
-                    .fetch_add(transactions, Ordering::Relaxed);
+                // The file's one writer at a time: the store's other writes wait for the
+                // sqlx writer, so the transaction holds it (unused) while it runs.
+                let token = match writer.acquire().await {
+                    Ok(token) => token,
+                    Err(e) => {
+                        let message = e.to_string();
+                        for pending in group {
+                            let _ = pending.reply.send(Err(StoreError::Backend(
+                                format!("the store's writer is gone: {message}").into(),
+                            )));
+                        }
+                        continue;
+                    }
+                };
+                let Some(mut own) = conn.take() else { break };
+                let known = known.clone();
+                let ran = tokio::task::spawn_blocking(move || {
+                    let transactions = sqlite_commit::commit_group(&mut own, &known, group);
+                    (own, transactions)
+                })
+                .await;
+                drop(token);
+                match ran {
+                    Ok((own, transactions)) => {
+                        conn = Some(own);
+                        counted.batches.fetch_add(batches, Ordering::Relaxed);
+                        counted
+                            .transactions
+                            .fetch_add(transactions, Ordering::Relaxed);
+                    }
+                    // A panic (a bug) took the connection with it, and the group's callers
+                    // are answered by their dropped replies: the committer has stopped.
+                    Err(e) => {
+                        tracing::error!(error = %e, "the SQLite committer failed");
+                        break;
+                    }
+                }
             }
         });
         Committer { queue, counts }
@@ -682,90 +703,6 @@ impl Committer {
             .map_err(|_| gone())?;
         outcome.await.map_err(|_| gone())?
     }
-}
-
-/// Applies `group` as one batch in one transaction and answers each caller with its own
-/// outcomes; when that fails, applies each batch alone (see [`Committer`]). Returns the
-/// transactions it ran.
-async fn commit_group(writer: &SqlitePool, known: &KnownDeployments, group: Vec<Pending>) -> u64 {
-    if group.len() == 1 {
-        let Pending { batch, reply } = group.into_iter().next().expect("one pending batch");
-        let _ = reply.send(commit_batch(writer, known, &batch).await);
-        return 1;
-    }
-    let transactions = 1 + group.len() as u64;
-    let lens: Vec<usize> = group.iter().map(|p| p.batch.len()).collect();
-    let mut replies = Vec::with_capacity(group.len());
-    let mut joined = Vec::with_capacity(lens.iter().sum());
-    for pending in group {
-        joined.extend(pending.batch);
-        replies.push(pending.reply);
-    }
-    match commit_batch(writer, known, &joined).await {
-        Ok(outcomes) => {
-            let mut outcomes = outcomes.into_iter();
-            for (reply, len) in replies.into_iter().zip(lens) {
-                let _ = reply.send(Ok(outcomes.by_ref().take(len).collect()));
-            }
-            1
-        }
-        Err(_) => {
-            let mut commits = joined.into_iter();
-            for (reply, len) in replies.into_iter().zip(lens) {
-                let batch: Vec<Commit> = commits.by_ref().take(len).collect();
-                let _ = reply.send(commit_batch(writer, known, &batch).await);
-            }
-            transactions
-        }
-    }
-}
-
-/// One batch in one `BEGIN IMMEDIATE` transaction: the store's commit (the contract's
-/// [`Store::commit`]), as the committer runs it.
-async fn commit_batch(
-    writer: &SqlitePool,
-    known: &KnownDeployments,
-    batch: &[Commit],
-) -> StoreResult<Vec<CommitOutcome>> {
-    let mut tx = writer
-        .begin_with("BEGIN IMMEDIATE")
-        .await
-        .map_err(backend)?;
-    check_deployments(&mut tx, known, batch).await?;
-    // The single writer (BEGIN IMMEDIATE) makes this read atomic with `retire`.
-    let retired = retired_deployments(&mut tx, batch).await?;
-    let stale = stale_schedules(&mut tx, batch).await?;
-    let taken = taken_messages(&mut tx, batch).await?;
-    let (mut outcomes, rounds) = plan(batch, &retired, &stale, &taken);
-    let ids: Vec<String> = batch.iter().map(|c| id_text(c.instance)).collect();
-    for round in rounds {
-        apply_round(&mut tx, batch, &ids, &round, &mut outcomes).await?;
-    }
-    tx.commit().await.map_err(backend)?;
-    Ok(outcomes)
-}
-
-/// Refuses a batch with a commit on a deployment the store does not have.
-async fn check_deployments(
-    tx: &mut SqliteConnection,
-    known: &KnownDeployments,
-    batch: &[Commit],
-) -> StoreResult<()> {
-    for commit in batch {
-        if known.contains(commit.deployment) {
-            continue;
-        }
-        let found = sqlx::query("SELECT 1 FROM deployments WHERE id = ?")
-            .bind(commit.deployment.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(backend)?;
-        if found.is_none() {
-            return Err(StoreError::UnknownDeployment(commit.deployment));
-        }
-        known.insert(commit.deployment);
-    }
-    Ok(())
 }
 
 /// Leases due, unleased (or lease-expired) timers, earliest first. The inner SELECT walks
@@ -852,24 +789,6 @@ impl StoreRow for SqliteRow {
     }
 }
 
-/// The retired ones among the deployments the batch creates instances on or moves them
-/// onto (`Commit::moves`).
-async fn retired_deployments(tx: &mut SqliteConnection, batch: &[Commit]) -> StoreResult<Vec<i64>> {
-    let mut retired = Vec::new();
-    for id in batch_deployments(batch) {
-        let is_retired: Option<bool> =
-            sqlx::query_scalar("SELECT retired FROM deployments WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend)?;
-        if is_retired == Some(true) {
-            retired.push(id);
-        }
-    }
-    Ok(retired)
-}
-
 /// A new deployment's schedules replace those of the process's other deployments.
 async fn replace_schedules(
     tx: &mut SqliteConnection,
@@ -900,113 +819,6 @@ async fn replace_schedules(
     Ok(())
 }
 
-/// The indexes of the batch's commits whose schedule advance names an occurrence the
-/// stored schedule is no longer due at (started elsewhere, replaced, retired). Read in
-/// the write transaction, so atomic with every other writer.
-async fn stale_schedules(tx: &mut SqliteConnection, batch: &[Commit]) -> StoreResult<Vec<usize>> {
-    let mut stale = Vec::new();
-    for (index, commit) in batch.iter().enumerate() {
-        let Some(advance) = &commit.schedule else {
-            continue;
-        };
-        let due: Option<i64> =
-            sqlx::query_scalar("SELECT due_at_ms FROM schedules WHERE deployment = ? AND node = ?")
-                .bind(commit.deployment.0)
-                .bind(&advance.node)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend)?;
-        if due != Some(advance.fired_at_ms) {
-            stale.push(index);
-        }
-    }
-    Ok(stale)
-}
-
-/// The commits of `batch` whose message take cannot be (`common::refused_takes`): the
-/// message is gone or expired at the commit's instant, or the process took it. Read
-/// under the single writer's lock, so atomic with the takes this transaction writes.
-async fn taken_messages(tx: &mut SqliteConnection, batch: &[Commit]) -> StoreResult<Vec<usize>> {
-    let mut verdicts = Vec::new();
-    for (index, commit) in batch.iter().enumerate() {
-        let Some(take) = &commit.message_take else {
-            continue;
-        };
-        let live: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM buffered_messages AS m WHERE m.id = ?1 AND m.expires_at_ms > ?2 \
-             AND NOT EXISTS (SELECT 1 FROM message_takers AS t \
-                 WHERE t.message = m.id AND t.process = ?3)",
-        )
-        .bind(take.message)
-        .bind(commit.now_ms)
-        .bind(&take.process)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        verdicts.push((index, live.is_some()));
-    }
-    Ok(refused_takes(batch, verdicts))
-}
-
-/// Records the winners' message takes.
-async fn apply_takes(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    for &(_, commit) in winners {
-        if let Some(take) = &commit.message_take {
-            sqlx::query(
-                "INSERT INTO message_takers (message, process) VALUES (?, ?) \
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(take.message)
-            .bind(&take.process)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        }
-    }
-    Ok(())
-}
-
-/// Moves the winners' schedules on (dropping the lease), or deletes a schedule whose
-/// last start this was. Only creations that start an occurrence have one.
-async fn apply_schedules(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    for &(_, commit) in winners {
-        if let Some(advance) = &commit.schedule {
-            move_schedule(tx, commit.deployment, advance).await?;
-        }
-    }
-    Ok(())
-}
-
-/// Moves the schedule of `(deployment, advance.node)` to its next occurrence, or deletes
-/// it after its last, only where it still stands at `advance.fired_at_ms`; returns
-/// whether it did. The one write of a schedule's move, for a start's commit (whose
-/// compare-and-swap was checked before, `stale_schedules`) and for a skip.
-async fn move_schedule(
-    tx: &mut SqliteConnection,
-    deployment: DeploymentId,
-    advance: &ScheduleAdvance,
-) -> StoreResult<bool> {
-    let query = match advance.next {
-        Some((due_at_ms, remaining)) => sqlx::query(
-            "UPDATE schedules SET due_at_ms = ?, remaining = ?, lease_owner = NULL, \
-             leased_until_ms = NULL WHERE deployment = ? AND node = ? AND due_at_ms = ?",
-        )
-        .bind(due_at_ms)
-        .bind(remaining.map(i64::from)),
-        None => {
-            sqlx::query("DELETE FROM schedules WHERE deployment = ? AND node = ? AND due_at_ms = ?")
-        }
-    };
-    let done = query
-        .bind(deployment.0)
-        .bind(&advance.node)
-        .bind(advance.fired_at_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-    Ok(done.rows_affected() == 1)
-}
-
 /// Leases due schedules whose lease is free or expired, earliest due first, as
 /// [`CLAIM_SQL`] does timers.
 const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_until_ms = ?2 \
@@ -1014,862 +826,6 @@ const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_
          WHERE due_at_ms <= ?3 AND (leased_until_ms IS NULL OR leased_until_ms < ?3) \
          ORDER BY due_at_ms LIMIT ?4) \
      RETURNING deployment, node, due_at_ms, remaining";
-
-/// Rows per multi-row statement. At most 13 parameters a row (an instance creation)
-/// keeps a statement far below SQLite's 32,766-parameter limit, and a batch of up to this
-/// many commits needs one statement per kind of row instead of one per row.
-const ROWS_PER_STATEMENT: usize = 128;
-
-/// The writer's prepared-statement cache (sqlx's default is 100): about a dozen row
-/// families, each in as many shapes as the sizes its chunks come in (`statement_chunks`:
-/// 1 to 128 rows, the sizes the batches happen to have), plus the single statements. The
-/// cache evicts the least recently used; an evicted statement is prepared again when next
-/// used, which costs time, never a result.
-const WRITER_STATEMENTS_CACHED: usize = 1_024;
-/// Rows the writer's statements hand back without waiting: a whole chunk's RETURNING
-/// ([`ROWS_PER_STATEMENT`]) and then some.
-const WRITER_ROWS_BUFFERED: usize = 4 * ROWS_PER_STATEMENT;
-
-/// `rows` in statements of `ROWS_PER_STATEMENT` rows and one of the rest (300 rows: 128,
-/// 128, 44): a family of rows takes as few statements as it can. Each size is prepared
-/// once and then reused from the connection's statement cache. Until 2026-12-06 the rest
-/// was cut in powers of two (44: 32, 8, 4), which kept a family to eight shapes but ran up
-/// to eight statements where one would do, each a round trip to sqlx's worker thread: a
-/// server answering HTTP starts commits small batches of every size, and lost a tenth of
-/// its throughput to it (docs/performance.md, "One statement for the rest").
-fn statement_chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
-    let mut rest = rows;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let take = rest.len().min(ROWS_PER_STATEMENT);
-        let (chunk, tail) = rest.split_at(take);
-        rest = tail;
-        Some(chunk)
-    })
-}
-
-/// The texts of one multi-row statement at each of [`statement_chunks`]' sizes, each
-/// built the first time it is used: a statement built afresh every commit costs its
-/// formatting and the hash of its text in the prepared-statement cache, for the same text
-/// every time.
-struct ChunkTexts(std::sync::OnceLock<Vec<std::sync::OnceLock<String>>>);
-
-impl ChunkTexts {
-    const fn new() -> ChunkTexts {
-        ChunkTexts(std::sync::OnceLock::new())
-    }
-
-    /// The text for `rows` rows (1 to [`ROWS_PER_STATEMENT`], as [`statement_chunks`]
-    /// yields them) of `columns` bound values each: `build` gets the `(?, …), (?, …)` list.
-    fn text(&self, rows: usize, columns: usize, build: impl Fn(&str) -> String) -> &str {
-        assert!(
-            (1..=ROWS_PER_STATEMENT).contains(&rows),
-            "a chunk of {rows} rows"
-        );
-        let texts = self.0.get_or_init(|| {
-            (0..ROWS_PER_STATEMENT)
-                .map(|_| std::sync::OnceLock::new())
-                .collect()
-        });
-        texts[rows - 1].get_or_init(|| {
-            let row = format!("({})", vec!["?"; columns].join(", "));
-            build(&vec![row.as_str(); rows].join(", "))
-        })
-    }
-}
-
-/// A commit whose CAS won, with its instance id as stored.
-type Winner<'a> = (&'a str, &'a Commit);
-
-/// Applies one round (distinct instances) of a batch: the instance rows, then each family
-/// of the winners' effect rows. Fills `outcomes` at the round's indexes.
-async fn apply_round(
-    tx: &mut SqliteConnection,
-    batch: &[Commit],
-    ids: &[String],
-    round: &[usize],
-    outcomes: &mut [CommitOutcome],
-) -> StoreResult<()> {
-    let journal_ids = journal_ids(tx, batch, round).await?;
-    let (winners, prevs) = apply_state(tx, batch, ids, &journal_ids, round, outcomes).await?;
-    apply_timers(tx, &winners).await?;
-    apply_incidents(tx, &winners).await?;
-    apply_subscriptions(tx, &winners).await?;
-    // A round's instances are distinct: a winner's id names its journal row.
-    let by_instance: HashMap<&str, i64> = round
-        .iter()
-        .filter_map(|&i| journal_ids[i].map(|j| (ids[i].as_str(), j)))
-        .collect();
-    apply_journal(tx, &winners, &by_instance, &prevs).await?;
-    apply_pull(tx, &winners).await?;
-    apply_outbox(tx, &winners).await?;
-    apply_user_tasks(tx, &winners).await?;
-    apply_schedules(tx, &winners).await?;
-    apply_takes(tx, &winners).await?;
-    apply_audit(tx, &winners).await
-}
-
-/// Writes the winners' outbox rows: the withdrawals, one delete by the `(instance, node)`
-/// index per node (pending and poisoned rows only: a delivered row stays as the record
-/// of what was sent), then the emissions as multi-row inserts that leave an existing
-/// key alone. Most commits have none and cost nothing here.
-async fn apply_outbox(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    for &(id, commit) in winners {
-        for node in &commit.outbox.withdraw {
-            sqlx::query(
-                "DELETE FROM outbox WHERE instance = ? AND node = ? \
-                 AND state IN ('pending', 'poisoned')",
-            )
-            .bind(id)
-            .bind(node)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        }
-    }
-    // The answered rows by key, many to a statement (`key IN (…)` searches the primary
-    // key once per key): a synchronous channel call has one in every answer's commit.
-    let answered: Vec<&str> = winners
-        .iter()
-        .flat_map(|&(_, commit)| commit.outbox.answered.iter().map(String::as_str))
-        .collect();
-    for chunk in statement_chunks(&answered) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "UPDATE outbox SET state = 'delivered', deliveries = deliveries + 1, \
-             lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending' AND key IN (",
-        );
-        let mut keys = query.separated(", ");
-        for key in chunk {
-            keys.push_bind(*key);
-        }
-        query.push(")");
-        query.build().execute(&mut *tx).await.map_err(backend)?;
-    }
-    let emits: Vec<(&str, &Commit, &NewOutboxRow)> = first_emit_per_key(winners.iter().copied());
-    insert_rows(
-        tx,
-        "INSERT INTO outbox (key, instance, node, channel, attempt, call_id, body, \
-         created_at_ms, state, due_at_ms) ",
-        &emits,
-        |mut row, (id, commit, emit)| {
-            row.push_bind(emit.key.as_str())
-                .push_bind(*id)
-                .push_bind(emit.node.as_str())
-                .push_bind(emit.channel.as_str())
-                .push_bind(i64::from(emit.attempt.get()))
-                .push_bind(emit.call_id.as_str())
-                .push_bind(emit.body.as_str())
-                .push_bind(commit.now_ms)
-                .push("'pending'")
-                .push_bind(commit.now_ms);
-        },
-        " ON CONFLICT (key) DO NOTHING",
-    )
-    .await
-}
-
-/// Writes the winners' user-task rows: each withdrawal deletes the task's candidates,
-/// then the task (indexed deletes); each offer deletes the candidates the row had, then
-/// upserts the rows and inserts the new candidates as multi-row statements; assignee
-/// changes are one keyed update each. Most commits have none and cost nothing here.
-async fn apply_user_tasks(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    let mut offers: Vec<(&str, &UserTaskRecord)> = Vec::new();
-    let mut candidates: Vec<(&str, &str, i64, &str, &str)> = Vec::new();
-    for &(id, commit) in winners {
-        if commit.user_tasks.is_empty() {
-            continue;
-        }
-        let offered = last_task_offer_per_node(commit);
-        let cleared = commit
-            .user_tasks
-            .withdraw
-            .iter()
-            .map(String::as_str)
-            .chain(offered.iter().map(|r| r.node.as_str()));
-        for node in cleared {
-            sqlx::query("DELETE FROM user_task_candidates WHERE instance = ? AND node = ?")
-                .bind(id)
-                .bind(node)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        }
-        for node in &commit.user_tasks.withdraw {
-            sqlx::query("DELETE FROM user_tasks WHERE instance = ? AND node = ?")
-                .bind(id)
-                .bind(node)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-            // Its Camunda 8 key goes with it: the task offered there next gets its own.
-            sqlx::query(
-                "DELETE FROM camunda_keys WHERE instance = ? AND kind = 'user_task' AND node = ?",
-            )
-            .bind(id)
-            .bind(node)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        }
-        for row in offered {
-            offers.push((id, row));
-            for (kind, names) in [
-                ("group", &row.candidate_groups),
-                ("user", &row.candidate_users),
-            ] {
-                for name in names {
-                    candidates.push((kind, name, row.created_at_ms, id, &row.node));
-                }
-            }
-        }
-    }
-    let groups: Vec<String> = offers
-        .iter()
-        .map(|(_, r)| names_to_db(&r.candidate_groups))
-        .collect();
-    let users: Vec<String> = offers
-        .iter()
-        .map(|(_, r)| names_to_db(&r.candidate_users))
-        .collect();
-    let rows: Vec<(usize, &(&str, &UserTaskRecord))> = offers.iter().enumerate().collect();
-    insert_rows(
-        tx,
-        "INSERT INTO user_tasks (instance, node, deployment, assignee, candidate_groups, \
-         candidate_users, created_at_ms) ",
-        &rows,
-        |mut b, (i, (id, row))| {
-            b.push_bind(*id)
-                .push_bind(row.node.as_str())
-                .push_bind(row.deployment.0)
-                .push_bind(row.assignee.as_deref())
-                .push_bind(groups[*i].as_str())
-                .push_bind(users[*i].as_str())
-                .push_bind(row.created_at_ms);
-        },
-        " ON CONFLICT (instance, node) DO UPDATE SET deployment = excluded.deployment, \
-         assignee = excluded.assignee, candidate_groups = excluded.candidate_groups, \
-         candidate_users = excluded.candidate_users, created_at_ms = excluded.created_at_ms",
-    )
-    .await?;
-    insert_rows(
-        tx,
-        "INSERT INTO user_task_candidates (kind, name, created_at_ms, instance, node) ",
-        &candidates,
-        |mut b, (kind, name, at, id, node)| {
-            b.push_bind(*kind)
-                .push_bind(*name)
-                .push_bind(*at)
-                .push_bind(*id)
-                .push_bind(*node);
-        },
-        "",
-    )
-    .await?;
-    for &(id, commit) in winners {
-        for (node, assignee) in last_assign_per_node(commit) {
-            sqlx::query("UPDATE user_tasks SET assignee = ? WHERE instance = ? AND node = ?")
-                .bind(assignee)
-                .bind(id)
-                .bind(node)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes the winners' pull-task rows: the withdrawals as keyed multi-row deletes
-/// ([`delete_keyed`]), then the offers as multi-row upserts. Most commits have none and
-/// cost nothing here.
-async fn apply_pull(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    let mut offers: Vec<(&str, &PullTaskRecord)> = Vec::new();
-    let mut withdrawn: Vec<(&str, &str)> = Vec::new();
-    for &(id, commit) in winners {
-        if commit.pull.is_empty() {
-            continue;
-        }
-        withdrawn.extend(commit.pull.withdraw.iter().map(|node| (id, node.as_str())));
-        offers.extend(last_offer_per_node(commit).into_iter().map(|row| (id, row)));
-    }
-    delete_keyed(tx, PULL_DELETE, &withdrawn, |q, (id, node)| {
-        q.push("instance = ")
-            .push_bind(*id)
-            .push(" AND node = ")
-            .push_bind(*node);
-    })
-    .await?;
-    // A withdrawn task's job keys go with it: the next offer of the node (a pass after a
-    // loop, the attempt after a park or a resume) gets keys of its own.
-    delete_keyed(tx, JOB_KEYS_DELETE, &withdrawn, |q, (id, node)| {
-        q.push("instance = ")
-            .push_bind(*id)
-            .push(" AND kind = 'job' AND node = ")
-            .push_bind(*node);
-    })
-    .await?;
-    insert_rows(
-        tx,
-        "INSERT INTO pull_tasks (instance, node, topic, attempt, worker, lock_until_ms, \
-         offered_at_ms) ",
-        &offers,
-        |mut row, (id, pull)| {
-            row.push_bind(*id)
-                .push_bind(pull.node.as_str())
-                .push_bind(pull.topic.as_str())
-                .push_bind(i64::from(pull.attempt.get()))
-                .push_bind(pull.worker.as_deref())
-                .push_bind(pull.lock_until_ms)
-                .push_bind(pull.offered_at_ms);
-        },
-        " ON CONFLICT (instance, node) DO UPDATE SET topic = excluded.topic, \
-         attempt = excluded.attempt, worker = excluded.worker, \
-         lock_until_ms = excluded.lock_until_ms, offered_at_ms = excluded.offered_at_ms",
-    )
-    .await
-}
-
-/// Writes the winners' `subscriptions`: the closes, one keyed delete per row, then the
-/// opens as multi-row upserts, so a node whose wait began again keeps its new row.
-async fn apply_subscriptions(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    for (id, commit) in winners {
-        for node in &commit.subscriptions.close {
-            sqlx::query("DELETE FROM subscriptions WHERE instance = ? AND node = ?")
-                .bind(*id)
-                .bind(node)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-        }
-    }
-    let opens: Vec<(&str, i64, &NewSubscription)> = winners
-        .iter()
-        .flat_map(|&(id, commit)| {
-            commit
-                .subscriptions
-                .open
-                .iter()
-                .map(move |s| (id, commit.now_ms, s))
-        })
-        .collect();
-    insert_rows(
-        tx,
-        "INSERT INTO subscriptions (instance, node, message, correlation_key, opened_at_ms) ",
-        &opens,
-        |mut row, (id, now_ms, s)| {
-            row.push_bind(*id)
-                .push_bind(s.node.as_str())
-                .push_bind(s.message.as_str())
-                .push_bind(s.key.as_str())
-                .push_bind(*now_ms);
-        },
-        " ON CONFLICT (instance, node) DO UPDATE SET message = excluded.message, \
-         correlation_key = excluded.correlation_key, opened_at_ms = excluded.opened_at_ms",
-    )
-    .await
-}
-
-async fn apply_audit(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    let mut rows = Vec::new();
-    for &(id, commit) in winners {
-        let (before, after) = audit_fences(commit)?;
-        for entry in &commit.audit {
-            rows.push((id, commit.now_ms, entry, before, after));
-        }
-    }
-    insert_rows(
-        tx,
-        "INSERT INTO audit (instance, at_ms, actor, action, detail, fence_before, \
-         fence_after) ",
-        &rows,
-        |mut row, (id, at_ms, entry, before, after)| {
-            row.push_bind(*id)
-                .push_bind(*at_ms)
-                .push_bind(entry.actor.as_str())
-                .push_bind(entry.action.as_str())
-                .push_bind(entry.detail.as_str())
-                .push_bind(*before)
-                .push_bind(*after);
-        },
-        "",
-    )
-    .await
-}
-
-/// The journal row before a winner's new one (`instances.journal_prev` as its update
-/// set it), by instance id; a creation and an instance journaled for the first time
-/// have none.
-type JournalPrevs = HashMap<String, Option<i64>>;
-
-/// Writes the round's `state` rows: creations insert where the id is free, updates
-/// compare-and-swap on the fence. Returns the winners, in round order, and their
-/// journal links.
-async fn apply_state<'a>(
-    tx: &mut SqliteConnection,
-    batch: &'a [Commit],
-    ids: &'a [String],
-    journal_ids: &[Option<i64>],
-    round: &[usize],
-    outcomes: &mut [CommitOutcome],
-) -> StoreResult<(Vec<Winner<'a>>, JournalPrevs)> {
-    let (creates, updates): (Vec<usize>, Vec<usize>) = round
-        .iter()
-        .partition(|&&index| batch[index].expected_fence.is_none());
-    let mut won: JournalPrevs = HashMap::with_capacity(round.len());
-    // Instances whose in-row attempt history passed `HISTORY_SPILL_BYTES`.
-    let mut spills: Vec<String> = Vec::new();
-    for chunk in statement_chunks(&creates) {
-        static SQL: ChunkTexts = ChunkTexts::new();
-        // No conflict target: a taken id and a taken `(deployment, business_key)` (the
-        // unique index `instances_business_key`) both skip the row, and the loser pass
-        // below tells them apart. The single writer means every row we can collide with
-        // is committed or our own, so skipping is the whole answer.
-        let sql = SQL.text(chunk.len(), 13, |values| {
-            format!(
-                "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
-                 business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last, \
-                 history, history_n) VALUES {values} \
-                 ON CONFLICT DO NOTHING RETURNING id, length(history)"
-            )
-        });
-        let mut query = sqlx::query_as::<_, (String, Option<i64>)>(sql);
-        for &index in chunk {
-            let commit = &batch[index];
-            query = query
-                .bind(ids[index].as_str())
-                .bind(commit.deployment.0)
-                .bind(1_i64)
-                .bind(commit.state.status.as_str())
-                .bind(commit.state.failure_code.as_deref())
-                .bind(commit.state.snapshot.as_slice())
-                .bind(commit.state.business_key.as_deref())
-                .bind(commit.now_ms)
-                .bind(commit.now_ms)
-                .bind(ended_at_creation(commit))
-                .bind(journal_ids[index])
-                .bind(history::pack(&commit.attempts))
-                .bind(commit.attempts.len() as i64);
-        }
-        let created = query.fetch_all(&mut *tx).await.map_err(backend)?;
-        spills.extend(
-            created
-                .iter()
-                .filter(|(_, len)| len.is_some_and(|l| l > HISTORY_SPILL_BYTES))
-                .map(|(id, _)| id.clone()),
-        );
-        won.extend(created.into_iter().map(|(id, _)| (id, None)));
-    }
-    // Most updates keep the row's deployment, status and failure code (a step of a
-    // running instance): they set only the fence, snapshot and update instant, which no
-    // index holds. SQLite rewrites the entries of every index over a column an UPDATE
-    // sets, changed or not, and seven indexes hold those three columns, so a full update
-    // costs them all. The light statement takes the rows that still match; the rest
-    // (an ending, a failure, a migration, a repair, or a lost CAS) take the full one.
-    let (light, mut full): (Vec<usize>, Vec<usize>) = updates.iter().partition(|&&index| {
-        !matches!(
-            batch[index].state.status,
-            InstanceStatus::Completed | InstanceStatus::Cancelled
-        )
-    });
-    let lightly: JournalPrevs =
-        update_instances(tx, batch, ids, journal_ids, &light, true, &mut spills)
-            .await?
-            .into_iter()
-            .collect();
-    full.extend(
-        light
-            .iter()
-            .filter(|&&index| !lightly.contains_key(&ids[index])),
-    );
-    won.extend(lightly);
-    won.extend(update_instances(tx, batch, ids, journal_ids, &full, false, &mut spills).await?);
-    spill_histories(tx, &spills).await?;
-
-    let mut winners = Vec::with_capacity(won.len());
-    for &index in round {
-        let (id, commit) = (ids[index].as_str(), &batch[index]);
-        if won.contains_key(id) {
-            outcomes[index] = applied(commit);
-            winners.push((id, commit));
-        } else {
-            outcomes[index] = refused(tx, id, commit).await?;
-        }
-    }
-    Ok((winners, won))
-}
-
-/// Why a commit of the round did not apply: a lost compare-and-swap, or a business key
-/// its deployment already has (a creation's key, or the stored key of an instance an
-/// update moves to another deployment).
-async fn refused(
-    tx: &mut SqliteConnection,
-    id: &str,
-    commit: &Commit,
-) -> StoreResult<CommitOutcome> {
-    let stored: Option<(i64, Option<String>)> =
-        sqlx::query_as("SELECT fence, business_key FROM instances WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(backend)?;
-    let stored_fence = stored
-        .as_ref()
-        .map(|(fence, _)| fence_from_db(*fence))
-        .transpose()?;
-    let mut holder = None;
-    if let Some(key) = contested_key(commit, stored.as_ref().map(|(_, key)| key)) {
-        let found: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM instances WHERE deployment = ? AND business_key = ? AND id <> ?",
-        )
-        .bind(commit.deployment.0)
-        .bind(key)
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        holder = found
-            .map(|text| {
-                InstanceId::parse_str(&text).map_err(|_| {
-                    StoreError::Corrupt(format!("stored instance id {text:?} is not a UUID"))
-                })
-            })
-            .transpose()?;
-    }
-    Ok(refusal(commit, stored_fence, holder))
-}
-
-/// The fence CAS of the updates `rows` (indexes into `batch`), a statement per
-/// [`statement_chunks`] chunk; returns the ids whose CAS won, each with the journal row its new one
-/// follows. `light`: only rows whose deployment, status
-/// and failure code stay as stored are updated, and only their fence, snapshot and
-/// update instant are set (see `apply_state`); the others are left for the full update.
-async fn update_instances(
-    tx: &mut SqliteConnection,
-    batch: &[Commit],
-    ids: &[String],
-    journal_ids: &[Option<i64>],
-    rows: &[usize],
-    light: bool,
-    spills: &mut Vec<String>,
-) -> StoreResult<Vec<(String, Option<i64>)>> {
-    // A journaled step links its row to the instance's newest one (`journal_prev`,
-    // which RETURNING hands to the insert that follows) and becomes the newest (SET
-    // reads the old values, so `journal_prev` takes the old `journal_last`).
-    const JOURNAL_SET: &str = "journal_prev = CASE WHEN v_journal IS NULL THEN \
-         journal_prev ELSE journal_last END, journal_last = COALESCE(v_journal, journal_last)";
-    // The step's finished attempts go on the end of the row's history (`history`).
-    // `||` on blobs yields text of the same bytes; the CAST makes it a blob again.
-    const HISTORY_SET: &str = "history = CASE WHEN v_history IS NULL THEN history \
-         ELSE CAST(COALESCE(history, x'') || v_history AS BLOB) END, \
-         history_n = history_n + v_history_n";
-    const WITH: &str = "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, \
-         v_snapshot, v_now_ms, v_journal, v_history, v_history_n) AS";
-    static LIGHT: ChunkTexts = ChunkTexts::new();
-    static FULL: ChunkTexts = ChunkTexts::new();
-    let mut won = Vec::with_capacity(rows.len());
-    for chunk in statement_chunks(rows) {
-        let sql = if light {
-            LIGHT.text(chunk.len(), 10, |values| {
-                format!(
-                    "{WITH} (VALUES {values}) UPDATE instances SET fence = fence + 1, \
-                     snapshot = v_snapshot, updated_at_ms = v_now_ms, {JOURNAL_SET}, \
-                     {HISTORY_SET} \
-                     FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
-                     AND status = v_status AND failure_code IS v_failure_code \
-                     RETURNING id, journal_prev, length(history)"
-                )
-            })
-        } else {
-            FULL.text(chunk.len(), 10, |values| {
-                format!(
-                    "{WITH} (VALUES {values}) UPDATE instances SET fence = fence + 1, \
-                     deployment = v_deployment, status = v_status, \
-                     failure_code = v_failure_code, snapshot = v_snapshot, \
-                     updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET}, {HISTORY_SET} \
-                     FROM v WHERE id = v_id AND fence = v_fence \
-                     AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
-                         SELECT 1 FROM instances AS o \
-                         WHERE o.deployment = v_deployment \
-                         AND o.business_key = instances.business_key)) \
-                     RETURNING id, journal_prev, length(history)",
-                    ended_at_update("v_status", "v_now_ms", "instances.ended_at_ms")
-                )
-            })
-        };
-        let mut query = sqlx::query_as::<_, (String, Option<i64>, Option<i64>)>(sql);
-        for &index in chunk {
-            let commit = &batch[index];
-            let expected = commit.expected_fence.unwrap_or(0);
-            query = query
-                .bind(ids[index].as_str())
-                .bind(fence_to_db(expected)?)
-                .bind(commit.deployment.0)
-                .bind(commit.state.status.as_str())
-                .bind(commit.state.failure_code.as_deref())
-                .bind(commit.state.snapshot.as_slice())
-                .bind(commit.now_ms)
-                .bind(journal_ids[index])
-                .bind(history::pack(&commit.attempts))
-                .bind(commit.attempts.len() as i64);
-        }
-        let updated = query.fetch_all(&mut *tx).await.map_err(backend)?;
-        for (id, prev, len) in updated {
-            if len.is_some_and(|l| l > HISTORY_SPILL_BYTES) {
-                spills.push(id.clone());
-            }
-            won.push((id, prev));
-        }
-    }
-    Ok(won)
-}
-
-/// Moves the in-row attempt histories of `ids` (past `HISTORY_SPILL_BYTES`) to the
-/// `attempts` table, oldest first, and empties them: rare (an instance that has retried
-/// some thirty times), so a read of each and one insert for all.
-async fn spill_histories(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<()> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let mut records: Vec<(String, AttemptRecord)> = Vec::new();
-    for id in ids {
-        let body: Option<Vec<u8>> =
-            sqlx::query_scalar("SELECT history FROM instances WHERE id = ?")
-                .bind(id.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(backend)?;
-        let instance = InstanceId::parse_str(id)
-            .map_err(|_| StoreError::Corrupt(format!("stored instance id {id:?} is not a UUID")))?;
-        let unpacked = history::unpack(instance, body.as_deref().unwrap_or_default())?;
-        records.extend(unpacked.into_iter().map(|r| (id.clone(), r)));
-    }
-    insert_attempt_rows(tx, &records).await?;
-    in_list(
-        "UPDATE instances SET history = NULL, history_n = 0 WHERE id IN",
-        ids,
-    )
-    .build()
-    .execute(&mut *tx)
-    .await
-    .map_err(backend)?;
-    Ok(())
-}
-
-/// Writes the winners' `timers`: the resolves as keyed multi-row deletes
-/// ([`delete_keyed`]), then the arms as multi-row upserts, so a step that resolves and
-/// re-arms a name keeps the new timer.
-async fn apply_timers(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    let resolved: Vec<(&str, &str, i64)> = winners
-        .iter()
-        .flat_map(|&(id, commit)| {
-            commit
-                .timers
-                .resolve
-                .iter()
-                .map(move |t| (id, t.name.as_str(), i64::from(t.incarnation)))
-        })
-        .collect();
-    delete_keyed(tx, TIMER_DELETE, &resolved, |q, (id, name, incarnation)| {
-        q.push("instance = ")
-            .push_bind(*id)
-            .push(" AND name = ")
-            .push_bind(*name)
-            .push(" AND incarnation = ")
-            .push_bind(*incarnation);
-    })
-    .await?;
-    let arms: Vec<(&str, &TimerRecord)> = winners
-        .iter()
-        .flat_map(|&(id, commit)| {
-            last_arm_per_name(commit)
-                .into_iter()
-                .map(move |timer| (id, timer))
-        })
-        .collect();
-    insert_rows(
-        tx,
-        "INSERT INTO timers (instance, name, due_at_ms, incarnation) ",
-        &arms,
-        |mut row, (id, timer)| {
-            row.push_bind(*id)
-                .push_bind(timer.name.as_str())
-                .push_bind(timer.due_at_ms)
-                .push_bind(i64::from(timer.incarnation));
-        },
-        " ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = excluded.due_at_ms, \
-         incarnation = excluded.incarnation, lease_owner = NULL, leased_until_ms = NULL",
-    )
-    .await
-}
-
-/// Writes the winners' `incidents`: the resolves, one indexed update per row, then the
-/// opens as multi-row inserts, so a step that resolves and re-opens a node keeps the new
-/// incident open.
-async fn apply_incidents(tx: &mut SqliteConnection, winners: &[Winner<'_>]) -> StoreResult<()> {
-    for (id, commit) in winners {
-        // All moves of the commit in one statement, each row by the node it had: a
-        // mapping may rename `a` to `b` and `b` to `c` at once.
-        let moved = &commit.incidents.moved;
-        if moved.is_empty() {
-            continue;
-        }
-        let mut query = QueryBuilder::<Sqlite>::new("UPDATE incidents SET node = CASE node");
-        for (from, to) in moved {
-            query
-                .push(" WHEN ")
-                .push_bind(from.as_str())
-                .push(" THEN ")
-                .push_bind(to.as_str());
-        }
-        query
-            .push(" ELSE node END WHERE instance = ")
-            .push_bind(*id)
-            .push(" AND resolved_at_ms IS NULL AND node IN (");
-        let mut froms = query.separated(", ");
-        for (from, _) in moved {
-            froms.push_bind(from.as_str());
-        }
-        query.push(")");
-        query.build().execute(&mut *tx).await.map_err(backend)?;
-    }
-    for (id, commit) in winners {
-        for node in &commit.incidents.resolve_on {
-            sqlx::query(
-                "UPDATE incidents SET resolved_at_ms = ? \
-                 WHERE instance = ? AND node = ? AND resolved_at_ms IS NULL",
-            )
-            .bind(commit.now_ms)
-            .bind(*id)
-            .bind(node)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        }
-    }
-    let opens: Vec<(&str, i64, &NewIncident)> = winners
-        .iter()
-        .flat_map(|&(id, commit)| {
-            commit
-                .incidents
-                .open
-                .iter()
-                .map(move |incident| (id, commit.now_ms, incident))
-        })
-        .collect();
-    insert_rows(
-        tx,
-        "INSERT INTO incidents (instance, node, code, message, opened_at_ms) ",
-        &opens,
-        |mut row, (id, now_ms, incident)| {
-            row.push_bind(*id)
-                .push_bind(incident.node.as_str())
-                .push_bind(incident.code.as_str())
-                .push_bind(incident.message.as_str())
-                .push_bind(*now_ms);
-        },
-        "",
-    )
-    .await
-}
-
-/// Appends attempt records to the `attempts` table as multi-row inserts (the spilled
-/// in-row histories; a commit's own attempts go in the instance row).
-async fn insert_attempt_rows(
-    tx: &mut SqliteConnection,
-    attempts: &[(String, AttemptRecord)],
-) -> StoreResult<()> {
-    insert_rows(
-        tx,
-        "INSERT INTO attempts (instance, node, attempt, started_at_ms, finished_at_ms, \
-         outcome, code, message, worker) ",
-        attempts,
-        |mut row, (id, attempt)| {
-            row.push_bind(id.as_str())
-                .push_bind(attempt.node.as_str())
-                .push_bind(i64::from(attempt.attempt.get()))
-                .push_bind(attempt.started_at_ms)
-                .push_bind(attempt.finished_at_ms)
-                .push_bind(attempt.outcome.as_str())
-                .push_bind(attempt.code.as_deref())
-                .push_bind(attempt.message.as_deref())
-                .push_bind(attempt.worker.as_deref());
-        },
-        "",
-    )
-    .await
-}
-
-/// The journal row of a round's journaled commits, by batch index: one row for the whole
-/// round (`journal_body::ROUND`), the next id in append order (the single writer makes
-/// `MAX(id)` ours). A round whose commits all lose their compare-and-swap leaves the id
-/// unused. No read when the round journals nothing.
-async fn journal_ids(
-    tx: &mut SqliteConnection,
-    batch: &[Commit],
-    round: &[usize],
-) -> StoreResult<Vec<Option<i64>>> {
-    let mut out = vec![None; batch.len()];
-    if !round.iter().any(|&i| batch[i].journal.is_some()) {
-        return Ok(out);
-    }
-    let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM journal")
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(backend)?;
-    for &index in round {
-        if batch[index].journal.is_some() {
-            out[index] = Some(last + 1);
-        }
-    }
-    Ok(out)
-}
-
-/// Appends the winners' input-journal entries (SPEC G3) as one round row
-/// (`journal_body::ROUND`, `0018_journal_rounds.sql`), each entry linked to its
-/// instance's row before it (`prevs`: the `journal_prev` the instance update of this
-/// round set); a commit without one (the journal is off for its deployment) writes
-/// nothing here. One row and two binds a round: the rows a step were most of what the
-/// journal cost the one writer (docs/performance.md).
-async fn apply_journal(
-    tx: &mut SqliteConnection,
-    winners: &[Winner<'_>],
-    journal_ids: &HashMap<&str, i64>,
-    prevs: &JournalPrevs,
-) -> StoreResult<()> {
-    let mut row = None;
-    let mut steps = Vec::new();
-    for &(id, commit) in winners {
-        if let (Some(entry), Some(&jid)) = (&commit.journal, journal_ids.get(id)) {
-            row = Some(jid);
-            steps.push(journal_body::RoundStep {
-                instance: commit.instance,
-                prev: prevs.get(id).copied().flatten(),
-                entry,
-            });
-        }
-    }
-    let Some(row) = row else {
-        return Ok(());
-    };
-    // A round row's `seq` column is 1 (the column is `NOT NULL CHECK (seq >= 1)` for
-    // the entry rows before it); its entries carry their own.
-    sqlx::query("INSERT INTO journal (id, prev, seq, body) VALUES (?, NULL, 1, ?)")
-        .bind(row)
-        .bind(journal_body::pack_round(&steps))
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-    // The row before, when a purge emptied it and kept it as the newest (so that its id
-    // was not given again), is no longer the newest: it goes. A primary-key probe.
-    sqlx::query("DELETE FROM journal WHERE id = ? AND body = x'0200'")
-        .bind(row - 1)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
-    Ok(())
-}
 
 /// The newest journal row of `instance` (`instances.journal_last`); none for an instance
 /// never journaled, or not there.
@@ -2023,67 +979,22 @@ async fn read_journal_row(tx: &mut SqliteConnection, row: i64) -> StoreResult<Jo
     })
 }
 
-/// The statement heads of [`delete_keyed`]: a timer row by `(instance, name)` and the
-/// incarnation it was armed with, a pull-task row by `(instance, node)`.
-const TIMER_DELETE: &str = "DELETE FROM timers WHERE ";
-const PULL_DELETE: &str = "DELETE FROM pull_tasks WHERE ";
-/// The Camunda 8 job keys of withdrawn pull tasks (`Store::camunda_keys`); each term
-/// names the kind itself (`keyed_delete_query` joins terms with OR).
-const JOB_KEYS_DELETE: &str = "DELETE FROM camunda_keys WHERE ";
-
-/// Deletes `rows` by their keys, a statement per [`statement_chunks`] chunk:
-/// `head (k1 = ? AND k2 = ?) OR (…)`, each term written by `term`. A commit batch's
-/// deletes were one statement per row, and each statement is a round trip to sqlx's
-/// SQLite worker thread (on the one writer connection, the engine's critical path):
-/// the bulk of a pull-task batch's statements. SQLite answers such an `OR` of key
-/// equalities with one primary-key search per term (a multi-index OR; a row-value
-/// `IN (VALUES …)` would scan the table instead), which `explain_keyed_deletes` shows
-/// and a test checks.
-async fn delete_keyed<'a, T>(
-    tx: &mut SqliteConnection,
-    head: &str,
-    rows: &'a [T],
-    mut term: impl FnMut(&mut QueryBuilder<'a, Sqlite>, &'a T),
-) -> StoreResult<()> {
-    for chunk in statement_chunks(rows) {
-        let mut query = keyed_delete_query(head, chunk, &mut term);
-        query.build().execute(&mut *tx).await.map_err(backend)?;
-    }
-    Ok(())
-}
-
-fn keyed_delete_query<'a, T>(
-    head: &str,
-    rows: &'a [T],
-    term: &mut impl FnMut(&mut QueryBuilder<'a, Sqlite>, &'a T),
-) -> QueryBuilder<'a, Sqlite> {
-    let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(head);
-    for (i, row) in rows.iter().enumerate() {
-        if i > 0 {
-            query.push(" OR ");
-        }
-        query.push("(");
-        term(&mut query, row);
-        query.push(")");
+/// `query` with `args` bound in order: a statement of the commit path
+/// (`sqlite_commit`) run through sqlx.
+fn bind_args<'q>(
+    mut query: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    args: &'q [sqlite_commit::Arg<'q>],
+) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    for arg in args {
+        query = match arg {
+            sqlite_commit::Arg::Null => query.bind(None::<i64>),
+            sqlite_commit::Arg::Int(v) => query.bind(*v),
+            sqlite_commit::Arg::Text(v) => query.bind(*v),
+            sqlite_commit::Arg::Blob(v) => query.bind(*v),
+            sqlite_commit::Arg::Bytes(v) => query.bind(v.as_slice()),
+        };
     }
     query
-}
-
-/// Runs `insert` + `VALUES` of `rows` + `tail`, a statement per [`statement_chunks`] chunk;
-/// `bind` binds one row's values.
-async fn insert_rows<'a, T>(
-    tx: &mut SqliteConnection,
-    insert: &str,
-    rows: &'a [T],
-    mut bind: impl FnMut(Separated<'_, 'a, Sqlite, &'static str>, &'a T),
-    tail: &str,
-) -> StoreResult<()> {
-    for chunk in statement_chunks(rows) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(insert);
-        query.push_values(chunk, &mut bind).push(tail);
-        query.build().execute(&mut *tx).await.map_err(backend)?;
-    }
-    Ok(())
 }
 
 /// The instances one purge takes, as stored ids (see `common::purge_choice`).
@@ -2480,7 +1391,13 @@ impl Store for SqliteStore {
         advance: &ScheduleAdvance,
     ) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let moved = move_schedule(&mut tx, deployment, advance).await?;
+        let (sql, args) = sqlite_commit::move_schedule_args(deployment, advance);
+        let moved = bind_args(sqlx::query(sql), &args)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?
+            .rows_affected()
+            == 1;
         tx.commit().await.map_err(backend)?;
         Ok(moved)
     }
@@ -3118,13 +2035,15 @@ mod tests {
         let store = SqliteStore::open(dir.path().join("q.db")).await.unwrap();
         let dep = deploy(&store, "aaaa").await.unwrap();
         let applied = |fence| CommitOutcome::Applied { fence };
+        // A connection as the committer opens its own, driven here directly.
+        let mut conn = sqlite_commit::open(store.path(), Duration::from_secs(5), 1_000).unwrap();
 
         let (group, answers) = pending(vec![
             vec![commit(id(1), None, dep), commit(id(2), None, dep)],
             vec![commit(id(1), Some(1), dep), commit(id(3), None, dep)],
             vec![commit(id(1), Some(1), dep)],
         ]);
-        commit_group(&store.writer, &store.known_deployments, group).await;
+        sqlite_commit::commit_group(&mut conn, &store.known_deployments, group);
         let mut got = Vec::new();
         for answer in answers {
             got.push(answer.await.unwrap().unwrap());
@@ -3143,7 +2062,7 @@ mod tests {
             vec![commit(id(5), None, dep), commit(id(6), None, unknown)],
             vec![commit(id(2), Some(1), dep)],
         ]);
-        commit_group(&store.writer, &store.known_deployments, group).await;
+        sqlite_commit::commit_group(&mut conn, &store.known_deployments, group);
         let mut answers = answers.into_iter();
         let mut next = || answers.next().unwrap();
         assert_eq!(next().await.unwrap().unwrap(), [applied(1)]);
