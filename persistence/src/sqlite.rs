@@ -424,9 +424,11 @@ impl SqliteStore {
         )
     }
 
-    /// Closes both pools, waiting for in-flight statements; the file stays consistent
-    /// even without this (WAL), it only makes shutdown tidy.
+    /// Stops the committer (after the group it is applying) and closes its connection,
+    /// then both pools, waiting for in-flight statements; the file stays consistent even
+    /// without this (WAL), it only makes shutdown tidy. Commits after it are refused.
     pub async fn close(&self) {
+        self.committer.stop().await;
         self.readers.close().await;
         self.writer.close().await;
     }
@@ -588,7 +590,7 @@ impl SqliteStore {
 ///
 /// The task outlives a caller that stops waiting (a lane shut down mid-commit): the batch
 /// it handed over is applied or not as a whole, as when a commit's future is dropped
-/// after its transaction began. It ends when the store is dropped.
+/// after its transaction began. It ends when the store is closed or dropped.
 /// The most commits one group transaction takes; what is queued beyond it waits for the
 /// next one. Bounds a transaction's statements and the time a commit waits behind others.
 const GROUP_COMMITS_MAX: usize = 2_048;
@@ -597,6 +599,9 @@ const GROUP_COMMITS_MAX: usize = 2_048;
 struct Committer {
     queue: mpsc::UnboundedSender<Pending>,
     counts: Arc<CommitCounts>,
+    /// Asks the task to stop after the group it is applying and close its connection.
+    stop: Arc<tokio::sync::Notify>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// What the committer has done since the store opened ([`SqliteStore::commit_counts`]).
@@ -619,12 +624,22 @@ impl Committer {
         let (queue, mut waiting) = mpsc::unbounded_channel::<Pending>();
         let counts = Arc::new(CommitCounts::default());
         let counted = counts.clone();
-        tokio::spawn(async move {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let stopping = stop.clone();
+        let task = tokio::spawn(async move {
             let mut conn = Some(conn);
             // How many batches the last transaction joined: the callers likely to send
             // again about now.
             let mut siblings = 1usize;
-            while let Some(first) = waiting.recv().await {
+            loop {
+                let first = tokio::select! {
+                    biased;
+                    () = stopping.notified() => break,
+                    first = waiting.recv() => match first {
+                        Some(first) => first,
+                        None => break,
+                    },
+                };
                 let mut size = first.batch.len();
                 let mut group = vec![first];
                 while size < GROUP_COMMITS_MAX {
@@ -692,7 +707,23 @@ impl Committer {
                 }
             }
         });
-        Committer { queue, counts }
+        Committer {
+            queue,
+            counts,
+            stop,
+            task: std::sync::Mutex::new(Some(task)),
+        }
+    }
+
+    /// Stops the task once the group it is applying is answered, and waits until its
+    /// connection is closed; commits after it are refused (`the store's committer has
+    /// stopped`).
+    async fn stop(&self) {
+        self.stop.notify_one();
+        let task = self.task.lock().ok().and_then(|mut task| task.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 
     async fn commit(&self, batch: Vec<Commit>) -> StoreResult<Vec<CommitOutcome>> {
@@ -2022,6 +2053,30 @@ mod tests {
                 (Pending { batch, reply }, answer)
             })
             .unzip()
+    }
+
+    /// `close` stops the committer with its connection: what was committed before is in
+    /// the file for the next store, a commit after it is refused, not lost silently.
+    #[tokio::test]
+    async fn a_closed_store_refuses_commits_and_keeps_what_it_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        let dep = deploy(&store, "aaaa").await.unwrap();
+        let done = store.commit(vec![commit(id(1), None, dep)]).await.unwrap();
+        assert_eq!(done, [CommitOutcome::Applied { fence: 1 }]);
+        store.close().await;
+        match store.commit(vec![commit(id(2), None, dep)]).await {
+            Err(StoreError::Backend(e)) => assert!(e.to_string().contains("stopped"), "{e}"),
+            other => panic!("a closed store answered {other:?}"),
+        }
+        drop(store);
+        let again = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(
+            again.instance(id(1)).await.unwrap().map(|r| r.fence),
+            Some(1)
+        );
+        assert!(again.instance(id(2)).await.unwrap().is_none());
     }
 
     /// Batches joined into one transaction answer each caller with its own outcomes, as
