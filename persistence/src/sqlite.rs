@@ -8,11 +8,13 @@
 //! for its fsync is a lease, on a timer or an outbox row (see `claim_due_timers`): leases
 //! are advisory.
 //!
-//! Concurrency: exactly one writer connection (SQLite has one writer anyway; a single
-//! connection avoids lock hand-offs and `SQLITE_BUSY` between our own writers) and a
-//! small read-only pool for reads, which WAL lets run beside the writer. Every write
-//! transaction starts with `BEGIN IMMEDIATE`, so another process on the same file waits
-//! on the busy timeout instead of failing half-way through an upgrade.
+//! Concurrency: one writer at a time (SQLite has one writer anyway; taking turns in our
+//! own queue avoids lock hand-offs and `SQLITE_BUSY` between our own writers): the sqlx
+//! writer, a pool of one connection, for the store's own writes, and the committer's
+//! connection for [`Store::commit`] (`sqlite_commit`), which writes only while it holds
+//! the sqlx writer; and a small read-only pool for reads, which WAL lets run beside the
+//! writer. Every write transaction starts with `BEGIN IMMEDIATE`, so another process on
+//! the same file waits on the busy timeout instead of failing half-way through an upgrade.
 //!
 //! Must never: keep a write transaction open across anything but its own statements, or
 //! read from the reader pool inside a write (it would not see the transaction's rows).
@@ -63,7 +65,7 @@ use qflow_store::history;
 
 /// How long a statement waits for another process's lock on the file before failing.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;
-/// Read-only connections beside the single writer.
+/// Read-only connections beside the writer.
 pub const READERS_MAX: u32 = 4;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
