@@ -588,7 +588,7 @@ impl SqliteStore {
 ///
 /// The transactions run on a connection of the committer's own, one blocking task a group
 /// (`sqlite_commit`): with sqlx, each statement was a hand-off to its worker thread and
-/// back, and with one lane half of a commit's time went to them.
+/// back, and with one lane a third of a commit's time went to them.
 ///
 /// The task outlives a caller that stops waiting (a lane shut down mid-commit): the batch
 /// it handed over is applied or not as a whole, as when a commit's future is dropped
