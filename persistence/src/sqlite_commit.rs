@@ -64,7 +64,8 @@ fn db(e: rusqlite::Error) -> StoreError {
 
 /// Opens the committer's connection to the store file at `path`, which the store's sqlx
 /// writer has created and migrated: the writer's settings (WAL, `synchronous = FULL`,
-/// foreign keys, the busy timeout and the checkpoint interval).
+/// foreign keys, the busy timeout and the checkpoint interval), and temporary tables in
+/// memory.
 pub(crate) fn open(
     path: &Path,
     busy_timeout: Duration,
@@ -79,6 +80,10 @@ pub(crate) fn open(
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.pragma_update(None, "wal_autocheckpoint", wal_autocheckpoint_pages)?;
+    // The statements' transient tables (an `UPDATE … FROM (VALUES …)`'s join, a
+    // `RETURNING`'s rows: a chunk's snapshots and histories) stay in memory: in temporary
+    // files they were about a sixth of the bytes a commit wrote (docs/performance.md).
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(STATEMENTS_CACHED);
     Ok(conn)
 }
@@ -1309,4 +1314,38 @@ pub(crate) fn move_schedule_args<'a>(
         advance.fired_at_ms.into(),
     ]);
     (sql, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// R1a on the connection commits run on: WAL, `synchronous = FULL` (2), foreign keys,
+    /// the checkpoint interval it is given, and transient tables in memory (2).
+    #[tokio::test]
+    async fn the_committers_connection_runs_with_the_writers_durability() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        let store = crate::SqliteStore::open(&path).await.unwrap();
+        let conn = open(&path, Duration::from_secs(5), 1_234).unwrap();
+        let pragma = |name: &str| -> String {
+            conn.query_row(&format!("PRAGMA {name}"), [], |row| {
+                row.get::<_, rusqlite::types::Value>(0)
+            })
+            .map(|v| match v {
+                rusqlite::types::Value::Integer(i) => i.to_string(),
+                rusqlite::types::Value::Text(t) => t,
+                other => format!("{other:?}"),
+            })
+            .unwrap()
+        };
+        assert_eq!(pragma("journal_mode"), "wal");
+        assert_eq!(pragma("synchronous"), "2");
+        assert_eq!(pragma("foreign_keys"), "1");
+        assert_eq!(pragma("wal_autocheckpoint"), "1234");
+        assert_eq!(pragma("temp_store"), "2");
+        assert_eq!(pragma("busy_timeout"), "5000");
+        drop(conn);
+        store.close().await;
+    }
 }
