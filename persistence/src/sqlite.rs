@@ -59,7 +59,9 @@ use crate::common::{
 };
 use crate::common::{task_walks, user_task_from_row, user_tasks_query, USER_TASK_COLUMNS};
 use crate::journal_body;
-use crate::sqlite_commit::{self, statement_chunks, ChunkTexts, Pending, ROWS_PER_STATEMENT};
+use crate::sqlite_commit::{
+    self, id_text, statement_chunks, ChunkTexts, Pending, ROWS_PER_STATEMENT,
+};
 use crate::Error;
 use qflow_store::history;
 
@@ -809,16 +811,11 @@ fn fill_keys(out: &mut [i64], rows: Result<Vec<SqliteRow>, sqlx::Error>) -> Stor
     Ok(())
 }
 
-fn id_text(id: InstanceId) -> String {
-    id.hyphenated().to_string()
-}
-
-/// Instance ids are stored as hyphenated UUID text.
+/// Instance ids are stored as hyphenated UUID text (`sqlite_commit::id_text`).
 impl StoreRow for SqliteRow {
     fn instance_id(&self, name: &str) -> StoreResult<InstanceId> {
         let text: String = self.field(name)?;
-        InstanceId::parse_str(&text)
-            .map_err(|_| StoreError::Corrupt(format!("stored instance id {text:?} is not a UUID")))
+        sqlite_commit::instance_id(&text)
     }
 }
 

@@ -322,10 +322,7 @@ pub(crate) fn commit_batch(
     let stale = stale_schedules(&tx, batch)?;
     let taken = taken_messages(&tx, batch)?;
     let (mut outcomes, rounds) = plan(batch, &retired, &stale, &taken);
-    let ids: Vec<String> = batch
-        .iter()
-        .map(|c| c.instance.hyphenated().to_string())
-        .collect();
+    let ids: Vec<String> = batch.iter().map(|c| id_text(c.instance)).collect();
     for round in rounds {
         apply_round(&tx, batch, &ids, &round, &mut outcomes)?;
     }
@@ -887,8 +884,14 @@ fn refused(conn: &Connection, id: &str, commit: &Commit) -> StoreResult<CommitOu
     Ok(refusal(commit, stored_fence, holder))
 }
 
-/// A stored instance id (hyphenated UUID text).
-fn instance_id(text: &str) -> StoreResult<InstanceId> {
+/// An instance id as the store keeps it: hyphenated UUID text, which operators can read
+/// with the sqlite3 shell.
+pub(crate) fn id_text(id: InstanceId) -> String {
+    id.hyphenated().to_string()
+}
+
+/// A stored instance id ([`id_text`]); anything else is a corrupt row.
+pub(crate) fn instance_id(text: &str) -> StoreResult<InstanceId> {
     InstanceId::parse_str(text)
         .map_err(|_| StoreError::Corrupt(format!("stored instance id {text:?} is not a UUID")))
 }
