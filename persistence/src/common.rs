@@ -210,8 +210,8 @@ pub(crate) fn all_counts(rows: Vec<(InstanceStatus, u64)>) -> Vec<(InstanceStatu
 }
 
 /// The count queries behind `Store::instance_counts`: one count per status, each a range
-/// of the `(status, failure_code)` index, or, for one deployment (bound first), of the
-/// `(deployment, status)` one.
+/// of an index that begins with the status (`(status, created_at_ms, id)`), or, for one
+/// deployment (bound first), of the `(deployment, status, …)` one.
 pub(crate) const INSTANCE_COUNTS_SQL: &str =
     "SELECT status, count(*) AS n FROM instances GROUP BY status";
 pub(crate) fn instance_counts_of_deployment_sql(placeholder: &str) -> String {
@@ -610,13 +610,33 @@ pub(crate) fn claimed_timers(rows: &[impl StoreRow]) -> StoreResult<Vec<TimerRec
     Ok(claimed)
 }
 
+/// How a listing of instances tests their status: which statement shape the backend's
+/// indexes serve in the listing's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusArms {
+    /// One `SELECT`, the status (when filtered) a bound parameter: PostgreSQL, whose
+    /// indexes include `(created_at_ms, id)` and `(deployment, created_at_ms, id)`.
+    One,
+    /// One `SELECT` per status, each naming its status as a literal and read in order
+    /// from `(status, created_at_ms, id)` or `(deployment, status, created_at_ms, id)`,
+    /// merged by `UNION ALL … ORDER BY` (SQLite's plan: `MERGE (UNION ALL)`, no sort):
+    /// SQLite since `0021_fewer_instance_indexes.sql`, which dropped the two indexes that
+    /// served a listing without a status. A literal, not a parameter, so that the
+    /// partial index of FAILED instances (`WHERE status = 'failed'`) can serve a filter
+    /// by failure code.
+    PerStatus,
+}
+
 /// `SELECT INSTANCE_COLUMNS` of the instances matching `filter`, oldest first, at most
-/// the contract's limit. `id_type` is the SQL type an id given as text is cast to for
-/// the keyset comparison (`TEXT` on SQLite, `UUID` on PostgreSQL): both order ids as the
-/// store contract does, by their bytes (lowercase hyphenated text sorts the same way).
+/// the contract's limit, after `prefix` (`EXPLAIN QUERY PLAN ` for the plan tests, or
+/// nothing). `id_type` is the SQL type an id given as text is cast to for the keyset
+/// comparison (`TEXT` on SQLite, `UUID` on PostgreSQL): both order ids as the store
+/// contract does, by their bytes (lowercase hyphenated text sorts the same way).
 pub(crate) fn instances_query<'f, DB>(
     filter: &'f InstanceFilter,
     id_type: &str,
+    arms: StatusArms,
+    prefix: &str,
 ) -> QueryBuilder<'f, DB>
 where
     DB: Database,
@@ -624,14 +644,59 @@ where
     for<'a> &'a str: Encode<'a, DB> + Type<DB>,
     for<'a> String: Encode<'a, DB> + Type<DB>,
 {
-    let mut query = QueryBuilder::new(format!(
-        "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
+    let mut query = QueryBuilder::new(prefix);
+    match (arms, filter.status) {
+        (StatusArms::One, status) => {
+            query.push(format!(
+                "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
+            ));
+            if let Some(status) = status {
+                query.push(" AND status = ").push_bind(status.as_str());
+            }
+            push_instance_conditions(&mut query, filter, id_type);
+        }
+        (StatusArms::PerStatus, Some(status)) => {
+            push_status_arm(&mut query, status);
+            push_instance_conditions(&mut query, filter, id_type);
+        }
+        (StatusArms::PerStatus, None) => {
+            for (i, status) in InstanceStatus::ALL.into_iter().enumerate() {
+                if i > 0 {
+                    query.push(" UNION ALL ");
+                }
+                push_status_arm(&mut query, status);
+                push_instance_conditions(&mut query, filter, id_type);
+            }
+        }
+    }
+    query
+        .push(" ORDER BY created_at_ms, id LIMIT ")
+        .push_bind(i64::from(effective_instances_limit(filter.limit)));
+    query
+}
+
+/// One arm of a [`StatusArms::PerStatus`] listing: its status as a literal (one of the
+/// four fixed words of [`InstanceStatus::as_str`], never caller text).
+fn push_status_arm<DB: Database>(query: &mut QueryBuilder<'_, DB>, status: InstanceStatus) {
+    query.push(format!(
+        "SELECT {INSTANCE_COLUMNS} FROM instances WHERE status = '{}'",
+        status.as_str()
     ));
+}
+
+/// The filter's conditions other than the status, each an ` AND …` with its values bound.
+fn push_instance_conditions<'f, DB>(
+    query: &mut QueryBuilder<'f, DB>,
+    filter: &'f InstanceFilter,
+    id_type: &str,
+) where
+    DB: Database,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> String: Encode<'a, DB> + Type<DB>,
+{
     if let Some(deployment) = filter.deployment {
         query.push(" AND deployment = ").push_bind(deployment.0);
-    }
-    if let Some(status) = filter.status {
-        query.push(" AND status = ").push_bind(status.as_str());
     }
     if let Some(code) = &filter.failure_code {
         query.push(" AND failure_code = ").push_bind(code.as_str());
@@ -684,10 +749,6 @@ where
             .push_bind(id.to_string())
             .push(format!(" AS {id_type})))"));
     }
-    query
-        .push(" ORDER BY created_at_ms, id LIMIT ")
-        .push_bind(i64::from(effective_instances_limit(filter.limit)));
-    query
 }
 
 /// Deployment ids seen to exist. Deployments are never deleted (retirement is a flag),

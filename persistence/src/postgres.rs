@@ -48,7 +48,7 @@ use crate::common::{
     journal_limit, key_name_from_row, last_arm_per_name, last_offer_per_node, map_all,
     map_optional, merge_offered, outbox_from_row, plan, pull_from_row, purge_choice, purge_limit,
     refusal, schedule_from_row, seq_to_db, status_count_from_row, subscription_from_row,
-    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    timer_from_row, Field, KnownDeployments, StatusArms, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
     DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL, JOURNAL_COLUMNS,
     OUTBOX_COLUMNS, PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS, TIMER_COLUMNS,
 };
@@ -1760,7 +1760,7 @@ impl Store for PgStore {
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
-        let mut query = instances_query::<Postgres>(filter, "UUID");
+        let mut query = instances_query::<Postgres>(filter, "UUID", StatusArms::One, "");
         map_all(query.build().fetch_all(&self.pool).await, instance_from_row)
     }
 

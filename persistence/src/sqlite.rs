@@ -52,7 +52,7 @@ use crate::common::{
     incident_from_row, instance_from_row, instances_query, journal_from_row, journal_limit,
     key_name_from_row, map_all, map_optional, merge_offered, outbox_from_row, pull_from_row,
     purge_choice, purge_limit, schedule_from_row, status_count_from_row, subscription_from_row,
-    timer_from_row, Field, KnownDeployments, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
+    timer_from_row, Field, KnownDeployments, StatusArms, StoreRow, ATTEMPT_COLUMNS, AUDIT_COLUMNS,
     BUFFERED_COLUMNS, DEPLOYMENT_COLUMNS, INCIDENT_COLUMNS, INSTANCE_COLUMNS, INSTANCE_COUNTS_SQL,
     JOURNAL_COLUMNS, OUTBOX_COLUMNS, PULL_COLUMNS, SCHEDULE_COLUMNS, SUBSCRIPTION_COLUMNS,
     TIMER_COLUMNS,
@@ -516,6 +516,16 @@ impl SqliteStore {
             }
         }
         Ok(lines)
+    }
+
+    /// The query plan SQLite picks for a listing of instances, one line per plan step:
+    /// the evidence that a page, whatever its filter by deployment, status or failure
+    /// code, reads an index in the listing's order and stops at its limit.
+    pub async fn explain_instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<String>> {
+        let mut q =
+            instances_query::<Sqlite>(filter, "TEXT", StatusArms::PerStatus, "EXPLAIN QUERY PLAN ");
+        let rows = q.build().fetch_all(&self.readers).await.map_err(backend)?;
+        rows.iter().map(|row| row.field("detail")).collect()
     }
 
     /// The query plans SQLite picks for a task-list query, one line per plan step of
@@ -1384,7 +1394,7 @@ impl Store for SqliteStore {
     }
 
     async fn instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
-        let mut query = instances_query::<Sqlite>(filter, "TEXT");
+        let mut query = instances_query::<Sqlite>(filter, "TEXT", StatusArms::PerStatus, "");
         map_all(
             query.build().fetch_all(&self.readers).await,
             instance_from_row,

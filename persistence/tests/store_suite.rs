@@ -541,40 +541,116 @@ async fn sqlite_user_task_plans_walk_an_index_in_listing_order() -> Result<()> {
     Ok(())
 }
 
-/// A listing page filtered by deployment and/or state reads its rows in creation order
-/// from an index and stops at the limit: no plan sorts the matching rows (0006). The
-/// statements have the shape `common::instances_query` builds.
+/// A listing page, filtered by deployment, state, failure code or none of them, reads its
+/// rows in creation order from indexes and stops at the limit: no plan sorts the matching
+/// rows (0007) or scans the table. Since `0021_fewer_instance_indexes.sql` a page without
+/// a state merges one ordered read per state, and a filter by failure code of FAILED
+/// instances reads the partial index that holds only them. The plans are those of the
+/// statements the store runs (`SqliteStore::explain_instances`).
 #[tokio::test]
 async fn sqlite_listing_plans_read_in_creation_order() -> Result<()> {
-    use sqlx::Row;
     let dir = tempfile::tempdir()?;
-    let path = dir.path().join("plan.db");
-    let _store = SqliteStore::open(&path).await?;
-    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await?;
-    for filter in [
-        "deployment = ?1 AND status = ?2",
-        "status = ?2",
-        "deployment = ?1",
-        "status = ?2 AND failure_code = ?3",
-        "deployment = ?1 AND status = ?2 AND failure_code = ?3",
-    ] {
-        let sql = format!(
-            "EXPLAIN QUERY PLAN SELECT id FROM instances WHERE 1 = 1 AND {filter} \
-             ORDER BY created_at_ms, id LIMIT 50"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(1_i64)
-            .bind("completed")
-            .bind("CODE")
-            .fetch_all(&mut conn)
-            .await?;
-        let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>("detail")).collect();
-        println!("{filter}: {plan:?}");
+    let store = SqliteStore::open(&dir.path().join("plan.db")).await?;
+    let dep = Some(qflow_store::DeploymentId(1));
+    let failed = Some(InstanceStatus::Failed);
+    let code = || Some("CODE".to_string());
+    let after = Some((T0, id(1)));
+    let cases: Vec<(&str, InstanceFilter, Option<&str>)> = vec![
+        (
+            "no filter",
+            InstanceFilter::default(),
+            Some("instances_status_created"),
+        ),
+        (
+            "no filter, a later page",
+            InstanceFilter {
+                after,
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "deployment",
+            InstanceFilter {
+                deployment: dep,
+                ..Default::default()
+            },
+            Some("instances_deployment_status"),
+        ),
+        (
+            "status",
+            InstanceFilter {
+                status: failed,
+                ..Default::default()
+            },
+            Some("instances_status_created"),
+        ),
+        (
+            "deployment and status",
+            InstanceFilter {
+                deployment: dep,
+                status: failed,
+                ..Default::default()
+            },
+            Some("instances_deployment_status"),
+        ),
+        (
+            "failed with a code",
+            InstanceFilter {
+                status: failed,
+                failure_code: code(),
+                ..Default::default()
+            },
+            Some("instances_failed"),
+        ),
+        (
+            "a code",
+            InstanceFilter {
+                failure_code: code(),
+                ..Default::default()
+            },
+            Some("instances_failed"),
+        ),
+        (
+            "deployment, failed with a code",
+            InstanceFilter {
+                deployment: dep,
+                status: failed,
+                failure_code: code(),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "created window",
+            InstanceFilter {
+                created_from_ms: Some(T0),
+                created_to_ms: Some(T0 + 10),
+                ..Default::default()
+            },
+            Some("instances_status_created"),
+        ),
+    ];
+    for (label, filter, index) in cases {
+        let plan = store.explain_instances(&filter).await?;
+        println!("{label}: {plan:?}");
         ensure!(
             !plan.iter().any(|line| line.contains("TEMP B-TREE")),
-            "{filter}: the plan sorts: {plan:?}"
+            "{label}: the plan sorts: {plan:?}"
         );
+        ensure!(
+            !plan.iter().any(|line| line.starts_with("SCAN instances")),
+            "{label}: the plan scans the table: {plan:?}"
+        );
+        if let Some(index) = index {
+            ensure!(
+                plan.iter()
+                    .any(|line| line.contains(&format!("INDEX {index} "))),
+                "{label}: {index} is not used: {plan:?}"
+            );
+        }
     }
+    store.close().await;
     Ok(())
 }
 
@@ -1301,7 +1377,26 @@ async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_th
     .await?;
     ensure!(!table.contains("WITHOUT ROWID"), "{table}");
     let indexes_after: Vec<(String, String)> = sqlx::query_as(indexes).fetch_all(&mut conn).await?;
-    ensure!(indexes_after == indexes_before, "{indexes_after:?}");
+    // Every index again, less the three `0021_fewer_instance_indexes.sql` drops and with
+    // the partial one it adds.
+    let dropped = [
+        "instances_created",
+        "instances_deployment_created",
+        "instances_status",
+    ];
+    let mut expected: Vec<(String, String)> = indexes_before
+        .iter()
+        .filter(|(name, _)| !dropped.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    expected.push((
+        "instances_failed".into(),
+        "CREATE INDEX instances_failed ON instances (failure_code, created_at_ms, id)\n    \
+         WHERE status = 'failed'"
+            .into(),
+    ));
+    expected.sort();
+    ensure!(indexes_after == expected, "{indexes_after:?}");
     let columns_after: Vec<(String, String, i64, Option<String>, i64)> =
         sqlx::query_as(columns).fetch_all(&mut conn).await?;
     ensure!(columns_after == columns_before, "{columns_after:?}");

@@ -1234,6 +1234,44 @@ pub async fn instances_filter_by_deployment_status_and_code(ctx: Ctx) -> Result<
         })
         .await?;
     ensure!(none.is_empty());
+    // A failure code on a row that is not FAILED (the store does not forbid it): a filter
+    // by the code alone finds it among the failed ones, in order; a filter that also
+    // names FAILED does not. A store may read each status apart and merge them.
+    let mut kept = commit(id(6), None, v2);
+    kept.now_ms = T0 + 1;
+    kept.state.status = InstanceStatus::Cancelled;
+    kept.state.failure_code = Some("E_PAY".into());
+    commit_one(s, kept).await?;
+    let pay_any = ids(s
+        .instances(&InstanceFilter {
+            failure_code: Some("E_PAY".into()),
+            ..Default::default()
+        })
+        .await?);
+    ensure!(pay_any == vec![id(1), id(4), id(6)], "{pay_any:?}");
+    let pay_failed = ids(s
+        .instances(&InstanceFilter {
+            failure_code: Some("E_PAY".into()),
+            status: Some(InstanceStatus::Failed),
+            ..Default::default()
+        })
+        .await?);
+    ensure!(pay_failed == vec![id(1), id(4)], "{pay_failed:?}");
+    let on_v2 = ids(s
+        .instances(&InstanceFilter {
+            deployment: Some(v2),
+            ..Default::default()
+        })
+        .await?);
+    ensure!(on_v2 == vec![id(2), id(3), id(6)], "{on_v2:?}");
+    let on_v2_after = ids(s
+        .instances(&InstanceFilter {
+            deployment: Some(v2),
+            after: Some((T0 + 1, id(3))),
+            ..Default::default()
+        })
+        .await?);
+    ensure!(on_v2_after == vec![id(6)], "{on_v2_after:?}");
     Ok(())
 }
 

@@ -1241,7 +1241,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many instances there are in each status — of one deployment, or of all — in
     /// [`InstanceStatus`] order, every status listed (0 when none). One indexed count per
-    /// status (`(deployment, status)` or `(status, failure_code)`).
+    /// status (`(deployment, status, …)` or `(status, …)`).
     async fn instance_counts(
         &self,
         deployment: Option<DeploymentId>,
