@@ -21,7 +21,7 @@
 //! | table | rows | written by |
 //! |---|---|---|
 //! | `deployments` | one per distinct content hash; `id` is the version | `deploy`, `retire` |
-//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention); indexes ending in `(created_at_ms, id)` per deployment and state, so a listing page reads in order (`0007`) | `commit` (CAS on fence), `purge_finished` |
+//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention); indexes `(status, created_at_ms, id)` and `(deployment, status, created_at_ms, id)`, so a listing page reads in order (`0007`; on SQLite since `0021` a page without a status filter merges one ordered read per status, and FAILED instances' failure codes have a partial index of their own; PostgreSQL also keeps `(created_at_ms, id)`, `(deployment, created_at_ms, id)` and `(status, failure_code, created_at_ms, id)`) | `commit` (CAS on fence), `purge_finished` |
 //! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
 //! | `incidents` | opened/resolved per instance and node; partial index of open ones (`0008`) | `commit`, `record_delivery` (a poisoned row's `POISONED` incident) |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
