@@ -925,8 +925,9 @@ pub(crate) fn purge_limit(request: &PurgeRequest) -> i64 {
 /// is given, oldest end first. The status test repeats what `ended_at_ms` already says,
 /// so that a running or FAILED row is never chosen whatever its other columns hold;
 /// `status` is how the backend spells the column there — SQLite gets `+status`, which
-/// keeps its planner off `instances_status` (without statistics it prefers that index,
-/// then sorts every completed instance per batch). Two texts rather than `(? IS NULL OR
+/// keeps its planner off the indexes that begin with the status (without statistics it
+/// preferred `instances_status`, dropped by `0021`, then sorted every completed instance
+/// per batch). Two texts rather than `(? IS NULL OR
 /// deployment = ?)`, so each plan can use its index.
 pub(crate) fn purge_choice(
     status: &str,
