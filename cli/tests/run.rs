@@ -42,6 +42,15 @@ fn the_main_job_runs_every_instance_as_scripted_on_a_fresh_and_a_reused_file() {
             stderr.contains("resuming 0 unfinished instance(s)"),
             "round {round}: a finished run leaves nothing to resume:\n{stderr}"
         );
+        // The run closes its store: the WAL is folded into the file and removed.
+        for suffix in ["-wal", "-shm"] {
+            let mut beside = db.clone().into_os_string();
+            beside.push(suffix);
+            assert!(
+                !std::path::Path::new(&beside).exists(),
+                "round {round}: {beside:?} is left beside the store"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
