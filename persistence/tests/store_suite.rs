@@ -654,6 +654,72 @@ async fn sqlite_listing_plans_read_in_creation_order() -> Result<()> {
     Ok(())
 }
 
+/// PostgreSQL leaves room on each page of `instances` for the next versions of its rows
+/// (`0018_instances_fillfactor.sql`), so a step's UPDATE, which changes no indexed
+/// column, writes the new version beside the old one (a heap-only tuple, no index entry)
+/// even when the instances created together filled their page: the row stays on the
+/// page it was inserted on through several steps. Filled to the default 100 %, the page
+/// of the first of 60 instances created in one commit has no room, and the first
+/// update moves the row.
+#[tokio::test]
+async fn postgres_a_steps_new_row_version_stays_on_its_page() -> Result<()> {
+    let Some((store, url, schema)) = scratch_pg("qflow_fill").await? else {
+        return Ok(());
+    };
+    let result = async {
+        let dep = deploy(&store, "h1").await?;
+        let batch = (1..=60)
+            .map(|n| {
+                let mut c = commit(id(n), None, dep);
+                c.state.snapshot = vec![n as u8; 100];
+                c
+            })
+            .collect();
+        store.commit(batch).await?;
+        let block = || async {
+            let at: String = sqlx::query_scalar("SELECT ctid::text FROM instances WHERE id = $1")
+                .bind(id(1))
+                .fetch_one(store.pool())
+                .await?;
+            anyhow::Ok(
+                at.trim_start_matches('(')
+                    .split(',')
+                    .next()
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        };
+        let first = block().await?;
+        for fence in 1..=5u64 {
+            let mut step = commit(id(1), Some(fence), dep);
+            step.state.snapshot = vec![fence as u8; 110];
+            ensure!(
+                matches!(
+                    commit_one(&store, step).await?,
+                    CommitOutcome::Applied { .. }
+                ),
+                "step {fence} was not applied"
+            );
+            let now = block().await?;
+            ensure!(
+                now == first,
+                "step {fence} moved the row from page {first} to {now}"
+            );
+        }
+        let options: Option<Vec<String>> =
+            sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = 'instances'::regclass")
+                .fetch_one(store.pool())
+                .await?;
+        ensure!(
+            options.is_some_and(|o| o.contains(&"fillfactor=50".to_owned())),
+            "instances' fillfactor is not 50"
+        );
+        Ok(())
+    }
+    .await;
+    drop_scratch_pg(store, &url, &schema, result).await
+}
+
 /// The same evidence on PostgreSQL, with enough parked rows (and fresh statistics) that
 /// the planner's choice is the one production sees.
 #[tokio::test]
