@@ -615,7 +615,8 @@ pub(crate) fn claimed_timers(rows: &[impl StoreRow]) -> StoreResult<Vec<TimerRec
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StatusArms {
     /// One `SELECT`, the status (when filtered) a bound parameter: PostgreSQL, whose
-    /// indexes include `(created_at_ms, id)` and `(deployment, created_at_ms, id)`.
+    /// indexes include `(created_at_ms, id)` and `(deployment, created_at_ms, id)`
+    /// (PostgreSQL 15 would sort every row the arms below match, not merge them).
     One,
     /// One `SELECT` per status, each naming its status as a literal and read in order
     /// from `(status, created_at_ms, id)` or `(deployment, status, created_at_ms, id)`,

@@ -15,7 +15,8 @@
 --   Its `WHERE` matches only a listing that names the status as a literal, which the
 --   SQLite listing does (`common::StatusArms::PerStatus`).
 --
--- PostgreSQL keeps its indexes (its listing is one statement with bound parameters).
+-- PostgreSQL keeps its indexes: PostgreSQL 15 sorts every row such a UNION ALL matches
+-- rather than merging its ordered arms (docs/performance.md).
 DROP INDEX instances_created;
 DROP INDEX instances_deployment_created;
 DROP INDEX instances_status;
