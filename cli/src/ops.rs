@@ -876,7 +876,7 @@ where
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let store = open_store(args).await?;
+        let (store, sqlite) = open_store(args).await?;
         let clock: Arc<dyn Fn() -> i64 + Send + Sync> = Arc::new(|| {
             use qflow_runtime::Clock;
             qflow_runtime::SystemClock.now_ms()
@@ -894,7 +894,13 @@ where
         if args.journal {
             ops = ops.with_journal(qflow_runtime::journal::JournalPolicy::All);
         }
-        match op(ops).await {
+        let outcome = op(ops).await;
+        // Closed, a SQLite file is whole on its own: the WAL is folded into it and the
+        // `-wal` and `-shm` files beside it are removed.
+        if let Some(sqlite) = sqlite {
+            sqlite.close().await;
+        }
+        match outcome {
             Ok((rendered, status)) => {
                 // Node ids, codes and messages come from models and handlers: their
                 // control characters are escaped, in JSON as JSON escapes.
@@ -916,12 +922,14 @@ where
     })
 }
 
-async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
+/// The store the command names, and the same store by its own type when it is a SQLite
+/// file (to be closed once the command is done).
+async fn open_store(args: &StoreArgs) -> Result<(Arc<dyn Store>, Option<Arc<SqliteStore>>)> {
     if let Some(url) = &args.database_url {
         let store = PgStore::connect(url)
             .await
             .context("connecting to PostgreSQL")?;
-        return Ok(Arc::new(store));
+        return Ok((Arc::new(store), None));
     }
     // The same judgement `qflow run` and `SqliteStore::open` make, stricter: an operator
     // command never creates a store, in a missing file or an empty one.
@@ -937,8 +945,8 @@ async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
         ),
     }
     // The error names the file.
-    let store = SqliteStore::open(&args.db).await?;
-    Ok(Arc::new(store))
+    let store = Arc::new(SqliteStore::open(&args.db).await?);
+    Ok((store.clone(), Some(store)))
 }
 
 #[derive(Debug, clap::Args)]

@@ -163,6 +163,15 @@ fn a_failed_instance_from_the_main_job_is_found_inspected_and_resumed() {
         .filter(|a| a["node"] == "charge")
         .count();
     assert_eq!(charges, burned + 1, "exactly one more attempt ran");
+    // Each command closes the store: no WAL is left beside the file.
+    for suffix in ["-wal", "-shm"] {
+        let mut beside = db.clone().into_os_string();
+        beside.push(suffix);
+        assert!(
+            !Path::new(&beside).exists(),
+            "{beside:?} is left beside the store"
+        );
+    }
 }
 
 #[test]
