@@ -1,6 +1,8 @@
 //! The operator commands against the file `qflow run` leaves: find the FAILED instances,
 //! inspect one, resume it, and see every refusal exit 1 with nothing changed.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -164,14 +166,7 @@ fn a_failed_instance_from_the_main_job_is_found_inspected_and_resumed() {
         .count();
     assert_eq!(charges, burned + 1, "exactly one more attempt ran");
     // Each command closes the store: no WAL is left beside the file.
-    for suffix in ["-wal", "-shm"] {
-        let mut beside = db.clone().into_os_string();
-        beside.push(suffix);
-        assert!(
-            !Path::new(&beside).exists(),
-            "{beside:?} is left beside the store"
-        );
-    }
+    common::assert_store_closed(&db, "the operator commands");
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! `qflow run`, the main job: it must finish, every instance must end as its script says,
 //! and a second run on the same file must deploy the same version and start afresh.
 
+mod common;
+
 use std::process::Command;
 
 fn run(db: &std::path::Path, instances: u32) -> (bool, String, String) {
@@ -43,14 +45,7 @@ fn the_main_job_runs_every_instance_as_scripted_on_a_fresh_and_a_reused_file() {
             "round {round}: a finished run leaves nothing to resume:\n{stderr}"
         );
         // The run closes its store: the WAL is folded into the file and removed.
-        for suffix in ["-wal", "-shm"] {
-            let mut beside = db.clone().into_os_string();
-            beside.push(suffix);
-            assert!(
-                !std::path::Path::new(&beside).exists(),
-                "round {round}: {beside:?} is left beside the store"
-            );
-        }
+        common::assert_store_closed(&db, &format!("round {round}"));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

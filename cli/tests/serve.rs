@@ -174,14 +174,7 @@ fn first_contact_prints_one_token_that_survives_a_restart() {
     assert_eq!(status, 200, "{body}");
     stop(again);
     // A clean stop closes the store: the WAL is folded into the file and removed.
-    for suffix in ["-wal", "-shm"] {
-        let mut beside = db.clone().into_os_string();
-        beside.push(suffix);
-        assert!(
-            !std::path::Path::new(&beside).exists(),
-            "{beside:?} is left beside the store after SIGTERM"
-        );
-    }
+    common::assert_store_closed(&db, "SIGTERM");
 }
 
 #[test]

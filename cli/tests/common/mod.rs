@@ -1,6 +1,7 @@
-//! What the tests that run `qflow serve` as a process and drive it with an outside
-//! client share: the workspace's path, and a server on a free loopback port with its
-//! first-contact token. Each test crate uses a part of it.
+//! What the tests that run `qflow` as a process share: the workspace's path, a server on
+//! a free loopback port with its first-contact token (for the tests that drive `qflow
+//! serve` with an outside client), and the check that a command closed its SQLite store.
+//! Each test crate uses a part of it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -100,4 +101,17 @@ pub fn serve(db: &Path) -> Server {
         .unwrap_or_else(|| panic!("no token printed: {said:#?}"))
         .to_owned();
     Server { child, addr, token }
+}
+
+/// A command that closed its SQLite store leaves no `-wal` or `-shm` file beside `db`:
+/// SQLite folds the WAL into the file on the last close. `after` says which command.
+pub fn assert_store_closed(db: &Path, after: &str) {
+    for suffix in ["-wal", "-shm"] {
+        let mut beside = db.as_os_str().to_owned();
+        beside.push(suffix);
+        assert!(
+            !Path::new(&beside).exists(),
+            "{after}: {beside:?} is left beside the store"
+        );
+    }
 }
