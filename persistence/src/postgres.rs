@@ -461,7 +461,8 @@ impl InstanceColumns {
         self.snapshot.push(commit.state.snapshot.clone());
         self.business_key.push(commit.state.business_key.clone());
         self.now_ms.push(commit.now_ms);
-        self.history.push(history::pack(&commit.attempts));
+        self.history
+            .push(history::pack(commit.instance, &commit.attempts));
         // A step finishes a few attempts (one per task it completes or fails).
         self.history_n
             .push(i32::try_from(commit.attempts.len()).unwrap_or(i32::MAX));

@@ -797,7 +797,7 @@ fn apply_state<'a>(
                 commit.now_ms.into(),
                 ended_at_creation(commit).into(),
                 journal_ids[index].into(),
-                history::pack(&commit.attempts).into(),
+                history::pack(commit.instance, &commit.attempts).into(),
                 (commit.attempts.len() as i64).into(),
             ]);
         }
@@ -967,7 +967,7 @@ fn update_instances(
                 commit.state.snapshot.as_slice().into(),
                 commit.now_ms.into(),
                 journal_ids[index].into(),
-                history::pack(&commit.attempts).into(),
+                history::pack(commit.instance, &commit.attempts).into(),
                 (commit.attempts.len() as i64).into(),
             ]);
         }

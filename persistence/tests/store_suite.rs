@@ -1652,6 +1652,176 @@ async fn postgres_attempts_live_in_the_row_and_move_to_the_table_past_2_kib() ->
     drop_scratch_pg(store, &url, &schema, result).await
 }
 
+/// `r` in layout 1 of the packed attempt history, as every build before the compact layout
+/// (2026-12-06) wrote it into `instances.history` (qflow_store::history's module doc).
+fn layout_1_record(r: &qflow_store::AttemptRecord) -> Vec<u8> {
+    use qflow_store::varint::{varint, zigzag};
+    let mut out = Vec::new();
+    varint(&mut out, r.node.len() as u64);
+    out.extend_from_slice(r.node.as_bytes());
+    varint(&mut out, u64::from(r.attempt.get()));
+    varint(&mut out, zigzag(r.finished_at_ms));
+    varint(&mut out, zigzag(r.finished_at_ms - r.started_at_ms));
+    out.push(match r.outcome {
+        qflow_store::AttemptOutcome::Ok => 0,
+        qflow_store::AttemptOutcome::Failed => 1,
+        o => panic!("the test writes no {o:?}"),
+    });
+    for text in [&r.code, &r.message, &r.worker] {
+        match text {
+            None => out.push(0),
+            Some(t) => {
+                varint(&mut out, t.len() as u64 + 1);
+                out.extend_from_slice(t.as_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// An instance id as the runtime makes them (UUIDv7, started at the conformance kit's `T0`).
+fn v7_id() -> qflow_store::InstanceId {
+    uuid::Builder::from_unix_timestamp_millis(T0 as u64, &[0x5a; 10]).into_uuid()
+}
+
+/// Instance [`v7_id`] (created on `dep` at fence 1) holds two records in its row in
+/// layout 1, put there by `set_history`, as a row written before the compact layout does. Three more attempts
+/// committed through the store go after them in the compact layout (the row's bytes start
+/// with the old ones, unchanged, and grow by fewer bytes a record), and a read gives all of
+/// them in order; `row` reads the row's history bytes.
+async fn layout_1_history_takes_compact_records<S, SFut, R, RFut>(
+    store: &dyn Store,
+    dep: qflow_store::DeploymentId,
+    set_history: S,
+    row: R,
+) -> Result<()>
+where
+    S: FnOnce(Vec<u8>, i64) -> SFut,
+    SFut: std::future::Future<Output = Result<()>>,
+    R: Fn() -> RFut,
+    RFut: std::future::Future<Output = Result<Vec<u8>>>,
+{
+    use qflow_store::{AttemptOutcome, AttemptRecord};
+
+    let failed = |n: u32| AttemptRecord {
+        outcome: AttemptOutcome::Failed,
+        code: Some("HTTP_503".into()),
+        message: Some(format!("attempt {n}: upstream unavailable")),
+        ..attempt(v7_id(), "pay", n)
+    };
+    let mut written = vec![failed(1), attempt(v7_id(), "check", 1)];
+    let old: Vec<u8> = written.iter().flat_map(layout_1_record).collect();
+    set_history(old.clone(), written.len() as i64).await?;
+    ensure!(
+        store.attempts(v7_id()).await? == written,
+        "the layout 1 records read back"
+    );
+    for n in 2..=4u32 {
+        let record = failed(n);
+        let mut c = commit(v7_id(), Some(u64::from(n) - 1), dep);
+        c.attempts = vec![record.clone()];
+        ensure!(
+            commit_one(store, c).await?
+                == CommitOutcome::Applied {
+                    fence: u64::from(n)
+                }
+        );
+        written.push(record);
+    }
+    let bytes = row().await?;
+    ensure!(bytes.starts_with(&old), "the old records were rewritten");
+    let compact = bytes.len() - old.len();
+    let as_layout_1: usize = written[2..].iter().map(|r| layout_1_record(r).len()).sum();
+    // A compact record writes the instance's age (1 byte here) for the epoch instant (6)
+    // and nothing for an absent worker (1), and pays a byte for its first one: attempt 2
+    // (which names a worker) saves 4 bytes, attempts 3 and 4 save 5 each.
+    ensure!(
+        compact + 14 == as_layout_1,
+        "three compact records took {compact} bytes, layout 1 {as_layout_1}"
+    );
+    ensure!(
+        store.attempts(v7_id()).await? == written,
+        "old, then new, in order"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_layout_1_history_takes_compact_records() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("qflow.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = SqliteStore::open(&path).await?;
+    let dep = deploy(&store, "h1").await?;
+    commit_one(&store, commit(v7_id(), None, dep)).await?;
+    let pool = sqlx::SqlitePool::connect(&url).await?;
+    let set = |bytes: Vec<u8>, n: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("UPDATE instances SET history = ?, history_n = ? WHERE id = ?")
+                .bind(bytes)
+                .bind(n)
+                .bind(v7_id().to_string())
+                .execute(&pool)
+                .await?;
+            Ok(())
+        }
+    };
+    let row = || {
+        let pool = pool.clone();
+        async move {
+            Ok(
+                sqlx::query_scalar("SELECT history FROM instances WHERE id = ?")
+                    .bind(v7_id().to_string())
+                    .fetch_one(&pool)
+                    .await?,
+            )
+        }
+    };
+    let result = layout_1_history_takes_compact_records(&store, dep, set, row).await;
+    pool.close().await;
+    store.close().await;
+    result
+}
+
+#[tokio::test]
+async fn postgres_layout_1_history_takes_compact_records() -> Result<()> {
+    let Some((store, url, schema)) = scratch_pg("qflow_history_layout").await? else {
+        return Ok(());
+    };
+    let result = async {
+        let dep = deploy(&store, "h1").await?;
+        commit_one(&store, commit(v7_id(), None, dep)).await?;
+        let pool = store.pool().clone();
+        let set = |bytes: Vec<u8>, n: i64| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query("UPDATE instances SET history = $1, history_n = $2 WHERE id = $3")
+                    .bind(bytes)
+                    .bind(i32::try_from(n)?)
+                    .bind(v7_id())
+                    .execute(&pool)
+                    .await?;
+                Ok(())
+            }
+        };
+        let row = || {
+            let pool = pool.clone();
+            async move {
+                Ok(
+                    sqlx::query_scalar("SELECT history FROM instances WHERE id = $1")
+                        .bind(v7_id())
+                        .fetch_one(&pool)
+                        .await?,
+                )
+            }
+        };
+        layout_1_history_takes_compact_records(&store, dep, set, row).await
+    }
+    .await;
+    drop_scratch_pg(store, &url, &schema, result).await
+}
+
 /// A step's finished attempts go in the instance row (`0019_attempts_in_row.sql`), not in
 /// `attempts`; past 2 KiB the row's records move to `attempts` in one go and the row is
 /// emptied; a row `attempts` held before (as a file migrated from before 0019 has them)

@@ -312,7 +312,7 @@ impl State {
             }),
         };
         if !commit.attempts.is_empty() {
-            crate::history::pack_into(&mut slot.history, &commit.attempts);
+            crate::history::pack_into(&mut slot.history, commit.instance, &commit.attempts);
             slot.attempts += commit.attempts.len() as u64;
         }
         self.apply_timers(commit.instance, commit.timers);
