@@ -619,12 +619,13 @@ pub(crate) enum StatusArms {
     /// (PostgreSQL 15 would sort every row the arms below match, not merge them).
     One,
     /// One `SELECT` per status, each naming its status as a literal and read in order
-    /// from `(status, created_at_ms, id)` or `(deployment, status, created_at_ms, id)`,
-    /// merged by `UNION ALL … ORDER BY` (SQLite's plan: `MERGE (UNION ALL)`, no sort):
-    /// SQLite since `0021_fewer_instance_indexes.sql`, which dropped the two indexes that
-    /// served a listing without a status. A literal, not a parameter, so that the
-    /// partial index of FAILED instances (`WHERE status = 'failed'`) can serve a filter
-    /// by failure code.
+    /// from `(status, created_at_ms)` or `(deployment, status, created_at_ms)` (the
+    /// instances of one millisecond sorted by id), merged by `UNION ALL … ORDER BY`
+    /// (SQLite's plan: `MERGE (UNION ALL)`): SQLite since
+    /// `0021_fewer_instance_indexes.sql`, which dropped the two indexes that served a
+    /// listing without a status. A filter by failure code is one `SELECT` whatever the
+    /// status: the partial index of the instances that have a code
+    /// (`0022_status_indexes_without_id.sql`) holds every one in order.
     PerStatus,
 }
 
@@ -658,6 +659,14 @@ where
         }
         (StatusArms::PerStatus, Some(status)) => {
             push_status_arm(&mut query, status);
+            push_instance_conditions(&mut query, filter, id_type);
+        }
+        // A failure code, whatever the states: one read of the partial index of the
+        // instances that have one (`instances_coded`), in order already.
+        (StatusArms::PerStatus, None) if filter.failure_code.is_some() => {
+            query.push(format!(
+                "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
+            ));
             push_instance_conditions(&mut query, filter, id_type);
         }
         (StatusArms::PerStatus, None) => {
@@ -741,7 +750,11 @@ fn push_instance_conditions<'f, DB>(
             .push("))");
     }
     if let Some((at, id)) = filter.after {
+        // The `>=` alone bounds the index range to the cursor's start; the OR then only
+        // sorts out the instances of its millisecond.
         query
+            .push(" AND created_at_ms >= ")
+            .push_bind(at)
             .push(" AND (created_at_ms > ")
             .push_bind(at)
             .push(" OR (created_at_ms = ")

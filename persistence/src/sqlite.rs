@@ -528,6 +528,31 @@ impl SqliteStore {
         rows.iter().map(|row| row.field("detail")).collect()
     }
 
+    /// The work SQLite does for one listing page, in virtual-machine instructions (its
+    /// progress handler, called every instruction): the store's own statement for
+    /// `filter`, run to the end on a reader. The evidence, without timing, that a page
+    /// costs the same however many instances the file holds.
+    pub async fn instances_vm_steps(&self, filter: &InstanceFilter) -> StoreResult<u64> {
+        let steps = Arc::new(AtomicU64::new(0));
+        let mut conn = self.readers.acquire().await.map_err(backend)?;
+        let counter = steps.clone();
+        conn.lock_handle()
+            .await
+            .map_err(backend)?
+            .set_progress_handler(1, move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+                true
+            });
+        let mut q = instances_query::<Sqlite>(filter, "TEXT", StatusArms::PerStatus, "");
+        let result = q.build().fetch_all(&mut *conn).await.map_err(backend);
+        conn.lock_handle()
+            .await
+            .map_err(backend)?
+            .remove_progress_handler();
+        result?;
+        Ok(steps.load(Ordering::Relaxed))
+    }
+
     /// The query plans SQLite picks for a task-list query, one line per plan step of
     /// each of its walks: the evidence that a page by assignee, candidate or deployment
     /// walks an index in the listing order rather than the table or the instances.
