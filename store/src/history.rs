@@ -5,13 +5,13 @@
 //! makes of the row, so a step's history costs no row or page of its own
 //! (docs/performance.md, "Attempt history in the instance row" and "PostgreSQL: attempt
 //! history in the instance row"); the memory store keeps
-//! each instance's history the same way, some 20 bytes a record instead of a record of
+//! each instance's history the same way, some 10 bytes a record instead of a record of
 //! 136 bytes and a string of its own (docs/performance.md, "The memory store's attempt
 //! history, packed").
 //!
-//! Two record layouts, every integer an LEB128 varint (signed ones zigzagged). Records of
-//! both may follow each other in one history: a row written before the compact layout
-//! keeps its records and takes compact ones after them. The bytes are in users'
+//! Two record layouts, every integer an LEB128 varint, instants and durations zigzagged
+//! unless said otherwise. Records of both may follow each other in one history: a row
+//! written before the compact layout keeps its records and takes compact ones after them. The bytes are in users'
 //! databases: never change a layout once written; add one with a first byte of its own.
 //!
 //! * **Layout 1** (written until 2026-12; read for ever): node length, node bytes,

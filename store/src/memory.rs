@@ -66,7 +66,7 @@ struct OutboxRow {
 }
 
 /// One instance: its row, and its finished attempts packed as
-/// [`crate::history::pack_into`] writes them (some 20 bytes a record, where a whole
+/// [`crate::history::pack_into`] writes them (some 10 bytes a record, where a whole
 /// `AttemptRecord` kept 136 and a node name of its own).
 #[derive(Debug)]
 struct Slot {
