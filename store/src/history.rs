@@ -11,8 +11,9 @@
 //!
 //! Two record layouts, every integer an LEB128 varint, instants and durations zigzagged
 //! unless said otherwise. Records of both may follow each other in one history: a row
-//! written before the compact layout keeps its records and takes compact ones after them. The bytes are in users'
-//! databases: never change a layout once written; add one with a first byte of its own.
+//! written before the compact layout keeps its records and takes compact ones after
+//! them. The bytes are in users' databases: never change a layout once written; add one
+//! with a first byte of its own.
 //!
 //! * **Layout 1** (written until 2026-12; read for ever): node length, node bytes,
 //!   attempt, finished_at_ms, the attempt's duration (finished minus started), the
@@ -175,27 +176,22 @@ fn compact(
     let finished_at_ms = read_varint(rest)
         .map(|d| base.wrapping_add(d as i64))
         .ok_or("an end instant")?;
-    let started_at_ms = read_varint(rest)
-        .map(|d| finished_at_ms.wrapping_sub(unzigzag(d)))
-        .ok_or("a duration")?;
-    let mut optional = [None, None, None];
-    for (slot, flag) in optional.iter_mut().zip([HAS_CODE, HAS_MESSAGE, HAS_WORKER]) {
+    let duration = read_varint(rest).ok_or("a duration")?;
+    let mut texts = [None, None, None];
+    for (slot, flag) in texts.iter_mut().zip([HAS_CODE, HAS_MESSAGE, HAS_WORKER]) {
         if flags & flag != 0 {
             *slot = Some(text(rest).ok_or("a text")?);
         }
     }
-    let [code, message, worker] = optional;
-    Ok(AttemptRecord {
+    Ok(assemble(
         instance,
         node,
         attempt,
-        started_at_ms,
         finished_at_ms,
+        duration,
         outcome,
-        code,
-        message,
-        worker,
-    })
+        texts,
+    ))
 }
 
 /// One record of layout 1.
@@ -206,31 +202,51 @@ fn layout_1(rest: &mut &[u8], instance: InstanceId) -> Result<AttemptRecord, &'s
         .and_then(Attempt::new)
         .ok_or("an attempt number")?;
     let finished_at_ms = read_varint(rest).map(unzigzag).ok_or("an end instant")?;
-    let started_at_ms = read_varint(rest)
-        .map(|d| finished_at_ms.wrapping_sub(unzigzag(d)))
-        .ok_or("a duration")?;
+    let duration = read_varint(rest).ok_or("a duration")?;
     let (&byte, tail) = rest.split_first().ok_or("an outcome")?;
     let outcome = outcome_of(byte).ok_or("an outcome")?;
     *rest = tail;
-    let mut optional = [None, None, None];
-    for slot in &mut optional {
+    let mut texts = [None, None, None];
+    for slot in &mut texts {
         let n = read_varint(rest).ok_or("a text's length")?;
         if n > 0 {
             *slot = Some(take_text(rest, n - 1).ok_or("a text")?);
         }
     }
-    let [code, message, worker] = optional;
-    Ok(AttemptRecord {
+    Ok(assemble(
         instance,
         node,
         attempt,
-        started_at_ms,
+        finished_at_ms,
+        duration,
+        outcome,
+        texts,
+    ))
+}
+
+/// The record both layouts read: `duration` as written (zigzagged), `texts` the code,
+/// message and worker.
+fn assemble(
+    instance: InstanceId,
+    node: String,
+    attempt: Attempt,
+    finished_at_ms: i64,
+    duration: u64,
+    outcome: AttemptOutcome,
+    texts: [Option<String>; 3],
+) -> AttemptRecord {
+    let [code, message, worker] = texts;
+    AttemptRecord {
+        instance,
+        node,
+        attempt,
+        started_at_ms: finished_at_ms.wrapping_sub(unzigzag(duration)),
         finished_at_ms,
         outcome,
         code,
         message,
         worker,
-    })
+    }
 }
 
 fn text(rest: &mut &[u8]) -> Option<String> {
