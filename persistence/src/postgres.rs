@@ -169,6 +169,15 @@ impl PgStore {
         self.pool.close().await;
     }
 
+    /// The plan PostgreSQL picks for the store's listing statement for `filter`, with its
+    /// values bound (`EXPLAIN`, not executed): the evidence that a page reads an index in
+    /// the listing's order.
+    pub async fn explain_instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<String>> {
+        let mut q = instances_query::<Postgres>(filter, "UUID", StatusArms::One, "EXPLAIN ");
+        let rows = q.build().fetch_all(&self.pool).await.map_err(backend)?;
+        rows.iter().map(|row| row.field("QUERY PLAN")).collect()
+    }
+
     /// The generic plan PostgreSQL uses for the timer claim once the prepared statement
     /// has run a few times (`EXPLAIN EXECUTE` under `force_generic_plan`, not executed):
     /// the evidence that polling walks the due index rather than the table (R3).

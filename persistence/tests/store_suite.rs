@@ -888,6 +888,90 @@ async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
     drop_scratch_pg(store, &url, &schema, result).await
 }
 
+/// A listing by failure code on PostgreSQL reads the partial index of the instances that
+/// have one (`0019_failure_codes_partial.sql`) in the listing's order, with a status or
+/// without, among 20,000 instances of which one in ten has a code (fresh statistics): no
+/// sort, no scan of the table.
+#[tokio::test]
+async fn postgres_a_listing_by_failure_code_reads_the_partial_index() -> Result<()> {
+    let Some((store, url, schema)) = scratch_pg("qflow_plan").await? else {
+        return Ok(());
+    };
+    let result = async {
+        let dep = deploy(&store, "h1").await?;
+        sqlx::query(
+            "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
+                 created_at_ms, updated_at_ms) \
+             SELECT md5(g::text)::uuid, $1, 1, \
+                 CASE g % 10 WHEN 0 THEN 'running' WHEN 1 THEN 'failed' ELSE 'completed' END, \
+                 CASE g % 10 WHEN 1 THEN 'CODE' END, '\\x00', $2 + g / 50, $2 + g / 50 \
+             FROM generate_series(1, 20000) AS g",
+        )
+        .bind(dep.0)
+        .bind(T0)
+        .execute(store.pool())
+        .await?;
+        sqlx::query("ANALYZE instances")
+            .execute(store.pool())
+            .await?;
+        let code = || Some("CODE".to_string());
+        let cases = [
+            (
+                "a code",
+                InstanceFilter {
+                    failure_code: code(),
+                    limit: 50,
+                    ..Default::default()
+                },
+            ),
+            (
+                "failed with a code",
+                InstanceFilter {
+                    status: Some(InstanceStatus::Failed),
+                    failure_code: code(),
+                    limit: 50,
+                    ..Default::default()
+                },
+            ),
+            (
+                "a deployment's, with a code",
+                InstanceFilter {
+                    deployment: Some(dep),
+                    failure_code: code(),
+                    limit: 50,
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (label, filter) in cases {
+            let plan = store.explain_instances(&filter).await?;
+            println!("{label}:\n{}", plan.join("\n"));
+            ensure!(
+                plan.iter().any(|line| line.contains("instances_coded")),
+                "{label}: instances_coded is not used: {plan:?}"
+            );
+            ensure!(
+                !plan
+                    .iter()
+                    .any(|line| line.contains("Seq Scan") || line.contains("Sort")),
+                "{label}: the plan scans or sorts: {plan:?}"
+            );
+            let page = store.instances(&filter).await?;
+            ensure!(
+                page.len() == 50
+                    && page
+                        .iter()
+                        .all(|i| i.failure_code.as_deref() == Some("CODE")),
+                "{label}: {} instances",
+                page.len()
+            );
+        }
+        Ok(())
+    }
+    .await;
+    drop_scratch_pg(store, &url, &schema, result).await
+}
+
 /// The outbox claim's generic plan on PostgreSQL walks `outbox_due` and finds the claimed
 /// rows by ctid, with many delivered rows and many pending rows not yet due beside the
 /// due ones (and fresh statistics).
