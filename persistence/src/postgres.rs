@@ -106,6 +106,49 @@ fn check_schema_name(name: &str) -> Result<(), Error> {
     }
 }
 
+/// The statement that applies a round's steps to their instance rows: compare-and-swap on
+/// the fence, one row of `UNNEST` per step. Its plan, under [`commit_planning`], is
+/// `PgStore::explain_commit_update`'s.
+fn update_instances_sql() -> String {
+    format!(
+        "UPDATE instances AS i SET fence = i.fence + 1, deployment = v.deployment, \
+         status = v.status, failure_code = v.failure_code, snapshot = v.snapshot, \
+         updated_at_ms = v.now_ms, ended_at_ms = {}, \
+         journal_last = COALESCE(v.journal, i.journal_last), \
+         history = CASE WHEN v.history IS NULL THEN i.history \
+             ELSE COALESCE(i.history, ''::bytea) || v.history END, \
+         history_n = i.history_n + v.history_n \
+         FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
+                     $6::bytea[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[]) \
+         AS v(id, fence, deployment, status, failure_code, snapshot, now_ms, journal, \
+              history, history_n) \
+         WHERE i.id = v.id AND i.fence = v.fence \
+         AND (i.deployment = v.deployment OR i.business_key IS NULL OR NOT EXISTS ( \
+             SELECT 1 FROM instances AS o \
+             WHERE o.deployment = v.deployment AND o.business_key = i.business_key)) \
+         RETURNING i.id, octet_length(i.history)",
+        ended_at_update("v.status", "v.now_ms", "i.ended_at_ms")
+    )
+}
+
+/// How a commit's statements are planned, set at the start of its transaction: they
+/// reach their rows through their keys, by nested loops over the indexes, never by a hash
+/// or merge join over a scan of a whole table (docs/performance.md, "PostgreSQL: a
+/// commit's joins by key"). Left to costs, PostgreSQL 15 joined the `UNNEST` of a batch to
+/// `instances` by a sequential scan once the table held some thousands of rows (its
+/// default `random_page_cost` prices each index probe as a disk read), and a prepared
+/// statement kept that plan as the table grew: every commit then read every instance.
+async fn commit_planning(tx: &mut Tx) -> StoreResult<()> {
+    sqlx::query(
+        "SELECT set_config('enable_hashjoin', 'off', true), \
+         set_config('enable_mergejoin', 'off', true)",
+    )
+    .execute(&mut **tx)
+    .await
+    .map_err(backend)?;
+    Ok(())
+}
+
 impl PgStore {
     /// Connects to `url` (e.g. `postgres://postgres@127.0.0.1:5432/test`) and brings the
     /// schema up to date. Migrations take an advisory lock, so replicas may start together.
@@ -175,6 +218,32 @@ impl PgStore {
     pub async fn explain_instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<String>> {
         let mut q = instances_query::<Postgres>(filter, "UUID", StatusArms::One, "EXPLAIN ");
         let rows = q.build().fetch_all(&self.pool).await.map_err(backend)?;
+        rows.iter().map(|row| row.field("QUERY PLAN")).collect()
+    }
+
+    /// The plan PostgreSQL picks for a commit's update of the instance rows `ids` (each
+    /// stepped from fence 1), as a commit plans it ([`commit_planning`]) and with the
+    /// batch's values bound (`EXPLAIN`, not executed): the evidence that a commit reaches
+    /// its rows through the primary key, whatever the table holds.
+    pub async fn explain_commit_update(&self, ids: &[InstanceId]) -> StoreResult<Vec<String>> {
+        let n = ids.len();
+        let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        commit_planning(&mut tx).await?;
+        let rows = sqlx::query(&format!("EXPLAIN {}", update_instances_sql()))
+            .bind(ids)
+            .bind(vec![1_i64; n])
+            .bind(vec![1_i64; n])
+            .bind(vec!["running"; n])
+            .bind(vec![None::<String>; n])
+            .bind(vec![vec![0_u8]; n])
+            .bind(vec![0_i64; n])
+            .bind(vec![None::<i64>; n])
+            .bind(vec![None::<Vec<u8>>; n])
+            .bind(vec![0_i32; n])
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        tx.rollback().await.map_err(backend)?;
         rows.iter().map(|row| row.field("QUERY PLAN")).collect()
     }
 
@@ -1203,25 +1272,7 @@ async fn apply_state<'a>(
         }
     }
     if !updates.id.is_empty() {
-        let sql = format!(
-            "UPDATE instances AS i SET fence = i.fence + 1, deployment = v.deployment, \
-             status = v.status, failure_code = v.failure_code, snapshot = v.snapshot, \
-             updated_at_ms = v.now_ms, ended_at_ms = {}, \
-             journal_last = COALESCE(v.journal, i.journal_last), \
-             history = CASE WHEN v.history IS NULL THEN i.history \
-                 ELSE COALESCE(i.history, ''::bytea) || v.history END, \
-             history_n = i.history_n + v.history_n \
-             FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-                         $6::bytea[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[]) \
-             AS v(id, fence, deployment, status, failure_code, snapshot, now_ms, journal, \
-                  history, history_n) \
-             WHERE i.id = v.id AND i.fence = v.fence \
-             AND (i.deployment = v.deployment OR i.business_key IS NULL OR NOT EXISTS ( \
-                 SELECT 1 FROM instances AS o \
-                 WHERE o.deployment = v.deployment AND o.business_key = i.business_key)) \
-             RETURNING i.id, octet_length(i.history)",
-            ended_at_update("v.status", "v.now_ms", "i.ended_at_ms")
-        );
+        let sql = update_instances_sql();
         let updated: Vec<(InstanceId, Option<i32>)> = sqlx::query_as(&sql)
             .bind(&updates.id)
             .bind(&updates.fence)
@@ -1742,6 +1793,7 @@ impl Store for PgStore {
             return Ok(Vec::new());
         }
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
+        commit_planning(&mut tx).await?;
         self.check_deployments(&mut tx, &batch).await?;
         let retired = retired_deployments(&mut tx, &batch).await?;
         let stale = stale_schedules(&mut tx, &batch).await?;

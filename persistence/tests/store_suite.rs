@@ -888,6 +888,58 @@ async fn postgres_claim_plan_uses_the_due_index() -> Result<()> {
     drop_scratch_pg(store, &url, &schema, result).await
 }
 
+/// A commit's update of its instance rows on PostgreSQL reaches them through the primary
+/// key (a nested loop over `instances_pkey`), never by a join over a scan of the whole
+/// table, for a batch of 225 steps among 20,000 instances with fresh statistics: left to
+/// costs, PostgreSQL 15 planned a hash join over a sequential
+/// scan of `instances` here, and every commit read every instance (docs/performance.md,
+/// "PostgreSQL: a commit's joins by key").
+#[tokio::test]
+async fn postgres_a_commit_updates_its_rows_through_the_key() -> Result<()> {
+    let Some((store, url, schema)) = scratch_pg("qflow_plan").await? else {
+        return Ok(());
+    };
+    let result = async {
+        let dep = deploy(&store, "h1").await?;
+        sqlx::query(
+            "INSERT INTO instances (id, deployment, fence, status, snapshot, created_at_ms, \
+                 updated_at_ms) \
+             SELECT md5(g::text)::uuid, $1, 1, 'running', '\\x00', $2 + g, $2 + g \
+             FROM generate_series(1, 20000) AS g",
+        )
+        .bind(dep.0)
+        .bind(T0)
+        .execute(store.pool())
+        .await?;
+        sqlx::query("ANALYZE instances")
+            .execute(store.pool())
+            .await?;
+        // A batch of 225 steps, about what a lane's round commits.
+        let ids: Vec<qflow_store::InstanceId> =
+            sqlx::query_scalar("SELECT id FROM instances ORDER BY created_at_ms LIMIT 225")
+                .fetch_all(store.pool())
+                .await?;
+        let plan = store.explain_commit_update(&ids).await?;
+        println!("{}", plan.join("\n"));
+        ensure!(
+            plan.iter()
+                .any(|line| line.contains("Index Scan using instances_pkey")),
+            "the update does not use instances_pkey: {plan:?}"
+        );
+        ensure!(
+            !plan
+                .iter()
+                .any(|line| line.contains("Seq Scan on instances")
+                    || line.contains("Hash Join")
+                    || line.contains("Merge Join")),
+            "the update scans instances or joins without the key: {plan:?}"
+        );
+        Ok(())
+    }
+    .await;
+    drop_scratch_pg(store, &url, &schema, result).await
+}
+
 /// A listing by failure code on PostgreSQL reads the partial index of the instances that
 /// have one (`0019_failure_codes_partial.sql`) in the listing's order, with a status or
 /// without, among 20,000 instances of which one in ten has a code (fresh statistics): no
