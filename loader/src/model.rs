@@ -223,14 +223,57 @@ pub struct ErrorDef {
     pub code: Option<String>,
 }
 
+/// Node ids → index ([`Process::by_id`]): a hash map (foldhash, a random seed per map), so
+/// a lookup hashes the id once instead of comparing it with a tree node's keys one by one.
+/// It is never iterated, and its `Debug` lists the ids in order, so nothing the loader
+/// prints or compares depends on the seed.
+#[derive(Clone, Default)]
+pub struct NodeIds(std::collections::HashMap<String, NodeIdx, foldhash::fast::RandomState>);
+
+impl NodeIds {
+    pub fn get(&self, id: &str) -> Option<&NodeIdx> {
+        self.0.get(id)
+    }
+
+    pub fn contains_key(&self, id: &str) -> bool {
+        self.0.contains_key(id)
+    }
+
+    /// Adds `id` unless it is there already (the first node with an id keeps it).
+    pub fn insert_first(&mut self, id: String, idx: NodeIdx) {
+        self.0.entry(id).or_insert(idx);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<(String, NodeIdx)> for NodeIds {
+    fn from_iter<I: IntoIterator<Item = (String, NodeIdx)>>(iter: I) -> Self {
+        NodeIds(iter.into_iter().collect())
+    }
+}
+
+impl std::fmt::Debug for NodeIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sorted: BTreeMap<&String, &NodeIdx> = self.0.iter().collect();
+        sorted.fmt(f)
+    }
+}
+
 /// The graph: every node of the process, including those inside embedded sub-processes
 /// (their `scope` names the sub-process node).
 #[derive(Debug, Clone)]
 pub struct Process {
     pub nodes: Vec<Node>,
     pub flows: Vec<Flow>,
-    /// Node ids → index, for lookups by name.
-    pub by_id: BTreeMap<String, NodeIdx>,
+    /// Node ids → index, for lookups by name (several a step, [`Process::find`]).
+    pub by_id: NodeIds,
     /// Vendor mappings on events a token passes through (a none start, a none
     /// intermediate throw, a none end event): `zeebe:ioMapping` outputs, or
     /// `camunda:inputOutput` where Camunda 7 allows it. Empty for almost every model.

@@ -599,7 +599,7 @@ struct ProcessBuilder<'a, 'd> {
     ctx: &'a Ctx<'a>,
     diags: &'d mut Vec<Diagnostic>,
     nodes: Vec<Node>,
-    by_id: BTreeMap<String, NodeIdx>,
+    by_id: crate::model::NodeIds,
     flow_els: Vec<(&'a Element, Option<NodeIdx>)>,
     boundary_els: Vec<(NodeIdx, &'a Element)>,
     /// Link throw and catch events with their `<linkEventDefinition>`, paired by
@@ -646,7 +646,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             ctx,
             diags,
             nodes: Vec::new(),
-            by_id: BTreeMap::new(),
+            by_id: crate::model::NodeIds::default(),
             flow_els: Vec::new(),
             boundary_els: Vec::new(),
             link_els: Vec::new(),
@@ -757,7 +757,7 @@ impl<'a, 'd> ProcessBuilder<'a, 'd> {
             outgoing: Vec::new(),
             incoming: Vec::new(),
         });
-        self.by_id.entry(id.clone()).or_insert(idx);
+        self.by_id.insert_first(id.clone(), idx);
         // A refused sub-process is not walked: its content would only add noise to the
         // one error that matters.
         let sub = matches!(el.local.as_str(), "subProcess" | "adHocSubProcess");
