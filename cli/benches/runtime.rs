@@ -507,6 +507,9 @@ impl Store for TimedStore {
     fn is_durable(&self) -> bool {
         self.inner.is_durable()
     }
+    async fn close(&self) {
+        self.inner.close().await
+    }
     async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         self.inner.deploy(new).await
     }

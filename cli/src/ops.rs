@@ -876,12 +876,12 @@ where
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let (store, sqlite) = open_store(args).await?;
+        let store = open_store(args).await?;
         let clock: Arc<dyn Fn() -> i64 + Send + Sync> = Arc::new(|| {
             use qflow_runtime::Clock;
             qflow_runtime::SystemClock.now_ms()
         });
-        let mut ops = Ops::new(store, clock, args.actor());
+        let mut ops = Ops::new(store.clone(), clock, args.actor());
         if let Some(path) = &args.config {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
@@ -897,9 +897,7 @@ where
         let outcome = op(ops).await;
         // Closed, a SQLite file is whole on its own: the WAL is folded into it and the
         // `-wal` and `-shm` files beside it are removed.
-        if let Some(sqlite) = sqlite {
-            sqlite.close().await;
-        }
+        store.close().await;
         match outcome {
             Ok((rendered, status)) => {
                 // Node ids, codes and messages come from models and handlers: their
@@ -922,14 +920,12 @@ where
     })
 }
 
-/// The store the command names, and the same store by its own type when it is a SQLite
-/// file (to be closed once the command is done).
-async fn open_store(args: &StoreArgs) -> Result<(Arc<dyn Store>, Option<Arc<SqliteStore>>)> {
+async fn open_store(args: &StoreArgs) -> Result<Arc<dyn Store>> {
     if let Some(url) = &args.database_url {
         let store = PgStore::connect(url)
             .await
             .context("connecting to PostgreSQL")?;
-        return Ok((Arc::new(store), None));
+        return Ok(Arc::new(store));
     }
     // The same judgement `qflow run` and `SqliteStore::open` make, stricter: an operator
     // command never creates a store, in a missing file or an empty one.
@@ -945,8 +941,8 @@ async fn open_store(args: &StoreArgs) -> Result<(Arc<dyn Store>, Option<Arc<Sqli
         ),
     }
     // The error names the file.
-    let store = Arc::new(SqliteStore::open(&args.db).await?);
-    Ok((store.clone(), Some(store)))
+    let store = SqliteStore::open(&args.db).await?;
+    Ok(Arc::new(store))
 }
 
 #[derive(Debug, clap::Args)]

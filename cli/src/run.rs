@@ -138,8 +138,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     if args.fresh {
         remove_store(&args.db).await?;
     }
-    let sqlite = Arc::new(open_store(&args.db).await?);
-    let store: Arc<dyn Store> = sqlite.clone();
+    let store: Arc<dyn Store> = Arc::new(open_store(&args.db).await?);
     // The bundled handlers answer at once, so short limits are safe here and make a run
     // after a crash re-adopt the attempts that were in flight within seconds rather
     // than after the default 40 s lease.
@@ -243,7 +242,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         // Lanes finish the handlers they are running and commit their outcomes, so the
         // rerun has as little as possible to re-adopt.
         runtime.shutdown().await;
-        sqlite.close().await;
+        store.close().await;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     };
     runtime.shutdown().await;
@@ -254,7 +253,7 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
     }
     // Closed, the file is whole on its own: SQLite folds the WAL into it and removes the
     // `-wal` and `-shm` files beside it.
-    sqlite.close().await;
+    store.close().await;
     Ok(ExitCode::SUCCESS)
 }
 

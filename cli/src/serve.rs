@@ -16,7 +16,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use qflow_channels::{Channels, Dispatcher, DispatcherConfig};
 use qflow_ops::Ops;
-use qflow_persistence::{PgStore, SqliteStore};
+use qflow_persistence::PgStore;
 use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, SystemClock};
 use qflow_server::{auth, Scope, ServerConfig, Token, Tokens};
 use qflow_store::Store;
@@ -85,25 +85,19 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     // (a secret's variable unset) must leave no store behind, and above all no admin
     // token whose hash is kept but which was never printed.
     let channels = build_channels(&config, args.config.as_deref())?;
-    // The SQLite store is kept by its own type too, to be closed after the runtime stops.
-    let (store, token_file, sqlite): (Arc<dyn Store>, PathBuf, Option<Arc<SqliteStore>>) =
-        match &args.database_url {
-            Some(url) => {
-                // The URL is not repeated in the error: it may carry a password.
-                let store = PgStore::connect(url).await.map_err(|e| {
-                    anyhow::anyhow!("connecting to PostgreSQL failed: {}", pg_reason(&e))
-                })?;
-                (
-                    Arc::new(store),
-                    PathBuf::from("qflow-postgres.admin-token"),
-                    None,
-                )
-            }
-            None => {
-                let store = Arc::new(crate::run::open_store(&args.db).await?);
-                (store.clone(), token_file_for(&args.db), Some(store))
-            }
-        };
+    let (store, token_file): (Arc<dyn Store>, PathBuf) = match &args.database_url {
+        Some(url) => {
+            // The URL is not repeated in the error: it may carry a password.
+            let store = PgStore::connect(url).await.map_err(|e| {
+                anyhow::anyhow!("connecting to PostgreSQL failed: {}", pg_reason(&e))
+            })?;
+            (Arc::new(store), PathBuf::from("qflow-postgres.admin-token"))
+        }
+        None => {
+            let store = crate::run::open_store(&args.db).await?;
+            (Arc::new(store), token_file_for(&args.db))
+        }
+    };
     // Bound before an admin token is made: a port that is taken must not leave behind
     // the hash of a token nobody was shown (the next start would then refuse every
     // request until the file is deleted).
@@ -137,7 +131,7 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         ..RuntimeConfig::default()
     };
     let runtime = Arc::new(Runtime::start(
-        store,
+        store.clone(),
         handlers,
         Arc::new(SystemClock),
         runtime_config,
@@ -225,9 +219,7 @@ async fn serve(args: &Args) -> Result<ExitCode> {
     sole(runtime).await?.shutdown().await;
     // Closed, a SQLite file is whole on its own: the WAL is folded into it and the `-wal`
     // and `-shm` files beside it are removed.
-    if let Some(sqlite) = sqlite {
-        sqlite.close().await;
-    }
+    store.close().await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1678,6 +1678,10 @@ impl Store for PgStore {
         true
     }
 
+    async fn close(&self) {
+        PgStore::close(self).await;
+    }
+
     async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         let mut tx: Tx = self.pool.begin().await.map_err(backend)?;
         // Looked up first, so that deploying the same content again uses no new version

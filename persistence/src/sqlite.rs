@@ -1282,6 +1282,10 @@ impl Store for SqliteStore {
         true
     }
 
+    async fn close(&self) {
+        SqliteStore::close(self).await;
+    }
+
     async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         let mut tx = self.begin_write().await?;
         // Looked up first, so that deploying the same content again uses no new version

@@ -1136,6 +1136,12 @@ pub trait Store: Send + Sync + 'static {
     /// `false` for the in-memory store: stateful definitions are refused on it (L7).
     fn is_durable(&self) -> bool;
 
+    /// Releases what the store holds open, once its owner is done with it (the runtime and
+    /// everything else that writes through it have stopped): a SQLite store folds its WAL
+    /// into the file and removes the `-wal` and `-shm` files, PostgreSQL closes its pool.
+    /// Calls after it may be refused. The default has nothing to release.
+    async fn close(&self) {}
+
     /// Records a deployment, or returns the existing one with the same `content_hash`.
     async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord>;
     async fn deployment(&self, id: DeploymentId) -> StoreResult<Option<DeploymentRecord>>;
