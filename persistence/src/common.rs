@@ -623,8 +623,8 @@ pub(crate) enum StatusArms {
     /// instances of one millisecond sorted by id), merged by `UNION ALL … ORDER BY`
     /// (SQLite's plan: `MERGE (UNION ALL)`): SQLite since
     /// `0021_fewer_instance_indexes.sql`, which dropped the two indexes that served a
-    /// listing without a status. A filter by failure code is one `SELECT` whatever the
-    /// status: the partial index of the instances that have a code
+    /// listing without a status. A filter by failure code is read as [`StatusArms::One`]
+    /// whatever the backend: the partial index of the instances that have a code
     /// (`0022_status_indexes_without_id.sql`) holds every one in order.
     PerStatus,
 }
@@ -647,6 +647,13 @@ where
     for<'a> String: Encode<'a, DB> + Type<DB>,
 {
     let mut query = QueryBuilder::new(prefix);
+    // A filter by failure code is one read, whatever the status, on every backend: of the
+    // partial index of the instances that have a code (`instances_coded`), in order.
+    let arms = if filter.failure_code.is_some() {
+        StatusArms::One
+    } else {
+        arms
+    };
     match (arms, filter.status) {
         (StatusArms::One, status) => {
             query.push(format!(
@@ -659,14 +666,6 @@ where
         }
         (StatusArms::PerStatus, Some(status)) => {
             push_status_arm(&mut query, status);
-            push_instance_conditions(&mut query, filter, id_type);
-        }
-        // A failure code, whatever the states: one read of the partial index of the
-        // instances that have one (`instances_coded`), in order already.
-        (StatusArms::PerStatus, None) if filter.failure_code.is_some() => {
-            query.push(format!(
-                "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
-            ));
             push_instance_conditions(&mut query, filter, id_type);
         }
         (StatusArms::PerStatus, None) => {
