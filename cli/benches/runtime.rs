@@ -507,6 +507,10 @@ impl Store for TimedStore {
     fn is_durable(&self) -> bool {
         self.inner.is_durable()
     }
+
+    fn commits_group(&self) -> bool {
+        self.inner.commits_group()
+    }
     async fn close(&self) {
         self.inner.close().await
     }

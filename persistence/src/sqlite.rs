@@ -1282,6 +1282,11 @@ impl Store for SqliteStore {
         true
     }
 
+    /// The committer joins every commit queued while one runs into its next transaction.
+    fn commits_group(&self) -> bool {
+        true
+    }
+
     async fn close(&self) {
         SqliteStore::close(self).await;
     }

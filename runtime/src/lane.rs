@@ -7,8 +7,19 @@
 //! asked for: a task's outcome is always durable before the next handler of the same
 //! instance runs (R1a).
 //!
-//! The lane never sleeps. It waits on exactly three things: its inbox, its running
-//! handlers, and the store.
+//! On a store that joins the commits arriving while one runs into its next transaction
+//! ([`Store::commits_group`]: SQLite's committer) a round's commit runs on a task of its
+//! own while the lane prepares the next round (`docs/performance.md`, "A lane prepares
+//! while its commit runs"). That round takes no request of an instance whose commit is in flight: such a
+//! request stays ready until the commit is answered, so an instance is never stepped from
+//! a state that is not yet durable. The lane takes the answer of the commit in flight
+//! before it submits the next, so a lane has at most one commit in flight and its
+//! commits reach the store in order.
+//!
+//! [`Store::commits_group`]: qflow_store::Store::commits_group
+//!
+//! The lane never sleeps. It waits on exactly four things: its inbox, its running
+//! handlers, its commit in flight, and the store.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
@@ -18,8 +29,9 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use qflow_core::{Input, Status, TimerKind};
-use qflow_store::{Commit, CommitOutcome, InstanceId, TimerRef};
+use qflow_store::{Commit, CommitOutcome, InstanceId, StoreError, StoreResult, TimerRef};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use super::claim::{plan, Claim, LeaseRules, Then, CONFLICT_RETRIES_MAX};
 use super::{Replier, Request, Shared, Work};
@@ -40,6 +52,56 @@ struct Prepared {
 
 type HandlerFuture = BoxFuture<'static, Request>;
 
+/// A round whose commit the store has not answered yet.
+struct InFlight {
+    /// The store's commit, on a task of its own so that it goes on while the lane
+    /// prepares the next round (a commit's future may need polling to progress).
+    /// Aborted if the lane is dropped, as the commit's future would be dropped with a
+    /// lane that awaited it.
+    commit: AbortOnDrop,
+    round: Committed,
+}
+
+/// A round's commit, as the lane needs it to take the store's answer.
+struct Committed {
+    /// The round's stepped requests, in the batch's order.
+    prepared: Vec<Prepared>,
+    /// Message waits the round opens, by index in the batch.
+    opens: Vec<(usize, Vec<(String, String)>)>,
+    /// The instances of the batch: the next round leaves their requests ready.
+    instances: HashSet<InstanceId>,
+    /// When the round began, for the step latency.
+    began: std::time::Instant,
+    /// The round's `now`.
+    now: i64,
+}
+
+/// A commit's task, aborted when dropped.
+struct AbortOnDrop(JoinHandle<StoreResult<Vec<CommitOutcome>>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the store answered a commit (a commit's task that panicked or was aborted
+/// counts as a failed commit: nothing of it is known to be durable).
+async fn answer(in_flight: &mut InFlight) -> StoreResult<Vec<CommitOutcome>> {
+    match (&mut in_flight.commit.0).await {
+        Ok(answer) => answer,
+        Err(e) => Err(StoreError::Backend(Box::new(e))),
+    }
+}
+
+/// [`answer`] of the commit in flight; never ready when there is none.
+async fn answer_if_any(in_flight: Option<&mut InFlight>) -> StoreResult<Vec<CommitOutcome>> {
+    match in_flight {
+        Some(in_flight) => answer(in_flight).await,
+        None => std::future::pending().await,
+    }
+}
+
 struct Lane {
     shared: Arc<Shared>,
     /// Looked up by id, never iterated, so hash order cannot reach bytes or output.
@@ -51,6 +113,8 @@ struct Lane {
     /// lane a fifth of its time in copies and fresh pages (`docs/performance.md`).
     spare_ready: VecDeque<Request>,
     spare_chosen: Vec<Request>,
+    /// The last round's commit, if the store has not answered it yet.
+    in_flight: Option<InFlight>,
 }
 
 pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>) {
@@ -63,23 +127,36 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
         ready: VecDeque::new(),
         spare_ready: VecDeque::new(),
         spare_chosen: Vec::new(),
+        in_flight: None,
     };
+    let mut inbox_open = true;
     loop {
         if lane.ready.is_empty() {
-            if *stop.borrow() && lane.running.is_empty() {
+            if *stop.borrow() && lane.running.is_empty() && lane.in_flight.is_none() {
                 break;
             }
             tokio::select! {
                 biased;
+                answered = answer_if_any(lane.in_flight.as_mut()) => {
+                    if let Some(done) = lane.in_flight.take() {
+                        lane.answered(done.round, answered);
+                    }
+                }
                 Some(done) = lane.running.next(), if !lane.running.is_empty() => {
                     lane.ready.push_back(done);
                 }
-                msg = inbox.recv(), if !*stop.borrow() && lane.has_room() => match msg {
+                msg = inbox.recv(), if inbox_open && !*stop.borrow() && lane.has_room() => match msg {
                     Some(req) => lane.ready.push_back(req),
-                    None if lane.running.is_empty() => break,
-                    None => {}
+                    None => inbox_open = false,
                 },
                 _ = stop.changed() => {}
+            }
+            if !inbox_open
+                && lane.ready.is_empty()
+                && lane.running.is_empty()
+                && lane.in_flight.is_none()
+            {
+                break;
             }
             // The lane had nothing ready and took one request (waiting for it if none
             // was there): let the tasks that send requests (the starts a caller issues
@@ -99,11 +176,18 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
                 _ => break,
             }
         }
-        while lane.ready.len() < batch_max && !*stop.borrow() && lane.has_room() {
+        while lane.ready.len() < batch_max && inbox_open && !*stop.borrow() && lane.has_room() {
             match inbox.try_recv() {
                 Ok(req) => lane.ready.push_back(req),
-                Err(_) => break,
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    inbox_open = false;
+                    break;
+                }
             }
+        }
+        if lane.ready.is_empty() {
+            continue;
         }
         lane.round(batch_max).await;
     }
@@ -122,8 +206,12 @@ impl Lane {
         let mut seen = HashSet::new();
         let mut later = std::mem::take(&mut self.spare_ready);
         let mut chosen = std::mem::take(&mut self.spare_chosen);
+        let committing = self.in_flight.as_ref().map(|f| &f.round.instances);
         while let Some(req) = self.ready.pop_front() {
-            if chosen.len() >= batch_max || !seen.insert(req.instance) {
+            if chosen.len() >= batch_max
+                || committing.is_some_and(|ids| ids.contains(&req.instance))
+                || !seen.insert(req.instance)
+            {
                 later.push_back(req);
                 continue;
             }
@@ -152,6 +240,12 @@ impl Lane {
             }
         }
         self.spare_chosen = chosen;
+        // The previous round's answer before this round's commit: a lane's commits reach
+        // the store in order, one at a time.
+        if let Some(mut previous) = self.in_flight.take() {
+            let answered = answer(&mut previous).await;
+            self.answered(previous.round, answered);
+        }
         if prepared.is_empty() {
             return;
         }
@@ -163,7 +257,46 @@ impl Lane {
             .filter(|(_, c)| c.subscriptions.open.iter().any(|s| !s.key.is_empty()))
             .map(|(i, c)| (i, crate::claim::opened_waits(c)))
             .collect();
-        match self.shared.store.commit(commits).await {
+        let store = self.shared.store.clone();
+        let overlap = store.commits_group();
+        let round = Committed {
+            instances: match overlap {
+                true => prepared.iter().map(|p| p.request.instance).collect(),
+                false => HashSet::new(),
+            },
+            prepared,
+            opens,
+            began,
+            now,
+        };
+        if !overlap {
+            let answered = store.commit(commits).await;
+            self.answered(round, answered);
+            return;
+        }
+        let commit = tokio::spawn(async move { store.commit(commits).await });
+        self.in_flight = Some(InFlight {
+            commit: AbortOnDrop(commit),
+            round,
+        });
+        // A task spawned from a worker waits in that worker's next-task slot, which no
+        // other worker takes, until the spawning task yields: without this the commit
+        // would not start (hand its batch to the store's committer) before the lane had
+        // prepared its next round.
+        tokio::task::yield_now().await;
+    }
+
+    /// Takes the store's answer to a round's commit: starts the handlers of the steps it
+    /// applied, steps a conflicted request again, answers the callers.
+    fn answered(&mut self, round: Committed, answer: StoreResult<Vec<CommitOutcome>>) {
+        let Committed {
+            prepared,
+            opens,
+            began,
+            now,
+            ..
+        } = round;
+        match answer {
             Ok(outcomes) => {
                 for (i, waits) in opens {
                     if matches!(outcomes.get(i), Some(CommitOutcome::Applied { .. })) {

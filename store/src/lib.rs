@@ -1136,6 +1136,18 @@ pub trait Store: Send + Sync + 'static {
     /// `false` for the in-memory store: stateful definitions are refused on it (L7).
     fn is_durable(&self) -> bool;
 
+    /// Whether commits that arrive while one runs are joined into the store's next
+    /// transaction (the SQLite store's committer). A runtime lane then hands a round's
+    /// commit over and prepares its next round while it runs (`runtime/src/lane.rs`):
+    /// whatever the lanes send meanwhile costs one transaction. The default, `false`, is
+    /// for a store whose commits are transactions of their own (PostgreSQL: a lane that
+    /// overlapped them committed twice as often, half as much each time, and four lanes
+    /// ran slower, `docs/performance.md` "A lane prepares while its commit runs") or work
+    /// on the caller's thread alone (the memory store).
+    fn commits_group(&self) -> bool {
+        false
+    }
+
     /// Releases what the store holds open, once its owner is done with it (the runtime and
     /// everything else that writes through it have stopped): a SQLite store folds its WAL
     /// into the file and removes the `-wal` and `-shm` files, PostgreSQL closes its pool.

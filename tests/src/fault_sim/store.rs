@@ -353,6 +353,13 @@ impl Store for FaultyStore {
         true
     }
 
+    /// As the SQLite store says: the simulated replicas' lanes then overlap a round's
+    /// commit with the next round, the path the embedded default takes, and crashes land
+    /// inside it too.
+    fn commits_group(&self) -> bool {
+        true
+    }
+
     async fn deploy(&self, new: NewDeployment<'_>) -> StoreResult<DeploymentRecord> {
         self.tick();
         self.inner.deploy(new).await
