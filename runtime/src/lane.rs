@@ -10,9 +10,9 @@
 //! On a store that joins the commits arriving while one runs into its next transaction
 //! ([`Store::commits_group`]: SQLite's committer) a round's commit runs on a task of its
 //! own while the lane prepares the next round (`docs/performance.md`, "A lane prepares
-//! while its commit runs"). That round takes no request of an instance whose commit is in flight: such a
-//! request stays ready until the commit is answered, so an instance is never stepped from
-//! a state that is not yet durable. The lane takes the answer of the commit in flight
+//! while its commit runs"). That round takes no request of an instance whose commit is
+//! in flight: such a request stays ready until the commit is answered, so an instance is
+//! never stepped from a state that is not yet durable. The lane takes the answer of the commit in flight
 //! before it submits the next, so a lane has at most one commit in flight and its
 //! commits reach the store in order.
 //!
