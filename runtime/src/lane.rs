@@ -241,12 +241,21 @@ impl Lane {
         }
         self.spare_chosen = chosen;
         // The previous round's answer before this round's commit: a lane's commits reach
-        // the store in order, one at a time.
-        if let Some(mut previous) = self.in_flight.take() {
-            let answered = answer(&mut previous).await;
-            self.answered(previous.round, answered);
-        }
+        // the store in order, one at a time. The answer is taken in (handlers started,
+        // callers answered) only once this round's commit is on its way, so that the
+        // store's writer does not wait for that work (none of it touches this round's
+        // instances).
+        let mut previous = match self.in_flight.take() {
+            Some(mut previous) => {
+                let answered = answer(&mut previous).await;
+                Some((previous.round, answered))
+            }
+            None => None,
+        };
         if prepared.is_empty() {
+            if let Some((round, answered)) = previous {
+                self.answered(round, answered);
+            }
             return;
         }
         // Message waits the round opens, by commit: a buffered message may be due there
@@ -270,6 +279,10 @@ impl Lane {
             now,
         };
         if !overlap {
+            // (A store that does not group has no commit in flight.)
+            if let Some((round, answered)) = previous.take() {
+                self.answered(round, answered);
+            }
             let answered = store.commit(commits).await;
             self.answered(round, answered);
             return;
@@ -282,8 +295,11 @@ impl Lane {
         // A task spawned from a worker waits in that worker's next-task slot, which no
         // other worker takes, until the spawning task yields: without this the commit
         // would not start (hand its batch to the store's committer) before the lane had
-        // prepared its next round.
+        // taken the previous answer in and prepared its next round.
         tokio::task::yield_now().await;
+        if let Some((round, answered)) = previous {
+            self.answered(round, answered);
+        }
     }
 
     /// Takes the store's answer to a round's commit: starts the handlers of the steps it
