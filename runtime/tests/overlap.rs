@@ -8,10 +8,10 @@
 mod support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
-use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig, TaskOutcome};
+use qflow_runtime::{AsyncHandlers, ManualClock, Runtime, RuntimeConfig, Stats, TaskOutcome};
 use qflow_store::memory::MemoryStore;
 use qflow_store::*;
 use support::hang_guard;
@@ -33,14 +33,28 @@ const LINEAR: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 </definitions>"#;
 
 /// A memory store that says its commits group, logs each batch's instances in the order
-/// the batches arrive, and holds each batch until the gate gives a permit.
+/// the batches arrive, and holds each batch until the gate gives a permit. With the
+/// runtime's stats set, it logs beside each batch how many answers the lanes had taken
+/// in when it arrived.
 struct GatedStore {
     inner: MemoryStore,
     gate: Semaphore,
     batches: Mutex<Vec<Vec<InstanceId>>>,
+    stats: OnceLock<Arc<Stats>>,
+    answered: Mutex<Vec<u64>>,
 }
 
 impl GatedStore {
+    fn new() -> GatedStore {
+        GatedStore {
+            inner: MemoryStore::new(),
+            gate: Semaphore::new(0),
+            batches: Mutex::new(Vec::new()),
+            stats: OnceLock::new(),
+            answered: Mutex::new(Vec::new()),
+        }
+    }
+
     fn batches(&self) -> Vec<Vec<InstanceId>> {
         self.batches.lock().expect("log").clone()
     }
@@ -56,11 +70,7 @@ async fn settle() {
 
 #[tokio::test]
 async fn a_lane_steps_other_instances_while_a_commit_runs_and_never_one_in_it() {
-    let store = Arc::new(GatedStore {
-        inner: MemoryStore::new(),
-        gate: Semaphore::new(0),
-        batches: Mutex::new(Vec::new()),
-    });
+    let store = Arc::new(GatedStore::new());
     let calls = Arc::new(AtomicU32::new(0));
     let counted = calls.clone();
     let handlers =
@@ -170,6 +180,52 @@ async fn a_lane_steps_other_instances_while_a_commit_runs_and_never_one_in_it() 
     }
 }
 
+/// A round submits its batch before it takes the previous round's answer in (starts its
+/// handlers, answers its callers): the store's writer does not wait for that work. B's
+/// start, stepped while A's start is held, reaches the store before the lane has taken
+/// A's answer in.
+#[tokio::test]
+async fn a_lane_submits_its_next_batch_before_it_takes_the_last_answer_in() {
+    let store = Arc::new(GatedStore::new());
+    let handlers = AsyncHandlers::new().with_sync("count", |_: &qflow_runtime::TaskContext<'_>| {
+        TaskOutcome::Ok(Default::default())
+    });
+    let config = RuntimeConfig {
+        lanes: 1,
+        ..RuntimeConfig::default()
+    };
+    let rt = Arc::new(Runtime::start(
+        store.clone(),
+        handlers,
+        Arc::new(ManualClock::new(T0)),
+        config,
+    ));
+    assert!(store.stats.set(rt.stats()).is_ok(), "set once");
+    let dep = rt.deploy(LINEAR, None).await.expect("deploys").id;
+    let start = |rt: &Arc<Runtime>| {
+        let rt = rt.clone();
+        tokio::spawn(async move { rt.start_instance(dep, Default::default()).await })
+    };
+    let start_a = start(&rt);
+    settle().await;
+    let start_b = start(&rt);
+    settle().await;
+    store.gate.add_permits(2);
+    let a = hang_guard(start_a).await.expect("joins").expect("A starts");
+    let b = hang_guard(start_b).await.expect("joins").expect("B starts");
+    settle().await;
+    let batches = store.batches();
+    assert_eq!(batches[..2], [vec![a], vec![b]], "A's start, then B's");
+    let answered = store.answered.lock().expect("log").clone();
+    assert_eq!(
+        answered[..2],
+        [0, 0],
+        "B's batch reached the store before A's answer was taken in: {answered:?}"
+    );
+    store.gate.add_permits(1_000);
+    hang_guard(rt.wait_until(|s| s.completed >= 2)).await;
+}
+
 #[async_trait]
 impl Store for GatedStore {
     fn commits_group(&self) -> bool {
@@ -181,6 +237,10 @@ impl Store for GatedStore {
             .lock()
             .expect("log")
             .push(batch.iter().map(|c| c.instance).collect());
+        if let Some(stats) = self.stats.get() {
+            let answered = stats.view().batches;
+            self.answered.lock().expect("log").push(answered);
+        }
         self.gate
             .acquire()
             .await
