@@ -12,9 +12,10 @@
 //! own while the lane prepares the next round (`docs/performance.md`, "A lane prepares
 //! while its commit runs"). That round takes no request of an instance whose commit is
 //! in flight: such a request stays ready until the commit is answered, so an instance is
-//! never stepped from a state that is not yet durable. The lane takes the answer of the commit in flight
-//! before it submits the next, so a lane has at most one commit in flight and its
-//! commits reach the store in order.
+//! never stepped from a state that is not yet durable. The lane awaits the answer of the
+//! commit in flight before it submits the next, so a lane has at most one commit in
+//! flight and its commits reach the store in order; it takes that answer in (starts the
+//! handlers, answers the callers) once the next commit is on its way.
 //!
 //! [`Store::commits_group`]: qflow_store::Store::commits_group
 //!
@@ -244,20 +245,31 @@ impl Lane {
         // the store in order, one at a time. The answer is taken in (handlers started,
         // callers answered) only once this round's commit is on its way, so that the
         // store's writer does not wait for that work (none of it touches this round's
-        // instances).
-        let mut previous = match self.in_flight.take() {
+        // instances). A store that does not group never has a commit in flight here.
+        let previous = match self.in_flight.take() {
             Some(mut previous) => {
                 let answered = answer(&mut previous).await;
                 Some((previous.round, answered))
             }
             None => None,
         };
-        if prepared.is_empty() {
-            if let Some((round, answered)) = previous {
-                self.answered(round, answered);
-            }
-            return;
+        if !prepared.is_empty() {
+            self.submit(prepared, commits, began, now).await;
         }
+        if let Some((round, answered)) = previous {
+            self.answered(round, answered);
+        }
+    }
+
+    /// Commits a round: on a store whose commits group, hands the commit to a task of its
+    /// own and leaves it in flight; on any other, waits for the answer and takes it in.
+    async fn submit(
+        &mut self,
+        prepared: Vec<Prepared>,
+        commits: Vec<Commit>,
+        began: std::time::Instant,
+        now: i64,
+    ) {
         // Message waits the round opens, by commit: a buffered message may be due there
         // once the commit applies (most rounds have none, and allocate nothing here).
         let opens: Vec<(usize, Vec<(String, String)>)> = commits
@@ -279,10 +291,6 @@ impl Lane {
             now,
         };
         if !overlap {
-            // (A store that does not group has no commit in flight.)
-            if let Some((round, answered)) = previous.take() {
-                self.answered(round, answered);
-            }
             let answered = store.commit(commits).await;
             self.answered(round, answered);
             return;
@@ -297,9 +305,6 @@ impl Lane {
         // would not start (hand its batch to the store's committer) before the lane had
         // taken the previous answer in and prepared its next round.
         tokio::task::yield_now().await;
-        if let Some((round, answered)) = previous {
-            self.answered(round, answered);
-        }
     }
 
     /// Takes the store's answer to a round's commit: starts the handlers of the steps it

@@ -68,6 +68,26 @@ async fn settle() {
     }
 }
 
+/// One lane over `store`, on the manual clock.
+fn one_lane(store: &Arc<GatedStore>, handlers: AsyncHandlers) -> Arc<Runtime> {
+    let config = RuntimeConfig {
+        lanes: 1,
+        ..RuntimeConfig::default()
+    };
+    let clock = Arc::new(ManualClock::new(T0));
+    Arc::new(Runtime::start(store.clone(), handlers, clock, config))
+}
+
+/// Starts an instance of `dep` on a task of its own, so that the test goes on while the
+/// start's commit is held at the gate.
+fn spawn_start(
+    rt: &Arc<Runtime>,
+    dep: DeploymentId,
+) -> tokio::task::JoinHandle<Result<InstanceId, qflow_runtime::Error>> {
+    let rt = rt.clone();
+    tokio::spawn(async move { rt.start_instance(dep, Default::default()).await })
+}
+
 #[tokio::test]
 async fn a_lane_steps_other_instances_while_a_commit_runs_and_never_one_in_it() {
     let store = Arc::new(GatedStore::new());
@@ -78,33 +98,18 @@ async fn a_lane_steps_other_instances_while_a_commit_runs_and_never_one_in_it() 
             counted.fetch_add(1, Ordering::SeqCst);
             TaskOutcome::Ok(Default::default())
         });
-    let config = RuntimeConfig {
-        lanes: 1,
-        ..RuntimeConfig::default()
-    };
-    let rt = Arc::new(Runtime::start(
-        store.clone(),
-        handlers,
-        Arc::new(ManualClock::new(T0)),
-        config,
-    ));
+    let rt = one_lane(&store, handlers);
     // The deployment is not a commit: it passes the gate.
     let dep = rt.deploy(LINEAR, None).await.expect("deploys").id;
 
     // A's start reaches the store and is held there.
-    let start_a = tokio::spawn({
-        let rt = rt.clone();
-        async move { rt.start_instance(dep, Default::default()).await }
-    });
+    let start_a = spawn_start(&rt, dep);
     settle().await;
     assert_eq!(store.batches().len(), 1, "A's start is the first batch");
 
     // B's start arrives while A's commit is held: the lane steps it now, and commits it
     // as soon as A's commit is answered, in a batch of its own.
-    let start_b = tokio::spawn({
-        let rt = rt.clone();
-        async move { rt.start_instance(dep, Default::default()).await }
-    });
+    let start_b = spawn_start(&rt, dep);
     settle().await;
     assert_eq!(
         store.batches().len(),
@@ -190,25 +195,12 @@ async fn a_lane_submits_its_next_batch_before_it_takes_the_last_answer_in() {
     let handlers = AsyncHandlers::new().with_sync("count", |_: &qflow_runtime::TaskContext<'_>| {
         TaskOutcome::Ok(Default::default())
     });
-    let config = RuntimeConfig {
-        lanes: 1,
-        ..RuntimeConfig::default()
-    };
-    let rt = Arc::new(Runtime::start(
-        store.clone(),
-        handlers,
-        Arc::new(ManualClock::new(T0)),
-        config,
-    ));
+    let rt = one_lane(&store, handlers);
     assert!(store.stats.set(rt.stats()).is_ok(), "set once");
     let dep = rt.deploy(LINEAR, None).await.expect("deploys").id;
-    let start = |rt: &Arc<Runtime>| {
-        let rt = rt.clone();
-        tokio::spawn(async move { rt.start_instance(dep, Default::default()).await })
-    };
-    let start_a = start(&rt);
+    let start_a = spawn_start(&rt, dep);
     settle().await;
-    let start_b = start(&rt);
+    let start_b = spawn_start(&rt, dep);
     settle().await;
     store.gate.add_permits(2);
     let a = hang_guard(start_a).await.expect("joins").expect("A starts");
