@@ -45,9 +45,10 @@ pub struct Args {
     /// Instances to start.
     #[arg(long, default_value_t = 300)]
     instances: u32,
-    /// Lane executors.
-    #[arg(long, default_value_t = 2)]
-    lanes: usize,
+    /// Lane executors. Default 1: one lane keeps SQLite's one writer busy, and more only
+    /// slow it (`qflow_runtime::default_lanes`).
+    #[arg(long)]
+    lanes: Option<usize>,
     /// Delete the store first instead of continuing what it holds (refused when the file
     /// is not a qflow store).
     #[arg(long)]
@@ -139,11 +140,15 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         remove_store(&args.db).await?;
     }
     let store: Arc<dyn Store> = Arc::new(open_store(&args.db).await?);
+    let lanes = args
+        .lanes
+        .unwrap_or_else(|| qflow_runtime::default_lanes(&*store))
+        .max(1);
     // The bundled handlers answer at once, so short limits are safe here and make a run
     // after a crash re-adopt the attempts that were in flight within seconds rather
     // than after the default 40 s lease.
     let config = RuntimeConfig {
-        lanes: args.lanes.max(1),
+        lanes,
         handler_time_limit_ms: RUN_HANDLER_LIMIT_MS,
         inflight_lease_ms: RUN_LEASE_MS,
         timer_lease_ms: RUN_LEASE_MS,
@@ -174,10 +179,11 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         .collect();
     let resumed = resumed_ids.len() as u64;
     say_err!(
-        "qflow run: orders on {} (deployment {}, {} lanes); resuming {} unfinished instance(s)",
+        "qflow run: orders on {} (deployment {}, {} lane{}); resuming {} unfinished instance(s)",
         args.db.display(),
         deployment.id.0,
-        args.lanes.max(1),
+        lanes,
+        if lanes == 1 { "" } else { "s" },
         resumed
     );
     if resumed > 0 {

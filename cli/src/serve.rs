@@ -40,9 +40,10 @@ pub struct Args {
     /// `qflow run` runs), so the API has something to show.
     #[arg(long)]
     demo: bool,
-    /// Lane executors.
-    #[arg(long, default_value_t = 2)]
-    lanes: usize,
+    /// Lane executors. Default 1 on SQLite (one lane keeps its one writer busy, and more
+    /// only slow it), 2 on PostgreSQL (`qflow_runtime::default_lanes`).
+    #[arg(long)]
+    lanes: Option<usize>,
     /// How long ended (completed or cancelled) instances are kept before they are
     /// purged: an ISO-8601 duration (`P7D`, `PT12H`) or `forever`. Overrides the
     /// configuration's `retention.default` (default 7 days). FAILED instances are kept
@@ -122,7 +123,10 @@ async fn serve(args: &Args) -> Result<ExitCode> {
         config.journal = qflow_runtime::journal::JournalPolicy::All;
     }
     let runtime_config = RuntimeConfig {
-        lanes: args.lanes.max(1),
+        lanes: args
+            .lanes
+            .unwrap_or_else(|| qflow_runtime::default_lanes(&*store))
+            .max(1),
         retention: Some(config.retention.clone()),
         channels: channels.names(),
         lifecycle_channel: config.lifecycle_channel.clone(),

@@ -37,8 +37,9 @@ fn the_main_job_runs_every_instance_as_scripted_on_a_fresh_and_a_reused_file() {
             "round {round}: attempts differ from the script:\n{stdout}"
         );
         assert!(
-            stderr.contains("(deployment 1,"),
-            "round {round}: same content must deploy to the same version:\n{stderr}"
+            stderr.contains("(deployment 1, 1 lane)"),
+            "round {round}: same content must deploy to the same version, on one lane \
+             (SQLite's default, qflow_runtime::default_lanes):\n{stderr}"
         );
         assert!(
             stderr.contains("resuming 0 unfinished instance(s)"),

@@ -65,7 +65,8 @@ pub use watch::{Observed, Watch};
 /// Runtime settings. Every field states its default.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Lane executors in this replica. Default 2.
+    /// Lane executors in this replica. Default 2; a host that knows its store picks
+    /// [`default_lanes`] (1 on SQLite).
     pub lanes: usize,
     /// Most steps one lane commits in one store batch. Default 256.
     pub batch_max: usize,
@@ -109,6 +110,25 @@ pub struct RuntimeConfig {
     /// Which instances' steps write a row of the input journal (SPEC G3,
     /// `docs/replay.md`). Default off.
     pub journal: journal::JournalPolicy,
+}
+
+/// The lanes a replica runs on `store` unless told otherwise: 1 on a store whose commits
+/// group ([`Store::commits_group`]: SQLite, whose one writer takes every lane's batches
+/// in one transaction), 2 on any other.
+///
+/// One lane keeps such a store's writer busy ("lane time in commit" 98–99 % in the
+/// runtime bench), so a second lane adds no commits, only its work beside the writer's
+/// thread, which slows the writer: two lanes stepped at 0.68–0.82 of one lane's rate on
+/// the project's two-core machine, while pull tasks, channel calls and HTTP starts ran
+/// the same with one lane or two (`docs/performance.md`, "One lane by default on
+/// SQLite"). A store that commits each lane's batch in a transaction of its own
+/// (PostgreSQL) gains from more lanes: its commits run side by side.
+pub fn default_lanes(store: &dyn Store) -> usize {
+    if store.commits_group() {
+        1
+    } else {
+        2
+    }
 }
 
 impl Default for RuntimeConfig {

@@ -442,3 +442,9 @@ impl Store for GatedStore {
         self.inner.expire_messages(now_ms, limit).await
     }
 }
+
+#[test]
+fn a_store_whose_commits_group_gets_one_lane_by_default_and_any_other_two() {
+    assert_eq!(qflow_runtime::default_lanes(&GatedStore::new()), 1);
+    assert_eq!(qflow_runtime::default_lanes(&MemoryStore::new()), 2);
+}
