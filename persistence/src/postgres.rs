@@ -612,7 +612,7 @@ async fn stale_schedules(tx: &mut PgConnection, batch: &[Commit]) -> StoreResult
         .iter()
         .enumerate()
         .filter_map(|(index, c)| {
-            let advance = c.schedule.as_ref()?;
+            let advance = c.schedule.as_deref()?;
             Some((c.deployment.0, advance.node.as_str(), index, advance))
         })
         .collect();

@@ -1227,7 +1227,7 @@ async fn postgres_a_journal_keyed_by_instance_is_chained_by_the_migration() -> R
             // The next step's row follows the migrated ones.
             let next = journal_entry(4, DeploymentId(dep), T0 + 4, 1);
             let mut step = commit(id(1), Some(3), DeploymentId(dep));
-            step.journal = Some(next.clone());
+            step.journal = Some(Box::new(next.clone()));
             ensure!(commit_one(&store, step).await? == CommitOutcome::Applied { fence: 4 });
             let mut all = one.clone();
             all.push(next);
@@ -1332,11 +1332,11 @@ async fn sqlite_a_journal_of_columns_reads_beside_packed_rows_after_the_migratio
     // The next steps' rows are packed and follow the migrated ones in their chains.
     let next = journal_entry(4, DeploymentId(dep), T0 + 4, 1);
     let mut step = commit(id(1), Some(3), DeploymentId(dep));
-    step.journal = Some(next.clone());
+    step.journal = Some(Box::new(next.clone()));
     ensure!(commit_one(&store, step).await? == CommitOutcome::Applied { fence: 4 });
     let first = journal_entry(2, DeploymentId(dep), T0 + 2, 3);
     let mut step = commit(id(3), Some(1), DeploymentId(dep));
-    step.journal = Some(first.clone());
+    step.journal = Some(Box::new(first.clone()));
     ensure!(commit_one(&store, step).await? == CommitOutcome::Applied { fence: 2 });
     let mut all = one.clone();
     all.push(next);
@@ -1446,7 +1446,7 @@ async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_inst
                 c.state.status = InstanceStatus::Completed;
             }
             c.now_ms = T0 + seq as i64;
-            c.journal = Some(entry.clone());
+            c.journal = Some(Box::new(entry.clone()));
             histories[n].push(entry);
             batch.push(c);
         }
@@ -1499,7 +1499,7 @@ async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_inst
         let mut c = commit(instance, Some(3), dep);
         c.state.status = InstanceStatus::Completed;
         c.now_ms = T0 + 4;
-        c.journal = Some(journal_entry(4, dep, T0 + 4, n as u8 + 1));
+        c.journal = Some(Box::new(journal_entry(4, dep, T0 + 4, n as u8 + 1)));
         batch.push(c);
     }
     store.commit(batch).await?;
@@ -1512,7 +1512,7 @@ async fn sqlite_a_round_row_holds_a_batch_s_steps_and_a_purge_takes_out_its_inst
     let fifth = id(5);
     let mut c = commit(fifth, None, dep);
     let entry = journal_entry(1, dep, T0 + 5, 5);
-    c.journal = Some(entry.clone());
+    c.journal = Some(Box::new(entry.clone()));
     ensure!(commit_one(&store, c).await? == CommitOutcome::Applied { fence: 1 });
     let mut conn = SqliteConnection::connect(&format!("sqlite://{}", path.display())).await?;
     let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM journal ORDER BY id")
@@ -1604,7 +1604,7 @@ async fn sqlite_a_purge_goes_on_past_a_damaged_round() -> Result<()> {
     for n in 1..=2u128 {
         let mut c = commit(id(n), None, dep);
         c.state.status = InstanceStatus::Completed;
-        c.journal = Some(journal_entry(1, dep, T0, n as u8));
+        c.journal = Some(Box::new(journal_entry(1, dep, T0, n as u8)));
         batch.push(c);
     }
     store.commit(batch).await?;

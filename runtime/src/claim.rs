@@ -247,8 +247,13 @@ pub fn plan(
     let journaled = before.is_some();
     if let Some(before) = before {
         let seq = fence.map_or(1, |f| f + 1);
-        commit.journal =
-            Some(before.entry(seq, deployment, now, &commit.state.snapshot, &step.effects));
+        commit.journal = Some(Box::new(before.entry(
+            seq,
+            deployment,
+            now,
+            &commit.state.snapshot,
+            &step.effects,
+        )));
     }
     commit.timers.resolve.extend(fired);
     let mut then = Then {
@@ -673,7 +678,7 @@ pub(crate) async fn claim_and_step(
         planned.commit.audit.extend(op.audit.cloned());
         planned.commit.moves = op.onto.is_some();
         let taker = take.as_ref().map(|t| t.process.clone()).unwrap_or_default();
-        planned.commit.message_take = take;
+        planned.commit.message_take = take.map(Box::new);
         let opened = opened_waits(&planned.commit);
         let planned_deployment = planned.commit.deployment;
         let outcome = store.commit(vec![planned.commit]).await?;

@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::claim::{plan, Claim, LeaseRules, Then, CONFLICT_RETRIES_MAX};
-use super::{Replier, Request, Shared, Work};
+use super::{Replier, Request, Shared, Stats, Work};
 use crate::error::Error;
 
 /// The lease row is refreshed once less than this fraction of it remains.
@@ -49,6 +49,53 @@ const LOCKED_CACHED_MAX: usize = 10_000;
 struct Prepared {
     request: Request,
     then: Then,
+}
+
+/// What a round's applied steps add to the runtime's counters ([`Stats`]).
+#[derive(Default)]
+struct Tally {
+    steps: u64,
+    started: u64,
+    parks: u64,
+    handler_calls: u64,
+    completed: u64,
+    failed: u64,
+    cancelled: u64,
+}
+
+impl Tally {
+    fn count(&mut self, then: &Then) {
+        self.steps += 1;
+        self.parks += then.parks;
+        self.started += u64::from(then.next.fence.is_none());
+        self.handler_calls += then.calls.len() as u64;
+        if then.finished_now {
+            match then.next.snapshot.status() {
+                Status::Completed => self.completed += 1,
+                Status::Failed => self.failed += 1,
+                _ => self.cancelled += 1,
+            }
+        }
+    }
+
+    /// Adds the round's counts, and `took_us` as the latency of each of its steps.
+    fn add_to(&self, stats: &Stats, took_us: u64) {
+        let adds = [
+            (&stats.steps, self.steps),
+            (&stats.started, self.started),
+            (&stats.parks, self.parks),
+            (&stats.handler_calls, self.handler_calls),
+            (&stats.completed, self.completed),
+            (&stats.failed, self.failed),
+            (&stats.cancelled, self.cancelled),
+        ];
+        for (counter, n) in adds {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        stats.step_latency.observe_us_times(took_us, self.steps);
+    }
 }
 
 type HandlerFuture = BoxFuture<'static, Request>;
@@ -325,15 +372,24 @@ impl Lane {
                     }
                 }
                 self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
-                let took_us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
-                for outcome in &outcomes {
+                // The round's counters, moved once a round rather than a handful of atomic
+                // adds a step, and before any caller hears that its step was applied.
+                let mut tally = Tally::default();
+                for (p, outcome) in prepared.iter().zip(&outcomes) {
                     if matches!(outcome, CommitOutcome::Applied { .. }) {
-                        self.shared.stats.step_latency.observe_us(took_us);
+                        tally.count(&p.then);
                     }
                 }
+                let took_us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+                tally.add_to(&self.shared.stats, took_us);
+                // The handlers of the round's steps start now: one reading of the clock
+                // for all of them.
+                let handlers_started_ms = self.shared.clock.now_ms();
                 for (p, outcome) in prepared.into_iter().zip(outcomes) {
                     match outcome {
-                        CommitOutcome::Applied { fence } => self.applied(p, fence, now),
+                        CommitOutcome::Applied { fence } => {
+                            self.applied(p, fence, now, handlers_started_ms)
+                        }
                         CommitOutcome::Conflict { .. } => self.conflicted(p),
                         CommitOutcome::DeploymentRetired => self.refused_retired(p),
                         CommitOutcome::DuplicateBusinessKey { existing } => reply(
@@ -470,7 +526,7 @@ impl Lane {
                 {
                     // Written with the creation only; the store keeps it from then on.
                     planned.commit.state.business_key = business_key.clone();
-                    planned.commit.schedule = schedule.clone();
+                    planned.commit.schedule = schedule.clone().map(Box::new);
                 }
                 Some((
                     Prepared {
@@ -509,17 +565,14 @@ impl Lane {
         (read, false)
     }
 
-    fn applied(&mut self, p: Prepared, fence: u64, now: i64) {
-        let stats = &self.shared.stats;
+    /// Takes in one applied step (its counters are in the round's [`Tally`]): updates the
+    /// cache, wakes whoever waits on what it did, answers its caller and starts its
+    /// handlers, as started at `handlers_started_ms`.
+    fn applied(&mut self, p: Prepared, fence: u64, now: i64, handlers_started_ms: i64) {
         let Prepared {
             request,
             then: planned,
         } = p;
-        stats.steps.fetch_add(1, Ordering::Relaxed);
-        stats.parks.fetch_add(planned.parks, Ordering::Relaxed);
-        if planned.next.fence.is_none() {
-            stats.started.fetch_add(1, Ordering::Relaxed);
-        }
         let instance = request.instance;
         let status = planned.next.snapshot.status();
         let state = request
@@ -550,14 +603,6 @@ impl Lane {
             };
             self.cache.insert(instance, next);
         }
-        if planned.finished_now {
-            let counter = match status {
-                Status::Completed => &stats.completed,
-                Status::Failed => &stats.failed,
-                _ => &stats.cancelled,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
         if planned
             .earliest_timer_ms
             .is_some_and(|t| t <= now.saturating_add(self.shared.config.poll_interval_ms as i64))
@@ -575,8 +620,7 @@ impl Lane {
         }
         let limit_ms = self.shared.config.handler_time_limit_ms;
         for call in planned.calls {
-            stats.handler_calls.fetch_add(1, Ordering::Relaxed);
-            let started_ms = self.shared.clock.now_ms();
+            let started_ms = handlers_started_ms;
             let fut = self
                 .shared
                 .handlers

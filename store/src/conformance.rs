@@ -3854,11 +3854,11 @@ fn scheduled_start(
     next: Option<(i64, Option<u32>)>,
 ) -> Commit {
     let mut c = commit(instance, None, deployment);
-    c.schedule = Some(ScheduleAdvance {
+    c.schedule = Some(Box::new(ScheduleAdvance {
         node: node.to_owned(),
         fired_at_ms: fired,
         next,
-    });
+    }));
     c
 }
 
@@ -4229,7 +4229,7 @@ pub fn journal_entry(seq: u64, deployment: DeploymentId, at_ms: i64, tag: u8) ->
 
 /// `c` carrying `entry` as its journal row.
 fn journaled(mut c: Commit, entry: &JournalEntry) -> Commit {
-    c.journal = Some(entry.clone());
+    c.journal = Some(Box::new(entry.clone()));
     c
 }
 
@@ -4849,10 +4849,10 @@ pub async fn a_buffered_message_is_taken_once_per_process_with_its_step(ctx: Ctx
         let mut c = commit(id(n), Some(fence), dep);
         c.now_ms = at;
         c.state.snapshot = vec![9];
-        c.message_take = Some(MessageTake {
+        c.message_take = Some(Box::new(MessageTake {
             message,
             process: process.to_owned(),
-        });
+        }));
         c
     };
     ensure!(
@@ -4940,10 +4940,10 @@ pub async fn takes_of_one_message_from_two_handles_at_once_win_once(ctx: Ctx) ->
         .await?;
         let take = |n: InstanceId| {
             let mut c = commit(n, Some(1), dep);
-            c.message_take = Some(MessageTake {
+            c.message_take = Some(Box::new(MessageTake {
                 message: m,
                 process: "billing".to_owned(),
-            });
+            }));
             c
         };
         let (one, two) = tokio::join!(s.commit(vec![take(a)]), ctx.second.commit(vec![take(b)]));

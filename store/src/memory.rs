@@ -285,7 +285,7 @@ impl State {
             }
         }
         if let Some(advance) = commit.schedule {
-            self.advance_schedule(commit.deployment, advance);
+            self.advance_schedule(commit.deployment, *advance);
         }
         let record = InstanceRecord {
             id: commit.instance,
@@ -319,7 +319,10 @@ impl State {
         self.apply_incidents(commit.instance, commit.incidents, commit.now_ms);
         self.apply_subscriptions(commit.instance, commit.subscriptions, commit.now_ms);
         if let Some(entry) = commit.journal {
-            self.journal.entry(commit.instance).or_default().push(entry);
+            self.journal
+                .entry(commit.instance)
+                .or_default()
+                .push(*entry);
         }
         self.apply_pull(commit.instance, commit.pull);
         self.apply_outbox(commit.instance, commit.outbox, commit.now_ms);
