@@ -288,10 +288,8 @@ impl Lane {
         let mut commits = Vec::with_capacity(chosen.len());
         for req in chosen.drain(..) {
             let fetched = read.remove(&req.instance);
-            if let Some((p, commit)) = self.prepare(req, fetched, now).await {
-                prepared.push(p);
-                commits.push(commit);
-            }
+            self.prepare(req, fetched, now, &mut prepared, &mut commits)
+                .await;
         }
         self.spare_chosen = chosen;
         // The previous round's answer before this round's commit: a lane's commits reach
@@ -422,14 +420,16 @@ impl Lane {
     }
 
     /// Steps one request against its instance's current state (`fetched`: read for it
-    /// already). `None` when there is nothing to commit (the request was answered
-    /// already).
+    /// already) and adds its commit and what follows it to the round's. Nothing is added
+    /// when there is nothing to commit (the request was answered already).
     async fn prepare(
         &mut self,
         mut req: Request,
         fetched: Option<Result<Claim, Error>>,
         now: i64,
-    ) -> Option<(Prepared, Commit)> {
+        prepared: &mut Vec<Prepared>,
+        commits: &mut Vec<Commit>,
+    ) {
         let (current, cached) = match fetched {
             Some(claim) => (claim, false),
             None => self.current(&req).await,
@@ -438,7 +438,7 @@ impl Lane {
             Ok(claim) => claim,
             Err(e) => {
                 reply(req.reply.take(), Err(e));
-                return None;
+                return;
             }
         };
         let (input, fired) = match &req.work {
@@ -534,18 +534,15 @@ impl Lane {
                     planned.commit.state.business_key = business_key.clone();
                     planned.commit.schedule = schedule.clone().map(Box::new);
                 }
-                Some((
-                    Prepared {
-                        request: req,
-                        then: planned.then,
-                    },
-                    planned.commit,
-                ))
+                // Pushed here rather than returned: a step's commit and plan are most
+                // of a kilobyte, and each hand-back moved them once more.
+                commits.push(planned.commit);
+                prepared.push(Prepared {
+                    request: req,
+                    then: planned.then,
+                });
             }
-            Err(e) => {
-                reply(req.reply.take(), Err(e));
-                None
-            }
+            Err(e) => reply(req.reply.take(), Err(e)),
         }
     }
 
