@@ -118,7 +118,7 @@ pub struct RuntimeConfig {
 ///
 /// One lane keeps such a store's writer busy ("lane time in commit" 98–99 % in the
 /// runtime bench), so a second lane adds no commits, only its work beside the writer's
-/// thread, which slows the writer: two lanes stepped at 0.68–0.82 of one lane's rate on
+/// thread, which slows the writer: two lanes stepped at 0.65–0.81 of one lane's rate on
 /// the project's two-core machine, while pull tasks, channel calls and HTTP starts ran
 /// the same with one lane or two (`docs/performance.md`, "One lane by default on
 /// SQLite"). A store that commits each lane's batch in a transaction of its own
