@@ -1147,7 +1147,8 @@ pub trait Store: Send + Sync + 'static {
     /// for a store whose commits are transactions of their own (PostgreSQL: a lane that
     /// overlapped them committed twice as often, half as much each time, and four lanes
     /// ran slower, `docs/performance.md` "A lane prepares while its commit runs") or work
-    /// on the caller's thread alone (the memory store).
+    /// on the caller's thread alone (the memory store). Hosts run one lane on a store that
+    /// says `true` unless told otherwise (`qflow_runtime::default_lanes`).
     fn commits_group(&self) -> bool {
         false
     }
