@@ -179,11 +179,10 @@ async fn run_async(args: &Args) -> anyhow::Result<ExitCode> {
         .collect();
     let resumed = resumed_ids.len() as u64;
     say_err!(
-        "qflow run: orders on {} (deployment {}, {} lane{}); resuming {} unfinished instance(s)",
+        "qflow run: orders on {} (deployment {}, {}); resuming {} unfinished instance(s)",
         args.db.display(),
         deployment.id.0,
-        lanes,
-        if lanes == 1 { "" } else { "s" },
+        crate::text::plural(lanes, "lane"),
         resumed
     );
     if resumed > 0 {

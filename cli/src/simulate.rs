@@ -22,7 +22,7 @@ use qflow_loader::model::Definition;
 use serde::Serialize;
 
 use crate::check::render::{write_diagnostic, LineIndex};
-use crate::text::{escape, escape_json};
+use crate::text::{escape, escape_json, plural};
 use crate::{EXIT_REFUSED, EXIT_USAGE};
 
 /// Largest scenario file read, in bytes: scenarios are hand-written scripts.
@@ -324,12 +324,4 @@ fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
 fn usage_error(path: &Path, err: io::Error) -> ExitCode {
     say_err!("qflow: error: cannot read `{}`: {err}", path.display());
     ExitCode::from(EXIT_USAGE)
-}
-
-fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{n} {word}s")
-    }
 }

@@ -11,6 +11,15 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// `n` and `word`, with an `s` unless `n` is 1: `1 lane`, `2 lanes`.
+pub(crate) fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
 /// `text` with every control character and bidirectional override escaped as `\u{..}`.
 /// Text without them is returned as it is, without a copy.
 pub(crate) fn escape(text: &str) -> Cow<'_, str> {

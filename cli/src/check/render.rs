@@ -15,7 +15,7 @@ use qflow_loader::diag::Diagnostic;
 use qflow_loader::model::{Classification, Definition};
 
 use super::{explain, severity_label, FileReport, Verdict};
-use crate::text::escape;
+use crate::text::{escape, plural};
 
 /// Tabs are expanded to this many spaces so the caret lines up in any terminal.
 const TAB_WIDTH: usize = 4;
@@ -76,14 +76,6 @@ pub(crate) fn write_report(
             }
             Ok(())
         }
-    }
-}
-
-fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{n} {word}s")
     }
 }
 
