@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --journal --finished=N --parked-live=N --wal-autocheckpoint=PAGES --group-gather-us=N --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny` (the what-ifs
+//! --open-loop --journal --finished=N --parked-live=N --wal-autocheckpoint=PAGES --group-gather-us=N --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny,no-lease` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
+use qflow_core::TimerKind;
 use qflow_persistence::{PgConfig, PgStore, SqliteSettings, SqliteStore};
 use qflow_runtime::{AsyncHandlers, Runtime, RuntimeConfig, StatsView, SystemClock};
 use qflow_runtime::{TaskContext, TaskOutcome};
@@ -141,6 +142,10 @@ struct WhatIf {
     /// With `--journal`: store every row with its input, delta and hashes emptied
     /// (breaks G3): prices the rows' bytes apart from their number.
     journal_tiny: bool,
+    /// Drop the in-flight lease's timer rows, their arms and their resolves (breaks
+    /// C7a: a crashed replica's attempts would never be re-adopted): prices the `~run`
+    /// row each running instance keeps.
+    no_lease: bool,
 }
 
 impl WhatIf {
@@ -153,8 +158,9 @@ impl WhatIf {
                 "cached-deployments" => w.cached_deployments = true,
                 "journal-unstored" => w.journal_unstored = true,
                 "journal-tiny" => w.journal_tiny = true,
+                "no-lease" => w.no_lease = true,
                 other => bail!(
-                    "unknown --what-if {other:?} (ordered-ids, no-attempt-rows, cached-deployments, journal-unstored, journal-tiny)"
+                    "unknown --what-if {other:?} (ordered-ids, no-attempt-rows, cached-deployments, journal-unstored, journal-tiny, no-lease)"
                 ),
             }
         }
@@ -177,6 +183,9 @@ impl WhatIf {
         }
         if self.journal_tiny {
             parts.push("journal-tiny");
+        }
+        if self.no_lease {
+            parts.push("no-lease");
         }
         parts.iter().map(|p| format!("+{p}")).collect()
     }
@@ -453,6 +462,14 @@ impl TimedStore {
     }
 
     fn rewrite(&self, mut batch: Vec<Commit>) -> Vec<Commit> {
+        if self.what_if.no_lease {
+            for c in &mut batch {
+                c.timers.arm.retain(|t| t.name.kind() != TimerKind::Lease);
+                c.timers
+                    .resolve
+                    .retain(|t| t.name.kind() != TimerKind::Lease);
+            }
+        }
         if self.what_if.no_attempt_rows {
             for c in &mut batch {
                 c.attempts.clear();

@@ -451,6 +451,19 @@ impl SqliteStore {
         rows.iter().map(|row| row.field("detail")).collect()
     }
 
+    /// The query plan SQLite picks for the claim's read of due in-flight leases (kept in
+    /// instance rows), one line per plan step: the evidence that a poll walks the armed
+    /// leases' partial index, never the instances.
+    pub async fn explain_lease_claim(&self) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {LEASE_DUE_SQL}"))
+            .bind(0_i64)
+            .bind(1_i64)
+            .fetch_all(&self.writer)
+            .await
+            .map_err(backend)?;
+        rows.iter().map(|row| row.field("detail")).collect()
+    }
+
     /// The query plan SQLite picks for the outbox claim, one line per plan step: the
     /// evidence that a dispatcher's claim walks the pending rows' due index.
     pub async fn explain_outbox_claim(&self) -> StoreResult<Vec<String>> {
@@ -803,6 +816,22 @@ const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = ?1, leased_until_ms = ?
          WHERE due_at_ms <= ?3 AND (leased_until_ms IS NULL OR leased_until_ms < ?3) \
          ORDER BY due_at_ms LIMIT ?4) \
      RETURNING instance, name, due_at_ms, incarnation";
+
+/// The due in-flight leases (`~run`, kept in the instance rows since
+/// `0023_lease_in_row.sql`) whose claim is free or expired, earliest first: rowid and due
+/// instant. A due lease is rare (a replica died, or handed its attempts over), and
+/// the partial index `instances_lease_due` holds armed leases only, so this read
+/// usually finds nothing and [`CLAIM_SQL`] alone is the claim.
+const LEASE_DUE_SQL: &str = "SELECT rowid, lease_due_ms FROM instances \
+     INDEXED BY instances_lease_due \
+     WHERE lease_due_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms < ?1) \
+     ORDER BY lease_due_ms LIMIT ?2";
+
+/// [`CLAIM_SQL`]'s candidates as rowid and due instant, for a claim that must take the
+/// earliest of timers and leases together.
+const TIMER_DUE_SQL: &str = "SELECT rowid, due_at_ms FROM timers \
+     WHERE due_at_ms <= ?1 AND (leased_until_ms IS NULL OR leased_until_ms < ?1) \
+     ORDER BY due_at_ms LIMIT ?2";
 
 /// Leases due pending outbox rows whose lease is free or expired, earliest due first
 /// (then by key, as bytes: SQLite's `BINARY` collation), as [`CLAIM_SQL`] does timers.
@@ -1242,26 +1271,109 @@ fn in_list<'a>(sql: impl Into<String>, texts: &'a [String]) -> QueryBuilder<'a, 
     query
 }
 
-/// A lease update (`CLAIM_SQL` or `OUTBOX_CLAIM_SQL`: owner, lease end, now, limit) in
-/// its own `BEGIN IMMEDIATE` transaction on the writer connection.
+/// What a claim leases: the rows one statement (`OUTBOX_CLAIM_SQL`,
+/// `SCHEDULE_CLAIM_SQL`: owner, lease end, now, limit) leases, or the due timers.
+#[derive(Clone, Copy)]
+enum Claimed {
+    Rows(&'static str),
+    /// The rows of `timers` and the in-flight leases of `instances`, earliest due first
+    /// across both ([`claim_timer_rows`]).
+    Timers,
+}
+
+/// A lease update (see [`Claimed`]) in its own `BEGIN IMMEDIATE` transaction on the
+/// writer connection.
 async fn claim_rows(
     conn: &mut SqliteConnection,
-    sql: &str,
+    what: Claimed,
     claim: TimerClaim<'_>,
     limit: u32,
 ) -> StoreResult<Vec<SqliteRow>> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE")
         .await
         .map_err(backend)?;
-    let rows = sqlx::query(sql)
-        .bind(claim.owner)
-        .bind(claim.now_ms.saturating_add(claim.lease_ms))
+    let rows = match what {
+        Claimed::Rows(sql) => sqlx::query(sql)
+            .bind(claim.owner)
+            .bind(claim.now_ms.saturating_add(claim.lease_ms))
+            .bind(claim.now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?,
+        Claimed::Timers => claim_timer_rows(&mut tx, claim, limit).await?,
+    };
+    tx.commit().await.map_err(backend)?;
+    Ok(rows)
+}
+
+/// Leases the earliest `limit` due timers, whether rows of `timers` or in-flight leases
+/// (`~run`) in instance rows, inside the caller's write transaction. Rows come back with
+/// [`TIMER_COLUMNS`]' names. Without a due lease (nearly always) it is [`CLAIM_SQL`].
+async fn claim_timer_rows(
+    tx: &mut SqliteConnection,
+    claim: TimerClaim<'_>,
+    limit: u32,
+) -> StoreResult<Vec<SqliteRow>> {
+    let until = claim.now_ms.saturating_add(claim.lease_ms);
+    let leases: Vec<(i64, i64)> = sqlx::query_as(LEASE_DUE_SQL)
         .bind(claim.now_ms)
         .bind(i64::from(limit))
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
-    tx.commit().await.map_err(backend)?;
+    if leases.is_empty() {
+        return sqlx::query(CLAIM_SQL)
+            .bind(claim.owner)
+            .bind(until)
+            .bind(claim.now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend);
+    }
+    let timers: Vec<(i64, i64)> = sqlx::query_as(TIMER_DUE_SQL)
+        .bind(claim.now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend)?;
+    // (due, is a lease, rowid): the earliest `limit` of both.
+    let mut due: Vec<(i64, bool, i64)> = leases
+        .iter()
+        .map(|&(rowid, at)| (at, true, rowid))
+        .chain(timers.iter().map(|&(rowid, at)| (at, false, rowid)))
+        .collect();
+    due.sort_unstable();
+    due.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let mut rows = Vec::with_capacity(due.len());
+    for (table, lease) in [
+        (
+            "UPDATE timers SET lease_owner = ?, leased_until_ms = ? WHERE rowid IN (",
+            false,
+        ),
+        (
+            "UPDATE instances SET lease_owner = ?, lease_until_ms = ? WHERE rowid IN (",
+            true,
+        ),
+    ] {
+        let rowids: Vec<i64> = due.iter().filter(|d| d.1 == lease).map(|d| d.2).collect();
+        if rowids.is_empty() {
+            continue;
+        }
+        let returning = if lease {
+            ") RETURNING id AS instance, '~run' AS name, lease_due_ms AS due_at_ms, \
+             lease_incarnation AS incarnation"
+        } else {
+            ") RETURNING instance, name, due_at_ms, incarnation"
+        };
+        let sql = format!("{table}{}{returning}", vec!["?"; rowids.len()].join(", "));
+        let mut q = sqlx::query(&sql).bind(claim.owner).bind(until);
+        for rowid in &rowids {
+            q = q.bind(*rowid);
+        }
+        rows.extend(q.fetch_all(&mut *tx).await.map_err(backend)?);
+    }
     Ok(rows)
 }
 
@@ -1274,7 +1386,7 @@ impl SqliteStore {
     /// goes back to FULL before anyone else can use it, or is closed.
     async fn relaxed_claim(
         &self,
-        sql: &str,
+        what: Claimed,
         claim: TimerClaim<'_>,
         limit: u32,
     ) -> StoreResult<Vec<SqliteRow>> {
@@ -1283,7 +1395,7 @@ impl SqliteStore {
             .execute(&mut *conn)
             .await
             .map_err(backend)?;
-        let claimed = claim_rows(&mut conn, sql, claim, limit).await;
+        let claimed = claim_rows(&mut conn, what, claim, limit).await;
         if let Err(e) = sqlx::query("PRAGMA synchronous = FULL")
             .execute(&mut *conn)
             .await
@@ -1459,7 +1571,11 @@ impl Store for SqliteStore {
         if claim.limit == 0 {
             return Ok(Vec::new());
         }
-        claimed_timers(&self.relaxed_claim(CLAIM_SQL, claim, claim.limit).await?)
+        claimed_timers(
+            &self
+                .relaxed_claim(Claimed::Timers, claim, claim.limit)
+                .await?,
+        )
     }
 
     async fn claim_due_schedules(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<ScheduleRecord>> {
@@ -1474,7 +1590,7 @@ impl Store for SqliteStore {
         }
         claimed_schedules(
             &self
-                .relaxed_claim(SCHEDULE_CLAIM_SQL, claim, claim.limit)
+                .relaxed_claim(Claimed::Rows(SCHEDULE_CLAIM_SQL), claim, claim.limit)
                 .await?,
         )
     }
@@ -1511,14 +1627,24 @@ impl Store for SqliteStore {
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
-        sqlx::query_scalar("SELECT min(due_at_ms) FROM timers")
-            .fetch_one(&self.readers)
-            .await
-            .map_err(backend)
+        // Each `min` is one end of an index (`timers_due`, `instances_lease_due`).
+        sqlx::query_scalar(
+            "SELECT min(due) FROM (SELECT min(due_at_ms) AS due FROM timers \
+             UNION ALL SELECT min(lease_due_ms) FROM instances)",
+        )
+        .fetch_one(&self.readers)
+        .await
+        .map_err(backend)
     }
 
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
-        let sql = format!("SELECT {TIMER_COLUMNS} FROM timers WHERE instance = ? ORDER BY name");
+        // The in-flight lease is kept in the instance's row (`0023_lease_in_row.sql`).
+        let sql = format!(
+            "SELECT {TIMER_COLUMNS} FROM timers WHERE instance = ?1 \
+             UNION ALL SELECT id AS instance, '~run' AS name, lease_due_ms AS due_at_ms, \
+             lease_incarnation AS incarnation FROM instances \
+             WHERE id = ?1 AND lease_due_ms IS NOT NULL ORDER BY name"
+        );
         let rows = sqlx::query(&sql)
             .bind(id_text(instance))
             .fetch_all(&self.readers);
@@ -2010,7 +2136,11 @@ impl Store for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        claimed_outbox(&self.relaxed_claim(OUTBOX_CLAIM_SQL, claim, limit).await?)
+        claimed_outbox(
+            &self
+                .relaxed_claim(Claimed::Rows(OUTBOX_CLAIM_SQL), claim, limit)
+                .await?,
+        )
     }
 
     /// One `BEGIN IMMEDIATE` transaction, durable like a commit: the row's update and,

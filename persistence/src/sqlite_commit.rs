@@ -25,7 +25,7 @@ use std::time::Duration;
 use qflow_store::{
     history, AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceStatus,
     NewIncident, NewSubscription, PullTaskRecord, ScheduleAdvance, StoreError, StoreResult,
-    TimerRecord, UserTaskRecord,
+    TimerKind, TimerRecord, TimerRef, UserTaskRecord,
 };
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params_from_iter, Connection, OpenFlags, OptionalExtension, ToSql};
@@ -774,17 +774,20 @@ fn apply_state<'a>(
         // unique index `instances_business_key`) both skip the row, and the loser pass
         // below tells them apart. The write lock means every row we can collide with is
         // committed or our own, so skipping is the whole answer.
-        let sql = SQL.text(chunk.len(), 13, |values| {
+        let sql = SQL.text(chunk.len(), 15, |values| {
             format!(
                 "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
                  business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last, \
-                 history, history_n) VALUES {values} \
+                 history, history_n, lease_due_ms, lease_incarnation) VALUES {values} \
                  ON CONFLICT DO NOTHING RETURNING id, length(history)"
             )
         });
-        let mut args = Vec::with_capacity(chunk.len() * 13);
+        let mut args = Vec::with_capacity(chunk.len() * 15);
         for &index in chunk {
             let commit = &batch[index];
+            // A creation that starts an attempt arms its lease with the row
+            // (`apply_timers` leaves the created rows' leases alone).
+            let lease = lease_arm(commit);
             args.extend([
                 ids[index].as_str().into(),
                 commit.deployment.0.into(),
@@ -799,6 +802,8 @@ fn apply_state<'a>(
                 journal_ids[index].into(),
                 history::pack(commit.instance, &commit.attempts).into(),
                 (commit.attempts.len() as i64).into(),
+                lease.map(|t| t.due_at_ms).into(),
+                lease.map(|t| i64::from(t.incarnation)).into(),
             ]);
         }
         let created: Vec<(String, Option<i64>)> =
@@ -817,11 +822,14 @@ fn apply_state<'a>(
     // sets, changed or not, and seven indexes hold those three columns, so a full update
     // costs them all. The light statement takes the rows that still match; the rest
     // (an ending, a failure, a migration, a repair, or a lost CAS) take the full one.
+    // A commit that resolves the in-flight lease takes the full one too, which clears the
+    // row's lease columns as it goes (`lease_resolve`): nearly always an ending, and
+    // otherwise one row write instead of two.
     let (light, mut full): (Vec<usize>, Vec<usize>) = updates.iter().partition(|&&index| {
         !matches!(
             batch[index].state.status,
             InstanceStatus::Completed | InstanceStatus::Cancelled
-        )
+        ) && lease_resolve(&batch[index]).is_none()
     });
     let lightly: JournalPrevs =
         update_instances(conn, batch, ids, journal_ids, &light, true, &mut spills)?
@@ -921,13 +929,20 @@ fn update_instances(
          ELSE CAST(COALESCE(history, x'') || v_history AS BLOB) END, \
          history_n = history_n + v_history_n";
     const WITH: &str = "WITH v (v_id, v_fence, v_deployment, v_status, v_failure_code, \
-         v_snapshot, v_now_ms, v_journal, v_history, v_history_n) AS";
+         v_snapshot, v_now_ms, v_journal, v_history, v_history_n, v_lease) AS";
+    // The in-flight lease resolved by the step (`v_lease`: its incarnation), as the keyed
+    // delete of a `timers` row would: only where the incarnation matches.
+    const LEASE_SET: &str = "lease_due_ms = CASE WHEN lease_incarnation = v_lease THEN NULL \
+         ELSE lease_due_ms END, lease_owner = CASE WHEN lease_incarnation = v_lease THEN NULL \
+         ELSE lease_owner END, lease_until_ms = CASE WHEN lease_incarnation = v_lease \
+         THEN NULL ELSE lease_until_ms END, lease_incarnation = CASE \
+         WHEN lease_incarnation = v_lease THEN NULL ELSE lease_incarnation END";
     static LIGHT: ChunkTexts = ChunkTexts::new();
     static FULL: ChunkTexts = ChunkTexts::new();
     let mut won = Vec::with_capacity(rows.len());
     for chunk in statement_chunks(rows) {
         let sql = if light {
-            LIGHT.text(chunk.len(), 10, |values| {
+            LIGHT.text(chunk.len(), 11, |values| {
                 format!(
                     "{WITH} (VALUES {values}) UPDATE instances SET fence = fence + 1, \
                      snapshot = v_snapshot, updated_at_ms = v_now_ms, {JOURNAL_SET}, \
@@ -938,12 +953,13 @@ fn update_instances(
                 )
             })
         } else {
-            FULL.text(chunk.len(), 10, |values| {
+            FULL.text(chunk.len(), 11, |values| {
                 format!(
                     "{WITH} (VALUES {values}) UPDATE instances SET fence = fence + 1, \
                      deployment = v_deployment, status = v_status, \
                      failure_code = v_failure_code, snapshot = v_snapshot, \
-                     updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET}, {HISTORY_SET} \
+                     updated_at_ms = v_now_ms, ended_at_ms = {}, {JOURNAL_SET}, {HISTORY_SET}, \
+                     {LEASE_SET} \
                      FROM v WHERE id = v_id AND fence = v_fence \
                      AND (deployment = v_deployment OR business_key IS NULL OR NOT EXISTS ( \
                          SELECT 1 FROM instances AS o \
@@ -954,10 +970,11 @@ fn update_instances(
                 )
             })
         };
-        let mut args = Vec::with_capacity(chunk.len() * 10);
+        let mut args = Vec::with_capacity(chunk.len() * 11);
         for &index in chunk {
             let commit = &batch[index];
             let expected = commit.expected_fence.unwrap_or(0);
+            // Light rows never resolve a lease (`apply_state`); the column goes unread.
             args.extend([
                 ids[index].as_str().into(),
                 fence_to_db(expected)?.into(),
@@ -969,6 +986,7 @@ fn update_instances(
                 journal_ids[index].into(),
                 history::pack(commit.instance, &commit.attempts).into(),
                 (commit.attempts.len() as i64).into(),
+                lease_resolve(commit).into(),
             ]);
         }
         let updated: Vec<(String, Option<i64>, Option<i64>)> = query(conn, sql, &args, |row| {
@@ -1017,10 +1035,44 @@ fn spill_histories(conn: &Connection, ids: &[String]) -> StoreResult<()> {
     Ok(())
 }
 
-/// Writes the winners' `timers`: the resolves as keyed multi-row deletes
-/// ([`delete_keyed`]), then the arms as multi-row upserts, so a step that resolves and
-/// re-arms a name keeps the new timer.
+/// The last arm of the in-flight lease (`~run`) in `commit`, if any: what the instance
+/// row's lease columns take (`0023_lease_in_row.sql`).
+fn lease_arm(commit: &Commit) -> Option<&TimerRecord> {
+    commit
+        .timers
+        .arm
+        .iter()
+        .rev()
+        .find(|t| t.name.kind() == TimerKind::Lease)
+}
+
+/// The resolves of the in-flight lease (`~run`) in `commit`.
+fn lease_resolves(commit: &Commit) -> impl Iterator<Item = &TimerRef> {
+    commit
+        .timers
+        .resolve
+        .iter()
+        .filter(|t| t.name.kind() == TimerKind::Lease)
+}
+
+/// The incarnation of the in-flight lease (`~run`) an update resolves, when it resolves
+/// it once and does not arm it again (an arm replaces the lease whatever its
+/// incarnation). Several resolves of it in one commit (the runtime writes one at most)
+/// are left to [`apply_leases`].
+fn lease_resolve(commit: &Commit) -> Option<i64> {
+    let mut resolves = lease_resolves(commit);
+    match (lease_arm(commit), resolves.next(), resolves.next()) {
+        (None, Some(only), None) => Some(i64::from(only.incarnation)),
+        _ => None,
+    }
+}
+
+/// Writes the winners' timers. The in-flight lease (`~run`) lives in the instance's row
+/// ([`apply_leases`]); the other names are rows of `timers`: the resolves as keyed
+/// multi-row deletes ([`delete_keyed`]), then the arms as multi-row upserts, so a step
+/// that resolves and re-arms a name keeps the new timer.
 fn apply_timers(conn: &Connection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    apply_leases(conn, winners)?;
     let resolved: Vec<(&str, &str, i64)> = winners
         .iter()
         .flat_map(|&(id, commit)| {
@@ -1028,6 +1080,7 @@ fn apply_timers(conn: &Connection, winners: &[Winner<'_>]) -> StoreResult<()> {
                 .timers
                 .resolve
                 .iter()
+                .filter(|t| t.name.kind() != TimerKind::Lease)
                 .map(move |t| (id, t.name.as_str(), i64::from(t.incarnation)))
         })
         .collect();
@@ -1044,6 +1097,7 @@ fn apply_timers(conn: &Connection, winners: &[Winner<'_>]) -> StoreResult<()> {
         .flat_map(|&(id, commit)| {
             last_arm_per_name(commit)
                 .into_iter()
+                .filter(|timer| timer.name.kind() != TimerKind::Lease)
                 .map(move |timer| (id, timer))
         })
         .collect();
@@ -1063,6 +1117,57 @@ fn apply_timers(conn: &Connection, winners: &[Winner<'_>]) -> StoreResult<()> {
         " ON CONFLICT (instance, name) DO UPDATE SET due_at_ms = excluded.due_at_ms, \
          incarnation = excluded.incarnation, lease_owner = NULL, leased_until_ms = NULL",
     )
+}
+
+/// Arms the in-flight leases (`~run`) of the winners that were updated, in their rows'
+/// lease columns, and drops any claim on the old one, as the upsert of a `timers` row
+/// does. A creation's lease went in with its row, and a resolve with the row's full
+/// update (`lease_resolve`). Most commits arm none and cost nothing here.
+fn apply_leases(conn: &Connection, winners: &[Winner<'_>]) -> StoreResult<()> {
+    static ARM: ChunkTexts = ChunkTexts::new();
+    // Several resolves without an arm (never from the runtime): each clears the lease
+    // where its incarnation matches, as each keyed delete of a `timers` row would.
+    for &(id, commit) in winners {
+        if commit.expected_fence.is_none() || lease_arm(commit).is_some() {
+            continue;
+        }
+        if lease_resolves(commit).nth(1).is_none() {
+            continue;
+        }
+        for resolve in lease_resolves(commit) {
+            execute(
+                conn,
+                "UPDATE instances SET lease_due_ms = NULL, lease_incarnation = NULL, \
+                 lease_owner = NULL, lease_until_ms = NULL \
+                 WHERE id = ? AND lease_incarnation = ?",
+                &[id.into(), i64::from(resolve.incarnation).into()],
+            )?;
+        }
+    }
+    let arms: Vec<(&str, &TimerRecord)> = winners
+        .iter()
+        .filter(|(_, commit)| commit.expected_fence.is_some())
+        .filter_map(|&(id, commit)| lease_arm(commit).map(|timer| (id, timer)))
+        .collect();
+    for chunk in statement_chunks(&arms) {
+        let sql = ARM.text(chunk.len(), 3, |values| {
+            format!(
+                "WITH v (v_id, v_due, v_incarnation) AS (VALUES {values}) \
+                 UPDATE instances SET lease_due_ms = v_due, lease_incarnation = v_incarnation, \
+                 lease_owner = NULL, lease_until_ms = NULL FROM v WHERE id = v_id"
+            )
+        });
+        let mut args = Vec::with_capacity(chunk.len() * 3);
+        for &(id, timer) in chunk {
+            args.extend([
+                id.into(),
+                timer.due_at_ms.into(),
+                i64::from(timer.incarnation).into(),
+            ]);
+        }
+        execute(conn, sql, &args)?;
+    }
+    Ok(())
 }
 
 /// Writes the winners' `incidents`: the resolves, one indexed update per row, then the

@@ -13,7 +13,10 @@ use qflow_store::conformance::{
     attempt, commit, commit_one, create, deploy, id, poll, timer, Ctx, Opened, T0,
 };
 use qflow_store::memory::MemoryStore;
-use qflow_store::{CommitOutcome, InstanceFilter, InstanceStatus, NewIncident, Store};
+use qflow_store::{
+    CommitOutcome, DeploymentId, InstanceFilter, InstanceStatus, NewIncident, Store, TimerClaim,
+    TimerRef,
+};
 use sqlx::{Connection, PgConnection};
 
 static UNIQUE: AtomicU64 = AtomicU64::new(0);
@@ -304,6 +307,19 @@ async fn sqlite_claim_plan_uses_the_due_index() -> Result<()> {
     ensure!(
         !plan.iter().any(|line| line.starts_with("SCAN timers")),
         "plan scans timers: {plan:?}"
+    );
+    // The in-flight leases live in instance rows (`0023_lease_in_row.sql`): their read
+    // walks the partial index of armed leases.
+    let plan = store.explain_lease_claim().await?;
+    println!("{plan:#?}");
+    ensure!(
+        plan.iter()
+            .any(|line| line.contains("USING INDEX instances_lease_due")),
+        "plan does not use instances_lease_due: {plan:?}"
+    );
+    ensure!(
+        !plan.iter().any(|line| line.starts_with("SCAN")),
+        "plan scans: {plan:?}"
     );
     Ok(())
 }
@@ -1634,6 +1650,134 @@ fn ended_by_t0_plus_10() -> qflow_store::PurgeRequest {
     }
 }
 
+/// `0023_lease_in_row.sql` moves each instance's in-flight lease (`~run`) from `timers`
+/// into the instance's row, with its due instant, incarnation and claim: a file written
+/// before it lists, claims and resolves the same lease afterwards, and its other timers
+/// stay where they were.
+#[tokio::test]
+async fn sqlite_leases_move_into_their_instance_rows_with_their_claims() -> Result<()> {
+    use sqlx::SqliteConnection;
+
+    let (dir, mut conn, dep) = sqlite_file_before("0023").await?;
+    let path = dir.path().join("qflow.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    for n in [1u128, 2] {
+        sqlx::query(
+            "INSERT INTO instances (id, deployment, fence, status, snapshot, created_at_ms, \
+             updated_at_ms) VALUES (?, ?, 1, 'running', x'01', ?, ?)",
+        )
+        .bind(id(n).to_string())
+        .bind(dep)
+        .bind(T0)
+        .bind(T0)
+        .execute(&mut conn)
+        .await?;
+    }
+    // Instance 1: a lease claimed by `r1` until T0 + 900, and a retry park; instance 2: a
+    // lease nobody claimed.
+    for (n, name, due, incarnation, owner, until) in [
+        (1u128, "~run", T0 + 100, 3i64, Some("r1"), Some(T0 + 900)),
+        (1, "r:pay", T0 + 50, 2, None, None),
+        (2, "~run", T0 + 200, 0, None, None),
+    ] {
+        sqlx::query(
+            "INSERT INTO timers (instance, name, due_at_ms, incarnation, lease_owner, \
+             leased_until_ms) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(id(n).to_string())
+        .bind(name)
+        .bind(due)
+        .bind(incarnation)
+        .bind(owner)
+        .bind(until)
+        .execute(&mut conn)
+        .await?;
+    }
+    conn.close().await?;
+
+    let store = SqliteStore::open(&path).await?;
+    let mut conn = SqliteConnection::connect(&url).await?;
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM timers ORDER BY name")
+        .fetch_all(&mut conn)
+        .await?;
+    ensure!(names == ["r:pay"], "left in timers: {names:?}");
+    // id, then the lease's due instant, incarnation, claim owner and claim end.
+    type LeaseColumns = (
+        String,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+    );
+    let leases: Vec<LeaseColumns> = sqlx::query_as(
+        "SELECT id, lease_due_ms, lease_incarnation, lease_owner, lease_until_ms \
+             FROM instances ORDER BY id",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    ensure!(
+        leases
+            == [
+                (
+                    id(1).to_string(),
+                    Some(T0 + 100),
+                    Some(3),
+                    Some("r1".to_owned()),
+                    Some(T0 + 900)
+                ),
+                (id(2).to_string(), Some(T0 + 200), Some(0), None, None),
+            ],
+        "{leases:?}"
+    );
+    ensure!(
+        store.timers(id(1)).await?
+            == [
+                timer(id(1), "r:pay", T0 + 50, 2),
+                timer(id(1), "~run", T0 + 100, 3)
+            ]
+    );
+    ensure!(store.next_timer_due().await? == Some(T0 + 50));
+    // `r1`'s claim holds until T0 + 900: a claim before then takes the other two.
+    let claimed = store
+        .claim_due_timers(TimerClaim {
+            now_ms: T0 + 500,
+            lease_ms: 1_000,
+            owner: "r2",
+            limit: 10,
+        })
+        .await?;
+    ensure!(
+        claimed
+            == [
+                timer(id(1), "r:pay", T0 + 50, 2),
+                timer(id(2), "~run", T0 + 200, 0)
+            ],
+        "{claimed:?}"
+    );
+    let later = store
+        .claim_due_timers(TimerClaim {
+            now_ms: T0 + 901,
+            lease_ms: 1_000,
+            owner: "r2",
+            limit: 10,
+        })
+        .await?;
+    ensure!(later == [timer(id(1), "~run", T0 + 100, 3)], "{later:?}");
+    // A step resolves the lease with the incarnation it was claimed with.
+    let mut c = commit(id(1), Some(1), DeploymentId(dep));
+    c.timers.resolve = vec![TimerRef {
+        name: "~run".parse().expect("the lease's name"),
+        incarnation: 3,
+    }];
+    ensure!(matches!(
+        store.commit(vec![c]).await?[..],
+        [CommitOutcome::Applied { .. }]
+    ));
+    ensure!(store.timers(id(1)).await? == [timer(id(1), "r:pay", T0 + 50, 2)]);
+    store.close().await;
+    Ok(())
+}
+
 /// `0020_instances_rowid.sql` rebuilds `instances` as a rowid table: every row, its
 /// indexes, the rows of other tables that reference it and the foreign keys come through,
 /// and the store goes on committing to it.
@@ -1740,12 +1884,32 @@ async fn sqlite_instances_become_a_rowid_table_with_everything_that_refers_to_th
              created_at_ms)"
                 .into(),
         ),
+        // `0023_lease_in_row.sql`: the armed in-flight leases.
+        (
+            "instances_lease_due".into(),
+            "CREATE INDEX instances_lease_due ON instances (lease_due_ms) \
+             WHERE lease_due_ms IS NOT NULL"
+                .into(),
+        ),
     ]);
     expected.sort();
     ensure!(indexes_after == expected, "{indexes_after:?}");
     let columns_after: Vec<(String, String, i64, Option<String>, i64)> =
         sqlx::query_as(columns).fetch_all(&mut conn).await?;
-    ensure!(columns_after == columns_before, "{columns_after:?}");
+    // Every column as before, then the lease's four (`0023_lease_in_row.sql`).
+    let mut columns_expected = columns_before.clone();
+    columns_expected.extend(
+        [
+            "lease_due_ms",
+            "lease_incarnation",
+            "lease_owner",
+            "lease_until_ms",
+        ]
+        .into_iter()
+        .zip(["INTEGER", "INTEGER", "TEXT", "INTEGER"])
+        .map(|(name, kind)| (name.to_owned(), kind.to_owned(), 0, None, 0)),
+    );
+    ensure!(columns_after == columns_expected, "{columns_after:?}");
     let keys_after: Vec<(String, String, String)> =
         sqlx::query_as(keys).fetch_all(&mut conn).await?;
     ensure!(keys_after == keys_before, "{keys_after:?}");

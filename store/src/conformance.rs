@@ -93,6 +93,7 @@ macro_rules! conformance_tests {
             timers_upsert_and_resolve_only_with_matching_incarnation,
             claim_respects_due_time_and_leases,
             rearming_a_leased_timer_drops_the_lease,
+            the_in_flight_lease_is_a_timer_like_any_other,
             concurrent_claimers_never_share_a_timer,
             concurrent_committers_win_each_fence_exactly_once,
             retire_is_refused_while_running_or_failed_instances_remain,
@@ -639,6 +640,124 @@ pub async fn rearming_a_leased_timer_drops_the_lease(ctx: Ctx) -> Result<()> {
     commit_one(s, c).await?;
     let again = s.claim_due_timers(poll(T0 + 10, 60_000, "r2", 10)).await?;
     ensure!(again == vec![timer(id(1), "t:a", T0 + 10, 2)], "{again:?}");
+    Ok(())
+}
+
+/// The in-flight lease `~run` (C7a) behaves as every other timer name, whatever a store
+/// keeps it in (SQLite keeps it in the instance's row, `0023_lease_in_row.sql`): armed
+/// with a creation or a later commit, listed, counted for the next due instant, claimed
+/// earliest first together with the other timers within one limit, exclusively while
+/// the claim holds, re-armed (dropping the claim), resolved only with its incarnation.
+pub async fn the_in_flight_lease_is_a_timer_like_any_other(ctx: Ctx) -> Result<()> {
+    let s = &*ctx.store;
+    let dep = deploy(s, "h1").await?;
+    // Armed with the creation of one instance, by a later commit of another.
+    let mut c = commit(id(1), None, dep);
+    c.timers.arm = vec![timer(id(1), "~run", T0 + 200, 0)];
+    commit_one(s, c).await?;
+    commit_one(s, commit(id(2), None, dep)).await?;
+    let mut c = commit(id(2), Some(1), dep);
+    c.timers.arm = vec![
+        timer(id(2), "c:a", T0 + 100, 1),
+        timer(id(2), "~run", T0 + 300, 4),
+    ];
+    commit_one(s, c).await?;
+    ensure!(s.timers(id(1)).await? == vec![timer(id(1), "~run", T0 + 200, 0)]);
+    let listed = s.timers(id(2)).await?;
+    ensure!(
+        listed
+            == vec![
+                timer(id(2), "c:a", T0 + 100, 1),
+                timer(id(2), "~run", T0 + 300, 4)
+            ],
+        "by name: {listed:?}"
+    );
+    ensure!(s.next_timer_due().await? == Some(T0 + 100));
+
+    // One claim takes the earliest of timers and leases together, within its limit.
+    let first = s.claim_due_timers(poll(T0 + 1_000, 1_000, "r1", 2)).await?;
+    ensure!(
+        first
+            == vec![
+                timer(id(2), "c:a", T0 + 100, 1),
+                timer(id(1), "~run", T0 + 200, 0)
+            ],
+        "{first:?}"
+    );
+    // Claimed rows are not handed out again while the claim holds; the rest is.
+    let second = s
+        .claim_due_timers(poll(T0 + 1_000, 1_000, "r2", 10))
+        .await?;
+    ensure!(
+        second == vec![timer(id(2), "~run", T0 + 300, 4)],
+        "{second:?}"
+    );
+    ensure!(s
+        .claim_due_timers(poll(T0 + 1_500, 1_000, "r3", 10))
+        .await?
+        .is_empty());
+    // Re-arming drops the claim: due again at once.
+    let mut c = commit(id(1), Some(1), dep);
+    c.timers.arm = vec![timer(id(1), "~run", T0 + 400, 0)];
+    commit_one(s, c).await?;
+    let rearmed = s
+        .claim_due_timers(poll(T0 + 1_500, 1_000, "r3", 10))
+        .await?;
+    ensure!(
+        rearmed == vec![timer(id(1), "~run", T0 + 400, 0)],
+        "{rearmed:?}"
+    );
+    // Resolved only with its incarnation; a resolve and an arm in one commit keep the arm.
+    let mut c = commit(id(2), Some(2), dep);
+    c.timers.resolve = vec![TimerRef {
+        name: name("~run"),
+        incarnation: 3,
+    }];
+    commit_one(s, c).await?;
+    ensure!(s.timers(id(2)).await?.len() == 2, "a stale resolve kept it");
+    let mut c = commit(id(2), Some(3), dep);
+    c.timers.resolve = vec![TimerRef {
+        name: name("~run"),
+        incarnation: 4,
+    }];
+    c.timers.arm = vec![timer(id(2), "~run", T0 + 500, 5)];
+    commit_one(s, c).await?;
+    ensure!(s
+        .timers(id(2))
+        .await?
+        .contains(&timer(id(2), "~run", T0 + 500, 5)));
+    let mut c = commit(id(2), Some(4), dep);
+    c.timers.resolve = vec![
+        TimerRef {
+            name: name("~run"),
+            incarnation: 5,
+        },
+        TimerRef {
+            name: name("c:a"),
+            incarnation: 1,
+        },
+    ];
+    commit_one(s, c).await?;
+    ensure!(s.timers(id(2)).await?.is_empty());
+    // Two resolves of it in one commit: the one whose incarnation matches takes it.
+    let mut c = commit(id(1), Some(2), dep);
+    c.timers.resolve = vec![
+        TimerRef {
+            name: name("~run"),
+            incarnation: 0,
+        },
+        TimerRef {
+            name: name("~run"),
+            incarnation: 9,
+        },
+    ];
+    commit_one(s, c).await?;
+    ensure!(s.timers(id(1)).await?.is_empty());
+    ensure!(s.next_timer_due().await?.is_none());
+    ensure!(s
+        .claim_due_timers(poll(T0 + 10_000, 1_000, "r4", 10))
+        .await?
+        .is_empty());
     Ok(())
 }
 
