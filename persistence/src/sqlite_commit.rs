@@ -25,7 +25,7 @@ use std::time::Duration;
 use qflow_store::{
     history, AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceStatus,
     NewIncident, NewSubscription, PullTaskRecord, ScheduleAdvance, StoreError, StoreResult,
-    TimerKind, TimerRecord, TimerRef, UserTaskRecord,
+    TimerKind, TimerRecord, UserTaskRecord,
 };
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params_from_iter, Connection, OpenFlags, OptionalExtension, ToSql};
@@ -34,8 +34,8 @@ use tokio::sync::oneshot;
 use crate::common::{
     applied, audit_fences, batch_deployments, contested_key, ended_at_creation, ended_at_update,
     fence_from_db, fence_to_db, first_emit_per_key, last_arm_per_name, last_assign_per_node,
-    last_offer_per_node, last_task_offer_per_node, names_to_db, plan, refusal, refused_takes,
-    KnownDeployments, HISTORY_SPILL_BYTES,
+    last_offer_per_node, last_task_offer_per_node, lease_arm, lease_resolve, lease_resolves,
+    names_to_db, plan, refusal, refused_takes, KnownDeployments, HISTORY_SPILL_BYTES,
 };
 use crate::journal_body;
 
@@ -1033,38 +1033,6 @@ fn spill_histories(conn: &Connection, ids: &[String]) -> StoreResult<()> {
         execute(conn, &sql, &args)?;
     }
     Ok(())
-}
-
-/// The last arm of the in-flight lease (`~run`) in `commit`, if any: what the instance
-/// row's lease columns take (`0023_lease_in_row.sql`).
-fn lease_arm(commit: &Commit) -> Option<&TimerRecord> {
-    commit
-        .timers
-        .arm
-        .iter()
-        .rev()
-        .find(|t| t.name.kind() == TimerKind::Lease)
-}
-
-/// The resolves of the in-flight lease (`~run`) in `commit`.
-fn lease_resolves(commit: &Commit) -> impl Iterator<Item = &TimerRef> {
-    commit
-        .timers
-        .resolve
-        .iter()
-        .filter(|t| t.name.kind() == TimerKind::Lease)
-}
-
-/// The incarnation of the in-flight lease (`~run`) an update resolves, when it resolves
-/// it once and does not arm it again (an arm replaces the lease whatever its
-/// incarnation). Several resolves of it in one commit (the runtime writes one at most)
-/// are left to [`apply_leases`].
-fn lease_resolve(commit: &Commit) -> Option<i64> {
-    let mut resolves = lease_resolves(commit);
-    match (lease_arm(commit), resolves.next(), resolves.next()) {
-        (None, Some(only), None) => Some(i64::from(only.incarnation)),
-        _ => None,
-    }
 }
 
 /// Writes the winners' timers. The in-flight lease (`~run`) lives in the instance's row
