@@ -11,8 +11,8 @@ use qflow_store::{
     DeploymentId, DeploymentRecord, IncidentRecord, InstanceFilter, InstanceId, InstanceRecord,
     InstanceStatus, JournalEntry, KeyKind, KeyName, NewOutboxRow, OutboxRecord, OutboxState,
     PullTaskRecord, PurgeRequest, ScheduleRecord, StoreError, StoreResult, SubscriptionRecord,
-    TimerKind, TimerName, TimerRecord, TimerRef, UserTaskQuery, UserTaskRecord, CAMUNDA_KEYS_MAX,
-    JOURNAL_PAGE_MAX, PURGE_LIMIT_MAX,
+    TimerName, TimerRecord, UserTaskQuery, UserTaskRecord, CAMUNDA_KEYS_MAX, JOURNAL_PAGE_MAX,
+    PURGE_LIMIT_MAX,
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
 
@@ -978,38 +978,6 @@ pub(crate) fn last_arm_per_name(commit: &Commit) -> Vec<&TimerRecord> {
         }
     }
     out
-}
-
-/// The last arm of the in-flight lease (`~run`) in `commit`, if any: what the instance
-/// row's lease columns take (SQLite `0023_lease_in_row.sql`, PostgreSQL `0020_lease_in_row.sql`).
-pub(crate) fn lease_arm(commit: &Commit) -> Option<&TimerRecord> {
-    commit
-        .timers
-        .arm
-        .iter()
-        .rev()
-        .find(|t| t.name.kind() == TimerKind::Lease)
-}
-
-/// The resolves of the in-flight lease (`~run`) in `commit`.
-pub(crate) fn lease_resolves(commit: &Commit) -> impl Iterator<Item = &TimerRef> {
-    commit
-        .timers
-        .resolve
-        .iter()
-        .filter(|t| t.name.kind() == TimerKind::Lease)
-}
-
-/// The incarnation of the in-flight lease (`~run`) an update resolves, when it resolves
-/// it once and does not arm it again (an arm replaces the lease whatever its
-/// incarnation). Several resolves of it in one commit (the runtime writes one at most)
-/// are left to the store's `apply_leases`.
-pub(crate) fn lease_resolve(commit: &Commit) -> Option<i64> {
-    let mut resolves = lease_resolves(commit);
-    match (lease_arm(commit), resolves.next(), resolves.next()) {
-        (None, Some(only), None) => Some(i64::from(only.incarnation)),
-        _ => None,
-    }
 }
 
 fn attempt_from_db(value: i64) -> Result<Attempt, StoreError> {

@@ -21,8 +21,8 @@
 //! | table | rows | written by |
 //! |---|---|---|
 //! | `deployments` | one per distinct content hash; `id` is the version | `deploy`, `retire` |
-//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention); indexes `(status, created_at_ms, id)` and `(deployment, status, created_at_ms, id)`, so a listing page reads in order (`0007`; on SQLite since `0021` a page without a status filter merges one ordered read per status, since `0022` the two status indexes end at `created_at_ms` (one millisecond's instances sorted by id) and failure codes have a partial index of the instances that have one; PostgreSQL also keeps `(created_at_ms, id)` and `(deployment, created_at_ms, id)`, and since its `0019` failure codes in the same partial index as SQLite's) | `commit` (CAS on fence), `purge_finished` |
-//! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due | `commit`, `claim_due_timers` |
+//! | `instances` | snapshot bytes, fence, status, failure code, business key (unique per deployment, partial index), end instant (partial indexes for retention); indexes `(status, created_at_ms, id)` and `(deployment, status, created_at_ms, id)`, so a listing page reads in order (`0007`; on SQLite since `0021` a page without a status filter merges one ordered read per status, since `0022` the two status indexes end at `created_at_ms` (one millisecond's instances sorted by id) and failure codes have a partial index of the instances that have one; PostgreSQL also keeps `(created_at_ms, id)` and `(deployment, created_at_ms, id)`, and since its `0019` failure codes in the same partial index as SQLite's); on SQLite since `0023` the in-flight lease timer `~run` with its claim (`lease_*` columns, partial index `instances_lease_due` of the armed ones) | `commit` (CAS on fence), `purge_finished`, `claim_due_timers` (SQLite: a due lease's claim) |
+//! | `timers` | `(instance, name)` key, due instant, incarnation, lease; index on due (on SQLite every name but `~run`) | `commit`, `claim_due_timers` |
 //! | `incidents` | opened/resolved per instance and node; partial index of open ones (`0008`) | `commit`, `record_delivery` (a poisoned row's `POISONED` incident) |
 //! | `attempts` | attempt history (O1a), append-only | `commit` |
 //! | `journal` | the input journal (SPEC G3, `0012`; PostgreSQL `0013`, `0014`): one row per journaled step, in append order — keyed by `id` (SQLite's rowid, PostgreSQL's `journal_id_seq`), an instance's rows found through a chain from `instances.journal_last` down each row's `prev` (always an older id); `seq` is the fence the step wrote; no other index; on SQLite a row's other fields are one packed `body` (`0015`; rows written before it keep them as columns), and since `0018` a row holds a whole commit round's steps, each entry with its instance and `prev` (the instance's entry found by its id); appended by commits, rewritten only by a purge taking its instances' entries out (the newest row emptied rather than deleted, so no id is given twice) | `commit` (`Commit::journal`), `purge_finished` |
@@ -42,7 +42,8 @@
 //! Every batch is applied in rounds of distinct instances; within a round the instance
 //! rows are written first (the CAS, `apply_state`), then the winners' effect rows family
 //! by family. Each store writes each family of `Commit` in exactly one function
-//! (`apply_timers`, `apply_incidents`, `apply_subscriptions`, `apply_attempts`,
+//! (`apply_timers` — except SQLite's in-flight lease, which a creation's insert and the
+//! row's own update write in `apply_state`, and `apply_timers` arms —, `apply_incidents`, `apply_subscriptions`, `apply_attempts`,
 //! `apply_journal`, `apply_pull`, `apply_outbox`, `apply_audit`, called once per round from
 //! `apply_round`), its deletes and updates before its inserts (so a step that resolves
 //! and re-arms a timer keeps the new one, and one that withdraws a dead attempt's outbox

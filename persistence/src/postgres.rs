@@ -33,7 +33,7 @@ use qflow_store::{
     InstanceRecord, InstanceStatus, JournalEntry, KeyName, NewBufferedMessage, NewDeployment,
     NewSchedule, OutboxRecord, PullQuery, PullTaskRecord, PurgeOutcome, PurgeRequest,
     RetireOutcome, ScheduleAdvance, ScheduleRecord, Store, StoreError, StoreResult,
-    SubscriptionRecord, TimerClaim, TimerKind, TimerRecord, UserTaskQuery, UserTaskRecord,
+    SubscriptionRecord, TimerClaim, TimerRecord, UserTaskQuery, UserTaskRecord,
     POISONED_INCIDENT_CODE, PULL_QUERY_LIMIT_MAX,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -57,7 +57,6 @@ use crate::common::{
     last_assign_per_node, last_task_offer_per_node, names_to_db, task_walks, user_task_from_row,
     user_tasks_query, USER_TASK_COLUMNS,
 };
-use crate::common::{lease_arm, lease_resolve, lease_resolves};
 use crate::Error;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -118,24 +117,11 @@ fn update_instances_sql() -> String {
          journal_last = COALESCE(v.journal, i.journal_last), \
          history = CASE WHEN v.history IS NULL THEN i.history \
              ELSE COALESCE(i.history, ''::bytea) || v.history END, \
-         history_n = i.history_n + v.history_n, \
-         lease_due_ms = CASE WHEN v.lease_op = 1 THEN v.lease_due \
-             WHEN v.lease_op = 2 AND i.lease_incarnation = v.lease_incarnation THEN NULL \
-             ELSE i.lease_due_ms END, \
-         lease_incarnation = CASE WHEN v.lease_op = 1 THEN v.lease_incarnation \
-             WHEN v.lease_op = 2 AND i.lease_incarnation = v.lease_incarnation THEN NULL \
-             ELSE i.lease_incarnation END, \
-         lease_owner = CASE WHEN v.lease_op = 1 \
-             OR (v.lease_op = 2 AND i.lease_incarnation = v.lease_incarnation) THEN NULL \
-             ELSE i.lease_owner END, \
-         lease_until_ms = CASE WHEN v.lease_op = 1 \
-             OR (v.lease_op = 2 AND i.lease_incarnation = v.lease_incarnation) THEN NULL \
-             ELSE i.lease_until_ms END \
+         history_n = i.history_n + v.history_n \
          FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-                     $6::bytea[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[], \
-                     $11::integer[], $12::bigint[], $13::bigint[]) \
+                     $6::bytea[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[]) \
          AS v(id, fence, deployment, status, failure_code, snapshot, now_ms, journal, \
-              history, history_n, lease_op, lease_due, lease_incarnation) \
+              history, history_n) \
          WHERE i.id = v.id AND i.fence = v.fence \
          AND (i.deployment = v.deployment OR i.business_key IS NULL OR NOT EXISTS ( \
              SELECT 1 FROM instances AS o \
@@ -254,9 +240,6 @@ impl PgStore {
             .bind(vec![None::<i64>; n])
             .bind(vec![None::<Vec<u8>>; n])
             .bind(vec![0_i32; n])
-            .bind(vec![0_i32; n])
-            .bind(vec![None::<i64>; n])
-            .bind(vec![None::<i64>; n])
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
@@ -322,7 +305,7 @@ impl PgStore {
     /// this returns, and the next synchronous commit flushes it.
     async fn relaxed_claim(
         &self,
-        what: Claimed,
+        sql: &str,
         claim: TimerClaim<'_>,
         limit: u32,
     ) -> StoreResult<Vec<PgRow>> {
@@ -331,17 +314,14 @@ impl PgStore {
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
-        let rows = match what {
-            Claimed::Rows(sql) => sqlx::query(sql)
-                .bind(claim.owner)
-                .bind(claim.now_ms.saturating_add(claim.lease_ms))
-                .bind(claim.now_ms)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(backend)?,
-            Claimed::Timers => claim_timer_rows(&mut tx, claim, limit).await?,
-        };
+        let rows = sqlx::query(sql)
+            .bind(claim.owner)
+            .bind(claim.now_ms.saturating_add(claim.lease_ms))
+            .bind(claim.now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok(rows)
     }
@@ -434,112 +414,6 @@ const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = $1, leased_until_ms = $
          WHERE due_at_ms <= $3 AND (leased_until_ms IS NULL OR leased_until_ms < $3) \
          ORDER BY due_at_ms LIMIT $4 FOR UPDATE SKIP LOCKED)) \
      RETURNING instance, name, due_at_ms, incarnation";
-
-/// The due in-flight leases (`~run`, kept in the instance rows since
-/// `0020_lease_in_row.sql`) whose claim is free or expired, earliest first, locked as
-/// [`CLAIM_SQL`] locks timers: id and due instant. A due lease is rare (a replica died,
-/// or handed its attempts over) and `instances_lease_due` holds armed leases only, so
-/// this read usually finds nothing and [`CLAIM_SQL`] alone is the claim.
-const LEASE_DUE_SQL: &str = "SELECT id, lease_due_ms FROM instances \
-     WHERE lease_due_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms < $1) \
-     ORDER BY lease_due_ms LIMIT $2 FOR UPDATE SKIP LOCKED";
-
-/// [`CLAIM_SQL`]'s candidates, locked, as row address (text) and due instant: for a
-/// claim that must take the earliest of timers and leases together.
-const TIMER_DUE_SQL: &str = "SELECT ctid::text, due_at_ms FROM timers \
-     WHERE due_at_ms <= $1 AND (leased_until_ms IS NULL OR leased_until_ms < $1) \
-     ORDER BY due_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED";
-
-/// What a claim leases: the rows one statement leases (`OUTBOX_CLAIM_SQL`,
-/// `SCHEDULE_CLAIM_SQL`: owner, lease end, now, limit), or the due timers.
-#[derive(Clone, Copy)]
-enum Claimed {
-    Rows(&'static str),
-    /// The rows of `timers` and the in-flight leases of `instances`, earliest due first
-    /// across both ([`claim_timer_rows`]).
-    Timers,
-}
-
-/// Leases the earliest `limit` due timers, whether rows of `timers` or in-flight leases
-/// (`~run`) in instance rows, inside the caller's transaction. Rows come back with
-/// [`TIMER_COLUMNS`]' names. Without a due lease (nearly always) it is [`CLAIM_SQL`].
-async fn claim_timer_rows(
-    tx: &mut PgConnection,
-    claim: TimerClaim<'_>,
-    limit: u32,
-) -> StoreResult<Vec<PgRow>> {
-    let until = claim.now_ms.saturating_add(claim.lease_ms);
-    let leases: Vec<(InstanceId, i64)> = sqlx::query_as(LEASE_DUE_SQL)
-        .bind(claim.now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?;
-    if leases.is_empty() {
-        return sqlx::query(CLAIM_SQL)
-            .bind(claim.owner)
-            .bind(until)
-            .bind(claim.now_ms)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend);
-    }
-    let timers: Vec<(String, i64)> = sqlx::query_as(TIMER_DUE_SQL)
-        .bind(claim.now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?;
-    // The earliest `limit` of both; the rest stay locked until this transaction ends,
-    // unclaimed.
-    let mut due: Vec<(i64, Option<InstanceId>, Option<&str>)> = leases
-        .iter()
-        .map(|&(id, at)| (at, Some(id), None))
-        .chain(
-            timers
-                .iter()
-                .map(|(ctid, at)| (*at, None, Some(ctid.as_str()))),
-        )
-        .collect();
-    due.sort_unstable();
-    due.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    let ids: Vec<InstanceId> = due.iter().filter_map(|d| d.1).collect();
-    let ctids: Vec<&str> = due.iter().filter_map(|d| d.2).collect();
-    let mut rows = Vec::with_capacity(due.len());
-    if !ctids.is_empty() {
-        rows.extend(
-            sqlx::query(
-                "UPDATE timers SET lease_owner = $1, leased_until_ms = $2 \
-                 WHERE ctid = ANY($3::text[]::tid[]) \
-                 RETURNING instance, name, due_at_ms, incarnation",
-            )
-            .bind(claim.owner)
-            .bind(until)
-            .bind(&ctids)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?,
-        );
-    }
-    if !ids.is_empty() {
-        rows.extend(
-            sqlx::query(
-                "UPDATE instances SET lease_owner = $1, lease_until_ms = $2 \
-                 WHERE id = ANY($3) \
-                 RETURNING id AS instance, '~run' AS name, lease_due_ms AS due_at_ms, \
-                 lease_incarnation AS incarnation",
-            )
-            .bind(claim.owner)
-            .bind(until)
-            .bind(&ids)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?,
-        );
-    }
-    Ok(rows)
-}
 
 /// Leases due pending outbox rows whose lease is free or expired, earliest due first
 /// (then by key in byte order, the `"C"` collation `outbox_due` is built with), exactly
@@ -652,13 +526,6 @@ struct InstanceColumns {
     /// The step's finished attempts, packed (`qflow_store::history`), and how many.
     history: Vec<Option<Vec<u8>>>,
     history_n: Vec<i32>,
-    /// What the commit does to the in-flight lease kept in the row
-    /// (`0020_lease_in_row.sql`): 0 nothing, 1 arm it at `lease_due` with
-    /// `lease_incarnation` (dropping any claim), 2 resolve it where its incarnation is
-    /// `lease_incarnation`.
-    lease_op: Vec<i32>,
-    lease_due: Vec<Option<i64>>,
-    lease_incarnation: Vec<Option<i64>>,
 }
 
 impl InstanceColumns {
@@ -677,15 +544,6 @@ impl InstanceColumns {
         // A step finishes a few attempts (one per task it completes or fails).
         self.history_n
             .push(i32::try_from(commit.attempts.len()).unwrap_or(i32::MAX));
-        // Several resolves without an arm (never from the runtime) are `apply_leases`'.
-        let (op, due, incarnation) = match (lease_arm(commit), lease_resolve(commit)) {
-            (Some(arm), _) => (1, Some(arm.due_at_ms), Some(i64::from(arm.incarnation))),
-            (None, Some(incarnation)) => (2, None, Some(incarnation)),
-            (None, None) => (0, None, None),
-        };
-        self.lease_op.push(op);
-        self.lease_due.push(due);
-        self.lease_incarnation.push(incarnation);
     }
 }
 
@@ -1382,18 +1240,15 @@ async fn apply_state<'a>(
         let created: Vec<(InstanceId, Option<i32>)> = sqlx::query_as(
             "INSERT INTO instances (id, deployment, fence, status, failure_code, snapshot, \
              business_key, created_at_ms, updated_at_ms, ended_at_ms, journal_last, \
-             history, history_n, lease_due_ms, lease_incarnation) \
+             history, history_n) \
              SELECT v.id, v.deployment, 1, v.status, v.failure_code, v.snapshot, v.business_key, \
                     v.now_ms, v.now_ms, \
                     CASE WHEN v.status IN ('completed', 'cancelled') THEN v.now_ms END, \
-                    v.journal, v.history, v.history_n, \
-                    CASE WHEN v.lease_op = 1 THEN v.lease_due END, \
-                    CASE WHEN v.lease_op = 1 THEN v.lease_incarnation END \
+                    v.journal, v.history, v.history_n \
              FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
-                         $6::text[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[], \
-                         $11::integer[], $12::bigint[], $13::bigint[]) \
+                         $6::text[], $7::bigint[], $8::bigint[], $9::bytea[], $10::integer[]) \
              AS v(id, deployment, status, failure_code, snapshot, business_key, now_ms, journal, \
-                  history, history_n, lease_op, lease_due, lease_incarnation) \
+                  history, history_n) \
              ON CONFLICT DO NOTHING RETURNING id, octet_length(history)",
         )
         .bind(&creates.id)
@@ -1406,9 +1261,6 @@ async fn apply_state<'a>(
         .bind(&creates.journal)
         .bind(&creates.history)
         .bind(&creates.history_n)
-        .bind(&creates.lease_op)
-        .bind(&creates.lease_due)
-        .bind(&creates.lease_incarnation)
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
@@ -1432,9 +1284,6 @@ async fn apply_state<'a>(
             .bind(&updates.journal)
             .bind(&updates.history)
             .bind(&updates.history_n)
-            .bind(&updates.lease_op)
-            .bind(&updates.lease_due)
-            .bind(&updates.lease_incarnation)
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
@@ -1527,19 +1376,11 @@ async fn refused(tx: &mut PgConnection, commit: &Commit) -> StoreResult<CommitOu
 }
 
 /// Writes the winners' `timers`: the resolves, then the arms (upserts), so a step that
-/// resolves and re-arms a name keeps the new timer. The in-flight lease (`~run`) is kept
-/// in the instance's row and written with it (`InstanceColumns::lease_op`), but for
-/// [`apply_leases`]' rare case.
+/// resolves and re-arms a name keeps the new timer.
 async fn apply_timers(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
-    apply_leases(tx, winners).await?;
     let (mut instance, mut name, mut incarnation) = (Vec::new(), Vec::new(), Vec::new());
     for commit in winners {
-        for timer in commit
-            .timers
-            .resolve
-            .iter()
-            .filter(|t| t.name.kind() != TimerKind::Lease)
-        {
+        for timer in &commit.timers.resolve {
             instance.push(commit.instance);
             name.push(timer.name.as_str());
             incarnation.push(i64::from(timer.incarnation));
@@ -1561,10 +1402,7 @@ async fn apply_timers(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult
     let (mut instance, mut name, mut due_at_ms, mut incarnation) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for commit in winners {
-        for timer in last_arm_per_name(commit)
-            .into_iter()
-            .filter(|t| t.name.kind() != TimerKind::Lease)
-        {
+        for timer in last_arm_per_name(commit) {
             instance.push(commit.instance);
             name.push(timer.name.as_str());
             due_at_ms.push(timer.due_at_ms);
@@ -1586,38 +1424,6 @@ async fn apply_timers(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult
         .await
         .map_err(backend)?;
     }
-    Ok(())
-}
-
-/// Resolves the in-flight lease of the winners that resolve it several times without
-/// arming it (never the runtime: it writes one resolve at most, which goes with the row's
-/// update): each clears it where its incarnation matches, as each keyed delete of a
-/// `timers` row would.
-async fn apply_leases(tx: &mut PgConnection, winners: &[&Commit]) -> StoreResult<()> {
-    let (mut instance, mut incarnation) = (Vec::new(), Vec::new());
-    for commit in winners {
-        if lease_arm(commit).is_some() || lease_resolves(commit).nth(1).is_none() {
-            continue;
-        }
-        for resolve in lease_resolves(commit) {
-            instance.push(commit.instance);
-            incarnation.push(i64::from(resolve.incarnation));
-        }
-    }
-    if instance.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "UPDATE instances AS i SET lease_due_ms = NULL, lease_incarnation = NULL, \
-         lease_owner = NULL, lease_until_ms = NULL \
-         FROM UNNEST($1::uuid[], $2::bigint[]) AS v(instance, incarnation) \
-         WHERE i.id = v.instance AND i.lease_incarnation = v.incarnation",
-    )
-    .bind(&instance)
-    .bind(&incarnation)
-    .execute(&mut *tx)
-    .await
-    .map_err(backend)?;
     Ok(())
 }
 
@@ -2028,11 +1834,7 @@ impl Store for PgStore {
         if claim.limit == 0 {
             return Ok(Vec::new());
         }
-        claimed_timers(
-            &self
-                .relaxed_claim(Claimed::Timers, claim, claim.limit)
-                .await?,
-        )
+        claimed_timers(&self.relaxed_claim(CLAIM_SQL, claim, claim.limit).await?)
     }
 
     async fn claim_due_schedules(&self, claim: TimerClaim<'_>) -> StoreResult<Vec<ScheduleRecord>> {
@@ -2046,7 +1848,7 @@ impl Store for PgStore {
         }
         claimed_schedules(
             &self
-                .relaxed_claim(Claimed::Rows(SCHEDULE_CLAIM_SQL), claim, claim.limit)
+                .relaxed_claim(SCHEDULE_CLAIM_SQL, claim, claim.limit)
                 .await?,
         )
     }
@@ -2077,23 +1879,15 @@ impl Store for PgStore {
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
-        // Each `min` is one end of an index (`timers_due`, `instances_lease_due`).
-        sqlx::query_scalar(
-            "SELECT LEAST((SELECT min(due_at_ms) FROM timers), \
-             (SELECT min(lease_due_ms) FROM instances))",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(backend)
+        sqlx::query_scalar("SELECT min(due_at_ms) FROM timers")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)
     }
 
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
-        // The in-flight lease is kept in the instance's row (`0020_lease_in_row.sql`).
         let sql = format!(
-            "SELECT * FROM (SELECT {TIMER_COLUMNS} FROM timers WHERE instance = $1 \
-             UNION ALL SELECT id AS instance, '~run' AS name, lease_due_ms AS due_at_ms, \
-             lease_incarnation AS incarnation FROM instances \
-             WHERE id = $1 AND lease_due_ms IS NOT NULL) AS t ORDER BY name COLLATE \"C\""
+            "SELECT {TIMER_COLUMNS} FROM timers WHERE instance = $1 ORDER BY name COLLATE \"C\""
         );
         let rows = sqlx::query(&sql).bind(instance).fetch_all(&self.pool);
         map_all(rows.await, timer_from_row)
@@ -2564,11 +2358,7 @@ impl Store for PgStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        claimed_outbox(
-            &self
-                .relaxed_claim(Claimed::Rows(OUTBOX_CLAIM_SQL), claim, limit)
-                .await?,
-        )
+        claimed_outbox(&self.relaxed_claim(OUTBOX_CLAIM_SQL, claim, limit).await?)
     }
 
     /// One synchronous transaction: the row's update and, for a poisoned row, its

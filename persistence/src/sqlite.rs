@@ -451,17 +451,24 @@ impl SqliteStore {
         rows.iter().map(|row| row.field("detail")).collect()
     }
 
-    /// The query plan SQLite picks for the claim's read of due in-flight leases (kept in
-    /// instance rows), one line per plan step: the evidence that a poll walks the armed
-    /// leases' partial index, never the instances.
-    pub async fn explain_lease_claim(&self) -> StoreResult<Vec<String>> {
-        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {LEASE_DUE_SQL}"))
-            .bind(0_i64)
-            .bind(1_i64)
-            .fetch_all(&self.writer)
-            .await
-            .map_err(backend)?;
-        rows.iter().map(|row| row.field("detail")).collect()
+    /// The query plans SQLite picks for the claim's read of due in-flight leases (kept in
+    /// instance rows) and for the next due instant, one line per plan step: the
+    /// evidence that a poll and a readiness check walk the armed leases' partial index,
+    /// never the instances.
+    pub async fn explain_lease_reads(&self) -> StoreResult<Vec<String>> {
+        let mut plan = Vec::new();
+        for (sql, binds) in [(LEASE_DUE_SQL, 2), (NEXT_DUE_SQL, 0)] {
+            let text = format!("EXPLAIN QUERY PLAN {sql}");
+            let mut query = sqlx::query(&text);
+            for _ in 0..binds {
+                query = query.bind(0_i64);
+            }
+            let rows = query.fetch_all(&self.writer).await.map_err(backend)?;
+            for row in &rows {
+                plan.push(row.field("detail")?);
+            }
+        }
+        Ok(plan)
     }
 
     /// The query plan SQLite picks for the outbox claim, one line per plan step: the
@@ -826,6 +833,10 @@ const LEASE_DUE_SQL: &str = "SELECT rowid, lease_due_ms FROM instances \
      INDEXED BY instances_lease_due \
      WHERE lease_due_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms < ?1) \
      ORDER BY lease_due_ms LIMIT ?2";
+
+/// The earliest due instant of a timer or an in-flight lease, claimed or not.
+const NEXT_DUE_SQL: &str = "SELECT min(due) FROM (SELECT min(due_at_ms) AS due FROM timers \
+     UNION ALL SELECT min(lease_due_ms) FROM instances WHERE lease_due_ms IS NOT NULL)";
 
 /// [`CLAIM_SQL`]'s candidates as rowid and due instant, for a claim that must take the
 /// earliest of timers and leases together.
@@ -1242,6 +1253,20 @@ async fn history_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResul
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
+/// How many of the instances `ids` hold an in-flight lease in their row: the `~run`
+/// timers a purge takes with them (an ending step resolves it, so nearly always none).
+async fn lease_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
+    let n: i64 = in_list(
+        "SELECT count(*) FROM instances WHERE lease_due_ms IS NOT NULL AND id IN",
+        ids,
+    )
+    .build_query_scalar()
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(backend)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
 /// `PURGE_LIMIT_MAX`, far below SQLite's parameter limit); returns the rows deleted.
 async fn delete_where_in(
@@ -1627,14 +1652,13 @@ impl Store for SqliteStore {
     }
 
     async fn next_timer_due(&self) -> StoreResult<Option<i64>> {
-        // Each `min` is one end of an index (`timers_due`, `instances_lease_due`).
-        sqlx::query_scalar(
-            "SELECT min(due) FROM (SELECT min(due_at_ms) AS due FROM timers \
-             UNION ALL SELECT min(lease_due_ms) FROM instances)",
-        )
-        .fetch_one(&self.readers)
-        .await
-        .map_err(backend)
+        // Each `min` is one end of an index (`timers_due`, `instances_lease_due`): the
+        // partial index serves only a query whose WHERE implies its own (without it,
+        // SQLite reads every instance).
+        sqlx::query_scalar(NEXT_DUE_SQL)
+            .fetch_one(&self.readers)
+            .await
+            .map_err(backend)
     }
 
     async fn timers(&self, instance: InstanceId) -> StoreResult<Vec<TimerRecord>> {
@@ -1808,6 +1832,7 @@ impl Store for SqliteStore {
             return Ok(PurgeOutcome::default());
         }
         let in_rows = history_counts(&mut tx, &ids).await?;
+        let leases = lease_counts(&mut tx, &ids).await?;
         let outcome = PurgeOutcome {
             attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await? + in_rows,
             journal: {
@@ -1817,6 +1842,7 @@ impl Store for SqliteStore {
             incidents: delete_where_in(&mut tx, "incidents", "instance", &ids).await?,
             audit: delete_where_in(&mut tx, "audit", "instance", &ids).await?,
             timers: delete_where_in(&mut tx, "timers", "instance", &ids).await?
+                + leases
                 + delete_where_in(&mut tx, "pull_tasks", "instance", &ids).await?
                 + {
                     delete_where_in(&mut tx, "user_task_candidates", "instance", &ids).await?;

@@ -25,7 +25,7 @@ use std::time::Duration;
 use qflow_store::{
     history, AttemptRecord, Commit, CommitOutcome, DeploymentId, InstanceId, InstanceStatus,
     NewIncident, NewSubscription, PullTaskRecord, ScheduleAdvance, StoreError, StoreResult,
-    TimerKind, TimerRecord, UserTaskRecord,
+    TimerKind, TimerRecord, TimerRef, UserTaskRecord,
 };
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params_from_iter, Connection, OpenFlags, OptionalExtension, ToSql};
@@ -34,8 +34,8 @@ use tokio::sync::oneshot;
 use crate::common::{
     applied, audit_fences, batch_deployments, contested_key, ended_at_creation, ended_at_update,
     fence_from_db, fence_to_db, first_emit_per_key, last_arm_per_name, last_assign_per_node,
-    last_offer_per_node, last_task_offer_per_node, lease_arm, lease_resolve, lease_resolves,
-    names_to_db, plan, refusal, refused_takes, KnownDeployments, HISTORY_SPILL_BYTES,
+    last_offer_per_node, last_task_offer_per_node, names_to_db, plan, refusal, refused_takes,
+    KnownDeployments, HISTORY_SPILL_BYTES,
 };
 use crate::journal_body;
 
@@ -822,32 +822,37 @@ fn apply_state<'a>(
     // sets, changed or not, and seven indexes hold those three columns, so a full update
     // costs them all. The light statement takes the rows that still match; the rest
     // (an ending, a failure, a migration, a repair, or a lost CAS) take the full one.
-    // A commit that resolves the in-flight lease takes the full one too, which clears the
-    // row's lease columns as it goes (`lease_resolve`): nearly always an ending, and
-    // otherwise one row write instead of two.
+    // A step that resolves the in-flight lease clears the row's lease columns as it goes
+    // (`lease_resolve`): a light one with the light statement that also sets them
+    // (`Shape::LightLease`, which writes the lease's partial index and no other), so a
+    // plain step never writes that index.
     let (light, mut full): (Vec<usize>, Vec<usize>) = updates.iter().partition(|&&index| {
         !matches!(
             batch[index].state.status,
             InstanceStatus::Completed | InstanceStatus::Cancelled
-        ) && lease_resolve(&batch[index]).is_none()
+        )
     });
-    let lightly: JournalPrevs =
-        update_instances(conn, batch, ids, journal_ids, &light, true, &mut spills)?
-            .into_iter()
-            .collect();
-    full.extend(
-        light
-            .iter()
-            .filter(|&&index| !lightly.contains_key(&ids[index])),
-    );
-    won.extend(lightly);
+    let (leased, light): (Vec<usize>, Vec<usize>) = light
+        .into_iter()
+        .partition(|&index| lease_resolve(&batch[index]).is_some());
+    for (rows, shape) in [(light, Shape::Light), (leased, Shape::LightLease)] {
+        let lightly: JournalPrevs =
+            update_instances(conn, batch, ids, journal_ids, &rows, shape, &mut spills)?
+                .into_iter()
+                .collect();
+        full.extend(
+            rows.iter()
+                .filter(|&&index| !lightly.contains_key(&ids[index])),
+        );
+        won.extend(lightly);
+    }
     won.extend(update_instances(
         conn,
         batch,
         ids,
         journal_ids,
         &full,
-        false,
+        Shape::Full,
         &mut spills,
     )?);
     spill_histories(conn, &spills)?;
@@ -904,18 +909,29 @@ pub(crate) fn instance_id(text: &str) -> StoreResult<InstanceId> {
         .map_err(|_| StoreError::Corrupt(format!("stored instance id {text:?} is not a UUID")))
 }
 
+/// Which columns an update of instance rows sets (`update_instances`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// The fence, snapshot, update instant, journal links and history, where the stored
+    /// deployment, status and failure code still match: no index holds them.
+    Light,
+    /// As `Light`, and the in-flight lease's columns (the step resolves it): only the
+    /// lease's partial index holds them.
+    LightLease,
+    /// Every column a step can change, whatever the stored row holds.
+    Full,
+}
+
 /// The fence CAS of the updates `rows` (indexes into `batch`), a statement per
 /// [`statement_chunks`] chunk; returns the ids whose CAS won, each with the journal row
-/// its new one follows. `light`: only rows whose deployment, status and failure code stay
-/// as stored are updated, and only their fence, snapshot and update instant are set (see
-/// `apply_state`); the others are left for the full update.
+/// its new one follows. `shape` says which columns the statement sets (see `apply_state`).
 fn update_instances(
     conn: &Connection,
     batch: &[Commit],
     ids: &[String],
     journal_ids: &[Option<i64>],
     rows: &[usize],
-    light: bool,
+    shape: Shape,
     spills: &mut Vec<String>,
 ) -> StoreResult<Vec<(String, Option<i64>)>> {
     // A journaled step links its row to the instance's newest one (`journal_prev`,
@@ -938,15 +954,20 @@ fn update_instances(
          THEN NULL ELSE lease_until_ms END, lease_incarnation = CASE \
          WHEN lease_incarnation = v_lease THEN NULL ELSE lease_incarnation END";
     static LIGHT: ChunkTexts = ChunkTexts::new();
+    static LIGHT_LEASE: ChunkTexts = ChunkTexts::new();
     static FULL: ChunkTexts = ChunkTexts::new();
     let mut won = Vec::with_capacity(rows.len());
     for chunk in statement_chunks(rows) {
-        let sql = if light {
-            LIGHT.text(chunk.len(), 11, |values| {
+        let sql = if shape != Shape::Full {
+            let (texts, lease) = match shape {
+                Shape::LightLease => (&LIGHT_LEASE, format!(", {LEASE_SET}")),
+                _ => (&LIGHT, String::new()),
+            };
+            texts.text(chunk.len(), 11, |values| {
                 format!(
                     "{WITH} (VALUES {values}) UPDATE instances SET fence = fence + 1, \
                      snapshot = v_snapshot, updated_at_ms = v_now_ms, {JOURNAL_SET}, \
-                     {HISTORY_SET} \
+                     {HISTORY_SET}{lease} \
                      FROM v WHERE id = v_id AND fence = v_fence AND deployment = v_deployment \
                      AND status = v_status AND failure_code IS v_failure_code \
                      RETURNING id, journal_prev, length(history)"
@@ -974,7 +995,7 @@ fn update_instances(
         for &index in chunk {
             let commit = &batch[index];
             let expected = commit.expected_fence.unwrap_or(0);
-            // Light rows never resolve a lease (`apply_state`); the column goes unread.
+            // Read by the statements that set the lease columns (`LEASE_SET`) only.
             args.extend([
                 ids[index].as_str().into(),
                 fence_to_db(expected)?.into(),
@@ -1033,6 +1054,38 @@ fn spill_histories(conn: &Connection, ids: &[String]) -> StoreResult<()> {
         execute(conn, &sql, &args)?;
     }
     Ok(())
+}
+
+/// The last arm of the in-flight lease (`~run`) in `commit`, if any: what the instance
+/// row's lease columns take (`0023_lease_in_row.sql`).
+fn lease_arm(commit: &Commit) -> Option<&TimerRecord> {
+    commit
+        .timers
+        .arm
+        .iter()
+        .rev()
+        .find(|t| t.name.kind() == TimerKind::Lease)
+}
+
+/// The resolves of the in-flight lease (`~run`) in `commit`.
+fn lease_resolves(commit: &Commit) -> impl Iterator<Item = &TimerRef> {
+    commit
+        .timers
+        .resolve
+        .iter()
+        .filter(|t| t.name.kind() == TimerKind::Lease)
+}
+
+/// The incarnation of the in-flight lease (`~run`) an update resolves, when it resolves
+/// it once and does not arm it again (an arm replaces the lease whatever its
+/// incarnation). Several resolves of it in one commit (the runtime writes one at most)
+/// are left to [`apply_leases`].
+fn lease_resolve(commit: &Commit) -> Option<i64> {
+    let mut resolves = lease_resolves(commit);
+    match (lease_arm(commit), resolves.next(), resolves.next()) {
+        (None, Some(only), None) => Some(i64::from(only.incarnation)),
+        _ => None,
+    }
 }
 
 /// Writes the winners' timers. The in-flight lease (`~run`) lives in the instance's row

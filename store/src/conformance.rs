@@ -758,6 +758,19 @@ pub async fn the_in_flight_lease_is_a_timer_like_any_other(ctx: Ctx) -> Result<(
         .claim_due_timers(poll(T0 + 10_000, 1_000, "r4", 10))
         .await?
         .is_empty());
+    // An instance that ends with its lease still armed (the runtime resolves it first)
+    // takes it along when purged, counted with its timers.
+    let mut c = commit(id(3), None, dep);
+    c.timers.arm = vec![timer(id(3), "~run", T0 + 600, 0)];
+    commit_one(s, c).await?;
+    commit_one(
+        s,
+        with_status(id(3), Some(1), dep, InstanceStatus::Completed, T0 + 700),
+    )
+    .await?;
+    let out = s.purge_finished(purge(T0 + 10_000, 100)).await?;
+    ensure!(out.instances == 1 && out.timers == 1, "{out:?}");
+    ensure!(s.next_timer_due().await?.is_none());
     Ok(())
 }
 
