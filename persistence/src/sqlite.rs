@@ -437,12 +437,11 @@ impl SqliteStore {
         close_pool(&self.writer).await;
     }
 
-    /// The query plan SQLite picks for the timer claim, one line per plan step: the
-    /// evidence that polling walks the due index rather than the table (R3).
+    /// The query plan SQLite picks for the timer claim's read of due timers and leases,
+    /// one line per plan step: the evidence that polling walks the due indexes rather
+    /// than the tables (R3).
     pub async fn explain_claim(&self) -> StoreResult<Vec<String>> {
-        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {CLAIM_SQL}"))
-            .bind("owner")
-            .bind(0_i64)
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {DUE_SQL}"))
             .bind(0_i64)
             .bind(1_i64)
             .fetch_all(&self.writer)
@@ -451,24 +450,15 @@ impl SqliteStore {
         rows.iter().map(|row| row.field("detail")).collect()
     }
 
-    /// The query plans SQLite picks for the claim's read of due in-flight leases (kept in
-    /// instance rows) and for the next due instant, one line per plan step: the
-    /// evidence that a poll and a readiness check walk the armed leases' partial index,
-    /// never the instances.
-    pub async fn explain_lease_reads(&self) -> StoreResult<Vec<String>> {
-        let mut plan = Vec::new();
-        for (sql, binds) in [(LEASE_DUE_SQL, 2), (NEXT_DUE_SQL, 0)] {
-            let text = format!("EXPLAIN QUERY PLAN {sql}");
-            let mut query = sqlx::query(&text);
-            for _ in 0..binds {
-                query = query.bind(0_i64);
-            }
-            let rows = query.fetch_all(&self.writer).await.map_err(backend)?;
-            for row in &rows {
-                plan.push(row.field("detail")?);
-            }
-        }
-        Ok(plan)
+    /// The query plan SQLite picks for the next due instant, one line per plan step: the
+    /// evidence that a readiness check walks the due indexes (the armed leases' partial
+    /// one among them), never the instances.
+    pub async fn explain_next_due(&self) -> StoreResult<Vec<String>> {
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {NEXT_DUE_SQL}"))
+            .fetch_all(&self.writer)
+            .await
+            .map_err(backend)?;
+        rows.iter().map(|row| row.field("detail")).collect()
     }
 
     /// The query plan SQLite picks for the outbox claim, one line per plan step: the
@@ -815,37 +805,39 @@ impl Committer {
     }
 }
 
-/// Leases due, unleased (or lease-expired) timers, earliest first. The inner SELECT walks
-/// `timers_due` and stops after `limit` matches; the write lock of the surrounding
-/// `BEGIN IMMEDIATE` transaction makes the read and the lease one atomic step.
-const CLAIM_SQL: &str = "UPDATE timers SET lease_owner = ?1, leased_until_ms = ?2 \
-     WHERE rowid IN (SELECT rowid FROM timers \
-         WHERE due_at_ms <= ?3 AND (leased_until_ms IS NULL OR leased_until_ms < ?3) \
-         ORDER BY due_at_ms LIMIT ?4) \
+/// The due timers whose lease is free or expired and the due in-flight leases (`~run`,
+/// kept in the instance rows since `0023_lease_in_row.sql`) whose claim is, earliest
+/// first, at most `?2` of both: whether a row is a lease (1) or a timer (0), its rowid and
+/// its due instant. Each arm walks its due index (`timers_due`, the partial index
+/// `instances_lease_due` of the armed leases) in order and SQLite merges the two
+/// (`MERGE (UNION ALL)`), stopping at the limit, so a poll's cost grows with due rows,
+/// not parked ones. Run inside the claim's `BEGIN IMMEDIATE` transaction, whose write lock
+/// makes the read and the leases that follow one atomic step; a poll with nothing due is
+/// this one statement.
+const DUE_SQL: &str = "SELECT 0 AS lease, rowid AS row, due_at_ms AS due FROM timers \
+     WHERE due_at_ms <= ?1 AND (leased_until_ms IS NULL OR leased_until_ms < ?1) \
+     UNION ALL SELECT 1, rowid, lease_due_ms FROM instances INDEXED BY instances_lease_due \
+     WHERE lease_due_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms < ?1) \
+     ORDER BY due LIMIT ?2";
+
+/// Leases the timers [`DUE_SQL`] found (`?3`: a JSON array of rowids) to `?1` until `?2`.
+const LEASE_TIMERS_SQL: &str = "UPDATE timers SET lease_owner = ?1, leased_until_ms = ?2 \
+     WHERE rowid IN (SELECT value FROM json_each(?3)) \
      RETURNING instance, name, due_at_ms, incarnation";
 
-/// The due in-flight leases (`~run`, kept in the instance rows since
-/// `0023_lease_in_row.sql`) whose claim is free or expired, earliest first: rowid and due
-/// instant. A due lease is rare (a replica died, or handed its attempts over), and
-/// the partial index `instances_lease_due` holds armed leases only, so this read
-/// usually finds nothing and [`CLAIM_SQL`] alone is the claim.
-const LEASE_DUE_SQL: &str = "SELECT rowid, lease_due_ms FROM instances \
-     INDEXED BY instances_lease_due \
-     WHERE lease_due_ms <= ?1 AND (lease_until_ms IS NULL OR lease_until_ms < ?1) \
-     ORDER BY lease_due_ms LIMIT ?2";
+/// Leases the in-flight leases [`DUE_SQL`] found, as [`LEASE_TIMERS_SQL`] does timers, and
+/// names the rows as timers.
+const LEASE_LEASES_SQL: &str = "UPDATE instances SET lease_owner = ?1, lease_until_ms = ?2 \
+     WHERE rowid IN (SELECT value FROM json_each(?3)) \
+     RETURNING id AS instance, '~run' AS name, lease_due_ms AS due_at_ms, \
+     lease_incarnation AS incarnation";
 
 /// The earliest due instant of a timer or an in-flight lease, claimed or not.
 const NEXT_DUE_SQL: &str = "SELECT min(due) FROM (SELECT min(due_at_ms) AS due FROM timers \
      UNION ALL SELECT min(lease_due_ms) FROM instances WHERE lease_due_ms IS NOT NULL)";
 
-/// [`CLAIM_SQL`]'s candidates as rowid and due instant, for a claim that must take the
-/// earliest of timers and leases together.
-const TIMER_DUE_SQL: &str = "SELECT rowid, due_at_ms FROM timers \
-     WHERE due_at_ms <= ?1 AND (leased_until_ms IS NULL OR leased_until_ms < ?1) \
-     ORDER BY due_at_ms LIMIT ?2";
-
 /// Leases due pending outbox rows whose lease is free or expired, earliest due first
-/// (then by key, as bytes: SQLite's `BINARY` collation), as [`CLAIM_SQL`] does timers.
+/// (then by key, as bytes: SQLite's `BINARY` collation).
 /// The literal `state = 'pending'` is what lets SQLite use the partial index
 /// `outbox_due` (a bound parameter would not match its `WHERE`); `INDEXED BY` makes the
 /// statement fail rather than fall back to a scan if that ever stops being true.
@@ -945,7 +937,7 @@ async fn replace_schedules(
 }
 
 /// Leases due schedules whose lease is free or expired, earliest due first, as
-/// [`CLAIM_SQL`] does timers.
+/// [`OUTBOX_CLAIM_SQL`] does outbox rows.
 const SCHEDULE_CLAIM_SQL: &str = "UPDATE schedules SET lease_owner = ?1, leased_until_ms = ?2 \
      WHERE rowid IN (SELECT rowid FROM schedules \
          WHERE due_at_ms <= ?3 AND (leased_until_ms IS NULL OR leased_until_ms < ?3) \
@@ -1333,71 +1325,39 @@ async fn claim_rows(
 }
 
 /// Leases the earliest `limit` due timers, whether rows of `timers` or in-flight leases
-/// (`~run`) in instance rows, inside the caller's write transaction. Rows come back with
-/// [`TIMER_COLUMNS`]' names. Without a due lease (nearly always) it is [`CLAIM_SQL`].
+/// (`~run`) in instance rows, inside the caller's write transaction: one read of both
+/// ([`DUE_SQL`]), then an update of each table that has rows to lease. Rows come back
+/// with [`TIMER_COLUMNS`]' names.
 async fn claim_timer_rows(
     tx: &mut SqliteConnection,
     claim: TimerClaim<'_>,
     limit: u32,
 ) -> StoreResult<Vec<SqliteRow>> {
-    let until = claim.now_ms.saturating_add(claim.lease_ms);
-    let leases: Vec<(i64, i64)> = sqlx::query_as(LEASE_DUE_SQL)
+    let due: Vec<(i64, i64, i64)> = sqlx::query_as(DUE_SQL)
         .bind(claim.now_ms)
         .bind(i64::from(limit))
         .fetch_all(&mut *tx)
         .await
         .map_err(backend)?;
-    if leases.is_empty() {
-        return sqlx::query(CLAIM_SQL)
-            .bind(claim.owner)
-            .bind(until)
-            .bind(claim.now_ms)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend);
-    }
-    let timers: Vec<(i64, i64)> = sqlx::query_as(TIMER_DUE_SQL)
-        .bind(claim.now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(backend)?;
-    // (due, is a lease, rowid): the earliest `limit` of both.
-    let mut due: Vec<(i64, bool, i64)> = leases
-        .iter()
-        .map(|&(rowid, at)| (at, true, rowid))
-        .chain(timers.iter().map(|&(rowid, at)| (at, false, rowid)))
-        .collect();
-    due.sort_unstable();
-    due.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     let mut rows = Vec::with_capacity(due.len());
-    for (table, lease) in [
-        (
-            "UPDATE timers SET lease_owner = ?, leased_until_ms = ? WHERE rowid IN (",
-            false,
-        ),
-        (
-            "UPDATE instances SET lease_owner = ?, lease_until_ms = ? WHERE rowid IN (",
-            true,
-        ),
-    ] {
-        let rowids: Vec<i64> = due.iter().filter(|d| d.1 == lease).map(|d| d.2).collect();
+    for (lease, sql) in [(0, LEASE_TIMERS_SQL), (1, LEASE_LEASES_SQL)] {
+        let rowids: Vec<String> = due
+            .iter()
+            .filter(|d| d.0 == lease)
+            .map(|d| d.1.to_string())
+            .collect();
         if rowids.is_empty() {
             continue;
         }
-        let returning = if lease {
-            ") RETURNING id AS instance, '~run' AS name, lease_due_ms AS due_at_ms, \
-             lease_incarnation AS incarnation"
-        } else {
-            ") RETURNING instance, name, due_at_ms, incarnation"
-        };
-        let sql = format!("{table}{}{returning}", vec!["?"; rowids.len()].join(", "));
-        let mut q = sqlx::query(&sql).bind(claim.owner).bind(until);
-        for rowid in &rowids {
-            q = q.bind(*rowid);
-        }
-        rows.extend(q.fetch_all(&mut *tx).await.map_err(backend)?);
+        rows.extend(
+            sqlx::query(sql)
+                .bind(claim.owner)
+                .bind(claim.now_ms.saturating_add(claim.lease_ms))
+                .bind(format!("[{}]", rowids.join(",")))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(backend)?,
+        );
     }
     Ok(rows)
 }
