@@ -1232,31 +1232,22 @@ async fn delete_journals(tx: &mut SqliteConnection, ids: &[String]) -> StoreResu
     Ok(gone)
 }
 
-/// How many attempt records the rows of `ids` still hold (`instances.history_n`).
-async fn history_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
-    let n: i64 = in_list(
-        "SELECT COALESCE(SUM(history_n), 0) FROM instances WHERE id IN",
+/// What the rows of `ids` hold in themselves, which a purge takes with them: attempt
+/// records (`instances.history_n`), and in-flight leases (`~run` timers kept in the
+/// row; an ending step resolves it, so nearly always none).
+async fn in_row_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<(u64, u64)> {
+    let (attempts, leases): (i64, i64) = in_list(
+        "SELECT COALESCE(SUM(history_n), 0), count(lease_due_ms) FROM instances WHERE id IN",
         ids,
     )
-    .build_query_scalar()
+    .build_query_as()
     .fetch_one(&mut *tx)
     .await
     .map_err(backend)?;
-    Ok(u64::try_from(n).unwrap_or(0))
-}
-
-/// How many of the instances `ids` hold an in-flight lease in their row: the `~run`
-/// timers a purge takes with them (an ending step resolves it, so nearly always none).
-async fn lease_counts(tx: &mut SqliteConnection, ids: &[String]) -> StoreResult<u64> {
-    let n: i64 = in_list(
-        "SELECT count(*) FROM instances WHERE lease_due_ms IS NOT NULL AND id IN",
-        ids,
-    )
-    .build_query_scalar()
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(backend)?;
-    Ok(u64::try_from(n).unwrap_or(0))
+    Ok((
+        u64::try_from(attempts).unwrap_or(0),
+        u64::try_from(leases).unwrap_or(0),
+    ))
 }
 
 /// `DELETE FROM {table} WHERE {column} IN (ids)`, one statement (the ids are at most
@@ -1791,8 +1782,7 @@ impl Store for SqliteStore {
             tx.commit().await.map_err(backend)?;
             return Ok(PurgeOutcome::default());
         }
-        let in_rows = history_counts(&mut tx, &ids).await?;
-        let leases = lease_counts(&mut tx, &ids).await?;
+        let (in_rows, leases) = in_row_counts(&mut tx, &ids).await?;
         let outcome = PurgeOutcome {
             attempts: delete_where_in(&mut tx, "attempts", "instance", &ids).await? + in_rows,
             journal: {
