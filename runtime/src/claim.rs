@@ -191,7 +191,10 @@ pub fn plan(
     rules: LeaseRules,
     journal: &JournalPolicy,
 ) -> Result<Planned, Error> {
-    let id = claim.instance.to_string();
+    // The id as text (what the core and the handler calls take), formatted into a buffer
+    // on the stack: a `String` a step was an allocation and the formatting machinery.
+    let mut id_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id: &str = claim.instance.hyphenated().encode_lower(&mut id_text);
     let was_terminal = claim.snapshot.status().is_terminal();
     let Claim {
         instance,
@@ -210,7 +213,7 @@ pub fn plan(
         Input::ChannelAnswered { call, attempt, .. }
         | Input::ChannelBpmnError { call, attempt, .. } => Some(
             qflow_core::CallKey {
-                instance: id.clone(),
+                instance: id.to_owned(),
                 call: *call,
                 attempt: *attempt,
             }
@@ -218,7 +221,9 @@ pub fn plan(
         ),
         _ => None,
     };
-    let step = qflow_core::step(&def, &id, *snapshot, input, now)?;
+    // The claim's box takes the next snapshot back (below): one allocation fewer a step.
+    let mut snapshot = snapshot;
+    let step = qflow_core::step(&def, id, *snapshot, input, now)?;
     if fired.is_none() {
         if let Some(Effect::Stale { reason }) = step
             .effects
@@ -262,7 +267,10 @@ pub fn plan(
             deployment,
             def,
             fence,
-            snapshot: Box::new(step.snapshot),
+            snapshot: {
+                *snapshot = step.snapshot;
+                snapshot
+            },
             lease_due,
             stored: None,
         },
@@ -283,7 +291,7 @@ pub fn plan(
         .iter()
         .any(|e| matches!(e, Effect::Stale { .. }));
     for effect in step.effects {
-        carry_out(&mut commit, &mut then, &id, effect, started_ms, now);
+        carry_out(&mut commit, &mut then, id, effect, started_ms, now);
     }
     if let (Some(key), false) = (answered, stale) {
         commit.outbox.answered.push(key);
