@@ -110,27 +110,29 @@ impl AsyncHandlers {
 
     /// Runs the handler for `call`; an asynchronous one gets until `started_ms +
     /// limit_ms` on `clock`. Every way the call can end becomes, through the core's one
-    /// mapping ([`call_input`]), the input the core expects back for that attempt.
+    /// mapping ([`call_input`]), the input the core expects back for that attempt. A
+    /// synchronous handler (or none) has ended when this returns: its input comes back as
+    /// it is, with no future to box and poll.
     pub(crate) fn run(
         &self,
         call: TaskCall,
         clock: &dyn Clock,
         started_ms: i64,
         limit_ms: u64,
-    ) -> BoxFuture<'static, Input> {
-        let Some(entry) = self.by_name.get(&call.handler).cloned() else {
-            return future::ready(call_input(&call.context(), CallEnded::Missing)).boxed();
+    ) -> HandlerRun {
+        let Some(entry) = self.by_name.get(&call.handler) else {
+            return HandlerRun::Ended(call_input(&call.context(), CallEnded::Missing));
         };
-        match &*entry {
+        match &**entry {
             Entry::Sync(h) => {
-                future::ready(qflow_core::run_handler(h.as_ref(), &call.context())).boxed()
+                HandlerRun::Ended(qflow_core::run_handler(h.as_ref(), &call.context()))
             }
             Entry::Async(h) => {
                 let fut = AssertUnwindSafe(h.call(call.clone())).catch_unwind();
                 let deadline =
                     started_ms.saturating_add(i64::try_from(limit_ms).unwrap_or(i64::MAX));
                 let expired = clock.sleep_until(deadline);
-                async move {
+                let running = async move {
                     let ended = match future::select(fut, expired).await {
                         Either::Left((Ok(outcome), _)) => CallEnded::Returned(outcome),
                         Either::Left((Err(panic), _)) => {
@@ -140,8 +142,17 @@ impl AsyncHandlers {
                     };
                     call_input(&call.context(), ended)
                 }
-                .boxed()
+                .boxed();
+                HandlerRun::Running(running)
             }
         }
     }
+}
+
+/// A handler call as [`AsyncHandlers::run`] leaves it.
+pub(crate) enum HandlerRun {
+    /// It has ended: the input for the core.
+    Ended(Input),
+    /// It runs on: its input once it ends.
+    Running(BoxFuture<'static, Input>),
 }

@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use super::claim::{plan, Claim, LeaseRules, Then, CONFLICT_RETRIES_MAX};
 use super::{Replier, Request, Shared, Stats, Work};
 use crate::error::Error;
+use crate::handlers::HandlerRun;
 
 /// The lane's maps and sets keyed by instance id: foldhash (a random seed per map), not
 /// the standard SipHash, which took a few per cent of a lane's time hashing ids. None of
@@ -219,6 +220,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
             // never wait (the memory store), lanes stepped one request a round and 4
             // lanes did fewer steps than one; yielding only after a real wait kept
             // little of the gain (docs/performance.md, "Lanes that wake for one request").
+            tokio::task::yield_now().await;
+        } else {
+            // Synchronous handlers' outcomes join the ready requests at once, so with a
+            // store that never waits a lane could go from round to round without giving
+            // its worker to anything else (the callers, the poller, a stop): it yields
+            // before each round, as it did when those outcomes came back as futures.
             tokio::task::yield_now().await;
         }
         // Finished work before new work: outcomes of running handlers first, so that
@@ -624,20 +631,23 @@ impl Lane {
         let limit_ms = self.shared.config.handler_time_limit_ms;
         for call in planned.calls {
             let started_ms = handlers_started_ms;
-            let fut = self
+            let outcome = move |input| Request {
+                instance,
+                work: Work::Input(input),
+                started_ms: Some(started_ms),
+                reply: None,
+                retries: 0,
+            };
+            match self
                 .shared
                 .handlers
-                .run(call, &*self.shared.clock, started_ms, limit_ms);
-            self.running.push(
-                fut.map(move |input| Request {
-                    instance,
-                    work: Work::Input(input),
-                    started_ms: Some(started_ms),
-                    reply: None,
-                    retries: 0,
-                })
-                .boxed(),
-            );
+                .run(call, &*self.shared.clock, started_ms, limit_ms)
+            {
+                // A synchronous handler's outcome is ready now, as a finished future's
+                // would be at the next round: it joins the ready requests directly.
+                HandlerRun::Ended(input) => self.ready.push_back(outcome(input)),
+                HandlerRun::Running(fut) => self.running.push(fut.map(outcome).boxed()),
+            }
         }
     }
 
