@@ -34,7 +34,7 @@ use qflow_store::{Commit, CommitOutcome, InstanceId, StoreError, StoreResult, Ti
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::claim::{plan, Claim, LeaseRules, Then, CONFLICT_RETRIES_MAX};
+use super::claim::{plan_into, Claim, LeaseRules, Then, CONFLICT_RETRIES_MAX};
 use super::{Replier, Request, Shared, Stats, Work};
 use crate::error::Error;
 use crate::handlers::HandlerRun;
@@ -498,7 +498,8 @@ impl Lane {
             .as_ref()
             .map(|_| crate::lifecycle::Cause::of(&input));
         let planned = if cached {
-            match plan(
+            match plan_into(
+                commits,
                 claim,
                 input.clone(),
                 fired.clone(),
@@ -513,23 +514,32 @@ impl Lane {
                 Err(Error::Refused { .. }) => {
                     let store = &*self.shared.store;
                     match Claim::read(store, &self.shared.defs, req.instance).await {
-                        Ok(fresh) => plan(fresh, input, fired, started_ms, now, rules, journal),
+                        Ok(fresh) => plan_into(
+                            commits, fresh, input, fired, started_ms, now, rules, journal,
+                        ),
                         Err(e) => Err(e),
                     }
                 }
                 other => other,
             }
         } else {
-            plan(claim, input, fired, started_ms, now, rules, journal)
+            plan_into(
+                commits, claim, input, fired, started_ms, now, rules, journal,
+            )
         };
         match planned {
-            Ok(mut planned) => {
+            // `plan_into` pushed the step's commit, so `commits` and `prepared` stay in
+            // step: the commit at each index is that of the request at the same index.
+            Ok(mut then) => {
+                let Some(commit) = commits.last_mut() else {
+                    unreachable!("plan_into pushed the step's commit")
+                };
                 if let (Some(channel), Some(cause)) =
                     (&self.shared.config.lifecycle_channel, &cause)
                 {
-                    let finished = planned.then.finished_now;
-                    crate::lifecycle::add_events(&mut planned.commit, channel, cause, finished);
-                    planned.then.outbox |= !planned.commit.outbox.emit.is_empty();
+                    let finished = then.finished_now;
+                    crate::lifecycle::add_events(commit, channel, cause, finished);
+                    then.outbox |= !commit.outbox.emit.is_empty();
                 }
                 if let Work::Start {
                     business_key,
@@ -538,16 +548,12 @@ impl Lane {
                 } = &req.work
                 {
                     // Written with the creation only; the store keeps it from then on.
-                    planned.commit.state.business_key = business_key.clone();
-                    planned.commit.schedule = schedule.clone().map(Box::new);
+                    commit.state.business_key = business_key.clone();
+                    commit.schedule = schedule.clone().map(Box::new);
                 }
-                // Pushed here rather than returned: a step's commit and plan are most
-                // of a kilobyte, and each hand-back moved them once more.
-                commits.push(planned.commit);
-                prepared.push(Prepared {
-                    request: req,
-                    then: planned.then,
-                });
+                // Pushed here rather than returned: a step's plan is a few hundred
+                // bytes, and each hand-back moved it once more.
+                prepared.push(Prepared { request: req, then });
             }
             Err(e) => reply(req.reply.take(), Err(e)),
         }
