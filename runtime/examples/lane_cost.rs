@@ -4,9 +4,10 @@
 //! It drives what one lane round does with a batch, on the in-memory store, in the
 //! lane's own parts: for each of `BATCH_INSTANCES` instances of the 10-service-task
 //! linear model (`cli/benches/linear.bpmn`) it steps the cached claim with
-//! `claim::plan` (the pure step, the commit plan, the lease decision), then commits the
-//! whole batch in one `Store::commit` and takes the next claims from the applied
-//! commits, as the lane's cache does. One wave is 11 such batches — the starts, nine
+//! `claim::plan_into` (the pure step, the commit plan built in the batch's vector, the
+//! lease decision), as the lane's round does, then commits the whole batch in one
+//! `Store::commit` and takes the next claims from the applied commits, as the lane's
+//! cache does. One wave is 11 such batches — the starts, nine
 //! rounds of task completions, the completions that end the instances — and
 //! `QFLOW_COST_WAVES=N` runs N waves and exits.
 //!
@@ -22,7 +23,7 @@
 
 use std::sync::Arc;
 
-use qflow_runtime::claim::{plan, Claim, LeaseRules};
+use qflow_runtime::claim::{plan_into, Claim, LeaseRules};
 use qflow_runtime::journal::JournalPolicy;
 use qflow_runtime::{Input, RuntimeConfig};
 use qflow_store::memory::MemoryStore;
@@ -112,9 +113,9 @@ fn run_wave(
         let mut commits = Vec::with_capacity(work.len());
         let mut thens = Vec::with_capacity(work.len());
         for (claim, input) in work.drain(..) {
-            let planned = plan(claim, input, None, *now, *now, rules, journal).expect("plans");
-            commits.push(planned.commit);
-            thens.push(planned.then);
+            let then = plan_into(&mut commits, claim, input, None, *now, *now, rules, journal)
+                .expect("plans");
+            thens.push(then);
         }
         let outcomes = futures::executor::block_on(store.commit(commits)).expect("commits");
         batches += 1;

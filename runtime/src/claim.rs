@@ -214,7 +214,7 @@ pub fn plan(
 /// docs/performance.md); what follows it is returned. Nothing is pushed when the step is
 /// refused or fails.
 #[allow(clippy::too_many_arguments)] // `plan`'s arguments and the vector it fills
-pub(crate) fn plan_into(
+pub fn plan_into(
     commits: &mut Vec<Commit>,
     claim: Claim,
     input: Input,

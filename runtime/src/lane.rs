@@ -162,6 +162,9 @@ struct Lane {
     /// Looked up by id, never iterated, so hash order cannot reach bytes or output.
     cache: IdMap<Claim>,
     running: FuturesUnordered<HandlerFuture>,
+    /// Outcomes of handlers that ended as they were started (synchronous ones), taken
+    /// in as a finished future of `running` would be, without a future to box and poll.
+    ended: VecDeque<Request>,
     ready: VecDeque<Request>,
     /// Emptied buffers kept from the round before, with their capacity: a round fills
     /// them with whole requests and steps, and growing them afresh every round cost the
@@ -179,6 +182,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
         shared,
         cache: IdMap::default(),
         running: FuturesUnordered::new(),
+        ended: VecDeque::new(),
         ready: VecDeque::new(),
         spare_ready: VecDeque::new(),
         spare_chosen: Vec::new(),
@@ -187,28 +191,33 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
     let mut inbox_open = true;
     loop {
         if lane.ready.is_empty() {
-            if *stop.borrow() && lane.running.is_empty() && lane.in_flight.is_none() {
+            if *stop.borrow() && lane.handlers_done() && lane.in_flight.is_none() {
                 break;
             }
-            tokio::select! {
-                biased;
-                answered = answer_if_any(lane.in_flight.as_mut()) => {
-                    if let Some(done) = lane.in_flight.take() {
-                        lane.answered(done.round, answered);
+            if let Some(done) = lane.ended.pop_front() {
+                // What the select below takes from a handler future that has finished.
+                lane.ready.push_back(done);
+            } else {
+                tokio::select! {
+                    biased;
+                    answered = answer_if_any(lane.in_flight.as_mut()) => {
+                        if let Some(done) = lane.in_flight.take() {
+                            lane.answered(done.round, answered);
+                        }
                     }
+                    Some(done) = lane.running.next(), if !lane.running.is_empty() => {
+                        lane.ready.push_back(done);
+                    }
+                    msg = inbox.recv(), if inbox_open && !*stop.borrow() && lane.has_room() => match msg {
+                        Some(req) => lane.ready.push_back(req),
+                        None => inbox_open = false,
+                    },
+                    _ = stop.changed() => {}
                 }
-                Some(done) = lane.running.next(), if !lane.running.is_empty() => {
-                    lane.ready.push_back(done);
-                }
-                msg = inbox.recv(), if inbox_open && !*stop.borrow() && lane.has_room() => match msg {
-                    Some(req) => lane.ready.push_back(req),
-                    None => inbox_open = false,
-                },
-                _ = stop.changed() => {}
             }
             if !inbox_open
                 && lane.ready.is_empty()
-                && lane.running.is_empty()
+                && lane.handlers_done()
                 && lane.in_flight.is_none()
             {
                 break;
@@ -221,17 +230,15 @@ pub(crate) async fn run(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>)
             // lanes did fewer steps than one; yielding only after a real wait kept
             // little of the gain (docs/performance.md, "Lanes that wake for one request").
             tokio::task::yield_now().await;
-        } else {
-            // Synchronous handlers' outcomes join the ready requests at once, so with a
-            // store that never waits a lane could go from round to round without giving
-            // its worker to anything else (the callers, the poller, a stop): it yields
-            // before each round, as it did when those outcomes came back as futures.
-            tokio::task::yield_now().await;
         }
         // Finished work before new work: outcomes of running handlers first, so that
         // instances in flight drain ahead of fresh starts and the set of live instances
         // stays bounded under a steady stream of new ones.
         while lane.ready.len() < batch_max {
+            if let Some(done) = lane.ended.pop_front() {
+                lane.ready.push_back(done);
+                continue;
+            }
             match lane.running.next().now_or_never() {
                 Some(Some(done)) => lane.ready.push_back(done),
                 _ => break,
@@ -258,7 +265,12 @@ impl Lane {
     /// Backpressure: new work is taken from the inbox only while the lane's running
     /// handlers stay under the configured limit.
     fn has_room(&self) -> bool {
-        self.running.len() < self.shared.config.handlers_in_flight_max
+        self.running.len() + self.ended.len() < self.shared.config.handlers_in_flight_max
+    }
+
+    /// No handler is running and no outcome of one waits to be taken in.
+    fn handlers_done(&self) -> bool {
+        self.running.is_empty() && self.ended.is_empty()
     }
 
     async fn round(&mut self, batch_max: usize) {
@@ -649,9 +661,9 @@ impl Lane {
                 .handlers
                 .run(call, &*self.shared.clock, started_ms, limit_ms)
             {
-                // A synchronous handler's outcome is ready now, as a finished future's
-                // would be at the next round: it joins the ready requests directly.
-                HandlerRun::Ended(input) => self.ready.push_back(outcome(input)),
+                // A synchronous handler has ended: its outcome is taken in as a finished
+                // future's would be.
+                HandlerRun::Ended(input) => self.ended.push_back(outcome(input)),
                 HandlerRun::Running(fut) => self.running.push(fut.map(outcome).boxed()),
             }
         }
