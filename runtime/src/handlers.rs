@@ -3,9 +3,9 @@
 //!
 //! The core's [`TaskHandler`] is synchronous; a host with I/O-bound task code
 //! registers an [`AsyncTaskHandler`] instead so the lane is never blocked while the task
-//! waits. Synchronous handlers are wrapped as futures that are ready at once: they run
-//! inline on the lane, which is the fast path for CPU-only task code and the reason they
-//! must not block.
+//! waits. Synchronous handlers run inline on the lane when it starts them, and their
+//! outcome comes back at once (`HandlerRun::Ended`, no future): the fast path for
+//! CPU-only task code, and the reason they must not block.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
