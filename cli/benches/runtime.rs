@@ -10,7 +10,7 @@
 //! Run: `cargo bench -p qflow-cli --bench runtime` (all of it), or with options after
 //! `--`: `--stores=memory,sqlite,postgres --lanes=1,2,4 --secs=3.5 --window=1000
 //! --batch-max=256 --parked=10000,1000000 --polls=2000 --no-timers --no-throughput
-//! --open-loop --journal --finished=N --parked-live=N --wal-autocheckpoint=PAGES --group-gather-us=N --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny,no-lease` (the what-ifs
+//! --open-loop --journal --finished=N --parked-live=N --wal-autocheckpoint=PAGES --group-gather-us=N --pg-connections=N --what-if=ordered-ids,no-attempt-rows,cached-deployments,journal-unstored,journal-tiny,no-lease` (the what-ifs
 //! break the contract on purpose to price one cost each; see [`WhatIf`]).
 //! `QFLOW_BENCH_RESULTS` names a file that receives one machine-readable line per result.
 //! PostgreSQL runs when `QFLOW_TEST_PG_URL` is set (a fresh schema per measurement,
@@ -25,7 +25,9 @@
 //!
 //! Every figure is a delta of the runtime's own counters over the timed interval, plus
 //! what a pass-through store wrapper times (commit, the deployment read of each start)
-//! and `/proc/self/io` write bytes. The run checks that every timed instance completed,
+//! and `/proc/self/io` write bytes (on SQLite between two passive checkpoints of the whole
+//! WAL, so that the bytes include the copying the run's frames owe the file whatever the
+//! checkpoint interval). The run checks that every timed instance completed,
 //! with ten handler calls each and no failed start. This is a measuring tool: it must
 //! never assert on timing.
 
@@ -121,6 +123,9 @@ struct Options {
     /// `--group-gather-us=N`: SQLite's `SqliteSettings::group_gather` in microseconds
     /// (default: the store's, 1,500).
     group_gather_us: Option<u64>,
+    /// `--pg-connections=N`: PostgreSQL's `PgConfig::max_connections` (default: the
+    /// store's, 8).
+    pg_connections: Option<u32>,
 }
 
 /// Store-side experiments, applied by [`TimedStore`]. None of them is how qflow runs;
@@ -205,6 +210,9 @@ impl Options {
         if let Some(us) = self.group_gather_us {
             label.push_str(&format!("+gather={us}us"));
         }
+        if let Some(n) = self.pg_connections {
+            label.push_str(&format!("+pgconn={n}"));
+        }
         label
     }
 
@@ -226,6 +234,7 @@ impl Options {
             parked_live: 0,
             wal_autocheckpoint: None,
             group_gather_us: None,
+            pg_connections: None,
         };
         for arg in std::env::args().skip(1) {
             let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
@@ -249,6 +258,7 @@ impl Options {
                 "--parked-live" => o.parked_live = value.parse()?,
                 "--wal-autocheckpoint" => o.wal_autocheckpoint = Some(value.parse()?),
                 "--group-gather-us" => o.group_gather_us = Some(value.parse()?),
+                "--pg-connections" => o.pg_connections = Some(value.parse()?),
                 other => {
                     bail!("unknown option {other:?}; see the module doc of benches/runtime.rs")
                 }
@@ -319,10 +329,13 @@ impl Opened {
                     return Ok(None);
                 };
                 let schema = unique_schema();
-                let config = PgConfig {
+                let mut config = PgConfig {
                     schema: Some(schema.clone()),
                     ..PgConfig::default()
                 };
+                if let Some(n) = o.pg_connections {
+                    config.max_connections = n;
+                }
                 let store = Arc::new(PgStore::connect_with(&url, config).await?);
                 Opened {
                     store: store.clone(),
@@ -346,6 +359,33 @@ impl Opened {
             Cleanup::Sqlite(s, _) => Some(s.path().to_path_buf()),
             _ => None,
         }
+    }
+
+    /// Copies every WAL frame back into the SQLite file (a passive checkpoint from a
+    /// connection of its own; nothing else writes when it is called), so that the bytes
+    /// written over the timed run include what its checkpoints owe, whatever the
+    /// checkpoint interval: without it a longer interval would leave its copying outside
+    /// the measured window. Nothing for the other stores.
+    async fn fold_wal(&self) -> Result<()> {
+        use sqlx::Connection;
+        let Some(path) = self.sqlite_path() else {
+            return Ok(());
+        };
+        let mut conn = sqlx::SqliteConnection::connect_with(
+            &sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
+        )
+        .await
+        .with_context(|| format!("open {} to checkpoint it", path.display()))?;
+        let (busy, log, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&mut conn)
+            .await?;
+        ensure!(
+            busy == 0 && log == copied,
+            "checkpoint of {} left frames behind (busy {busy}, {copied} of {log} frames)",
+            path.display()
+        );
+        conn.close().await?;
+        Ok(())
     }
 
     async fn close(self) -> Result<()> {
@@ -1028,6 +1068,7 @@ async fn measure_throughput(
     // clock stops when the last one completes, so nothing started is left uncounted.
     let before = rt.stats().view();
     let time_before = time.view();
+    opened.fold_wal().await?;
     let written_before = write_bytes();
     let groups_before = opened.commit_counts();
     let began = Instant::now();
@@ -1042,6 +1083,7 @@ async fn measure_throughput(
     let secs = began.elapsed().as_secs_f64();
     let d = delta(rt.stats().view(), before);
     let store_time = time.view().since(time_before);
+    opened.fold_wal().await?;
     let written = write_bytes()
         .zip(written_before)
         .map(|(after, before)| after.saturating_sub(before));
